@@ -1,0 +1,27 @@
+"""The one `pyhami` command. Each area registers its own sub-command group here."""
+
+import typer
+
+app = typer.Typer(
+    name="pyhami",
+    help="GPU sharing for Kubernetes, wire-compatible with HAMi v2.10.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+@app.callback()
+def _root() -> None:
+    """Keep `pyhami` a command group even while it has a single sub-command."""
+
+
+@app.command()
+def version() -> None:
+    """Print the pyhami version."""
+    from pyhami import __version__
+
+    typer.echo(__version__)
+
+
+def main() -> None:
+    app()
