@@ -1,0 +1,1 @@
+"""NVML behind a small interface: the real one on nvidia-ml-py, faked in pyhami.testing."""
