@@ -1,0 +1,140 @@
+import base64
+import copy
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pyhami.scheduler.admission import (
+    AdmissionDecodeError,
+    AdmissionRequest,
+    AdmissionResponse,
+    json_patch,
+)
+
+
+def _review(version: str = "admission.k8s.io/v1beta1") -> bytes:
+    return json.dumps(
+        {
+            "apiVersion": version,
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u-1",
+                "operation": "CREATE",
+                "namespace": "ns",
+                "object": {"metadata": {"name": "p"}},
+                "userInfo": {"username": "alice"},
+            },
+        }
+    ).encode()
+
+
+@pytest.mark.parametrize("version", ["admission.k8s.io/v1", "admission.k8s.io/v1beta1"])
+def test_reply_carries_the_request_version_and_uid(version: str) -> None:
+    request = AdmissionRequest.from_http(_review(version), "application/json")
+    assert (request.uid, request.username, request.namespace) == ("u-1", "alice", "ns")
+    reply = AdmissionResponse.allow("ok").to_review(request)
+    assert reply == {
+        "apiVersion": version,
+        "kind": "AdmissionReview",
+        "response": {
+            "uid": "u-1",
+            "allowed": True,
+            "status": {"metadata": {}, "code": 200, "message": "ok"},
+        },
+    }
+
+
+def test_denied_and_errored_replies_match_controller_runtime() -> None:
+    request = AdmissionRequest.from_http(_review(), "application/json")
+    denied = AdmissionResponse.deny("pod has no containers").to_review(request)["response"]
+    assert denied["allowed"] is False
+    assert denied["status"] == {
+        "metadata": {},
+        "code": 403,
+        "reason": "Forbidden",
+        "message": "pod has no containers",
+    }
+    errored = AdmissionResponse.errored(500, "bad").to_review(request)["response"]
+    assert errored["status"] == {"metadata": {}, "code": 500, "message": "bad"}
+
+
+def test_patch_is_base64_json_patch() -> None:
+    request = AdmissionRequest.from_http(_review(), "application/json")
+    ops = [{"op": "add", "path": "/spec/schedulerName", "value": "hami-scheduler"}]
+    response = AdmissionResponse(allowed=True, patch=ops).to_review(request)["response"]
+    assert response["patchType"] == "JSONPatch"
+    assert json.loads(base64.b64decode(response["patch"])) == ops
+
+
+@pytest.mark.parametrize(
+    "body, content_type, code, words",
+    [
+        pytest.param(b"", "application/json", 400, "request body is empty", id="empty"),
+        pytest.param(b"{}", "text/plain", 400, "contentType=text/plain", id="content-type"),
+        pytest.param(b"{x", "application/json", 400, "couldn't decode", id="bad-json"),
+        pytest.param(b"{}", "application/json", 400, "unsupported AdmissionReview", id="no-kind"),
+        pytest.param(
+            b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}',
+            "application/json",
+            400,
+            "no request",
+            id="no-request",
+        ),
+        pytest.param(b" " * (7 << 20 | 1), "application/json", 413, "larger", id="too-large"),
+    ],
+)
+def test_undecodable_bodies_get_coded_errors(
+    body: bytes, content_type: str, code: int, words: str
+) -> None:
+    with pytest.raises(AdmissionDecodeError, match=words) as caught:
+        AdmissionRequest.from_http(body, content_type)
+    assert caught.value.code == code
+    bare = AdmissionResponse.errored(code, str(caught.value)).to_bare_review()
+    assert "apiVersion" not in bare and bare["response"]["allowed"] is False
+
+
+def _apply(doc: Any, ops: list[dict[str, Any]]) -> Any:
+    """A small RFC 6902 applier, enough to check the diff (add/remove/replace)."""
+    doc = copy.deepcopy(doc)
+    for op in ops:
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+        parent = doc
+        for part in parts[:-1]:
+            parent = parent[int(part)] if isinstance(parent, list) else parent[part]
+        last: Any = int(parts[-1]) if isinstance(parent, list) else parts[-1]
+        if op["op"] == "remove":
+            del parent[last]
+        elif op["op"] == "add" and isinstance(parent, list):
+            parent.insert(last, op["value"])
+        else:
+            parent[last] = op["value"]
+    return doc
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 5) | st.text("ab~/", max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text("ab~/", max_size=3), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    before=st.dictionaries(st.text("ab~/", max_size=3), _json, max_size=4),
+    after=st.dictionaries(st.text("ab~/", max_size=3), _json, max_size=4),
+)
+def test_json_patch_turns_before_into_after(before: dict[str, Any], after: dict[str, Any]) -> None:
+    assert _apply(before, json_patch(before, after)) == after
+
+
+def test_json_patch_escapes_annotation_keys() -> None:
+    ops = json_patch({"a": {}}, {"a": {"hami.io/vgpu-node": "n"}})
+    assert ops == [{"op": "add", "path": "/a/hami.io~1vgpu-node", "value": "n"}]
+    assert json_patch({"x": 1}, {"x": 1}) == []
+    assert json_patch({"x": 1}, {"x": True}) == [{"op": "replace", "path": "/x", "value": True}]

@@ -1,0 +1,82 @@
+import json
+
+import pytest
+
+from pyhami.scheduler.extender import (
+    MAX_EXTENDER_BODY,
+    ExtenderArgs,
+    ExtenderBindingArgs,
+    ExtenderBindingResult,
+    ExtenderDecodeError,
+    ExtenderFilterResult,
+    PodRef,
+)
+
+
+def test_filter_args_accept_keys_in_any_case() -> None:
+    body = json.dumps({"pod": {"metadata": {"name": "p"}}, "nodenames": ["a", "b"]}).encode()
+    args = ExtenderArgs.from_json(body)
+    assert args.pod == {"metadata": {"name": "p"}}
+    assert args.node_names == ("a", "b")
+    assert args.nodes is None
+
+
+def test_exact_key_wins_over_a_case_insensitive_one() -> None:
+    body = json.dumps({"nodenames": ["x"], "NodeNames": ["y"], "Pod": None}).encode()
+    assert ExtenderArgs.from_json(body).node_names == ("y",)
+
+
+def test_simulation_args_carry_the_node_objects() -> None:
+    node = {"metadata": {"name": "n1"}}
+    args = ExtenderArgs.from_json(json.dumps({"Pod": {}, "Nodes": {"items": [node]}}).encode())
+    assert args.node_items == (node,)
+
+
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        pytest.param(b"", "empty request body", id="empty"),
+        pytest.param(b"{", "invalid JSON", id="truncated"),
+        pytest.param(b"[]", "expected a JSON object", id="not-object"),
+        pytest.param(b'{"Pod": 3}', "field Pod must be an object", id="pod-type"),
+        pytest.param(b'{"NodeNames": "a"}', "NodeNames must be a list", id="names-type"),
+        pytest.param(b'{"Nodes": {"items": [1]}}', "Nodes.items", id="items-type"),
+        pytest.param(b"\xff\xfe", "invalid JSON", id="not-utf8"),
+        pytest.param(b" " * (MAX_EXTENDER_BODY + 1), "exceeds", id="too-large"),
+    ],
+)
+def test_bad_filter_bodies_name_what_is_wrong(body: bytes, words: str) -> None:
+    with pytest.raises(ExtenderDecodeError, match=words):
+        ExtenderArgs.from_json(body)
+
+
+def test_filter_result_is_pascal_case_with_every_field() -> None:
+    assert ExtenderFilterResult(node_names=["node2"]).to_json() == {
+        "Nodes": None,
+        "NodeNames": ["node2"],
+        "FailedNodes": None,
+        "FailedAndUnresolvableNodes": None,
+        "Error": "",
+    }
+    assert ExtenderFilterResult.failure("boom").to_json()["Error"] == "boom"
+
+
+def test_binding_args_round_trip_and_require_pod_and_node() -> None:
+    body = b'{"podname":"p","PodNamespace":"ns","PodUID":"u","NODE":"n"}'
+    assert ExtenderBindingArgs.from_json(body) == ExtenderBindingArgs("p", "ns", "u", "n")
+    with pytest.raises(ExtenderDecodeError, match="missing PodName, Node"):
+        ExtenderBindingArgs.from_json(b'{"PodNamespace":"ns"}')
+    with pytest.raises(ExtenderDecodeError, match="PodUID must be a string"):
+        ExtenderBindingArgs.from_json(b'{"PodName":"p","Node":"n","PodUID":5}')
+    assert ExtenderBindingResult().to_json() == {"Error": ""}
+
+
+@pytest.mark.parametrize("text", ["", "ns", "/name", "ns/", "a/b/c"])
+def test_pod_ref_rejects_malformed_references(text: str) -> None:
+    with pytest.raises(ValueError, match="namespace/name"):
+        PodRef.parse(text)
+
+
+def test_pod_ref_parses() -> None:
+    ref = PodRef.parse("team-a/job-1")
+    assert (ref.namespace, ref.name, str(ref)) == ("team-a", "job-1", "team-a/job-1")
