@@ -1,1 +1,42 @@
-"""NVML behind a small interface: the real one on nvidia-ml-py, faked in pyhami.testing."""
+"""NVML behind a small interface: the real one on nvidia-ml-py, faked in pyhami.testing.
+
+nvml = open_nvml()            # NvmlUnavailableError (with a hint) when there is no driver
+try:
+    for index in range(nvml.device_count()):
+        print(nvml.device_uuid(index), nvml.device_memory(index).total)
+finally:
+    nvml.close()
+"""
+
+from pyhami.nvml.api import (
+    MemoryInfo,
+    NvLink,
+    Nvml,
+    NvmlError,
+    NvmlNotSupportedError,
+    NvmlUnavailableError,
+    RunningProcess,
+    TopologyLevel,
+    Utilization,
+    XidEvent,
+    XidWatch,
+    sysfs_bus_id,
+)
+from pyhami.nvml.real import PynvmlNvml, open_nvml
+
+__all__ = [
+    "MemoryInfo",
+    "NvLink",
+    "Nvml",
+    "NvmlError",
+    "NvmlNotSupportedError",
+    "NvmlUnavailableError",
+    "PynvmlNvml",
+    "RunningProcess",
+    "TopologyLevel",
+    "Utilization",
+    "XidEvent",
+    "XidWatch",
+    "open_nvml",
+    "sysfs_bus_id",
+]

@@ -1,1 +1,5 @@
-"""pyhami.testing"""
+"""Doubles shipped with the package: the tests and the demo use the same ones."""
+
+from pyhami.testing.fake_nvml import FakeGpu, FakeNVML
+
+__all__ = ["FakeGpu", "FakeNVML"]

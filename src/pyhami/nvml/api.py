@@ -1,0 +1,138 @@
+"""The slice of NVML that the device plugin and the monitor use, as a small typed interface.
+
+Devices are addressed by their NVML index. Every method raises `NvmlError` (or a subclass) on
+failure and nothing else, so callers can report a broken card and keep serving the others.
+"""
+
+import enum
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class NvmlError(Exception):
+    """An NVML call failed; `operation` names the call, `code` is NVML's return code if known."""
+
+    def __init__(self, operation: str, detail: str, code: int | None = None) -> None:
+        super().__init__(f"NVML {operation} failed: {detail}")
+        self.operation = operation
+        self.detail = detail
+        self.code = code
+
+
+class NvmlNotSupportedError(NvmlError):
+    """The device or driver does not support this query (e.g. memory on unified-memory GPUs)."""
+
+
+class NvmlUnavailableError(NvmlError):
+    """There is no usable NVML at all: library missing, driver not loaded, or init failed."""
+
+
+class TopologyLevel(enum.IntEnum):
+    """Closest common ancestor of two GPUs on the PCIe tree; values are NVML's."""
+
+    INTERNAL = 0  # same board
+    SINGLE = 10  # one PCIe switch
+    MULTIPLE = 20  # several PCIe switches
+    HOSTBRIDGE = 30  # same host bridge
+    NODE = 40  # same CPU / NUMA node
+    SYSTEM = 50  # across CPUs (SMP interconnect)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryInfo:
+    """Device memory in bytes."""
+
+    total: int
+    used: int
+
+
+@dataclass(frozen=True, slots=True)
+class Utilization:
+    """Percent of time busy over NVML's last sample period."""
+
+    gpu: int
+    memory: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunningProcess:
+    """A process holding a context on the device; memory in bytes (0 when NVML cannot tell)."""
+
+    pid: int
+    used_memory: int
+
+
+@dataclass(frozen=True, slots=True)
+class NvLink:
+    """One active NVLink of a device: the PCI bus id at the far end and whether it is a switch."""
+
+    remote_bus_id: str
+    remote_is_switch: bool
+
+
+@dataclass(frozen=True, slots=True)
+class XidEvent:
+    """An XID critical error reported by the driver for the device with this UUID."""
+
+    uuid: str
+    xid: int
+
+
+class XidWatch(Protocol):
+    """XID critical-error events of every device, registered once."""
+
+    @property
+    def unwatched(self) -> tuple[int, ...]:
+        """Indices of devices whose events could not be registered (treat them as unhealthy)."""
+        ...
+
+    def wait(self, timeout_ms: int) -> XidEvent | None:
+        """Block up to `timeout_ms` for the next event; None on timeout."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Nvml(Protocol):
+    """An initialised NVML session; `close()` shuts it down."""
+
+    def device_count(self) -> int: ...
+
+    def device_uuid(self, index: int) -> str: ...
+
+    def device_name(self, index: int) -> str: ...
+
+    def device_memory(self, index: int) -> MemoryInfo: ...
+
+    def device_bus_id(self, index: int) -> str:
+        """PCI bus id in sysfs form, lower case with a 4-digit domain: `0000:3b:00.0`."""
+        ...
+
+    def device_numa_node(self, index: int) -> int | None:
+        """NUMA node of the device's PCI slot; None when the platform does not say."""
+        ...
+
+    def topology_level(self, first: int, second: int) -> TopologyLevel: ...
+
+    def nvlinks(self, index: int) -> tuple[NvLink, ...]:
+        """The device's active NVLinks (empty when it has none or NVLink is unsupported)."""
+        ...
+
+    def utilization(self, index: int) -> Utilization: ...
+
+    def running_processes(self, index: int) -> tuple[RunningProcess, ...]:
+        """Compute and graphics processes on the device (a pid appears once)."""
+        ...
+
+    def watch_xids(self) -> XidWatch: ...
+
+    def close(self) -> None: ...
+
+
+def sysfs_bus_id(nvml_bus_id: str) -> str:
+    """NVML's `00000000:3B:00.0` as sysfs names it, `0000:3b:00.0` (8-digit domain cut to 4)."""
+    bus_id = nvml_bus_id.strip().lower()
+    domain, sep, rest = bus_id.partition(":")
+    if sep and len(domain) > 4:
+        return f"{domain[-4:]}:{rest}"
+    return bus_id

@@ -1,0 +1,155 @@
+"""The pynvml-backed Nvml: error translation and parsing, plus a real-driver check (gpu)."""
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pynvml
+import pytest
+
+from pyhami.nvml import (
+    NvmlError,
+    NvmlNotSupportedError,
+    NvmlUnavailableError,
+    TopologyLevel,
+    open_nvml,
+    real,
+    sysfs_bus_id,
+)
+
+
+def _driver_present() -> bool:
+    try:
+        open_nvml().close()
+    except NvmlUnavailableError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    "nvml_id, want",
+    [
+        ("00000000:3B:00.0", "0000:3b:00.0"),
+        ("0000:3b:00.0", "0000:3b:00.0"),
+        ("00000001:AF:00.0\n", "0001:af:00.0"),
+    ],
+)
+def test_sysfs_bus_id(nvml_id: str, want: str) -> None:
+    assert sysfs_bus_id(nvml_id) == want
+
+
+def test_without_a_driver_open_names_the_fix() -> None:
+    if _driver_present():
+        pytest.skip("a driver is present here")
+    with pytest.raises(NvmlUnavailableError, match="NVIDIA runtime"):
+        open_nvml()
+
+
+@pytest.mark.parametrize(
+    "code, kind",
+    [
+        (pynvml.NVML_ERROR_NOT_SUPPORTED, NvmlNotSupportedError),
+        (pynvml.NVML_ERROR_FUNCTION_NOT_FOUND, NvmlNotSupportedError),
+        (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, NvmlUnavailableError),
+        (pynvml.NVML_ERROR_GPU_IS_LOST, NvmlError),
+    ],
+)
+def test_nvml_codes_map_to_our_errors(code: int, kind: type[NvmlError]) -> None:
+    translated = real._translate("nvmlDeviceGetUUID", pynvml.NVMLError(code))
+    assert type(translated) is kind
+    assert translated.code == code
+    assert "nvmlDeviceGetUUID" in str(translated)
+
+
+class _FakeDriver:
+    """Stands in for libnvidia-ml under pynvml's Python functions, to exercise our wrapper."""
+
+    def __init__(self, links: list[tuple[int, str, int]]) -> None:
+        self.links = links  # (state, remote bus id, remote type), one per link index
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        def nvlink_state(_handle: Any, link: int) -> int:
+            if link >= len(self.links):
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            return self.links[link][0]
+
+        patches: dict[str, Any] = {
+            "nvmlInit": lambda: None,
+            "nvmlShutdown": lambda: None,
+            "nvmlDeviceGetCount": lambda: 1,
+            "nvmlDeviceGetHandleByIndex": lambda index: f"handle{index}",
+            "nvmlDeviceGetPciInfo": lambda _h: SimpleNamespace(busId=b"00000000:3B:00.0"),
+            "nvmlDeviceGetNvLinkState": nvlink_state,
+            "nvmlDeviceGetNvLinkRemotePciInfo": lambda _h, link: SimpleNamespace(
+                busId=self.links[link][1]
+            ),
+            "nvmlDeviceGetNvLinkRemoteDeviceType": lambda _h, link: self.links[link][2],
+            "nvmlDeviceGetTopologyCommonAncestor": lambda _a, _b: 30,
+            "nvmlDeviceGetComputeRunningProcesses": lambda _h: [
+                SimpleNamespace(pid=7, usedGpuMemory=None)
+            ],
+            "nvmlDeviceGetGraphicsRunningProcesses": lambda _h: [
+                SimpleNamespace(pid=7, usedGpuMemory=5),
+                SimpleNamespace(pid=8, usedGpuMemory=5),
+            ],
+        }
+        for name, fn in patches.items():
+            monkeypatch.setattr(pynvml, name, fn)
+
+
+def test_wrapper_reads_numa_links_and_processes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _FakeDriver(
+        [
+            (pynvml.NVML_FEATURE_ENABLED, "00000000:5E:00.0", pynvml.NVML_NVLINK_DEVICE_TYPE_GPU),
+            (0, "00000000:5E:00.0", pynvml.NVML_NVLINK_DEVICE_TYPE_GPU),
+            (
+                pynvml.NVML_FEATURE_ENABLED,
+                "00000000:C0:00.0",
+                pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH,
+            ),
+        ]
+    ).install(monkeypatch)
+    numa = tmp_path / "bus/pci/devices/0000:3b:00.0/numa_node"
+    numa.parent.mkdir(parents=True)
+    numa.write_text("1\n")
+    nvml = open_nvml(sys_root=tmp_path)
+    assert nvml.device_bus_id(0) == "0000:3b:00.0"
+    assert nvml.device_numa_node(0) == 1
+    numa.write_text("-1\n")
+    assert nvml.device_numa_node(0) is None
+    links = nvml.nvlinks(0)
+    assert [(link.remote_bus_id, link.remote_is_switch) for link in links] == [
+        ("0000:5e:00.0", False),
+        ("0000:c0:00.0", True),
+    ]
+    assert nvml.topology_level(0, 0) is TopologyLevel.HOSTBRIDGE
+    assert [(p.pid, p.used_memory) for p in nvml.running_processes(0)] == [(7, 0), (8, 5)]
+    nvml.close()
+
+
+@pytest.mark.gpu
+def test_real_driver_inventory() -> None:
+    if not _driver_present():
+        pytest.skip("no NVIDIA driver on this machine")
+    nvml = open_nvml()
+    try:
+        count = nvml.device_count()
+        assert count >= 1
+        for index in range(count):
+            assert nvml.device_uuid(index).startswith(("GPU-", "MIG-"))
+            assert nvml.device_memory(index).total > 0
+            print(
+                index,
+                nvml.device_name(index),
+                nvml.device_bus_id(index),
+                nvml.device_numa_node(index),
+                nvml.utilization(index),
+                nvml.nvlinks(index),
+            )
+        watch = nvml.watch_xids()
+        assert watch.wait(10) is None
+        watch.close()
+    finally:
+        nvml.close()
