@@ -1,0 +1,162 @@
+"""Leader election on our own Lease (client-go's algorithm), so only one replica decides.
+
+HAMi does not campaign: it watches the kube-scheduler's Lease and trusts its local clock
+and a hostname prefix match (scheduler.md §8, §10.1 item 5). pyhami campaigns itself:
+each replica tries to acquire or renew one Lease every `retry_period`; another holder's
+lease counts as live until `lease_duration` after we last *saw it change* (our monotonic
+clock, so skew between machines does not matter); a leader that cannot renew within
+`renew_deadline` steps down before anyone else may take over. A clean stop gives the
+lease up so the next replica takes over at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Protocol
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    """The Lease spec fields leader election reads and writes."""
+
+    holder: str
+    lease_duration_s: int
+    acquire_time: datetime | None = None
+    renew_time: datetime | None = None
+    transitions: int = 0
+
+
+class LeaseStore(Protocol):
+    """Read/modify/write of one Lease; writes fail when someone else wrote in between."""
+
+    async def get(self) -> LeaseRecord | None: ...
+
+    async def create(self, record: LeaseRecord) -> None: ...
+
+    async def update(self, record: LeaseRecord) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionTiming:
+    """Seconds; defaults are kube-scheduler's (15 s lease, 10 s renew deadline, 2 s retry)."""
+
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.retry_period < self.renew_deadline < self.lease_duration:
+            raise ValueError(
+                "leader election needs 0 < retry_period < renew_deadline < lease_duration, got "
+                f"{self.retry_period}, {self.renew_deadline}, {self.lease_duration}"
+            )
+
+
+class LeaderElector:
+    """Campaigns for one Lease; `is_leader` and `leader` say where this replica stands."""
+
+    def __init__(
+        self,
+        store: LeaseStore,
+        identity: str,
+        timing: ElectionTiming,
+        *,
+        wall_clock: Callable[[], datetime],
+        monotonic: Callable[[], float],
+        on_change: Callable[[bool], Awaitable[None]] | None = None,
+    ) -> None:
+        if not identity:
+            raise ValueError("leader election needs a non-empty identity")
+        self.store = store
+        self.identity = identity
+        self.timing = timing
+        self._wall = wall_clock
+        self._mono = monotonic
+        self._on_change = on_change
+        self.is_leader = False
+        self.leader = ""
+        self._observed: LeaseRecord | None = None
+        self._observed_at = 0.0
+        self._renewed_at = 0.0
+
+    def _observe(self, record: LeaseRecord | None) -> None:
+        if record != self._observed:
+            self._observed = record
+            self._observed_at = self._mono()
+        self.leader = record.holder if record is not None else ""
+
+    async def try_acquire_or_renew(self) -> bool:
+        """One round: True when we hold the lease afterwards."""
+        now = self._wall()
+        duration = max(1, round(self.timing.lease_duration))
+        mine = LeaseRecord(self.identity, duration, acquire_time=now, renew_time=now)
+        current = await self.store.get()
+        if current is None:
+            await self.store.create(mine)
+            self._observe(mine)
+            return True
+        self._observe(current)
+        held_by_other = current.holder not in ("", self.identity)
+        if held_by_other and self._observed_at + current.lease_duration_s > self._mono():
+            return False
+        if current.holder == self.identity:
+            mine = replace(mine, acquire_time=current.acquire_time, transitions=current.transitions)
+        else:
+            mine = replace(mine, transitions=current.transitions + 1)
+        await self.store.update(mine)
+        self._observe(mine)
+        return True
+
+    async def _set_leading(self, leading: bool) -> None:
+        if leading == self.is_leader:
+            return
+        self.is_leader = leading
+        log.info("leadership changed", identity=self.identity, leading=leading)
+        if self._on_change is not None:
+            await self._on_change(leading)
+
+    async def step(self) -> None:
+        """One campaign round, with the renew deadline applied to a leader."""
+        try:
+            acquired = await self.try_acquire_or_renew()
+        except Exception as err:  # an API failure is a lost round, never a crash
+            log.warning("lease round failed", identity=self.identity, error=str(err))
+            acquired = False
+        if acquired:
+            self._renewed_at = self._mono()
+            await self._set_leading(True)
+        elif not self.is_leader or self._mono() - self._renewed_at > self.timing.renew_deadline:
+            await self._set_leading(False)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Campaign until `stop` is set, then give the lease up if we hold it."""
+        try:
+            while not stop.is_set():
+                await self.step()
+                try:
+                    await asyncio.wait_for(stop.wait(), timeout=self.timing.retry_period)
+                except TimeoutError:
+                    continue
+        finally:
+            await self.release()
+
+    async def release(self) -> None:
+        """Hand the lease back (holder emptied) so a successor need not wait out its term."""
+        if not self.is_leader:
+            return
+        await self._set_leading(False)
+        try:
+            current = await self.store.get()
+            if current is not None and current.holder == self.identity:
+                await self.store.update(
+                    replace(current, holder="", lease_duration_s=1, renew_time=self._wall())
+                )
+        except Exception as err:
+            log.warning("lease release failed", identity=self.identity, error=str(err))

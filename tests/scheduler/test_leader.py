@@ -1,0 +1,119 @@
+"""Leader election rounds on a manual clock over an in-memory Lease with conflict checks."""
+
+import asyncio
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from pyhami.scheduler.leader import ElectionTiming, LeaderElector, LeaseRecord
+
+
+class Conflict(Exception):
+    pass
+
+
+@dataclass
+class MemoryLease:
+    """One Lease; a write based on a stale read fails like a 409."""
+
+    record: LeaseRecord | None = None
+    version: int = 0
+    reads: dict[int, int] = field(default_factory=dict)
+    fail: bool = False
+
+    async def get(self) -> LeaseRecord | None:
+        if self.fail:
+            raise ConnectionError("API down")
+        self.reads[id(asyncio.current_task())] = self.version
+        return self.record
+
+    async def create(self, record: LeaseRecord) -> None:
+        if self.record is not None:
+            raise Conflict("exists")
+        self.record, self.version = record, self.version + 1
+
+    async def update(self, record: LeaseRecord) -> None:
+        if self.fail:
+            raise ConnectionError("API down")
+        if self.reads.get(id(asyncio.current_task())) != self.version:
+            raise Conflict("stale")
+        self.record, self.version = record, self.version + 1
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def mono(self) -> float:
+        return self.t
+
+    def wall(self) -> datetime:
+        return datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=self.t)
+
+
+TIMING = ElectionTiming(lease_duration=15, renew_deadline=10, retry_period=2)
+
+
+def _elector(
+    store: MemoryLease, name: str, clock: Clock, log: list[tuple[str, bool]]
+) -> LeaderElector:
+    async def changed(leading: bool) -> None:
+        log.append((name, leading))
+
+    return LeaderElector(
+        store, name, TIMING, wall_clock=clock.wall, monotonic=clock.mono, on_change=changed
+    )
+
+
+async def test_only_one_replica_leads_and_the_other_takes_over_within_the_lease() -> None:
+    store, clock, log = MemoryLease(), Clock(), []
+    a, b = _elector(store, "a", clock, log), _elector(store, "b", clock, log)
+    await a.step()
+    await b.step()
+    assert (a.is_leader, b.is_leader) == (True, False)
+    assert b.leader == "a"
+    for _ in range(10):  # a keeps renewing; b never gets in
+        clock.t += 2
+        await a.step()
+        await b.step()
+        assert (a.is_leader, b.is_leader) == (True, False)
+    killed_at = clock.t  # a dies without releasing
+    while not b.is_leader:
+        clock.t += 2
+        await b.step()
+    assert clock.t - killed_at <= TIMING.lease_duration + TIMING.retry_period
+    assert store.record is not None and store.record.holder == "b"
+    assert store.record.transitions == 1
+    assert log == [("a", True), ("b", True)]
+
+
+async def test_leader_steps_down_when_it_cannot_renew_before_the_deadline() -> None:
+    store, clock, log = MemoryLease(), Clock(), []
+    a = _elector(store, "a", clock, log)
+    await a.step()
+    store.fail = True
+    clock.t += 8
+    await a.step()
+    assert a.is_leader  # still inside the renew deadline
+    clock.t += 4
+    await a.step()
+    assert not a.is_leader
+    assert log == [("a", True), ("a", False)]
+
+
+async def test_clean_stop_releases_so_the_successor_need_not_wait() -> None:
+    store, clock, log = MemoryLease(), Clock(), []
+    a, b = _elector(store, "a", clock, log), _elector(store, "b", clock, log)
+    stop = asyncio.Event()
+    stop.set()
+    await a.step()
+    await a.run(stop)  # returns at once and releases
+    assert store.record is not None and store.record.holder == ""
+    await b.step()
+    assert b.is_leader
+
+
+def test_timing_must_be_ordered() -> None:
+    with pytest.raises(ValueError, match="retry_period < renew_deadline < lease_duration"):
+        ElectionTiming(lease_duration=5, renew_deadline=10, retry_period=2)
