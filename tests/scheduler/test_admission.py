@@ -1,5 +1,4 @@
 import base64
-import copy
 import json
 from typing import Any
 
@@ -13,6 +12,8 @@ from pyhami.scheduler.admission import (
     AdmissionResponse,
     json_patch,
 )
+
+from .patching import apply_patch
 
 
 def _review(version: str = "admission.k8s.io/v1beta1") -> bytes:
@@ -96,24 +97,6 @@ def test_undecodable_bodies_get_coded_errors(
     assert "apiVersion" not in bare and bare["response"]["allowed"] is False
 
 
-def _apply(doc: Any, ops: list[dict[str, Any]]) -> Any:
-    """A small RFC 6902 applier, enough to check the diff (add/remove/replace)."""
-    doc = copy.deepcopy(doc)
-    for op in ops:
-        parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
-        parent = doc
-        for part in parts[:-1]:
-            parent = parent[int(part)] if isinstance(parent, list) else parent[part]
-        last: Any = int(parts[-1]) if isinstance(parent, list) else parts[-1]
-        if op["op"] == "remove":
-            del parent[last]
-        elif op["op"] == "add" and isinstance(parent, list):
-            parent.insert(last, op["value"])
-        else:
-            parent[last] = op["value"]
-    return doc
-
-
 _json = st.recursive(
     st.none() | st.booleans() | st.integers(-5, 5) | st.text("ab~/", max_size=3),
     lambda inner: (
@@ -130,7 +113,7 @@ _json = st.recursive(
     after=st.dictionaries(st.text("ab~/", max_size=3), _json, max_size=4),
 )
 def test_json_patch_turns_before_into_after(before: dict[str, Any], after: dict[str, Any]) -> None:
-    assert _apply(before, json_patch(before, after)) == after
+    assert apply_patch(before, json_patch(before, after)) == after
 
 
 def test_json_patch_escapes_annotation_keys() -> None:

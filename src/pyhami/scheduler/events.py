@@ -1,0 +1,98 @@
+"""Kubernetes Events on pods (`FilteringSucceed`, `FilteringFailed`, `BindingSucceed`, …).
+
+Events are written in the background: a slow or failing Events API never delays or fails a
+scheduling answer. Failures are logged; `drain` waits for what is in flight (tests, shutdown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+JsonObject = dict[str, Any]
+CreateEvent = Callable[[str, JsonObject], Awaitable[object]]
+
+NORMAL = "Normal"
+WARNING = "Warning"
+
+
+def _timestamp(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class EventRecorder:
+    """Writes core/v1 Events about pods through `create(namespace, body)`."""
+
+    def __init__(self, create: CreateEvent, component: str, now: Callable[[], datetime]) -> None:
+        self._create = create
+        self.component = component or "pyhami-scheduler"
+        self._now = now
+        self._inflight: set[asyncio.Task[None]] = set()
+
+    def body(self, pod: Mapping[str, Any], kind: str, reason: str, message: str) -> JsonObject:
+        meta = pod.get("metadata") or {}
+        name = str(meta.get("name") or "")
+        namespace = str(meta.get("namespace") or "default")
+        stamp = _timestamp(self._now())
+        return {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{name}.{secrets.token_hex(8)}", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": name,
+                "namespace": namespace,
+                "uid": str(meta.get("uid") or ""),
+            },
+            "reason": reason,
+            "message": message,
+            "type": kind,
+            "count": 1,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "source": {"component": self.component},
+            "reportingComponent": self.component,
+        }
+
+    def emit(self, pod: Mapping[str, Any], kind: str, reason: str, message: str) -> None:
+        body = self.body(pod, kind, reason, message)
+        task = asyncio.create_task(self._send(body), name=f"event {reason}")
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+
+    async def _send(self, body: JsonObject) -> None:
+        try:
+            await self._create(body["metadata"]["namespace"], body)
+        except Exception as err:
+            log.warning("event not written", reason=body["reason"], error=str(err))
+
+    async def drain(self) -> None:
+        while self._inflight:
+            await asyncio.gather(*list(self._inflight))
+
+
+def reason_events(
+    failed_nodes: Mapping[str, str], parse: Callable[[str], Mapping[str, int]]
+) -> list[str]:
+    """HAMi's per-reason messages: `"<k> nodes <Reason>(<sorted node names>)"`.
+
+    `parse` turns one node's reason string into {reason word: card count}; a node whose
+    reason is not in the `n/N Reason` form (e.g. `node unregistered`) counts under its text.
+    """
+    by_reason: dict[str, list[str]] = {}
+    for node, text in failed_nodes.items():
+        words = list(parse(text)) or [text]
+        for word in words:
+            by_reason.setdefault(word, []).append(node)
+    return [
+        f"{len(nodes)} nodes {word}({', '.join(sorted(nodes))})"
+        for word, nodes in sorted(by_reason.items())
+    ]

@@ -1,0 +1,117 @@
+"""`pyhami scheduler` settings: HAMi's flags and environment, validated once at start-up."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+
+
+class SettingsError(ValueError):
+    """A flag or environment value that cannot be used; the message names it."""
+
+
+def parse_go_duration(text: str, what: str) -> timedelta:
+    """Go's `time.ParseDuration` grammar (`5m`, `28s`, `1h30m`, `100ms`, `0`)."""
+    value = text.strip()
+    if value == "0":
+        return timedelta(0)
+    pos, seconds = 0, 0.0
+    for match in _DURATION_PART.finditer(value):
+        if match.start() != pos:
+            break
+        seconds += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        pos = match.end()
+    if pos != len(value) or not value:
+        raise SettingsError(f"{what}: invalid duration {text!r} (use Go form such as 5m, 28s)")
+    return timedelta(seconds=seconds)
+
+
+def parse_label_selector(text: str) -> dict[str, str]:
+    """`k=v,k2=v2` (HAMi's `--node-label-selector`)."""
+    selector: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SettingsError(f"--node-label-selector: {item!r} is not key=value")
+        selector[key.strip()] = value.strip()
+    return selector
+
+
+def split_host_port(address: str, what: str) -> tuple[str, int]:
+    """`host:port` or `:port` (all interfaces), as Go's net.Listen takes it."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise SettingsError(f"{what}: {address!r} is not host:port")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerSettings:
+    """Everything `pyhami scheduler` is told; names follow HAMi's flags."""
+
+    device_config_file: str
+    http_bind: str = "127.0.0.1:8080"
+    cert_file: str = ""
+    key_file: str = ""
+    scheduler_name: str = ""
+    node_scheduler_policy: str = "binpack"
+    gpu_scheduler_policy: str = "spread"
+    metrics_bind_address: str = ":9395"
+    node_label_selector: Mapping[str, str] = field(default_factory=dict)
+    kube_qps: float = 5.0
+    kube_burst: int = 10
+    kube_timeout: float = 0.0
+    node_lock_timeout: timedelta = timedelta(minutes=5)
+    node_lock_retry_timeout: timedelta = timedelta(seconds=28)
+    force_overwrite_default_scheduler: bool = True
+    leader_elect: bool = False
+    leader_elect_resource_name: str = ""
+    leader_elect_resource_namespace: str = ""
+    lease_duration: timedelta = timedelta(seconds=15)
+    renew_deadline: timedelta = timedelta(seconds=10)
+    retry_period: timedelta = timedelta(seconds=2)
+    legacy_metrics: bool = False
+    kubeconfig: str = ""
+    identity: str = ""
+    pod_namespace: str = ""
+    trusted_writers: tuple[str, ...] = ()
+    # How long /filter waits for the caches to sync before answering with an error.
+    sync_wait: timedelta = timedelta(seconds=25)
+
+    def __post_init__(self) -> None:
+        if not self.device_config_file:
+            raise SettingsError("--device-config-file is required")
+        if self.node_scheduler_policy not in ("binpack", "spread"):
+            raise SettingsError(
+                f"--node-scheduler-policy must be binpack or spread, "
+                f"got {self.node_scheduler_policy!r}"
+            )
+        if bool(self.cert_file) != bool(self.key_file):
+            raise SettingsError("--cert_file and --key_file must be given together")
+        split_host_port(self.http_bind, "--http_bind")
+        split_host_port(self.metrics_bind_address, "--metrics-bind-address")
+        if self.leader_elect:
+            if not self.leader_elect_resource_name or not self.leader_elect_resource_namespace:
+                raise SettingsError(
+                    "--leader-elect needs --leader-elect-resource-name and "
+                    "--leader-elect-resource-namespace"
+                )
+            if not self.identity:
+                raise SettingsError("--leader-elect needs an identity (hostname or POD_NAME)")
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.cert_file)

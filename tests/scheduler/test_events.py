@@ -1,0 +1,56 @@
+import asyncio
+from datetime import UTC, datetime
+
+from pyhami.scheduler.events import WARNING, EventRecorder, reason_events
+
+POD = {"metadata": {"name": "p", "namespace": "ns", "uid": "u1"}}
+
+
+def _parse(text: str) -> dict[str, int]:
+    out = {}
+    for part in text.split(", "):
+        count, _, word = part.partition(" ")
+        if "/" in count:
+            out[word] = int(count.split("/")[0])
+    return out
+
+
+def test_reason_events_group_nodes_per_reason_word() -> None:
+    failed = {
+        "n2": "1/4 CardInsufficientMemory, 3/4 CardUuidMismatch",
+        "n1": "4/4 CardInsufficientMemory",
+        "n3": "node unregistered",
+    }
+    assert reason_events(failed, _parse) == [
+        "2 nodes CardInsufficientMemory(n1, n2)",
+        "1 nodes CardUuidMismatch(n2)",
+        "1 nodes node unregistered(n3)",
+    ]
+
+
+async def test_events_are_written_in_the_background_and_failures_do_not_leak() -> None:
+    written: list[tuple[str, dict]] = []
+
+    async def create(namespace: str, body: dict) -> None:
+        await asyncio.sleep(0)
+        if body["reason"] == "Broken":
+            raise ConnectionError("events API down")
+        written.append((namespace, body))
+
+    recorder = EventRecorder(create, "hami-scheduler", lambda: datetime(2026, 1, 1, tzinfo=UTC))
+    recorder.emit(POD, WARNING, "FilteringFailed", "2 nodes CardInsufficientMemory(n1, n2)")
+    recorder.emit(POD, WARNING, "Broken", "x")
+    await recorder.drain()
+    assert len(written) == 1
+    namespace, body = written[0]
+    assert namespace == "ns"
+    assert body["involvedObject"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": "p",
+        "namespace": "ns",
+        "uid": "u1",
+    }
+    assert body["source"] == {"component": "hami-scheduler"}
+    assert body["firstTimestamp"] == "2026-01-01T00:00:00Z"
+    assert (body["type"], body["reason"]) == ("Warning", "FilteringFailed")
