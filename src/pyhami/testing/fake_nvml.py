@@ -249,6 +249,12 @@ class FakeNVML:
                 self._watches.remove(watch)
 
     @property
+    def open_watches(self) -> int:
+        """How many XidWatch objects are open (tests wait for the plugin to start watching)."""
+        with self._lock:
+            return len(self._watches)
+
+    @property
     def gpus(self) -> tuple[FakeGpu, ...]:
         with self._lock:
             return tuple(self._state.gpus)

@@ -1,0 +1,199 @@
+"""Allocate, as pure steps: pick the container's entry, then build its env, mounts and limits file.
+
+Nothing here touches the API, the disk or the clock: the service passes in the pod, what exists
+on the host and the fresh cache-file id, and performs the effects this module describes.
+Env and mounts follow device-plugin.md §4.3-4.5 in HAMi's order.
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Any
+
+from pyhami.model import ContainerDevices
+
+# Go strconv.ParseBool's spellings of true (CUDA_DISABLE_CONTROL is read with it).
+_GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+VGPU_LOCK_DIR = PurePosixPath("/tmp/vgpulock")  # HAMi-core's cross-process lock dir
+LIMITS_FILE_NAME = "limits.env"
+
+
+class AllocationError(Exception):
+    """Allocate cannot serve this container; the message tells the operator what to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    container_path: str
+    host_path: str
+    read_only: bool
+
+
+@dataclass(frozen=True, slots=True)
+class HostFiles:
+    """Which optional HAMi-core files exist under `<hook path>/vgpu` on the node."""
+
+    libvgpu_versioned: bool = False  # libvgpu.so.<version>
+    license: bool = False
+    vgpuvalidator: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationSettings:
+    # $HOOK_PATH, without /vgpu
+    hook_path: PurePosixPath = field(default_factory=lambda: PurePosixPath("/usr/local"))
+    version: str = "v2.10.0"  # picks libvgpu.so.<version>
+    oversubscribe: bool = False  # effective deviceMemoryScaling > 1
+    lib_cuda_log_level: str = ""
+    disable_core_limit: bool = False
+    # Where this plugin creates the lock dir; equals the host path in the DaemonSet (host /tmp).
+    vgpu_lock_dir: PurePosixPath = VGPU_LOCK_DIR
+
+    @property
+    def vgpu_dir(self) -> PurePosixPath:
+        return self.hook_path / "vgpu"
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerSlot:
+    """The annotation entry popped for one kubelet container request."""
+
+    position: int  # index in the to-allocate list (init containers first)
+    container: Mapping[str, Any]  # the pod-spec container it belongs to
+    devices: ContainerDevices
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerPlan:
+    """Everything one container gets, plus the host directory and file to prepare for it."""
+
+    envs: dict[str, str]
+    mounts: tuple[Mount, ...]
+    cache_dir: PurePosixPath  # host path, recreated empty (0777) before answering
+    limits_file: PurePosixPath  # host path inside cache_dir
+    limits_text: str
+
+
+def _containers(pod: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    spec = pod.get("spec") or {}
+    return list(spec.get(key) or [])
+
+
+def pod_ref(pod: Mapping[str, Any]) -> str:
+    metadata = pod.get("metadata") or {}
+    return f"{metadata.get('namespace', '')}/{metadata.get('name', '')}"
+
+
+def take_next(
+    pod: Mapping[str, Any], entries: list[ContainerDevices], kubelet_ids: Sequence[str]
+) -> ContainerSlot:
+    """Pop the first non-empty entry (blanked in `entries`) for one kubelet container request."""
+    position = next((i for i, entry in enumerate(entries) if entry), None)
+    if position is None:
+        raise AllocationError(
+            f"no pending device allocation found for pod {pod_ref(pod)}: every GPU container "
+            "was already served; kubelet asked for more containers than the scheduler assigned "
+            "(was the pod's spec changed after scheduling? delete and recreate it)"
+        )
+    devices = entries[position]
+    entries[position] = ()
+    init = _containers(pod, "initContainers")
+    regular = _containers(pod, "containers")
+    if position < len(init):
+        container = init[position]
+    elif position - len(init) < len(regular):
+        container = regular[position - len(init)]
+    else:
+        raise AllocationError(
+            f"pod {pod_ref(pod)}: container index {position} out of range "
+            f"(init={len(init)}, regular={len(regular)}); the scheduler's annotation does not "
+            "match this pod's containers: delete and recreate the pod"
+        )
+    if len(devices) != len(kubelet_ids):
+        raise AllocationError(
+            f"pod {pod_ref(pod)} container {container.get('name')!r}: device number not matched: "
+            f"kubelet allocates {len(kubelet_ids)} device(s), the scheduler assigned "
+            f"{len(devices)}; delete and recreate the pod so it is scheduled again"
+        )
+    return ContainerSlot(position=position, container=container, devices=devices)
+
+
+def visible_devices(devices: ContainerDevices) -> str:
+    """`NVIDIA_VISIBLE_DEVICES`: the GPU UUIDs, de-duplicated in order."""
+    return ",".join(dict.fromkeys(device.uuid for device in devices))
+
+
+def _control_disabled(container: Mapping[str, Any]) -> bool:
+    for item in container.get("env") or []:
+        if isinstance(item, Mapping) and item.get("name") == "CUDA_DISABLE_CONTROL":
+            return str(item.get("value", "")) in _GO_TRUE
+    return False
+
+
+def hami_core_env(
+    devices: ContainerDevices, cache_id: str, settings: AllocationSettings
+) -> dict[str, str]:
+    """The HAMi-core variables (spec §4.5), in HAMi's order."""
+    envs = {f"CUDA_DEVICE_MEMORY_LIMIT_{i}": f"{d.usedmem}m" for i, d in enumerate(devices)}
+    envs["CUDA_DEVICE_SM_LIMIT"] = str(devices[0].usedcores)
+    envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = str(settings.vgpu_dir / f"{cache_id}.cache")
+    if settings.oversubscribe:
+        envs["CUDA_OVERSUBSCRIBE"] = "true"
+    if settings.lib_cuda_log_level:
+        envs["LIBCUDA_LOG_LEVEL"] = settings.lib_cuda_log_level
+    if settings.disable_core_limit:
+        envs["GPU_CORE_UTILIZATION_POLICY"] = "disable"
+    return envs
+
+
+def hami_core_mounts(
+    cache_dir: PurePosixPath,
+    container: Mapping[str, Any],
+    settings: AllocationSettings,
+    files: HostFiles,
+) -> tuple[Mount, ...]:
+    """Mounts 1-6 of spec §4.5, in order."""
+    vgpu = settings.vgpu_dir
+    library = vgpu / (f"libvgpu.so.{settings.version}" if files.libvgpu_versioned else "libvgpu.so")
+    mounts = [
+        Mount(str(vgpu / "libvgpu.so"), str(library), read_only=True),
+        Mount(str(vgpu), str(cache_dir), read_only=False),
+        Mount(str(VGPU_LOCK_DIR), str(settings.vgpu_lock_dir), read_only=False),
+    ]
+    if not _control_disabled(container):
+        mounts.append(Mount("/etc/ld.so.preload", str(vgpu / "ld.so.preload"), read_only=True))
+    if files.license:
+        mounts.append(Mount("/tmp/license", str(vgpu / "license"), read_only=True))
+    if files.vgpuvalidator:
+        mounts.append(Mount("/usr/bin/vgpuvalidator", str(vgpu / "vgpuvalidator"), read_only=True))
+    return tuple(mounts)
+
+
+def limits_text(envs: Mapping[str, str]) -> str:
+    """`limits.env`: the HAMi-core limits as `KEY=VALUE` lines, read by libvgpu when the
+    container's environment is lost (e.g. a login shell); same keys and syntax as the env."""
+    return "".join(
+        f"{key}={value}\n" for key, value in envs.items() if key != "NVIDIA_VISIBLE_DEVICES"
+    )
+
+
+def plan_container(
+    slot: ContainerSlot,
+    *,
+    pod_uid: str,
+    cache_id: str,
+    settings: AllocationSettings,
+    files: HostFiles,
+) -> ContainerPlan:
+    """Env, mounts and host preparation for one container (hami-core / mps mode)."""
+    name = str(slot.container.get("name", ""))
+    cache_dir = settings.vgpu_dir / "containers" / f"{pod_uid}_{name}"
+    core_env = hami_core_env(slot.devices, cache_id, settings)
+    envs = {"NVIDIA_VISIBLE_DEVICES": visible_devices(slot.devices), **core_env}
+    return ContainerPlan(
+        envs=envs,
+        mounts=hami_core_mounts(cache_dir, slot.container, settings, files),
+        cache_dir=cache_dir,
+        limits_file=cache_dir / LIMITS_FILE_NAME,
+        limits_text=limits_text(core_env),
+    )

@@ -1,0 +1,226 @@
+"""GPU health from NVML XID events, with recovery (HAMi never recovers, device-plugin.md §6, §9.6).
+
+A card becomes unhealthy on a fatal XID, when its events cannot be watched, or when the event
+wait itself fails. It becomes healthy again once it has been quiet for `recovery_after` seconds
+and an NVML probe of it succeeds; `recovery_after=None` keeps HAMi's never-recover behaviour.
+Cards whose events cannot be watched at all stay unhealthy until the plugin restarts.
+"""
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from pyhami.deviceplugin.inventory import Gpu
+from pyhami.nvml import Nvml, NvmlError, NvmlNotSupportedError, XidWatch
+
+log = logging.getLogger(__name__)
+
+# Application-caused XIDs that say nothing about the card (NVIDIA device plugin's list).
+IGNORED_APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+
+
+def _xid_list(text: str) -> tuple[bool, frozenset[int]]:
+    """(`all` given, the integers) from a comma list; blanks and non-integers are ignored."""
+    lowered = text.lower()
+    numbers = {int(part) for part in lowered.split(",") if part.strip().isdigit()}
+    return "all" in lowered or "xids" in lowered, frozenset(numbers)
+
+
+@dataclass(frozen=True, slots=True)
+class XidPolicy:
+    """Which XIDs mark a card unhealthy (`DP_DISABLE_HEALTHCHECKS` / `DP_ENABLE_HEALTHCHECKS`)."""
+
+    disabled_all: bool = False
+    disabled: frozenset[int] = frozenset()
+    enabled_all: bool = False
+    enabled: frozenset[int] = frozenset()
+
+    @classmethod
+    def from_env(cls, disable: str, enable: str) -> "XidPolicy":
+        disabled_all, disabled = _xid_list(disable)
+        enabled_all, enabled = _xid_list(enable)
+        return cls(disabled_all, disabled, enabled_all, enabled)
+
+    @property
+    def active(self) -> bool:
+        return not self.disabled_all or self.enabled_all or bool(self.enabled)
+
+    def is_fatal(self, xid: int) -> bool:
+        if self.enabled_all or xid in self.enabled:
+            return True
+        if self.disabled_all:
+            return False
+        return xid not in self.disabled and xid not in IGNORED_APPLICATION_XIDS
+
+
+@dataclass(frozen=True, slots=True)
+class Trouble:
+    """Why a card is unhealthy, and since when (monotonic seconds)."""
+
+    reason: str
+    last_seen: float
+    permanent: bool = False
+
+
+class HealthBoard:
+    """Health of every served card; ListAndWatch and the registration scan read it.
+
+    Used from the event loop only; `changed()` wakes every waiter on each change.
+    """
+
+    def __init__(self, uuids: Iterable[str]) -> None:
+        self._known = frozenset(uuids)
+        self._trouble: dict[str, Trouble] = {}
+        self._version = 0
+        self._changed = asyncio.Event()
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def healthy(self, uuid: str) -> bool:
+        return uuid not in self._trouble
+
+    def trouble(self, uuid: str) -> Trouble | None:
+        return self._trouble.get(uuid)
+
+    def mark(self, uuid: str, reason: str, now: float, *, permanent: bool = False) -> None:
+        if uuid not in self._known:
+            return
+        was_healthy = uuid not in self._trouble
+        previous = self._trouble.get(uuid)
+        self._trouble[uuid] = Trouble(
+            reason, now, permanent or bool(previous and previous.permanent)
+        )
+        if was_healthy:
+            log.warning("GPU %s is now unhealthy: %s", uuid, reason)
+            self._bump()
+
+    def recover(self, uuid: str) -> None:
+        if self._trouble.pop(uuid, None) is not None:
+            log.info("GPU %s is healthy again", uuid)
+            self._bump()
+
+    def quiet_since(self, cutoff: float) -> list[str]:
+        """Unhealthy, recoverable cards with no trouble after `cutoff`."""
+        return [
+            uuid
+            for uuid, trouble in sorted(self._trouble.items())
+            if not trouble.permanent and trouble.last_seen <= cutoff
+        ]
+
+    async def wait_for_change(self, seen_version: int) -> None:
+        while self._version == seen_version:
+            await self._changed.wait()
+
+    def _bump(self) -> None:
+        self._version += 1
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+
+def _probe(nvml: Nvml, gpu: Gpu) -> bool:
+    """Does NVML answer sanely for this card again?"""
+    try:
+        if nvml.device_uuid(gpu.index) != gpu.uuid:
+            return False
+        nvml.device_memory(gpu.index)
+    except NvmlNotSupportedError:
+        return True
+    except NvmlError:
+        return False
+    return True
+
+
+class HealthWatcher:
+    """Feeds a HealthBoard from NVML XID events; run `run(stop)` as a task."""
+
+    def __init__(
+        self,
+        nvml: Nvml,
+        gpus: tuple[Gpu, ...],
+        board: HealthBoard,
+        policy: XidPolicy,
+        *,
+        recovery_after: float | None = 300.0,
+        wait_ms: int = 1000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._nvml = nvml
+        self._gpus = gpus
+        self._by_uuid = {gpu.uuid: gpu for gpu in gpus}
+        self._board = board
+        self._policy = policy
+        self._recovery_after = recovery_after
+        self._wait_ms = wait_ms
+        self._clock = clock
+
+    async def run(self, stop: asyncio.Event) -> None:
+        if not self._policy.active:
+            log.info("XID health checks disabled by DP_DISABLE_HEALTHCHECKS")
+            return
+        watch = await self._open_watch(stop)
+        if watch is None:
+            return
+        try:
+            while not stop.is_set():
+                await self._step(watch)
+                await self._recover()
+        finally:
+            watch.close()
+
+    async def _open_watch(self, stop: asyncio.Event) -> XidWatch | None:
+        while not stop.is_set():
+            try:
+                watch = await asyncio.to_thread(self._nvml.watch_xids)
+            except NvmlError as error:
+                log.error("cannot watch XID events, retrying in 30 s: %s", error)
+                await _sleep_unless(stop, 30.0)
+                continue
+            for index in watch.unwatched:
+                for gpu in self._gpus:
+                    if gpu.index == index:
+                        self._board.mark(
+                            gpu.uuid,
+                            "its XID events cannot be watched",
+                            self._clock(),
+                            permanent=True,
+                        )
+            return watch
+        return None
+
+    async def _step(self, watch: XidWatch) -> None:
+        try:
+            event = await asyncio.to_thread(watch.wait, self._wait_ms)
+        except NvmlError as error:
+            now = self._clock()
+            for gpu in self._gpus:
+                self._board.mark(gpu.uuid, f"NVML event wait failed: {error}", now)
+            await asyncio.sleep(self._wait_ms / 1000)  # do not spin on a persistent error
+            return
+        if event is None:
+            return
+        if event.uuid not in self._by_uuid:
+            log.debug("XID %d on %s, a GPU this plugin does not serve", event.xid, event.uuid)
+            return
+        if not self._policy.is_fatal(event.xid):
+            log.info("XID %d on %s ignored (application error or disabled)", event.xid, event.uuid)
+            return
+        self._board.mark(event.uuid, f"XID {event.xid}", self._clock())
+
+    async def _recover(self) -> None:
+        if self._recovery_after is None:
+            return
+        for uuid in self._board.quiet_since(self._clock() - self._recovery_after):
+            if await asyncio.to_thread(_probe, self._nvml, self._by_uuid[uuid]):
+                self._board.recover(uuid)
+
+
+async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:
+    try:
+        async with asyncio.timeout(seconds):
+            await stop.wait()
+    except TimeoutError:
+        pass

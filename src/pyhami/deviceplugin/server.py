@@ -1,0 +1,172 @@
+"""The kubelet-facing gRPC side: the DevicePlugin service on our unix socket, and Register.
+
+Thin on purpose: device lists come from `listing`, Allocate and preferred allocation from the
+`Allocations` object passed in; this module maps their errors to gRPC status codes and logs.
+"""
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import grpc
+import grpc.aio
+
+from pyhami.deviceplugin.allocation import AllocationError
+from pyhami.deviceplugin.api import VERSION, api_pb2, api_pb2_grpc
+from pyhami.deviceplugin.health import HealthBoard
+from pyhami.deviceplugin.inventory import Gpu
+from pyhami.deviceplugin.listing import kubelet_devices
+
+log = logging.getLogger(__name__)
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+class Allocations(Protocol):
+    """Allocate and GetPreferredAllocation, behind the gRPC surface."""
+
+    async def allocate(self, request: api_pb2.AllocateRequest) -> api_pb2.AllocateResponse:
+        """Raises AllocationError with an operator-readable message."""
+        ...
+
+    async def prefer(
+        self, request: api_pb2.PreferredAllocationRequest
+    ) -> api_pb2.PreferredAllocationResponse: ...
+
+
+class KubeletRegistrationError(RuntimeError):
+    """kubelet refused or could not be reached for Register."""
+
+
+class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
+    def __init__(
+        self,
+        gpus: Sequence[Gpu],
+        *,
+        split: int,
+        numa_topology: bool,
+        board: HealthBoard,
+        allocations: Allocations,
+        stopping: asyncio.Event,
+    ) -> None:
+        self._gpus = tuple(gpus)
+        self._split = split
+        self._numa_topology = numa_topology
+        self._board = board
+        self._allocations = allocations
+        self._stopping = stopping
+
+    def device_list(self) -> api_pb2.ListAndWatchResponse:
+        healthy = {gpu.uuid: self._board.healthy(gpu.uuid) for gpu in self._gpus}
+        return api_pb2.ListAndWatchResponse(
+            devices=kubelet_devices(
+                self._gpus, self._split, healthy, numa_topology=self._numa_topology
+            )
+        )
+
+    async def GetDevicePluginOptions(
+        self, request: api_pb2.Empty, context: Context
+    ) -> api_pb2.DevicePluginOptions:
+        # Always offered (as HAMi): it steers kubelet to replicas of the scheduler's GPUs.
+        return api_pb2.DevicePluginOptions(
+            pre_start_required=False, get_preferred_allocation_available=True
+        )
+
+    async def ListAndWatch(
+        self, request: api_pb2.Empty, context: Context
+    ) -> AsyncIterator[api_pb2.ListAndWatchResponse]:
+        while not self._stopping.is_set():
+            seen = self._board.version
+            yield self.device_list()
+            change = asyncio.ensure_future(self._board.wait_for_change(seen))
+            stop = asyncio.ensure_future(self._stopping.wait())
+            try:
+                await asyncio.wait({change, stop}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                change.cancel()
+                stop.cancel()
+
+    async def GetPreferredAllocation(
+        self, request: api_pb2.PreferredAllocationRequest, context: Context
+    ) -> api_pb2.PreferredAllocationResponse:
+        try:
+            return await self._allocations.prefer(request)
+        except Exception:
+            # A preference is optional: answer nothing and let kubelet choose by itself.
+            log.exception("GetPreferredAllocation failed; kubelet will choose devices itself")
+            return api_pb2.PreferredAllocationResponse()
+
+    async def Allocate(
+        self, request: api_pb2.AllocateRequest, context: Context
+    ) -> api_pb2.AllocateResponse:
+        try:
+            return await self._allocations.allocate(request)
+        except AllocationError as error:
+            log.error("Allocate refused: %s", error)
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))
+        except Exception as error:
+            log.exception("Allocate failed unexpectedly")
+            await context.abort(
+                grpc.StatusCode.INTERNAL, f"pyhami device plugin: Allocate failed: {error}"
+            )
+        raise AssertionError("context.abort returns only by raising")
+
+    async def PreStartContainer(
+        self, request: api_pb2.PreStartContainerRequest, context: Context
+    ) -> api_pb2.PreStartContainerResponse:
+        return api_pb2.PreStartContainerResponse()
+
+
+class PluginServer:
+    """Our DevicePlugin gRPC server on `socket`; `stop()` removes the socket file."""
+
+    def __init__(self, servicer: DevicePluginServicer, socket: Path, stopping: asyncio.Event):
+        self._servicer = servicer
+        self.socket = socket
+        self._stopping = stopping
+        self._server: grpc.aio.Server | None = None
+
+    async def start(self) -> None:
+        self.socket.parent.mkdir(parents=True, exist_ok=True)
+        self.socket.unlink(missing_ok=True)
+        server = grpc.aio.server()
+        api_pb2_grpc.add_DevicePluginServicer_to_server(self._servicer, server)
+        server.add_insecure_port(f"unix://{self.socket}")
+        await server.start()
+        self._server = server
+        # Dial our own socket once, as HAMi does, so a broken listener fails start, not kubelet.
+        async with grpc.aio.insecure_channel(f"unix://{self.socket}") as channel:
+            await api_pb2_grpc.DevicePluginStub(channel).GetDevicePluginOptions(
+                api_pb2.Empty(), timeout=5
+            )
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        if self._server is not None:
+            await self._server.stop(grace=1)
+            self._server = None
+        self.socket.unlink(missing_ok=True)
+
+
+async def register_with_kubelet(
+    kubelet_socket: Path, endpoint: str, resource_name: str, *, preferred_allocation: bool
+) -> None:
+    """Announce our socket to kubelet (`Register` on kubelet.sock)."""
+    request = api_pb2.RegisterRequest(
+        version=VERSION,
+        endpoint=endpoint,
+        resource_name=resource_name,
+        options=api_pb2.DevicePluginOptions(
+            pre_start_required=False, get_preferred_allocation_available=preferred_allocation
+        ),
+    )
+    try:
+        async with grpc.aio.insecure_channel(f"unix://{kubelet_socket}") as channel:
+            await api_pb2_grpc.RegistrationStub(channel).Register(request, timeout=5)
+    except grpc.aio.AioRpcError as error:
+        raise KubeletRegistrationError(
+            f"cannot register {resource_name} with kubelet at {kubelet_socket}: "
+            f"{error.code().name}: {error.details()}"
+        ) from error

@@ -1,0 +1,279 @@
+"""A kubelet stand-in for device-plugin tests: the real gRPC protocol on real unix sockets.
+
+Like kubelet it serves `Registration` on `<dir>/kubelet.sock`; for every plugin that registers it
+dials `<dir>/<endpoint>`, asks `GetDevicePluginOptions`, keeps a `ListAndWatch` stream open, and
+admits containers by picking free healthy device ids (through `GetPreferredAllocation` when the
+plugin offers it) and calling `Allocate`. `restart()` does what a kubelet restart does to plugins:
+the registration server goes away, every socket in the directory is removed, and a new
+`kubelet.sock` appears.
+
+    async with FakeKubelet() as kubelet:
+        ...start a plugin with plugin_dir=kubelet.directory...
+        plugin = await kubelet.wait_for_plugin("nvidia.com/gpu")
+        await plugin.wait_for_devices(lambda devices: len(devices) == 20)
+        response = await plugin.admit_container(1)
+"""
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from pyhami.deviceplugin.api import HEALTHY, VERSION, api_pb2, api_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+Devices = tuple[api_pb2.Device, ...]
+
+
+class KubeletError(Exception):
+    """The fake kubelet could not do what a test asked (no such plugin, no free device, ...)."""
+
+
+class PluginConnection:
+    """kubelet's view of one registered plugin: options, its latest device list, allocations."""
+
+    def __init__(self, request: api_pb2.RegisterRequest, socket: Path) -> None:
+        self.request = request
+        self.resource_name = request.resource_name
+        self.socket = socket
+        self.options = api_pb2.DevicePluginOptions()
+        self.devices: Devices = ()
+        self.updates = 0  # ListAndWatch messages received
+        self.stream_error: grpc.aio.AioRpcError | None = None
+        self.stream_ended = False
+        self.in_use: set[str] = set()
+        self._changed = asyncio.Condition()
+        self._channel = grpc.aio.insecure_channel(f"unix://{socket}")
+        self.stub = api_pb2_grpc.DevicePluginStub(self._channel)
+        self._watch: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self.options = await self.stub.GetDevicePluginOptions(api_pb2.Empty(), timeout=5)
+        self._watch = asyncio.create_task(
+            self._list_and_watch(), name=f"kubelet-law-{self.resource_name}"
+        )
+
+    async def _list_and_watch(self) -> None:
+        try:
+            async for response in self.stub.ListAndWatch(api_pb2.Empty()):
+                async with self._changed:
+                    self.devices = tuple(response.devices)
+                    self.updates += 1
+                    self._changed.notify_all()
+        except grpc.aio.AioRpcError as error:
+            self.stream_error = error
+        finally:
+            async with self._changed:
+                self.stream_ended = True
+                self._changed.notify_all()
+
+    async def wait_for_devices(
+        self, predicate: Callable[[Devices], bool], timeout: float = 10.0
+    ) -> Devices:
+        """Wait until the latest ListAndWatch list satisfies `predicate`; return it."""
+        async with asyncio.timeout(timeout), self._changed:
+            await self._changed.wait_for(lambda: predicate(self.devices))
+            return self.devices
+
+    async def wait_for_stream_end(self, timeout: float = 10.0) -> None:
+        async with asyncio.timeout(timeout), self._changed:
+            await self._changed.wait_for(lambda: self.stream_ended)
+
+    def healthy_ids(self) -> list[str]:
+        return [d.ID for d in self.devices if d.health == HEALTHY]
+
+    async def admit_container(self, count: int) -> api_pb2.ContainerAllocateResponse:
+        """Admit one container asking for `count` devices, the way kubelet's device manager does."""
+        available = [i for i in self.healthy_ids() if i not in self.in_use]
+        if len(available) < count:
+            raise KubeletError(
+                f"{self.resource_name}: {count} requested, {len(available)} free and healthy"
+            )
+        chosen = available[:count]
+        if self.options.get_preferred_allocation_available:
+            preferred = await self.stub.GetPreferredAllocation(
+                api_pb2.PreferredAllocationRequest(
+                    container_requests=[
+                        api_pb2.ContainerPreferredAllocationRequest(
+                            available_deviceIDs=available, allocation_size=count
+                        )
+                    ]
+                ),
+                timeout=10,
+            )
+            if preferred.container_responses:
+                ids = list(preferred.container_responses[0].deviceIDs)
+                # kubelet only honours a preference made of free devices of the right size.
+                if len(ids) == count and set(ids) <= set(available):
+                    chosen = ids
+        response = await self.allocate([chosen])
+        self.in_use.update(chosen)
+        return response.container_responses[0]
+
+    async def admit_pod(self, counts: Sequence[int]) -> list[api_pb2.ContainerAllocateResponse]:
+        """Admit a pod's containers in order (init containers first); 0 means no devices."""
+        return [await self.admit_container(count) for count in counts if count > 0]
+
+    async def allocate(self, device_ids: Sequence[Sequence[str]]) -> api_pb2.AllocateResponse:
+        """A raw Allocate call, one container request per id list."""
+        request = api_pb2.AllocateRequest(
+            container_requests=[
+                api_pb2.ContainerAllocateRequest(devices_ids=list(ids)) for ids in device_ids
+            ]
+        )
+        return await self.stub.Allocate(request, timeout=30)
+
+    async def close(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
+        await self._channel.close()
+
+
+class _Registration(api_pb2_grpc.RegistrationServicer):
+    def __init__(self, kubelet: "FakeKubelet") -> None:
+        self._kubelet = kubelet
+
+    async def Register(
+        self,
+        request: api_pb2.RegisterRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> api_pb2.Empty:
+        problem = self._kubelet.validate(request)
+        if problem is not None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        self._kubelet.accept(request)
+        return api_pb2.Empty()
+
+
+class FakeKubelet:
+    """Registration server plus device-manager client, in one asyncio loop."""
+
+    def __init__(self, directory: Path | None = None) -> None:
+        # unix socket paths are limited to ~107 bytes, so default to a short temp directory.
+        self._owns_directory = directory is None
+        self.directory = directory or Path(tempfile.mkdtemp(prefix="kubelet-", dir="/tmp"))
+        self.socket = self.directory / "kubelet.sock"
+        self.registrations: list[api_pb2.RegisterRequest] = []
+        self.plugins: dict[str, PluginConnection] = {}
+        self.restarts = 0
+        self._server: grpc.aio.Server | None = None
+        self._registered = asyncio.Condition()
+        self._connecting: set[asyncio.Task[None]] = set()
+
+    async def __aenter__(self) -> "FakeKubelet":
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+        if self._owns_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    async def start(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.socket.unlink(missing_ok=True)
+        server = grpc.aio.server()
+        api_pb2_grpc.add_RegistrationServicer_to_server(_Registration(self), server)
+        server.add_insecure_port(f"unix://{self.socket}")
+        await server.start()
+        self._server = server
+
+    async def stop(self) -> None:
+        for task in list(self._connecting):
+            task.cancel()
+        for plugin in list(self.plugins.values()):
+            await plugin.close()
+        self.plugins.clear()
+        if self._server is not None:
+            await self._server.stop(grace=None)
+            self._server = None
+        self.socket.unlink(missing_ok=True)
+
+    async def restart(self) -> None:
+        """Go away, remove every socket in the directory (as kubelet does), and come back."""
+        await self.stop()
+        for socket in self.directory.glob("*.sock"):
+            socket.unlink(missing_ok=True)
+        self.restarts += 1
+        await self.start()
+
+    def validate(self, request: api_pb2.RegisterRequest) -> str | None:
+        if request.version != VERSION:
+            return f"unsupported device plugin API version {request.version!r}, want {VERSION}"
+        if "/" not in request.resource_name:
+            return f"invalid extended resource name {request.resource_name!r}"
+        if "/" in request.endpoint or not request.endpoint:
+            return (
+                f"endpoint must be a socket file name in {self.directory}, got {request.endpoint!r}"
+            )
+        return None
+
+    def accept(self, request: api_pb2.RegisterRequest) -> None:
+        self.registrations.append(request)
+        # Like kubelet: answer Register first, then connect to the plugin in the background.
+        task = asyncio.create_task(
+            self._connect(request), name=f"kubelet-connect-{request.endpoint}"
+        )
+        self._connecting.add(task)
+        task.add_done_callback(self._connecting.discard)
+
+    async def _connect(self, request: api_pb2.RegisterRequest) -> None:
+        plugin = PluginConnection(request, self.directory / request.endpoint)
+        try:
+            await plugin.start()
+        except grpc.aio.AioRpcError as error:
+            log.warning(
+                "fake kubelet: cannot reach plugin %s: %s", request.endpoint, error.details()
+            )
+            await plugin.close()
+            return
+        previous = self.plugins.get(request.resource_name)
+        async with self._registered:
+            self.plugins[request.resource_name] = plugin
+            self._registered.notify_all()
+        if previous is not None:
+            await previous.close()
+
+    async def wait_for_plugin(
+        self, resource_name: str, timeout: float = 10.0, *, registrations: int = 1
+    ) -> PluginConnection:
+        """Wait until `resource_name` registered `registrations` times in all and is connected."""
+
+        def ready() -> bool:
+            count = sum(1 for r in self.registrations if r.resource_name == resource_name)
+            plugin = self.plugins.get(resource_name)
+            return (
+                count >= registrations
+                and plugin is not None
+                and plugin.request is self._last(resource_name)
+            )
+
+        async with asyncio.timeout(timeout), self._registered:
+            await self._registered.wait_for(ready)
+            return self.plugins[resource_name]
+
+    def _last(self, resource_name: str) -> api_pb2.RegisterRequest | None:
+        matching = [r for r in self.registrations if r.resource_name == resource_name]
+        return matching[-1] if matching else None
+
+    def plugin(self, resource_name: str) -> PluginConnection:
+        try:
+            return self.plugins[resource_name]
+        except KeyError:
+            raise KubeletError(f"no plugin registered for {resource_name}") from None

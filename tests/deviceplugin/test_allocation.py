@@ -1,0 +1,133 @@
+"""Allocate's pure steps: which entry a container gets, and its env, mounts and limits file."""
+
+from pathlib import PurePosixPath
+from typing import Any
+
+import pytest
+
+from pyhami.deviceplugin.allocation import (
+    AllocationError,
+    AllocationSettings,
+    ContainerPlan,
+    HostFiles,
+    plan_container,
+    take_next,
+)
+from pyhami.model import ContainerDevice, ContainerDevices
+
+A = "GPU-aaaaaaaa-1111-2222-3333-444455556666"
+B = "GPU-bbbbbbbb-1111-2222-3333-444455556666"
+
+
+def dev(uuid: str, mem: int, cores: int) -> ContainerDevice:
+    return ContainerDevice(uuid=uuid, type="NVIDIA", usedmem=mem, usedcores=cores)
+
+
+def pod(
+    init: list[str], regular: list[str], env: dict[str, list[dict[str, str]]] | None = None
+) -> dict[str, Any]:
+    env = env or {}
+    return {
+        "metadata": {"namespace": "default", "name": "p", "uid": "uid-1"},
+        "spec": {
+            "initContainers": [{"name": n, "env": env.get(n, [])} for n in init],
+            "containers": [{"name": n, "env": env.get(n, [])} for n in regular],
+        },
+    }
+
+
+def test_entries_map_init_first_and_skip_empty_ones() -> None:
+    entries: list[ContainerDevices] = [(), (dev(A, 1000, 10),), (), (dev(B, 2000, 20),)]
+    subject = pod(["init-a", "init-b"], ["main", "side"])
+    first = take_next(subject, entries, ["x"])
+    second = take_next(subject, entries, ["y"])
+    assert (first.position, first.container["name"]) == (1, "init-b")
+    assert (second.position, second.container["name"]) == (3, "side")
+    assert entries == [(), (), (), ()]
+    with pytest.raises(AllocationError, match="no pending device allocation found"):
+        take_next(subject, entries, ["z"])
+
+
+def test_device_count_must_match_kubelets() -> None:
+    with pytest.raises(AllocationError, match="device number not matched"):
+        take_next(pod([], ["main"]), [(dev(A, 1, 1),)], ["x", "y"])
+
+
+def test_entry_beyond_the_pods_containers_is_refused() -> None:
+    with pytest.raises(AllocationError, match="container index 1 out of range"):
+        take_next(pod([], ["main"]), [(), (dev(A, 1, 1),)], ["x"])
+
+
+def plan(
+    devices: ContainerDevices,
+    settings: AllocationSettings,
+    files: HostFiles | None = None,
+    env: list[dict[str, str]] | None = None,
+) -> ContainerPlan:
+    subject = pod([], ["main"], {"main": env or []})
+    slot = take_next(subject, [devices], ["k"] * len(devices))
+    return plan_container(
+        slot, pod_uid="uid-1", cache_id="c0ffee", settings=settings, files=files or HostFiles()
+    )
+
+
+def test_spec_example_env_and_mounts() -> None:
+    result = plan((dev(A, 3000, 50),), AllocationSettings(lib_cuda_log_level="1"))
+    assert result.envs == {
+        "NVIDIA_VISIBLE_DEVICES": A,
+        "CUDA_DEVICE_MEMORY_LIMIT_0": "3000m",
+        "CUDA_DEVICE_SM_LIMIT": "50",
+        "CUDA_DEVICE_MEMORY_SHARED_CACHE": "/usr/local/vgpu/c0ffee.cache",
+        "LIBCUDA_LOG_LEVEL": "1",
+    }
+    assert [(m.container_path, m.host_path, m.read_only) for m in result.mounts] == [
+        ("/usr/local/vgpu/libvgpu.so", "/usr/local/vgpu/libvgpu.so", True),
+        ("/usr/local/vgpu", "/usr/local/vgpu/containers/uid-1_main", False),
+        ("/tmp/vgpulock", "/tmp/vgpulock", False),
+        ("/etc/ld.so.preload", "/usr/local/vgpu/ld.so.preload", True),
+    ]
+    assert result.cache_dir == PurePosixPath("/usr/local/vgpu/containers/uid-1_main")
+    assert result.limits_file == result.cache_dir / "limits.env"
+    assert result.limits_text == (
+        "CUDA_DEVICE_MEMORY_LIMIT_0=3000m\nCUDA_DEVICE_SM_LIMIT=50\n"
+        "CUDA_DEVICE_MEMORY_SHARED_CACHE=/usr/local/vgpu/c0ffee.cache\nLIBCUDA_LOG_LEVEL=1\n"
+    )
+
+
+def test_every_optional_variable_and_mount() -> None:
+    settings = AllocationSettings(
+        hook_path=PurePosixPath("/opt/h"), version="v9", oversubscribe=True, disable_core_limit=True
+    )
+    files = HostFiles(libvgpu_versioned=True, license=True, vgpuvalidator=True)
+    result = plan((dev(A, 1000, 30), dev(B, 2000, 40), dev(A, 500, 30)), settings, files)
+    assert result.envs["NVIDIA_VISIBLE_DEVICES"] == f"{A},{B}"
+    assert [result.envs[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] for i in range(3)] == [
+        "1000m",
+        "2000m",
+        "500m",
+    ]
+    assert result.envs["CUDA_DEVICE_SM_LIMIT"] == "30"
+    assert result.envs["CUDA_OVERSUBSCRIBE"] == "true"
+    assert result.envs["GPU_CORE_UTILIZATION_POLICY"] == "disable"
+    assert "LIBCUDA_LOG_LEVEL" not in result.envs
+    assert [m.container_path for m in result.mounts] == [
+        "/opt/h/vgpu/libvgpu.so",
+        "/opt/h/vgpu",
+        "/tmp/vgpulock",
+        "/etc/ld.so.preload",
+        "/tmp/license",
+        "/usr/bin/vgpuvalidator",
+    ]
+    assert result.mounts[0].host_path == "/opt/h/vgpu/libvgpu.so.v9"
+
+
+@pytest.mark.parametrize(
+    "value, preload", [("true", False), ("T", False), ("1", False), ("yes", True), ("false", True)]
+)
+def test_cuda_disable_control_drops_the_preload(value: str, preload: bool) -> None:
+    result = plan(
+        (dev(A, 1, 1),),
+        AllocationSettings(),
+        env=[{"name": "CUDA_DISABLE_CONTROL", "value": value}],
+    )
+    assert ("/etc/ld.so.preload" in [m.container_path for m in result.mounts]) is preload

@@ -1,0 +1,108 @@
+"""Config layering: defaults < flags < device-config YAML < per-node JSON (with our fixes)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pyhami.deviceplugin.config import (
+    ConfigError,
+    DeviceFilter,
+    VgpuConfig,
+    apply_device_config,
+    apply_node_config,
+    load_node_config,
+)
+
+
+def test_yaml_block_overrides_defaults_case_insensitively() -> None:
+    config = apply_device_config(
+        VgpuConfig(),
+        {
+            "resourceCountName": "nvidia.com/vgpu",
+            "deviceSplitCount": 4,
+            "DeviceMemoryScaling": 2,
+            "libCudaLogLevel": 1,
+            "disableCoreLimit": True,
+            "migProfileAllowlist": [],
+        },
+        "device-config.yaml",
+    )
+    assert (config.resource_name, config.device_split_count, config.device_memory_scaling) == (
+        "nvidia.com/vgpu",
+        4,
+        2.0,
+    )
+    assert config.lib_cuda_log_level == "1"
+    assert config.disable_core_limit
+
+
+def test_node_entries_apply_in_order_and_zero_values_win() -> None:
+    base = VgpuConfig(enable_numa_topology=True, lib_cuda_log_level="3")
+    document = {
+        "nodeconfig": [
+            {"name": "gpu-node-1", "devicesplitcount": 5, "operatingmode": "mps"},
+            {"name": "other", "devicesplitcount": 7},
+            {
+                "name": "gpu-node-1",
+                "deviceSplitCount": 6,
+                "enablenumatopology": False,
+                "libcudaloglevel": "",
+                "filterdevices": {"uuid": ["GPU-x"], "index": [3]},
+                "enablegetpreferredallocation": True,
+            },
+        ]
+    }
+    config = apply_node_config(base, document, "gpu-node-1", "config.json")
+    assert config.device_split_count == 6
+    assert config.operating_mode == "mps"
+    assert config.enable_numa_topology is False  # HAMi cannot turn it off per node
+    assert config.lib_cuda_log_level == ""
+    assert config.enable_preferred_allocation
+    assert config.device_filter == DeviceFilter(uuids=frozenset({"GPU-x"}), indices=frozenset({3}))
+    assert config.device_filter.hides("GPU-y", 3)
+
+
+@pytest.mark.parametrize(
+    "document, match",
+    [
+        (
+            {"nodeconfig": [{"name": "n", "devicesplitcount": "ten"}]},
+            r"nodeconfig\[0\].*devicesplitcount must be int",
+        ),
+        (
+            {"nodeconfig": [{"name": "n", "enablenumatopology": 1}]},
+            "enablenumatopology must be bool",
+        ),
+        ({"nodeconfig": {"name": "n"}}, "'nodeconfig' must be a list"),
+        ({"nodeconfig": [{"name": "n", "filterdevices": {"index": [-1]}}]}, "filterdevices.index"),
+        ([], "expected an object"),
+    ],
+)
+def test_bad_node_config_names_the_key(document: object, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        apply_node_config(VgpuConfig(), document, "n", "config.json")
+
+
+@pytest.mark.parametrize(
+    "config, match",
+    [
+        (VgpuConfig(device_split_count=0), "deviceSplitCount must be 1..512"),
+        (VgpuConfig(device_memory_scaling=0), "deviceMemoryScaling must be > 0"),
+        (VgpuConfig(resource_name="gpu"), "needs a domain"),
+        (VgpuConfig(operating_mode="mig"), "dynamic MIG"),
+    ],
+)
+def test_check_refuses_nonsense(config: VgpuConfig, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        config.check("test")
+
+
+def test_missing_node_file_changes_nothing_and_bad_json_is_named(tmp_path: Path) -> None:
+    assert load_node_config(VgpuConfig(), tmp_path / "none.json", "n") == VgpuConfig()
+    bad = tmp_path / "config.json"
+    bad.write_text("{nodeconfig: [")
+    with pytest.raises(ConfigError, match=r"config\.json: not valid JSON"):
+        load_node_config(VgpuConfig(), bad, "n")
+    bad.write_text(json.dumps({"nodeconfig": [{"name": "n", "devicecorescaling": 0.5}]}))
+    assert load_node_config(VgpuConfig(), bad, "n").device_core_scaling == 0.5
