@@ -1,1 +1,97 @@
-"""pyhami.engine"""
+"""The pure scheduling engine: where a GPU pod goes, which cards it gets, and why not elsewhere.
+
+No I/O, no clock, no globals: everything a decision depends on is passed in, so the live
+`/filter`, `pyhami simulate`, explanations and benchmarks run the very same code.
+
+How a service uses it::
+
+    from pyhami import engine
+
+    ledger = engine.Ledger()                      # per-card usage, updated incrementally
+    quotas = engine.QuotaBook(config.nvidia)      # ResourceQuota limits per namespace
+
+    # node informer / registry: the node's registration, pair scores and cordon list
+    ledger.upsert_node(name, nvidia_inventory(node_annotations))   # pyhami.devices.nvidia
+    ledger.remove_node(name)
+
+    # pod informer: pods carrying `hami.io/vgpu-node` and an allocated annotation
+    allocation = engine.allocation_of(pod)        # None: not a scheduled HAMi pod / finished
+    if allocation is None:
+        ledger.remove_pod(engine.pod_identity(pod)[0])
+    else:
+        ledger.add_pod(allocation)                # replaces an earlier entry for the same key
+
+    # quota informer
+    quotas.set_quota(uid, namespace, quota["spec"]["hard"]); quotas.remove_quota(uid)
+
+    # POST /filter with NodeNames
+    ledger.remove_pod(key)                        # HAMi §3.3: a re-filtered pod drops its old
+    decision = engine.decide(pod, node_names, ledger,      # reservation first
+                             config=engine_config, quotas=quotas, now=clock_seconds)
+    if decision.allocation is not None:           # Outcome.SCHEDULED
+        ledger.add_pod(decision.allocation)       # reserve ...
+        try:
+            await patch_pod(pod, decision.annotations)   # exactly what HAMi writes
+        except ApiError:
+            ledger.remove_pod(decision.key)       # ... and undo (idempotent)
+            raise
+    # answer: NodeNames=[decision.node] or FailedNodes=decision.failed_nodes;
+    # Outcome.NO_DEVICE_REQUEST: pass every node through; Outcome.ERROR: Error=decision.error
+
+    # explanations / events even when a node fits: the same call with explain=True keeps
+    # every candidate's NodeVerdict, per-card CardCheck list and reason text.
+
+Decisions are deterministic: candidates are tried in node-policy order straight from the
+ledger's sorted node scores; equal scores go to the smaller node name (HAMi leaves it to
+goroutine timing).
+"""
+
+from pyhami.engine.collapse import app_only_usage, collapse_init_usage
+from pyhami.engine.decide import Decision, NodeFailure, NodeVerdict, Outcome, decide
+from pyhami.engine.ledger import (
+    Ledger,
+    LedgerCard,
+    LedgerNode,
+    PodAllocation,
+    PodKey,
+    build_ledger,
+)
+from pyhami.engine.pod import (
+    EngineConfig,
+    PodPlan,
+    PodSpecError,
+    allocation_of,
+    init_containers_finished,
+    plan_pod,
+    pod_identity,
+)
+from pyhami.engine.policy import GpuPolicy, NodePolicy, ScoringWeights
+from pyhami.engine.quota import QuotaBook, QuotaLimit
+
+__all__ = [
+    "Decision",
+    "EngineConfig",
+    "GpuPolicy",
+    "Ledger",
+    "LedgerCard",
+    "LedgerNode",
+    "NodeFailure",
+    "NodePolicy",
+    "NodeVerdict",
+    "Outcome",
+    "PodAllocation",
+    "PodKey",
+    "PodPlan",
+    "PodSpecError",
+    "QuotaBook",
+    "QuotaLimit",
+    "ScoringWeights",
+    "allocation_of",
+    "app_only_usage",
+    "build_ledger",
+    "collapse_init_usage",
+    "decide",
+    "init_containers_finished",
+    "plan_pod",
+    "pod_identity",
+]

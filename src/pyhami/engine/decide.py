@@ -1,0 +1,532 @@
+"""One scheduling decision: which node and which cards a pending pod gets, and why not elsewhere.
+
+`decide` is pure: it reads the ledger (never writes it), the pod and the configuration, and
+returns a `Decision` that carries everything the caller needs — the annotations to patch, the
+allocation to reserve in the ledger, the reason for every node that does not fit.
+
+It makes HAMi's decision (scheduler.md §3.5-3.12, nvidia-fit-score.md §6) without HAMi's cost:
+candidate nodes are visited in policy order straight from the ledger's sorted node scores, so
+the first node that fits is the winner and the rest need no work. Ties between equal node
+scores, which HAMi leaves to goroutine timing, go to the smaller node name.
+
+A node is first checked with Fit on its cards in registration order, skipping the device
+scores and the sort: when the outcome cannot depend on card order (no NUMA binding, no quota,
+no MIG card, only the first app container), this gives HAMi's exact yes/no and reason string.
+Only a node that passes gets the full, policy-ordered evaluation that picks the cards.
+"""
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any
+
+from pyhami.devices.nvidia.fit import MIG_MODE, FitOutcome, FitPolicy, QuotaCheck, fit
+from pyhami.devices.nvidia.mig import select_candidate
+from pyhami.devices.nvidia.request import NVIDIA
+from pyhami.devices.nvidia.selectors import policy_contains
+from pyhami.devices.reasons import CardCheck, Reason
+from pyhami.engine.collapse import collapse_init_usage
+from pyhami.engine.ledger import Ledger, LedgerCard, LedgerNode, PodAllocation, PodKey
+from pyhami.engine.pod import EngineConfig, PodPlan, PodSpecError, parse_weights, plan_pod
+from pyhami.engine.policy import (
+    CardSortKey,
+    GpuPolicy,
+    NodePolicy,
+    ScoringWeights,
+    card_order,
+    sort_cards,
+)
+from pyhami.engine.quota import QuotaBook, QuotaLimit
+from pyhami.model import (
+    ContainerDevice,
+    ContainerDeviceRequest,
+    ContainerDevices,
+    MigAllocation,
+    MigPlacement,
+    MigProfile,
+    NodeName,
+    PodSingleDevice,
+)
+
+VGPU_NODE = "hami.io/vgpu-node"
+VGPU_TIME = "hami.io/vgpu-time"
+DEVICES_TO_ALLOCATE = "hami.io/vgpu-devices-to-allocate"
+DEVICES_ALLOCATED = "hami.io/vgpu-devices-allocated"
+MIG_ALLOCATIONS = "hami.io/vgpu-mig-allocations"
+
+
+class Outcome(enum.Enum):
+    SCHEDULED = "scheduled"
+    UNSCHEDULABLE = "unschedulable"  # no candidate fits; every one has its reason
+    NO_DEVICE_REQUEST = "no-device-request"  # not a HAMi pod: the filter passes every node
+    ERROR = "error"  # the pod itself is wrong (e.g. a bad scoring-weights annotation)
+
+
+class NodeFailure(enum.StrEnum):
+    """Why a whole node is out; CARDS means the per-card reason counts say it."""
+
+    UNREGISTERED = "node unregistered"
+    INSUFFICIENT_DEVICE = "NodeInsufficientDevice"
+    CARDS = "cards"
+    MIG_ACCOUNTING = "mig-accounting"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeVerdict:
+    """One candidate node's answer, with the structured reasons behind its text."""
+
+    node: NodeName
+    fits: bool
+    score: float | None = None  # the node's default score (existing load); None if unknown
+    failure: NodeFailure | None = None
+    container: int | None = None  # the container (init first) that did not fit
+    reasons: Mapping[Reason, int] = field(default_factory=lambda: MappingProxyType({}))
+    cards: int = 0  # the denominator of the reason counts
+    reason: str = ""  # HAMi's FailedNodes text
+    devices: PodSingleDevice = ()
+    mig_allocations: tuple[MigAllocation, ...] = ()
+    checks: tuple[CardCheck, ...] = ()  # every card visit, when traced
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Everything `/filter` answers and records for one pod."""
+
+    key: PodKey
+    namespace: str
+    name: str
+    outcome: Outcome
+    node: NodeName | None = None
+    score: float | None = None
+    devices: PodSingleDevice = ()  # one entry per container, init containers first
+    annotations: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    failed_nodes: Mapping[NodeName, str] = field(default_factory=lambda: MappingProxyType({}))
+    verdicts: Mapping[NodeName, NodeVerdict] = field(default_factory=lambda: MappingProxyType({}))
+    allocation: PodAllocation | None = None  # what to reserve in the ledger when scheduled
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Cycle:
+    """Per-pod facts computed once and read for every node."""
+
+    plan: PodPlan
+    weights: ScoringWeights
+    fit_policy: FitPolicy
+    sort_key: CardSortKey
+    quota: QuotaLimit | None
+    quota_used: tuple[int, int]
+    memory_factor: int
+    mig_allowed: bool  # `nvidia.com/vgpu-mode` absent or naming mig
+
+
+class _WorkCard:
+    """A per-decision copy of a card that app containers of the pod accumulate on."""
+
+    __slots__ = (
+        "count",
+        "health",
+        "id",
+        "index",
+        "mig_in_use",
+        "mig_profiles",
+        "mode",
+        "numa",
+        "totalcore",
+        "totalmem",
+        "type",
+        "used",
+        "usedcores",
+        "usedmem",
+    )
+
+    def __init__(self, card: LedgerCard) -> None:
+        self.id = card.id
+        self.index = card.index
+        self.count = card.count
+        self.totalmem = card.totalmem
+        self.totalcore = card.totalcore
+        self.type = card.type
+        self.numa = card.numa
+        self.mode = card.mode
+        self.health = card.health
+        self.mig_profiles: tuple[MigProfile, ...] = card.mig_profiles
+        self.used = card.used
+        self.usedmem = card.usedmem
+        self.usedcores = card.usedcores
+        self.mig_in_use: list[MigPlacement] = list(card.mig_in_use)
+
+
+_Card = LedgerCard | _WorkCard
+
+
+def to_unix_seconds(now: datetime | int) -> int:
+    return now if isinstance(now, int) else int(now.timestamp())
+
+
+def decide(
+    pod: Mapping[str, Any],
+    candidates: Sequence[NodeName],
+    ledger: Ledger,
+    *,
+    config: EngineConfig,
+    quotas: QuotaBook | None,
+    now: datetime | int,
+    explain: bool = False,
+) -> Decision:
+    """Decide where `pod` goes among `candidates`. Pure: reads the ledger, returns a Decision.
+
+    The caller removes the pod's own earlier reservation from the ledger first (HAMi
+    scheduler.md §3.3), so a re-filtered pod does not compete with itself.
+    With `explain`, every candidate is evaluated and its per-card checks are kept; without it,
+    a scheduled decision carries no failed nodes (HAMi's `/filter` answer on success).
+    """
+    try:
+        plan = plan_pod(pod, config)
+    except PodSpecError as err:
+        return _error_decision(pod, str(err))
+    if not plan.wants_devices:
+        return Decision(plan.key, plan.namespace, plan.name, Outcome.NO_DEVICE_REQUEST)
+    try:
+        weights = parse_weights(plan.weights_annotation)
+    except ValueError as err:
+        return Decision(
+            plan.key,
+            plan.namespace,
+            plan.name,
+            Outcome.ERROR,
+            error=f"calcScore failed {err} for pod {plan.name}",
+        )
+    cycle = _cycle(plan, weights, ledger, config, quotas)
+    wanted = set(candidates)
+    verdicts: dict[NodeName, NodeVerdict] = {}
+    winner: NodeVerdict | None = None
+    spread = plan.node_policy == NodePolicy.SPREAD
+    for node in ledger.preferred_nodes(spread):
+        if node.name not in wanted:
+            continue
+        if explain:
+            verdict = _evaluate(node, cycle, trace=True)
+            verdicts[node.name] = verdict
+            if winner is None and verdict.fits:
+                winner = verdict
+            continue
+        if _order_free(node, cycle):
+            verdict = _evaluate(node, cycle, quick=True)
+            if not verdict.fits:
+                verdicts[node.name] = verdict
+                continue
+        verdict = _evaluate(node, cycle)
+        verdicts[node.name] = verdict
+        if verdict.fits:
+            winner = verdict
+            break
+    for name in candidates:
+        if ledger.node(name) is None:
+            verdicts[name] = NodeVerdict(
+                name, False, failure=NodeFailure.UNREGISTERED, reason=NodeFailure.UNREGISTERED.value
+            )
+    ordered = {name: verdicts[name] for name in candidates if name in verdicts}
+    if winner is None:
+        failed = {name: verdict.reason for name, verdict in ordered.items()}
+        return Decision(
+            plan.key,
+            plan.namespace,
+            plan.name,
+            Outcome.UNSCHEDULABLE,
+            failed_nodes=failed,
+            verdicts=ordered,
+        )
+    failed = {name: v.reason for name, v in ordered.items() if not v.fits} if explain else {}
+    return Decision(
+        plan.key,
+        plan.namespace,
+        plan.name,
+        Outcome.SCHEDULED,
+        node=winner.node,
+        score=winner.score,
+        devices=winner.devices,
+        annotations=_annotations(winner, to_unix_seconds(now)),
+        failed_nodes=failed,
+        verdicts=ordered,
+        allocation=PodAllocation(
+            key=plan.key,
+            namespace=plan.namespace,
+            name=plan.name,
+            node=winner.node,
+            containers=winner.devices,
+            init_count=plan.init_count,
+            mig_allocations=winner.mig_allocations,
+        ),
+    )
+
+
+def _error_decision(pod: Mapping[str, Any], message: str) -> Decision:
+    metadata = pod.get("metadata")
+    metadata = metadata if isinstance(metadata, Mapping) else {}
+    name = str(metadata.get("name") or "")
+    namespace = str(metadata.get("namespace") or "default")
+    key = str(metadata.get("uid") or f"{namespace}/{name}")
+    return Decision(key, namespace, name, Outcome.ERROR, error=message)
+
+
+def _cycle(
+    plan: PodPlan,
+    weights: ScoringWeights,
+    ledger: Ledger,
+    config: EngineConfig,
+    quotas: QuotaBook | None,
+) -> _Cycle:
+    mode = plan.selectors.vgpu_mode
+    return _Cycle(
+        plan=plan,
+        weights=weights,
+        fit_policy=FitPolicy(
+            need_topology=policy_contains(plan.gpu_policy, GpuPolicy.TOPOLOGY_AWARE),
+            is_mutex=policy_contains(plan.gpu_policy, GpuPolicy.MUTEX),
+        ),
+        sort_key=card_order(plan.gpu_policy, plan.selectors.numa_bind),
+        quota=None if quotas is None else quotas.limit(plan.namespace),
+        quota_used=ledger.namespace_usage(plan.namespace),
+        memory_factor=config.nvidia.memory_factor,
+        mig_allowed=mode is None or MIG_MODE in mode,
+    )
+
+
+def _order_free(node: LedgerNode, cycle: _Cycle) -> bool:
+    """Whether Fit's yes/no and reasons on this node cannot depend on the order of its cards."""
+    return not cycle.plan.selectors.numa_bind and cycle.quota is None and not node.has_mig
+
+
+def _evaluate(
+    node: LedgerNode, cycle: _Cycle, *, quick: bool = False, trace: bool = False
+) -> NodeVerdict:
+    """HAMi `scoreNode` for one pod on one node (nvidia-fit-score.md §6.6).
+
+    Init containers each start from the node's current usage; app containers accumulate on
+    one copy, and the card order of one app container carries over to the next. `quick` (only
+    where `_order_free`) stops after the first app container and reports fit without choosing
+    cards; the caller then runs the full evaluation.
+    """
+    plan = cycle.plan
+    checks: list[CardCheck] | None = [] if trace else None
+    entries: list[ContainerDevices] = []
+    migs: list[MigAllocation] = []
+    app_order: list[_Card] = list(node.typed_cards)
+    app_cards: dict[str, _WorkCard] | None = None
+    for position, request in enumerate(plan.requests):
+        if request is None:
+            entries.append(())
+            continue
+        is_init = position < plan.init_count
+        order: list[_Card] = list(node.typed_cards) if is_init else app_order
+        if not quick:
+            order = sort_cards(order, (request,), cycle.weights, cycle.sort_key)
+        result = _fit_container(
+            node,
+            order,
+            request=request,
+            position=position,
+            cycle=cycle,
+            allocated=entries,
+            checks=checks,
+        )
+        if isinstance(result, NodeVerdict):
+            return result
+        if quick:
+            if not is_init:
+                return NodeVerdict(node.name, True, node.score)
+            entries.append(result.devices)
+            continue
+        if is_init:
+            workspace, _ = _copy_cards(node.typed_cards)
+        else:
+            if app_cards is None:
+                app_cards, by_identity = _copy_cards(node.typed_cards)
+                order = [by_identity[id(card)] for card in order]
+            app_order = order
+            workspace = app_cards
+        booked = _book(result.devices, workspace, position, migs)
+        if isinstance(booked, str):
+            return NodeVerdict(
+                node.name,
+                False,
+                node.score,
+                failure=NodeFailure.MIG_ACCOUNTING,
+                container=position,
+                reason=booked,
+                checks=tuple(checks or ()),
+            )
+        entries.append(booked)
+    return NodeVerdict(
+        node.name,
+        True,
+        node.score,
+        devices=tuple(entries),
+        mig_allocations=tuple(migs),
+        checks=tuple(checks or ()),
+    )
+
+
+def _copy_cards(
+    cards: Sequence[LedgerCard],
+) -> tuple[dict[str, _WorkCard], dict[int, _WorkCard]]:
+    """Working copies: by UUID (the first card with it, as HAMi's lookup) and by identity."""
+    by_uuid: dict[str, _WorkCard] = {}
+    by_identity: dict[int, _WorkCard] = {}
+    for card in cards:
+        copy = _WorkCard(card)
+        by_identity[id(card)] = copy
+        by_uuid.setdefault(card.id, copy)
+    return by_uuid, by_identity
+
+
+def _fit_container(
+    node: LedgerNode,
+    order: Sequence[_Card],
+    *,
+    request: ContainerDeviceRequest,
+    position: int,
+    cycle: _Cycle,
+    allocated: Sequence[ContainerDevices],
+    checks: list[CardCheck] | None,
+) -> FitOutcome | NodeVerdict:
+    """HAMi `fitInDevices` for one container: the device-count check, then Fit."""
+    if request.nums > len(order) and not (
+        cycle.mig_allowed and any(card.mode == MIG_MODE for card in order)
+    ):
+        return NodeVerdict(
+            node.name,
+            False,
+            node.score,
+            failure=NodeFailure.INSUFFICIENT_DEVICE,
+            container=position,
+            reason=NodeFailure.INSUFFICIENT_DEVICE.value,
+            checks=tuple(checks or ()),
+        )
+    outcome = fit(
+        order,
+        request,
+        selectors=cycle.plan.selectors,
+        policy=cycle.fit_policy,
+        cordoned=node.inventory.cordoned,
+        pair_scores=node.inventory.pair_scores,
+        quota_ok=_quota_check(cycle, allocated),
+        trace=checks,
+        container=position,
+    )
+    if outcome.ok:
+        return outcome
+    return NodeVerdict(
+        node.name,
+        False,
+        node.score,
+        failure=NodeFailure.CARDS,
+        container=position,
+        reasons=outcome.reasons,
+        cards=outcome.total,
+        reason=format_reasons(outcome.reasons, outcome.total),
+        checks=tuple(checks or ()),
+    )
+
+
+def _quota_check(cycle: _Cycle, allocated: Sequence[ContainerDevices]) -> QuotaCheck | None:
+    """HAMi `fitQuota`, with the pod's true container indexes (a HAMi bug fixed, see below).
+
+    HAMi builds the hypothetical pod from the app containers alone during the app phase, so
+    its collapse takes the first app containers for init containers and under-counts
+    (scheduler.md §10.1 #3); here the init allocations are included at their real positions.
+    """
+    limit = cycle.quota
+    if limit is None:
+        return None
+    before = tuple(allocated)
+
+    def fits(container: tuple[ContainerDevice, ...]) -> bool:
+        usage = collapse_init_usage((*before, container), cycle.plan.init_count, NVIDIA)
+        memory = sum(device.usedmem for device in usage)
+        cores = sum(device.usedcores for device in usage)
+        return limit.fits(cycle.quota_used, memory, cores, cycle.memory_factor)
+
+    return fits
+
+
+def _book(
+    devices: Sequence[ContainerDevice],
+    workspace: Mapping[str, _WorkCard],
+    position: int,
+    migs: list[MigAllocation],
+) -> ContainerDevices | str:
+    """HAMi `AddResourceUsage` for each chosen card: MIG instance choice, then the usage."""
+    booked = []
+    for device_index, device in enumerate(devices):
+        card = workspace[device.uuid]
+        if card.mode == MIG_MODE:
+            choice = select_candidate(card.mig_profiles, card.mig_in_use, device.usedmem)
+            if choice is None:
+                return (
+                    f"AddResourceUsage failed for device {card.id}: "
+                    "MIG profile and placement allocation failed"
+                )
+            # The instance's real size replaces the request (nvidia-fit-score.md §8.4).
+            device = replace(  # noqa: PLW2901
+                device, usedmem=choice.profile.memory_mb, usedcores=choice.profile.core
+            )
+            card.mig_in_use.append(choice.placement)
+            migs.append(
+                MigAllocation(
+                    position, device_index, card.id, choice.profile.name, choice.placement
+                )
+            )
+        card.used += 1
+        card.usedcores += device.usedcores
+        card.usedmem += device.usedmem
+        booked.append(device)
+    return tuple(booked)
+
+
+def _annotations(winner: NodeVerdict, now: int) -> dict[str, str]:
+    encoded = encode_pod_devices(winner.devices)
+    annotations = {
+        VGPU_NODE: winner.node,
+        VGPU_TIME: str(now),
+        DEVICES_TO_ALLOCATE: encoded,
+        DEVICES_ALLOCATED: encoded,
+    }
+    if winner.mig_allocations:
+        annotations[MIG_ALLOCATIONS] = encode_mig_allocations(winner.mig_allocations)
+    return annotations
+
+
+def format_reasons(reasons: Mapping[Reason, int], total: int) -> str:
+    """Placeholder until pyhami.protocol.format_reasons lands."""
+    return ", ".join(sorted(f"{count}/{total} {reason}" for reason, count in reasons.items()))
+
+
+def encode_pod_devices(devices: PodSingleDevice) -> str:
+    """Placeholder until pyhami.protocol.encode_pod_devices lands."""
+    return "".join(
+        "".join(f"{d.uuid},{d.type},{d.usedmem},{d.usedcores}:" for d in container) + ";"
+        for container in devices
+    )
+
+
+def encode_mig_allocations(allocations: Sequence[MigAllocation]) -> str:
+    """Placeholder until pyhami.protocol.encode_mig_allocations lands."""
+    import json
+
+    return json.dumps(
+        [
+            {
+                "containerIndex": a.container_index,
+                "deviceIndex": a.device_index,
+                "gpuUUID": a.gpu_uuid,
+                "profile": a.profile,
+                "placement": {"start": a.placement.start, "size": a.placement.size},
+            }
+            for a in allocations
+        ],
+        separators=(",", ":"),
+    )

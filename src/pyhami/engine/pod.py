@@ -1,0 +1,147 @@
+"""A raw pod (Kubernetes JSON) read once into what the engine needs (the per-pod "cycle").
+
+Also turns an already-scheduled pod's annotations into the `PodAllocation` the ledger holds,
+so the informer path and offline input read pods the same way.
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyhami.devices.config import NvidiaConfig
+from pyhami.devices.nvidia.request import ContainerSpecError, container_request
+from pyhami.devices.nvidia.selectors import GPU_SCHEDULER_POLICY, CardSelectors
+from pyhami.engine.ledger import PodAllocation, PodKey
+from pyhami.engine.policy import GpuPolicy, NodePolicy, ScoringWeights
+from pyhami.model import ContainerDeviceRequest
+
+NODE_SCHEDULER_POLICY = "hami.io/node-scheduler-policy"
+DEVICE_SCORING_WEIGHTS = "hami.io/device-scoring-weights"
+
+
+class PodSpecError(ValueError):
+    """The pod cannot be read; the message names the pod and what is wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Everything a decision depends on besides the pod and the cluster state."""
+
+    nvidia: NvidiaConfig = field(default_factory=NvidiaConfig)
+    node_policy: str = NodePolicy.BINPACK  # --node-scheduler-policy
+    gpu_policy: str = GpuPolicy.SPREAD  # --gpu-scheduler-policy
+
+
+@dataclass(frozen=True, slots=True)
+class PodPlan:
+    """One pending pod, read: per-container requests and the annotation-driven choices."""
+
+    key: PodKey
+    namespace: str
+    name: str
+    init_count: int
+    requests: tuple[ContainerDeviceRequest | None, ...]  # one per container, init first
+    selectors: CardSelectors
+    gpu_policy: str
+    node_policy: str
+    weights_annotation: str | None
+
+    @property
+    def wants_devices(self) -> bool:
+        return any(request is not None for request in self.requests)
+
+
+def _mapping(value: object, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise PodSpecError(f"{where} must be an object, got {type(value).__name__}")
+    return value
+
+
+def _containers(spec: Mapping[str, Any], field: str, pod: str) -> Sequence[Mapping[str, Any]]:
+    containers = spec.get(field) or []
+    if not isinstance(containers, list) or not all(isinstance(c, Mapping) for c in containers):
+        raise PodSpecError(f"pod {pod}: spec.{field} must be a list of containers")
+    return containers
+
+
+def pod_identity(pod: Mapping[str, Any]) -> tuple[PodKey, str, str]:
+    """(key, namespace, name): the key is the UID, or namespace/name when there is none."""
+    metadata = _mapping(pod.get("metadata"), "pod metadata")
+    name = metadata.get("name")
+    if not isinstance(name, str) or not name:
+        raise PodSpecError("pod has no metadata.name")
+    namespace = metadata.get("namespace") or "default"
+    if not isinstance(namespace, str):
+        raise PodSpecError(f"pod {name}: metadata.namespace must be a string")
+    uid = metadata.get("uid")
+    return (uid if isinstance(uid, str) and uid else f"{namespace}/{name}"), namespace, name
+
+
+def pod_annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:
+    metadata = _mapping(pod.get("metadata"), "pod metadata")
+    annotations = _mapping(metadata.get("annotations"), "pod metadata.annotations")
+    for key, value in annotations.items():
+        if not isinstance(value, str):
+            raise PodSpecError(f"pod annotation {key!r} must be a string, got {value!r}")
+    return annotations
+
+
+def pod_containers(pod: Mapping[str, Any]) -> tuple[int, list[Mapping[str, Any]]]:
+    """(number of init containers, all containers with init containers first)."""
+    _, namespace, name = pod_identity(pod)
+    spec = _mapping(pod.get("spec"), f"pod {namespace}/{name}: spec")
+    init = _containers(spec, "initContainers", f"{namespace}/{name}")
+    app = _containers(spec, "containers", f"{namespace}/{name}")
+    return len(init), [*init, *app]
+
+
+def plan_pod(pod: Mapping[str, Any], config: EngineConfig) -> PodPlan:
+    """Read a pending pod: HAMi `Resourcereqs` plus its policy and card-filter annotations."""
+    key, namespace, name = pod_identity(pod)
+    annotations = pod_annotations(pod)
+    init_count, containers = pod_containers(pod)
+    try:
+        requests = tuple(container_request(c, config.nvidia) for c in containers)
+    except ContainerSpecError as err:
+        raise PodSpecError(f"pod {namespace}/{name}: {err}") from err
+    return PodPlan(
+        key=key,
+        namespace=namespace,
+        name=name,
+        init_count=init_count,
+        requests=requests,
+        selectors=CardSelectors.from_annotations(annotations),
+        gpu_policy=annotations.get(GPU_SCHEDULER_POLICY, config.gpu_policy),
+        node_policy=annotations.get(NODE_SCHEDULER_POLICY, config.node_policy),
+        weights_annotation=annotations.get(DEVICE_SCORING_WEIGHTS),
+    )
+
+
+def parse_weights(text: str | None) -> ScoringWeights:
+    """Placeholder until pyhami.protocol.parse_device_scoring_weights lands."""
+    if text is None:
+        return ScoringWeights()
+    parts = dict(item.split("=", 1) for item in text.split(","))
+    return ScoringWeights(int(parts["slot"]), int(parts["core"]), int(parts["memory"]))
+
+
+def init_containers_finished(pod: Mapping[str, Any]) -> bool:
+    """HAMi `AllInitContainersSucceeded`: at least one status, all terminated with exit 0."""
+    status = _mapping(pod.get("status"), "pod status")
+    statuses = status.get("initContainerStatuses") or []
+    if not isinstance(statuses, list) or not statuses:
+        return False
+    for entry in statuses:
+        state = _mapping(entry, "initContainerStatuses[]").get("state")
+        terminated = _mapping(state, "initContainerStatuses[].state").get("terminated")
+        if not isinstance(terminated, Mapping) or terminated.get("exitCode") != 0:
+            return False
+    return True
+
+
+def allocation_of(pod: Mapping[str, Any], key: PodKey | None = None) -> PodAllocation | None:
+    """Placeholder until pyhami.protocol lands: decoding the allocated annotations."""
+    del pod, key
+    return None

@@ -1,0 +1,145 @@
+"""Scores and orderings: which card and which node a policy prefers (nvidia-fit-score.md §6).
+
+Scores are IEEE float32 like HAMi's Go `float32`: every operation is rounded to float32
+(a float64 result of one operation on float32 inputs, rounded once more, is exactly the float32
+result). Cards are sorted so that Fit's backwards walk meets the preferred card first.
+"""
+
+import enum
+import struct
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from pyhami.devices.nvidia.fit import CardState
+from pyhami.devices.nvidia.request import PERCENT_UNSET
+from pyhami.model import ContainerDeviceRequest
+
+SCORE_WEIGHT = 10.0  # util.Weight
+
+_F32 = struct.Struct("f")
+
+
+def f32(value: float) -> float:
+    """Round to the nearest float32."""
+    return float(_F32.unpack(_F32.pack(value))[0])
+
+
+class NodePolicy(enum.StrEnum):
+    BINPACK = "binpack"
+    SPREAD = "spread"
+
+
+class GpuPolicy(enum.StrEnum):
+    BINPACK = "binpack"
+    SPREAD = "spread"
+    TOPOLOGY_AWARE = "topology-aware"
+    MUTEX = "mutex"
+    NUMA = "numa"
+
+
+@dataclass(frozen=True, slots=True)
+class ScoringWeights:
+    """`hami.io/device-scoring-weights`; HAMi's default is 1, 1, 1."""
+
+    slot: int = 1
+    core: int = 1
+    memory: int = 1
+
+
+def _ratio(numerator: float, denominator: float) -> float:
+    return f32(f32(numerator) / f32(denominator))
+
+
+def device_score(
+    card: CardState, requests: Iterable[ContainerDeviceRequest], weights: ScoringWeights
+) -> float:
+    """HAMi `ComputeScore`: predicted load of the card with this container's requests.
+
+    A request counts only when its type equals the card type exactly, so for real cards
+    (`NVIDIA-<model>` vs the request type `NVIDIA`) only the existing usage counts (§6.3).
+    """
+    if card.count == 0 or card.totalcore == 0 or card.totalmem == 0:
+        return 0.0
+    slots = cores = mem = 0
+    for request in requests:
+        if request.type != card.type:
+            continue
+        slots += 1
+        cores += request.coresreq
+        if request.mem_percentage_req not in (0, PERCENT_UNSET):
+            mem += _int32(card.totalmem * request.mem_percentage_req // 100)
+        else:
+            mem += request.memreq
+    slot_term = _ratio(weights.slot * (slots + card.used), card.count)
+    core_term = _ratio(weights.core * (cores + card.usedcores), card.totalcore)
+    mem_term = _ratio(weights.memory * (mem + card.usedmem), card.totalmem)
+    return f32(SCORE_WEIGHT * f32(f32(slot_term + core_term) + mem_term))
+
+
+def node_score(
+    *, used: int, count: int, usedcores: int, totalcore: int, usedmem: int, totalmem: int
+) -> float:
+    """HAMi `ComputeDefaultScore` from a node's sums: its existing load, 0 when any total is 0."""
+    if count == 0 or totalcore == 0 or totalmem == 0:
+        return 0.0
+    load = f32(_ratio(used, count) + _ratio(usedcores, totalcore))
+    return f32(SCORE_WEIGHT * f32(load + _ratio(usedmem, totalmem)))
+
+
+def _int32(value: int) -> int:
+    return (value + 2**31) % 2**32 - 2**31
+
+
+C = TypeVar("C", bound=CardState)
+CardSortKey = Callable[[float, CardState], tuple[float, ...]]
+
+
+def card_order(policy: str, numa_bind: bool) -> CardSortKey:
+    """The sort key (ascending = tried last) for a GPU policy string (§6.4)."""
+    if "," in policy or policy == GpuPolicy.NUMA:
+        chain: list[str] = []
+        for item in policy.split(","):
+            token = item.strip()
+            sort_keys = (GpuPolicy.BINPACK, GpuPolicy.SPREAD, GpuPolicy.NUMA)
+            if token in sort_keys and token not in chain:
+                chain.append(token)
+        if not chain:
+            chain = [GpuPolicy.SPREAD]
+        if numa_bind and chain[0] != GpuPolicy.NUMA:
+            chain = [GpuPolicy.NUMA, *(t for t in chain if t != GpuPolicy.NUMA)]
+
+        def chained(score: float, card: CardState) -> tuple[float, ...]:
+            parts: list[float] = []
+            for token in chain:
+                if token == GpuPolicy.BINPACK:
+                    parts.append(score)
+                elif token == GpuPolicy.SPREAD:
+                    parts.append(-score)
+                else:
+                    parts.append(card.numa)
+            parts.append(card.index)
+            return tuple(parts)
+
+        return chained
+    if policy == GpuPolicy.MUTEX:
+        return lambda score, card: (-card.used, card.numa)
+    if numa_bind:
+        if policy == GpuPolicy.BINPACK:
+            return lambda score, card: (-card.numa, score)
+        return lambda score, card: (card.numa, -score)
+    if policy == GpuPolicy.BINPACK:
+        return lambda score, card: (score, card.numa)
+    return lambda score, card: (-score, card.numa)
+
+
+def sort_cards(
+    cards: Sequence[C],
+    requests: Sequence[ContainerDeviceRequest],
+    weights: ScoringWeights,
+    key: CardSortKey,
+) -> list[C]:
+    """The cards in policy order (stable, like Go's insertion sort for ≤ 12 cards)."""
+    keyed = [(key(device_score(card, requests, weights), card), n) for n, card in enumerate(cards)]
+    keyed.sort()
+    return [cards[n] for _, n in keyed]
