@@ -88,27 +88,24 @@ class VgpuConfig:
         return self
 
 
-# (config key lower-cased, VgpuConfig field, expected type) for the scalar knobs. Go's JSON
-# decoder matches keys case-insensitively, so the node JSON is read the same way.
-_NODE_KEYS: tuple[tuple[str, str, type], ...] = (
+# (config key lower-cased, VgpuConfig field, expected type) for the scalar knobs both files set.
+# Go's decoders match keys case-insensitively, so both files are read that way.
+_SHARED_KEYS: tuple[tuple[str, str, type], ...] = (
     ("devicesplitcount", "device_split_count", int),
     ("devicememoryscaling", "device_memory_scaling", float),
     ("devicecorescaling", "device_core_scaling", float),
     ("preconfigureddevicememory", "preconfigured_device_memory", int),
     ("libcudaloglevel", "lib_cuda_log_level", str),
     ("enablenumatopology", "enable_numa_topology", bool),
+)
+_NODE_KEYS = (
+    *_SHARED_KEYS,
     ("enablegetpreferredallocation", "enable_preferred_allocation", bool),
     ("operatingmode", "operating_mode", str),
 )
-# The same knobs in the YAML `nvidia:` block (also matched case-insensitively).
-_YAML_KEYS: tuple[tuple[str, str, type], ...] = (
+_YAML_KEYS = (
+    *_SHARED_KEYS,
     ("resourcecountname", "resource_name", str),
-    ("devicesplitcount", "device_split_count", int),
-    ("devicememoryscaling", "device_memory_scaling", float),
-    ("devicecorescaling", "device_core_scaling", float),
-    ("preconfigureddevicememory", "preconfigured_device_memory", int),
-    ("libcudaloglevel", "lib_cuda_log_level", str),
-    ("enablenumatopology", "enable_numa_topology", bool),
     ("disablecorelimit", "disable_core_limit", bool),
 )
 

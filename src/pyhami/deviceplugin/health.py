@@ -70,11 +70,15 @@ class HealthBoard:
     Used from the event loop only; `changed()` wakes every waiter on each change.
     """
 
-    def __init__(self, uuids: Iterable[str]) -> None:
-        self._known = frozenset(uuids)
+    def __init__(self, uuids: Iterable[str] = ()) -> None:
+        self._known = set(uuids)
         self._trouble: dict[str, Trouble] = {}
         self._version = 0
         self._changed = asyncio.Event()
+
+    def track(self, uuids: Iterable[str]) -> None:
+        """Also follow these cards (the board outlives plugin restarts; health is kept)."""
+        self._known.update(uuids)
 
     @property
     def version(self) -> int:

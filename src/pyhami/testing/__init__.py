@@ -1,5 +1,6 @@
 """Doubles shipped with the package: the tests and the demo use the same ones."""
 
+from pyhami.testing.fake_kubelet import FakeKubelet
 from pyhami.testing.fake_nvml import FakeGpu, FakeNVML
 
-__all__ = ["FakeGpu", "FakeNVML"]
+__all__ = ["FakeGpu", "FakeKubelet", "FakeNVML"]
