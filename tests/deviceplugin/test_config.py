@@ -9,32 +9,45 @@ from pyhami.deviceplugin.config import (
     ConfigError,
     DeviceFilter,
     VgpuConfig,
-    apply_device_config,
     apply_node_config,
+    load_device_config,
     load_node_config,
 )
 
+DEVICE_CONFIG = """
+nvidia:
+  resourceCountName: nvidia.com/vgpu
+  deviceSplitCount: 4
+  deviceMemoryScaling: 2
+  libCudaLogLevel: 3
+  disableCoreLimit: true
+  migProfileAllowlist: []
+"""
 
-def test_yaml_block_overrides_defaults_case_insensitively() -> None:
-    config = apply_device_config(
-        VgpuConfig(),
-        {
-            "resourceCountName": "nvidia.com/vgpu",
-            "deviceSplitCount": 4,
-            "DeviceMemoryScaling": 2,
-            "libCudaLogLevel": 1,
-            "disableCoreLimit": True,
-            "migProfileAllowlist": [],
-        },
-        "device-config.yaml",
-    )
+
+def test_device_config_yaml_overrides_only_what_it_sets(tmp_path: Path) -> None:
+    path = tmp_path / "device-config.yaml"
+    path.write_text(DEVICE_CONFIG)
+    flags = VgpuConfig(device_core_scaling=0.5, enable_numa_topology=True)
+    config = load_device_config(flags, path)
     assert (config.resource_name, config.device_split_count, config.device_memory_scaling) == (
         "nvidia.com/vgpu",
         4,
         2.0,
     )
-    assert config.lib_cuda_log_level == "1"
+    assert config.lib_cuda_log_level == "3"
     assert config.disable_core_limit
+    assert config.device_core_scaling == 0.5  # not in the file: the flag stays
+    assert config.enable_numa_topology
+
+
+def test_bad_device_config_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "device-config.yaml"
+    path.write_text("nvidia:\n  deviceSplitCount: many\n")
+    with pytest.raises(ConfigError, match=r"deviceSplitCount|device_split_count"):
+        load_device_config(VgpuConfig(), path)
+    with pytest.raises(ConfigError, match="cannot read device config"):
+        load_device_config(VgpuConfig(), tmp_path / "missing.yaml")
 
 
 def test_node_entries_apply_in_order_and_zero_values_win() -> None:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from pyhami.devices.config import DeviceConfigError, NvidiaConfig, parse_device_config
+
 NODE_CONFIG_PATH = Path("/config/config.json")
 
 
@@ -88,26 +90,29 @@ class VgpuConfig:
         return self
 
 
-# (config key lower-cased, VgpuConfig field, expected type) for the scalar knobs both files set.
-# Go's decoders match keys case-insensitively, so both files are read that way.
-_SHARED_KEYS: tuple[tuple[str, str, type], ...] = (
+# (key lower-cased, VgpuConfig field, expected type) of the per-node JSON knobs. Go's JSON
+# decoder matches keys case-insensitively, so they are read that way.
+_NODE_KEYS: tuple[tuple[str, str, type], ...] = (
     ("devicesplitcount", "device_split_count", int),
     ("devicememoryscaling", "device_memory_scaling", float),
     ("devicecorescaling", "device_core_scaling", float),
     ("preconfigureddevicememory", "preconfigured_device_memory", int),
     ("libcudaloglevel", "lib_cuda_log_level", str),
     ("enablenumatopology", "enable_numa_topology", bool),
-)
-_NODE_KEYS = (
-    *_SHARED_KEYS,
     ("enablegetpreferredallocation", "enable_preferred_allocation", bool),
     ("operatingmode", "operating_mode", str),
 )
-_YAML_KEYS = (
-    *_SHARED_KEYS,
-    ("resourcecountname", "resource_name", str),
-    ("disablecorelimit", "disable_core_limit", bool),
-)
+# NvidiaConfig field (pyhami.devices) -> VgpuConfig field, for the knobs the plugin uses.
+_YAML_FIELDS = {
+    "resource_count_name": "resource_name",
+    "device_split_count": "device_split_count",
+    "device_memory_scaling": "device_memory_scaling",
+    "device_core_scaling": "device_core_scaling",
+    "pre_configured_device_memory": "preconfigured_device_memory",
+    "lib_cuda_log_level": "lib_cuda_log_level",
+    "enable_numa_topology": "enable_numa_topology",
+    "disable_core_limit": "disable_core_limit",
+}
 
 
 def _typed(where: str, key: str, value: Any, kind: type) -> Any:
@@ -134,9 +139,29 @@ def _overlay(
     return replace(base, **changes)
 
 
-def apply_device_config(base: VgpuConfig, nvidia: Mapping[str, Any], where: str) -> VgpuConfig:
-    """Overlay the `nvidia:` block of HAMi's device-config YAML."""
-    return _overlay(base, nvidia, _YAML_KEYS, where)
+def apply_device_config(base: VgpuConfig, nvidia: NvidiaConfig) -> VgpuConfig:
+    """Overlay the keys the device-config YAML's `nvidia:` block actually sets."""
+    changes: dict[str, Any] = {
+        ours: getattr(nvidia, theirs)
+        for theirs, ours in _YAML_FIELDS.items()
+        if theirs in nvidia.model_fields_set
+    }
+    if "lib_cuda_log_level" in changes:
+        changes["lib_cuda_log_level"] = str(changes["lib_cuda_log_level"])
+    return replace(base, **changes)
+
+
+def load_device_config(base: VgpuConfig, path: Path) -> VgpuConfig:
+    """Apply HAMi's device-config YAML (parsed and validated by `pyhami.devices`)."""
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read device config: {error}") from error
+    try:
+        parsed = parse_device_config(text, source=str(path))
+    except DeviceConfigError as error:
+        raise ConfigError(str(error)) from error
+    return apply_device_config(base, parsed.nvidia)
 
 
 def _device_filter(where: str, raw: Any) -> DeviceFilter:
