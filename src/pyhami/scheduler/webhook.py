@@ -1,0 +1,252 @@
+"""The mutating admission webhook's decisions (scheduler.md §7, nvidia-fit-score.md §9.1).
+
+Pure functions of the AdmissionRequest and the configuration; the HTTP handler only
+decodes, calls `review` and encodes.
+
+Security rule (pyhami, not HAMi): the annotations the scheduler writes
+(`hami.io/vgpu-node`, `…-devices-to-allocate`, `…-devices-allocated`, `hami.io/bind-phase`,
+the node label mirror, …) are the record the ledger and the device plugin trust. A user
+must not be able to choose cards or hide usage by writing them. So:
+* on CREATE they are **removed** from every pod (GPU or not, whichever scheduler it names),
+  with an admission warning naming them. Removing, not rejecting, keeps manifests copied
+  from a running pod (`kubectl get -o yaml | kubectl create -f -`) working;
+* on UPDATE (when the webhook is also registered for UPDATE) a change to any of them by a
+  user outside `trusted_writers` is **rejected**, because after creation only the scheduler
+  and the device plugin may move a pod through its allocation states.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyhami.devices.config import NvidiaConfig
+from pyhami.devices.quantity import QuantityError, parse_quantity, value_ceil
+from pyhami.scheduler.admission import AdmissionRequest, AdmissionResponse, json_patch
+
+JsonObject = dict[str, Any]
+
+ANNOTATIONS_PREFIX = "hami.io/"
+LABEL_VGPU_NODE = "hami.io/vgpu-node"
+DEFAULT_SCHEDULER = "default-scheduler"
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookConfig:
+    """Scheduler flags that shape admission."""
+
+    scheduler_name: str = ""
+    force_overwrite_default_scheduler: bool = True
+    # Usernames (exact, or prefixes ending in ':') allowed to change scheduler-owned keys.
+    trusted_writers: tuple[str, ...] = ()
+    # Every annotation key the scheduler or device plugin owns (all vendors).
+    owned_annotations: frozenset[str] = frozenset()
+
+
+class AdmissionError(ValueError):
+    """A container asks for something invalid; the webhook answers 500 (HAMi's choice)."""
+
+
+def quantity_value(text: object, where: str) -> int:
+    """Kubernetes `Quantity.Value()`: the value in units, fractions rounded up."""
+    try:
+        return value_ceil(parse_quantity(text))
+    except QuantityError as err:
+        raise AdmissionError(f"{where}: {err}") from err
+
+
+def _lookup(container: Mapping[str, Any], name: str) -> object | None:
+    resources = container.get("resources") or {}
+    for part in ("limits", "requests"):
+        values = resources.get(part) or {}
+        if name and name in values:
+            found: object = values[name]
+            return found
+    return None
+
+
+def _has_limit(container: Mapping[str, Any], name: str) -> bool:
+    limits = (container.get("resources") or {}).get("limits") or {}
+    return bool(name) and name in limits
+
+
+def _set_limit(container: JsonObject, name: str, value: str) -> None:
+    resources = container.setdefault("resources", {})
+    limits = resources.get("limits")
+    if not isinstance(limits, dict):
+        limits = resources["limits"] = {}
+    limits[name] = value
+
+
+def _append_env(container: JsonObject, name: str, value: str) -> None:
+    env = container.get("env")
+    if not isinstance(env, list):
+        env = container["env"] = []
+    env.append({"name": name, "value": value})
+
+
+def mutate_nvidia_container(container: JsonObject, pod: JsonObject, cfg: NvidiaConfig) -> bool:
+    """NVIDIA MutateAdmission for one container; True when it asks for NVIDIA devices."""
+    cname = str(container.get("name") or "")
+    percentage = _lookup(container, cfg.resource_memory_percentage_name)
+    percentage_value: int | None = None
+    if percentage is not None:
+        percentage_value = quantity_value(
+            percentage, f"container {cname}: {cfg.resource_memory_percentage_name}"
+        )
+        if not 0 <= percentage_value <= 100:
+            raise AdmissionError(
+                f"invalid {cfg.resource_memory_percentage_name} value {percentage_value} in "
+                f"container {cname}: must be an integer between 0 and 100"
+            )
+    if _has_limit(container, cfg.resource_priority_name):
+        priority = container["resources"]["limits"][cfg.resource_priority_name]
+        where = f"container {cname}: {cfg.resource_priority_name}"
+        _append_env(container, "CUDA_TASK_PRIORITY", str(quantity_value(priority, where)))
+    if cfg.gpu_core_policy not in ("", "default"):
+        _append_env(container, "GPU_CORE_UTILIZATION_POLICY", cfg.gpu_core_policy)
+
+    has_resource = _has_limit(container, cfg.resource_count_name)
+    share_names = (
+        cfg.resource_core_name,
+        cfg.resource_memory_name,
+        cfg.resource_memory_percentage_name,
+    )
+    wants_share = any(_has_limit(container, name) for name in share_names)
+    if not has_resource and cfg.default_gpu_num > 0 and wants_share:
+        _set_limit(container, cfg.resource_count_name, str(cfg.default_gpu_num))
+        has_resource = True
+
+    count_given = _lookup(container, cfg.resource_count_name) is not None
+    cores_given = _lookup(container, cfg.resource_core_name) is not None
+    if count_given and cfg.resource_core_name and not cores_given:
+        if percentage is not None:
+            exclusive = percentage_value == 100
+        else:
+            memory_given = _lookup(container, cfg.resource_memory_name) is not None
+            exclusive = not cfg.resource_memory_name or not memory_given
+        if exclusive:
+            _set_limit(container, cfg.resource_core_name, "100")
+            has_resource = True
+
+    spec = pod.setdefault("spec", {})
+    if has_resource and not spec.get("runtimeClassName") and cfg.runtime_class_name:
+        spec["runtimeClassName"] = cfg.runtime_class_name
+    if not has_resource and cfg.overwrite_env:
+        _append_env(container, "NVIDIA_VISIBLE_DEVICES", "none")
+    return has_resource
+
+
+def _containers(spec: Mapping[str, Any], key: str) -> list[JsonObject]:
+    value = spec.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(c, dict) for c in value):
+        raise AdmissionError(f"spec.{key} must be a list of containers")
+    return value
+
+
+def _owned_keys(pod: Mapping[str, Any], owned: frozenset[str]) -> dict[str, str]:
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    return {k: v for k, v in annotations.items() if k in owned}
+
+
+def _strip_owned(pod: JsonObject, owned: frozenset[str]) -> list[str]:
+    metadata = pod.get("metadata") or {}
+    removed: list[str] = []
+    annotations = metadata.get("annotations")
+    if isinstance(annotations, dict):
+        for key in sorted(k for k in annotations if k in owned):
+            del annotations[key]
+            removed.append(f"annotation {key}")
+    labels = metadata.get("labels")
+    if isinstance(labels, dict) and LABEL_VGPU_NODE in labels:
+        del labels[LABEL_VGPU_NODE]
+        removed.append(f"label {LABEL_VGPU_NODE}")
+    return removed
+
+
+def _trusted(username: str, trusted: Sequence[str]) -> bool:
+    return any(username.startswith(t) if t.endswith(":") else username == t for t in trusted)
+
+
+class PodAdmission:
+    """Decides AdmissionReviews for pods."""
+
+    def __init__(
+        self,
+        cfg: WebhookConfig,
+        nvidia: NvidiaConfig,
+        exceeds_quota: Callable[[JsonObject], bool],
+    ) -> None:
+        self.cfg = cfg
+        self.nvidia = nvidia
+        self._exceeds_quota = exceeds_quota
+
+    def review(self, request: AdmissionRequest) -> AdmissionResponse:
+        if request.operation == "UPDATE":
+            return self._review_update(request)
+        if request.operation != "CREATE":
+            return AdmissionResponse.allow()
+        before = request.object
+        pod = copy.deepcopy(before)
+        removed = _strip_owned(pod, self.cfg.owned_annotations)
+        warnings = [f"removed scheduler-owned {what}" for what in removed]
+        try:
+            decision = self._mutate(pod)
+        except AdmissionError as err:
+            return AdmissionResponse.errored(500, str(err))
+        if decision is not None and not decision.allowed:
+            return decision
+        message = decision.message if decision is not None else ""
+        return AdmissionResponse(
+            allowed=True, message=message, patch=json_patch(before, pod), warnings=warnings
+        )
+
+    def _review_update(self, request: AdmissionRequest) -> AdmissionResponse:
+        owned = self.cfg.owned_annotations
+        old = _owned_keys(request.old_object or {}, owned)
+        new = _owned_keys(request.object, owned)
+        changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+        if changed and not _trusted(request.username, self.cfg.trusted_writers):
+            return AdmissionResponse.deny(
+                f"annotations {', '.join(changed)} are written by the scheduler only"
+            )
+        return AdmissionResponse.allow()
+
+    def _mutate(self, pod: JsonObject) -> AdmissionResponse | None:
+        """HAMi's procedure on the (already stripped) pod; None means allowed with the patch."""
+        spec = pod.get("spec")
+        if not isinstance(spec, dict):
+            raise AdmissionError("pod has no spec")
+        init = _containers(spec, "initContainers")
+        app = _containers(spec, "containers")
+        if not app:
+            return AdmissionResponse.deny("pod has no containers")
+        current = str(spec.get("schedulerName") or "")
+        ours = self.cfg.scheduler_name
+        takes_default = current == DEFAULT_SCHEDULER and self.cfg.force_overwrite_default_scheduler
+        if current and not takes_default and current != ours:
+            return AdmissionResponse.allow("pod already has different scheduler assigned")
+        privileged = next(
+            (
+                c
+                for c in (*init, *app)
+                if ((c.get("securityContext") or {}).get("privileged")) is True
+            ),
+            None,
+        )
+        has_resource = False
+        for container in (*init, *app):
+            has_resource |= mutate_nvidia_container(container, pod, self.nvidia)
+        if privileged is not None and has_resource:
+            return AdmissionResponse.deny(f"container {privileged.get('name', '')} is privileged")
+        if has_resource and ours:
+            spec["schedulerName"] = ours
+            if spec.get("nodeName"):
+                return AdmissionResponse.deny("pod has node assigned")
+        if has_resource and self._exceeds_quota(pod):
+            return AdmissionResponse.deny("exceeding resource quota")
+        return None
