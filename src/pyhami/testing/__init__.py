@@ -1,6 +1,7 @@
 """Doubles shipped with the package: the tests and the demo use the same ones."""
 
+from pyhami.testing.fake_apiserver import FakeKubeAPIServer
 from pyhami.testing.fake_kubelet import FakeKubelet
 from pyhami.testing.fake_nvml import FakeGpu, FakeNVML
 
-__all__ = ["FakeGpu", "FakeKubelet", "FakeNVML"]
+__all__ = ["FakeGpu", "FakeKubeAPIServer", "FakeKubelet", "FakeNVML"]

@@ -1,0 +1,315 @@
+"""Mutating admission: call webhooks over HTTPS with AdmissionReview v1, as kube-apiserver does.
+
+Webhooks come from two places: `register(...)` (URL + CA bundle, handy in tests) and the
+MutatingWebhookConfiguration objects in the store (url or service clientConfig; a service is
+resolved through `resolve_service`, and its certificate is checked for
+`<name>.<namespace>.svc`, as kube-apiserver checks it). They run on CREATE in order
+(configurations by name, webhooks in their order), each seeing the previous one's result.
+`failurePolicy: Fail` (the v1 default) turns a call failure into a 500; `Ignore` skips it.
+Reinvocation is not done (`reinvocationPolicy: Never`, HAMi's setting).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from pyhami.testing.fake_apiserver.patches import PatchApplyError, PatchFormatError, json_patch
+from pyhami.testing.fake_apiserver.resources import MUTATING_WEBHOOKS, NAMESPACES, ResourceType
+from pyhami.testing.fake_apiserver.selectors import label_selector_matcher
+from pyhami.testing.fake_apiserver.status import ApiError, internal
+from pyhami.testing.fake_apiserver.store import ObjectStore
+
+JsonObject = dict[str, Any]
+
+
+POD_CREATE_RULES: tuple[JsonObject, ...] = (
+    {"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]},
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Webhook:
+    """One mutating webhook, resolved to a URL."""
+
+    name: str
+    url: str
+    ca_bundle: bytes | None = None
+    server_hostname: str | None = None
+    failure_policy: str = "Fail"
+    timeout_s: float = 10.0
+    rules: tuple[JsonObject, ...] = (
+        {"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]},
+    )
+    namespace_selector: JsonObject | None = None
+    object_selector: JsonObject | None = None
+
+    def applies_to(self, resource: ResourceType, operation: str) -> bool:
+        for rule in self.rules:
+            if not (
+                _listed(rule.get("operations"), operation)
+                and _listed(rule.get("apiGroups"), resource.group)
+                and _listed(rule.get("apiVersions"), resource.version)
+                and _listed(rule.get("resources"), resource.plural)
+            ):
+                continue
+            scope = rule.get("scope", "*")
+            if scope == "*" or (scope == "Namespaced") == resource.namespaced:
+                return True
+        return False
+
+
+def _listed(values: Any, value: str) -> bool:
+    return isinstance(values, list) and ("*" in values or value in values)
+
+
+@dataclass(slots=True)
+class AdmissionCall:
+    """One webhook call as the server made it, kept for tests to read."""
+
+    webhook: str
+    request: JsonObject
+    response: JsonObject | None = None
+    error: str | None = None
+    patch: list[Any] = field(default_factory=list)
+
+
+class AdmissionChain:
+    def __init__(self, store: ObjectStore) -> None:
+        self._store = store
+        self._registered: list[Webhook] = []
+        self._services: dict[tuple[str, str, int], str] = {}
+        self._session: aiohttp.ClientSession | None = None
+        self.calls: list[AdmissionCall] = []
+
+    def register(
+        self,
+        name: str,
+        url: str,
+        *,
+        ca_bundle: bytes | str | None = None,
+        failure_policy: str = "Fail",
+        timeout_s: float = 10.0,
+        namespace_selector: JsonObject | None = None,
+        object_selector: JsonObject | None = None,
+        rules: tuple[JsonObject, ...] | None = None,
+    ) -> Webhook:
+        """Add a webhook by URL (https only, like kube-apiserver) and CA bundle (PEM)."""
+        if not url.startswith("https://"):
+            raise ValueError(f"webhook {name!r}: the URL must use https, got {url!r}")
+        if failure_policy not in ("Fail", "Ignore"):
+            raise ValueError(f"webhook {name!r}: failurePolicy must be Fail or Ignore")
+        bundle = ca_bundle.encode() if isinstance(ca_bundle, str) else ca_bundle
+        hook = Webhook(
+            name,
+            url,
+            bundle,
+            None,
+            failure_policy,
+            timeout_s,
+            rules or POD_CREATE_RULES,
+            namespace_selector,
+            object_selector,
+        )
+        self._registered.append(hook)
+        return hook
+
+    def resolve_service(self, namespace: str, name: str, port: int, address: str) -> None:
+        """Route service `namespace/name:port` to `host:port` (there is no cluster DNS here)."""
+        self._services[(namespace, name, port)] = address
+
+    def _configured(self) -> list[Webhook]:
+        hooks: list[Webhook] = []
+        for config in self._store.items(MUTATING_WEBHOOKS):
+            for entry in config.get("webhooks") or []:
+                hooks.append(self._from_object(entry))
+        return hooks
+
+    def _from_object(self, entry: Mapping[str, Any]) -> Webhook:
+        client = entry.get("clientConfig") or {}
+        bundle = base64.b64decode(client["caBundle"]) if client.get("caBundle") else None
+        server_hostname = None
+        if client.get("url"):
+            url = str(client["url"])
+        else:
+            service = client.get("service") or {}
+            key = (
+                service.get("namespace", ""),
+                service.get("name", ""),
+                int(service.get("port", 443)),
+            )
+            address = self._services.get(key, f"{key[1]}.{key[0]}.svc:{key[2]}")
+            url = f"https://{address}{service.get('path', '/')}"
+            server_hostname = f"{key[1]}.{key[0]}.svc"
+        return Webhook(
+            name=str(entry.get("name", "")),
+            url=url,
+            ca_bundle=bundle,
+            server_hostname=server_hostname,
+            failure_policy=str(entry.get("failurePolicy", "Fail")),
+            timeout_s=float(entry.get("timeoutSeconds", 10)),
+            rules=tuple(entry.get("rules") or ()),
+            namespace_selector=entry.get("namespaceSelector"),
+            object_selector=entry.get("objectSelector"),
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _selected(self, hook: Webhook, namespace: str | None, obj: JsonObject) -> bool:
+        labels = obj.get("metadata", {}).get("labels") or {}
+        if not label_selector_matcher(hook.object_selector)(labels):
+            return False
+        if namespace is None or not hook.namespace_selector:
+            return True
+        try:
+            ns_labels = self._store.get(NAMESPACES, None, namespace)["metadata"].get("labels")
+        except ApiError:
+            ns_labels = {}
+        return label_selector_matcher(hook.namespace_selector)(ns_labels or {})
+
+    async def admit(
+        self,
+        resource: ResourceType,
+        namespace: str | None,
+        obj: JsonObject,
+        operation: str = "CREATE",
+    ) -> JsonObject:
+        """Run every matching webhook; returns the mutated object or raises the refusal."""
+        for hook in [*self._registered, *self._configured()]:
+            if hook.applies_to(resource, operation) and self._selected(hook, namespace, obj):
+                obj = await self._call(hook, resource, namespace, obj, operation)
+        return obj
+
+    async def _call(
+        self,
+        hook: Webhook,
+        resource: ResourceType,
+        namespace: str | None,
+        obj: JsonObject,
+        operation: str,
+    ) -> JsonObject:
+        uid = self._store.new_uid()
+        kind = {"group": resource.group, "version": resource.version, "kind": resource.kind}
+        gvr = {"group": resource.group, "version": resource.version, "resource": resource.plural}
+        review: JsonObject = {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": uid,
+                "kind": kind,
+                "resource": gvr,
+                "requestKind": kind,
+                "requestResource": gvr,
+                "name": obj.get("metadata", {}).get("name", ""),
+                "namespace": namespace or "",
+                "operation": operation,
+                "userInfo": {"username": "system:admin", "groups": ["system:masters"]},
+                "object": {"apiVersion": resource.api_version, "kind": resource.kind, **obj},
+                "oldObject": None,
+                "dryRun": False,
+                "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+            },
+        }
+        call = AdmissionCall(hook.name, review)
+        self.calls.append(call)
+        try:
+            answer = await self._post(hook, review)
+            call.response = answer
+            patched = self._apply(hook, uid, answer, review["request"]["object"], call)
+        except _CallFailedError as err:
+            call.error = str(err)
+            if hook.failure_policy == "Ignore":
+                return obj
+            raise internal(f'failed calling webhook "{hook.name}": {err}') from err
+        return patched
+
+    async def _post(self, hook: Webhook, review: JsonObject) -> JsonObject:
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        context = ssl.create_default_context(
+            cadata=hook.ca_bundle.decode() if hook.ca_bundle else None
+        )
+        try:
+            async with self._session.post(
+                hook.url,
+                json=review,
+                ssl=context,
+                server_hostname=hook.server_hostname,
+                timeout=aiohttp.ClientTimeout(total=hook.timeout_s),
+            ) as response:
+                if response.status != 200:
+                    text = await response.text()
+                    raise _CallFailedError(
+                        f"failed to call webhook: the server responded with "
+                        f"status {response.status}: {text[:200]}"
+                    )
+                body = await response.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError, ssl.SSLError) as err:
+            raise _CallFailedError(f'failed to call webhook: Post "{hook.url}": {err!r}') from err
+        if not isinstance(body, dict):
+            raise _CallFailedError("received invalid webhook response: not a JSON object")
+        return body
+
+    @staticmethod
+    def _apply(
+        hook: Webhook, uid: str, answer: JsonObject, obj: JsonObject, call: AdmissionCall
+    ) -> JsonObject:
+        if (
+            answer.get("apiVersion") != "admission.k8s.io/v1"
+            or answer.get("kind") != "AdmissionReview"
+        ):
+            raise _CallFailedError(
+                "received invalid webhook response: expected "
+                "admission.k8s.io/v1 AdmissionReview, got "
+                f"{answer.get('apiVersion')} {answer.get('kind')}"
+            )
+        response = answer.get("response")
+        if not isinstance(response, dict):
+            raise _CallFailedError("received invalid webhook response: response is missing")
+        if response.get("uid") != uid:
+            raise _CallFailedError(f"expected response.uid={uid!r}, got {response.get('uid')!r}")
+        if not response.get("allowed"):
+            raise _denied(hook.name, response.get("status") or {})
+        if not response.get("patch"):
+            return {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
+        if response.get("patchType") != "JSONPatch":
+            raise _CallFailedError(f"unsupported patch type {response.get('patchType')!r}")
+        try:
+            operations = json.loads(base64.b64decode(response["patch"], validate=True))
+            call.patch = operations
+            patched = json_patch(obj, operations)
+        except (binascii.Error, ValueError, PatchFormatError, PatchApplyError) as err:
+            raise _CallFailedError(f"failed to apply the webhook's patch: {err}") from err
+        if not isinstance(patched, dict):
+            raise _CallFailedError("the webhook's patch did not leave an object")
+        patched.pop("apiVersion", None)
+        patched.pop("kind", None)
+        return patched
+
+
+class _CallFailedError(Exception):
+    """The webhook could not be called or answered nonsense (failurePolicy decides)."""
+
+
+def _denied(name: str, status: Mapping[str, Any]) -> ApiError:
+    """kube-apiserver's wording and code rules for a webhook refusal (webhookerrors.ToStatusErr)."""
+    code = int(status.get("code") or 0)
+    code = max(code, 400)
+    denied_by = f'admission webhook "{name}" denied the request'
+    if status.get("message"):
+        message = f"{denied_by}: {status['message']}"
+    elif status.get("reason"):
+        message = f"{denied_by}: {status['reason']}"
+    else:
+        message = f"{denied_by} without explanation"
+    return ApiError(code, str(status.get("reason") or ""), message)

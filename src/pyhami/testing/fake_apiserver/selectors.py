@@ -1,0 +1,164 @@
+"""Label and field selectors, parsed like kube-apiserver parses them (a bad one is a 400)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pyhami.testing.fake_apiserver.resources import ResourceType
+from pyhami.testing.fake_apiserver.status import ApiError, bad_request
+
+_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+_SET_OP = re.compile(r"^(?P<key>\S+)\s+(?P<op>in|notin)\s*\((?P<values>[^()]*)\)$")
+_BINARY_OP = re.compile(r"^(?P<key>[^=!\s]+)\s*(?P<op>==|=|!=)\s*(?P<value>[^=!\s]*)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    key: str
+    operator: str  # "=", "!=", "in", "notin", "exists", "!"
+    values: frozenset[str]
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        present = self.key in labels
+        if self.operator == "exists":
+            return present
+        if self.operator == "!":
+            return not present
+        if self.operator in ("=", "in"):
+            return present and labels[self.key] in self.values
+        return not present or labels[self.key] not in self.values
+
+
+def _split_top_level(text: str) -> list[str]:
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [part.strip() for part in parts]
+
+
+def _checked_key(key: str, whole: str) -> str:
+    if len(key.rpartition("/")[2]) > 63 or not _KEY.match(key):
+        raise bad_request(f"unable to parse requirement: invalid label key {key!r} in {whole!r}")
+    return key
+
+
+def _checked_values(values: list[str], whole: str) -> frozenset[str]:
+    for value in values:
+        if len(value) > 63 or not _VALUE.match(value):
+            raise bad_request(
+                f"unable to parse requirement: invalid label value {value!r} in {whole!r}"
+            )
+    return frozenset(values)
+
+
+def parse_label_selector(text: str) -> tuple[Requirement, ...]:
+    """Equality- and set-based requirements, ANDed; the empty selector matches everything."""
+    if not text.strip():
+        return ()
+    requirements = []
+    for part in _split_top_level(text):
+        if not part:
+            raise bad_request(f"unable to parse requirement: empty requirement in {text!r}")
+        if part.startswith("!"):
+            requirements.append(Requirement(_checked_key(part[1:].strip(), text), "!", frozenset()))
+        elif match := _SET_OP.match(part):
+            values = [v.strip() for v in match["values"].split(",")]
+            if values == [""]:
+                raise bad_request(f"unable to parse requirement: {match['op']} needs values")
+            requirements.append(
+                Requirement(
+                    _checked_key(match["key"], text), match["op"], _checked_values(values, text)
+                )
+            )
+        elif match := _BINARY_OP.match(part):
+            operator = "!=" if match["op"] == "!=" else "="
+            requirements.append(
+                Requirement(
+                    _checked_key(match["key"], text),
+                    operator,
+                    _checked_values([match["value"]], text),
+                )
+            )
+        elif " " not in part and "=" not in part and "(" not in part:
+            requirements.append(Requirement(_checked_key(part, text), "exists", frozenset()))
+        else:
+            raise bad_request(f"unable to parse requirement: {part!r} in {text!r}")
+    return tuple(requirements)
+
+
+def parse_field_selector(text: str, resource: ResourceType) -> tuple[Requirement, ...]:
+    """`field=value`, `field==value`, `field!=value`, ANDed; only the resource's field labels."""
+    if not text.strip():
+        return ()
+    requirements = []
+    for part in text.split(","):
+        match = _BINARY_OP.match(part.strip())
+        if match is None:
+            raise bad_request(f"invalid selector: {text!r}; can't understand {part!r}")
+        if match["key"] not in resource.field_labels:
+            raise bad_request(f"field label not supported: {match['key']}")
+        operator = "!=" if match["op"] == "!=" else "="
+        requirements.append(Requirement(match["key"], operator, frozenset({match["value"]})))
+    return tuple(requirements)
+
+
+@dataclass(frozen=True, slots=True)
+class Selector:
+    """A parsed labelSelector plus fieldSelector for one resource."""
+
+    resource: ResourceType
+    labels: tuple[Requirement, ...] = ()
+    fields: tuple[Requirement, ...] = ()
+
+    @classmethod
+    def parse(cls, resource: ResourceType, label_selector: str, field_selector: str) -> Selector:
+        return cls(
+            resource,
+            parse_label_selector(label_selector),
+            parse_field_selector(field_selector, resource),
+        )
+
+    def matches(self, obj: Mapping[str, Any]) -> bool:
+        labels = obj.get("metadata", {}).get("labels") or {}
+        if not all(req.matches(labels) for req in self.labels):
+            return False
+        if not self.fields:
+            return True
+        values = {req.key: self.resource.field_value(obj, req.key) for req in self.fields}
+        return all(req.matches(values) for req in self.fields)
+
+
+def label_selector_matcher(
+    selector: Mapping[str, Any] | None,
+) -> Callable[[Mapping[str, str]], bool]:
+    """A metav1.LabelSelector object (matchLabels + matchExpressions), as webhooks carry."""
+    if not selector:
+        return lambda _labels: True
+    requirements = [
+        Requirement(key, "=", frozenset({str(value)}))
+        for key, value in (selector.get("matchLabels") or {}).items()
+    ]
+    operators = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!"}
+    for expression in selector.get("matchExpressions") or []:
+        operator = operators.get(expression.get("operator", ""))
+        if operator is None:
+            raise ApiError(
+                422, "Invalid", f"unknown label selector operator {expression.get('operator')!r}"
+            )
+        values = frozenset(str(v) for v in expression.get("values") or [])
+        requirements.append(Requirement(str(expression.get("key", "")), operator, values))
+    return lambda labels: all(req.matches(labels) for req in requirements)

@@ -1,0 +1,473 @@
+"""FakeKubeAPIServer: the HTTP face of the store, on a real localhost socket."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import json
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import yaml
+from aiohttp import web
+from kubernetes_asyncio.client import Configuration
+
+from pyhami.testing.fake_apiserver.admission import AdmissionChain
+from pyhami.testing.fake_apiserver.faults import FaultInjector
+from pyhami.testing.fake_apiserver.resources import PODS, ResourceType, find_resource
+from pyhami.testing.fake_apiserver.selectors import Selector
+from pyhami.testing.fake_apiserver.status import ApiError, bad_request, gone, success_status
+from pyhami.testing.fake_apiserver.store import (
+    DEFAULT_NAMESPACES,
+    PATCH_TYPES,
+    JsonObject,
+    ObjectStore,
+    Watcher,
+    with_kind,
+)
+
+_METHOD_NOT_ALLOWED = "the server does not allow this method on the requested resource"
+_TRUE = ("1", "true", "True")
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"))
+
+
+def _json_response(body: JsonObject, status: int = 200) -> web.Response:
+    return web.Response(text=_dumps(body), status=status, content_type="application/json")
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A parsed request path."""
+
+    resource: ResourceType
+    namespace: str | None
+    name: str | None
+    subresource: str
+
+    @property
+    def audit_name(self) -> str:
+        """`pods`, `pods/binding`: what fault hooks and request counters match on."""
+        return self.resource.plural + (f"/{self.subresource}" if self.subresource else "")
+
+
+def parse_path(path: str) -> Route | None:
+    parts = [p for p in path.split("/") if p]
+    if len(parts) >= 2 and parts[0] == "api" and parts[1] == "v1":
+        group, version, rest = "", "v1", parts[2:]
+    elif len(parts) >= 3 and parts[0] == "apis":
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        return None
+    namespace = None
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        candidate = find_resource(group, version, rest[2])
+        if (candidate is not None and candidate.namespaced) or rest[2:] == ["bindings"]:
+            namespace, rest = rest[1], rest[2:]
+    if namespace is not None and not group and rest == ["bindings"]:
+        return Route(PODS, namespace, None, "binding")  # the legacy binding collection
+    if not rest or len(rest) > 3:
+        return None
+    resource = find_resource(group, version, rest[0])
+    if resource is None:
+        return None
+    name = rest[1] if len(rest) >= 2 else None
+    subresource = rest[2] if len(rest) == 3 else ""
+    return Route(resource, namespace, name, subresource)
+
+
+class FakeKubeAPIServer:
+    """A kube-apiserver double for tests and the demo: real HTTP on 127.0.0.1.
+
+    `store` is the in-process view (reads, and writes that skip admission); `faults` injects
+    latency and errors; `admission` holds the mutating webhooks. Use `configuration()` for a
+    kubernetes-asyncio client, or `write_kubeconfig(path)` for a process.
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        clock: Callable[[], datetime] | None = None,
+        history_limit: int = 10_000,
+        bookmark_interval_s: float = 1.0,
+        pod_grace_cap_s: float = 0.2,
+        default_watch_timeout_s: float = 1800.0,
+        namespaces: tuple[str, ...] = DEFAULT_NAMESPACES,
+        seed: int | None = None,
+    ) -> None:
+        self.store = ObjectStore(
+            clock=clock,
+            history_limit=history_limit,
+            pod_grace_cap_s=pod_grace_cap_s,
+            seed=seed,
+            namespaces=namespaces,
+        )
+        self.faults = FaultInjector()
+        self.admission = AdmissionChain(self.store)
+        self.requests: Counter[tuple[str, str]] = Counter()
+        self.bookmark_interval_s = bookmark_interval_s
+        self.default_watch_timeout_s = default_watch_timeout_s
+        self._host = host
+        self._port = port
+        self._runner: web.AppRunner | None = None
+        self._watch_tasks: set[asyncio.Task[Any]] = set()
+        self.url = ""
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._runner is not None:
+            raise RuntimeError("the fake API server is already running")
+        app = web.Application(client_max_size=16 << 20)
+        app.router.add_get("/version", self._version)
+        for probe in ("/healthz", "/readyz", "/livez"):
+            app.router.add_get(probe, self._probe)
+        app.router.add_route("*", "/{tail:.*}", self._dispatch)
+        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self._host, self._port)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        self.url = f"http://{self._host}:{port}"
+
+    async def stop(self) -> None:
+        self.store.drop_watches()
+        await self.admission.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> FakeKubeAPIServer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # --- client wiring --------------------------------------------------------------------
+
+    def configuration(self) -> Configuration:
+        """A kubernetes-asyncio Configuration that talks to this server."""
+        if not self.url:
+            raise RuntimeError("start the fake API server before asking for its configuration")
+        config = Configuration(host=self.url)
+        config.api_key = {"authorization": "Bearer fake-token"}
+        return config
+
+    def kubeconfig(self) -> JsonObject:
+        if not self.url:
+            raise RuntimeError("start the fake API server before asking for a kubeconfig")
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "fake", "user": {"token": "fake-token"}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+            "current-context": "fake",
+        }
+
+    def write_kubeconfig(self, path: Path) -> Path:
+        path.write_text(yaml.safe_dump(self.kubeconfig()))
+        return path
+
+    def drop_watches(self, resource: str | None = None, *, abrupt: bool = False) -> int:
+        """End open watches (cleanly, or by cutting the connection); returns how many."""
+        for watcher in self.store.open_watchers(resource):
+            watcher.abort = abrupt
+        return self.store.drop_watches(resource)
+
+    # --- HTTP -----------------------------------------------------------------------------
+
+    async def _version(self, _request: web.Request) -> web.Response:
+        return _json_response(
+            {
+                "major": "1",
+                "minor": "33",
+                "gitVersion": "v1.33.0-pyhami-fake",
+                "platform": "linux/amd64",
+            }
+        )
+
+    async def _probe(self, _request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        route = parse_path(request.path)
+        if route is None:
+            return _json_response(
+                ApiError(
+                    404, "NotFound", "the server could not find the requested resource", {}
+                ).status,
+                404,
+            )
+        try:
+            verb = self._verb(request, route)
+            self.requests[(verb, route.audit_name)] += 1
+            await self.faults.before(verb, route.audit_name)
+            if verb == "watch":
+                return await self._watch(request, route)
+            return await self._serve(request, route, verb)
+        except ApiError as err:
+            return _json_response(err.status, err.code)
+
+    @staticmethod
+    def _verb(request: web.Request, route: Route) -> str:
+        method = request.method
+        collection = route.name is None
+        if method == "GET":
+            if collection:
+                return "watch" if request.query.get("watch") in _TRUE else "list"
+            return "get"
+        if method == "POST" and (collection or route.subresource == "binding"):
+            return "create"
+        if method == "PUT" and not collection:
+            return "update"
+        if method == "PATCH" and not collection:
+            return "patch"
+        if method == "DELETE":
+            return "delete"
+        raise ApiError(405, "MethodNotAllowed", _METHOD_NOT_ALLOWED)
+
+    @staticmethod
+    async def _body(request: web.Request) -> Any:
+        raw = await request.read()
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise bad_request(f"the request body is not valid JSON: {err}") from err
+
+    async def _serve(self, request: web.Request, route: Route, verb: str) -> web.Response:
+        store, resource = self.store, route.resource
+        if (
+            route.subresource not in ("", "status", "binding")
+            or (route.subresource == "status" and not resource.has_status)
+            or (route.subresource == "binding" and resource is not PODS)
+        ):
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if verb == "list":
+            return _json_response(self._list(request, route))
+        if verb == "get":
+            assert route.name is not None
+            return _json_response(
+                with_kind(resource, store.get(resource, route.namespace, route.name))
+            )
+        if verb == "create":
+            body = await self._body(request)
+            if route.subresource == "binding":
+                assert route.namespace is not None
+                store.bind(route.namespace, route.name or _binding_name(body), body)
+                return _json_response(success_status(201), 201)
+            if not isinstance(body, dict):
+                raise bad_request(f"the body of a create must be a {resource.kind} object")
+            return _json_response(with_kind(resource, await self._create(route, body)), 201)
+        assert route.name is not None
+        if verb == "update":
+            body = await self._body(request)
+            if not isinstance(body, dict):
+                raise bad_request(f"the body of an update must be a {resource.kind} object")
+            return _json_response(
+                with_kind(
+                    resource,
+                    store.update(
+                        resource, route.namespace, route.name, body, subresource=route.subresource
+                    ),
+                )
+            )
+        if verb == "patch":
+            content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
+            if content_type not in PATCH_TYPES:
+                raise ApiError(
+                    415,
+                    "UnsupportedMediaType",
+                    f"the body of the request was in an unknown format - accepted media types "
+                    f"include: {', '.join(PATCH_TYPES)}",
+                )
+            body = await self._body(request)
+            return _json_response(
+                with_kind(
+                    resource,
+                    store.patch(
+                        resource,
+                        route.namespace,
+                        route.name,
+                        content_type,
+                        body,
+                        subresource=route.subresource,
+                    ),
+                )
+            )
+        return _json_response(with_kind(resource, await self._delete(request, route)))
+
+    async def _create(self, route: Route, body: JsonObject) -> JsonObject:
+        obj = self.store.prepare_create(route.resource, route.namespace, body)
+        obj = await self.admission.admit(route.resource, obj["metadata"].get("namespace"), obj)
+        return self.store.create(route.resource, route.namespace, obj)
+
+    async def _delete(self, request: web.Request, route: Route) -> JsonObject:
+        assert route.name is not None
+        options = await self._body(request) or {}
+        if not isinstance(options, dict):
+            raise bad_request("DeleteOptions must be a JSON object")
+        grace = options.get("gracePeriodSeconds")
+        if "gracePeriodSeconds" in request.query:
+            grace = _int_param(request, "gracePeriodSeconds")
+        preconditions = options.get("preconditions") or {}
+        return self.store.delete(
+            route.resource,
+            route.namespace,
+            route.name,
+            grace_period_seconds=None if grace is None else int(grace),
+            uid=preconditions.get("uid"),
+            resource_version=preconditions.get("resourceVersion"),
+        )
+
+    def _list(self, request: web.Request, route: Route) -> JsonObject:
+        query = request.query
+        selector = Selector.parse(
+            route.resource, query.get("labelSelector", ""), query.get("fieldSelector", "")
+        )
+        version = self.store.list_version()
+        start_after = ""
+        if query.get("continue"):
+            version, start_after = self._decode_continue(query["continue"])
+        else:
+            self.store.check_list_version(
+                query.get("resourceVersion"), query.get("resourceVersionMatch")
+            )
+        items = self.store.items(route.resource, route.namespace, selector)
+        if start_after:
+            items = [i for i in items if _sort_key(i) > start_after]
+        metadata: JsonObject = {"resourceVersion": version}
+        limit = _int_param(request, "limit") if "limit" in query else 0
+        if limit > 0 and len(items) > limit:
+            items, rest = items[:limit], len(items) - limit
+            token = _dumps({"rv": int(version), "start": _sort_key(items[-1])})
+            metadata["continue"] = base64.urlsafe_b64encode(token.encode()).decode()
+            metadata["remainingItemCount"] = rest
+        return {
+            "kind": f"{route.resource.kind}List",
+            "apiVersion": route.resource.api_version,
+            "metadata": metadata,
+            "items": items,
+        }
+
+    def _decode_continue(self, token: str) -> tuple[str, str]:
+        try:
+            decoded = json.loads(base64.urlsafe_b64decode(token.encode()))
+            version, start = int(decoded["rv"]), str(decoded["start"])
+        except (binascii.Error, ValueError, KeyError, TypeError) as err:
+            raise bad_request(f"invalid continue token: {err}") from err
+        if version < self.store.compacted_version:
+            raise gone(
+                "The provided continue parameter is too old to display a consistent "
+                "list result. You can start a new list without the continue parameter."
+            )
+        return str(version), start
+
+    async def _watch(self, request: web.Request, route: Route) -> web.StreamResponse:
+        query = request.query
+        selector = Selector.parse(
+            route.resource, query.get("labelSelector", ""), query.get("fieldSelector", "")
+        )
+        timeout = (
+            float(_int_param(request, "timeoutSeconds"))
+            if "timeoutSeconds" in query
+            else self.default_watch_timeout_s
+        )
+        bookmarks = query.get("allowWatchBookmarks") in _TRUE
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.enable_chunked_encoding()
+        try:
+            watcher = self.store.watch(
+                route.resource, route.namespace, selector, query.get("resourceVersion")
+            )
+        except ApiError as err:
+            if err.code != 410:
+                raise
+            await response.prepare(request)
+            await response.write((_dumps({"type": "ERROR", "object": err.status}) + "\n").encode())
+            await response.write_eof()
+            return response
+        await response.prepare(request)
+        try:
+            await self._stream(
+                request, response, watcher, route.resource, timeout=timeout, bookmarks=bookmarks
+            )
+        finally:
+            self.store.stop_watch(watcher)
+        return response
+
+    async def _stream(
+        self,
+        request: web.Request,
+        response: web.StreamResponse,
+        watcher: Watcher,
+        resource: ResourceType,
+        *,
+        timeout: float,
+        bookmarks: bool,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while (remaining := deadline - loop.time()) > 0:
+            wait = min(remaining, self.bookmark_interval_s) if bookmarks else remaining
+            try:
+                event = await asyncio.wait_for(watcher.queue.get(), timeout=wait)
+            except TimeoutError:
+                if bookmarks and deadline - loop.time() > 0:
+                    event = {
+                        "type": "BOOKMARK",
+                        "object": {
+                            "kind": resource.kind,
+                            "apiVersion": resource.api_version,
+                            "metadata": {"resourceVersion": self.store.list_version()},
+                        },
+                    }
+                else:
+                    continue
+            if event is None:
+                if watcher.abort and request.transport is not None:
+                    request.transport.abort()
+                    return
+                break
+            await response.write((_dumps(event) + "\n").encode())
+        with contextlib.suppress(ConnectionError):
+            await response.write_eof()
+
+
+def _sort_key(obj: JsonObject) -> str:
+    meta = obj["metadata"]
+    return f"{meta.get('namespace', '')}/{meta['name']}"
+
+
+def _int_param(request: web.Request, name: str) -> int:
+    text = request.query[name]
+    try:
+        return int(text)
+    except ValueError as err:
+        raise bad_request(f"invalid value for {name}: {text!r} is not an integer") from err
+
+
+def _binding_name(body: Any) -> str:
+    name = body.get("metadata", {}).get("name") if isinstance(body, dict) else None
+    if not isinstance(name, str) or not name:
+        raise bad_request("a Binding posted to the bindings collection needs metadata.name")
+    return name

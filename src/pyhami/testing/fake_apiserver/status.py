@@ -1,0 +1,140 @@
+"""Errors as kube-apiserver shapes them: a `Status` object with code, reason, message, details."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyhami.testing.fake_apiserver.resources import ResourceType
+
+JsonObject = dict[str, Any]
+
+# The reason kube-apiserver puts beside each HTTP status it answers with (metav1.StatusReason).
+REASON_FOR_CODE = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    406: "NotAcceptable",
+    409: "Conflict",
+    410: "Expired",
+    413: "RequestEntityTooLarge",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
+
+
+class ApiError(Exception):
+    """A request kube-apiserver would refuse; `status` is the body it would send."""
+
+    def __init__(self, code: int, reason: str, message: str, details: JsonObject | None = None):
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.details = details
+
+    @property
+    def status(self) -> JsonObject:
+        body: JsonObject = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+        if self.details is not None:
+            body["details"] = self.details
+        return body
+
+
+def success_status(code: int, details: JsonObject | None = None) -> JsonObject:
+    body: JsonObject = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
+    if details is not None:
+        body["details"] = details
+    body["code"] = code
+    return body
+
+
+def _details(resource: ResourceType, name: str) -> JsonObject:
+    details: JsonObject = {"name": name}
+    if resource.group:
+        details["group"] = resource.group
+    details["kind"] = resource.plural
+    return details
+
+
+def not_found(resource: ResourceType, name: str) -> ApiError:
+    return ApiError(
+        404, "NotFound", f'{resource.qualified} "{name}" not found', _details(resource, name)
+    )
+
+
+def already_exists(resource: ResourceType, name: str) -> ApiError:
+    return ApiError(
+        409,
+        "AlreadyExists",
+        f'{resource.qualified} "{name}" already exists',
+        _details(resource, name),
+    )
+
+
+def conflict(resource: ResourceType, name: str, why: str, subresource: str = "") -> ApiError:
+    what = resource.qualified if not subresource else f"{resource.qualified}/{subresource}"
+    return ApiError(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {what} "{name}": {why}',
+        _details(resource, name),
+    )
+
+
+STALE_OBJECT = (
+    "the object has been modified; please apply your changes to the latest version and try again"
+)
+
+
+def stale(resource: ResourceType, name: str) -> ApiError:
+    return conflict(resource, name, STALE_OBJECT)
+
+
+def invalid(resource: ResourceType, name: str, causes: list[tuple[str, str, str]]) -> ApiError:
+    """422 for failed validation; each cause is (field, reason, message) like field.Error."""
+    summary = ", ".join(f"{path}: {message}" for path, _reason, message in causes)
+    shown = summary if len(causes) == 1 else f"[{summary}]"
+    details: JsonObject = {"name": name}
+    if resource.group:
+        details["group"] = resource.group
+    details["kind"] = resource.kind
+    details["causes"] = [
+        {"reason": reason, "message": message, "field": path} for path, reason, message in causes
+    ]
+    return ApiError(422, "Invalid", f'{resource.kind} "{name}" is invalid: {shown}', details)
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(400, "BadRequest", message)
+
+
+def gone(message: str) -> ApiError:
+    return ApiError(410, "Expired", message)
+
+
+def internal(message: str) -> ApiError:
+    return ApiError(
+        500,
+        "InternalError",
+        f"Internal error occurred: {message}",
+        {"causes": [{"message": message}]},
+    )
+
+
+def injected(code: int, message: str) -> ApiError:
+    """An error a test asked for; shaped like the real one with the same code."""
+    return ApiError(code, REASON_FOR_CODE.get(code, "Unknown"), message)

@@ -1,0 +1,561 @@
+"""The object store behind the fake API server: what etcd plus the registry do for us.
+
+One global, monotonic resourceVersion shared by every resource (as etcd's revision is); each
+write that changes an object bumps it, a write that changes nothing does not (and sends no
+watch event). A bounded history of changes serves watches from a resourceVersion; older
+versions are answered with 410 Expired. The store is synchronous: every method runs to the
+end without awaiting, so list-then-watch is atomic on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import random
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pyhami.testing.fake_apiserver import patches, validation
+from pyhami.testing.fake_apiserver.resources import (
+    ALL_RESOURCES,
+    NAMESPACES,
+    PODS,
+    ResourceType,
+    resource_named,
+)
+from pyhami.testing.fake_apiserver.selectors import Selector
+from pyhami.testing.fake_apiserver.status import (
+    ApiError,
+    already_exists,
+    bad_request,
+    conflict,
+    gone,
+    invalid,
+    not_found,
+    stale,
+)
+
+JsonObject = dict[str, Any]
+WallClock = Callable[[], datetime]
+
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+PATCH_TYPES = (JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH)
+
+DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+_NAME_SUFFIX_CHARS = "bcdfghjklmnpqrstvwxz2456789"
+
+
+def rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One committed write, as the watch history keeps it."""
+
+    resource_version: int
+    resource: ResourceType
+    type: str  # ADDED, MODIFIED, DELETED
+    obj: JsonObject
+    old: JsonObject | None
+
+
+def with_kind(resource: ResourceType, obj: JsonObject) -> JsonObject:
+    """Objects on the wire (get, watch) carry kind and apiVersion first; list items do not."""
+    return {"apiVersion": resource.api_version, "kind": resource.kind, **obj}
+
+
+class Watcher:
+    """One open watch: a queue of ready-to-send events, filtered by namespace and selectors."""
+
+    def __init__(self, resource: ResourceType, namespace: str | None, selector: Selector):
+        self.resource = resource
+        self.namespace = namespace
+        self.selector = selector
+        self.queue: asyncio.Queue[JsonObject | None] = asyncio.Queue()
+        self.abort = False  # drop by cutting the connection instead of ending the stream
+
+    def _visible(self, obj: JsonObject | None) -> bool:
+        if obj is None:
+            return False
+        if self.namespace is not None and obj["metadata"].get("namespace") != self.namespace:
+            return False
+        return self.selector.matches(obj)
+
+    def offer(self, change: Change) -> None:
+        """Queue the change as this watcher sees it: leaving the selection reads as DELETED."""
+        if change.resource is not self.resource:
+            return
+        now, before = self._visible(change.obj), self._visible(change.old)
+        if change.type == "MODIFIED" and now != before:
+            kind = "ADDED" if now else "DELETED"
+        elif (change.type == "DELETED" and before) or (change.type != "DELETED" and now):
+            kind = change.type
+        else:
+            return
+        self.queue.put_nowait({"type": kind, "object": with_kind(self.resource, change.obj)})
+
+    def close(self) -> None:
+        self.queue.put_nowait(None)
+
+
+class ObjectStore:
+    """All objects of the fake cluster; the in-process API tests may use directly."""
+
+    def __init__(
+        self,
+        *,
+        clock: WallClock | None = None,
+        history_limit: int = 10_000,
+        pod_grace_cap_s: float = 0.2,
+        seed: int | None = None,
+        namespaces: tuple[str, ...] = DEFAULT_NAMESPACES,
+    ):
+        if history_limit < 1:
+            raise ValueError(f"history_limit must be at least 1, got {history_limit}")
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self._rng = random.Random(seed)
+        self._objects: dict[ResourceType, dict[tuple[str, str], JsonObject]] = {
+            r: {} for r in ALL_RESOURCES
+        }
+        self._history: deque[Change] = deque(maxlen=history_limit)
+        self._compacted = 0  # every change after this version is still in the history
+        self._watchers: set[Watcher] = set()
+        self._pod_grace_cap_s = pod_grace_cap_s
+        self.resource_version = 0
+        for namespace in namespaces:
+            self.create(NAMESPACES, None, {"metadata": {"name": namespace}})
+
+    # --- reading --------------------------------------------------------------------------
+
+    @staticmethod
+    def _resource(resource: ResourceType | str) -> ResourceType:
+        return resource if isinstance(resource, ResourceType) else resource_named(resource)
+
+    @staticmethod
+    def _key(resource: ResourceType, namespace: str | None, name: str) -> tuple[str, str]:
+        if resource.namespaced and not namespace:
+            raise bad_request(f"{resource.qualified} are namespaced: a namespace is required")
+        return (namespace or "") if resource.namespaced else "", name
+
+    def _current(self, resource: ResourceType, namespace: str | None, name: str) -> JsonObject:
+        found = self._objects[resource].get(self._key(resource, namespace, name))
+        if found is None:
+            raise not_found(resource, name)
+        return found
+
+    def get(self, resource: ResourceType | str, namespace: str | None, name: str) -> JsonObject:
+        """A copy of the stored object (404 ApiError when absent)."""
+        resource = self._resource(resource)
+        return copy.deepcopy(self._current(resource, namespace, name))
+
+    def items(
+        self,
+        resource: ResourceType | str,
+        namespace: str | None = None,
+        selector: Selector | None = None,
+    ) -> list[JsonObject]:
+        """Copies of the matching objects, ordered by namespace then name, as etcd lists them."""
+        resource = self._resource(resource)
+        return [copy.deepcopy(obj) for obj in self._matching(resource, namespace, selector)]
+
+    def _matching(
+        self, resource: ResourceType, namespace: str | None, selector: Selector | None
+    ) -> Iterator[JsonObject]:
+        for (ns, _name), obj in sorted(self._objects[resource].items()):
+            if namespace is not None and resource.namespaced and ns != namespace:
+                continue
+            if selector is None or selector.matches(obj):
+                yield obj
+
+    # --- writing --------------------------------------------------------------------------
+
+    def _commit(
+        self, resource: ResourceType, kind: str, obj: JsonObject, old: JsonObject | None
+    ) -> JsonObject:
+        self.resource_version += 1
+        obj["metadata"]["resourceVersion"] = str(self.resource_version)
+        key = self._key(resource, obj["metadata"].get("namespace"), obj["metadata"]["name"])
+        if kind == "DELETED":
+            del self._objects[resource][key]
+        else:
+            self._objects[resource][key] = obj
+        if len(self._history) == self._history.maxlen:
+            self._compacted = self._history[0].resource_version
+        change = Change(self.resource_version, resource, kind, copy.deepcopy(obj), old)
+        self._history.append(change)
+        for watcher in self._watchers:
+            watcher.offer(change)
+        return copy.deepcopy(obj)
+
+    def _generate_name(self, prefix: str) -> str:
+        return prefix + "".join(self._rng.choice(_NAME_SUFFIX_CHARS) for _ in range(5))
+
+    def new_uid(self) -> str:
+        return str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
+
+    def prepare_create(
+        self, resource: ResourceType | str, namespace: str | None, body: JsonObject
+    ) -> JsonObject:
+        """The object as admission sees it: checked, defaulted, namespace set (no name yet)."""
+        resource = self._resource(resource)
+        if not isinstance(body, dict) or not isinstance(body.get("metadata", {}), dict):
+            raise bad_request(f"a {resource.kind} must be a JSON object with object metadata")
+        validation.check_kind(resource, body)
+        obj = {k: copy.deepcopy(v) for k, v in body.items() if k not in ("apiVersion", "kind")}
+        metadata = obj.setdefault("metadata", {})
+        if resource.namespaced:
+            given = metadata.get("namespace")
+            if given and namespace and given != namespace:
+                raise bad_request(
+                    "the namespace of the provided object does not match the namespace sent on "
+                    "the request"
+                )
+            metadata["namespace"] = namespace or given
+            if not metadata["namespace"]:
+                raise bad_request(f"{resource.qualified} are namespaced: a namespace is required")
+        else:
+            metadata.pop("namespace", None)
+        if resource is PODS:
+            obj.setdefault("spec", {}).setdefault("schedulerName", "default-scheduler")
+        return obj
+
+    def create(
+        self, resource: ResourceType | str, namespace: str | None, body: JsonObject
+    ) -> JsonObject:
+        """Create as kube-apiserver would after admission; returns the stored object."""
+        resource = self._resource(resource)
+        obj = self.prepare_create(resource, namespace, body)
+        metadata = obj["metadata"]
+        if metadata.get("resourceVersion"):
+            raise bad_request("resourceVersion should not be set on objects to be created")
+        if not metadata.get("name") and metadata.get("generateName"):
+            metadata["name"] = self._generate_name(metadata["generateName"])
+        validation.default_and_validate_create(resource, obj)
+        if resource.namespaced and ("", metadata["namespace"]) not in self._objects[NAMESPACES]:
+            raise not_found(NAMESPACES, metadata["namespace"])
+        key = self._key(resource, metadata.get("namespace"), metadata["name"])
+        if key in self._objects[resource]:
+            raise already_exists(resource, metadata["name"])
+        metadata["uid"] = self.new_uid()
+        metadata["creationTimestamp"] = rfc3339(self._clock())
+        if resource.tracks_generation:
+            metadata["generation"] = 1
+        for transient in ("deletionTimestamp", "deletionGracePeriodSeconds"):
+            metadata.pop(transient, None)
+        return self._commit(resource, "ADDED", obj, None)
+
+    def _write(
+        self, resource: ResourceType, old: JsonObject, new: JsonObject, subresource: str
+    ) -> JsonObject:
+        """Finish an update or patch: preconditions, immutable fields, no-op detection."""
+        name = old["metadata"]["name"]
+        if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
+            raise invalid(resource, name, [("metadata", "FieldValueRequired", "Required value")])
+        validation.check_kind(resource, new)
+        metadata = new["metadata"]
+        if metadata.get("name", name) != name:
+            raise bad_request(
+                f"the name of the object ({metadata.get('name')}) does not match the name on "
+                f"the URL ({name})"
+            )
+        given_version = metadata.get("resourceVersion")
+        if given_version and given_version != old["metadata"]["resourceVersion"]:
+            raise stale(resource, name)
+        given_uid = metadata.get("uid")
+        if given_uid and given_uid != old["metadata"]["uid"]:
+            validation.check_precondition(old, given_uid, None, resource)
+        if subresource == "status":
+            new = {**copy.deepcopy(old), "status": new.get("status", old.get("status"))}
+            metadata = new["metadata"]
+        else:
+            if resource.has_status:
+                if "status" in old:
+                    new["status"] = copy.deepcopy(old["status"])
+                else:
+                    new.pop("status", None)
+            for immutable in (
+                "uid",
+                "creationTimestamp",
+                "namespace",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generation",
+            ):
+                if immutable in old["metadata"]:
+                    metadata[immutable] = old["metadata"][immutable]
+                else:
+                    metadata.pop(immutable, None)
+            metadata["name"] = name
+            validation.validate_update(resource, old, new)
+        new.pop("apiVersion", None)
+        new.pop("kind", None)
+        metadata["resourceVersion"] = old["metadata"]["resourceVersion"]
+        if new == old:
+            return copy.deepcopy(old)
+        if resource.tracks_generation and _without(new) != _without(old):
+            metadata["generation"] = int(old["metadata"].get("generation", 0)) + 1
+        if (
+            metadata.get("deletionTimestamp")
+            and old["metadata"].get("finalizers")
+            and not metadata.get("finalizers")
+        ):
+            # The last finalizer is gone from an object already being deleted: it goes now.
+            return self._commit(resource, "DELETED", new, copy.deepcopy(old))
+        return self._commit(resource, "MODIFIED", new, copy.deepcopy(old))
+
+    def update(
+        self,
+        resource: ResourceType | str,
+        namespace: str | None,
+        name: str,
+        body: JsonObject,
+        *,
+        subresource: str = "",
+    ) -> JsonObject:
+        """PUT: replace the object; an empty resourceVersion means unconditional."""
+        resource = self._resource(resource)
+        old = self._current(resource, namespace, name)
+        return self._write(resource, old, copy.deepcopy(body), subresource)
+
+    def patch(
+        self,
+        resource: ResourceType | str,
+        namespace: str | None,
+        name: str,
+        patch_type: str,
+        body: Any,
+        *,
+        subresource: str = "",
+    ) -> JsonObject:
+        """PATCH with one of `PATCH_TYPES`; a resourceVersion in the patch is a precondition."""
+        resource = self._resource(resource)
+        old = self._current(resource, namespace, name)
+        current = with_kind(resource, copy.deepcopy(old))
+        try:
+            if patch_type == MERGE_PATCH:
+                if not isinstance(body, dict):
+                    raise patches.PatchFormatError("a merge patch must be a JSON object")
+                patched = patches.merge_patch(current, body)
+            elif patch_type == JSON_PATCH:
+                patched = patches.json_patch(current, body)
+            elif patch_type == STRATEGIC_MERGE_PATCH:
+                patched = patches.strategic_merge_patch(current, body)
+            else:
+                raise ApiError(415, "UnsupportedMediaType", f"unsupported patch type {patch_type}")
+        except patches.PatchFormatError as err:
+            raise bad_request(str(err)) from err
+        except patches.PatchApplyError as err:
+            raise invalid(resource, name, [("patch", "FieldValueInvalid", str(err))]) from err
+        return self._write(resource, old, patched, subresource)
+
+    def delete(
+        self,
+        resource: ResourceType | str,
+        namespace: str | None,
+        name: str,
+        *,
+        grace_period_seconds: int | None = None,
+        uid: str | None = None,
+        resource_version: str | None = None,
+    ) -> JsonObject:
+        """Delete; bound, running pods and objects with finalizers go in two steps."""
+        resource = self._resource(resource)
+        old = self._current(resource, namespace, name)
+        validation.check_precondition(old, uid, resource_version, resource)
+        grace = self._grace_period(resource, old, grace_period_seconds)
+        finalizers = bool(old["metadata"].get("finalizers"))
+        if grace == 0 and not finalizers:
+            return self._commit(resource, "DELETED", copy.deepcopy(old), copy.deepcopy(old))
+        metadata = old["metadata"]
+        if metadata.get("deletionTimestamp") and (
+            grace is None or grace >= metadata.get("deletionGracePeriodSeconds", 0)
+        ):
+            return copy.deepcopy(old)
+        new = copy.deepcopy(old)
+        seconds = grace or 0
+        new["metadata"]["deletionTimestamp"] = rfc3339(self._clock() + timedelta(seconds=seconds))
+        new["metadata"]["deletionGracePeriodSeconds"] = seconds
+        new["metadata"].pop("generation", None)
+        if resource.tracks_generation:
+            new["metadata"]["generation"] = int(metadata.get("generation", 0)) + 1
+        committed = self._commit(resource, "MODIFIED", new, copy.deepcopy(old))
+        if resource is PODS and not finalizers:
+            self._finish_later(namespace, name, committed["metadata"]["uid"], seconds)
+        return committed
+
+    def _grace_period(
+        self, resource: ResourceType, obj: JsonObject, requested: int | None
+    ) -> int | None:
+        if requested is not None and requested < 0:
+            raise invalid(
+                resource,
+                obj["metadata"]["name"],
+                [("gracePeriodSeconds", "FieldValueInvalid", "Invalid value: must be >= 0")],
+            )
+        if resource is not PODS:
+            return 0 if requested is None else requested
+        spec, phase = obj.get("spec", {}), obj.get("status", {}).get("phase")
+        # An unscheduled or finished pod has no kubelet to wait for: it goes at once.
+        if not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
+            return 0
+        if requested is not None:
+            return requested
+        return int(spec.get("terminationGracePeriodSeconds", 30))
+
+    def _finish_later(self, namespace: str | None, name: str, uid: str, seconds: int) -> None:
+        """Stand in for the kubelet confirming the pod stopped (capped, so tests stay quick)."""
+
+        def finish() -> None:
+            current = self._objects[PODS].get(self._key(PODS, namespace, name))
+            if current is not None and current["metadata"]["uid"] == uid:
+                self._commit(PODS, "DELETED", copy.deepcopy(current), copy.deepcopy(current))
+
+        delay = min(float(seconds), self._pod_grace_cap_s)
+        asyncio.get_running_loop().call_later(delay, finish)
+
+    def bind(self, namespace: str, name: str, binding: JsonObject) -> None:
+        """`pods/binding`: set spec.nodeName once; a bound pod answers 409."""
+        if not isinstance(binding, dict):
+            raise bad_request("a Binding must be a JSON object")
+        target = binding.get("target")
+        node = target.get("name") if isinstance(target, dict) else None
+        if not node:
+            raise ApiError(
+                422,
+                "Invalid",
+                f'Binding "{name}" is invalid: target.name: Required value',
+                {
+                    "name": name,
+                    "kind": "Binding",
+                    "causes": [
+                        {
+                            "reason": "FieldValueRequired",
+                            "message": "Required value",
+                            "field": "target.name",
+                        }
+                    ],
+                },
+            )
+        old = self._current(PODS, namespace, name)
+        meta = binding.get("metadata") or {}
+        validation.check_precondition(old, meta.get("uid"), meta.get("resourceVersion"), PODS)
+        if old["metadata"].get("deletionTimestamp"):
+            raise conflict(
+                PODS, name, f"pod {name} is being deleted, cannot be assigned to a host", "binding"
+            )
+        bound = old.get("spec", {}).get("nodeName")
+        if bound:
+            raise conflict(
+                PODS, name, f'pod {name} is already assigned to node "{bound}"', "binding"
+            )
+        new = copy.deepcopy(old)
+        new["spec"]["nodeName"] = node
+        if meta.get("annotations"):
+            new["metadata"].setdefault("annotations", {}).update(meta["annotations"])
+        conditions = new.setdefault("status", {}).setdefault("conditions", [])
+        conditions[:] = [c for c in conditions if c.get("type") != "PodScheduled"]
+        conditions.append(
+            {
+                "type": "PodScheduled",
+                "status": "True",
+                "lastProbeTime": None,
+                "lastTransitionTime": rfc3339(self._clock()),
+            }
+        )
+        self._commit(PODS, "MODIFIED", new, copy.deepcopy(old))
+
+    # --- watching -------------------------------------------------------------------------
+
+    def list_version(self) -> str:
+        return str(self.resource_version)
+
+    def watch(
+        self,
+        resource: ResourceType | str,
+        namespace: str | None,
+        selector: Selector,
+        resource_version: str | None,
+    ) -> Watcher:
+        """Open a watch; an unset or "0" version starts with ADDED for what exists now."""
+        resource = self._resource(resource)
+        watcher = Watcher(resource, namespace, selector)
+        if not resource_version or resource_version == "0":
+            for obj in self._matching(resource, namespace, selector):
+                watcher.queue.put_nowait({"type": "ADDED", "object": with_kind(resource, obj)})
+        else:
+            since = _parse_version(resource_version)
+            if since < self._compacted:
+                raise gone(f"too old resource version: {since} ({self._compacted})")
+            for change in self._history:
+                if change.resource_version > since:
+                    watcher.offer(change)
+        self._watchers.add(watcher)
+        return watcher
+
+    def open_watchers(self, resource: ResourceType | str | None = None) -> list[Watcher]:
+        wanted = None if resource is None else self._resource(resource)
+        return [w for w in self._watchers if wanted is None or w.resource is wanted]
+
+    @property
+    def compacted_version(self) -> int:
+        """Versions up to this one are gone from the history (a watch from them gets 410)."""
+        return self._compacted
+
+    def stop_watch(self, watcher: Watcher) -> None:
+        self._watchers.discard(watcher)
+
+    def drop_watches(self, resource: ResourceType | str | None = None) -> int:
+        """End every open watch (of one resource); returns how many were dropped."""
+        dropped = self.open_watchers(resource)
+        for watcher in dropped:
+            watcher.close()
+            self._watchers.discard(watcher)
+        return len(dropped)
+
+    def compact(self) -> None:
+        """Forget the watch history, as an etcd compaction does: older versions now get 410."""
+        self._history.clear()
+        self._compacted = self.resource_version
+
+    def check_list_version(self, resource_version: str | None, match: str | None) -> None:
+        """List semantics: we always serve the newest state, which satisfies NotOlderThan."""
+        if not resource_version or resource_version == "0":
+            if match == "Exact":
+                raise bad_request("resourceVersionMatch=Exact requires a non-zero resourceVersion")
+            return
+        wanted = _parse_version(resource_version)
+        if wanted > self.resource_version:
+            raise ApiError(
+                504,
+                "Timeout",
+                f"Too large resource version: {wanted}, current: {self.resource_version}",
+                {
+                    "causes": [
+                        {
+                            "reason": "ResourceVersionTooLarge",
+                            "message": "Too large resource version",
+                        }
+                    ],
+                    "retryAfterSeconds": 1,
+                },
+            )
+        if match == "Exact" and wanted != self.resource_version:
+            raise gone(f"too old resource version: {wanted} ({self.resource_version})")
+
+
+def _parse_version(text: str) -> int:
+    if not text.isdigit():
+        raise bad_request(f"invalid resource version {text!r}: must be a decimal integer")
+    return int(text)
+
+
+def _without(obj: JsonObject) -> JsonObject:
+    """The parts whose change bumps metadata.generation (everything but metadata and status)."""
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status")}

@@ -1,0 +1,157 @@
+"""The checks and defaults kube-apiserver applies on create and update, for the parts we rely on."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pyhami.testing.fake_apiserver.resources import NAMESPACES, PODS, ResourceType
+from pyhami.testing.fake_apiserver.status import ApiError, bad_request, invalid
+
+JsonObject = dict[str, Any]
+
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_SUBDOMAIN_HELP = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
+    "'.', and must start and end with an alphanumeric character"
+)
+_LABEL_HELP = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
+    "must start and end with an alphanumeric character"
+)
+# What a pod update may change in spec (kube-apiserver's ValidatePodUpdate, simplified).
+_POD_UPDATE_FORBIDDEN = (
+    "pod updates may not change fields other than `spec.containers[*].image`,"
+    "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` "
+    "(only additions to existing tolerations),`spec.terminationGracePeriodSeconds` "
+    "(allow it to be set to 1 if it was previously negative)"
+)
+
+
+def check_kind(resource: ResourceType, obj: JsonObject) -> None:
+    """A body of another kind is refused, as the decoder refuses it."""
+    kind, api_version = obj.get("kind"), obj.get("apiVersion")
+    if kind not in (None, "", resource.kind) or api_version not in (None, "", resource.api_version):
+        raise bad_request(
+            f"the API version in the data ({api_version}) does not match the expected API "
+            f"version ({resource.api_version}) or kind ({kind}) does not match {resource.kind}"
+        )
+
+
+def check_name(resource: ResourceType, name: str) -> None:
+    as_label = resource is NAMESPACES
+    pattern, limit, help_text = (
+        (_LABEL, 63, _LABEL_HELP) if as_label else (_SUBDOMAIN, 253, _SUBDOMAIN_HELP)
+    )
+    if not name:
+        raise invalid(
+            resource,
+            name,
+            [
+                (
+                    "metadata.name",
+                    "FieldValueRequired",
+                    "Required value: name or generateName is required",
+                )
+            ],
+        )
+    if len(name) > limit or not pattern.match(name):
+        raise invalid(
+            resource,
+            name,
+            [("metadata.name", "FieldValueInvalid", f'Invalid value: "{name}": {help_text}')],
+        )
+
+
+def _check_pod_spec(name: str, spec: Any) -> None:
+    if not isinstance(spec, dict):
+        raise invalid(PODS, name, [("spec", "FieldValueRequired", "Required value")])
+    containers = spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        raise invalid(PODS, name, [("spec.containers", "FieldValueRequired", "Required value")])
+    causes = []
+    for group in ("initContainers", "containers"):
+        for i, container in enumerate(spec.get(group) or []):
+            where = f"spec.{group}[{i}]"
+            if not isinstance(container, dict):
+                causes.append((where, "FieldValueInvalid", "Invalid value: must be an object"))
+                continue
+            if not container.get("name"):
+                causes.append((f"{where}.name", "FieldValueRequired", "Required value"))
+            if not container.get("image"):
+                causes.append((f"{where}.image", "FieldValueRequired", "Required value"))
+    if causes:
+        raise invalid(PODS, name, causes)
+
+
+def default_and_validate_create(resource: ResourceType, obj: JsonObject) -> None:
+    """Fill the defaults kube-apiserver fills, then validate (name already generated)."""
+    metadata = obj["metadata"]
+    name = metadata.get("name", "")
+    check_name(resource, name)
+    if resource is PODS:
+        spec = obj.setdefault("spec", {})
+        _check_pod_spec(name, spec)
+        spec.setdefault("schedulerName", "default-scheduler")
+        spec.setdefault("restartPolicy", "Always")
+        spec.setdefault("terminationGracePeriodSeconds", 30)
+        spec.setdefault("dnsPolicy", "ClusterFirst")
+        obj.setdefault("status", {}).setdefault("phase", "Pending")
+    elif resource is NAMESPACES:
+        metadata.setdefault("labels", {})["kubernetes.io/metadata.name"] = name
+        obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+        obj.setdefault("status", {}).setdefault("phase", "Active")
+
+
+def _pod_spec_without_mutable(spec: Any) -> Any:
+    if not isinstance(spec, dict):
+        return spec
+    stripped = {
+        k: v
+        for k, v in spec.items()
+        if k not in ("activeDeadlineSeconds", "tolerations", "schedulingGates")
+    }
+    for group in ("containers", "initContainers"):
+        if isinstance(stripped.get(group), list):
+            stripped[group] = [
+                {k: v for k, v in c.items() if k != "image"} if isinstance(c, dict) else c
+                for c in stripped[group]
+            ]
+    return stripped
+
+
+def validate_update(resource: ResourceType, old: JsonObject, new: JsonObject) -> None:
+    name = old["metadata"]["name"]
+    if resource is PODS:
+        _check_pod_spec(name, new.get("spec"))
+        if _pod_spec_without_mutable(old.get("spec")) != _pod_spec_without_mutable(new.get("spec")):
+            raise invalid(
+                PODS, name, [("spec", "FieldValueForbidden", f"Forbidden: {_POD_UPDATE_FORBIDDEN}")]
+            )
+    if resource is NAMESPACES:
+        labels = new["metadata"].setdefault("labels", {})
+        labels["kubernetes.io/metadata.name"] = name
+
+
+def check_precondition(
+    old: JsonObject, uid: str | None, resource_version: str | None, resource: ResourceType
+) -> None:
+    """DeleteOptions / Binding preconditions: 409 naming both values, as the registry words it."""
+    metadata = old["metadata"]
+    if uid and uid != metadata.get("uid"):
+        raise ApiError(
+            409,
+            "Conflict",
+            f'Operation cannot be fulfilled on {resource.qualified} "{metadata["name"]}": '
+            f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
+            f"{metadata.get('uid')}",
+        )
+    if resource_version and resource_version != metadata.get("resourceVersion"):
+        raise ApiError(
+            409,
+            "Conflict",
+            f'Operation cannot be fulfilled on {resource.qualified} "{metadata["name"]}": '
+            f"Precondition failed: ResourceVersion in precondition: {resource_version}, "
+            f"ResourceVersion in object meta: {metadata.get('resourceVersion')}",
+        )
