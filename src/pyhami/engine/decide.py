@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from pyhami.devices.nvidia.fit import MIG_MODE, FitOutcome, FitPolicy, QuotaCheck, fit
 from pyhami.devices.nvidia.mig import select_candidate
@@ -73,16 +73,19 @@ class NodeFailure(enum.StrEnum):
     MIG_ACCOUNTING = "mig-accounting"
 
 
-@dataclass(frozen=True, slots=True)
-class NodeVerdict:
-    """One candidate node's answer, with the structured reasons behind its text."""
+class NodeVerdict(NamedTuple):
+    """One candidate node's answer, with the structured reasons behind its text.
+
+    A NamedTuple rather than a frozen dataclass: one is made per candidate node, and a
+    tuple is built several times faster.
+    """
 
     node: NodeName
     fits: bool
     score: float | None = None  # the node's default score (existing load); None if unknown
     failure: NodeFailure | None = None
     container: int | None = None  # the container (init first) that did not fit
-    reasons: Mapping[Reason, int] = field(default_factory=lambda: MappingProxyType({}))
+    reasons: Mapping[Reason, int] = MappingProxyType({})
     cards: int = 0  # the denominator of the reason counts
     reason: str = ""  # HAMi's FailedNodes text
     devices: PodSingleDevice = ()

@@ -7,7 +7,7 @@ node gets is part of the filter answer.
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from pyhami.devices.nvidia.mig import can_place_all
 from pyhami.devices.nvidia.request import NVIDIA, PERCENT_UNSET
@@ -67,14 +67,36 @@ class FitPolicy:
     is_mutex: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class FitOutcome:
-    """Fit's answer: the chosen devices (or the partial last run) and the per-reason counts."""
+class FitOutcome(NamedTuple):
+    """Fit's answer: the chosen devices and the per-reason counts.
+
+    A NamedTuple rather than a frozen dataclass: one is made per candidate node, and a
+    tuple is built several times faster.
+
+    On failure HAMi also returns the partial last run; it decides nothing, so it is left out
+    here (a trace shows which cards were gathered).
+    """
 
     ok: bool
     devices: tuple[ContainerDevice, ...]
     reasons: Mapping[Reason, int]
     total: int  # the number of cards considered: the denominator of the reason string
+
+
+# Plain module names: reading an enum member as a class attribute costs ~10x more, per card.
+_ALLOCATED_CARDS_INSUFFICIENT_REQUEST = Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST
+_CARD_COMPUTE_UNITS_EXHAUSTED = Reason.CARD_COMPUTE_UNITS_EXHAUSTED
+_CARD_CORDONED = Reason.CARD_CORDONED
+_CARD_INSUFFICIENT_CORE = Reason.CARD_INSUFFICIENT_CORE
+_CARD_INSUFFICIENT_MEMORY = Reason.CARD_INSUFFICIENT_MEMORY
+_CARD_MIG_TOPOLOGY_INFEASIBLE = Reason.CARD_MIG_TOPOLOGY_INFEASIBLE
+_CARD_NOT_HEALTH = Reason.CARD_NOT_HEALTH
+_CARD_TIME_SLICING_EXHAUSTED = Reason.CARD_TIME_SLICING_EXHAUSTED
+_CARD_TYPE_MISMATCH = Reason.CARD_TYPE_MISMATCH
+_CARD_UUID_MISMATCH = Reason.CARD_UUID_MISMATCH
+_EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT = Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
+_NUMA_NOT_FIT = Reason.NUMA_NOT_FIT
+_RESOURCE_QUOTA_NOT_FIT = Reason.RESOURCE_QUOTA_NOT_FIT
 
 
 def _int32(value: int) -> int:
@@ -107,99 +129,116 @@ def fit(
     trace: list[CardCheck] | None = None,
     container: int = 0,
 ) -> FitOutcome:
-    """Fit one container's request onto `cards` (sorted; the last is tried first)."""
+    """Fit one container's request onto `cards` (sorted; the last is tried first).
+
+    This loop runs for every card of every candidate node when nothing fits, so it reads
+    each card once and keeps the per-request work outside.
+    """
     nums = origin = request.nums
     coresreq = request.coresreq
-    type_matches = request.type == NVIDIA
+    vendor = request.type
+    type_matches = vendor == NVIDIA
     numa_enforced = type_matches and selectors.numa_bind
     filters_types = selectors.filters_types
     filters_uuids = selectors.filters_uuids
+    need_topology = policy.need_topology
+    is_mutex = policy.is_mutex
+    fixed_memory = request.memreq if request.mem_percentage_req == PERCENT_UNSET else None
+    memory_by_total: dict[int, int] = {}
     prevnuma = -1
-    taken: list[ContainerDevice] = []
+    # (card, memory, cores) per gathered card; ContainerDevices are built only for an answer.
+    taken: list[tuple[CardState, int, int]] = []
     reasons: dict[Reason, int] = {}
-
-    def miss(card: CardState, reason: Reason) -> None:
-        reasons[reason] = reasons.get(reason, 0) + 1
-        if trace is not None:
-            trace.append(CardCheck(card.id, card.index, reason, container))
-
     i = len(cards) - 1
     while i >= 0:
         card = cards[i]
         i -= 1
+        reason: Reason | None = None
         if not card.health:
-            miss(card, Reason.CARD_NOT_HEALTH)
-            continue
-        if cordoned and card.id in cordoned:
-            miss(card, Reason.CARD_CORDONED)
-            continue
-        if not type_matches or (filters_types and not selectors.type_ok(card.type, card.mode)):
-            miss(card, Reason.CARD_TYPE_MISMATCH)
-            continue
-        if numa_enforced and prevnuma != card.numa:
+            reason = _CARD_NOT_HEALTH
+        elif cordoned and card.id in cordoned:
+            reason = _CARD_CORDONED
+        elif not type_matches or (filters_types and not selectors.type_ok(card.type, card.mode)):
+            reason = _CARD_TYPE_MISMATCH
+        if reason is None and numa_enforced and prevnuma != card.numa:
             # A NUMA change discards the run gathered so far, before any capacity check.
             if nums != origin:
-                reasons[Reason.NUMA_NOT_FIT] = reasons.get(Reason.NUMA_NOT_FIT, 0) + len(taken)
+                reasons[_NUMA_NOT_FIT] = reasons.get(_NUMA_NOT_FIT, 0) + len(taken)
             nums = origin
             prevnuma = card.numa
             taken = []
-        if filters_uuids and not selectors.uuid_ok(card.id):
-            miss(card, Reason.CARD_UUID_MISMATCH)
-            continue
-        if card.count <= card.used:
-            miss(card, Reason.CARD_TIME_SLICING_EXHAUSTED)
-            continue
-        if policy.is_mutex and card.used > 0:
-            miss(card, Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT)
-            continue
-        # The clamp sticks for the remaining cards and for the booked cores (HAMi logs it).
-        coresreq = min(coresreq, WHOLE_CARD_CORES)
-        memreq = resolve_memory(request, card.totalmem)
-        if quota_ok is not None and not quota_ok(
-            (*taken, ContainerDevice(card.id, request.type, memreq, coresreq, card.index))
-        ):
-            miss(card, Reason.RESOURCE_QUOTA_NOT_FIT)
-            continue
-        if card.totalmem - card.usedmem < memreq:
-            miss(card, Reason.CARD_INSUFFICIENT_MEMORY)
-            continue
-        if card.totalcore - card.usedcores < coresreq:
-            miss(card, Reason.CARD_INSUFFICIENT_CORE)
-            continue
-        if card.totalcore == WHOLE_CARD_CORES and coresreq == WHOLE_CARD_CORES and card.used > 0:
-            miss(card, Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT)
-            continue
-        if card.totalcore != 0 and card.usedcores == card.totalcore and coresreq == 0:
-            miss(card, Reason.CARD_COMPUTE_UNITS_EXHAUSTED)
-            continue
-        is_mig = card.mode == MIG_MODE
-        if is_mig and not can_place_all(
-            card.mig_profiles,
-            card.mig_in_use,
-            (t.usedmem for t in taken if t.uuid == card.id),
-            memreq,
-        ):
-            miss(card, Reason.CARD_MIG_TOPOLOGY_INFEASIBLE)
+        if reason is None:
+            used = card.used
+            if filters_uuids and not selectors.uuid_ok(card.id):
+                reason = _CARD_UUID_MISMATCH
+            elif card.count <= used:
+                reason = _CARD_TIME_SLICING_EXHAUSTED
+            elif is_mutex and used > 0:
+                reason = _EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
+            else:
+                if coresreq > WHOLE_CARD_CORES:  # noqa: PLR1730 (min() is slower, per card)
+                    coresreq = WHOLE_CARD_CORES  # HAMi's clamp; sticks for later cards too
+                if fixed_memory is not None:
+                    memreq = fixed_memory if fixed_memory > 0 else 0
+                else:
+                    memreq = memory_by_total.get(card.totalmem, -1)
+                    if memreq < 0:
+                        memreq = memory_by_total[card.totalmem] = resolve_memory(
+                            request, card.totalmem
+                        )
+                totalcore = card.totalcore
+                usedcores = card.usedcores
+                if quota_ok is not None and not quota_ok(
+                    _devices([*taken, (card, memreq, coresreq)], vendor)
+                ):
+                    reason = _RESOURCE_QUOTA_NOT_FIT
+                elif card.totalmem - card.usedmem < memreq:
+                    reason = _CARD_INSUFFICIENT_MEMORY
+                elif totalcore - usedcores < coresreq:
+                    reason = _CARD_INSUFFICIENT_CORE
+                elif totalcore == WHOLE_CARD_CORES and coresreq == WHOLE_CARD_CORES and used > 0:
+                    reason = _EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
+                elif totalcore != 0 and usedcores == totalcore and coresreq == 0:
+                    reason = _CARD_COMPUTE_UNITS_EXHAUSTED
+                elif card.mode == MIG_MODE and not can_place_all(
+                    card.mig_profiles,
+                    card.mig_in_use,
+                    (mem for other, mem, _ in taken if other.id == card.id),
+                    memreq,
+                ):
+                    reason = _CARD_MIG_TOPOLOGY_INFEASIBLE
+        if reason is not None:
+            reasons[reason] = reasons.get(reason, 0) + 1
+            if trace is not None:
+                trace.append(CardCheck(card.id, card.index, reason, container))
             continue
         if nums > 0:
-            if not policy.need_topology:
+            if not need_topology:
                 nums -= 1
-            taken.append(ContainerDevice(card.id, request.type, memreq, coresreq, card.index))
+            taken.append((card, memreq, coresreq))
             if trace is not None:
                 trace.append(CardCheck(card.id, card.index, None, container))
-        if nums == 0 and not policy.need_topology:
-            return FitOutcome(True, tuple(taken), reasons, len(cards))
-        if is_mig:
+        if nums == 0 and not need_topology:
+            return FitOutcome(True, _devices(taken, vendor), reasons, len(cards))
+        if card.mode == MIG_MODE:
             i += 1  # a MIG card can host several instances of one request: look at it again
-    if policy.need_topology and len(taken) >= origin:
+    if need_topology and len(taken) >= origin:
         if len(taken) > origin:
-            uuids = [t.uuid for t in taken]
+            uuids = [entry[0].id for entry in taken]
             scores = pair_scores or {}
             if origin == 1:
                 taken = [worst_single(taken, uuids, scores)]
             else:
                 taken = best_combination(taken, uuids, scores, origin)
-        return FitOutcome(True, tuple(taken), reasons, len(cards))
+        return FitOutcome(True, _devices(taken, vendor), reasons, len(cards))
     if taken:
-        reasons[Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(taken)
-    return FitOutcome(False, tuple(taken), reasons, len(cards))
+        reasons[_ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(taken)
+    return FitOutcome(False, (), reasons, len(cards))
+
+
+def _devices(
+    taken: Sequence[tuple[CardState, int, int]], vendor: str
+) -> tuple[ContainerDevice, ...]:
+    return tuple(
+        ContainerDevice(card.id, vendor, memory, cores, card.index) for card, memory, cores in taken
+    )

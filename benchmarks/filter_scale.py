@@ -1,0 +1,143 @@
+"""One scheduling decision on big clusters: pyhami's incremental ledger vs HAMi's rebuild.
+
+Clusters of 100, 1,000 and 5,000 nodes, each with 8 GPUs (A100 80 GB, split 10) and 8 running
+single-GPU pods per node at random sizes. Two pending pods:
+- "fits": 1 GPU, 8,000 MiB, 30 % cores — many nodes can take it;
+- "none fits": 8 whole GPUs (100 % cores each) — every node is busy, so every node needs its
+  reason string.
+For each size and pod it prints p50/p99 of `engine.decide` on the incremental ledger and, in
+the same run, of HAMi's method — rebuild every node's usage from every pod, then decide — and
+the ratio between the two. Run: `python3 benchmarks/filter_scale.py [--sizes 100,1000,5000]`.
+"""
+
+import argparse
+import random
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import Any
+
+from pyhami import engine
+from pyhami.devices.inventory import NodeInventory
+from pyhami.model import ContainerDevice, DeviceInfo, NodeName
+
+GPUS_PER_NODE = 8
+PODS_PER_NODE = 8
+CARD_MEMORY = 81920
+
+
+def make_cluster(
+    nodes: int, seed: int
+) -> tuple[dict[NodeName, NodeInventory], list[engine.PodAllocation]]:
+    rng = random.Random(seed)
+    inventories: dict[NodeName, NodeInventory] = {}
+    pods: list[engine.PodAllocation] = []
+    for n in range(nodes):
+        name = NodeName(f"node-{n:05d}")
+        cards = tuple(
+            DeviceInfo(
+                id=f"GPU-{n:05d}-{g}",
+                index=g,
+                count=10,
+                devmem=CARD_MEMORY,
+                devcore=100,
+                type="NVIDIA-A100-SXM4-80GB",
+                numa=g // 4,
+                mode="hami-core",
+                health=True,
+            )
+            for g in range(GPUS_PER_NODE)
+        )
+        inventories[name] = NodeInventory(cards)
+        for p in range(PODS_PER_NODE):
+            card = rng.randrange(GPUS_PER_NODE)
+            device = ContainerDevice(
+                f"GPU-{n:05d}-{card}", "NVIDIA", rng.randrange(2000, 20000), rng.randrange(5, 40)
+            )
+            pods.append(
+                engine.PodAllocation(
+                    key=f"uid-{n}-{p}",
+                    namespace="default",
+                    name=f"run-{n}-{p}",
+                    node=name,
+                    containers=((device,),),
+                )
+            )
+    return inventories, pods
+
+
+def pending_pod(name: str, limits: Mapping[str, str]) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+        "spec": {"containers": [{"name": "main", "resources": {"limits": dict(limits)}}]},
+    }
+
+
+FITS = pending_pod(
+    "fits", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000", "nvidia.com/gpucores": "30"}
+)
+NONE_FITS = pending_pod("none-fits", {"nvidia.com/gpu": "8", "nvidia.com/gpucores": "100"})
+
+
+def timed(run: Callable[[], engine.Decision], repeats: int) -> tuple[list[float], engine.Decision]:
+    samples = []
+    decision = run()  # warm-up, and the answer both methods must agree on
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        samples.append((time.perf_counter() - start) * 1000)
+    return samples, decision
+
+
+def p(samples: Sequence[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100,1000,5000")
+    parser.add_argument("--repeats", type=int, default=200)
+    parser.add_argument("--baseline-repeats", type=int, default=10)
+    args = parser.parse_args()
+    options: dict[str, Any] = {"config": engine.EngineConfig(), "quotas": None, "now": 0}
+    print(
+        f"{'nodes':>6} {'pod':<10} {'engine p50':>11} {'p99':>8} "
+        f"{'rebuild p50':>12} {'p99':>9} {'ratio p50':>10} {'ratio p99':>10}"
+    )
+    for size in (int(s) for s in args.sizes.split(",")):
+        inventories, pods = make_cluster(size, seed=size)
+        ledger = engine.build_ledger(inventories, pods)
+        candidates = list(inventories)
+        for label, pod in (("fits", FITS), ("none-fits", NONE_FITS)):
+            incremental = partial(engine.decide, pod, candidates, ledger, **options)
+            rebuild = partial(_rebuild_then_decide, pod, candidates, inventories, pods, options)
+            ours, answer = timed(incremental, args.repeats)
+            theirs, baseline_answer = timed(rebuild, args.baseline_repeats)
+            if (answer.node, dict(answer.failed_nodes)) != (
+                baseline_answer.node,
+                dict(baseline_answer.failed_nodes),
+            ):
+                raise SystemExit(f"{size} {label}: the two methods disagree")
+            print(
+                f"{size:>6} {label:<10} {p(ours, 0.5):>9.2f}ms {p(ours, 0.99):>6.2f}ms "
+                f"{p(theirs, 0.5):>10.2f}ms {p(theirs, 0.99):>7.2f}ms "
+                f"{p(theirs, 0.5) / p(ours, 0.5):>9.1f}x {p(theirs, 0.99) / p(ours, 0.99):>9.1f}x"
+                f"  ({answer.outcome.value}, mean {statistics.fmean(ours):.2f}ms)"
+            )
+
+
+def _rebuild_then_decide(
+    pod: dict[str, Any],
+    candidates: list[NodeName],
+    inventories: dict[NodeName, NodeInventory],
+    pods: list[engine.PodAllocation],
+    options: dict[str, Any],
+) -> engine.Decision:
+    """HAMi's method: every node's usage rebuilt from every pod, then the same decision."""
+    fresh = engine.build_ledger(inventories, pods)
+    return engine.decide(pod, candidates, fresh, **options)
+
+if __name__ == "__main__":
+    main()
