@@ -1,0 +1,35 @@
+/* One index space for everything: the container's NVML index. CUDA ordinals are mapped to it by
+ * UUID (so CUDA_VISIBLE_DEVICES reordering cannot charge the wrong device), and it indexes the
+ * region's limit[], sm_limit[], uuids[] and used[] alike. */
+#ifndef VGPU_DEVICES_H
+#define VGPU_DEVICES_H
+
+#include <stdint.h>
+
+#include "vgpu_hooks.h"
+
+#define VGPU_MAX_SNAPSHOT 256
+
+struct vgpu_snapshot {
+    unsigned count;
+    nvmlProcessInfo_v1_t procs[VGPU_MAX_SNAPSHOT];
+};
+
+/* NVML index of a CUDA device, or -1 when it is none of the 16 the region can describe. */
+int vgpu_index_of(CUdevice device);
+/* NVML index of the current context's device, or -1 without a current context. */
+int vgpu_current_index(void);
+/* NVML handle of an index, or NULL without NVML. */
+nvmlDevice_t vgpu_nvml_handle(int index);
+
+/* Processes NVML sees on a device (empty without NVML). */
+void vgpu_processes(int index, struct vgpu_snapshot *snapshot);
+/* After this process's first context on `index` appeared: find our host pid (when not known
+ * yet) from what is new since `before`, record it in our slot, and return the device memory
+ * the context took, as NVML reports it for that pid (0 when it cannot be told). */
+uint64_t vgpu_discover_context(int index, const struct vgpu_snapshot *before);
+
+/* After fork, in the child: no contexts of its own yet. */
+void vgpu_contexts_forget(void);
+
+#endif
