@@ -60,9 +60,7 @@ def test_sums_live_slots_per_device(tmp_path: Path, version: int) -> None:
     assert snap.last_kernel_time == (1_700_000_000 if version == 1 else 0)
 
 
-@pytest.mark.parametrize(
-    "version, table", [(0, SPEC_V0), (1, SPEC_V1)], ids=["v0", "v1"]
-)
+@pytest.mark.parametrize("version, table", [(0, SPEC_V0), (1, SPEC_V1)], ids=["v0", "v1"])
 def test_writes_land_on_the_spec_offsets_only(
     tmp_path: Path, version: int, table: dict[str, int]
 ) -> None:
@@ -132,7 +130,9 @@ def test_device_keys_are_full_96_byte_uuids_of_all_16_slots(tmp_path: Path) -> N
         pytest.param(RegionSpec(major=0), RejectReason.BAD_VERSION, id="v1-size-major-0"),
     ],
 )
-def test_bad_files_are_refused_at_open(tmp_path: Path, spec: RegionSpec, reason: RejectReason) -> None:
+def test_bad_files_are_refused_at_open(
+    tmp_path: Path, spec: RegionSpec, reason: RejectReason
+) -> None:
     path = write_region(tmp_path / "bad.cache", spec)
     with pytest.raises(RegionError) as caught:
         Region.open(path)

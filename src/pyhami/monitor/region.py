@@ -215,8 +215,7 @@ class Region:
             raise RegionError(
                 self.path,
                 RejectReason.COUNT_OUT_OF_RANGE,
-                f"device_num {num} (at most {MAX_DEVICES}) / proc_num {proc_num} "
-                f"(0..{MAX_PROCS})",
+                f"device_num {num} (at most {MAX_DEVICES}) / proc_num {proc_num} (0..{MAX_PROCS})",
             )
         processes = tuple(
             slot for slot in (self._slot(index) for index in range(proc_num)) if slot is not None

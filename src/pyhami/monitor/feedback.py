@@ -1,0 +1,103 @@
+"""The 5-second priority and utilisation feedback (ops.md §1.6, hami-core.md §5.5), as HAMi does it.
+
+1. Activity census: `recentKernel` > 0 is decremented and written back; if still > 0 the
+   container is active, counted per device UUID at its priority (when priority >= 0).
+2. Per container at priority p: *blocking* when a more urgent level (index < p) is active on
+   one of its devices -> `recentKernel = -1` (libvgpu then sleeps before each launch); not
+   blocking and frozen -> `recentKernel = 0`. *Contended* when blocking or more than one active
+   container at p shares a device -> `utilizationSwitch = 1`, else 0.
+
+Devices are keyed by the full 96-byte UUID slot on both sides, as HAMi does.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+FROZEN = -1
+
+
+class FeedbackTarget(Protocol):
+    """The part of a mapped region the loop reads and writes (`Region` is one)."""
+
+    @property
+    def recent_kernel(self) -> int: ...
+
+    def write_recent_kernel(self, value: int) -> None: ...
+
+    @property
+    def utilization_switch(self) -> int: ...
+
+    def write_utilization_switch(self, value: int) -> None: ...
+
+    @property
+    def priority(self) -> int: ...
+
+    def device_keys(self) -> tuple[bytes, ...]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What one tick decided for one container (same order as the targets passed in)."""
+
+    active: bool
+    blocked: bool
+    contended: bool
+
+
+# Per device UUID: how many active containers at each priority level (index = priority).
+Census = dict[bytes, list[int]]
+
+
+def take_census(targets: Sequence[FeedbackTarget]) -> tuple[Census, list[bool]]:
+    census: Census = {}
+    active: list[bool] = []
+    for target in targets:
+        recent = target.recent_kernel
+        is_active = False
+        if recent > 0:
+            recent -= 1
+            priority = target.priority
+            if recent > 0 and priority >= 0:
+                is_active = True
+                for key in target.device_keys():
+                    levels = census.setdefault(key, [])
+                    levels.extend([0] * (priority + 1 - len(levels)))
+                    levels[priority] += 1
+            target.write_recent_kernel(recent)
+        active.append(is_active)
+    return census, active
+
+
+def _blocking(census: Census, keys: tuple[bytes, ...], priority: int) -> bool:
+    return any(any(count > 0 for count in census.get(key, [])[: max(priority, 0)]) for key in keys)
+
+
+def _shared_at_level(census: Census, keys: tuple[bytes, ...], priority: int) -> bool:
+    if priority < 0:
+        return False
+    for key in keys:
+        levels = census.get(key, [])
+        if priority < len(levels) and levels[priority] > 1:
+            return True
+    return False
+
+
+def observe(targets: Sequence[FeedbackTarget]) -> list[Verdict]:
+    """One feedback tick over every mapped region; returns what it decided for each."""
+    census, active = take_census(targets)
+    verdicts = []
+    for target, was_active in zip(targets, active, strict=True):
+        keys, priority = target.device_keys(), target.priority
+        blocked = _blocking(census, keys, priority)
+        recent = target.recent_kernel
+        if blocked and recent >= 0:
+            target.write_recent_kernel(FROZEN)
+        elif not blocked and recent < 0:
+            target.write_recent_kernel(0)
+        contended = blocked or _shared_at_level(census, keys, priority)
+        switch = 1 if contended else 0
+        if target.utilization_switch != switch:
+            target.write_utilization_switch(switch)
+        verdicts.append(Verdict(active=was_active, blocked=blocked, contended=contended))
+    return verdicts

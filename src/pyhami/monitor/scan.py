@@ -1,0 +1,186 @@
+"""The directory scan of `$HOOK_PATH/containers/<podUID>_<container>/` (ops.md §1.3).
+
+Each tick: map the region of every directory whose pod is on this node, drop the ones whose
+directory went away, and delete orphaned directories once their grace period is over.
+
+Where we differ from HAMi, on purpose:
+* A loaded directory is looked at again every tick: a `.cache` file that appears later, or one
+  replaced by a new file, is mapped (HAMi keeps the first mapping and never notices).
+* The grace period of an orphan runs from the newest change to the directory *or any file in
+  it*, so a region that was just created in an old directory is not deleted under its writer.
+* Rejected files are reported once per distinct reason (then quietly retried), not every tick.
+"""
+
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyhami.model import PodUID
+from pyhami.monitor.region import Region, RegionError
+
+log = logging.getLogger(__name__)
+
+_PLACEHOLDER = "libvgpu.so"  # the empty mount point of the preloaded library
+_MAX_MATCHING_FILES = 2
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ContainerKey:
+    pod_uid: PodUID
+    container: str
+
+
+def key_names(key: ContainerKey) -> tuple[str, str]:
+    return key.pod_uid, key.container
+
+
+def parse_dir_name(name: str) -> ContainerKey | None:
+    """`<podUID>_<containerName>`, split at the first `_`; None when a part is missing."""
+    pod_uid, sep, container = name.partition("_")
+    if not sep or not pod_uid or not container:
+        return None
+    return ContainerKey(PodUID(pod_uid), container)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedRegion:
+    key: ContainerKey
+    directory: Path
+    region: Region
+
+
+class DirectoryError(Exception):
+    """A container directory the monitor cannot use this tick (reason in the message)."""
+
+
+class RegionDirectory:
+    """The regions of every container directory under one root; call `update` every tick."""
+
+    def __init__(self, root: Path, grace_seconds: float) -> None:
+        self.root = root
+        self.grace_seconds = grace_seconds
+        self.loaded: dict[ContainerKey, LoadedRegion] = {}
+        # The last reason each directory was refused for, so the same reason is logged once.
+        self.refused: dict[ContainerKey, str] = {}
+        self._warned_names: set[str] = set()
+        self.deleted: list[Path] = []  # orphans removed, newest last (for logs and tests)
+
+    def update(self, pods_on_node: set[PodUID], now: float) -> None:
+        """One scan; `now` is wall-clock Unix time, compared with file mtimes."""
+        try:
+            entries = sorted(os.scandir(self.root), key=lambda entry: entry.name)
+        except OSError as err:
+            raise DirectoryError(f"cannot list {self.root}: {err}") from err
+        present: set[ContainerKey] = set()
+        for entry in entries:
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            key = parse_dir_name(entry.name)
+            if key is None:
+                self._warn_name(entry.name)
+                continue
+            directory = Path(entry.path)
+            if key.pod_uid not in pods_on_node:
+                if self._orphan_expired(directory, now):
+                    self._delete(key, directory)
+                    continue
+                present.add(key)
+                continue
+            present.add(key)
+            self._refresh(key, directory)
+        for key in [k for k in self.loaded if k not in present]:
+            self._forget(key)
+        for key in [k for k in self.refused if k not in present]:
+            del self.refused[key]
+
+    def close(self) -> None:
+        for key in list(self.loaded):
+            self._forget(key)
+
+    # ----- one directory -----
+
+    def _refresh(self, key: ContainerKey, directory: Path) -> None:
+        try:
+            cache = _cache_file(directory)
+        except DirectoryError as err:
+            self._forget(key)
+            self._refuse(key, str(err))
+            return
+        current = self.loaded.get(key)
+        if cache is None:
+            if current is not None:
+                log.info("region of %s/%s is gone; unmapped", key.pod_uid, key.container)
+                self._forget(key)
+            return
+        if current is not None and current.region.path == cache and _same_file(current, cache):
+            return
+        if current is not None:
+            log.info("region of %s/%s was replaced by %s", key.pod_uid, key.container, cache)
+            self._forget(key)
+        try:
+            region = Region.open(cache)
+        except RegionError as err:
+            self._refuse(key, str(err))
+            return
+        self.refused.pop(key, None)
+        self.loaded[key] = LoadedRegion(key, directory, region)
+        log.info("mapped %s (%s) for %s/%s", cache, region.layout.version.name, *key_names(key))
+
+    def _refuse(self, key: ContainerKey, reason: str) -> None:
+        if self.refused.get(key) != reason:
+            log.warning("%s/%s: %s; retrying every tick", key.pod_uid, key.container, reason)
+        self.refused[key] = reason
+
+    def _forget(self, key: ContainerKey) -> None:
+        loaded = self.loaded.pop(key, None)
+        if loaded is not None:
+            loaded.region.close()
+
+    def _orphan_expired(self, directory: Path, now: float) -> bool:
+        try:
+            newest = max(
+                [directory.stat().st_mtime]
+                + [entry.stat(follow_symlinks=False).st_mtime for entry in os.scandir(directory)]
+            )
+        except OSError:
+            return False  # changing under us: look again next tick
+        return now - newest >= self.grace_seconds
+
+    def _delete(self, key: ContainerKey, directory: Path) -> None:
+        self._forget(key)
+        self.refused.pop(key, None)
+        try:
+            shutil.rmtree(directory)
+        except OSError as err:
+            log.warning("cannot delete orphaned %s: %s", directory, err)
+            return
+        self.deleted.append(directory)
+        log.info("deleted %s: pod %s is not on this node", directory, key.pod_uid)
+
+    def _warn_name(self, name: str) -> None:
+        if name not in self._warned_names:
+            self._warned_names.add(name)
+            log.warning("skipping %s/%s: not <podUID>_<container>", self.root, name)
+
+
+def _cache_file(directory: Path) -> Path | None:
+    """HAMi's choice: the first `.cache` file; more than two library/cache names is an error."""
+    try:
+        names = sorted(entry.name for entry in os.scandir(directory) if entry.is_file())
+    except OSError as err:
+        raise DirectoryError(f"cannot list {directory}: {err}") from err
+    matching = [n for n in names if _PLACEHOLDER in n or n.endswith(".cache")]
+    if len(matching) > _MAX_MATCHING_FILES:
+        raise DirectoryError(f"{directory} holds {len(matching)} region/library files, at most 2")
+    caches = [n for n in matching if n.endswith(".cache") and _PLACEHOLDER not in n]
+    return directory / caches[0] if caches else None
+
+
+def _same_file(loaded: LoadedRegion, path: Path) -> bool:
+    try:
+        stat = path.stat()
+    except OSError:
+        return False
+    return (stat.st_dev, stat.st_ino) == loaded.region.identity
