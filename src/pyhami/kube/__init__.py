@@ -1,1 +1,73 @@
-"""pyhami.kube"""
+"""Async Kubernetes access: a typed adapter over kubernetes-asyncio, an informer, Lease locks."""
+
+from pyhami.kube.client import JsonObject, KubeClient, ObjectList, PatchType, WatchEvent
+from pyhami.kube.clock import Clock, SystemClock
+from pyhami.kube.errors import (
+    AlreadyExists,
+    BadRequest,
+    Conflict,
+    Forbidden,
+    Gone,
+    Invalid,
+    KubeError,
+    KubeUnavailable,
+    NotFound,
+    ServerError,
+    TooManyRequests,
+    Unauthorized,
+    UnsupportedMediaType,
+)
+from pyhami.kube.informer import EventHandlers, Informer, InformerSettings, InformerStats
+from pyhami.kube.lease import LeaseLock, LeaseRecord
+from pyhami.kube.resources import (
+    CONFIG_MAPS,
+    EVENTS,
+    LEASES,
+    MUTATING_WEBHOOK_CONFIGURATIONS,
+    NAMESPACES,
+    NODES,
+    PODS,
+    RESOURCE_QUOTAS,
+    Resource,
+)
+from pyhami.kube.tasks import cancel_and_wait, guarded_task
+
+__all__ = [
+    "CONFIG_MAPS",
+    "EVENTS",
+    "LEASES",
+    "MUTATING_WEBHOOK_CONFIGURATIONS",
+    "NAMESPACES",
+    "NODES",
+    "PODS",
+    "RESOURCE_QUOTAS",
+    "AlreadyExists",
+    "BadRequest",
+    "Clock",
+    "Conflict",
+    "EventHandlers",
+    "Forbidden",
+    "Gone",
+    "Informer",
+    "InformerSettings",
+    "InformerStats",
+    "Invalid",
+    "JsonObject",
+    "KubeClient",
+    "KubeError",
+    "KubeUnavailable",
+    "LeaseLock",
+    "LeaseRecord",
+    "NotFound",
+    "ObjectList",
+    "PatchType",
+    "Resource",
+    "ServerError",
+    "SystemClock",
+    "TooManyRequests",
+    "Unauthorized",
+    "UnsupportedMediaType",
+    "WatchEvent",
+    "cancel_and_wait",
+    "guarded_task",
+]

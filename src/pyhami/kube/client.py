@@ -1,0 +1,368 @@
+"""A small typed adapter over kubernetes-asyncio: raw JSON in and out, our errors.
+
+kubernetes-asyncio supplies configuration (kubeconfig, in-cluster, TLS, auth) and the aiohttp
+transport; every call goes through `ApiClient.call_api` with `_preload_content=False`, so
+objects stay plain JSON dicts (no model round trip on hot paths) and failures become
+`pyhami.kube.errors` classes with the cause chained.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio.client import ApiClient, Configuration
+
+from pyhami.kube.errors import KubeError, KubeUnavailable, error_from_body, error_from_status
+from pyhami.kube.resources import EVENTS, NODES, PODS, Resource
+
+JsonObject = dict[str, Any]
+
+
+class PatchType(enum.StrEnum):
+    """Patch kinds; the value is the Content-Type on the wire."""
+
+    MERGE = "application/merge-patch+json"
+    JSON = "application/json-patch+json"
+    STRATEGIC = "application/strategic-merge-patch+json"
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectList:
+    items: list[JsonObject]
+    resource_version: str
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    type: str  # ADDED, MODIFIED, DELETED, BOOKMARK
+    object: JsonObject
+
+    @property
+    def resource_version(self) -> str:
+        return str(self.object.get("metadata", {}).get("resourceVersion", ""))
+
+
+def _query(**params: str | int | bool | None) -> list[tuple[str, str]]:
+    pairs = []
+    for key, value in params.items():
+        if value is None or value == "":
+            continue
+        text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        pairs.append((key, text))
+    return pairs
+
+
+class KubeClient:
+    """One API connection; `async with KubeClient(configuration)` closes it after use."""
+
+    def __init__(self, configuration: Configuration, *, timeout_s: float | None = 30.0) -> None:
+        self._api = ApiClient(configuration)
+        self._timeout_s = timeout_s
+
+    @classmethod
+    async def from_kubeconfig(
+        cls, path: str | None = None, *, timeout_s: float | None = 30.0
+    ) -> KubeClient:
+        """KUBECONFIG / the given file / ~/.kube/config, else in-cluster (HAMi's order)."""
+        from kubernetes_asyncio import config
+
+        configuration = Configuration()
+        try:
+            await config.load_kube_config(config_file=path, client_configuration=configuration)
+        except config.ConfigException:
+            if path is not None:
+                raise
+            config.load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=configuration
+            )
+        return cls(configuration, timeout_s=timeout_s)
+
+    async def close(self) -> None:
+        await self._api.close()
+
+    async def __aenter__(self) -> KubeClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # --- transport ------------------------------------------------------------------------
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, str]] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: aiohttp.ClientTimeout | float | None = None,
+    ) -> Any:
+        """Start a request; returns the open aiohttp response (caller reads and releases)."""
+        try:
+            return await self._api.call_api(
+                path,
+                method,
+                query_params=query or [],
+                header_params={"Accept": "application/json", "Content-Type": content_type},
+                body=body,
+                _preload_content=False,
+                _request_timeout=timeout if timeout is not None else self._timeout_s,
+            )
+        except (aiohttp.ClientError, TimeoutError, OSError) as err:
+            raise KubeUnavailable(0, "Unavailable", f"{method} {path}: {err!r}") from err
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, str]] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> JsonObject:
+        """One call; returns the decoded JSON object or raises a `KubeError`."""
+        response = await self._send(method, path, query=query, body=body, content_type=content_type)
+        try:
+            data = await response.read()
+        except (aiohttp.ClientError, TimeoutError) as err:
+            raise KubeUnavailable(0, "Unavailable", f"{method} {path}: {err!r}") from err
+        finally:
+            response.release()
+        if not 200 <= response.status < 300:
+            raise error_from_body(response.status, data)
+        try:
+            decoded = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise KubeError(
+                response.status, "BadResponse", f"{method} {path}: the answer is not JSON"
+            ) from err
+        if not isinstance(decoded, dict):
+            raise KubeError(
+                response.status, "BadResponse", f"{method} {path}: the answer is not a JSON object"
+            )
+        return decoded
+
+    # --- generic verbs --------------------------------------------------------------------
+
+    async def get(self, resource: Resource, name: str, namespace: str | None = None) -> JsonObject:
+        return await self.request("GET", resource.path(namespace, name))
+
+    async def list(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str = "",
+        field_selector: str = "",
+        resource_version: str = "",
+        page_size: int = 500,
+    ) -> ObjectList:
+        """All matching objects, following `continue` pages; the list's resourceVersion."""
+        items: list[JsonObject] = []
+        token = ""
+        while True:
+            query = _query(
+                labelSelector=label_selector,
+                fieldSelector=field_selector,
+                limit=page_size or None,
+                **{"continue": token or None},
+            )
+            if not token:
+                query += _query(resourceVersion=resource_version)
+            page = await self.request("GET", resource.path(namespace), query=query)
+            items.extend(page.get("items") or [])
+            metadata = page.get("metadata") or {}
+            token = str(metadata.get("continue") or "")
+            if not token:
+                return ObjectList(items, str(metadata.get("resourceVersion", "")))
+
+    async def create(
+        self, resource: Resource, body: Mapping[str, Any], namespace: str | None = None
+    ) -> JsonObject:
+        full = {"apiVersion": resource.api_version, "kind": resource.kind, **body}
+        return await self.request("POST", resource.path(namespace), body=full)
+
+    async def replace(
+        self,
+        resource: Resource,
+        name: str,
+        body: Mapping[str, Any],
+        namespace: str | None = None,
+        *,
+        subresource: str = "",
+    ) -> JsonObject:
+        """PUT; the body's metadata.resourceVersion makes it conditional (409 when stale)."""
+        full = {"apiVersion": resource.api_version, "kind": resource.kind, **body}
+        return await self.request("PUT", resource.path(namespace, name, subresource), body=full)
+
+    async def patch(
+        self,
+        resource: Resource,
+        name: str,
+        body: Any,
+        namespace: str | None = None,
+        *,
+        patch_type: PatchType = PatchType.MERGE,
+        subresource: str = "",
+    ) -> JsonObject:
+        if patch_type is PatchType.JSON and not isinstance(body, list):
+            raise TypeError("a JSON patch body is a list of operations")
+        if patch_type is not PatchType.JSON and not isinstance(body, Mapping):
+            raise TypeError(f"a {patch_type.name.lower()} patch body is a JSON object")
+        return await self.request(
+            "PATCH",
+            resource.path(namespace, name, subresource),
+            body=body,
+            content_type=patch_type.value,
+        )
+
+    async def delete(
+        self,
+        resource: Resource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        grace_period_seconds: int | None = None,
+        uid: str | None = None,
+    ) -> JsonObject:
+        options: JsonObject = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if grace_period_seconds is not None:
+            options["gracePeriodSeconds"] = grace_period_seconds
+        if uid is not None:
+            options["preconditions"] = {"uid": uid}
+        return await self.request("DELETE", resource.path(namespace, name), body=options)
+
+    async def watch(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        resource_version: str = "",
+        label_selector: str = "",
+        field_selector: str = "",
+        timeout_s: int = 300,
+        bookmarks: bool = True,
+    ) -> AsyncIterator[WatchEvent]:
+        """Stream events after `resource_version` until the server ends the watch.
+
+        An ERROR event raises its error (410 → `Gone`: the caller must relist)."""
+        query = _query(
+            watch=True,
+            resourceVersion=resource_version,
+            labelSelector=label_selector,
+            fieldSelector=field_selector,
+            timeoutSeconds=timeout_s,
+            allowWatchBookmarks=bookmarks,
+        )
+        path = resource.path(namespace)
+        # No total timeout: the server ends the stream; a silent connection is cut after a
+        # read stall longer than the server's own timeout.
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=timeout_s + 30)
+        response = await self._send("GET", path, query=query, timeout=timeout)
+        try:
+            if response.status != 200:
+                raise error_from_body(response.status, await response.read())
+            while True:
+                try:
+                    line = await response.content.readline()
+                except (aiohttp.ClientError, TimeoutError) as err:
+                    raise KubeUnavailable(0, "Unavailable", f"watch {path}: {err!r}") from err
+                if not line:
+                    return
+                yield _decode_event(line, path)
+        finally:
+            response.release()
+
+    # --- typed helpers for what pyhami does most --------------------------------------------
+
+    async def get_pod(self, namespace: str, name: str) -> JsonObject:
+        return await self.get(PODS, name, namespace)
+
+    async def list_pods(
+        self, namespace: str | None = None, *, label_selector: str = "", field_selector: str = ""
+    ) -> ObjectList:
+        return await self.list(
+            PODS, namespace, label_selector=label_selector, field_selector=field_selector
+        )
+
+    async def create_pod(self, namespace: str, body: Mapping[str, Any]) -> JsonObject:
+        return await self.create(PODS, body, namespace)
+
+    async def patch_pod(
+        self, namespace: str, name: str, body: Any, *, patch_type: PatchType = PatchType.MERGE
+    ) -> JsonObject:
+        return await self.patch(PODS, name, body, namespace, patch_type=patch_type)
+
+    async def patch_pod_status(
+        self, namespace: str, name: str, body: Any, *, patch_type: PatchType = PatchType.MERGE
+    ) -> JsonObject:
+        return await self.patch(
+            PODS, name, body, namespace, patch_type=patch_type, subresource="status"
+        )
+
+    async def delete_pod(
+        self, namespace: str, name: str, *, grace_period_seconds: int | None = None
+    ) -> JsonObject:
+        return await self.delete(PODS, name, namespace, grace_period_seconds=grace_period_seconds)
+
+    async def bind_pod(
+        self, namespace: str, name: str, node: str, *, uid: str | None = None
+    ) -> None:
+        """POST pods/<name>/binding; a pod that is already bound raises `Conflict`."""
+        metadata: JsonObject = {"name": name, "namespace": namespace}
+        if uid:
+            metadata["uid"] = uid
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": metadata,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        await self.request("POST", PODS.path(namespace, name, "binding"), body=body)
+
+    async def get_node(self, name: str) -> JsonObject:
+        return await self.get(NODES, name)
+
+    async def list_nodes(self, *, label_selector: str = "") -> ObjectList:
+        return await self.list(NODES, label_selector=label_selector)
+
+    async def patch_node(
+        self, name: str, body: Any, *, patch_type: PatchType = PatchType.MERGE
+    ) -> JsonObject:
+        return await self.patch(NODES, name, body, patch_type=patch_type)
+
+    async def patch_node_status(
+        self, name: str, body: Any, *, patch_type: PatchType = PatchType.MERGE
+    ) -> JsonObject:
+        return await self.patch(NODES, name, body, patch_type=patch_type, subresource="status")
+
+    async def create_event(self, namespace: str, event: Mapping[str, Any]) -> JsonObject:
+        """A core/v1 Event (the API HAMi's broadcaster writes to)."""
+        return await self.create(EVENTS, event, namespace)
+
+
+def _decode_event(line: bytes, path: str) -> WatchEvent:
+    try:
+        event = json.loads(line)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise KubeError(0, "BadResponse", f"watch {path}: a line is not JSON") from err
+    if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
+        raise KubeError(0, "BadResponse", f"watch {path}: an event without an object")
+    kind, obj = str(event.get("type", "")), event["object"]
+    if kind == "ERROR":
+        raise error_from_status(int(obj.get("code") or 0), obj)
+    if kind not in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK"):
+        raise KubeError(0, "BadResponse", f"watch {path}: unknown event type {kind!r}")
+    return WatchEvent(kind, obj)

@@ -1,0 +1,263 @@
+"""An asyncio reflector + informer: list, then watch from the list's resourceVersion.
+
+* Watch restarts resume from the last resourceVersion seen (events and bookmarks both move
+  it); only a 410 Gone makes it list again, as client-go's reflector does.
+* A relist is diffed against the cache, so handlers see the adds, updates and deletes that
+  happened while the watch was down.
+* `resync_period_s` redelivers every cached object to `on_update(obj, obj)`.
+* Errors back off exponentially (capped) and are counted; a handler that raises is logged and
+  counted and never stops the loop; `synced` is set after the first complete list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from pyhami.kube.client import JsonObject, KubeClient, WatchEvent
+from pyhami.kube.clock import Clock, SystemClock
+from pyhami.kube.errors import Gone
+from pyhami.kube.resources import Resource
+from pyhami.kube.tasks import cancel_and_wait, guarded_task
+
+log = structlog.get_logger(__name__)
+
+Key = tuple[str, str]  # (namespace or "", name)
+AddHandler = Callable[[JsonObject], Awaitable[None] | None]
+UpdateHandler = Callable[[JsonObject, JsonObject], Awaitable[None] | None]
+DeleteHandler = Callable[[JsonObject], Awaitable[None] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class EventHandlers:
+    """What to call on each change; any may be None. Sync or async callables both work."""
+
+    on_add: AddHandler | None = None
+    on_update: UpdateHandler | None = None
+    on_delete: DeleteHandler | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InformerSettings:
+    resync_period_s: float | None = None
+    watch_timeout_s: int = 300
+    backoff_initial_s: float = 0.1
+    backoff_max_s: float = 10.0
+    page_size: int = 500
+
+    def __post_init__(self) -> None:
+        if self.resync_period_s is not None and self.resync_period_s <= 0:
+            raise ValueError(f"resync_period_s must be > 0 or None, got {self.resync_period_s}")
+        if self.watch_timeout_s < 1:
+            raise ValueError(f"watch_timeout_s must be >= 1, got {self.watch_timeout_s}")
+        if not 0 < self.backoff_initial_s <= self.backoff_max_s:
+            raise ValueError("backoff needs 0 < backoff_initial_s <= backoff_max_s")
+
+
+@dataclass(slots=True)
+class InformerStats:
+    lists: int = 0
+    watches: int = 0
+    expired: int = 0  # 410s that forced a relist
+    errors: int = 0
+    handler_errors: int = 0
+    events: int = 0
+    bookmarks: int = 0
+    last_error: str = ""
+    # The latest steps, oldest first: "list", "watch", "gone", "error".
+    history: deque[str] = field(default_factory=lambda: deque(maxlen=64))
+
+
+def object_key(obj: JsonObject) -> Key:
+    metadata = obj.get("metadata") or {}
+    return str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
+
+
+class Informer:
+    """Keeps a local cache of one resource current and tells handlers what changed."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str = "",
+        field_selector: str = "",
+        settings: InformerSettings | None = None,
+        clock: Clock | None = None,
+        name: str = "",
+    ) -> None:
+        self._client = client
+        self.resource = resource
+        self._namespace = namespace
+        self._label_selector = label_selector
+        self._field_selector = field_selector
+        self.settings = settings or InformerSettings()
+        self._clock: Clock = clock or SystemClock()
+        self.name = name or f"informer/{resource.plural}"
+        self._cache: dict[Key, JsonObject] = {}
+        self._handlers: list[EventHandlers] = []
+        self.resource_version = ""
+        self.synced = asyncio.Event()
+        self.stats = InformerStats()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # --- reading the cache ----------------------------------------------------------------
+
+    def get(self, name: str, namespace: str | None = None) -> JsonObject | None:
+        return self._cache.get((namespace or "", name))
+
+    def list(self) -> list[JsonObject]:
+        return list(self._cache.values())
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def add_handlers(self, handlers: EventHandlers) -> None:
+        """Register handlers (before `start`, so they see every object from the first list)."""
+        self._handlers.append(handlers)
+
+    def start(self) -> None:
+        if self._tasks:
+            raise RuntimeError(f"{self.name} is already running")
+        self._tasks.append(guarded_task(self._run(), self.name))
+        if self.settings.resync_period_s is not None:
+            self._tasks.append(guarded_task(self._resync_loop(), f"{self.name}/resync"))
+
+    async def stop(self) -> None:
+        await cancel_and_wait(*self._tasks)
+        self._tasks.clear()
+
+    async def wait_synced(self, timeout_s: float | None = None) -> None:
+        await asyncio.wait_for(self.synced.wait(), timeout_s)
+
+    # --- the loop -------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        backoff = self.settings.backoff_initial_s
+        must_list = True
+        while True:
+            try:
+                if must_list:
+                    await self._relist()
+                    must_list = False
+                await self._watch()
+                backoff = self.settings.backoff_initial_s
+            except Gone:
+                self.stats.expired += 1
+                self.stats.history.append("gone")
+                log.info(
+                    "watch expired; relisting",
+                    informer=self.name,
+                    resource_version=self.resource_version,
+                )
+                must_list = True
+            except Exception as err:  # every other failure: back off, never die
+                self.stats.errors += 1
+                self.stats.last_error = repr(err)
+                self.stats.history.append("error")
+                log.warning(
+                    "list/watch failed; backing off",
+                    informer=self.name,
+                    error=repr(err),
+                    backoff_s=backoff,
+                )
+                await self._clock.sleep(backoff)
+                backoff = min(backoff * 2, self.settings.backoff_max_s)
+
+    async def _relist(self) -> None:
+        listed = await self._client.list(
+            self.resource,
+            self._namespace,
+            label_selector=self._label_selector,
+            field_selector=self._field_selector,
+            page_size=self.settings.page_size,
+        )
+        self.stats.lists += 1
+        self.stats.history.append("list")
+        fresh = {object_key(obj): obj for obj in listed.items}
+        stale = self._cache
+        self._cache = dict(stale)
+        for key, obj in fresh.items():
+            await self._apply(key, obj)
+        for key in [k for k in stale if k not in fresh]:
+            await self._remove(key, stale[key])
+        self.resource_version = listed.resource_version
+        self.synced.set()
+
+    async def _watch(self) -> None:
+        self.stats.watches += 1
+        self.stats.history.append("watch")
+        events = self._client.watch(
+            self.resource,
+            self._namespace,
+            resource_version=self.resource_version,
+            label_selector=self._label_selector,
+            field_selector=self._field_selector,
+            timeout_s=self.settings.watch_timeout_s,
+            bookmarks=True,
+        )
+        async for event in events:
+            await self._handle(event)
+
+    async def _handle(self, event: WatchEvent) -> None:
+        if event.type == "BOOKMARK":
+            self.stats.bookmarks += 1
+        else:
+            self.stats.events += 1
+            key = object_key(event.object)
+            if event.type == "DELETED":
+                await self._remove(key, event.object)
+            else:
+                await self._apply(key, event.object)
+        if event.resource_version:
+            self.resource_version = event.resource_version
+
+    async def _apply(self, key: Key, obj: JsonObject) -> None:
+        old = self._cache.get(key)
+        self._cache[key] = obj
+        if old is None:
+            await self._dispatch("on_add", obj)
+        elif _version(old) != _version(obj):
+            await self._dispatch("on_update", old, obj)
+
+    async def _remove(self, key: Key, obj: JsonObject) -> None:
+        if self._cache.pop(key, None) is not None:
+            await self._dispatch("on_delete", obj)
+
+    async def _dispatch(self, which: str, *args: JsonObject) -> None:
+        for handlers in self._handlers:
+            handler: Callable[..., Any] | None = getattr(handlers, which)
+            if handler is None:
+                continue
+            try:
+                result = handler(*args)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception as err:  # a handler bug must not stop the informer
+                self.stats.handler_errors += 1
+                log.exception(
+                    "informer handler failed", informer=self.name, handler=which, error=repr(err)
+                )
+
+    async def _resync_loop(self) -> None:
+        period = self.settings.resync_period_s
+        assert period is not None
+        await self.synced.wait()
+        while True:
+            await self._clock.sleep(period)
+            for obj in list(self._cache.values()):
+                await self._dispatch("on_update", obj, obj)
+
+
+def _version(obj: JsonObject) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion", ""))

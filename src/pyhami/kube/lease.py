@@ -1,0 +1,163 @@
+"""Read/modify/write of a coordination.k8s.io/v1 Lease with optimistic concurrency.
+
+`LeaseLock` remembers the resourceVersion of the Lease it last read; `update` sends it, so a
+write that raced another replica fails with `Conflict` instead of overwriting it. Times are
+MicroTime (RFC 3339 with microseconds, UTC). The election loop lives with the scheduler;
+this is the part of it that talks to the API.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pyhami.kube.client import JsonObject, KubeClient
+from pyhami.kube.errors import AlreadyExists, Conflict, KubeError, NotFound
+from pyhami.kube.resources import LEASES
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    """The Lease spec fields leader election reads and writes."""
+
+    holder: str
+    lease_duration_s: int
+    acquire_time: datetime | None = None
+    renew_time: datetime | None = None
+    transitions: int = 0
+
+    def expired(self, now: datetime) -> bool:
+        """By the holder's own renewTime (callers that distrust clocks track observation)."""
+        if not self.holder or self.renew_time is None:
+            return True
+        return (now - self.renew_time).total_seconds() > self.lease_duration_s
+
+
+def format_micro_time(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_micro_time(text: Any) -> datetime | None:
+    if not text:
+        return None
+    if not isinstance(text, str):
+        raise ValueError(f"a Lease time must be a string, got {text!r}")
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+    except ValueError as err:
+        raise ValueError(f"a Lease time is not RFC 3339: {text!r}") from err
+
+
+def record_from_lease(lease: JsonObject) -> LeaseRecord:
+    spec = lease.get("spec") or {}
+    try:
+        return LeaseRecord(
+            holder=str(spec.get("holderIdentity") or ""),
+            lease_duration_s=int(spec.get("leaseDurationSeconds") or 0),
+            acquire_time=parse_micro_time(spec.get("acquireTime")),
+            renew_time=parse_micro_time(spec.get("renewTime")),
+            transitions=int(spec.get("leaseTransitions") or 0),
+        )
+    except (TypeError, ValueError) as err:
+        name = (lease.get("metadata") or {}).get("name")
+        raise KubeError(0, "BadLease", f"lease {name!r} has a malformed spec: {err}") from err
+
+
+def lease_spec(record: LeaseRecord) -> JsonObject:
+    spec: JsonObject = {
+        "holderIdentity": record.holder,
+        "leaseDurationSeconds": record.lease_duration_s,
+        "leaseTransitions": record.transitions,
+    }
+    if record.acquire_time is not None:
+        spec["acquireTime"] = format_micro_time(record.acquire_time)
+    if record.renew_time is not None:
+        spec["renewTime"] = format_micro_time(record.renew_time)
+    return spec
+
+
+class LeaseLock:
+    """One Lease; `get` / `create` / `update` with conflicts surfaced as `Conflict`."""
+
+    def __init__(self, client: KubeClient, namespace: str, name: str) -> None:
+        if not namespace or not name:
+            raise ValueError("a LeaseLock needs a namespace and a name")
+        self._client = client
+        self.namespace = namespace
+        self.name = name
+        self._seen_version = ""
+
+    async def get(self) -> LeaseRecord | None:
+        """The current record, or None when the Lease does not exist."""
+        try:
+            lease = await self._client.get(LEASES, self.name, self.namespace)
+        except NotFound:
+            self._seen_version = ""
+            return None
+        self._seen_version = str(lease["metadata"].get("resourceVersion", ""))
+        return record_from_lease(lease)
+
+    async def create(self, record: LeaseRecord) -> None:
+        """Create the Lease; someone else creating it first raises `Conflict`."""
+        body = {
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "spec": lease_spec(record),
+        }
+        try:
+            lease = await self._client.create(LEASES, body, self.namespace)
+        except AlreadyExists as err:
+            raise Conflict(err.code, err.reason, err.message, err.status) from err
+        self._seen_version = str(lease["metadata"].get("resourceVersion", ""))
+
+    async def update(self, record: LeaseRecord) -> None:
+        """Replace the spec, conditional on the version last read (`Conflict` if it moved)."""
+        if not self._seen_version:
+            raise Conflict(
+                409,
+                "Conflict",
+                f"lease {self.namespace}/{self.name}: update without a prior read (get it first)",
+            )
+        body = {
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "resourceVersion": self._seen_version,
+            },
+            "spec": lease_spec(record),
+        }
+        lease = await self._client.replace(LEASES, self.name, body, self.namespace)
+        self._seen_version = str(lease["metadata"].get("resourceVersion", ""))
+
+    async def try_acquire_or_renew(self, identity: str, duration_s: int, now: datetime) -> bool:
+        """One round by the Lease's own times: True when `identity` holds it afterwards."""
+        current = await self.get()
+        mine = LeaseRecord(identity, duration_s, acquire_time=now, renew_time=now)
+        try:
+            if current is None:
+                await self.create(mine)
+                return True
+            if current.holder == identity:
+                await self.update(
+                    LeaseRecord(
+                        identity, duration_s, current.acquire_time, now, current.transitions
+                    )
+                )
+                return True
+            if not current.expired(now):
+                return False
+            await self.update(LeaseRecord(identity, duration_s, now, now, current.transitions + 1))
+            return True
+        except Conflict:
+            return False
+
+    async def release(self, identity: str, now: datetime) -> bool:
+        """Give the Lease up if `identity` holds it (holder emptied); True when released."""
+        current = await self.get()
+        if current is None or current.holder != identity:
+            return False
+        try:
+            await self.update(LeaseRecord("", 1, current.acquire_time, now, current.transitions))
+        except Conflict:
+            return False
+        return True

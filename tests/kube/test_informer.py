@@ -1,0 +1,179 @@
+"""The asyncio informer against the fake API server: sync, handlers, 410 relist, bookmarks,
+dropped watches, backoff, resync, handler failures."""
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from pyhami.kube import PODS, EventHandlers, Informer, InformerSettings, KubeClient
+from pyhami.testing import FakeKubeAPIServer
+
+from .builders import pod
+
+FAST = InformerSettings(watch_timeout_s=5, backoff_initial_s=0.02, backoff_max_s=0.1)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    def handlers(self) -> EventHandlers:
+        return EventHandlers(
+            on_add=lambda o: self.seen.append(("add", o["metadata"]["name"])),
+            on_update=lambda old, new: self.seen.append(("update", new["metadata"]["name"])),
+            on_delete=lambda o: self.seen.append(("delete", o["metadata"]["name"])),
+        )
+
+
+async def eventually(check: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not check():
+        if loop.time() > deadline:
+            pytest.fail("condition not reached in time")
+        await asyncio.sleep(0.01)
+
+
+@pytest.fixture
+async def recorded(kube: KubeClient) -> AsyncIterator[tuple[Informer, Recorder]]:
+    informer = Informer(kube, PODS, settings=FAST)
+    recorder = Recorder()
+    informer.add_handlers(recorder.handlers())
+    yield informer, recorder
+    await informer.stop()
+
+
+async def test_sync_then_events(kube: KubeClient, recorded: tuple[Informer, Recorder]) -> None:
+    informer, recorder = recorded
+    await kube.create_pod("default", pod("a"))
+    informer.start()
+    await informer.wait_synced(5)
+    assert recorder.seen == [("add", "a")]
+    await kube.create_pod("default", pod("b"))
+    await kube.patch_pod("default", "a", {"metadata": {"labels": {"x": "1"}}})
+    await kube.delete_pod("default", "b")
+    await eventually(lambda: len(recorder.seen) == 4)
+    assert recorder.seen[1:] == [("add", "b"), ("update", "a"), ("delete", "b")]
+    assert informer.get("a", "default")["metadata"]["labels"] == {"x": "1"}
+    assert informer.get("b", "default") is None
+
+
+async def test_gone_relists_and_diffs_what_was_missed(
+    kube: KubeClient, apiserver: FakeKubeAPIServer, recorded: tuple[Informer, Recorder]
+) -> None:
+    informer, recorder = recorded
+    await kube.create_pod("default", pod("a"))
+    await kube.create_pod("default", pod("b"))
+    informer.start()
+    await informer.wait_synced(5)
+    await eventually(lambda: "watch" in informer.stats.history)
+    # Cut the watch, change things behind the informer's back, and expire its version.
+    apiserver.store.create("pods", "default", pod("c"))
+    apiserver.store.delete("pods", "default", "b")
+    apiserver.store.patch(
+        "pods", "default", "a", "application/merge-patch+json", {"metadata": {"labels": {"y": "2"}}}
+    )
+    apiserver.store.compact()
+    apiserver.drop_watches("pods")
+    await eventually(lambda: informer.stats.lists == 2)
+    await eventually(lambda: len(recorder.seen) == 5)
+    assert informer.stats.expired == 1
+    assert sorted(recorder.seen[2:]) == [("add", "c"), ("delete", "b"), ("update", "a")]
+    assert sorted(p["metadata"]["name"] for p in informer.list()) == ["a", "c"]
+
+
+async def test_dropped_watch_resumes_without_relist(
+    kube: KubeClient, apiserver: FakeKubeAPIServer, recorded: tuple[Informer, Recorder]
+) -> None:
+    informer, recorder = recorded
+    informer.start()
+    await informer.wait_synced(5)
+    await eventually(lambda: len(apiserver.store.open_watchers("pods")) == 1)
+    apiserver.drop_watches("pods", abrupt=True)
+    await kube.create_pod("default", pod("late"))
+    await eventually(lambda: ("add", "late") in recorder.seen)
+    assert informer.stats.lists == 1 and informer.stats.watches >= 2
+
+
+async def test_bookmarks_advance_the_version(
+    kube: KubeClient, apiserver: FakeKubeAPIServer, recorded: tuple[Informer, Recorder]
+) -> None:
+    informer, _ = recorded
+    informer.start()
+    await informer.wait_synced(5)
+    apiserver.store.create("nodes", None, {"metadata": {"name": "n1"}})  # not a pod
+    target = apiserver.store.list_version()
+    await eventually(lambda: informer.resource_version == target)
+    assert informer.stats.bookmarks >= 1
+
+
+async def test_list_errors_back_off_then_sync(
+    kube: KubeClient, apiserver: FakeKubeAPIServer, recorded: tuple[Informer, Recorder]
+) -> None:
+    informer, _ = recorded
+    apiserver.faults.fail("list", "pods", status=500, times=3)
+    informer.start()
+    await informer.wait_synced(5)
+    assert informer.stats.errors == 3
+    assert "500" in informer.stats.last_error
+
+
+async def test_failing_handler_does_not_stop_the_informer(kube: KubeClient) -> None:
+    informer = Informer(kube, PODS, settings=FAST)
+    good = Recorder()
+
+    def explode(_obj: dict[str, Any]) -> None:
+        raise RuntimeError("handler bug")
+
+    informer.add_handlers(EventHandlers(on_add=explode))
+    informer.add_handlers(good.handlers())
+    informer.start()
+    try:
+        await informer.wait_synced(5)
+        await kube.create_pod("default", pod("a"))
+        await eventually(lambda: good.seen == [("add", "a")])
+        assert informer.stats.handler_errors == 1
+    finally:
+        await informer.stop()
+
+
+async def test_async_handlers_and_selectors(kube: KubeClient) -> None:
+    seen: list[str] = []
+
+    async def on_add(obj: dict[str, Any]) -> None:
+        await asyncio.sleep(0)
+        seen.append(obj["metadata"]["name"])
+
+    informer = Informer(
+        kube, PODS, namespace="default", field_selector="spec.nodeName=n1", settings=FAST
+    )
+    informer.add_handlers(EventHandlers(on_add=on_add))
+    await kube.create_pod("default", pod("on-n1", node="n1"))
+    await kube.create_pod("default", pod("elsewhere", node="n2"))
+    informer.start()
+    try:
+        await informer.wait_synced(5)
+        assert seen == ["on-n1"]
+    finally:
+        await informer.stop()
+
+
+async def test_resync_redelivers_cached_objects(kube: KubeClient) -> None:
+    informer = Informer(kube, PODS, settings=InformerSettings(resync_period_s=0.05))
+    recorder = Recorder()
+    informer.add_handlers(recorder.handlers())
+    await kube.create_pod("default", pod("a"))
+    informer.start()
+    try:
+        await eventually(lambda: recorder.seen.count(("update", "a")) >= 2)
+    finally:
+        await informer.stop()
+
+
+def test_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="resync_period_s"):
+        InformerSettings(resync_period_s=0)
+    with pytest.raises(ValueError, match="backoff"):
+        InformerSettings(backoff_initial_s=2, backoff_max_s=1)
