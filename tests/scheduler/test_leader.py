@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from pyhami.scheduler.leader import ElectionTiming, LeaderElector, LeaseRecord
+from pyhami.kube import LeaseRecord
+from pyhami.scheduler.leader import ElectionTiming, LeaderElector
 
 
 class Conflict(Exception):

@@ -19,22 +19,13 @@ from typing import Protocol
 
 import structlog
 
+from pyhami.kube import LeaseRecord
+
 log = structlog.get_logger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class LeaseRecord:
-    """The Lease spec fields leader election reads and writes."""
-
-    holder: str
-    lease_duration_s: int
-    acquire_time: datetime | None = None
-    renew_time: datetime | None = None
-    transitions: int = 0
-
-
 class LeaseStore(Protocol):
-    """Read/modify/write of one Lease; writes fail when someone else wrote in between."""
+    """Read/modify/write of one Lease (`pyhami.kube.LeaseLock`); writes fail on a conflict."""
 
     async def get(self) -> LeaseRecord | None: ...
 
