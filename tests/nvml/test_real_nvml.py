@@ -12,18 +12,11 @@ from pyhami.nvml import (
     NvmlNotSupportedError,
     NvmlUnavailableError,
     TopologyLevel,
+    driver_available,
     open_nvml,
     real,
     sysfs_bus_id,
 )
-
-
-def _driver_present() -> bool:
-    try:
-        open_nvml().close()
-    except NvmlUnavailableError:
-        return False
-    return True
 
 
 @pytest.mark.parametrize(
@@ -39,7 +32,7 @@ def test_sysfs_bus_id(nvml_id: str, want: str) -> None:
 
 
 def test_without_a_driver_open_names_the_fix() -> None:
-    if _driver_present():
+    if driver_available():
         pytest.skip("a driver is present here")
     with pytest.raises(NvmlUnavailableError, match="NVIDIA runtime"):
         open_nvml()
@@ -131,7 +124,7 @@ def test_wrapper_reads_numa_links_and_processes(
 
 @pytest.mark.gpu
 def test_real_driver_inventory() -> None:
-    if not _driver_present():
+    if not driver_available():
         pytest.skip("no NVIDIA driver on this machine")
     nvml = open_nvml()
     try:

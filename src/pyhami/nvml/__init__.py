@@ -22,7 +22,7 @@ from pyhami.nvml.api import (
     XidWatch,
     sysfs_bus_id,
 )
-from pyhami.nvml.real import PynvmlNvml, open_nvml
+from pyhami.nvml.real import PynvmlNvml, driver_available, open_nvml
 
 __all__ = [
     "MemoryInfo",
@@ -37,6 +37,7 @@ __all__ = [
     "Utilization",
     "XidEvent",
     "XidWatch",
+    "driver_available",
     "open_nvml",
     "sysfs_bus_id",
 ]

@@ -238,3 +238,12 @@ def open_nvml(sys_root: Path = Path("/sys")) -> PynvmlNvml:
         raise NvmlUnavailableError(
             "nvmlInit", f"{error.detail}; {_NO_DRIVER_HINT}", error.code
         ) from error
+
+
+def driver_available() -> bool:
+    """Whether NVML initialises here (for tests and tools that skip without a GPU)."""
+    try:
+        open_nvml().close()
+    except NvmlError:
+        return False
+    return True
