@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import signal
 import struct
 import subprocess
 from collections.abc import Iterator
@@ -108,11 +109,12 @@ class Harness:
         assert done.returncode == 0, f"vgpu_drive failed ({done.returncode}): {done.stderr}"
         return Run(parse(done.stdout), done.stderr, done.returncode)
 
-    def start(self, *words: str, env: dict[str, str] | None = None,
-              preload: bool = True) -> subprocess.Popen[str]:
+    def start(self, *words: str, env: dict[str, str] | None = None, preload: bool = True,
+              capture: bool = True) -> subprocess.Popen[str]:
+        output = subprocess.PIPE if capture else subprocess.DEVNULL
         return subprocess.Popen(
             [str(self.native.drive), *words], env=self.environment(env, preload),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdout=output, stderr=output, text=True,
         )
 
 
@@ -198,6 +200,11 @@ def write_region_int32(path: Path, offset: int, value: int) -> None:
 
 RECENT_KERNEL_AT = 2_008_904
 UTILIZATION_SWITCH_AT = 2_008_900
+
+
+def kill(process: subprocess.Popen[str]) -> None:
+    process.send_signal(signal.SIGKILL)
+    process.communicate()
 
 
 def _make() -> None:

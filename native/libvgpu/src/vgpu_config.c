@@ -133,6 +133,8 @@ static int vgpu_read_file(const char *path, struct vgpu_config *config)
         strcpy(vgpu_file.value[vgpu_file.count], equals + 1);
         vgpu_file.count++;
     }
+    if (ferror(file))
+        vgpu_config_fail(config, "limits file %s cannot be read: %s", path, strerror(errno));
     fclose(file);
     return config->broken ? -1 : 0;
 }

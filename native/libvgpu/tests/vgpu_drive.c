@@ -250,7 +250,7 @@ int main(int argc, char **argv)
             double next = now_ms() + 100;
             while (now_ms() < until) {
                 launch_once(how, grid);
-                if (now_ms() >= next) {
+                while (now_ms() >= next && used < sizeof series - 32) {
                     used += (size_t)snprintf(series + used, sizeof series - used, "%s%llu",
                                              used ? "," : "", stub_launched_blocks());
                     next += 100;
