@@ -2,6 +2,8 @@
 
 import typer
 
+from pyhami.sim import cli as sim_cli
+
 app = typer.Typer(
     name="pyhami",
     help="GPU sharing for Kubernetes, wire-compatible with HAMi v2.10.",
@@ -21,6 +23,10 @@ def version() -> None:
     from pyhami import __version__
 
     typer.echo(__version__)
+
+
+app.command()(sim_cli.simulate)
+app.command()(sim_cli.explain)
 
 
 def main() -> None:

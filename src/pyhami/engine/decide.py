@@ -27,9 +27,20 @@ from pyhami.devices.nvidia.mig import select_candidate
 from pyhami.devices.nvidia.request import NVIDIA
 from pyhami.devices.nvidia.selectors import policy_contains
 from pyhami.devices.reasons import CardCheck, Reason
+from pyhami.engine import wire
 from pyhami.engine.collapse import collapse_init_usage
 from pyhami.engine.ledger import Ledger, LedgerCard, LedgerNode, PodAllocation, PodKey
-from pyhami.engine.pod import EngineConfig, PodPlan, PodSpecError, parse_weights, plan_pod
+from pyhami.engine.pod import (
+    DEVICES_ALLOCATED,
+    DEVICES_TO_ALLOCATE,
+    MIG_ALLOCATIONS,
+    VGPU_NODE,
+    VGPU_TIME,
+    EngineConfig,
+    PodPlan,
+    PodSpecError,
+    plan_pod,
+)
 from pyhami.engine.policy import (
     CardSortKey,
     GpuPolicy,
@@ -49,12 +60,6 @@ from pyhami.model import (
     NodeName,
     PodSingleDevice,
 )
-
-VGPU_NODE = "hami.io/vgpu-node"
-VGPU_TIME = "hami.io/vgpu-time"
-DEVICES_TO_ALLOCATE = "hami.io/vgpu-devices-to-allocate"
-DEVICES_ALLOCATED = "hami.io/vgpu-devices-allocated"
-MIG_ALLOCATIONS = "hami.io/vgpu-mig-allocations"
 
 
 class Outcome(enum.Enum):
@@ -193,8 +198,8 @@ def decide(
     if not plan.wants_devices:
         return Decision(plan.key, plan.namespace, plan.name, Outcome.NO_DEVICE_REQUEST)
     try:
-        weights = parse_weights(plan.weights_annotation)
-    except ValueError as err:
+        weights = wire.scoring_weights(plan.weights_annotation)
+    except wire.WireError as err:
         return Decision(
             plan.key,
             plan.namespace,
@@ -430,7 +435,7 @@ def _fit_container(
         container=position,
         reasons=outcome.reasons,
         cards=outcome.total,
-        reason=format_reasons(outcome.reasons, outcome.total),
+        reason=wire.reason_text(outcome.reasons, outcome.total),
         checks=tuple(checks or ()),
     )
 
@@ -491,7 +496,7 @@ def _book(
 
 
 def _annotations(winner: NodeVerdict, now: int) -> dict[str, str]:
-    encoded = encode_pod_devices(winner.devices)
+    encoded = wire.encode_devices(winner.devices)
     annotations = {
         VGPU_NODE: winner.node,
         VGPU_TIME: str(now),
@@ -499,37 +504,5 @@ def _annotations(winner: NodeVerdict, now: int) -> dict[str, str]:
         DEVICES_ALLOCATED: encoded,
     }
     if winner.mig_allocations:
-        annotations[MIG_ALLOCATIONS] = encode_mig_allocations(winner.mig_allocations)
+        annotations[MIG_ALLOCATIONS] = wire.encode_migs(winner.mig_allocations)
     return annotations
-
-
-def format_reasons(reasons: Mapping[Reason, int], total: int) -> str:
-    """Placeholder until pyhami.protocol.format_reasons lands."""
-    return ", ".join(sorted(f"{count}/{total} {reason}" for reason, count in reasons.items()))
-
-
-def encode_pod_devices(devices: PodSingleDevice) -> str:
-    """Placeholder until pyhami.protocol.encode_pod_devices lands."""
-    return "".join(
-        "".join(f"{d.uuid},{d.type},{d.usedmem},{d.usedcores}:" for d in container) + ";"
-        for container in devices
-    )
-
-
-def encode_mig_allocations(allocations: Sequence[MigAllocation]) -> str:
-    """Placeholder until pyhami.protocol.encode_mig_allocations lands."""
-    import json
-
-    return json.dumps(
-        [
-            {
-                "containerIndex": a.container_index,
-                "deviceIndex": a.device_index,
-                "gpuUUID": a.gpu_uuid,
-                "profile": a.profile,
-                "placement": {"start": a.placement.start, "size": a.placement.size},
-            }
-            for a in allocations
-        ],
-        separators=(",", ":"),
-    )

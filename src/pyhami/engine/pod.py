@@ -11,12 +11,18 @@ from typing import Any
 from pyhami.devices.config import NvidiaConfig
 from pyhami.devices.nvidia.request import ContainerSpecError, container_request
 from pyhami.devices.nvidia.selectors import GPU_SCHEDULER_POLICY, CardSelectors
+from pyhami.engine import wire
 from pyhami.engine.ledger import PodAllocation, PodKey
-from pyhami.engine.policy import GpuPolicy, NodePolicy, ScoringWeights
-from pyhami.model import ContainerDeviceRequest
+from pyhami.engine.policy import GpuPolicy, NodePolicy
+from pyhami.model import ContainerDeviceRequest, NodeName
 
 NODE_SCHEDULER_POLICY = "hami.io/node-scheduler-policy"
 DEVICE_SCORING_WEIGHTS = "hami.io/device-scoring-weights"
+VGPU_NODE = "hami.io/vgpu-node"
+VGPU_TIME = "hami.io/vgpu-time"
+DEVICES_TO_ALLOCATE = "hami.io/vgpu-devices-to-allocate"
+DEVICES_ALLOCATED = "hami.io/vgpu-devices-allocated"
+MIG_ALLOCATIONS = "hami.io/vgpu-mig-allocations"
 
 
 class PodSpecError(ValueError):
@@ -119,14 +125,6 @@ def plan_pod(pod: Mapping[str, Any], config: EngineConfig) -> PodPlan:
     )
 
 
-def parse_weights(text: str | None) -> ScoringWeights:
-    """Placeholder until pyhami.protocol.parse_device_scoring_weights lands."""
-    if text is None:
-        return ScoringWeights()
-    parts = dict(item.split("=", 1) for item in text.split(","))
-    return ScoringWeights(int(parts["slot"]), int(parts["core"]), int(parts["memory"]))
-
-
 def init_containers_finished(pod: Mapping[str, Any]) -> bool:
     """HAMi `AllInitContainersSucceeded`: at least one status, all terminated with exit 0."""
     status = _mapping(pod.get("status"), "pod status")
@@ -141,7 +139,36 @@ def init_containers_finished(pod: Mapping[str, Any]) -> bool:
     return True
 
 
-def allocation_of(pod: Mapping[str, Any], key: PodKey | None = None) -> PodAllocation | None:
-    """Placeholder until pyhami.protocol lands: decoding the allocated annotations."""
-    del pod, key
-    return None
+def allocation_of(pod: Mapping[str, Any]) -> PodAllocation | None:
+    """The allocation a scheduled pod records, as HAMi's pod informer reads it (§6.1).
+
+    None when the pod holds nothing: no `hami.io/vgpu-node`, no allocated annotation, or a
+    finished pod (Succeeded/Failed). A terminating pod keeps its reservation. An invalid MIG
+    annotation is ignored, as in HAMi; invalid pod devices are a PodSpecError.
+    """
+    key, namespace, name = pod_identity(pod)
+    annotations = pod_annotations(pod)
+    node = annotations.get(VGPU_NODE)
+    value = annotations.get(DEVICES_ALLOCATED)
+    status = _mapping(pod.get("status"), f"pod {namespace}/{name}: status")
+    if not node or value is None or status.get("phase") in ("Succeeded", "Failed"):
+        return None
+    try:
+        containers = wire.decode_devices(value)
+    except wire.WireError as err:
+        raise PodSpecError(f"pod {namespace}/{name}: {DEVICES_ALLOCATED}: {err}") from err
+    try:
+        migs = wire.decode_migs(annotations.get(MIG_ALLOCATIONS, ""))
+    except wire.WireError:
+        migs = ()
+    init_count, _ = pod_containers(pod)
+    return PodAllocation(
+        key=key,
+        namespace=namespace,
+        name=name,
+        node=NodeName(node),
+        containers=containers,
+        init_count=init_count,
+        mig_allocations=migs,
+        init_finished=init_containers_finished(pod),
+    )

@@ -1,0 +1,98 @@
+"""The `simulate` and `explain` commands."""
+
+import sys
+import time
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from pyhami.devices.config import DeviceConfigError, NvidiaConfig, parse_device_config
+from pyhami.engine import EngineConfig, GpuPolicy, NodePolicy
+from pyhami.sim.explain import explain as explain_pod
+from pyhami.sim.explain import render
+from pyhami.sim.inputs import InputError, load_cluster
+from pyhami.sim.simulate import as_json, as_table
+from pyhami.sim.simulate import simulate as simulate_pods
+
+
+class Output(StrEnum):
+    JSON = "json"
+    TABLE = "table"
+
+
+FilesOption = Annotated[
+    list[Path], typer.Option("-f", "--file", help="YAML/JSON nodes and pods (repeatable)")
+]
+ConfigOption = Annotated[
+    Path | None, typer.Option("--config", help="HAMi device-config.yaml (default: chart values)")
+]
+NodePolicyOption = Annotated[NodePolicy, typer.Option("--node-policy")]
+GpuPolicyOption = Annotated[GpuPolicy, typer.Option("--gpu-policy")]
+NowOption = Annotated[
+    int | None, typer.Option("--now", help="unix seconds for hami.io/vgpu-time (default: now)")
+]
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(2)
+
+
+def _engine_config(config: Path | None, node_policy: str, gpu_policy: str) -> EngineConfig:
+    nvidia = NvidiaConfig()
+    if config is not None:
+        try:
+            text = config.read_text(encoding="utf-8")
+        except OSError as err:
+            raise _fail(f"{config}: cannot read: {err}") from err
+        try:
+            nvidia = parse_device_config(text, source=str(config)).nvidia
+        except DeviceConfigError as err:
+            raise _fail(str(err)) from err
+    return EngineConfig(nvidia=nvidia, node_policy=node_policy, gpu_policy=gpu_policy)
+
+
+def simulate(  # noqa: PLR0917 (typer reads the options from the signature)
+    file: FilesOption,
+    config: ConfigOption = None,
+    node_policy: NodePolicyOption = NodePolicy.BINPACK,
+    gpu_policy: GpuPolicyOption = GpuPolicy.SPREAD,
+    output: Annotated[Output, typer.Option("--output", "-o")] = Output.JSON,
+    now: NowOption = None,
+) -> None:
+    """Schedule the pending pods of FILEs as the live /filter would, in input order."""
+    engine_config = _engine_config(config, node_policy, gpu_policy)
+    try:
+        cluster = load_cluster(file)
+    except InputError as err:
+        raise _fail(str(err)) from err
+    decisions = simulate_pods(cluster, engine_config, int(time.time()) if now is None else now)
+    sys.stdout.write((as_json(decisions) + "\n") if output is Output.JSON else as_table(decisions))
+    errors = [d for d in decisions if d.error]
+    for decision in errors:
+        typer.echo(f"error: pod {decision.namespace}/{decision.name}: {decision.error}", err=True)
+    if errors:
+        # A pod that cannot be read is bad input, even though the others were decided.
+        raise typer.Exit(2)
+
+
+def explain(  # noqa: PLR0917 (typer reads the options from the signature)
+    pod: Annotated[str, typer.Argument(help="the pending pod: NAME or NAMESPACE/NAME")],
+    file: FilesOption,
+    config: ConfigOption = None,
+    node_policy: NodePolicyOption = NodePolicy.BINPACK,
+    gpu_policy: GpuPolicyOption = GpuPolicy.SPREAD,
+    now: NowOption = None,
+) -> None:
+    """Show every node and card for one pending pod, and the check that rejected each."""
+    engine_config = _engine_config(config, node_policy, gpu_policy)
+    try:
+        cluster = load_cluster(file)
+        decision = explain_pod(
+            cluster, engine_config, pod, int(time.time()) if now is None else now
+        )
+    except InputError as err:
+        raise _fail(str(err)) from err
+    sys.stdout.write(render(decision))

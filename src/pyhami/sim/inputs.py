@@ -1,0 +1,128 @@
+"""Offline cluster state from `kubectl get nodes,pods -o yaml` style files.
+
+A file holds one object, a multi-document YAML stream, or a `List`/`NodeList`/`PodList`; JSON
+is YAML too. Pods bound to a node (`spec.nodeName` or `hami.io/vgpu-node`) that carry a devices
+annotation are existing allocations; every other pod is pending, in input order.
+"""
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pyhami.devices.inventory import NodeInventory
+from pyhami.devices.nvidia.inventory import InventoryError, node_inventory
+from pyhami.engine import PodAllocation, PodSpecError, allocation_of, pod_identity
+from pyhami.engine.pod import DEVICES_ALLOCATED, VGPU_NODE, pod_annotations
+from pyhami.model import NodeName
+
+_LIST_KINDS = ("List", "NodeList", "PodList")
+
+
+class InputError(ValueError):
+    """Input that cannot be read; the message names the file and the object."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterInput:
+    nodes: dict[NodeName, NodeInventory]
+    unregistered: dict[NodeName, str]  # GPU-less or unreadable nodes: why they are left out
+    existing: list[PodAllocation]
+    pending: list[Mapping[str, Any]]
+    quotas: list[tuple[str, str, Mapping[str, object]]]  # (key, namespace, spec.hard)
+
+
+def _objects(document: object, source: str) -> Iterable[Mapping[str, Any]]:
+    if document is None:
+        return
+    if not isinstance(document, Mapping):
+        raise InputError(f"{source}: expected Kubernetes objects, got {type(document).__name__}")
+    if document.get("kind") in _LIST_KINDS:
+        items = document.get("items") or []
+        if not isinstance(items, list):
+            raise InputError(f"{source}: {document['kind']}.items must be a list")
+        for item in items:
+            yield from _objects(item, source)
+        return
+    yield document
+
+
+def read_objects(paths: Iterable[Path]) -> list[tuple[str, Mapping[str, Any]]]:
+    objects: list[tuple[str, Mapping[str, Any]]] = []
+    for path in paths:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise InputError(f"{path}: cannot read: {err}") from err
+        try:
+            documents = list(yaml.safe_load_all(text))
+        except yaml.YAMLError as err:
+            raise InputError(f"{path}: not valid YAML or JSON: {err}") from err
+        for document in documents:
+            objects.extend((str(path), obj) for obj in _objects(document, str(path)))
+    return objects
+
+
+def load_cluster(paths: Iterable[Path]) -> ClusterInput:
+    nodes: dict[NodeName, NodeInventory] = {}
+    unregistered: dict[NodeName, str] = {}
+    existing: list[PodAllocation] = []
+    pending: list[Mapping[str, Any]] = []
+    quotas: list[tuple[str, str, Mapping[str, object]]] = []
+    for source, obj in read_objects(paths):
+        kind = obj.get("kind")
+        if kind == "Node":
+            name, annotations = _node(obj, source)
+            try:
+                nodes[name] = node_inventory(annotations)
+            except InventoryError as err:
+                unregistered[name] = str(err)
+        elif kind == "Pod":
+            try:
+                pod_identity(obj)  # a pod must at least be named
+                annotations = pod_annotations(obj)
+                spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+                bound = annotations.get(VGPU_NODE) or spec.get("nodeName")  # type: ignore[union-attr]
+                if bound and DEVICES_ALLOCATED in annotations:
+                    allocation = allocation_of(_with_node(obj, str(bound)))
+                    if allocation is not None:
+                        existing.append(allocation)
+                elif not bound:
+                    pending.append(obj)
+            except PodSpecError as err:
+                raise InputError(f"{source}: {err}") from err
+        elif kind == "ResourceQuota":
+            quotas.append(_quota(obj, source))
+        elif kind is None:
+            raise InputError(f"{source}: an object without a kind")
+    return ClusterInput(nodes, unregistered, existing, pending, quotas)
+
+
+def _quota(obj: Mapping[str, Any], source: str) -> tuple[str, str, Mapping[str, object]]:
+    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+    hard = spec.get("hard") or {}  # type: ignore[union-attr]
+    name = metadata.get("name")  # type: ignore[union-attr]
+    namespace = metadata.get("namespace") or "default"  # type: ignore[union-attr]
+    if not isinstance(name, str) or not isinstance(hard, Mapping):
+        raise InputError(f"{source}: a ResourceQuota needs metadata.name and a spec.hard mapping")
+    return f"{namespace}/{name}", str(namespace), hard
+
+
+def _node(obj: Mapping[str, Any], source: str) -> tuple[NodeName, Mapping[str, str]]:
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, Mapping) or not isinstance(metadata.get("name"), str):
+        raise InputError(f"{source}: a Node without metadata.name")
+    annotations = metadata.get("annotations") or {}
+    if not isinstance(annotations, Mapping):
+        raise InputError(f"{source}: node {metadata['name']}: annotations must be a mapping")
+    return NodeName(metadata["name"]), annotations
+
+
+def _with_node(pod: Mapping[str, Any], node: str) -> Mapping[str, Any]:
+    """A pod bound through spec.nodeName only still counts on that node."""
+    metadata = dict(pod.get("metadata") or {})
+    metadata["annotations"] = {VGPU_NODE: node, **(metadata.get("annotations") or {})}
+    return {**pod, "metadata": metadata}
