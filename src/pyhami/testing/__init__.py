@@ -3,5 +3,13 @@
 from pyhami.testing.fake_apiserver import FakeKubeAPIServer
 from pyhami.testing.fake_kubelet import FakeKubelet
 from pyhami.testing.fake_nvml import FakeGpu, FakeNVML
+from pyhami.testing.scheduler_harness import ExtenderConfig, KubeSchedulerHarness
 
-__all__ = ["FakeGpu", "FakeKubeAPIServer", "FakeKubelet", "FakeNVML"]
+__all__ = [
+    "ExtenderConfig",
+    "FakeGpu",
+    "FakeKubeAPIServer",
+    "FakeKubelet",
+    "FakeNVML",
+    "KubeSchedulerHarness",
+]

@@ -408,9 +408,11 @@ class FakeKubeAPIServer:
             return response
         await response.prepare(request)
         try:
-            await self._stream(
-                request, response, watcher, route.resource, timeout=timeout, bookmarks=bookmarks
-            )
+            # A client that goes away mid-stream is the normal end of a watch.
+            with contextlib.suppress(ConnectionError):
+                await self._stream(
+                    request, response, watcher, route.resource, timeout=timeout, bookmarks=bookmarks
+                )
         finally:
             self.store.stop_watch(watcher)
         return response

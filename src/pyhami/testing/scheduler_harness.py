@@ -1,0 +1,741 @@
+"""KubeSchedulerHarness: drives an HTTP(S) scheduler extender the way kube-scheduler does.
+
+It plays the kube-scheduler container of HAMi's chart (ops.md §3.4): it watches unbound pods
+whose `schedulerName` is its own, runs a few predicates of its own (Ready condition,
+`spec.unschedulable`, NoSchedule/NoExecute taints, nodeSelector, extended resources that are
+not `ignoredByScheduler`), then, for pods the extender is interested in (they ask for one of
+its `managedResources`, or it manages none), `POST <urlPrefix>/<filterVerb>` with
+`ExtenderArgs` — `NodeNames` when `nodeCacheCapable`, the full `Nodes` list otherwise — and
+keeps only the nodes it answers with. A filter error fails the attempt unless the extender is
+`ignorable`. The binding cycle runs concurrently with the next pod's filter, as in
+kube-scheduler: `POST <urlPrefix>/<bindVerb>` with `ExtenderBindingArgs` when the extender
+binds, else `pods/binding` directly. Failed attempts are retried with exponential backoff
+(kube-scheduler's defaults: 1 s doubling to 10 s). Every attempt is recorded as a
+`ScheduleOutcome`; `metrics` keeps counts and latencies.
+
+Not modelled: scoring/prioritize verbs (the first surviving node is taken), preemption, pod
+affinity, non-extended resource accounting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import enum
+import re
+import ssl
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+import structlog
+
+from pyhami.kube import (
+    NODES,
+    PODS,
+    Clock,
+    EventHandlers,
+    Informer,
+    InformerSettings,
+    JsonObject,
+    KubeClient,
+    KubeError,
+    SystemClock,
+    cancel_and_wait,
+    guarded_task,
+)
+
+log = structlog.get_logger(__name__)
+
+# The resource names HAMi's chart lists under managedResources for NVIDIA (ops.md §3.4).
+HAMI_NVIDIA_RESOURCES = (
+    "nvidia.com/gpu",
+    "nvidia.com/gpumem",
+    "nvidia.com/gpucores",
+    "nvidia.com/gpumem-percentage",
+    "nvidia.com/priority",
+)
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns)")
+_DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+
+def parse_go_duration(text: str) -> float:
+    """`30s`, `1m30s`, `500ms` → seconds (metav1.Duration as written in scheduler configs)."""
+    if not isinstance(text, str) or not text or _DURATION.sub("", text) != "":
+        raise ValueError(f"not a Go duration: {text!r}")
+    return sum(float(n) * _DURATION_UNITS[unit] for n, unit in _DURATION.findall(text))
+
+
+@dataclass(frozen=True, slots=True)
+class ManagedResource:
+    name: str
+    ignored_by_scheduler: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderConfig:
+    """One `extenders[]` entry of a KubeSchedulerConfiguration."""
+
+    url_prefix: str
+    filter_verb: str = "filter"
+    bind_verb: str = ""
+    node_cache_capable: bool = False
+    managed_resources: tuple[ManagedResource, ...] = ()
+    ignorable: bool = False
+    http_timeout_s: float = 30.0
+    tls_insecure: bool = False
+    tls_ca_pem: bytes | None = None
+    tls_server_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.url_prefix.startswith(("http://", "https://")):
+            raise ValueError(f"extender urlPrefix must be http(s)://..., got {self.url_prefix!r}")
+        if self.http_timeout_s <= 0:
+            raise ValueError(f"extender httpTimeout must be > 0, got {self.http_timeout_s}")
+        if not self.filter_verb:
+            raise ValueError("this harness drives filter: set filterVerb")
+
+    @classmethod
+    def from_kube_scheduler_config(cls, entry: Mapping[str, Any]) -> ExtenderConfig:
+        """Parse the camelCase YAML/JSON entry (`urlPrefix`, `tlsConfig.caData`, ...)."""
+        tls = entry.get("tlsConfig") or {}
+        ca_pem = None
+        if tls.get("caData"):
+            ca_pem = base64.b64decode(tls["caData"])
+        elif tls.get("caFile"):
+            ca_pem = Path(tls["caFile"]).read_bytes()
+        url = str(entry.get("urlPrefix", ""))
+        if entry.get("enableHTTPS") and url.startswith("http://"):
+            url = "https://" + url[len("http://") :]
+        timeout = entry.get("httpTimeout", "30s")
+        return cls(
+            url_prefix=url,
+            filter_verb=str(entry.get("filterVerb", "")),
+            bind_verb=str(entry.get("bindVerb", "")),
+            node_cache_capable=bool(entry.get("nodeCacheCapable", False)),
+            managed_resources=tuple(
+                ManagedResource(str(r["name"]), bool(r.get("ignoredByScheduler", False)))
+                for r in entry.get("managedResources") or ()
+            ),
+            ignorable=bool(entry.get("ignorable", False)),
+            http_timeout_s=parse_go_duration(timeout)
+            if isinstance(timeout, str)
+            else float(timeout),
+            tls_insecure=bool(tls.get("insecure", False)),
+            tls_ca_pem=ca_pem,
+            tls_server_name=tls.get("serverName") or None,
+        )
+
+    @classmethod
+    def hami_chart(
+        cls, url_prefix: str, *, ca_pem: bytes | None = None, http_timeout_s: float = 30.0
+    ) -> ExtenderConfig:
+        """The extender HAMi's chart configures (NVIDIA resources), at `url_prefix`."""
+        return cls(
+            url_prefix=url_prefix,
+            filter_verb="filter",
+            bind_verb="bind",
+            node_cache_capable=True,
+            managed_resources=tuple(ManagedResource(n, True) for n in HAMI_NVIDIA_RESOURCES),
+            ignorable=False,
+            http_timeout_s=http_timeout_s,
+            tls_insecure=ca_pem is None and url_prefix.startswith("https://"),
+            tls_ca_pem=ca_pem,
+        )
+
+    def interested_in(self, pod: JsonObject) -> bool:
+        """kube-scheduler's IsInterested: any managed resource in any container's requests or
+        limits (an extender that manages none is interested in every pod)."""
+        if not self.managed_resources:
+            return True
+        names = {r.name for r in self.managed_resources}
+        return bool(names & _requested(pod).keys())
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        if not self.url_prefix.startswith("https://"):
+            return None
+        if self.tls_insecure:
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+            return context
+        return ssl.create_default_context(
+            cadata=self.tls_ca_pem.decode() if self.tls_ca_pem else None
+        )
+
+
+class Result(enum.StrEnum):
+    BOUND = "bound"
+    UNSCHEDULABLE = "unschedulable"  # no node passed the predicates and the extender
+    FILTER_ERROR = "filter-error"  # the extender failed or answered Error
+    BIND_ERROR = "bind-error"  # the extender's bind (or pods/binding) failed
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleOutcome:
+    """One scheduling attempt of one pod."""
+
+    namespace: str
+    name: str
+    uid: str
+    attempt: int
+    result: Result
+    node: str = ""
+    failed_nodes: Mapping[str, str] = field(default_factory=dict)
+    unresolvable_nodes: Mapping[str, str] = field(default_factory=dict)
+    error: str = ""
+    filter_s: float = 0.0
+    bind_s: float = 0.0
+    extender_called: bool = False
+
+
+def _percentile(values: Sequence[float], fraction: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+@dataclass(slots=True)
+class HarnessMetrics:
+    attempts: int = 0
+    results: dict[Result, int] = field(default_factory=lambda: dict.fromkeys(Result, 0))
+    filter_latencies_s: list[float] = field(default_factory=list)
+    bind_latencies_s: list[float] = field(default_factory=list)
+
+    def filter_p(self, fraction: float) -> float:
+        return _percentile(self.filter_latencies_s, fraction)
+
+    def bind_p(self, fraction: float) -> float:
+        return _percentile(self.bind_latencies_s, fraction)
+
+
+@dataclass(slots=True)
+class _Attempt:
+    """One pod's pass through the scheduling and binding cycles."""
+
+    key: tuple[str, str]
+    pod: JsonObject
+    uid: str
+    number: int
+    interested: bool  # the extender manages a resource this pod asks for
+    extender_called: bool = False
+    failed: Mapping[str, str] = field(default_factory=dict)
+    filter_s: float = 0.0
+    bind_s: float = 0.0
+
+    def outcome(
+        self,
+        result: Result,
+        *,
+        node: str = "",
+        error: str = "",
+        unresolvable: Mapping[str, str] | None = None,
+    ) -> ScheduleOutcome:
+        return ScheduleOutcome(
+            namespace=self.key[0],
+            name=self.key[1],
+            uid=self.uid,
+            attempt=self.number,
+            result=result,
+            node=node,
+            failed_nodes=dict(self.failed),
+            unresolvable_nodes=dict(unresolvable or {}),
+            error=error,
+            filter_s=self.filter_s,
+            bind_s=self.bind_s,
+            extender_called=self.extender_called,
+        )
+
+
+class _AttemptFailedError(Exception):
+    def __init__(
+        self,
+        result: Result,
+        error: str,
+        failed: Mapping[str, str] | None = None,
+        unresolvable: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(error)
+        self.result = result
+        self.failed = dict(failed or {})
+        self.unresolvable = dict(unresolvable or {})
+
+
+class KubeSchedulerHarness:
+    """`async with KubeSchedulerHarness(client, ExtenderConfig.hami_chart(url)) as h:`."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        extender: ExtenderConfig | None,
+        *,
+        scheduler_name: str = "hami-scheduler",
+        backoff_initial_s: float = 1.0,
+        backoff_max_s: float = 10.0,
+        record_events: bool = True,
+        clock: Clock | None = None,
+        informer_settings: InformerSettings | None = None,
+    ) -> None:
+        if not 0 < backoff_initial_s <= backoff_max_s:
+            raise ValueError("backoff needs 0 < backoff_initial_s <= backoff_max_s")
+        self._client = client
+        self.extender = extender
+        self.scheduler_name = scheduler_name
+        self._backoff = (backoff_initial_s, backoff_max_s)
+        self._record_events = record_events
+        self._clock: Clock = clock or SystemClock()
+        selector = (
+            f"spec.nodeName=,spec.schedulerName={scheduler_name},"
+            "status.phase!=Succeeded,status.phase!=Failed"
+        )
+        self.pods = Informer(
+            client,
+            PODS,
+            field_selector=selector,
+            settings=informer_settings,
+            clock=self._clock,
+            name=f"harness/{scheduler_name}/pods",
+        )
+        self.nodes = Informer(
+            client,
+            NODES,
+            settings=informer_settings,
+            clock=self._clock,
+            name=f"harness/{scheduler_name}/nodes",
+        )
+        self.outcomes: list[ScheduleOutcome] = []
+        self.metrics = HarnessMetrics()
+        self._queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+        self._pending: set[tuple[str, str]] = set()  # queued, backing off, or binding
+        self._attempts: dict[str, int] = {}
+        self._changed = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._session: aiohttp.ClientSession | None = None
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._session = aiohttp.ClientSession()
+        handlers = EventHandlers(
+            on_add=self._pod_seen, on_update=lambda _old, new: self._pod_seen(new)
+        )
+        self.pods.add_handlers(handlers)
+        self.nodes.start()
+        await self.nodes.wait_synced()
+        self.pods.start()
+        await self.pods.wait_synced()
+        self._loop_task = guarded_task(
+            self._schedule_loop(), f"harness/{self.scheduler_name}/schedule"
+        )
+
+    async def stop(self) -> None:
+        await cancel_and_wait(self._loop_task, *self._tasks)
+        await self.pods.stop()
+        await self.nodes.stop()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> KubeSchedulerHarness:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # --- reading results ------------------------------------------------------------------
+
+    def outcomes_for(self, namespace: str, name: str) -> list[ScheduleOutcome]:
+        return [o for o in self.outcomes if (o.namespace, o.name) == (namespace, name)]
+
+    async def wait_for(
+        self, namespace: str, name: str, *, result: Result = Result.BOUND, timeout_s: float = 10.0
+    ) -> ScheduleOutcome:
+        """The first outcome of `result` for the pod (waits for it; TimeoutError if none)."""
+
+        async def first() -> ScheduleOutcome:
+            while True:
+                for outcome in self.outcomes_for(namespace, name):
+                    if outcome.result is result:
+                        return outcome
+                self._changed.clear()
+                await self._changed.wait()
+
+        return await asyncio.wait_for(first(), timeout_s)
+
+    async def wait_bound_count(self, count: int, *, timeout_s: float = 30.0) -> None:
+        async def reached() -> None:
+            while self.metrics.results[Result.BOUND] < count:
+                self._changed.clear()
+                await self._changed.wait()
+
+        await asyncio.wait_for(reached(), timeout_s)
+
+    # --- queueing -------------------------------------------------------------------------
+
+    def _pod_seen(self, pod: JsonObject) -> None:
+        meta = pod["metadata"]
+        key = (str(meta.get("namespace", "")), str(meta["name"]))
+        if key in self._pending or meta.get("deletionTimestamp"):
+            return
+        self._pending.add(key)
+        self._queue.put_nowait(key)
+
+    def _record(self, outcome: ScheduleOutcome) -> None:
+        self.outcomes.append(outcome)
+        self.metrics.results[outcome.result] += 1
+        self._changed.set()
+
+    def _retry_later(self, key: tuple[str, str], attempt: int) -> None:
+        initial, ceiling = self._backoff
+        delay = min(initial * 2 ** (attempt - 1), ceiling)
+
+        async def requeue() -> None:
+            await self._clock.sleep(delay)
+            self._queue.put_nowait(key)
+
+        self._spawn(requeue(), f"harness/backoff/{key[0]}/{key[1]}")
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = guarded_task(coro, name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # --- the scheduling cycle -------------------------------------------------------------
+
+    async def _schedule_loop(self) -> None:
+        while True:
+            key = await self._queue.get()
+            pod = self.pods.get(key[1], key[0])
+            if pod is None:  # bound, deleted or no longer ours
+                self._pending.discard(key)
+                continue
+            await self._schedule_one(key, pod)
+
+    async def _schedule_one(self, key: tuple[str, str], pod: JsonObject) -> None:
+        uid = str(pod["metadata"].get("uid", ""))
+        number = self._attempts[uid] = self._attempts.get(uid, 0) + 1
+        self.metrics.attempts += 1
+        interested = self.extender is not None and self.extender.interested_in(pod)
+        attempt = _Attempt(key, pod, uid, number, interested)
+        started = self._clock.monotonic()
+        try:
+            node, failed = await self._pick_node(attempt)
+        except _AttemptFailedError as failure:
+            attempt.filter_s = self._clock.monotonic() - started
+            self._filter_timed(attempt)
+            attempt.failed = failure.failed
+            await self._fail(attempt, failure.result, str(failure), failure.unresolvable)
+            return
+        attempt.filter_s = self._clock.monotonic() - started
+        attempt.failed = failed
+        self._filter_timed(attempt)
+        self._spawn(self._bind(attempt, node), f"harness/bind/{key[0]}/{key[1]}")
+
+    def _filter_timed(self, attempt: _Attempt) -> None:
+        if attempt.extender_called:
+            self.metrics.filter_latencies_s.append(attempt.filter_s)
+
+    async def _fail(
+        self,
+        attempt: _Attempt,
+        result: Result,
+        error: str,
+        unresolvable: Mapping[str, str] | None = None,
+        node: str = "",
+    ) -> None:
+        reason = error if result is not Result.BIND_ERROR else f"Binding rejected: {error}"
+        await self._event(attempt.pod, "Warning", "FailedScheduling", reason)
+        self._retry_later(attempt.key, attempt.number)
+        self._record(attempt.outcome(result, node=node, error=error, unresolvable=unresolvable))
+
+    async def _pick_node(self, attempt: _Attempt) -> tuple[str, dict[str, str]]:
+        pod = attempt.pod
+        nodes = sorted(self.nodes.list(), key=lambda n: str(n["metadata"]["name"]))
+        failed: dict[str, str] = {}
+        feasible = []
+        for node in nodes:
+            reason = self._predicate(pod, node)
+            if reason:
+                failed[node["metadata"]["name"]] = reason
+            else:
+                feasible.append(node)
+        unresolvable: dict[str, str] = {}
+        if feasible and attempt.interested:
+            attempt.extender_called = True
+            assert self.extender is not None
+            try:
+                feasible, extra, unresolvable = await self._filter(pod, feasible)
+                failed.update(extra)
+                failed.update(unresolvable)
+            except _AttemptFailedError:
+                if not self.extender.ignorable:
+                    raise
+                log.info(
+                    "ignorable extender failed; scheduling without it", pod=pod["metadata"]["name"]
+                )
+        if not feasible:
+            raise _AttemptFailedError(
+                Result.UNSCHEDULABLE,
+                _unschedulable_message(len(nodes), failed),
+                failed,
+                unresolvable,
+            )
+        return str(feasible[0]["metadata"]["name"]), failed
+
+    def _predicate(self, pod: JsonObject, node: JsonObject) -> str:
+        """The reason kube-scheduler's own plugins would reject the node, or ""."""
+        spec = node.get("spec") or {}
+        tolerations = (pod.get("spec") or {}).get("tolerations") or []
+        for condition in (node.get("status") or {}).get("conditions") or []:
+            if condition.get("type") == "Ready" and condition.get("status") != "True":
+                return "node(s) were not ready"
+        if spec.get("unschedulable") and not _tolerated(
+            {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}, tolerations
+        ):
+            return "node(s) were unschedulable"
+        for taint in spec.get("taints") or []:
+            if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerated(
+                taint, tolerations
+            ):
+                return (
+                    f"node(s) had untolerated taint {{{taint.get('key')}: "
+                    f"{taint.get('value', '')}}}"
+                )
+        labels = node["metadata"].get("labels") or {}
+        selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+        if any(labels.get(k) != v for k, v in selector.items()):
+            return "node(s) didn't match Pod's node affinity/selector"
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        ignored = {
+            r.name
+            for r in (self.extender.managed_resources if self.extender else ())
+            if r.ignored_by_scheduler
+        }
+        for resource, amount in _requested(pod).items():
+            if resource in ignored or not _is_extended(resource):
+                continue
+            if amount > _quantity(allocatable.get(resource, "0")):
+                return f"Insufficient {resource}"
+        return ""
+
+    async def _post(self, verb: str, body: JsonObject) -> JsonObject:
+        assert self.extender is not None and self._session is not None
+        url = f"{self.extender.url_prefix.rstrip('/')}/{verb}"
+        try:
+            async with self._session.post(
+                url,
+                json=body,
+                ssl=self.extender.ssl_context() or True,
+                server_hostname=self.extender.tls_server_name,
+                timeout=aiohttp.ClientTimeout(total=self.extender.http_timeout_s),
+            ) as response:
+                text = await response.text()
+                if response.status != 200:
+                    raise _AttemptFailedError(
+                        Result.FILTER_ERROR,
+                        f"extender {verb}: HTTP {response.status}: {text[:200]}",
+                    )
+                answer = await response.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as err:
+            raise _AttemptFailedError(
+                Result.FILTER_ERROR, f'extender {verb}: Post "{url}": {err!r}'
+            ) from err
+        if not isinstance(answer, dict):
+            raise _AttemptFailedError(
+                Result.FILTER_ERROR, f"extender {verb}: answer is not an object"
+            )
+        return answer
+
+    async def _filter(
+        self, pod: JsonObject, feasible: list[JsonObject]
+    ) -> tuple[list[JsonObject], dict[str, str], dict[str, str]]:
+        assert self.extender is not None
+        by_name = {str(n["metadata"]["name"]): n for n in feasible}
+        if self.extender.node_cache_capable:
+            args = {"Pod": pod, "Nodes": None, "NodeNames": list(by_name)}
+        else:
+            args = {"Pod": pod, "Nodes": {"metadata": {}, "items": feasible}, "NodeNames": None}
+        answer = await self._post(self.extender.filter_verb, args)
+        error = _field(answer, "Error")
+        if error:
+            raise _AttemptFailedError(Result.FILTER_ERROR, f"extender filter: {error}")
+        failed = _string_map(_field(answer, "FailedNodes"))
+        unresolvable = _string_map(_field(answer, "FailedAndUnresolvableNodes"))
+        if self.extender.node_cache_capable:
+            names = _field(answer, "NodeNames") or []
+        else:
+            items = (_field(answer, "Nodes") or {}).get("items") or []
+            names = [i.get("metadata", {}).get("name") for i in items if isinstance(i, dict)]
+        if not isinstance(names, list):
+            raise _AttemptFailedError(
+                Result.FILTER_ERROR, "extender filter: node list is not a list"
+            )
+        # kube-scheduler keeps only names it sent; anything else is dropped.
+        kept = [by_name[n] for n in names if isinstance(n, str) and n in by_name]
+        return kept, failed, unresolvable
+
+    # --- the binding cycle ----------------------------------------------------------------
+
+    async def _bind(self, attempt: _Attempt, node: str) -> None:
+        namespace, name = attempt.key
+        started = self._clock.monotonic()
+        try:
+            if attempt.interested and self.extender is not None and self.extender.bind_verb:
+                answer = await self._post(
+                    self.extender.bind_verb,
+                    {
+                        "PodName": name,
+                        "PodNamespace": namespace,
+                        "PodUID": attempt.uid,
+                        "Node": node,
+                    },
+                )
+                error = _field(answer, "Error")
+                if error:
+                    raise _AttemptFailedError(Result.BIND_ERROR, f"extender bind: {error}")
+            else:
+                await self._client.bind_pod(namespace, name, node, uid=attempt.uid)
+        except (_AttemptFailedError, KubeError) as err:
+            attempt.bind_s = self._clock.monotonic() - started
+            self.metrics.bind_latencies_s.append(attempt.bind_s)
+            await self._fail(attempt, Result.BIND_ERROR, str(err), node=node)
+            return
+        attempt.bind_s = self._clock.monotonic() - started
+        self.metrics.bind_latencies_s.append(attempt.bind_s)
+        self._pending.discard(attempt.key)
+        await self._event(
+            attempt.pod,
+            "Normal",
+            "Scheduled",
+            f"Successfully assigned {namespace}/{name} to {node}",
+        )
+        self._record(attempt.outcome(Result.BOUND, node=node))
+
+    async def _event(self, pod: JsonObject, kind: str, reason: str, message: str) -> None:
+        if not self._record_events:
+            return
+        meta = pod["metadata"]
+        now = self._clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "kind": "Pod",
+                "apiVersion": "v1",
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid", ""),
+            },
+            "reason": reason,
+            "message": message,
+            "type": kind,
+            "source": {"component": self.scheduler_name},
+            "reportingComponent": self.scheduler_name,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            await self._client.create_event(meta["namespace"], event)
+        except KubeError as err:  # events are best effort, as in kube-scheduler
+            log.warning("could not record event", reason=reason, error=str(err))
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+
+def _field(obj: Mapping[str, Any], name: str) -> Any:
+    """Go's decoder: exact key first, else the first key equal ignoring case."""
+    if name in obj:
+        return obj[name]
+    return next((v for k, v in obj.items() if k.lower() == name.lower()), None)
+
+
+def _string_map(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): str(v) for k, v in value.items()}
+
+
+def _tolerated(taint: Mapping[str, Any], tolerations: Sequence[Mapping[str, Any]]) -> bool:
+    for toleration in tolerations:
+        if toleration.get("effect") not in (None, "", taint.get("effect")):
+            continue
+        if toleration.get("operator") == "Exists":
+            if not toleration.get("key") or toleration.get("key") == taint.get("key"):
+                return True
+        elif toleration.get("key") == taint.get("key") and toleration.get("value", "") == taint.get(
+            "value", ""
+        ):
+            return True
+    return False
+
+
+_SUFFIXES = {
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+}
+
+
+def _quantity(text: Any) -> float:
+    """Enough of resource.Quantity for extended resources (integers, with a suffix)."""
+    value = str(text).strip()
+    for suffix in sorted(_SUFFIXES, key=len, reverse=True):
+        if value.endswith(suffix):
+            return float(value[: -len(suffix)]) * _SUFFIXES[suffix]
+    try:
+        return float(value)
+    except ValueError:
+        return 0.0
+
+
+def _is_extended(resource: str) -> bool:
+    return "/" in resource and not resource.startswith(("kubernetes.io/", "hugepages-"))
+
+
+def _requested(pod: JsonObject) -> dict[str, float]:
+    """Effective request per resource: max(sum over containers, any init container)."""
+    spec = pod.get("spec") or {}
+
+    def amounts(container: Mapping[str, Any]) -> dict[str, float]:
+        resources = container.get("resources") or {}
+        merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        return {k: _quantity(v) for k, v in merged.items()}
+
+    total: dict[str, float] = {}
+    for container in spec.get("containers") or []:
+        for k, v in amounts(container).items():
+            total[k] = total.get(k, 0.0) + v
+    for container in spec.get("initContainers") or []:
+        for k, v in amounts(container).items():
+            total[k] = max(total.get(k, 0.0), v)
+    return total
+
+
+def _unschedulable_message(total: int, failed: Mapping[str, str]) -> str:
+    """kube-scheduler's `0/N nodes are available: <count> <reason>, ...`."""
+    counts: dict[str, int] = {}
+    for reason in failed.values():
+        counts[reason] = counts.get(reason, 0) + 1
+    parts = sorted(f"{n} {reason}" for reason, n in counts.items())
+    return (
+        f"0/{total} nodes are available: {', '.join(parts)}."
+        if parts
+        else f"0/{total} nodes are available."
+    )
