@@ -24,6 +24,10 @@ class Reason(enum.StrEnum):
     ALLOCATED_CARDS_INSUFFICIENT_REQUEST = "AllocatedCardsInsufficientRequest"
     RESOURCE_QUOTA_NOT_FIT = "ResourceQuotaNotFit"
 
+    # Enum's own __hash__ is Python code and runs for every card counted; the value's hash
+    # is the same for equal members and also lets a plain word find its Reason in a dict.
+    __hash__ = str.__hash__
+
 
 @dataclass(frozen=True, slots=True)
 class CardCheck:

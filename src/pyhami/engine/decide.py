@@ -78,6 +78,9 @@ class NodeFailure(enum.StrEnum):
     MIG_ACCOUNTING = "mig-accounting"
 
 
+_UNREGISTERED = NodeFailure.UNREGISTERED.value
+
+
 class NodeVerdict(NamedTuple):
     """One candidate node's answer, with the structured reasons behind its text.
 
@@ -128,6 +131,9 @@ class _Cycle:
     quota_used: tuple[int, int]
     memory_factor: int
     mig_allowed: bool  # `nvidia.com/vgpu-mode` absent or naming mig
+    order_free: bool  # card order cannot change Fit's yes/no here (no NUMA binding, no quota)
+    # Reason strings by their counts: many nodes fail the same way, and formatting is not free.
+    texts: dict[tuple[tuple[tuple[Reason, int], ...], int], str]
 
 
 class _WorkCard:
@@ -221,7 +227,7 @@ def decide(
             if winner is None and verdict.fits:
                 winner = verdict
             continue
-        if _order_free(node, cycle):
+        if cycle.order_free and not node.has_mig:
             verdict = _evaluate(node, cycle, quick=True)
             if not verdict.fits:
                 verdicts[node.name] = verdict
@@ -231,11 +237,13 @@ def decide(
         if verdict.fits:
             winner = verdict
             break
-    for name in candidates:
-        if ledger.node(name) is None:
-            verdicts[name] = NodeVerdict(
-                name, False, failure=NodeFailure.UNREGISTERED, reason=NodeFailure.UNREGISTERED.value
-            )
+    if winner is None or explain:
+        # Every registered candidate has been evaluated; the others are not in the ledger.
+        for name in candidates:
+            if name not in verdicts:
+                verdicts[name] = NodeVerdict(
+                    name, False, failure=NodeFailure.UNREGISTERED, reason=_UNREGISTERED
+                )
     ordered = {name: verdicts[name] for name in candidates if name in verdicts}
     if winner is None:
         failed = {name: verdict.reason for name, verdict in ordered.items()}
@@ -288,6 +296,7 @@ def _cycle(
     quotas: QuotaBook | None,
 ) -> _Cycle:
     mode = plan.selectors.vgpu_mode
+    quota = None if quotas is None else quotas.limit(plan.namespace)
     return _Cycle(
         plan=plan,
         weights=weights,
@@ -296,16 +305,13 @@ def _cycle(
             is_mutex=policy_contains(plan.gpu_policy, GpuPolicy.MUTEX),
         ),
         sort_key=card_order(plan.gpu_policy, plan.selectors.numa_bind),
-        quota=None if quotas is None else quotas.limit(plan.namespace),
+        quota=quota,
         quota_used=ledger.namespace_usage(plan.namespace),
         memory_factor=config.nvidia.memory_factor,
         mig_allowed=mode is None or MIG_MODE in mode,
+        order_free=not plan.selectors.numa_bind and quota is None,
+        texts={},
     )
-
-
-def _order_free(node: LedgerNode, cycle: _Cycle) -> bool:
-    """Whether Fit's yes/no and reasons on this node cannot depend on the order of its cards."""
-    return not cycle.plan.selectors.numa_bind and cycle.quota is None and not node.has_mig
 
 
 def _evaluate(
@@ -322,14 +328,14 @@ def _evaluate(
     checks: list[CardCheck] | None = [] if trace else None
     entries: list[ContainerDevices] = []
     migs: list[MigAllocation] = []
-    app_order: list[_Card] = list(node.typed_cards)
+    app_order: Sequence[_Card] = node.typed_cards
     app_cards: dict[str, _WorkCard] | None = None
     for position, request in enumerate(plan.requests):
         if request is None:
             entries.append(())
             continue
         is_init = position < plan.init_count
-        order: list[_Card] = list(node.typed_cards) if is_init else app_order
+        order: Sequence[_Card] = node.typed_cards if is_init else app_order
         if not quick:
             order = sort_cards(order, (request,), cycle.weights, cycle.sort_key)
         result = _fit_container(
@@ -421,7 +427,7 @@ def _fit_container(
         policy=cycle.fit_policy,
         cordoned=node.inventory.cordoned,
         pair_scores=node.inventory.pair_scores,
-        quota_ok=_quota_check(cycle, allocated),
+        quota_ok=None if cycle.quota is None else _quota_check(cycle.quota, cycle, allocated),
         trace=checks,
         container=position,
     )
@@ -435,21 +441,28 @@ def _fit_container(
         container=position,
         reasons=outcome.reasons,
         cards=outcome.total,
-        reason=wire.reason_text(outcome.reasons, outcome.total),
+        reason=_reason_text(cycle, outcome),
         checks=tuple(checks or ()),
     )
 
 
-def _quota_check(cycle: _Cycle, allocated: Sequence[ContainerDevices]) -> QuotaCheck | None:
+def _reason_text(cycle: _Cycle, outcome: FitOutcome) -> str:
+    key = (tuple(outcome.reasons.items()), outcome.total)
+    text = cycle.texts.get(key)
+    if text is None:
+        text = cycle.texts[key] = wire.reason_text(outcome.reasons, outcome.total)
+    return text
+
+
+def _quota_check(
+    limit: QuotaLimit, cycle: _Cycle, allocated: Sequence[ContainerDevices]
+) -> QuotaCheck:
     """HAMi `fitQuota`, with the pod's true container indexes (a HAMi bug fixed, see below).
 
     HAMi builds the hypothetical pod from the app containers alone during the app phase, so
     its collapse takes the first app containers for init containers and under-counts
     (scheduler.md §10.1 #3); here the init allocations are included at their real positions.
     """
-    limit = cycle.quota
-    if limit is None:
-        return None
     before = tuple(allocated)
 
     def fits(container: tuple[ContainerDevice, ...]) -> bool:
