@@ -1,0 +1,125 @@
+"""Go's `strconv` and `strings` primitives, reproduced exactly as HAMi's decoders use them.
+
+`ParseInt(s, 10, bits)`, `Atoi`, `ParseBool`, `%q` quoting, `strings.TrimSpace` and
+`strings.ToUpper` differ from Python's `int()`, `str.strip()` and `str.upper()` in the
+details (`int(" 1_0 ")` is 10 in Python and an error in Go), and those details decide
+which annotation values HAMi accepts. Every function here either returns the Go result or
+raises a `GoSyntaxError` / `GoRangeError` whose text is Go's `*NumError` text.
+"""
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+UINT32_MAX = 2**32 - 1
+UINT64_MAX = 2**64 - 1
+
+_TRUE_WORDS = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_FALSE_WORDS = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+_SHORT_ESCAPES = {
+    "\a": "\\a",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "\v": "\\v",
+    '"': '\\"',
+    "\\": "\\\\",
+}
+# unicode.IsSpace (what strings.TrimSpace trims); Python's str.strip() also trims \x1c-\x1f.
+GO_SPACE = (
+    "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+    "\u2028\u2029\u202f\u205f\u3000"
+)
+
+
+class GoNumError(ValueError):
+    """Go's `*strconv.NumError`: `strconv.<func>: parsing "<num>": <why>`."""
+
+    def __init__(self, func: str, num: str, why: str) -> None:
+        self.func = func
+        self.num = num
+        super().__init__(f"strconv.{func}: parsing {go_quote(num)}: {why}")
+
+
+class GoSyntaxError(GoNumError):
+    def __init__(self, func: str, num: str) -> None:
+        super().__init__(func, num, "invalid syntax")
+
+
+class GoRangeError(GoNumError):
+    def __init__(self, func: str, num: str) -> None:
+        super().__init__(func, num, "value out of range")
+
+
+def go_quote(text: str) -> str:
+    """Go `strconv.Quote` (what `%q` prints): double quotes, Go escapes for the rest."""
+    out = ['"']
+    for char in text:
+        code = ord(char)
+        if char in _SHORT_ESCAPES:
+            out.append(_SHORT_ESCAPES[char])
+        elif 0xD800 <= code <= 0xDFFF:
+            out.append("\\ufffd")  # Go holds no lone surrogates; it would have U+FFFD
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\x{code:02x}")
+        elif char == " " or char.isprintable():
+            out.append(char)
+        elif code < 0x10000:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    out.append('"')
+    return "".join(out)
+
+
+def _parse_signed(func: str, text: str, bits: int) -> int:
+    """ParseInt(text, 10, bits) with errors reported under `func`."""
+    if text == "":
+        raise GoSyntaxError(func, text)
+    digits = text[1:] if text[0] in "+-" else text
+    if digits == "":
+        raise GoSyntaxError(func, text)
+    limit = 2**bits - 1  # ParseUint's bound; the signed bound is checked after the loop
+    value = 0
+    for char in digits:
+        if not "0" <= char <= "9":
+            raise GoSyntaxError(func, text)
+        value = value * 10 + (ord(char) - 48)
+        if value > limit:
+            raise GoRangeError(func, text)
+    if text[0] == "-":
+        if value > 2 ** (bits - 1):
+            raise GoRangeError(func, text)
+        return -value
+    if value > 2 ** (bits - 1) - 1:
+        raise GoRangeError(func, text)
+    return value
+
+
+def parse_int(text: str, bits: int = 64) -> int:
+    """Go `strconv.ParseInt(text, 10, bits)`: optional sign, ASCII digits, in range."""
+    return _parse_signed("ParseInt", text, bits)
+
+
+def atoi(text: str) -> int:
+    """Go `strconv.Atoi` on a 64-bit platform."""
+    return _parse_signed("Atoi", text, 64)
+
+
+def parse_bool(text: str) -> bool:
+    """Go `strconv.ParseBool`: exactly 1 t T TRUE true True / 0 f F FALSE false False."""
+    if text in _TRUE_WORDS:
+        return True
+    if text in _FALSE_WORDS:
+        return False
+    raise GoSyntaxError("ParseBool", text)
+
+
+def trim_space(text: str) -> str:
+    """Go `strings.TrimSpace`."""
+    return text.strip(GO_SPACE)
+
+
+def to_upper(text: str) -> str:
+    """Go `strings.ToUpper`: simple (one-to-one) case mapping, so `ß` stays `ß`."""
+    return "".join(upper if len(upper := char.upper()) == 1 else char for char in text)

@@ -1,0 +1,143 @@
+"""MIG allocations, `hami.io/vgpu-mig-allocations` (protocol.md §3.5).
+
+A JSON array, keys in order `containerIndex, deviceIndex, gpuUUID, profile, placement`,
+then the runtime identity `migUUID` (omitted when empty), `gpuInstanceID` and
+`computeInstanceID` (omitted when unset; 0 is written when set). `containerIndex` is the
+`;` segment of the vendor's pod-devices value (init containers first).
+
+The decoder is HAMi's: `""` means none, then Go JSON, then per entry: negative index, empty
+`gpuUUID`/`profile` or `placement.size == 0` is incomplete; 0 or all 3 runtime fields;
+no duplicate (container, device). The encoder applies the same checks before writing, so
+what it writes always decodes.
+"""
+
+from collections.abc import Sequence
+
+from pyhami.model import MigAllocation, MigPlacement
+from pyhami.protocol.errors import ProtocolError, check_range
+from pyhami.protocol.gojson import Pairs, Reader, dumps, loads
+from pyhami.protocol.goparse import INT64_MAX, INT64_MIN, UINT32_MAX
+
+FIELD = "MIG allocations"
+_FIELDS = (
+    "containerIndex",
+    "deviceIndex",
+    "gpuUUID",
+    "profile",
+    "placement",
+    "migUUID",
+    "gpuInstanceID",
+    "computeInstanceID",
+)
+
+
+def decode_mig_allocations(value: str) -> tuple[MigAllocation, ...]:
+    """HAMi `DecodeMigAllocations`, with its validation."""
+    if value == "":
+        return ()
+    reader = Reader(FIELD, value)
+
+    def entry(where: str, item: object) -> MigAllocation:
+        fields = reader.fields(where, Pairs(()) if item is None else item, _FIELDS)
+        raw_placement = fields.get("placement")
+        placement = reader.fields(
+            f"{where}.placement",
+            Pairs(()) if raw_placement is None else raw_placement,
+            ("start", "size"),
+        )
+        return MigAllocation(
+            container_index=reader.integer(
+                f"{where}.containerIndex", fields.get("containerIndex"), "int", INT64_MIN, INT64_MAX
+            ),
+            device_index=reader.integer(
+                f"{where}.deviceIndex", fields.get("deviceIndex"), "int", INT64_MIN, INT64_MAX
+            ),
+            gpu_uuid=reader.string(f"{where}.gpuUUID", fields.get("gpuUUID")),
+            profile=reader.string(f"{where}.profile", fields.get("profile")),
+            placement=MigPlacement(
+                start=reader.integer(
+                    f"{where}.placement.start", placement.get("start"), "uint32", 0, UINT32_MAX
+                ),
+                size=reader.integer(
+                    f"{where}.placement.size", placement.get("size"), "uint32", 0, UINT32_MAX
+                ),
+            ),
+            mig_uuid=reader.string(f"{where}.migUUID", fields.get("migUUID")),
+            gpu_instance_id=reader.optional_integer(
+                f"{where}.gpuInstanceID", fields.get("gpuInstanceID"), "uint32", 0, UINT32_MAX
+            ),
+            compute_instance_id=reader.optional_integer(
+                f"{where}.computeInstanceID",
+                fields.get("computeInstanceID"),
+                "uint32",
+                0,
+                UINT32_MAX,
+            ),
+        )
+
+    allocations = reader.array("allocations", loads(FIELD, value), entry) or ()
+    _validate(value, allocations)
+    return allocations
+
+
+def _validate(value: str, allocations: Sequence[MigAllocation]) -> None:
+    seen: set[tuple[int, int]] = set()
+    for i, a in enumerate(allocations):
+        if (
+            a.container_index < 0
+            or a.device_index < 0
+            or not a.gpu_uuid
+            or not a.profile
+            or a.placement.size == 0
+        ):
+            raise ProtocolError(FIELD, value, f"MIG allocation {i} is incomplete")
+        runtime = (
+            a.mig_uuid != "",
+            a.gpu_instance_id is not None,
+            a.compute_instance_id is not None,
+        )
+        if any(runtime) and not all(runtime):
+            raise ProtocolError(FIELD, value, f"MIG allocation {i} has partial runtime identity")
+        slot = (a.container_index, a.device_index)
+        if slot in seen:
+            raise ProtocolError(
+                FIELD, value, f"duplicate MIG allocation for container {slot[0]} device {slot[1]}"
+            )
+        seen.add(slot)
+
+
+def encode_mig_allocations(allocations: Sequence[MigAllocation]) -> str:
+    """The annotation value (compact Go JSON); `[]` for none (HAMi then writes nothing)."""
+    rows = []
+    for a in allocations:
+        row: dict[str, object] = {
+            "containerIndex": a.container_index,
+            "deviceIndex": a.device_index,
+            "gpuUUID": a.gpu_uuid,
+            "profile": a.profile,
+            "placement": {"start": a.placement.start, "size": a.placement.size},
+        }
+        if a.mig_uuid:
+            row["migUUID"] = a.mig_uuid
+        if a.gpu_instance_id is not None:
+            row["gpuInstanceID"] = a.gpu_instance_id
+        if a.compute_instance_id is not None:
+            row["computeInstanceID"] = a.compute_instance_id
+        rows.append(row)
+    encoded = dumps(rows)
+    _validate(encoded, allocations)
+    for i, a in enumerate(allocations):
+        for name, number in (
+            ("containerIndex", a.container_index),
+            ("deviceIndex", a.device_index),
+        ):
+            check_range(FIELD, f"allocations[{i}].{name}", number, INT64_MIN, INT64_MAX)
+        for name, unsigned in (
+            ("placement.start", a.placement.start),
+            ("placement.size", a.placement.size),
+            ("gpuInstanceID", a.gpu_instance_id),
+            ("computeInstanceID", a.compute_instance_id),
+        ):
+            if unsigned is not None:
+                check_range(FIELD, f"allocations[{i}].{name}", unsigned, 0, UINT32_MAX)
+    return encoded

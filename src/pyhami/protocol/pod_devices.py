@@ -1,0 +1,123 @@
+"""Container devices and pod devices: the to-allocate / allocated annotations (protocol.md §3.4).
+
+    pod-value := { container ";" }      container := { device ":" }
+    device    := UUID "," Type "," Usedmem "," Usedcores
+
+Decoding is HAMi's `DecodeContainerDevices` / `DecodePodDevices` exactly: `;` splits with
+Go's `strings.Split` (so a trailing `;` yields one more, empty, container: decode→encode of
+`A:;` is `A:;;`, protocol.md A2), parts of a container without `,` are skipped, fields past
+the fourth are ignored, and only Usedmem/Usedcores are parsed (Go `ParseInt(s, 10, 32)`).
+`Idx` and `Slots` do not travel and decode as 0.
+
+Placeholders (protocol.md A1). HAMi HEAD writes placeholders only for containers whose
+node device `Type` equals the vendor key, so for NVIDIA the value lists only the containers
+that got GPUs (dense), while its device plugin and init-container accounting assume one
+segment per container. pyhami **writes one segment per pod container, init containers
+first, then app containers** (the legacy form that HAMi's decoders and docs describe);
+`pod_single_device` builds that list from "container index → devices". The decoder is the
+same for both forms, so HAMi's dense values decode too; which container a dense segment
+belongs to is the reader's business (HAMi's device plugin pops the first non-empty one).
+
+Encoding is HAMi's `EncodeContainerDevices` / `EncodePodSingleDevice` byte for byte, except
+that values the grammar cannot carry are refused (a `,` `:` `;` in UUID or Type, numbers
+outside int32) and `encode_pod_devices` refuses a vendor missing from the checklist (HAMi
+would write it under the key `""`).
+"""
+
+from collections.abc import Mapping
+
+from pyhami.model import ContainerDevice, ContainerDevices, PodSingleDevice
+from pyhami.protocol.errors import ProtocolError, check_range
+from pyhami.protocol.goparse import INT32_MAX, INT32_MIN, GoNumError, go_quote, parse_int
+
+FIELD = "container devices"
+MISSING_FIELDS = "pod annotation format error, missing fields, do not use nodeName in task spec"
+
+
+def decode_container_devices(value: str) -> ContainerDevices:
+    """HAMi `DecodeContainerDevices`: one container's `uuid,type,mem,cores:` list."""
+    devices = []
+    for part in value.split(":"):
+        if "," not in part:
+            continue  # HAMi skips these silently (empty parts, a missing final ':')
+        fields = part.split(",")
+        if len(fields) < 4:
+            raise ProtocolError(FIELD, value, f"{MISSING_FIELDS}: {go_quote(part)}")
+        devices.append(
+            ContainerDevice(
+                uuid=fields[0],
+                type=fields[1],
+                usedmem=_int32(value, "memory", fields[2]),
+                usedcores=_int32(value, "core", fields[3]),
+            )
+        )
+    return tuple(devices)
+
+
+def _int32(value: str, name: str, text: str) -> int:
+    try:
+        return parse_int(text, 32)
+    except GoNumError as err:
+        raise ProtocolError(FIELD, value, f"invalid {name} field: {err}") from None
+
+
+def decode_pod_single_device(value: str) -> PodSingleDevice:
+    """One vendor's pod-devices value: every `;`-separated part, empty ones included."""
+    return tuple(decode_container_devices(part) for part in value.split(";"))
+
+
+def decode_pod_devices(
+    checklist: Mapping[str, str], annotations: Mapping[str, str]
+) -> dict[str, PodSingleDevice]:
+    """HAMi `DecodePodDevices`: vendor → per-container devices for each checklist vendor
+    (vendor → annotation key) whose key is present; absent vendors are left out."""
+    return {
+        vendor: decode_pod_single_device(annotations[key])
+        for vendor, key in checklist.items()
+        if key in annotations
+    }
+
+
+def encode_container_devices(devices: ContainerDevices) -> str:
+    """HAMi `EncodeContainerDevices`: every device as `uuid,type,mem,cores:`."""
+    return "".join(_encode_device(device) for device in devices)
+
+
+def _encode_device(device: ContainerDevice) -> str:
+    for name, text in (("uuid", device.uuid), ("type", device.type)):
+        if any(sep in text for sep in ",:;"):
+            raise ProtocolError(FIELD, text, f"device {name} contains ',', ':' or ';'")
+    for name, number in (("usedmem", device.usedmem), ("usedcores", device.usedcores)):
+        check_range(FIELD, f"device {device.uuid} {name}", number, INT32_MIN, INT32_MAX)
+    return f"{device.uuid},{device.type},{device.usedmem},{device.usedcores}:"
+
+
+def encode_pod_single_device(containers: PodSingleDevice) -> str:
+    """HAMi `EncodePodSingleDevice`: each container's devices followed by `;`."""
+    return "".join(encode_container_devices(devices) + ";" for devices in containers)
+
+
+def encode_pod_devices(
+    checklist: Mapping[str, str], pod_devices: Mapping[str, PodSingleDevice]
+) -> dict[str, str]:
+    """HAMi `EncodePodDevices`: annotation key → encoded value, one per vendor present."""
+    encoded = {}
+    for vendor, containers in pod_devices.items():
+        key = checklist.get(vendor)
+        if key is None:
+            why = f"vendor {vendor!r} has no annotation key in the checklist"
+            raise ProtocolError(FIELD, vendor, why)
+        encoded[key] = encode_pod_single_device(containers)
+    return encoded
+
+
+def pod_single_device(
+    container_count: int, by_container: Mapping[int, ContainerDevices]
+) -> PodSingleDevice:
+    """One entry per pod container (init first, then app), empty where nothing was assigned.
+
+    `by_container` maps a container's init-first position to its devices for one vendor.
+    """
+    for index in by_container:
+        check_range(FIELD, "container index", index, 0, container_count - 1)
+    return tuple(tuple(by_container.get(index, ())) for index in range(container_count))

@@ -1,0 +1,155 @@
+"""Node device register, JSON form (protocol.md §3.1): `hami.io/node-nvidia-register` and the
+other JSON vendors.
+
+Encoding is byte-exact with HAMi v2.10 `MarshalNodeDevices`: keys `id, index, count, devmem,
+devcore, type, numa, mode, migProfiles, health`, each omitted when zero; inside a MIG
+profile nothing is omitted and `placements` may be `null`. `custom_info` and
+`device_vendor` are never written (HAMi neither).
+
+Decoding is Go's `json.Unmarshal` (see `gojson`): missing fields are zero, so a missing
+`mode` stays `""` (unlike the colon form, protocol.md A4) and a missing `health` is false;
+`null` is the empty list. Deviation: a `null` *element* is refused (HAMi would keep a nil
+pointer and crash later).
+"""
+
+from collections.abc import Sequence
+from types import MappingProxyType
+
+from pyhami.model import DeviceInfo, MigPlacement, MigProfile
+from pyhami.protocol.errors import check_range
+from pyhami.protocol.gojson import Pairs, Reader, dumps, loads
+from pyhami.protocol.goparse import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, UINT32_MAX
+
+FIELD = "node device register"
+_UINT64_MAX = 2**64 - 1
+_DEVICE_FIELDS = (
+    "id",
+    "index",
+    "count",
+    "devmem",
+    "devcore",
+    "type",
+    "numa",
+    "mode",
+    "migProfiles",
+    "health",
+    "custominfo",
+    "devicevendor",
+    "migtemplate",
+)
+_PROFILE_FIELDS = ("name", "memoryMB", "core", "sliceCount", "placements")
+_PLACEMENT_FIELDS = ("start", "size")
+
+
+def decode_node_devices_json(value: str) -> tuple[DeviceInfo, ...]:
+    """HAMi `UnMarshalNodeDevices`: the register JSON array to devices, in order."""
+    reader = Reader(FIELD, value)
+    devices = reader.array("devices", loads(FIELD, value), lambda w, v: _device(reader, w, v))
+    return devices or ()
+
+
+def _int32(reader: Reader, where: str, value: object) -> int:
+    return reader.integer(where, value, "int32", INT32_MIN, INT32_MAX)
+
+
+def _uint32(reader: Reader, where: str, value: object) -> int:
+    return reader.integer(where, value, "uint32", 0, UINT32_MAX)
+
+
+def _device(reader: Reader, where: str, value: object) -> DeviceInfo:
+    if value is None:
+        raise reader.fail(where, "a device entry is null")
+    fields = reader.fields(where, value, _DEVICE_FIELDS)
+    custom = fields.get("custominfo")
+    # migtemplate is a legacy field nothing reads; Go would only check its shape.
+    template = fields.get("migtemplate")
+    if template is not None and not isinstance(template, list):
+        raise reader.mismatch(f"{where}.migtemplate", template, "slice")
+    profiles = reader.array(
+        f"{where}.migProfiles", fields.get("migProfiles"), lambda w, v: _profile(reader, w, v)
+    )
+    return DeviceInfo(
+        id=reader.string(f"{where}.id", fields.get("id")),
+        index=reader.integer(f"{where}.index", fields.get("index"), "uint", 0, _UINT64_MAX),
+        count=_int32(reader, f"{where}.count", fields.get("count")),
+        devmem=_int32(reader, f"{where}.devmem", fields.get("devmem")),
+        devcore=_int32(reader, f"{where}.devcore", fields.get("devcore")),
+        type=reader.string(f"{where}.type", fields.get("type")),
+        numa=reader.integer(f"{where}.numa", fields.get("numa"), "int", INT64_MIN, INT64_MAX),
+        mode=reader.string(f"{where}.mode", fields.get("mode")),
+        mig_profiles=profiles or (),
+        health=reader.boolean(f"{where}.health", fields.get("health")),
+        custom_info=None
+        if custom is None
+        else MappingProxyType(reader.mapping(f"{where}.custominfo", custom, reader.anything)),
+        device_vendor=reader.string(f"{where}.devicevendor", fields.get("devicevendor")),
+    )
+
+
+def _profile(reader: Reader, where: str, value: object) -> MigProfile:
+    # A null profile or placement is Go's zero value (they are slices of values).
+    fields = reader.fields(where, Pairs(()) if value is None else value, _PROFILE_FIELDS)
+    placements = reader.array(
+        f"{where}.placements", fields.get("placements"), lambda w, v: _placement(reader, w, v)
+    )
+    return MigProfile(
+        name=reader.string(f"{where}.name", fields.get("name")),
+        memory_mb=_int32(reader, f"{where}.memoryMB", fields.get("memoryMB")),
+        core=_int32(reader, f"{where}.core", fields.get("core")),
+        slice_count=_int32(reader, f"{where}.sliceCount", fields.get("sliceCount")),
+        placements=placements,
+    )
+
+
+def _placement(reader: Reader, where: str, value: object) -> MigPlacement:
+    fields = reader.fields(where, Pairs(()) if value is None else value, _PLACEMENT_FIELDS)
+    return MigPlacement(
+        start=_uint32(reader, f"{where}.start", fields.get("start")),
+        size=_uint32(reader, f"{where}.size", fields.get("size")),
+    )
+
+
+def encode_node_devices(devices: Sequence[DeviceInfo]) -> str:
+    """HAMi `MarshalNodeDevices`, byte for byte. Refuses numbers its Go types cannot hold."""
+    return dumps([_device_json(i, device) for i, device in enumerate(devices)])
+
+
+def _check(where: str, number: int, low: int, high: int) -> int:
+    return check_range(FIELD, where, number, low, high)
+
+
+def _device_json(i: int, device: DeviceInfo) -> dict[str, object]:
+    at = f"devices[{i}]"
+    body: dict[str, object] = {
+        "id": device.id,
+        "index": _check(f"{at}.index", device.index, 0, _UINT64_MAX),
+        "count": _check(f"{at}.count", device.count, INT32_MIN, INT32_MAX),
+        "devmem": _check(f"{at}.devmem", device.devmem, INT32_MIN, INT32_MAX),
+        "devcore": _check(f"{at}.devcore", device.devcore, INT32_MIN, INT32_MAX),
+        "type": device.type,
+        "numa": _check(f"{at}.numa", device.numa, INT64_MIN, INT64_MAX),
+        "mode": device.mode,
+        "migProfiles": [
+            _profile_json(f"{at}.migProfiles[{j}]", p) for j, p in enumerate(device.mig_profiles)
+        ],
+        "health": device.health,
+    }
+    return {key: item for key, item in body.items() if item not in ("", 0, False, [])}
+
+
+def _profile_json(at: str, profile: MigProfile) -> dict[str, object]:
+    return {
+        "name": profile.name,
+        "memoryMB": _check(f"{at}.memoryMB", profile.memory_mb, INT32_MIN, INT32_MAX),
+        "core": _check(f"{at}.core", profile.core, INT32_MIN, INT32_MAX),
+        "sliceCount": _check(f"{at}.sliceCount", profile.slice_count, INT32_MIN, INT32_MAX),
+        "placements": None
+        if profile.placements is None
+        else [
+            {
+                "start": _check(f"{at}.placements[{k}].start", p.start, 0, UINT32_MAX),
+                "size": _check(f"{at}.placements[{k}].size", p.size, 0, UINT32_MAX),
+            }
+            for k, p in enumerate(profile.placements)
+        ],
+    }

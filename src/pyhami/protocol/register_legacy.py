@@ -1,0 +1,105 @@
+"""Node device register, legacy colon form (protocol.md §3.2): Hygon DCU, Iluvatar.
+
+`id,count,devmem,devcore,type,numa,health[,index,mode]:` per device. The encoder always
+writes the 9-field form (as HAMi's `EncodeNodeDevices`) but, unlike HAMi, refuses values it
+cannot represent: text containing `,` or `:` (there is no escaping), numbers outside the Go
+types, and MIG profiles (the form has no place for them). The decoder is HAMi's
+`DecodeNodeDevices` exactly, including its tolerance for empty segments and its error texts.
+"""
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from pyhami.model import DeviceInfo
+from pyhami.protocol.errors import ProtocolError, check_range
+from pyhami.protocol.goparse import (
+    INT32_MAX,
+    INT32_MIN,
+    INT64_MAX,
+    INT64_MIN,
+    GoNumError,
+    atoi,
+    go_quote,
+    parse_bool,
+    parse_int,
+)
+
+FIELD = "node device register (colon form)"
+_LEGACY_MODE = "hami-core"  # what a 7-field entry means
+_T = TypeVar("_T")
+
+
+def decode_node_devices_legacy(value: str) -> tuple[DeviceInfo, ...]:
+    """HAMi `DecodeNodeDevices`: devices in input order; any bad field fails the whole value."""
+    if ":" not in value:
+        raise ProtocolError(FIELD, value, "node annotation missing device separator")
+    return tuple(_device(value, segment) for segment in value.split(":") if segment)
+
+
+def _field(value: str, name: str, text: str, parse: Callable[[str], _T]) -> _T:
+    try:
+        return parse(text)
+    except GoNumError as err:
+        raise ProtocolError(FIELD, value, f"invalid {name} field: {err}") from None
+
+
+def _int32(text: str) -> int:
+    return parse_int(text, 32)
+
+
+def _device(value: str, segment: str) -> DeviceInfo:
+    if "," not in segment:
+        raise ProtocolError(FIELD, value, f"malformed node annotation segment: {go_quote(segment)}")
+    fields = segment.split(",")
+    if len(fields) not in (7, 9):
+        why = f"unexpected field count {len(fields)} in node annotation"
+        raise ProtocolError(FIELD, value, why)
+    count = _field(value, "count", fields[1], _int32)
+    devmem = _field(value, "memory", fields[2], _int32)
+    devcore = _field(value, "core", fields[3], _int32)
+    health = _field(value, "health", fields[6], parse_bool)  # HAMi reads health before numa
+    numa = _field(value, "numa", fields[5], atoi)
+    index, mode = 0, _LEGACY_MODE
+    if len(fields) == 9:
+        index = _field(value, "index", fields[7], atoi)
+        if index < 0:
+            raise ProtocolError(FIELD, value, f"index field must not be negative: {index}")
+        mode = fields[8]
+    return DeviceInfo(
+        id=fields[0],
+        index=index,
+        count=count,
+        devmem=devmem,
+        devcore=devcore,
+        type=fields[4],
+        numa=numa,
+        mode=mode,
+        health=health,
+    )
+
+
+def encode_node_devices_legacy(devices: Sequence[DeviceInfo]) -> str:
+    """HAMi `EncodeNodeDevices`: the 9-field form, every device terminated by `:`."""
+    return "".join(_encode_device(i, device) for i, device in enumerate(devices))
+
+
+def _encode_device(i: int, device: DeviceInfo) -> str:
+    at = f"devices[{i}]"
+    if device.mig_profiles:
+        raise ProtocolError(FIELD, device.id, f"{at} has MIG profiles; the colon form has none")
+    for name, text in (("id", device.id), ("type", device.type), ("mode", device.mode)):
+        if "," in text or ":" in text:
+            raise ProtocolError(FIELD, text, f"{at}.{name} contains ',' or ':' (no escaping)")
+    for name, number, low, high in (
+        ("count", device.count, INT32_MIN, INT32_MAX),
+        ("devmem", device.devmem, INT32_MIN, INT32_MAX),
+        ("devcore", device.devcore, INT32_MIN, INT32_MAX),
+        ("numa", device.numa, INT64_MIN, INT64_MAX),
+        ("index", device.index, 0, INT64_MAX),
+    ):
+        check_range(FIELD, f"{at}.{name}", number, low, high)
+    health = "true" if device.health else "false"
+    return (
+        f"{device.id},{device.count},{device.devmem},{device.devcore},{device.type},"
+        f"{device.numa},{health},{device.index},{device.mode}:"
+    )

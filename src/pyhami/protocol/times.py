@@ -1,0 +1,102 @@
+"""The three time encodings of the protocol (protocol.md §1). Times are always passed in.
+
+* unix seconds as decimal (`hami.io/vgpu-time`, `hami.io/bind-time`): `format_unix_seconds`;
+* Go `time.DateTime` `YYYY-MM-DD HH:MM:SS`, a wall-clock time without zone (handshake);
+* RFC 3339 with second precision and the writer's offset, `Z` for UTC (node lock).
+
+Parsing RFC 3339 follows Go's `time.Parse(time.RFC3339, s)` fast path: four-digit year,
+two-digit fields in range (day checked against the month), optional `.digits` fraction
+(kept to the microsecond), then `Z` or `±hh:mm` (hh ≤ 23, mm ≤ 59). Go's slow fallback
+parser also takes a `,` fraction and offsets up to 24:00; we take neither (the node lock
+splits on `,`, and Python offsets stop below 24 h).
+"""
+
+import re
+from datetime import UTC, datetime, timedelta, timezone
+
+from pyhami.protocol.errors import ProtocolError
+from pyhami.protocol.goparse import GoNumError, go_quote, parse_int
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_SECOND = timedelta(seconds=1)
+_RFC3339 = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?(?:(Z)|([+-])(\d{2}):(\d{2}))",
+    re.ASCII,
+)
+_DATETIME = re.compile(r"(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?", re.ASCII)
+
+
+def _aware(field: str, moment: datetime) -> datetime:
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ProtocolError(field, moment.isoformat(), "a time without a UTC offset is ambiguous")
+    return moment
+
+
+def format_unix_seconds(now: datetime) -> str:
+    """Go `strconv.FormatInt(t.Unix(), 10)`: whole seconds since the epoch, floored."""
+    return str((_aware("unix time", now) - _EPOCH) // _SECOND)
+
+
+def parse_unix_seconds(value: str) -> datetime:
+    """A unix-seconds annotation (Go `ParseInt(s, 10, 64)`) as a UTC time."""
+    try:
+        seconds = parse_int(value, 64)
+        return _EPOCH + timedelta(seconds=seconds)
+    except (GoNumError, OverflowError) as err:
+        raise ProtocolError("unix time", value, f"not a unix time in seconds: {err}") from None
+
+
+def format_rfc3339(moment: datetime) -> str:
+    """Go `t.Format(time.RFC3339)`: seconds precision, `Z` for a zero offset."""
+    offset = _aware("RFC 3339 time", moment).utcoffset() or timedelta()
+    stamp = f"{_date(moment)}T{moment:%H:%M:%S}"
+    if not offset:
+        return stamp + "Z"
+    minutes = int(abs(offset).total_seconds()) // 60  # Go drops offset seconds
+    sign = "-" if offset < timedelta() else "+"
+    return f"{stamp}{sign}{minutes // 60:02d}:{minutes % 60:02d}"
+
+
+def _date(moment: datetime) -> str:
+    return f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}"
+
+
+def parse_rfc3339(value: str) -> datetime:
+    """Go `time.Parse(time.RFC3339, value)`: an aware datetime with the written offset."""
+    match = _RFC3339.fullmatch(value)
+    why = f'parsing time {go_quote(value)} as "2006-01-02T15:04:05Z07:00": not RFC 3339'
+    if match is None:
+        raise ProtocolError("RFC 3339 time", value, why)
+    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
+    fraction, zulu, sign, off_hour, off_minute = match.groups()[6:]
+    zone = UTC
+    if zulu is None:
+        hours, minutes = int(off_hour), int(off_minute)
+        if hours > 23 or minutes > 59:
+            raise ProtocolError("RFC 3339 time", value, why)
+        delta = timedelta(hours=hours, minutes=minutes)
+        zone = timezone(-delta if sign == "-" else delta)
+    micro = int((fraction or "0")[:6].ljust(6, "0"))
+    try:
+        return datetime(year, month, day, hour, minute, second, micro, tzinfo=zone)
+    except ValueError as err:
+        raise ProtocolError("RFC 3339 time", value, f"{why} ({err})") from None
+
+
+def format_wall_clock(moment: datetime) -> str:
+    """Go `t.Format(time.DateTime)`: the wall-clock fields of `moment`, no zone."""
+    return f"{_date(moment)} {moment:%H:%M:%S}"
+
+
+def parse_wall_clock(value: str) -> datetime:
+    """Go `time.ParseInLocation(time.DateTime, value, loc)`: a naive wall-clock datetime."""
+    match = _DATETIME.fullmatch(value)
+    why = f'parsing time {go_quote(value)} as "2006-01-02 15:04:05"'
+    if match is None:
+        raise ProtocolError("wall-clock time", value, why)
+    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
+    micro = int((match.group(7) or "0")[:6].ljust(6, "0"))
+    try:
+        return datetime(year, month, day, hour, minute, second, micro)
+    except ValueError as err:
+        raise ProtocolError("wall-clock time", value, f"{why}: {err}") from None
