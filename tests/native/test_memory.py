@@ -200,3 +200,10 @@ def test_non_cuda_process_is_left_alone(vgpu: Harness) -> None:
                           check=True)
     assert (done.stdout, done.stderr) == ("hello\n", "")
     assert not vgpu.cache.exists(), "no region for a process that never touches CUDA"
+
+
+def test_threads_racing_to_the_limit_get_exactly_the_limit(each_vgpu: Harness) -> None:
+    run = each_vgpu.run("ctx", "0", "threads", "8", "16m", "meminfo",
+                        env={"CUDA_DEVICE_MEMORY_LIMIT_0": "1g"})
+    assert run.one("threads").int("chunks") == 64
+    assert run.one("meminfo").int("free") == 0

@@ -64,6 +64,27 @@ static CUresult vgpu_release(enum vgpu_object_kind kind, uint64_t key, CUresult 
     return rc_of_real;
 }
 
+/* Reserve `bytes` on `index`, make the driver call, then keep or refund the charge. */
+#define VGPU_CHARGED(index, bytes, kind, key, undo, call)                                    \
+    do {                                                                                   \
+        struct vgpu_ticket ticket_;                                                        \
+        CUresult rc_ = vgpu_reserve(&ticket_, (index), (bytes));                           \
+        if (rc_ != CUDA_SUCCESS)                                                           \
+            return rc_;                                                                    \
+        rc_ = (call);                                                                      \
+        return vgpu_settle(&ticket_, rc_, (kind), rc_ == CUDA_SUCCESS ? (uint64_t)(key) : 0, \
+                           (undo));                                                        \
+    } while (0)
+
+/* Forget the object, make the driver's release call, refund on success. */
+#define VGPU_RELEASED(kind, key, call)                                           \
+    do {                                                                       \
+        int dev_ = 0;                                                          \
+        uint64_t bytes_ = 0, key_ = (uint64_t)(key);                           \
+        int had_ = key_ != 0 && vgpu_alloc_take((kind), key_, &dev_, &bytes_) == 0; \
+        return vgpu_release((kind), key_, (call), had_, dev_, bytes_);         \
+    } while (0)
+
 static CUresult vgpu_undo_pointer(uint64_t key)
 {
     return vgpu_real.cuMemFree_v2((CUdeviceptr)key);
@@ -87,25 +108,15 @@ static CUresult vgpu_undo_mipmap(uint64_t key)
 VGPU_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes)
 {
     VGPU_ENTER(cuMemAlloc_v2, dptr, bytes);
-    struct vgpu_ticket ticket;
-    CUresult rc = vgpu_reserve(&ticket, vgpu_current_index(), bytes);
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    rc = vgpu_real.cuMemAlloc_v2(dptr, bytes);
-    return vgpu_settle(&ticket, rc, VGPU_OBJECT_POINTER, rc == CUDA_SUCCESS ? *dptr : 0,
-                       vgpu_undo_pointer);
+    VGPU_CHARGED(vgpu_current_index(), bytes, VGPU_OBJECT_POINTER, *dptr, vgpu_undo_pointer,
+                 vgpu_real.cuMemAlloc_v2(dptr, bytes));
 }
 
 VGPU_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned int flags)
 {
     VGPU_ENTER(cuMemAllocManaged, dptr, bytes, flags);
-    struct vgpu_ticket ticket;
-    CUresult rc = vgpu_reserve(&ticket, vgpu_current_index(), bytes);
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    rc = vgpu_real.cuMemAllocManaged(dptr, bytes, flags);
-    return vgpu_settle(&ticket, rc, VGPU_OBJECT_POINTER, rc == CUDA_SUCCESS ? *dptr : 0,
-                       vgpu_undo_pointer);
+    VGPU_CHARGED(vgpu_current_index(), bytes, VGPU_OBJECT_POINTER, *dptr, vgpu_undo_pointer,
+                 vgpu_real.cuMemAllocManaged(dptr, bytes, flags));
 }
 
 VGPU_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width,
@@ -136,23 +147,15 @@ VGPU_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t
 VGPU_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
     VGPU_ENTER(cuMemFree_v2, dptr);
-    int dev = 0;
-    uint64_t bytes = 0;
-    int had = dptr != 0 && vgpu_alloc_take(VGPU_OBJECT_POINTER, dptr, &dev, &bytes) == 0;
-    return vgpu_release(VGPU_OBJECT_POINTER, dptr, vgpu_real.cuMemFree_v2(dptr), had, dev, bytes);
+    VGPU_RELEASED(VGPU_OBJECT_POINTER, dptr, vgpu_real.cuMemFree_v2(dptr));
 }
 
 /* Stream-ordered allocations are charged at their exact size, like cuMemAlloc. */
-#define VGPU_ASYNC_ALLOC(name, ...)                                                           \
-    {                                                                                         \
-        VGPU_ENTER(name, __VA_ARGS__);                                                        \
-        struct vgpu_ticket ticket;                                                            \
-        CUresult rc = vgpu_reserve(&ticket, vgpu_current_index(), bytes);                     \
-        if (rc != CUDA_SUCCESS)                                                               \
-            return rc;                                                                        \
-        rc = vgpu_real.name(__VA_ARGS__);                                                     \
-        return vgpu_settle(&ticket, rc, VGPU_OBJECT_POINTER, rc == CUDA_SUCCESS ? *dptr : 0, \
-                           vgpu_undo_pointer);                                                \
+#define VGPU_ASYNC_ALLOC(name, ...)                                                    \
+    {                                                                                  \
+        VGPU_ENTER(name, __VA_ARGS__);                                                 \
+        VGPU_CHARGED(vgpu_current_index(), bytes, VGPU_OBJECT_POINTER, *dptr,          \
+                     vgpu_undo_pointer, vgpu_real.name(__VA_ARGS__));                  \
     }
 
 VGPU_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes, CUstream stream)
@@ -169,14 +172,10 @@ VGPU_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t byte
                                                   CUmemoryPool pool, CUstream stream)
 VGPU_ASYNC_ALLOC(cuMemAllocFromPoolAsync_ptsz, dptr, bytes, pool, stream)
 
-#define VGPU_ASYNC_FREE(name)                                                                \
-    {                                                                                        \
-        VGPU_ENTER(name, dptr, stream);                                                      \
-        int dev = 0;                                                                         \
-        uint64_t bytes = 0;                                                                  \
-        int had = dptr != 0 && vgpu_alloc_take(VGPU_OBJECT_POINTER, dptr, &dev, &bytes) == 0; \
-        return vgpu_release(VGPU_OBJECT_POINTER, dptr, vgpu_real.name(dptr, stream), had, dev, \
-                            bytes);                                                          \
+#define VGPU_ASYNC_FREE(name)                                                    \
+    {                                                                            \
+        VGPU_ENTER(name, dptr, stream);                                          \
+        VGPU_RELEASED(VGPU_OBJECT_POINTER, dptr, vgpu_real.name(dptr, stream));  \
     }
 
 VGPU_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream)
@@ -193,23 +192,14 @@ VGPU_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t by
     int index = prop != NULL && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE
                     ? vgpu_index_of(prop->location.id)
                     : -1;
-    struct vgpu_ticket ticket;
-    CUresult rc = vgpu_reserve(&ticket, index, bytes);
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    rc = vgpu_real.cuMemCreate(handle, bytes, prop, flags);
-    return vgpu_settle(&ticket, rc, VGPU_OBJECT_HANDLE, rc == CUDA_SUCCESS ? *handle : 0,
-                       vgpu_undo_handle);
+    VGPU_CHARGED(index, bytes, VGPU_OBJECT_HANDLE, *handle, vgpu_undo_handle,
+                 vgpu_real.cuMemCreate(handle, bytes, prop, flags));
 }
 
 VGPU_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
     VGPU_ENTER(cuMemRelease, handle);
-    int dev = 0;
-    uint64_t bytes = 0;
-    int had = vgpu_alloc_take(VGPU_OBJECT_HANDLE, handle, &dev, &bytes) == 0;
-    return vgpu_release(VGPU_OBJECT_HANDLE, handle, vgpu_real.cuMemRelease(handle), had, dev,
-                        bytes);
+    VGPU_RELEASED(VGPU_OBJECT_HANDLE, handle, vgpu_real.cuMemRelease(handle));
 }
 
 /* Bytes per channel of an array format; 8 (the widest) for formats not listed. */
@@ -240,15 +230,10 @@ VGPU_EXPORT CUresult cuArrayCreate_v2(CUarray *array, const CUDA_ARRAY_DESCRIPTO
     VGPU_ENTER(cuArrayCreate_v2, array, desc);
     if (desc == NULL)
         return vgpu_real.cuArrayCreate_v2(array, desc);
-    struct vgpu_ticket ticket;
-    CUresult rc = vgpu_reserve(&ticket, vgpu_current_index(),
-                               vgpu_array_bytes(desc->Width, desc->Height, 1, desc->Format,
-                                                desc->NumChannels));
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    rc = vgpu_real.cuArrayCreate_v2(array, desc);
-    return vgpu_settle(&ticket, rc, VGPU_OBJECT_ARRAY,
-                       rc == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*array : 0, vgpu_undo_array);
+    VGPU_CHARGED(vgpu_current_index(),
+                 vgpu_array_bytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels),
+                 VGPU_OBJECT_ARRAY, (uintptr_t)*array, vgpu_undo_array,
+                 vgpu_real.cuArrayCreate_v2(array, desc));
 }
 
 VGPU_EXPORT CUresult cuArray3DCreate_v2(CUarray *array, const CUDA_ARRAY3D_DESCRIPTOR *desc)
@@ -256,24 +241,17 @@ VGPU_EXPORT CUresult cuArray3DCreate_v2(CUarray *array, const CUDA_ARRAY3D_DESCR
     VGPU_ENTER(cuArray3DCreate_v2, array, desc);
     if (desc == NULL)
         return vgpu_real.cuArray3DCreate_v2(array, desc);
-    struct vgpu_ticket ticket;
-    CUresult rc = vgpu_reserve(&ticket, vgpu_current_index(),
-                               vgpu_array_bytes(desc->Width, desc->Height, desc->Depth,
-                                                desc->Format, desc->NumChannels));
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    rc = vgpu_real.cuArray3DCreate_v2(array, desc);
-    return vgpu_settle(&ticket, rc, VGPU_OBJECT_ARRAY,
-                       rc == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*array : 0, vgpu_undo_array);
+    VGPU_CHARGED(vgpu_current_index(),
+                 vgpu_array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format,
+                                  desc->NumChannels),
+                 VGPU_OBJECT_ARRAY, (uintptr_t)*array, vgpu_undo_array,
+                 vgpu_real.cuArray3DCreate_v2(array, desc));
 }
 
 VGPU_EXPORT CUresult cuArrayDestroy(CUarray array)
 {
     VGPU_ENTER(cuArrayDestroy, array);
-    uint64_t key = (uint64_t)(uintptr_t)array, bytes = 0;
-    int dev = 0;
-    int had = vgpu_alloc_take(VGPU_OBJECT_ARRAY, key, &dev, &bytes) == 0;
-    return vgpu_release(VGPU_OBJECT_ARRAY, key, vgpu_real.cuArrayDestroy(array), had, dev, bytes);
+    VGPU_RELEASED(VGPU_OBJECT_ARRAY, (uintptr_t)array, vgpu_real.cuArrayDestroy(array));
 }
 
 VGPU_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *mipmap,
@@ -292,21 +270,12 @@ VGPU_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *mipmap,
         if (__builtin_add_overflow(bytes, one, &bytes))
             bytes = UINT64_MAX;
     }
-    struct vgpu_ticket ticket;
-    CUresult rc = vgpu_reserve(&ticket, vgpu_current_index(), bytes);
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    rc = vgpu_real.cuMipmappedArrayCreate(mipmap, desc, levels);
-    return vgpu_settle(&ticket, rc, VGPU_OBJECT_MIPMAP,
-                       rc == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*mipmap : 0, vgpu_undo_mipmap);
+    VGPU_CHARGED(vgpu_current_index(), bytes, VGPU_OBJECT_MIPMAP, (uintptr_t)*mipmap,
+                 vgpu_undo_mipmap, vgpu_real.cuMipmappedArrayCreate(mipmap, desc, levels));
 }
 
 VGPU_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray mipmap)
 {
     VGPU_ENTER(cuMipmappedArrayDestroy, mipmap);
-    uint64_t key = (uint64_t)(uintptr_t)mipmap, bytes = 0;
-    int dev = 0;
-    int had = vgpu_alloc_take(VGPU_OBJECT_MIPMAP, key, &dev, &bytes) == 0;
-    return vgpu_release(VGPU_OBJECT_MIPMAP, key, vgpu_real.cuMipmappedArrayDestroy(mipmap), had,
-                        dev, bytes);
+    VGPU_RELEASED(VGPU_OBJECT_MIPMAP, (uintptr_t)mipmap, vgpu_real.cuMipmappedArrayDestroy(mipmap));
 }

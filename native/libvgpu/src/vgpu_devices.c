@@ -76,7 +76,9 @@ int vgpu_index_of(CUdevice device)
         return -1;
     if (!__atomic_load_n(&vgpu_map_ready, __ATOMIC_ACQUIRE))
         vgpu_build_map();
-    return vgpu_cuda_to_nvml[device];
+    /* Before cuInit the driver cannot say; identity is HAMi's assumption too. */
+    return __atomic_load_n(&vgpu_map_ready, __ATOMIC_ACQUIRE) ? vgpu_cuda_to_nvml[device]
+                                                               : device;
 }
 
 int vgpu_current_index(void)
@@ -169,6 +171,8 @@ uint64_t vgpu_discover_context(int index, const struct vgpu_snapshot *before)
     __atomic_store_n(&slot->hostpid, (int32_t)pid, __ATOMIC_RELEASE);
     const nvmlProcessInfo_v1_t *now = vgpu_find_pid(&after, pid);
     const nvmlProcessInfo_v1_t *was = vgpu_find_pid(before, pid);
-    uint64_t used_now = now ? now->usedGpuMemory : 0, used_before = was ? was->usedGpuMemory : 0;
+    /* NVML_VALUE_NOT_AVAILABLE (all ones) where the driver may not tell: count nothing. */
+    uint64_t used_now = now && now->usedGpuMemory != ~0ull ? now->usedGpuMemory : 0;
+    uint64_t used_before = was && was->usedGpuMemory != ~0ull ? was->usedGpuMemory : 0;
     return used_now > used_before ? used_now - used_before : 0;
 }

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,6 +111,22 @@ static void symbol_line(const char *what, CUresult rc, void *address, int status
     say("%s rc=%d name=%s lib=%s status=%d", what, (int)rc, info.dli_sname, basename(path), status);
 }
 
+struct filler {
+    CUcontext context;
+    unsigned long long chunk;
+    unsigned long long got;
+};
+
+static void *fill_thread(void *data)  /* allocate until refused, then free it all */
+{
+    struct filler *filler = data;
+    CUdeviceptr held[4096];
+    cuCtxSetCurrent(filler->context);
+    while (filler->got < 4096 && cuMemAlloc_v2(&held[filler->got], filler->chunk) == CUDA_SUCCESS)
+        filler->got++;
+    return NULL;
+}
+
 static nvmlDevice_t nvml_device(unsigned index)
 {
     nvmlDevice_t device = NULL;
@@ -205,6 +222,22 @@ int main(int argc, char **argv)
                 got++;
             }
             say("fill chunks=%llu", got);
+        } else if (strcmp(cmd, "threads") == 0) {  /* N threads fill at once */
+            int count = (int)number(argv[i + 1]);
+            unsigned long long chunk = number(argv[i + 2]), got = 0;
+            i += 2;
+            struct filler fillers[64];
+            pthread_t threads[64];
+            for (int t = 0; t < count && t < 64; t++) {
+                fillers[t] = (struct filler){.chunk = chunk};
+                cuCtxGetCurrent(&fillers[t].context);
+                pthread_create(&threads[t], NULL, fill_thread, &fillers[t]);
+            }
+            for (int t = 0; t < count && t < 64; t++) {
+                pthread_join(threads[t], NULL);
+                got += fillers[t].got;
+            }
+            say("threads chunks=%llu", got);
         } else if (strcmp(cmd, "foreignfree") == 0) {
             CUdeviceptr p = stub_untracked_alloc(4096);
             unsigned long long before = stub_free_calls();
