@@ -222,8 +222,7 @@ class ObjectStore:
                 raise bad_request(f"{resource.qualified} are namespaced: a namespace is required")
         else:
             metadata.pop("namespace", None)
-        if resource is PODS:
-            obj.setdefault("spec", {}).setdefault("schedulerName", "default-scheduler")
+        validation.apply_defaults(resource, obj)
         return obj
 
     def create(
@@ -237,7 +236,8 @@ class ObjectStore:
             raise bad_request("resourceVersion should not be set on objects to be created")
         if not metadata.get("name") and metadata.get("generateName"):
             metadata["name"] = self._generate_name(metadata["generateName"])
-        validation.default_and_validate_create(resource, obj)
+        validation.apply_defaults(resource, obj)  # again: a webhook may have removed some
+        validation.validate_create(resource, obj)
         if resource.namespaced and ("", metadata["namespace"]) not in self._objects[NAMESPACES]:
             raise not_found(NAMESPACES, metadata["namespace"])
         key = self._key(resource, metadata.get("namespace"), metadata["name"])
@@ -417,8 +417,12 @@ class ObjectStore:
             if current is not None and current["metadata"]["uid"] == uid:
                 self._commit(PODS, "DELETED", copy.deepcopy(current), copy.deepcopy(current))
 
-        delay = min(float(seconds), self._pod_grace_cap_s)
-        asyncio.get_running_loop().call_later(delay, finish)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # used in-process outside an event loop: nobody to wait for
+            finish()
+            return
+        loop.call_later(min(float(seconds), self._pod_grace_cap_s), finish)
 
     def bind(self, namespace: str, name: str, binding: JsonObject) -> None:
         """`pods/binding`: set spec.nodeName once; a bound pod answers 409."""

@@ -85,23 +85,30 @@ def _check_pod_spec(name: str, spec: Any) -> None:
         raise invalid(PODS, name, causes)
 
 
-def default_and_validate_create(resource: ResourceType, obj: JsonObject) -> None:
-    """Fill the defaults kube-apiserver fills, then validate (name already generated)."""
+def apply_defaults(resource: ResourceType, obj: JsonObject) -> None:
+    """The defaults kube-apiserver fills while decoding, so admission webhooks see them."""
+    if resource is PODS:
+        spec = obj.setdefault("spec", {})
+        if isinstance(spec, dict):
+            spec.setdefault("schedulerName", "default-scheduler")
+            spec.setdefault("restartPolicy", "Always")
+            spec.setdefault("terminationGracePeriodSeconds", 30)
+            spec.setdefault("dnsPolicy", "ClusterFirst")
+        obj.setdefault("status", {}).setdefault("phase", "Pending")
+    elif resource is NAMESPACES:
+        obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+        obj.setdefault("status", {}).setdefault("phase", "Active")
+
+
+def validate_create(resource: ResourceType, obj: JsonObject) -> None:
+    """After admission and name generation: the checks a create must pass."""
     metadata = obj["metadata"]
     name = metadata.get("name", "")
     check_name(resource, name)
     if resource is PODS:
-        spec = obj.setdefault("spec", {})
-        _check_pod_spec(name, spec)
-        spec.setdefault("schedulerName", "default-scheduler")
-        spec.setdefault("restartPolicy", "Always")
-        spec.setdefault("terminationGracePeriodSeconds", 30)
-        spec.setdefault("dnsPolicy", "ClusterFirst")
-        obj.setdefault("status", {}).setdefault("phase", "Pending")
+        _check_pod_spec(name, obj.get("spec"))
     elif resource is NAMESPACES:
         metadata.setdefault("labels", {})["kubernetes.io/metadata.name"] = name
-        obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
-        obj.setdefault("status", {}).setdefault("phase", "Active")
 
 
 def _pod_spec_without_mutable(spec: Any) -> Any:

@@ -1,0 +1,260 @@
+"""Mutating admission in the fake API server: AdmissionReview v1 over HTTPS, JSONPatch applied,
+refusals and failurePolicy as kube-apiserver handles them (Dynamic Admission Control docs)."""
+
+import base64
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from pyhami.testing import FakeKubeAPIServer
+
+from .builders import Http, pod
+from .certs import ServingCert, make_serving_cert
+
+PODS = "/api/v1/namespaces/default/pods"
+Responder = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def patch_response(ops: list[dict[str, Any]]) -> Responder:
+    def answer(review: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "response": {
+                "uid": review["request"]["uid"],
+                "allowed": True,
+                "patchType": "JSONPatch",
+                "patch": base64.b64encode(json.dumps(ops).encode()).decode(),
+            },
+        }
+
+    return answer
+
+
+class Webhook:
+    def __init__(self, cert: ServingCert) -> None:
+        self.cert = cert
+        self.reviews: list[dict[str, Any]] = []
+        self.respond: Responder = patch_response([])
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        async def handle(request: web.Request) -> web.Response:
+            review = await request.json()
+            self.reviews.append(review)
+            return web.json_response(self.respond(review))
+
+        app = web.Application()
+        app.router.add_post("/webhook", handle)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self.cert.server_context())
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}/webhook"
+
+    async def stop(self) -> None:
+        assert self._runner is not None
+        await self._runner.cleanup()
+
+
+@pytest.fixture
+async def webhook(tmp_path: Path) -> AsyncIterator[Webhook]:
+    hook = Webhook(make_serving_cert(tmp_path, ("localhost", "hami.kube-system.svc")))
+    await hook.start()
+    yield hook
+    await hook.stop()
+
+
+async def test_webhook_mutates_pod_on_create(
+    http: Http, apiserver: FakeKubeAPIServer, webhook: Webhook
+) -> None:
+    apiserver.admission.register("vgpu.hami.io", webhook.url, ca_bundle=webhook.cert.ca_pem)
+    webhook.respond = patch_response(
+        [
+            {"op": "replace", "path": "/spec/schedulerName", "value": "hami-scheduler"},
+            {"op": "add", "path": "/metadata/annotations", "value": {"mutated": "yes"}},
+        ]
+    )
+    body = pod("")
+    body["metadata"] = {"generateName": "gpu-"}
+    status, created = await http.post(PODS, body)
+    assert status == 201, created
+    assert created["spec"]["schedulerName"] == "hami-scheduler"
+    assert created["metadata"]["annotations"] == {"mutated": "yes"}
+    review = webhook.reviews[0]
+    assert (review["apiVersion"], review["kind"]) == ("admission.k8s.io/v1", "AdmissionReview")
+    request = review["request"]
+    assert request["operation"] == "CREATE" and request["namespace"] == "default"
+    assert request["kind"] == {"group": "", "version": "v1", "kind": "Pod"}
+    assert request["resource"] == {"group": "", "version": "v1", "resource": "pods"}
+    assert request["name"] == ""  # generateName is resolved after admission
+    assert request["object"]["kind"] == "Pod"
+    assert request["object"]["spec"]["schedulerName"] == "default-scheduler"  # defaulted first
+    assert "uid" not in request["object"]["metadata"]
+    assert apiserver.admission.calls[0].patch[0]["path"] == "/spec/schedulerName"
+
+
+async def test_webhook_refusal_is_returned_with_its_code(
+    http: Http, apiserver: FakeKubeAPIServer, webhook: Webhook
+) -> None:
+    apiserver.admission.register("vgpu.hami.io", webhook.url, ca_bundle=webhook.cert.ca_pem)
+    webhook.respond = lambda review: {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": {
+            "uid": review["request"]["uid"],
+            "allowed": False,
+            "status": {
+                "code": 403,
+                "reason": "Forbidden",
+                "message": "privileged GPU pods are not allowed",
+            },
+        },
+    }
+    status, body = await http.post(PODS, pod("a"))
+    assert (status, body["reason"]) == (403, "Forbidden")
+    assert body["message"] == (
+        'admission webhook "vgpu.hami.io" denied the request: privileged GPU pods are not allowed'
+    )
+    assert apiserver.store.items("pods") == []
+
+
+@pytest.mark.parametrize(
+    ("policy", "created"),
+    [pytest.param("Fail", False, id="fail"), pytest.param("Ignore", True, id="ignore")],
+)
+async def test_unreachable_webhook_and_failure_policy(
+    http: Http, apiserver: FakeKubeAPIServer, webhook: Webhook, policy: str, created: bool
+) -> None:
+    apiserver.admission.register(
+        "vgpu.hami.io",
+        webhook.url,
+        ca_bundle=webhook.cert.ca_pem,
+        failure_policy=policy,
+        timeout_s=2,
+    )
+    await webhook.stop()
+    status, body = await http.post(PODS, pod("a"))
+    if created:
+        assert status == 201
+    else:
+        assert (status, body["reason"]) == (500, "InternalError")
+        assert body["message"].startswith(
+            'Internal error occurred: failed calling webhook "vgpu.hami.io"'
+        )
+    await webhook.start()  # so the fixture can stop it
+
+
+async def test_untrusted_certificate_is_a_call_failure(
+    http: Http, apiserver: FakeKubeAPIServer, webhook: Webhook, tmp_path: Path
+) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    apiserver.admission.register(
+        "vgpu.hami.io", webhook.url, ca_bundle=make_serving_cert(other).ca_pem
+    )
+    status, _ = await http.post(PODS, pod("a"))
+    assert status == 500
+    assert "CERTIFICATE_VERIFY_FAILED" in (apiserver.admission.calls[0].error or "")
+
+
+async def test_mismatched_uid_is_a_call_failure(
+    http: Http, apiserver: FakeKubeAPIServer, webhook: Webhook
+) -> None:
+    apiserver.admission.register("vgpu.hami.io", webhook.url, ca_bundle=webhook.cert.ca_pem)
+    webhook.respond = lambda review: {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": {"uid": "someone-else", "allowed": True},
+    }
+    status, body = await http.post(PODS, pod("a"))
+    assert status == 500 and "expected response.uid" in body["message"]
+
+
+async def test_configuration_object_with_service_and_selectors(
+    http: Http, apiserver: FakeKubeAPIServer, webhook: Webhook
+) -> None:
+    """The shape HAMi's chart installs: service clientConfig, caBundle, both selectors."""
+    apiserver.admission.resolve_service("kube-system", "hami", 443, f"127.0.0.1:{webhook.port}")
+    config = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "hami-webhook"},
+        "webhooks": [
+            {
+                "name": "vgpu.hami.io",
+                "admissionReviewVersions": ["v1beta1"],
+                "sideEffects": "None",
+                "failurePolicy": "Ignore",
+                "clientConfig": {
+                    "service": {
+                        "namespace": "kube-system",
+                        "name": "hami",
+                        "path": "/webhook",
+                        "port": 443,
+                    },
+                    "caBundle": base64.b64encode(webhook.cert.ca_pem).decode(),
+                },
+                "rules": [
+                    {
+                        "operations": ["CREATE"],
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "resources": ["pods"],
+                        "scope": "*",
+                    }
+                ],
+                "namespaceSelector": {
+                    "matchExpressions": [
+                        {"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}
+                    ]
+                },
+                "objectSelector": {
+                    "matchExpressions": [
+                        {"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}
+                    ]
+                },
+            }
+        ],
+    }
+    assert (
+        await http.post(
+            "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", config
+        )
+    )[0] == 201
+    webhook.respond = patch_response(
+        [{"op": "add", "path": "/metadata/annotations", "value": {"seen": "1"}}]
+    )
+    _, mutated = await http.post(PODS, pod("a"))
+    assert mutated["metadata"]["annotations"] == {"seen": "1"}
+    _, skipped = await http.post(PODS, pod("b", labels={"hami.io/webhook": "ignore"}))
+    assert "annotations" not in skipped["metadata"]
+    await http.post(
+        "/api/v1/namespaces",
+        {"metadata": {"name": "quiet", "labels": {"hami.io/webhook": "ignore"}}},
+    )
+    _, in_quiet = await http.post("/api/v1/namespaces/quiet/pods", pod("c"))
+    assert "annotations" not in in_quiet["metadata"]
+    assert len(webhook.reviews) == 1
+
+
+async def test_non_pod_creates_are_not_sent(
+    http: Http, apiserver: FakeKubeAPIServer, webhook: Webhook
+) -> None:
+    apiserver.admission.register("vgpu.hami.io", webhook.url, ca_bundle=webhook.cert.ca_pem)
+    await http.post("/api/v1/nodes", {"metadata": {"name": "n1"}})
+    assert webhook.reviews == []
+
+
+def test_registration_insists_on_https(apiserver: FakeKubeAPIServer) -> None:
+    with pytest.raises(ValueError, match="https"):
+        apiserver.admission.register("x", "http://127.0.0.1:1/webhook")
