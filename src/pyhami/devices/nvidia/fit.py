@@ -135,7 +135,11 @@ def fit(
     each card once and keeps the per-request work outside.
     """
     nums = origin = request.nums
-    coresreq = request.coresreq
+    # HAMi clamps the cores to 100 at step 8, before any check that reads them, and the clamp
+    # sticks; so every card that gets that far sees the clamped value: clamp once, here.
+    coresreq = min(request.coresreq, WHOLE_CARD_CORES)
+    exclusive = coresreq == WHOLE_CARD_CORES
+    zero_cores = coresreq == 0
     vendor = request.type
     type_matches = vendor == NVIDIA
     numa_enforced = type_matches and selectors.numa_bind
@@ -144,7 +148,7 @@ def fit(
     need_topology = policy.need_topology
     is_mutex = policy.is_mutex
     fixed_memory = request.memreq if request.mem_percentage_req == PERCENT_UNSET else None
-    memory_by_total: dict[int, int] = {}
+    memreq = last_total = -1
     prevnuma = -1
     # (card, memory, cores) per gathered card; ContainerDevices are built only for an answer.
     taken: list[tuple[CardState, int, int]] = []
@@ -176,29 +180,25 @@ def fit(
             elif is_mutex and used > 0:
                 reason = _EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
             else:
-                if coresreq > WHOLE_CARD_CORES:  # noqa: PLR1730 (min() is slower, per card)
-                    coresreq = WHOLE_CARD_CORES  # HAMi's clamp; sticks for later cards too
+                totalmem = card.totalmem
                 if fixed_memory is not None:
                     memreq = fixed_memory if fixed_memory > 0 else 0
-                else:
-                    memreq = memory_by_total.get(card.totalmem, -1)
-                    if memreq < 0:
-                        memreq = memory_by_total[card.totalmem] = resolve_memory(
-                            request, card.totalmem
-                        )
+                elif totalmem != last_total:  # cards of a node are mostly alike
+                    memreq = resolve_memory(request, totalmem)
+                    last_total = totalmem
                 totalcore = card.totalcore
                 usedcores = card.usedcores
                 if quota_ok is not None and not quota_ok(
                     _devices([*taken, (card, memreq, coresreq)], vendor)
                 ):
                     reason = _RESOURCE_QUOTA_NOT_FIT
-                elif card.totalmem - card.usedmem < memreq:
+                elif totalmem - card.usedmem < memreq:
                     reason = _CARD_INSUFFICIENT_MEMORY
                 elif totalcore - usedcores < coresreq:
                     reason = _CARD_INSUFFICIENT_CORE
-                elif totalcore == WHOLE_CARD_CORES and coresreq == WHOLE_CARD_CORES and used > 0:
+                elif exclusive and totalcore == WHOLE_CARD_CORES and used > 0:
                     reason = _EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
-                elif totalcore != 0 and usedcores == totalcore and coresreq == 0:
+                elif zero_cores and totalcore != 0 and usedcores == totalcore:
                     reason = _CARD_COMPUTE_UNITS_EXHAUSTED
                 elif card.mode == MIG_MODE and not can_place_all(
                     card.mig_profiles,
