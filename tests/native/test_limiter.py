@@ -36,8 +36,8 @@ def last_second(series: list[int]) -> int:
     return series[-1] - series[-11]
 
 
-def test_busy_device_throttles_to_a_trickle(vgpu: Harness) -> None:
-    series = launch_for(vgpu, limited(vgpu, utilisation=90), 1500)
+def test_busy_device_throttles_to_a_trickle(each_vgpu: Harness) -> None:
+    series = launch_for(each_vgpu, limited(each_vgpu, utilisation=90), 1500)
     # The rate falls to its floor (1 % of capacity per tick) once 90 % > 30 % is measured.
     assert last_second(series) <= 10 * CAPACITY // 100 + 2 * GRID, series
     assert series[-1] <= CAPACITY * (len(series) + 1), "never more than a full bucket per tick"
@@ -82,13 +82,13 @@ def test_switch_off_from_the_monitor_stops_throttling_but_still_reports_activity
         region.close()
 
 
-def test_priority_freeze_holds_launches_until_lifted(vgpu: Harness) -> None:
-    env = limited(vgpu, utilisation=0)
-    vgpu.run("ctx", "0", env=env)
-    region = Region.open(vgpu.cache)
+def test_priority_freeze_holds_launches_until_lifted(each_vgpu: Harness) -> None:
+    env = limited(each_vgpu, utilisation=0)
+    each_vgpu.run("ctx", "0", env=env)
+    region = Region.open(each_vgpu.cache)
     try:
         region.write_recent_kernel(-1)
-        process = vgpu.start("ctx", "0", "launch", "kernel", "1", str(GRID), env=env)
+        process = each_vgpu.start("ctx", "0", "launch", "kernel", "1", str(GRID), env=env)
         time.sleep(4 * TICK_S)
         assert process.poll() is None, "a launch waits while recentKernel is -1"
         region.write_recent_kernel(0)
