@@ -407,7 +407,7 @@ class KubeSchedulerHarness:
         self._spawn(requeue(), f"harness/backoff/{key[0]}/{key[1]}")
 
     def _spawn(self, coro: Any, name: str) -> None:
-        task = guarded_task(coro, name)
+        task = guarded_task(coro, name, may_finish=True)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
