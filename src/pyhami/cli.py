@@ -2,6 +2,7 @@
 
 import typer
 
+from pyhami.deviceplugin.cli import device_plugin
 from pyhami.sim import cli as sim_cli
 
 app = typer.Typer(
@@ -27,6 +28,7 @@ def version() -> None:
 
 app.command()(sim_cli.simulate)
 app.command()(sim_cli.explain)
+app.command("device-plugin")(device_plugin)
 
 
 def main() -> None:

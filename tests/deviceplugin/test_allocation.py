@@ -89,6 +89,7 @@ def test_spec_example_env_and_mounts() -> None:
     assert result.cache_dir == PurePosixPath("/usr/local/vgpu/containers/uid-1_main")
     assert result.limits_file == result.cache_dir / "limits.env"
     assert result.limits_text == (
+        "# written by pyhami device-plugin\n"
         "CUDA_DEVICE_MEMORY_LIMIT_0=3000m\nCUDA_DEVICE_SM_LIMIT=50\n"
         "CUDA_DEVICE_MEMORY_SHARED_CACHE=/usr/local/vgpu/c0ffee.cache\nLIBCUDA_LOG_LEVEL=1\n"
     )
@@ -131,3 +132,20 @@ def test_cuda_disable_control_drops_the_preload(value: str, preload: bool) -> No
         env=[{"name": "CUDA_DISABLE_CONTROL", "value": value}],
     )
     assert ("/etc/ld.so.preload" in [m.container_path for m in result.mounts]) is preload
+
+
+def test_limits_file_keeps_the_webhooks_priority_and_policy() -> None:
+    env = [
+        {"name": "CUDA_TASK_PRIORITY", "value": "0"},
+        {"name": "GPU_CORE_UTILIZATION_POLICY", "value": "force"},
+        {"name": "OTHER", "value": "x"},
+        {"name": "CUDA_TASK_PRIORITY", "value": "1 2"},  # has a space: left out of the file
+        {"name": "FROM_SECRET", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+    ]
+    result = plan((dev(A, 100, 10),), AllocationSettings(), env=env)
+    assert result.limits_text.splitlines()[-2:] == [
+        "CUDA_TASK_PRIORITY=0",
+        "GPU_CORE_UTILIZATION_POLICY=force",
+    ]
+    disabled = plan((dev(A, 100, 10),), AllocationSettings(disable_core_limit=True), env=env)
+    assert "GPU_CORE_UTILIZATION_POLICY=disable" in disabled.limits_text.splitlines()

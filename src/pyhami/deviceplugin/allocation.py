@@ -16,6 +16,7 @@ from pyhami.model import ContainerDevices
 _GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 VGPU_LOCK_DIR = PurePosixPath("/tmp/vgpulock")  # HAMi-core's cross-process lock dir
 LIMITS_FILE_NAME = "limits.env"
+LIMITS_HEADER = "# written by pyhami device-plugin"
 
 
 class AllocationError(Exception):
@@ -169,12 +170,26 @@ def hami_core_mounts(
     return tuple(mounts)
 
 
-def limits_text(envs: Mapping[str, str]) -> str:
-    """`limits.env`: the HAMi-core limits as `KEY=VALUE` lines, read by libvgpu when the
-    container's environment is lost (e.g. a login shell); same keys and syntax as the env."""
-    return "".join(
-        f"{key}={value}\n" for key, value in envs.items() if key != "NVIDIA_VISIBLE_DEVICES"
-    )
+# Set by the webhook in the container spec, not by the plugin; kept in the limits file too.
+_SPEC_LIMIT_KEYS = ("CUDA_TASK_PRIORITY", "GPU_CORE_UTILIZATION_POLICY")
+
+
+def limits_text(core_env: Mapping[str, str], container: Mapping[str, Any]) -> str:
+    """`limits.env` (native/libvgpu README, "Limits file"): the HAMi-core settings as
+    `KEY=VALUE` lines, same keys and syntax as the env, read by libvgpu when a process lost its
+    environment (e.g. a login shell). The plugin's limits, plus the webhook's priority and
+    core policy literally given in the container spec."""
+    settings = dict(core_env)
+    for item in container.get("env") or []:
+        if not isinstance(item, Mapping):
+            continue
+        name, value = item.get("name"), item.get("value")
+        # The file format allows no whitespace at all; such a value stays env-only.
+        usable = isinstance(value, str) and value != "" and not any(c.isspace() for c in value)
+        if name in _SPEC_LIMIT_KEYS and usable and name not in settings:
+            settings[str(name)] = str(value)
+    lines = [LIMITS_HEADER, *(f"{key}={value}" for key, value in settings.items())]
+    return "".join(f"{line}\n" for line in lines)
 
 
 def plan_container(
@@ -195,5 +210,5 @@ def plan_container(
         mounts=hami_core_mounts(cache_dir, slot.container, settings, files),
         cache_dir=cache_dir,
         limits_file=cache_dir / LIMITS_FILE_NAME,
-        limits_text=limits_text(core_env),
+        limits_text=limits_text(core_env, slot.container),
     )

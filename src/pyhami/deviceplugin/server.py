@@ -93,6 +93,9 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
     ) -> api_pb2.PreferredAllocationResponse:
         try:
             return await self._allocations.prefer(request)
+        except AllocationError as error:
+            log.warning("no preferred allocation, kubelet will choose devices itself: %s", error)
+            return api_pb2.PreferredAllocationResponse()
         except Exception:
             # A preference is optional: answer nothing and let kubelet choose by itself.
             log.exception("GetPreferredAllocation failed; kubelet will choose devices itself")

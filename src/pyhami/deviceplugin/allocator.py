@@ -1,0 +1,198 @@
+"""Allocate and GetPreferredAllocation against the API: the effects around `allocation`.
+
+One Allocate call: find the pod being bound, pop one annotation entry per container request,
+build each container's answer, prepare its host directory and limits file, write the blanked
+annotation back once, then finish the bind when nothing is left. Every failure after the pod is
+known goes through one path: bind-phase `failed`, node lock released, AllocationError to kubelet.
+"""
+
+import asyncio
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from pyhami.deviceplugin.allocation import (
+    AllocationError,
+    AllocationSettings,
+    ContainerPlan,
+    HostFiles,
+    plan_container,
+    pod_ref,
+    take_next,
+)
+from pyhami.deviceplugin.api import api_pb2
+from pyhami.deviceplugin.binding import PodBinding
+from pyhami.deviceplugin.kubeapi import JsonObject, annotations, metadata_field
+from pyhami.deviceplugin.listing import NoPreferenceError, physical_id, preferred_replicas
+from pyhami.kube import KubeClient
+from pyhami.model import ContainerDevice, ContainerDevices
+from pyhami.protocol import (
+    KEY_NVIDIA_TO_ALLOCATE,
+    BindPhase,
+    ProtocolError,
+    decode_pod_single_device,
+    encode_pod_single_device,
+)
+
+log = logging.getLogger(__name__)
+
+
+def to_allocate(pod: JsonObject) -> list[ContainerDevices]:
+    """The NVIDIA to-allocate entries of the pod, one per container, init containers first."""
+    notes = annotations(pod)
+    if KEY_NVIDIA_TO_ALLOCATE not in notes:
+        raise AllocationError(
+            f"device request not found: pod {pod_ref(pod)} has no {KEY_NVIDIA_TO_ALLOCATE} "
+            "annotation, so it was not scheduled by pyhami (or HAMi); check its schedulerName"
+        )
+    try:
+        return list(decode_pod_single_device(notes[KEY_NVIDIA_TO_ALLOCATE]))
+    except ProtocolError as error:
+        raise AllocationError(
+            f"pod {pod_ref(pod)}: {KEY_NVIDIA_TO_ALLOCATE} is malformed ({error}); delete the pod "
+            "so the scheduler places it again"
+        ) from error
+
+
+def _files(settings: AllocationSettings) -> HostFiles:
+    vgpu = Path(settings.vgpu_dir)
+    return HostFiles(
+        libvgpu_versioned=(vgpu / f"libvgpu.so.{settings.version}").exists(),
+        license=(vgpu / "license").exists(),
+        vgpuvalidator=(vgpu / "vgpuvalidator").exists(),
+    )
+
+
+def _world_writable_dir(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, 0o777)  # containers run as any user; HAMi-core writes here
+
+
+def prepare_host(plan: ContainerPlan, settings: AllocationSettings) -> None:
+    """Fresh per-container cache directory with its limits file, and the vgpulock dir."""
+    cache_dir = Path(plan.cache_dir)
+    shutil.rmtree(cache_dir, ignore_errors=True)
+    _world_writable_dir(cache_dir)
+    limits = Path(plan.limits_file)
+    limits.write_text(plan.limits_text)
+    os.chmod(limits, 0o644)
+    _world_writable_dir(Path(settings.vgpu_lock_dir))
+
+
+def _response(plan: ContainerPlan) -> api_pb2.ContainerAllocateResponse:
+    return api_pb2.ContainerAllocateResponse(
+        envs=plan.envs,
+        mounts=[
+            api_pb2.Mount(
+                container_path=m.container_path, host_path=m.host_path, read_only=m.read_only
+            )
+            for m in plan.mounts
+        ],
+    )
+
+
+def _realigned(devices: ContainerDevices, kubelet_ids: list[str]) -> ContainerDevices:
+    """`enablegetpreferredallocation`: take kubelet's GPUs, positionally, keeping mem/cores."""
+    return tuple(
+        ContainerDevice(
+            uuid=physical_id(kid), type=d.type, usedmem=d.usedmem, usedcores=d.usedcores
+        )
+        for d, kid in zip(devices, kubelet_ids, strict=True)
+    )
+
+
+class Allocator:
+    """`Allocations` for the gRPC servicer, serialised like HAMi's (one Allocate at a time)."""
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        binding: PodBinding,
+        settings: AllocationSettings,
+        *,
+        follow_kubelet_choice: bool = False,
+        new_cache_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+    ) -> None:
+        self._kube = kube
+        self._binding = binding
+        self._settings = settings
+        self._follow_kubelet = follow_kubelet_choice
+        self._new_cache_id = new_cache_id
+        self._lock = asyncio.Lock()
+
+    async def allocate(self, request: api_pb2.AllocateRequest) -> api_pb2.AllocateResponse:
+        async with self._lock:
+            pod = await self._binding.pending_pod()
+            try:
+                responses, remaining = await self._serve(pod, request)
+            except AllocationError:
+                await self._binding.finish(pod, BindPhase.FAILED)
+                raise
+            except Exception as error:
+                await self._binding.finish(pod, BindPhase.FAILED)
+                raise AllocationError(f"pod {pod_ref(pod)}: allocation failed: {error}") from error
+            if not any(remaining):
+                await self._binding.finish(pod, BindPhase.SUCCESS)
+            return api_pb2.AllocateResponse(container_responses=responses)
+
+    async def _serve(
+        self, pod: JsonObject, request: api_pb2.AllocateRequest
+    ) -> tuple[list[api_pb2.ContainerAllocateResponse], list[ContainerDevices]]:
+        entries = to_allocate(pod)
+        files = await asyncio.to_thread(_files, self._settings)
+        responses = []
+        for container_request in request.container_requests:
+            kubelet_ids = list(container_request.devices_ids)
+            slot = take_next(pod, entries, kubelet_ids)
+            if self._follow_kubelet:
+                slot = replace(slot, devices=_realigned(slot.devices, kubelet_ids))
+            plan = plan_container(
+                slot,
+                pod_uid=metadata_field(pod, "uid"),
+                cache_id=self._new_cache_id(),
+                settings=self._settings,
+                files=files,
+            )
+            await asyncio.to_thread(prepare_host, plan, self._settings)
+            responses.append(_response(plan))
+            log.info(
+                "Allocate: pod %s container %s gets %s",
+                pod_ref(pod),
+                slot.container.get("name"),
+                plan.envs["NVIDIA_VISIBLE_DEVICES"],
+            )
+        # HAMi rewrites decode→encode, which adds one `;` per call (protocol.md A2); kept for
+        # byte compatibility with HAMi's own readers.
+        remaining = encode_pod_single_device(tuple(entries))
+        await self._kube.patch_pod(
+            metadata_field(pod, "namespace"),
+            metadata_field(pod, "name"),
+            {"metadata": {"annotations": {KEY_NVIDIA_TO_ALLOCATE: remaining}}},
+        )
+        return responses, entries
+
+    async def prefer(
+        self, request: api_pb2.PreferredAllocationRequest
+    ) -> api_pb2.PreferredAllocationResponse:
+        pod = await self._binding.pending_pod()
+        pending = [entry for entry in to_allocate(pod) if entry]
+        response = api_pb2.PreferredAllocationResponse()
+        for entry, container in zip(pending, request.container_requests, strict=False):
+            try:
+                chosen = preferred_replicas(
+                    list(container.available_deviceIDs),
+                    list(container.must_include_deviceIDs),
+                    [device.uuid for device in entry],
+                    container.allocation_size,
+                )
+            except NoPreferenceError as error:
+                log.warning("no preferred allocation for %s: %s", pod_ref(pod), error)
+                continue
+            response.container_responses.append(
+                api_pb2.ContainerPreferredAllocationResponse(deviceIDs=chosen)
+            )
+        return response

@@ -1,0 +1,177 @@
+"""The pod being bound to this node, and the end of its bind: bind-phase and the node lock.
+
+Finding the pod follows device-plugin.md §4.1 with one fix (HAMi bug §9.11 / protocol A10): a
+lock owner is used only if it really is a pod being bound here (its `hami.io/vgpu-node` is this
+node, bind-phase `allocating`/`success`, not being deleted); a stale owner falls through to the
+scan instead of handing out another pod's devices. The scan takes the oldest bind first.
+Releasing the lock is protocol.md §4.5 `ReleaseNodeLock` with the owner check.
+"""
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from pyhami.deviceplugin.allocation import AllocationError, pod_ref
+from pyhami.deviceplugin.kubeapi import JsonObject, annotations, metadata_field
+from pyhami.kube import KubeClient, KubeError
+from pyhami.protocol import (
+    KEY_BIND_PHASE,
+    KEY_BIND_TIME,
+    KEY_NODE_LOCK,
+    KEY_VGPU_NODE,
+    BindPhase,
+    ProtocolError,
+    parse_node_lock,
+)
+
+log = logging.getLogger(__name__)
+
+_BINDING_PHASES = frozenset({BindPhase.ALLOCATING.value, BindPhase.SUCCESS.value})
+# HAMi's retry for lock writes: 5 attempts, 100 ms doubling, jitter 0.5.
+_RELEASE_ATTEMPTS = 5
+_RELEASE_FIRST_DELAY = 0.1
+
+
+def _is_binding_here(pod: JsonObject, node: str) -> bool:
+    notes = annotations(pod)
+    return (
+        notes.get(KEY_VGPU_NODE) == node
+        and notes.get(KEY_BIND_PHASE) in _BINDING_PHASES
+        and KEY_BIND_TIME in notes
+        and not metadata_field(pod, "deletionTimestamp")
+        and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
+    )
+
+
+def _bind_time(pod: JsonObject) -> int:
+    try:
+        return int(annotations(pod).get(KEY_BIND_TIME, ""))
+    except ValueError:
+        return 0
+
+
+def _lock_body(resource_version: str) -> dict[str, Any]:
+    return {"metadata": {"annotations": {KEY_NODE_LOCK: None}, "resourceVersion": resource_version}}
+
+
+class PodBinding:
+    """Pending-pod lookup and bind completion for one node."""
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        node_name: str,
+        *,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._kube = kube
+        self._node = node_name
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+
+    async def pending_pod(self) -> JsonObject:
+        """The pod kubelet is admitting now; AllocationError says why none can be found."""
+        try:
+            node = await self._kube.get_node(self._node)
+        except KubeError as error:
+            raise AllocationError(f"cannot read node {self._node}: {error}") from error
+        lock = annotations(node).get(KEY_NODE_LOCK)
+        if lock:
+            owner = await self._lock_owner(lock)
+            if owner is not None:
+                return owner
+        return await self._scan()
+
+    async def _lock_owner(self, lock: str) -> JsonObject | None:
+        try:
+            held = parse_node_lock(lock)
+        except ProtocolError as error:
+            raise AllocationError(
+                f"node {self._node} has a malformed {KEY_NODE_LOCK} ({error}); if no pod is being "
+                f"bound, remove it: kubectl annotate node {self._node} {KEY_NODE_LOCK}-"
+            ) from error
+        if not held.name:
+            return None  # legacy lock without an owner: HAMi scans too
+        try:
+            pod = await self._kube.get_pod(held.namespace, held.name)
+        except KubeError as error:
+            log.warning(
+                "node lock owner %s/%s cannot be read (%s); scanning pods on %s",
+                held.namespace,
+                held.name,
+                error,
+                self._node,
+            )
+            return None
+        if not _is_binding_here(pod, self._node):
+            log.warning(
+                "node lock owner %s is not being bound to %s; scanning instead",
+                pod_ref(pod),
+                self._node,
+            )
+            return None
+        return pod
+
+    async def _scan(self) -> JsonObject:
+        try:
+            pods = (await self._kube.list_pods(field_selector=f"spec.nodeName={self._node}")).items
+        except KubeError as error:
+            raise AllocationError(f"cannot list pods on node {self._node}: {error}") from error
+        binding = sorted(
+            (pod for pod in pods if _is_binding_here(pod, self._node)),
+            key=lambda pod: (_bind_time(pod), pod_ref(pod)),
+        )
+        if not binding:
+            raise AllocationError(
+                f"no binding pod found on node {self._node}: no pod here has "
+                f"{KEY_BIND_PHASE}=allocating. Was the pod scheduled by pyhami's scheduler? Pods "
+                "that ask for nvidia.com/gpu must use its schedulerName (the webhook sets it)"
+            )
+        return binding[0]
+
+    async def finish(self, pod: JsonObject, phase: BindPhase) -> None:
+        """Mark the pod's bind-phase and release the node lock (errors are logged, not raised)."""
+        namespace = metadata_field(pod, "namespace")
+        name = metadata_field(pod, "name")
+        body = {"metadata": {"annotations": {KEY_BIND_PHASE: phase.value}}}
+        try:
+            await self._kube.patch_pod(namespace, name, body)
+        except KubeError as error:
+            log.error(
+                "cannot set %s=%s on %s: %s", KEY_BIND_PHASE, phase.value, pod_ref(pod), error
+            )
+        try:
+            await self.release_lock(namespace, name)
+        except KubeError as error:
+            log.error(
+                "cannot release the node lock of %s on %s: %s", pod_ref(pod), self._node, error
+            )
+
+    async def release_lock(self, namespace: str, name: str) -> None:
+        """ReleaseNodeLock with the owner check: never removes another pod's lock."""
+        seen = annotations(await self._kube.get_node(self._node)).get(KEY_NODE_LOCK)
+        suffix = f",{namespace},{name}"
+        if seen is None or ("," in seen and not seen.endswith(suffix)):
+            return
+        delay = _RELEASE_FIRST_DELAY
+        for attempt in range(_RELEASE_ATTEMPTS):
+            node = await self._kube.get_node(self._node)
+            current = annotations(node).get(KEY_NODE_LOCK)
+            if current is None:
+                return
+            legacy = "," not in current
+            if (legacy and current != seen) or (not legacy and not current.endswith(suffix)):
+                return  # the lock changed hands meanwhile
+            try:
+                await self._kube.patch_node(
+                    self._node, _lock_body(metadata_field(node, "resourceVersion"))
+                )
+                return
+            except KubeError:
+                if attempt == _RELEASE_ATTEMPTS - 1:
+                    raise
+                await self._sleep(delay * (1 + 0.5 * self._rng.random()))
+                delay *= 2

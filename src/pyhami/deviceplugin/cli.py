@@ -1,0 +1,186 @@
+"""`pyhami device-plugin`: flags and environment as HAMi's device plugin names them.
+
+Unlike HAMi, the vGPU flags (`--device-split-count`, `--device-memory-scaling`,
+`--device-cores-scaling`, `--disable-core-limit`, `--resource-name`) take effect; the
+device-config YAML and the per-node JSON still override them (see `config`). Options HAMi offers
+that pyhami does not implement (CDI, volume-mounts, index ids, device specs, static MIG) are
+refused with a message rather than silently ignored.
+"""
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
+from typing import Annotated
+
+import typer
+
+from pyhami.deviceplugin.allocation import AllocationSettings
+from pyhami.deviceplugin.api import DEVICE_PLUGIN_PATH
+from pyhami.deviceplugin.config import (
+    NODE_CONFIG_PATH,
+    ConfigError,
+    VgpuConfig,
+    load_device_config,
+    load_node_config,
+)
+from pyhami.deviceplugin.health import XidPolicy
+from pyhami.deviceplugin.service import DevicePlugin, PluginOptions
+from pyhami.kube import KubeClient
+from pyhami.nvml import Nvml, NvmlUnavailableError, open_nvml
+
+log = logging.getLogger("pyhami.deviceplugin")
+
+
+def load_config(
+    flags: VgpuConfig, config_file: Path | None, node_config_file: Path, node_name: str
+) -> VgpuConfig:
+    """defaults < flags < device-config YAML (`nvidia:`) < per-node JSON, then checked."""
+    config = flags if config_file is None else load_device_config(flags, config_file)
+    return load_node_config(config, node_config_file, node_name).check(f"node {node_name}")
+
+
+def _refuse(flag: str, value: object, supported: object) -> None:
+    if value != supported:
+        raise typer.BadParameter(
+            f"{value!r} is not supported by pyhami (only {supported!r})", param_hint=flag
+        )
+
+
+def device_plugin(
+    *,
+    node_name: Annotated[
+        str,
+        typer.Option(
+            envvar=["NodeName", "NODE_NAME"], help="This node (downward API spec.nodeName)"
+        ),
+    ] = "",
+    config_file: Annotated[
+        Path | None, typer.Option(envvar="CONFIG_FILE", help="HAMi device-config YAML")
+    ] = None,
+    node_config_file: Annotated[
+        Path, typer.Option(envvar="NODE_CONFIG_FILE", help="per-node JSON (HAMi: fixed path)")
+    ] = NODE_CONFIG_PATH,
+    device_split_count: Annotated[int, typer.Option(envvar="DEVICE_SPLIT_COUNT")] = 10,
+    device_memory_scaling: Annotated[float, typer.Option(envvar="DEVICE_MEMORY_SCALING")] = 1.0,
+    device_cores_scaling: Annotated[float, typer.Option(envvar="DEVICE_CORES_SCALING")] = 1.0,
+    disable_core_limit: Annotated[bool, typer.Option(envvar="DISABLE_CORE_LIMIT")] = False,
+    resource_name: Annotated[str, typer.Option(envvar="RESOURCE_NAME")] = "nvidia.com/gpu",
+    kubelet_socket: Annotated[
+        str, typer.Option(envvar="KUBELET_SOCKET", help="empty: never register")
+    ] = str(DEVICE_PLUGIN_PATH / "kubelet.sock"),
+    plugin_dir: Annotated[Path, typer.Option(envvar="PLUGIN_DIR")] = DEVICE_PLUGIN_PATH,
+    hook_path: Annotated[
+        str, typer.Option(envvar="HOOK_PATH", help="HAMi-core dir without /vgpu")
+    ] = "/usr/local",
+    libvgpu_version: Annotated[
+        str, typer.Option(envvar="LIBVGPU_VERSION", help="mount libvgpu.so.<this> if present")
+    ] = "v2.10.0",
+    enable_topology_score: Annotated[
+        str,
+        typer.Option(envvar="ENABLE_TOPOLOGY_SCORE", help="exactly 'true' publishes pair scores"),
+    ] = "",
+    health_recovery_seconds: Annotated[
+        float,
+        typer.Option(
+            envvar="HEALTH_RECOVERY_SECONDS",
+            help="quiet time before an XID-unhealthy GPU recovers; <0: never",
+        ),
+    ] = 300.0,
+    fail_on_init_error: Annotated[bool, typer.Option(envvar="FAIL_ON_INIT_ERROR")] = True,
+    kubeconfig: Annotated[str, typer.Option(envvar="KUBECONFIG")] = "",
+    mig_strategy: Annotated[str, typer.Option(envvar="MIG_STRATEGY")] = "none",
+    device_list_strategy: Annotated[str, typer.Option(envvar="DEVICE_LIST_STRATEGY")] = "envvar",
+    device_id_strategy: Annotated[str, typer.Option(envvar="DEVICE_ID_STRATEGY")] = "uuid",
+    pass_device_specs: Annotated[bool, typer.Option(envvar="PASS_DEVICE_SPECS")] = False,
+    verbosity: Annotated[
+        int, typer.Option("-v", help="log verbosity (klog style; >=4 is debug)")
+    ] = 0,
+) -> None:
+    """Run the NVIDIA device plugin on this node (kubelet gRPC, node registration, Allocate)."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbosity >= 4 else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    _refuse("--mig-strategy", mig_strategy, "none")
+    _refuse("--device-list-strategy", device_list_strategy, "envvar")
+    _refuse("--device-id-strategy", device_id_strategy, "uuid")
+    _refuse("--pass-device-specs", pass_device_specs, False)
+    if any(c.isspace() for c in hook_path):
+        raise typer.BadParameter(
+            "must not contain whitespace (libvgpu's limits.env cannot carry it)",
+            param_hint="--hook-path",
+        )
+    if not node_name:
+        raise typer.BadParameter(
+            "set --node-name or NODE_NAME (downward API spec.nodeName)", param_hint="--node-name"
+        )
+    flags = VgpuConfig(
+        resource_name=resource_name,
+        device_split_count=device_split_count,
+        device_memory_scaling=device_memory_scaling,
+        device_core_scaling=device_cores_scaling,
+        disable_core_limit=disable_core_limit,
+    )
+    try:
+        load_config(flags, config_file, node_config_file, node_name)
+    except ConfigError as error:
+        typer.echo(f"pyhami device-plugin: {error}", err=True)
+        raise typer.Exit(2) from error
+    options = PluginOptions(
+        node_name=node_name,
+        plugin_dir=plugin_dir,
+        kubelet_socket=Path(kubelet_socket) if kubelet_socket else None,
+        settings=AllocationSettings(hook_path=PurePosixPath(hook_path), version=libvgpu_version),
+        topology_score=enable_topology_score == "true",
+        xid_policy=XidPolicy.from_env(
+            os.environ.get("DP_DISABLE_HEALTHCHECKS", ""),
+            os.environ.get("DP_ENABLE_HEALTHCHECKS", ""),
+        ),
+        recovery_after=health_recovery_seconds if health_recovery_seconds >= 0 else None,
+    )
+    try:
+        nvml = open_nvml()
+    except NvmlUnavailableError as error:
+        typer.echo(f"pyhami device-plugin: {error}", err=True)
+        if fail_on_init_error:
+            raise typer.Exit(1) from error
+        typer.echo("FAIL_ON_INIT_ERROR=false: idling without GPUs", err=True)
+        asyncio.run(_idle())
+        return
+    try:
+        asyncio.run(
+            _serve(
+                kubeconfig,
+                nvml,
+                options,
+                lambda: load_config(flags, config_file, node_config_file, node_name),
+            )
+        )
+    finally:
+        nvml.close()
+
+
+async def _idle() -> None:
+    stop = _stop_on_signals()
+    await stop.wait()
+
+
+def _stop_on_signals(plugin: DevicePlugin | None = None) -> asyncio.Event:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
+        loop.add_signal_handler(sig, stop.set)
+    if plugin is not None:
+        loop.add_signal_handler(signal.SIGHUP, plugin.request_restart)
+    return stop
+
+
+async def _serve(
+    kubeconfig: str, nvml: Nvml, options: PluginOptions, load: Callable[[], VgpuConfig]
+) -> None:
+    async with await KubeClient.from_kubeconfig(kubeconfig or None) as kube:
+        plugin = DevicePlugin(kube, nvml, options, load)
+        await plugin.run(_stop_on_signals(plugin))

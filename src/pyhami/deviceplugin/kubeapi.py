@@ -1,0 +1,14 @@
+"""Reading the plain JSON objects `pyhami.kube.KubeClient` returns."""
+
+from collections.abc import Mapping
+from typing import Any
+
+JsonObject = Mapping[str, Any]
+
+
+def annotations(obj: JsonObject) -> Mapping[str, str]:
+    return (obj.get("metadata") or {}).get("annotations") or {}
+
+
+def metadata_field(obj: JsonObject, key: str) -> str:
+    return str((obj.get("metadata") or {}).get(key) or "")

@@ -1,0 +1,207 @@
+"""Publishing the node's GPUs in `hami.io/node-nvidia-register` (device-plugin.md §3).
+
+Every 30 s (5 s after an error), and right away when a card's health changes: read NVML, build
+the annotation(s), and merge-patch the node only if what is on the node differs. Because the
+comparison is with the node itself, a failed patch is simply retried with the newest value
+(HAMi caches the value before patching and never retries, §9.4), and an annotation deleted by
+someone else is put back. GPUs are listed in index order (HAMi's order is random, §9.3). An NVML
+failure on one card publishes it unhealthy instead of crashing the plugin (§9.7).
+"""
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from pyhami.deviceplugin.config import OperatingMode, VgpuConfig
+from pyhami.deviceplugin.health import HealthBoard
+from pyhami.deviceplugin.inventory import Gpu
+from pyhami.deviceplugin.kubeapi import annotations
+from pyhami.deviceplugin.topology import PairScores, read_pair_scores
+from pyhami.kube import KubeClient, KubeError
+from pyhami.model import DeviceInfo
+from pyhami.nvml import Nvml, NvmlError, NvmlNotSupportedError
+from pyhami.protocol import (
+    KEY_NODE_NVIDIA_REGISTER,
+    KEY_NODE_NVIDIA_SCORE,
+    encode_node_devices,
+    encode_pair_scores,
+)
+
+log = logging.getLogger(__name__)
+
+MIB = 1024 * 1024
+EVENT_DEDUP_SECONDS = 3600.0
+
+
+def card_type(nvml_name: str) -> str:
+    """HAMi's `type`: the NVML name, prefixed `NVIDIA-` unless it already starts with NVIDIA."""
+    return nvml_name if nvml_name.startswith("NVIDIA") else f"NVIDIA-{nvml_name}"
+
+
+def device_info(gpu: Gpu, memory_mib: int, config: VgpuConfig, healthy: bool) -> DeviceInfo:
+    """One annotation entry (spec §3.2): scaled memory and cores, split count, mode, health."""
+    devmem = memory_mib
+    if config.device_memory_scaling != 1 and config.operating_mode != OperatingMode.MIG:
+        devmem = int(memory_mib * config.device_memory_scaling)
+    return DeviceInfo(
+        id=gpu.uuid,
+        index=gpu.index,
+        count=config.device_split_count,
+        devmem=devmem,
+        devcore=int(config.device_core_scaling * 100),
+        type=card_type(gpu.name),
+        numa=gpu.numa or 0,  # unknown NUMA is published as 0, as HAMi does
+        mode=config.operating_mode,
+        health=healthy,
+    )
+
+
+class Scanner:
+    """Reads NVML into the annotation values; remembers each card's last good memory size."""
+
+    def __init__(
+        self,
+        nvml: Nvml,
+        gpus: Sequence[Gpu],
+        config: VgpuConfig,
+        board: HealthBoard,
+        *,
+        topology_score: bool,
+    ) -> None:
+        self._nvml = nvml
+        self._gpus = tuple(gpus)
+        self._config = config
+        self._board = board
+        self._topology_score = topology_score
+        self._memory: dict[str, int] = {}
+
+    def _memory_mib(self, gpu: Gpu) -> tuple[int | None, bool]:
+        """(MiB to publish or None to leave the card out, whether NVML answered)."""
+        try:
+            total = self._nvml.device_memory(gpu.index).total // MIB
+        except NvmlNotSupportedError:
+            configured = self._config.preconfigured_device_memory
+            if configured <= 0:
+                log.warning(
+                    "GPU %s: NVML cannot report its memory and preConfiguredDeviceMemory is 0; "
+                    "not registering it",
+                    gpu.uuid,
+                )
+                return None, True
+            return configured, True
+        except NvmlError as error:
+            log.error("GPU %s: memory query failed, publishing it unhealthy: %s", gpu.uuid, error)
+            return self._memory.get(gpu.uuid, 0), False
+        self._memory[gpu.uuid] = total
+        return total, True
+
+    def devices(self) -> list[DeviceInfo]:
+        infos = []
+        for gpu in self._gpus:
+            memory, answered = self._memory_mib(gpu)
+            if memory is None:
+                continue
+            infos.append(
+                device_info(gpu, memory, self._config, answered and self._board.healthy(gpu.uuid))
+            )
+        return infos
+
+    def scores(self, devices: Sequence[DeviceInfo]) -> PairScores | None:
+        if not self._topology_score:
+            return None
+        registered = {device.id for device in devices}
+        return read_pair_scores(self._nvml, [g for g in self._gpus if g.uuid in registered])
+
+
+class NodeRegistrar:
+    """Keeps the node's register (and score) annotations equal to what NVML says."""
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        node_name: str,
+        scanner: Scanner,
+        board: HealthBoard,
+        *,
+        interval: float = 30.0,
+        retry_interval: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._kube = kube
+        self._node = node_name
+        self._scanner = scanner
+        self._board = board
+        self._interval = interval
+        self._retry_interval = retry_interval
+        self._clock = clock
+        self._warned: dict[tuple[str, str], float] = {}
+        self.patches = 0
+
+    async def desired(self) -> dict[str, str]:
+        devices = await asyncio.to_thread(self._scanner.devices)
+        wanted = {KEY_NODE_NVIDIA_REGISTER: encode_node_devices(devices)}
+        scores = await asyncio.to_thread(self._scanner.scores, devices)
+        if scores is not None:
+            wanted[KEY_NODE_NVIDIA_SCORE] = encode_pair_scores(scores.scores)
+            await self._warn_asymmetric(scores)
+        return wanted
+
+    async def sync_once(self) -> bool:
+        """One scan; patch the node if it differs. Returns whether it patched. Raises on error."""
+        wanted = await self.desired()
+        current: Mapping[str, str] = annotations(await self._kube.get_node(self._node))
+        if all(current.get(key) == value for key, value in wanted.items()):
+            return False
+        await self._kube.patch_node(self._node, {"metadata": {"annotations": wanted}})
+        self.patches += 1
+        log.info("registered %s on node %s", KEY_NODE_NVIDIA_REGISTER, self._node)
+        return True
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            seen = self._board.version
+            try:
+                await self.sync_once()
+                pause = self._interval
+            except Exception as error:
+                log.error(
+                    "node registration failed, retrying in %gs: %s", self._retry_interval, error
+                )
+                pause = self._retry_interval
+            await self._pause(stop, seen, pause)
+
+    async def _pause(self, stop: asyncio.Event, seen: int, seconds: float) -> None:
+        waits = {
+            asyncio.ensure_future(stop.wait()),
+            asyncio.ensure_future(self._board.wait_for_change(seen)),
+        }
+        try:
+            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waits:
+                waiter.cancel()
+
+    async def _warn_asymmetric(self, scores: PairScores) -> None:
+        now = self._clock()
+        for pair in scores.asymmetric:
+            last = self._warned.get(pair)
+            if last is not None and now - last < EVENT_DEDUP_SECONDS:
+                continue
+            self._warned[pair] = now
+            message = f"GPU P2P links between {pair[0]} and {pair[1]} are asymmetric; pair scored 0"
+            log.warning("%s on node %s", message, self._node)
+            try:
+                await self._kube.create_event("default", self._event(message))
+            except KubeError as error:
+                log.error("cannot record AsymmetricGPUP2PLink event: %s", error)
+
+    def _event(self, message: str) -> dict[str, object]:
+        return {
+            "metadata": {"generateName": f"{self._node}."},
+            "involvedObject": {"kind": "Node", "name": self._node, "apiVersion": "v1"},
+            "reason": "AsymmetricGPUP2PLink",
+            "message": message,
+            "type": "Warning",
+            "source": {"component": "hami-device-plugin", "host": self._node},
+        }

@@ -1,0 +1,247 @@
+"""The device plugin process: start, register with kubelet, serve, and restart with kubelet.
+
+`DevicePlugin.run(stop)` loops over plugin instances. An instance reads the configuration,
+discovers GPUs, serves the DevicePlugin API on `<plugin dir>/nvidia-<name>.sock`, registers with
+kubelet, and runs its node-registration and health tasks. When kubelet restarts (its socket is
+re-created, or ours was removed) the instance is stopped, its tasks with it (HAMi leaks them,
+§9.5), and a new one starts. Card health is kept across instances.
+"""
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyhami.deviceplugin.allocation import AllocationSettings
+from pyhami.deviceplugin.allocator import Allocator
+from pyhami.deviceplugin.api import DEVICE_PLUGIN_PATH
+from pyhami.deviceplugin.binding import PodBinding
+from pyhami.deviceplugin.config import ConfigError, VgpuConfig
+from pyhami.deviceplugin.health import HealthBoard, HealthWatcher, XidPolicy
+from pyhami.deviceplugin.inventory import Gpu, discover
+from pyhami.deviceplugin.register import NodeRegistrar, Scanner
+from pyhami.deviceplugin.server import (
+    DevicePluginServicer,
+    PluginServer,
+    register_with_kubelet,
+)
+from pyhami.kube import KubeClient, cancel_and_wait, guarded_task
+from pyhami.nvml import Nvml
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class PluginOptions:
+    node_name: str
+    plugin_dir: Path = DEVICE_PLUGIN_PATH
+    # None: serve but never register (HAMi's empty --kubelet-socket).
+    kubelet_socket: Path | None = DEVICE_PLUGIN_PATH / "kubelet.sock"
+    settings: AllocationSettings = field(default_factory=AllocationSettings)
+    topology_score: bool = False
+    xid_policy: XidPolicy = field(default_factory=XidPolicy)
+    recovery_after: float | None = 300.0
+    register_interval: float = 30.0
+    retry_interval: float = 5.0
+    restart_delay: float = 30.0  # after a failed start, as HAMi
+    kubelet_poll: float = 1.0
+    xid_wait_ms: int = 1000
+
+
+def socket_name(resource_name: str) -> str:
+    """`nvidia.com/gpu` -> `nvidia-gpu.sock` (spec §2.1)."""
+    return f"nvidia-{resource_name.rsplit('/', 1)[-1]}.sock"
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_ctime_ns
+
+
+class _Instance:
+    """One start of the plugin: socket, registration, tasks. `stop()` undoes all of it."""
+
+    def __init__(self, plugin: "DevicePlugin", config: VgpuConfig, gpus: tuple[Gpu, ...]) -> None:
+        options = plugin.options
+        self.config = config
+        self.gpus = gpus
+        self.stopping = asyncio.Event()
+        self.socket = options.plugin_dir / socket_name(config.resource_name)
+        binding = PodBinding(plugin.kube, options.node_name)
+        settings = options.settings
+        allocator = Allocator(
+            plugin.kube,
+            binding,
+            AllocationSettings(
+                hook_path=settings.hook_path,
+                version=settings.version,
+                oversubscribe=config.device_memory_scaling > 1,
+                lib_cuda_log_level=config.lib_cuda_log_level,
+                disable_core_limit=config.disable_core_limit,
+                vgpu_lock_dir=settings.vgpu_lock_dir,
+            ),
+            follow_kubelet_choice=config.enable_preferred_allocation,
+        )
+        self.servicer = DevicePluginServicer(
+            gpus,
+            split=config.device_split_count,
+            numa_topology=config.enable_numa_topology,
+            board=plugin.board,
+            allocations=allocator,
+            stopping=self.stopping,
+        )
+        self.server = PluginServer(self.servicer, self.socket, self.stopping)
+        scanner = Scanner(
+            plugin.nvml, gpus, config, plugin.board, topology_score=options.topology_score
+        )
+        self.registrar = NodeRegistrar(
+            plugin.kube,
+            options.node_name,
+            scanner,
+            plugin.board,
+            interval=options.register_interval,
+            retry_interval=options.retry_interval,
+        )
+        self.health = HealthWatcher(
+            plugin.nvml,
+            gpus,
+            plugin.board,
+            options.xid_policy,
+            recovery_after=options.recovery_after,
+            wait_ms=options.xid_wait_ms,
+        )
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def spawn(self, name: str, work: Coroutine[Any, Any, None]) -> None:
+        self.tasks.append(guarded_task(work, name))
+
+    async def stop(self) -> None:
+        await cancel_and_wait(*self.tasks)
+        self.stopping.set()
+        await self.server.stop()
+
+
+class DevicePlugin:
+    """The whole device plugin for one node."""
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        nvml: Nvml,
+        options: PluginOptions,
+        load_config: Callable[[], VgpuConfig],
+    ) -> None:
+        self.kube = kube
+        self.nvml = nvml
+        self.options = options
+        self._load_config = load_config
+        self.board = HealthBoard()
+        self.current: _Instance | None = None
+        self.starts = 0
+        self.restart_requested = asyncio.Event()
+        self._config: VgpuConfig | None = None
+
+    def request_restart(self) -> None:
+        """SIGHUP: stop and start again, re-reading the configuration."""
+        self.restart_requested.set()
+
+    def config(self) -> VgpuConfig:
+        """Fresh config; on a restart a broken file keeps the previous one (logged)."""
+        try:
+            self._config = self._load_config()
+        except ConfigError:
+            if self._config is None:
+                raise
+            log.exception("configuration unreadable; keeping the previous one")
+        return self._config
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve until `stop` is set; raises ConfigError if the first configuration is bad."""
+        while not stop.is_set():
+            self.restart_requested.clear()
+            config = self.config()
+            gpus = await asyncio.to_thread(discover, self.nvml, config.device_filter)
+            if not gpus:
+                log.warning(
+                    "No devices found on %s. Waiting for a restart.", self.options.node_name
+                )
+                await self._wait(stop, self._kubelet_changed_from(_identity(self._kubelet())))
+                continue
+            instance = _Instance(self, config, gpus)
+            try:
+                kubelet_seen = await self._start(instance)
+            except Exception as error:
+                log.error(
+                    "device plugin failed to start, retrying in %gs: %s",
+                    self.options.restart_delay,
+                    error,
+                )
+                await instance.stop()
+                await self._sleep(stop, self.options.restart_delay)
+                continue
+            self.current = instance
+            await self._wait(stop, self._restart_needed(instance, kubelet_seen))
+            log.info("stopping device plugin instance (%s)", "exit" if stop.is_set() else "restart")
+            await instance.stop()
+            self.current = None
+
+    def _kubelet(self) -> Path:
+        return self.options.kubelet_socket or self.options.plugin_dir / "kubelet.sock"
+
+    async def _start(self, instance: _Instance) -> tuple[int, int] | None:
+        self.board.track(gpu.uuid for gpu in instance.gpus)
+        await instance.server.start()
+        kubelet_seen = _identity(self._kubelet())
+        if self.options.kubelet_socket is not None:
+            await register_with_kubelet(
+                self.options.kubelet_socket,
+                instance.socket.name,
+                instance.config.resource_name,
+                preferred_allocation=instance.config.enable_preferred_allocation,
+            )
+        self.starts += 1
+        log.info(
+            "serving %d GPUs x %d as %s on %s",
+            len(instance.gpus),
+            instance.config.device_split_count,
+            instance.config.resource_name,
+            instance.socket,
+        )
+        instance.spawn("node-registration", instance.registrar.run(instance.stopping))
+        instance.spawn("xid-health", instance.health.run(instance.stopping))
+        return kubelet_seen
+
+    def _kubelet_changed_from(self, seen: tuple[int, int] | None) -> Callable[[], bool]:
+        return lambda: _identity(self._kubelet()) not in (seen, None)
+
+    def _restart_needed(
+        self, instance: _Instance, kubelet_seen: tuple[int, int] | None
+    ) -> Callable[[], bool]:
+        kubelet_changed = self._kubelet_changed_from(kubelet_seen)
+
+        def needed() -> bool:
+            if kubelet_changed():
+                log.info("kubelet socket re-created: kubelet restarted, registering again")
+                return True
+            if not os.path.exists(instance.socket):
+                log.info("our socket %s was removed: registering again", instance.socket)
+                return True
+            return False
+
+        return needed
+
+    async def _wait(self, stop: asyncio.Event, restart_needed: Callable[[], bool]) -> None:
+        while not (stop.is_set() or self.restart_requested.is_set() or restart_needed()):
+            await self._sleep(stop, self.options.kubelet_poll)
+
+    async def _sleep(self, stop: asyncio.Event, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await stop.wait()
