@@ -1,0 +1,300 @@
+"""The monitor's Prometheus surface (ops.md §2.1-§2.3), built fresh on every scrape.
+
+Names, labels and help texts are HAMi's; every family carries `zone="vGPU"` except
+`hami_build_info`; the legacy twins appear only with `--legacy-metrics`. pyhami adds two
+families of its own: `pyhami_monitor_sanity_alarms_total` and `pyhami_monitor_regions_refused`.
+
+Container series come from the region when it names a device, else from the pod's allocation
+annotation with zero usage, so an allocated container is visible before its first CUDA call.
+"""
+
+import platform
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+
+import structlog
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from pyhami import __version__
+from pyhami.model import NodeName
+from pyhami.monitor.host import HostCard, NvmlOpener, read_host_cards
+from pyhami.monitor.layout import UUID_LABEL_BYTES
+from pyhami.monitor.pods import PodSource, PodView
+from pyhami.monitor.region import RegionError, VirtualDevice
+from pyhami.monitor.sanity import AlarmKind, SanityAlarms
+from pyhami.monitor.scan import ContainerKey, RegionDirectory
+
+log = structlog.get_logger(__name__)
+
+MIB = 1 << 20
+ZONE = "vGPU"
+
+_HOST = ("node", "device_index", "device_uuid", "device_type")
+_HOST_LEGACY = ("nodeid", "deviceidx", "deviceuuid", "devicetype")
+_VGPU = ("namespace", "pod", "container", "vdevice_index", "device_uuid")
+_VGPU_LEGACY = ("podnamespace", "podname", "ctrname", "vdeviceid", "deviceuuid")
+_MIG = (*_VGPU, "mig_uuid", "profile", "gpu_instance_id", "compute_instance_id")
+
+
+@dataclass(frozen=True, slots=True)
+class _Spec:
+    name: str
+    help: str
+    labels: tuple[str, ...]
+
+
+HOST_MEMORY = _Spec("hami_host_gpu_memory_used_bytes", "GPU device memory usage in bytes", _HOST)
+HOST_UTIL = _Spec("hami_host_gpu_utilization_ratio", "GPU core utilization ratio (0-100)", _HOST)
+HOST_MEMORY_CONTROLLER = _Spec(
+    "hami_host_gpu_memory_controller_utilization_ratio",
+    "GPU memory controller utilization ratio (0-100)",
+    _HOST[1:],  # HAMi leaves `node` off this one (ops.md §10.3)
+)
+VGPU_USED = _Spec("hami_vgpu_memory_used_bytes", "vGPU device memory usage in bytes", _VGPU)
+VGPU_LIMIT = _Spec("hami_vgpu_memory_limit_bytes", "vGPU device memory limit in bytes", _VGPU)
+CONTAINER_MEMORY = _Spec(
+    "hami_container_device_memory_bytes", "Container device memory usage in bytes", _VGPU
+)
+CONTAINER_UTIL = _Spec(
+    "hami_container_device_utilization_ratio", "Container device SM utilization ratio", _VGPU
+)
+VGPU_CONTEXT = _Spec(
+    "hami_vgpu_memory_context_bytes", "Container device memory context size in bytes", _VGPU
+)
+VGPU_MODULE = _Spec(
+    "hami_vgpu_memory_module_bytes", "Container device memory module size in bytes", _VGPU
+)
+VGPU_BUFFER = _Spec(
+    "hami_vgpu_memory_buffer_bytes", "Container device memory buffer size in bytes", _VGPU
+)
+LAST_KERNEL = _Spec(
+    "hami_container_last_kernel_elapsed_seconds",
+    "Seconds since last kernel execution in container",
+    _VGPU,
+)
+MIG_INFO = _Spec("hami_mig_device_info", "MIG runtime identity for a container allocation", _MIG)
+
+# Legacy twins (ops.md §2.3): the same values under the pre-v2.9 names and labels.
+LEGACY_HOST_MEMORY = _Spec("HostGPUMemoryUsage", HOST_MEMORY.help, _HOST_LEGACY)
+LEGACY_HOST_UTIL = _Spec("HostCoreUtilization", HOST_UTIL.help, _HOST_LEGACY)
+LEGACY_USED = _Spec("vGPU_device_memory_usage_in_bytes", VGPU_USED.help, _VGPU_LEGACY)
+LEGACY_LIMIT = _Spec("vGPU_device_memory_limit_in_bytes", VGPU_LIMIT.help, _VGPU_LEGACY)
+LEGACY_MEMORY_DESC = _Spec(
+    "Device_memory_desc_of_container",
+    CONTAINER_MEMORY.help,
+    (*_VGPU_LEGACY, "context", "module", "data", "offset"),
+)
+LEGACY_UTIL = _Spec("Device_utilization_desc_of_container", CONTAINER_UTIL.help, _VGPU_LEGACY)
+LEGACY_LAST_KERNEL = _Spec("Device_last_kernel_of_container", LAST_KERNEL.help, _VGPU_LEGACY)
+LEGACY_MIG = _Spec("MigInfo", MIG_INFO.help, (*_VGPU_LEGACY, "instanceid"))
+
+ALARMS = _Spec(
+    "pyhami_monitor_sanity_alarms",
+    "Impossible values found in shared regions (each distinct finding counted once)",
+    ("kind",),
+)
+REFUSED = _Spec(
+    "pyhami_monitor_regions_refused",
+    "Container directories whose region file is currently refused",
+    (),
+)
+
+
+class _Families:
+    """The families of one scrape, created on first use, in a stable order."""
+
+    def __init__(self) -> None:
+        self._families: dict[str, GaugeMetricFamily] = {}
+
+    def add(self, spec: _Spec, labels: tuple[str, ...], value: float) -> None:
+        family = self._families.get(spec.name)
+        if family is None:
+            family = GaugeMetricFamily(spec.name, spec.help, labels=(*spec.labels, "zone"))
+            self._families[spec.name] = family
+        family.add_metric((*labels, ZONE), value)
+
+    def __iter__(self) -> Iterator[GaugeMetricFamily]:
+        return iter(self._families.values())
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    """One container x virtual device, from the region or from the allocation."""
+
+    labels: tuple[str, str, str, str, str]
+    device: VirtualDevice
+    last_kernel_time: int
+
+
+class MonitorCollector(Collector):
+    def __init__(
+        self,
+        *,
+        node: NodeName | None,
+        pods: PodSource,
+        regions: RegionDirectory,
+        open_nvml: NvmlOpener | None,
+        alarms: SanityAlarms,
+        wall_clock: Callable[[], float],
+        legacy: bool = False,
+    ) -> None:
+        self.node = node
+        self.pods = pods
+        self.regions = regions
+        self.open_nvml = open_nvml
+        self.alarms = alarms
+        self.wall_clock = wall_clock
+        self.legacy = legacy
+
+    def collect(self) -> Iterator[Metric]:
+        out = _Families()
+        cards = self._host(out)
+        by_uuid = {card.uuid: card for card in cards}
+        now = self.wall_clock()
+        for pod in self.pods.pods():
+            for row in self._rows(pod, by_uuid):
+                self._container(out, row, now)
+            self._mig(out, pod)
+        yield from out
+        alarms = CounterMetricFamily(ALARMS.name, ALARMS.help, labels=(*ALARMS.labels, "zone"))
+        for kind in AlarmKind:
+            alarms.add_metric((kind.value, ZONE), self.alarms.counts[kind])
+        yield alarms
+        refused = GaugeMetricFamily(REFUSED.name, REFUSED.help, labels=("zone",))
+        refused.add_metric((ZONE,), len(self.regions.refused))
+        yield refused
+
+    # ----- host -----
+
+    def _host(self, out: _Families) -> tuple[HostCard, ...]:
+        if self.open_nvml is None:
+            return ()
+        cards = read_host_cards(self.open_nvml)
+        if self.node is None:
+            return cards  # still used by the sanity checks; HAMi skips host metrics
+        for card in cards:
+            labels = (self.node, str(card.index), card.uuid, card.type)
+            out.add(HOST_MEMORY, labels, card.memory.used)
+            out.add(HOST_UTIL, labels, card.utilization.gpu)
+            out.add(HOST_MEMORY_CONTROLLER, labels[1:], card.utilization.memory)
+            if self.legacy:
+                out.add(LEGACY_HOST_MEMORY, labels, card.memory.used)
+                out.add(LEGACY_HOST_UTIL, labels, card.utilization.gpu)
+        return cards
+
+    # ----- containers -----
+
+    def _rows(self, pod: PodView, cards: Mapping[str, HostCard]) -> Iterator[_Row]:
+        for container in pod.containers:
+            key = ContainerKey(pod.uid, container)
+            devices: tuple[VirtualDevice, ...] = ()
+            last_kernel = 0
+            loaded = self.regions.loaded.get(key)
+            if loaded is not None:
+                try:
+                    snapshot = loaded.region.snapshot()
+                except RegionError as err:
+                    log.debug("region unreadable this scrape", error=str(err))
+                else:
+                    self.alarms.check(key, snapshot, cards)
+                    devices, last_kernel = snapshot.devices, snapshot.last_kernel_time
+            if not devices:
+                devices = _allocated_devices(pod, container)
+            for device in devices:
+                labels = (pod.namespace, pod.name, container, str(device.index), device.uuid)
+                yield _Row(labels, device, last_kernel)
+
+    def _container(self, out: _Families, row: _Row, now: float) -> None:
+        device, labels = row.device, row.labels
+        out.add(VGPU_USED, labels, device.used)
+        out.add(VGPU_LIMIT, labels, device.limit)
+        out.add(CONTAINER_MEMORY, labels, device.used)
+        out.add(CONTAINER_UTIL, labels, device.sm_util)
+        out.add(VGPU_CONTEXT, labels, device.context)
+        out.add(VGPU_MODULE, labels, device.module)
+        out.add(VGPU_BUFFER, labels, device.buffer)
+        elapsed = max(0.0, now - row.last_kernel_time)
+        if row.last_kernel_time > 0:
+            out.add(LAST_KERNEL, labels, elapsed)
+        if not self.legacy:
+            return
+        out.add(LEGACY_USED, labels, device.used)
+        out.add(LEGACY_LIMIT, labels, device.limit)
+        offset = device.used - device.context - device.module - device.buffer
+        parts = (device.context, device.module, device.buffer, offset)
+        out.add(LEGACY_MEMORY_DESC, (*labels, *map(str, parts)), device.used)
+        out.add(LEGACY_UTIL, labels, device.sm_util)
+        if row.last_kernel_time > 0:
+            out.add(LEGACY_LAST_KERNEL, labels, elapsed)
+
+    def _mig(self, out: _Families, pod: PodView) -> None:
+        for allocation in pod.mig:
+            container = pod.container_at(allocation.container_index)
+            if not allocation.runtime_ready or container is None:
+                continue
+            labels = (
+                pod.namespace,
+                pod.name,
+                container,
+                str(allocation.device_index),
+                allocation.gpu_uuid,
+            )
+            gpu_instance = str(allocation.gpu_instance_id)
+            out.add(
+                MIG_INFO,
+                (
+                    *labels,
+                    allocation.mig_uuid,
+                    allocation.profile,
+                    gpu_instance,
+                    str(allocation.compute_instance_id),
+                ),
+                1,
+            )
+            if self.legacy:
+                out.add(LEGACY_MIG, (*labels, gpu_instance), 1)
+
+
+def _allocated_devices(pod: PodView, container: str) -> tuple[VirtualDevice, ...]:
+    """Zero-usage devices from the allocation annotation (limit = the reserved MiB)."""
+    return tuple(
+        VirtualDevice(
+            index=index,
+            uuid=device.uuid[:UUID_LABEL_BYTES],
+            limit=device.usedmem * MIB,
+            sm_limit=device.usedcores,
+            used=0,
+            context=0,
+            module=0,
+            buffer=0,
+            sm_util=0,
+        )
+        for index, device in enumerate(pod.devices_of(container))
+    )
+
+
+class BuildInfo(Collector):
+    """`hami_build_info`; the Go-named labels keep their names and say what runs here."""
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "hami_build_info",
+            "hami build metadata exposed as labels with a constant value of 1.",
+            labels=("version", "revision", "build_date", "go_version", "compiler", "platform"),
+        )
+        runtime = (platform.python_implementation().lower(), platform.python_version())
+        arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+        family.add_metric(
+            (__version__, "", "", f"python{runtime[1]}", runtime[0], f"linux/{arch}"), 1
+        )
+        yield family
+
+
+def monitor_registry(collector: MonitorCollector) -> CollectorRegistry:
+    """A private registry: no process or platform collectors, as HAMi's."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BuildInfo())
+    registry.register(collector)
+    return registry

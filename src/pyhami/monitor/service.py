@@ -1,0 +1,153 @@
+"""The monitor service: the 5 s scan + feedback loop and the HTTP server (`/metrics`, `/healthz`).
+
+Everything runs on one event loop, so scrapes and ticks never overlap and a region is never
+unmapped while a scrape reads it. Where we differ from HAMi: a `/healthz` endpoint (HAMi has
+none), and while the device plugin's MIG-apply lock file exists the feedback step is skipped
+(HAMi stops its loop on the lock's inotify event; we look for the file each tick).
+"""
+
+import asyncio
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+from aiohttp import web
+from prometheus_client import generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+
+from pyhami.kube import Clock
+from pyhami.monitor.feedback import Verdict, observe
+from pyhami.monitor.host import NvmlOpener
+from pyhami.monitor.metrics import MonitorCollector, monitor_registry
+from pyhami.monitor.pods import PodSource
+from pyhami.monitor.sanity import SanityAlarms
+from pyhami.monitor.scan import DirectoryError, RegionDirectory
+from pyhami.monitor.settings import MonitorSettings
+
+log = structlog.get_logger(__name__)
+
+MIG_APPLY_LOCK = Path("/tmp/hami/hami-mig-apply.lock")
+HEALTHY_TICKS = 3  # /healthz fails once this many periods pass without a good tick
+
+
+@dataclass(frozen=True, slots=True)
+class TickResult:
+    verdicts: tuple[Verdict, ...]
+    feedback_paused: bool
+
+
+class MonitorService:
+    def __init__(
+        self,
+        settings: MonitorSettings,
+        pods: PodSource,
+        open_nvml: NvmlOpener | None,
+        clock: Clock,
+        *,
+        mig_apply_lock: Path = MIG_APPLY_LOCK,
+    ) -> None:
+        self.settings = settings
+        self.pods = pods
+        self.clock = clock
+        self.mig_apply_lock = mig_apply_lock
+        self.regions = RegionDirectory(settings.containers_dir, settings.resync_interval_s)
+        self.alarms = SanityAlarms()
+        self.collector = MonitorCollector(
+            node=settings.node_name,
+            pods=pods,
+            regions=self.regions,
+            open_nvml=open_nvml,
+            alarms=self.alarms,
+            wall_clock=self._wall,
+            legacy=settings.legacy_metrics,
+        )
+        self.registry = monitor_registry(self.collector)
+        self.last_good_tick: float | None = None  # monotonic
+        self.last_error = "no scan yet"
+        self._runner: web.AppRunner | None = None
+
+    def _wall(self) -> float:
+        return self.clock.now().timestamp()
+
+    # ----- the loop -----
+
+    def tick(self) -> TickResult:
+        """One scan and one feedback pass (raises DirectoryError when the root is unreadable)."""
+        self.regions.update({pod.uid for pod in self.pods.pods()}, now=self._wall())
+        self.alarms.forget_all_but(self.regions.loaded)
+        paused = self.mig_apply_lock.exists()
+        verdicts: tuple[Verdict, ...] = ()
+        if not paused:
+            verdicts = tuple(observe([loaded.region for loaded in self.regions.loaded.values()]))
+        self.last_good_tick = self.clock.monotonic()
+        return TickResult(verdicts, paused)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Tick every period until `stop` is set; a failing tick is logged, never fatal."""
+        while not stop.is_set():
+            try:
+                self.tick()
+            except DirectoryError as err:
+                self.last_error = str(err)
+                log.warning("scan failed; retrying next period", error=str(err))
+            await _sleep_or_stop(self.clock.sleep(self.settings.tick_interval_s), stop)
+
+    # ----- HTTP -----
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/healthz", self._healthz)
+        return app
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        try:
+            body = generate_latest(self.registry)
+        except Exception as err:  # a gathering error is HTTP 500, as in HAMi
+            log.exception("metrics collection failed")
+            return web.Response(status=500, text=f"collecting metrics failed: {err}\n")
+        response = web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_PLAIN_0_0_4})
+        if "gzip" in request.headers.get("Accept-Encoding", ""):
+            response.enable_compression()
+        return response
+
+    async def _healthz(self, _request: web.Request) -> web.Response:
+        problem = self.health_problem()
+        if problem is None:
+            return web.Response(text="ok\n")
+        return web.Response(status=503, text=f"{problem}\n")
+
+    def health_problem(self) -> str | None:
+        if self.last_good_tick is None:
+            return f"not ready: {self.last_error}"
+        age = self.clock.monotonic() - self.last_good_tick
+        if age > HEALTHY_TICKS * self.settings.tick_interval_s:
+            return f"no successful scan for {age:.0f}s: {self.last_error}"
+        return None
+
+    async def start_http(self) -> int:
+        """Serve on the configured address; returns the bound port (useful with port 0)."""
+        self._runner = web.AppRunner(self.app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
+        await site.start()
+        return int(self._runner.addresses[0][1])
+
+    async def stop_http(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def close(self) -> None:
+        self.regions.close()
+
+
+async def _sleep_or_stop(sleep: Coroutine[Any, Any, None], stop: asyncio.Event) -> None:
+    sleeper = asyncio.ensure_future(sleep)
+    stopper = asyncio.ensure_future(stop.wait())
+    _, pending = await asyncio.wait({sleeper, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)

@@ -1,0 +1,89 @@
+"""`pyhami monitor` settings from HAMi's flags and environment (ops.md §1.1), checked once."""
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyhami.model import NodeName
+
+DEFAULT_RESYNC_S = 300.0  # HAMI_RESYNC_INTERVAL default 5m
+TICK_S = 5.0  # HAMi's scan + feedback period
+
+# Go's time.ParseDuration: a sequence of <number><unit>, or a bare "0".
+_GO_DURATION = re.compile(r"(?:(?:\d+\.?\d*|\.\d+)(?:ns|us|µs|μs|ms|s|m|h))+")
+_GO_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}
+
+
+class MonitorSettingsError(ValueError):
+    """A flag or environment value the monitor cannot start with; the message names it."""
+
+
+def go_duration_seconds(text: str) -> float | None:
+    """Seconds in a Go duration (`5m`, `1h30m`, `90s`, `0`); None when it is not one."""
+    if text == "0":
+        return 0.0
+    if not _GO_DURATION.fullmatch(text):
+        return None
+    return sum(float(n) * _SECONDS[unit] for n, unit in _GO_PART.findall(text))
+
+
+def bind_address(text: str) -> tuple[str, int]:
+    """`host:port` or `:port` as Go's net.Listen reads it."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise MonitorSettingsError(f"--metrics-bind-address: {text!r} is not [host]:port")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+@dataclass(frozen=True, slots=True)
+class MonitorSettings:
+    hook_path: Path  # $HOOK_PATH; regions live under <hook_path>/containers
+    node_name: NodeName
+    host: str = "0.0.0.0"
+    port: int = 9394
+    legacy_metrics: bool = False
+    kubeconfig: str | None = None
+    resync_interval_s: float = DEFAULT_RESYNC_S
+    tick_interval_s: float = TICK_S
+
+    @property
+    def containers_dir(self) -> Path:
+        return self.hook_path / "containers"
+
+    @classmethod
+    def from_environment(
+        cls,
+        environ: Mapping[str, str],
+        *,
+        metrics_bind_address: str = ":9394",
+        legacy_metrics: bool = False,
+    ) -> tuple["MonitorSettings", list[str]]:
+        """The settings plus warnings to log (HAMi keeps the default on a bad resync value)."""
+        hook_path = environ.get("HOOK_PATH", "")
+        if not hook_path:
+            raise MonitorSettingsError("HOOK_PATH must be set (the HAMi-core runtime directory)")
+        node = environ.get("NODE_NAME", "")
+        if not node:
+            raise MonitorSettingsError("NODE_NAME must be set (downward API spec.nodeName)")
+        warnings = []
+        resync = DEFAULT_RESYNC_S
+        raw = environ.get("HAMI_RESYNC_INTERVAL", "")
+        if raw:
+            parsed = go_duration_seconds(raw)
+            if parsed is None or parsed <= 0:
+                warnings.append(f"HAMI_RESYNC_INTERVAL={raw!r} is not a positive Go duration; 5m")
+            else:
+                resync = parsed
+        host, port = bind_address(metrics_bind_address)
+        settings = cls(
+            hook_path=Path(hook_path),
+            node_name=NodeName(node),
+            host=host,
+            port=port,
+            legacy_metrics=legacy_metrics,
+            kubeconfig=environ.get("KUBECONFIG") or None,
+            resync_interval_s=resync,
+        )
+        return settings, warnings

@@ -1,0 +1,99 @@
+"""`pyhami monitor` flags and environment as HAMi's vGPUmonitor names them."""
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from pyhami.monitor.cli import monitor
+from pyhami.monitor.settings import (
+    MonitorSettings,
+    MonitorSettingsError,
+    bind_address,
+    go_duration_seconds,
+)
+
+app = typer.Typer()
+app.command()(monitor)
+
+
+def test_flags_are_hamis() -> None:
+    result = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    for flag in ("--metrics-bind-address", "--legacy-metrics"):
+        assert flag in result.output
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"NODE_NAME": "n1"}, "HOOK_PATH must be set"),
+        ({"HOOK_PATH": "/usr/local/vgpu"}, "NODE_NAME must be set"),
+    ],
+)
+def test_required_environment(env: dict[str, str], message: str) -> None:
+    result = CliRunner().invoke(app, [], env={"HOOK_PATH": "", "NODE_NAME": "", **env})
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_bad_bind_address_is_refused() -> None:
+    result = CliRunner().invoke(
+        app,
+        ["--metrics-bind-address", "nine"],
+        env={"HOOK_PATH": "/usr/local/vgpu", "NODE_NAME": "n1"},
+    )
+    assert result.exit_code == 2 and "not [host]:port" in result.output
+
+
+def test_settings_from_environment() -> None:
+    settings, warnings = MonitorSettings.from_environment(
+        {
+            "HOOK_PATH": "/usr/local/vgpu",
+            "NODE_NAME": "gpu-1",
+            "HAMI_RESYNC_INTERVAL": "1m30s",
+            "KUBECONFIG": "/k",
+        },
+        metrics_bind_address="127.0.0.1:9999",
+        legacy_metrics=True,
+    )
+    assert warnings == []
+    assert str(settings.containers_dir) == "/usr/local/vgpu/containers"
+    assert (settings.host, settings.port, settings.legacy_metrics) == ("127.0.0.1", 9999, True)
+    assert settings.resync_interval_s == 90 and settings.kubeconfig == "/k"
+    assert settings.tick_interval_s == 5
+
+
+def test_bad_resync_interval_warns_and_keeps_five_minutes() -> None:
+    settings, warnings = MonitorSettings.from_environment(
+        {"HOOK_PATH": "/h", "NODE_NAME": "n", "HAMI_RESYNC_INTERVAL": "soon"}
+    )
+    assert settings.resync_interval_s == 300 and "HAMI_RESYNC_INTERVAL" in warnings[0]
+
+
+@pytest.mark.parametrize(
+    "text, seconds",
+    [
+        ("5m", 300),
+        ("1h30m", 5400),
+        ("1.5s", 1.5),
+        ("250ms", 0.25),
+        ("0", 0),
+        ("5", None),
+        ("m", None),
+        ("-5m", None),
+        ("5m ", None),
+        ("", None),
+    ],
+)
+def test_go_durations(text: str, seconds: float | None) -> None:
+    assert go_duration_seconds(text) == seconds
+
+
+@pytest.mark.parametrize(
+    "text, want",
+    [(":9394", ("0.0.0.0", 9394)), ("127.0.0.1:80", ("127.0.0.1", 80)), ("[::1]:9", ("::1", 9))],
+)
+def test_bind_addresses(text: str, want: tuple[str, int]) -> None:
+    assert bind_address(text) == want
+    with pytest.raises(MonitorSettingsError):
+        bind_address("host:99999")
