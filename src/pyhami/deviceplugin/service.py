@@ -119,8 +119,8 @@ class _Instance:
         )
         self.tasks: list[asyncio.Task[None]] = []
 
-    def spawn(self, name: str, work: Coroutine[Any, Any, None]) -> None:
-        self.tasks.append(guarded_task(work, name))
+    def spawn(self, name: str, work: Coroutine[Any, Any, None], *, may_finish: bool) -> None:
+        self.tasks.append(guarded_task(work, name, may_finish=may_finish))
 
     async def stop(self) -> None:
         await cancel_and_wait(*self.tasks)
@@ -214,8 +214,11 @@ class DevicePlugin:
             instance.config.resource_name,
             instance.socket,
         )
-        instance.spawn("node-registration", instance.registrar.run(instance.stopping))
-        instance.spawn("xid-health", instance.health.run(instance.stopping))
+        instance.spawn(
+            "node-registration", instance.registrar.run(instance.stopping), may_finish=False
+        )
+        # Ends by itself when DP_DISABLE_HEALTHCHECKS turns XID checks off.
+        instance.spawn("xid-health", instance.health.run(instance.stopping), may_finish=True)
         return kubelet_seen
 
     def _kubelet_changed_from(self, seen: tuple[int, int] | None) -> Callable[[], bool]:
