@@ -19,18 +19,22 @@ PODS = "/api/v1/namespaces/default/pods"
 Responder = Callable[[dict[str, Any]], dict[str, Any]]
 
 
+def review_answer(review: dict[str, Any], **response: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": {"uid": review["request"]["uid"], **response},
+    }
+
+
 def patch_response(ops: list[dict[str, Any]]) -> Responder:
     def answer(review: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "response": {
-                "uid": review["request"]["uid"],
-                "allowed": True,
-                "patchType": "JSONPatch",
-                "patch": base64.b64encode(json.dumps(ops).encode()).decode(),
-            },
-        }
+        return review_answer(
+            review,
+            allowed=True,
+            patchType="JSONPatch",
+            patch=base64.b64encode(json.dumps(ops).encode()).decode(),
+        )
 
     return answer
 
@@ -107,19 +111,15 @@ async def test_webhook_refusal_is_returned_with_its_code(
     http: Http, apiserver: FakeKubeAPIServer, webhook: Webhook
 ) -> None:
     apiserver.admission.register("vgpu.hami.io", webhook.url, ca_bundle=webhook.cert.ca_pem)
-    webhook.respond = lambda review: {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "response": {
-            "uid": review["request"]["uid"],
-            "allowed": False,
-            "status": {
-                "code": 403,
-                "reason": "Forbidden",
-                "message": "privileged GPU pods are not allowed",
-            },
+    webhook.respond = lambda review: review_answer(
+        review,
+        allowed=False,
+        status={
+            "code": 403,
+            "reason": "Forbidden",
+            "message": "privileged GPU pods are not allowed",
         },
-    }
+    )
     status, body = await http.post(PODS, pod("a"))
     assert (status, body["reason"]) == (403, "Forbidden")
     assert body["message"] == (
@@ -172,8 +172,7 @@ async def test_mismatched_uid_is_a_call_failure(
 ) -> None:
     apiserver.admission.register("vgpu.hami.io", webhook.url, ca_bundle=webhook.cert.ca_pem)
     webhook.respond = lambda review: {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
+        **review_answer(review),
         "response": {"uid": "someone-else", "allowed": True},
     }
     status, body = await http.post(PODS, pod("a"))

@@ -258,3 +258,35 @@ def test_config_parsing() -> None:
     assert chart.interested_in(pod("x", gpus=1)) and not chart.interested_in(pod("y"))
     with pytest.raises(ValueError, match="urlPrefix"):
         ExtenderConfig(url_prefix="127.0.0.1:443")
+
+
+async def test_many_pods_at_once_are_each_bound_once(
+    kube: KubeClient, extender: TinyExtender, apiserver: FakeKubeAPIServer
+) -> None:
+    import asyncio
+
+    await add_nodes(kube, extender, **{f"n{i:02d}": True for i in range(20)})
+    async with harness(kube, ExtenderConfig.hami_chart(extender.url)) as h:
+        await asyncio.gather(
+            *(
+                kube.create_pod("default", pod(f"p{i:03d}", scheduler="hami-scheduler", gpus=1))
+                for i in range(200)
+            )
+        )
+        await h.wait_bound_count(200, timeout_s=60)
+    bound = [o for o in h.outcomes if o.result is Result.BOUND]
+    assert len({(o.namespace, o.name) for o in bound}) == 200 == len(bound)
+    assert all(p["spec"].get("nodeName") for p in apiserver.store.items("pods"))
+    assert len(extender.bind_calls) == 200
+
+
+async def test_deleted_pod_is_not_scheduled(kube: KubeClient, extender: TinyExtender) -> None:
+    await add_nodes(kube, extender, n1=False)
+    async with harness(kube, ExtenderConfig.hami_chart(extender.url)) as h:
+        await kube.create_pod("default", pod("gone", scheduler="hami-scheduler", gpus=1))
+        await h.wait_for("default", "gone", result=Result.UNSCHEDULABLE)
+        await kube.delete_pod("default", "gone")
+        extender.node_labels["n1"] = {"gpu": "yes"}
+        await kube.create_pod("default", pod("next", scheduler="hami-scheduler", gpus=1))
+        await h.wait_for("default", "next")
+        assert all(o.result is Result.UNSCHEDULABLE for o in h.outcomes_for("default", "gone"))
