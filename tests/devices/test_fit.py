@@ -6,8 +6,9 @@ import pytest
 
 from pyhami.devices.nvidia.fit import FitPolicy, fit, resolve_memory
 from pyhami.devices.nvidia.selectors import CardSelectors
-from pyhami.devices.reasons import CardCheck, Reason
+from pyhami.devices.reasons import CardCheck
 from pyhami.model import ContainerDeviceRequest, MigPlacement
+from pyhami.protocol import Reason
 
 from .cards import A100_PROFILES, ONE_G, Card, gpu
 

@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 
 from pyhami import engine
 from pyhami.devices.config import NvidiaConfig
-from pyhami.devices.reasons import Reason
 from pyhami.engine import EngineConfig, Ledger, NodeFailure, Outcome, QuotaBook, decide
 from pyhami.model import MigPlacement, MigProfile
+from pyhami.protocol import Reason
 
 from .builders import N, alloc_of, card, gpus, inventory, pod, used
 

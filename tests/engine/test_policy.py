@@ -4,7 +4,6 @@ import pytest
 
 from pyhami.engine import LedgerCard
 from pyhami.engine.policy import (
-    ScoringWeights,
     card_order,
     device_score,
     f32,
@@ -12,6 +11,7 @@ from pyhami.engine.policy import (
     sort_cards,
 )
 from pyhami.model import ContainerDeviceRequest
+from pyhami.protocol import DeviceScoringWeights
 
 from .builders import card, ledger_cards
 
@@ -21,6 +21,7 @@ def gpu(uuid: str, *, type: str = "NVIDIA", used: int = 0, usedmem: int = 0, use
     info = card(uuid, count=count, type_=type, numa=numa, index=index)
     return ledger_cards((info, used, usedmem, usedcores))[0]
 
+W = DeviceScoringWeights()
 ASK = ContainerDeviceRequest(1, "NVIDIA", 1000, 101, 20)
 
 
@@ -35,17 +36,18 @@ def test_node_score_is_existing_load() -> None:
 
 def test_device_score_counts_the_request_only_for_an_equal_type() -> None:
     idle = gpu("d3", type="NVIDIA")
-    assert device_score(idle, [ASK], ScoringWeights()) == pytest.approx(4.25)
+    assert device_score(idle, [ASK], W) == pytest.approx(4.25)
     busy = gpu("d4", type="NVIDIA", used=1, usedmem=6000, usedcores=75)
-    assert device_score(busy, [ASK], ScoringWeights()) == pytest.approx(20.25)
+    assert device_score(busy, [ASK], W) == pytest.approx(20.25)
     real = gpu("d", type="NVIDIA-A100", used=1, usedmem=4000, usedcores=50)
-    assert device_score(real, [ASK], ScoringWeights()) == pytest.approx(10 * (0.1 + 0.5 + 0.5))
-    assert device_score(gpu("z", count=0), [ASK], ScoringWeights()) == 0.0
+    assert device_score(real, [ASK], W) == pytest.approx(10 * (0.1 + 0.5 + 0.5))
+    assert device_score(gpu("z", count=0), [ASK], W) == 0.0
 
 
 def test_weights_scale_each_term() -> None:
     card = gpu("d", type="X", used=5, usedmem=4000, usedcores=50)
-    assert device_score(card, [], ScoringWeights(slot=2, core=0, memory=0)) == pytest.approx(10.0)
+    slots_only = DeviceScoringWeights(slot=2, core=0, memory=0)
+    assert device_score(card, [], slots_only) == pytest.approx(10.0)
 
 
 def test_scores_are_float32() -> None:
@@ -59,7 +61,7 @@ def order(policy: str, numa_bind: bool = False, cards=None) -> list[str]:  # typ
         gpu("half", index=2, numa=1, used=1, usedmem=4000, usedcores=50),
         gpu("idle1", index=3, numa=0),
     ]
-    return [c.id for c in sort_cards(cards, [], ScoringWeights(), card_order(policy, numa_bind))]
+    return [c.id for c in sort_cards(cards, [], W, card_order(policy, numa_bind))]
 
 
 def test_binpack_puts_busiest_card_last() -> None:

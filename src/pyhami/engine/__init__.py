@@ -65,8 +65,8 @@ from pyhami.engine.pod import (
     plan_pod,
     pod_identity,
 )
-from pyhami.engine.policy import GpuPolicy, NodePolicy, ScoringWeights
 from pyhami.engine.quota import QuotaBook, QuotaLimit
+from pyhami.protocol import GpuPolicy, NodePolicy
 
 __all__ = [
     "Decision",
@@ -85,7 +85,6 @@ __all__ = [
     "PodSpecError",
     "QuotaBook",
     "QuotaLimit",
-    "ScoringWeights",
     "allocation_of",
     "app_only_usage",
     "build_ledger",

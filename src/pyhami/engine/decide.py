@@ -18,37 +18,22 @@ Only a node that passes gets the full, policy-ordered evaluation that picks the 
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from pyhami.devices.nvidia.fit import MIG_MODE, FitOutcome, FitPolicy, QuotaCheck, fit
 from pyhami.devices.nvidia.mig import select_candidate
-from pyhami.devices.nvidia.request import NVIDIA
-from pyhami.devices.nvidia.selectors import policy_contains
-from pyhami.devices.reasons import CardCheck, Reason
-from pyhami.engine import wire
+from pyhami.devices.reasons import CardCheck
 from pyhami.engine.collapse import collapse_init_usage
 from pyhami.engine.ledger import Ledger, LedgerCard, LedgerNode, PodAllocation, PodKey
 from pyhami.engine.pod import (
-    DEVICES_ALLOCATED,
-    DEVICES_TO_ALLOCATE,
-    MIG_ALLOCATIONS,
-    VGPU_NODE,
-    VGPU_TIME,
     EngineConfig,
     PodPlan,
     PodSpecError,
     plan_pod,
 )
-from pyhami.engine.policy import (
-    CardSortKey,
-    GpuPolicy,
-    NodePolicy,
-    ScoringWeights,
-    card_order,
-    sort_cards,
-)
+from pyhami.engine.policy import CardSortKey, card_order, sort_cards
 from pyhami.engine.quota import QuotaBook, QuotaLimit
 from pyhami.model import (
     ContainerDevice,
@@ -59,6 +44,25 @@ from pyhami.model import (
     MigProfile,
     NodeName,
     PodSingleDevice,
+)
+from pyhami.protocol import (
+    KEY_MIG_ALLOCATIONS,
+    KEY_NVIDIA_ALLOCATED,
+    KEY_NVIDIA_TO_ALLOCATE,
+    KEY_VGPU_NODE,
+    KEY_VGPU_TIME,
+    NVIDIA_VENDOR,
+    DeviceScoringWeights,
+    GpuPolicy,
+    NodePolicy,
+    ProtocolError,
+    Reason,
+    encode_mig_allocations,
+    encode_pod_single_device,
+    format_reasons,
+    format_unix_seconds,
+    parse_device_scoring_weights,
+    policy_contains,
 )
 
 
@@ -124,7 +128,7 @@ class _Cycle:
     """Per-pod facts computed once and read for every node."""
 
     plan: PodPlan
-    weights: ScoringWeights
+    weights: DeviceScoringWeights
     fit_policy: FitPolicy
     sort_key: CardSortKey
     quota: QuotaLimit | None
@@ -176,10 +180,6 @@ class _WorkCard:
 _Card = LedgerCard | _WorkCard
 
 
-def to_unix_seconds(now: datetime | int) -> int:
-    return now if isinstance(now, int) else int(now.timestamp())
-
-
 def decide(
     pod: Mapping[str, Any],
     candidates: Sequence[NodeName],
@@ -204,14 +204,14 @@ def decide(
     if not plan.wants_devices:
         return Decision(plan.key, plan.namespace, plan.name, Outcome.NO_DEVICE_REQUEST)
     try:
-        weights = wire.scoring_weights(plan.weights_annotation)
-    except wire.WireError as err:
+        weights = parse_device_scoring_weights(plan.weights_annotation)
+    except ProtocolError as err:
         return Decision(
             plan.key,
             plan.namespace,
             plan.name,
             Outcome.ERROR,
-            error=f"calcScore failed {err} for pod {plan.name}",
+            error=f"calcScore failed {err.reason} for pod {plan.name}",
         )
     cycle = _cycle(plan, weights, ledger, config, quotas)
     wanted = set(candidates)
@@ -264,7 +264,7 @@ def decide(
         node=winner.node,
         score=winner.score,
         devices=winner.devices,
-        annotations=_annotations(winner, to_unix_seconds(now)),
+        annotations=_annotations(winner, now),
         failed_nodes=failed,
         verdicts=ordered,
         allocation=PodAllocation(
@@ -290,7 +290,7 @@ def _error_decision(pod: Mapping[str, Any], message: str) -> Decision:
 
 def _cycle(
     plan: PodPlan,
-    weights: ScoringWeights,
+    weights: DeviceScoringWeights,
     ledger: Ledger,
     config: EngineConfig,
     quotas: QuotaBook | None,
@@ -450,7 +450,7 @@ def _reason_text(cycle: _Cycle, outcome: FitOutcome) -> str:
     key = (tuple(outcome.reasons.items()), outcome.total)
     text = cycle.texts.get(key)
     if text is None:
-        text = cycle.texts[key] = wire.reason_text(outcome.reasons, outcome.total)
+        text = cycle.texts[key] = format_reasons(outcome.reasons, outcome.total)
     return text
 
 
@@ -466,7 +466,7 @@ def _quota_check(
     before = tuple(allocated)
 
     def fits(container: tuple[ContainerDevice, ...]) -> bool:
-        usage = collapse_init_usage((*before, container), cycle.plan.init_count, NVIDIA)
+        usage = collapse_init_usage((*before, container), cycle.plan.init_count, NVIDIA_VENDOR)
         memory = sum(device.usedmem for device in usage)
         cores = sum(device.usedcores for device in usage)
         return limit.fits(cycle.quota_used, memory, cores, cycle.memory_factor)
@@ -508,14 +508,16 @@ def _book(
     return tuple(booked)
 
 
-def _annotations(winner: NodeVerdict, now: int) -> dict[str, str]:
-    encoded = wire.encode_devices(winner.devices)
+def _annotations(winner: NodeVerdict, now: datetime | int) -> dict[str, str]:
+    """What HAMi's Filter patches onto the pod (scheduler.md §3.13), time from `now`."""
+    moment = datetime.fromtimestamp(now, UTC) if isinstance(now, int) else now
+    encoded = encode_pod_single_device(winner.devices)
     annotations = {
-        VGPU_NODE: winner.node,
-        VGPU_TIME: str(now),
-        DEVICES_TO_ALLOCATE: encoded,
-        DEVICES_ALLOCATED: encoded,
+        KEY_VGPU_NODE: winner.node,
+        KEY_VGPU_TIME: format_unix_seconds(moment),
+        KEY_NVIDIA_TO_ALLOCATE: encoded,
+        KEY_NVIDIA_ALLOCATED: encoded,
     }
     if winner.mig_allocations:
-        annotations[MIG_ALLOCATIONS] = wire.encode_migs(winner.mig_allocations)
+        annotations[KEY_MIG_ALLOCATIONS] = encode_mig_allocations(winner.mig_allocations)
     return annotations

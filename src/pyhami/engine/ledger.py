@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 from pyhami.devices.inventory import NodeInventory
 from pyhami.devices.nvidia.fit import HAMI_CORE_MODE, MIG_MODE
-from pyhami.devices.nvidia.request import NVIDIA
 from pyhami.engine.collapse import app_only_usage, collapse_init_usage
 from pyhami.engine.policy import node_score
 from pyhami.model import (
@@ -29,6 +28,7 @@ from pyhami.model import (
     NodeName,
     PodSingleDevice,
 )
+from pyhami.protocol import NVIDIA_VENDOR
 
 PodKey = str  # the pod UID, or "namespace/name" where a pod has none (offline input)
 
@@ -136,7 +136,7 @@ class LedgerNode:
         self.inventory = inventory
         self.cards = tuple(LedgerCard(info) for info in inventory.devices)
         # HAMi `getNodeResources`: the cards whose type names the vendor, case-insensitively.
-        self.typed_cards = tuple(c for c in self.cards if NVIDIA.lower() in c.type.lower())
+        self.typed_cards = tuple(c for c in self.cards if NVIDIA_VENDOR.lower() in c.type.lower())
         self.has_mig = any(card.mode == MIG_MODE for card in self.cards)
         self.by_uuid: dict[str, LedgerCard] = {}
         for card in self.cards:
@@ -244,9 +244,9 @@ class Ledger:
         if previous is not None:
             self.remove_pod(allocation.key)
         if shrunk:
-            usage = app_only_usage(allocation.containers, allocation.init_count, NVIDIA)
+            usage = app_only_usage(allocation.containers, allocation.init_count, NVIDIA_VENDOR)
         else:
-            usage = collapse_init_usage(allocation.containers, allocation.init_count, NVIDIA)
+            usage = collapse_init_usage(allocation.containers, allocation.init_count, NVIDIA_VENDOR)
         record = _PodRecord(allocation, usage, shrunk)
         self._pods[allocation.key] = record
         self._pods_by_node.setdefault(allocation.node, set()).add(allocation.key)

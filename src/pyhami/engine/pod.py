@@ -10,19 +10,22 @@ from typing import Any
 
 from pyhami.devices.config import NvidiaConfig
 from pyhami.devices.nvidia.request import ContainerSpecError, container_request
-from pyhami.devices.nvidia.selectors import GPU_SCHEDULER_POLICY, CardSelectors
-from pyhami.engine import wire
+from pyhami.devices.nvidia.selectors import CardSelectors
 from pyhami.engine.ledger import PodAllocation, PodKey
-from pyhami.engine.policy import GpuPolicy, NodePolicy
 from pyhami.model import ContainerDeviceRequest, NodeName
-
-NODE_SCHEDULER_POLICY = "hami.io/node-scheduler-policy"
-DEVICE_SCORING_WEIGHTS = "hami.io/device-scoring-weights"
-VGPU_NODE = "hami.io/vgpu-node"
-VGPU_TIME = "hami.io/vgpu-time"
-DEVICES_TO_ALLOCATE = "hami.io/vgpu-devices-to-allocate"
-DEVICES_ALLOCATED = "hami.io/vgpu-devices-allocated"
-MIG_ALLOCATIONS = "hami.io/vgpu-mig-allocations"
+from pyhami.protocol import (
+    KEY_DEVICE_SCORING_WEIGHTS,
+    KEY_GPU_SCHEDULER_POLICY,
+    KEY_MIG_ALLOCATIONS,
+    KEY_NODE_SCHEDULER_POLICY,
+    KEY_NVIDIA_ALLOCATED,
+    KEY_VGPU_NODE,
+    GpuPolicy,
+    NodePolicy,
+    ProtocolError,
+    decode_mig_allocations,
+    decode_pod_single_device,
+)
 
 
 class PodSpecError(ValueError):
@@ -119,9 +122,9 @@ def plan_pod(pod: Mapping[str, Any], config: EngineConfig) -> PodPlan:
         init_count=init_count,
         requests=requests,
         selectors=CardSelectors.from_annotations(annotations),
-        gpu_policy=annotations.get(GPU_SCHEDULER_POLICY, config.gpu_policy),
-        node_policy=annotations.get(NODE_SCHEDULER_POLICY, config.node_policy),
-        weights_annotation=annotations.get(DEVICE_SCORING_WEIGHTS),
+        gpu_policy=annotations.get(KEY_GPU_SCHEDULER_POLICY, config.gpu_policy),
+        node_policy=annotations.get(KEY_NODE_SCHEDULER_POLICY, config.node_policy),
+        weights_annotation=annotations.get(KEY_DEVICE_SCORING_WEIGHTS),
     )
 
 
@@ -148,19 +151,19 @@ def allocation_of(pod: Mapping[str, Any]) -> PodAllocation | None:
     """
     key, namespace, name = pod_identity(pod)
     annotations = pod_annotations(pod)
-    node = annotations.get(VGPU_NODE)
-    value = annotations.get(DEVICES_ALLOCATED)
+    node = annotations.get(KEY_VGPU_NODE)
+    value = annotations.get(KEY_NVIDIA_ALLOCATED)
     status = _mapping(pod.get("status"), f"pod {namespace}/{name}: status")
     if not node or value is None or status.get("phase") in ("Succeeded", "Failed"):
         return None
     try:
-        containers = wire.decode_devices(value)
-    except wire.WireError as err:
-        raise PodSpecError(f"pod {namespace}/{name}: {DEVICES_ALLOCATED}: {err}") from err
+        containers = decode_pod_single_device(value)
+    except ProtocolError as err:
+        raise PodSpecError(f"pod {namespace}/{name}: {KEY_NVIDIA_ALLOCATED}: {err}") from err
     try:
-        migs = wire.decode_migs(annotations.get(MIG_ALLOCATIONS, ""))
-    except wire.WireError:
-        migs = ()
+        migs = decode_mig_allocations(annotations.get(KEY_MIG_ALLOCATIONS, ""))
+    except ProtocolError:
+        migs = ()  # HAMi ignores an invalid MIG annotation (scheduler.md §3.4)
     init_count, _ = pod_containers(pod)
     return PodAllocation(
         key=key,

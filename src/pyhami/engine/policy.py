@@ -5,15 +5,14 @@ Scores are IEEE float32 like HAMi's Go `float32`: every operation is rounded to 
 result). Cards are sorted so that Fit's backwards walk meets the preferred card first.
 """
 
-import enum
 import struct
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import TypeVar
 
 from pyhami.devices.nvidia.fit import CardState
 from pyhami.devices.nvidia.request import PERCENT_UNSET
 from pyhami.model import ContainerDeviceRequest
+from pyhami.protocol import DeviceScoringWeights, GpuPolicy
 
 SCORE_WEIGHT = 10.0  # util.Weight
 
@@ -25,34 +24,12 @@ def f32(value: float) -> float:
     return float(_F32.unpack(_F32.pack(value))[0])
 
 
-class NodePolicy(enum.StrEnum):
-    BINPACK = "binpack"
-    SPREAD = "spread"
-
-
-class GpuPolicy(enum.StrEnum):
-    BINPACK = "binpack"
-    SPREAD = "spread"
-    TOPOLOGY_AWARE = "topology-aware"
-    MUTEX = "mutex"
-    NUMA = "numa"
-
-
-@dataclass(frozen=True, slots=True)
-class ScoringWeights:
-    """`hami.io/device-scoring-weights`; HAMi's default is 1, 1, 1."""
-
-    slot: int = 1
-    core: int = 1
-    memory: int = 1
-
-
 def _ratio(numerator: float, denominator: float) -> float:
     return f32(f32(numerator) / f32(denominator))
 
 
 def device_score(
-    card: CardState, requests: Iterable[ContainerDeviceRequest], weights: ScoringWeights
+    card: CardState, requests: Iterable[ContainerDeviceRequest], weights: DeviceScoringWeights
 ) -> float:
     """HAMi `ComputeScore`: predicted load of the card with this container's requests.
 
@@ -136,7 +113,7 @@ def card_order(policy: str, numa_bind: bool) -> CardSortKey:
 def sort_cards(
     cards: Sequence[C],
     requests: Sequence[ContainerDeviceRequest],
-    weights: ScoringWeights,
+    weights: DeviceScoringWeights,
     key: CardSortKey,
 ) -> list[C]:
     """The cards in policy order (stable, like Go's insertion sort for ≤ 12 cards)."""

@@ -15,8 +15,9 @@ import yaml
 from pyhami.devices.inventory import NodeInventory
 from pyhami.devices.nvidia.inventory import InventoryError, node_inventory
 from pyhami.engine import PodAllocation, PodSpecError, allocation_of, pod_identity
-from pyhami.engine.pod import DEVICES_ALLOCATED, VGPU_NODE, pod_annotations
+from pyhami.engine.pod import pod_annotations
 from pyhami.model import NodeName
+from pyhami.protocol import KEY_NVIDIA_ALLOCATED, KEY_VGPU_NODE
 
 _LIST_KINDS = ("List", "NodeList", "PodList")
 
@@ -84,8 +85,8 @@ def load_cluster(paths: Iterable[Path]) -> ClusterInput:
                 pod_identity(obj)  # a pod must at least be named
                 annotations = pod_annotations(obj)
                 spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
-                bound = annotations.get(VGPU_NODE) or spec.get("nodeName")  # type: ignore[union-attr]
-                if bound and DEVICES_ALLOCATED in annotations:
+                bound = annotations.get(KEY_VGPU_NODE) or spec.get("nodeName")  # type: ignore[union-attr]
+                if bound and KEY_NVIDIA_ALLOCATED in annotations:
                     allocation = allocation_of(_with_node(obj, str(bound)))
                     if allocation is not None:
                         existing.append(allocation)
@@ -124,5 +125,5 @@ def _node(obj: Mapping[str, Any], source: str) -> tuple[NodeName, Mapping[str, s
 def _with_node(pod: Mapping[str, Any], node: str) -> Mapping[str, Any]:
     """A pod bound through spec.nodeName only still counts on that node."""
     metadata = dict(pod.get("metadata") or {})
-    metadata["annotations"] = {VGPU_NODE: node, **(metadata.get("annotations") or {})}
+    metadata["annotations"] = {KEY_VGPU_NODE: node, **(metadata.get("annotations") or {})}
     return {**pod, "metadata": metadata}

@@ -10,14 +10,15 @@ from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from pyhami.devices.nvidia.mig import can_place_all
-from pyhami.devices.nvidia.request import NVIDIA, PERCENT_UNSET
+from pyhami.devices.nvidia.request import PERCENT_UNSET
 from pyhami.devices.nvidia.selectors import CardSelectors
 from pyhami.devices.nvidia.topology import PairScores, best_combination, worst_single
-from pyhami.devices.reasons import CardCheck, Reason
+from pyhami.devices.reasons import CardCheck
 from pyhami.model import ContainerDevice, ContainerDeviceRequest, MigPlacement, MigProfile
+from pyhami.protocol import NVIDIA_VENDOR, DeviceMode, Reason
 
-MIG_MODE = "mig"
-HAMI_CORE_MODE = "hami-core"
+MIG_MODE = DeviceMode.MIG.value
+HAMI_CORE_MODE = DeviceMode.HAMI_CORE.value
 WHOLE_CARD_CORES = 100
 
 
@@ -83,20 +84,22 @@ class FitOutcome(NamedTuple):
     total: int  # the number of cards considered: the denominator of the reason string
 
 
-# Plain module names: reading an enum member as a class attribute costs ~10x more, per card.
-_ALLOCATED_CARDS_INSUFFICIENT_REQUEST = Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST
-_CARD_COMPUTE_UNITS_EXHAUSTED = Reason.CARD_COMPUTE_UNITS_EXHAUSTED
-_CARD_CORDONED = Reason.CARD_CORDONED
-_CARD_INSUFFICIENT_CORE = Reason.CARD_INSUFFICIENT_CORE
-_CARD_INSUFFICIENT_MEMORY = Reason.CARD_INSUFFICIENT_MEMORY
-_CARD_MIG_TOPOLOGY_INFEASIBLE = Reason.CARD_MIG_TOPOLOGY_INFEASIBLE
-_CARD_NOT_HEALTH = Reason.CARD_NOT_HEALTH
-_CARD_TIME_SLICING_EXHAUSTED = Reason.CARD_TIME_SLICING_EXHAUSTED
-_CARD_TYPE_MISMATCH = Reason.CARD_TYPE_MISMATCH
-_CARD_UUID_MISMATCH = Reason.CARD_UUID_MISMATCH
-_EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT = Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
-_NUMA_NOT_FIT = Reason.NUMA_NOT_FIT
-_RESOURCE_QUOTA_NOT_FIT = Reason.RESOURCE_QUOTA_NOT_FIT
+# The per-card loop counts plain words: reading an enum member and hashing it (Enum's
+# __hash__ is Python code) costs several times more, per card. They become Reasons at the end.
+_BY_WORD = {reason.value: reason for reason in Reason}
+_ALLOCATED_CARDS_INSUFFICIENT_REQUEST = Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST.value
+_CARD_COMPUTE_UNITS_EXHAUSTED = Reason.CARD_COMPUTE_UNITS_EXHAUSTED.value
+_CARD_CORDONED = Reason.CARD_CORDONED.value
+_CARD_INSUFFICIENT_CORE = Reason.CARD_INSUFFICIENT_CORE.value
+_CARD_INSUFFICIENT_MEMORY = Reason.CARD_INSUFFICIENT_MEMORY.value
+_CARD_MIG_TOPOLOGY_INFEASIBLE = Reason.CARD_MIG_TOPOLOGY_INFEASIBLE.value
+_CARD_NOT_HEALTH = Reason.CARD_NOT_HEALTH.value
+_CARD_TIME_SLICING_EXHAUSTED = Reason.CARD_TIME_SLICING_EXHAUSTED.value
+_CARD_TYPE_MISMATCH = Reason.CARD_TYPE_MISMATCH.value
+_CARD_UUID_MISMATCH = Reason.CARD_UUID_MISMATCH.value
+_EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT = Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT.value
+_NUMA_NOT_FIT = Reason.NUMA_NOT_FIT.value
+_RESOURCE_QUOTA_NOT_FIT = Reason.RESOURCE_QUOTA_NOT_FIT.value
 
 
 def _int32(value: int) -> int:
@@ -141,7 +144,7 @@ def fit(
     exclusive = coresreq == WHOLE_CARD_CORES
     zero_cores = coresreq == 0
     vendor = request.type
-    type_matches = vendor == NVIDIA
+    type_matches = vendor == NVIDIA_VENDOR
     numa_enforced = type_matches and selectors.numa_bind
     filters_types = selectors.filters_types
     filters_uuids = selectors.filters_uuids
@@ -152,12 +155,12 @@ def fit(
     prevnuma = -1
     # (card, memory, cores) per gathered card; ContainerDevices are built only for an answer.
     taken: list[tuple[CardState, int, int]] = []
-    reasons: dict[Reason, int] = {}
+    reasons: dict[str, int] = {}
     i = len(cards) - 1
     while i >= 0:
         card = cards[i]
         i -= 1
-        reason: Reason | None = None
+        reason: str | None = None
         if not card.health:
             reason = _CARD_NOT_HEALTH
         elif cordoned and card.id in cordoned:
@@ -210,7 +213,7 @@ def fit(
         if reason is not None:
             reasons[reason] = reasons.get(reason, 0) + 1
             if trace is not None:
-                trace.append(CardCheck(card.id, card.index, reason, container))
+                trace.append(CardCheck(card.id, card.index, _BY_WORD[reason], container))
             continue
         if nums > 0:
             if not need_topology:
@@ -219,7 +222,7 @@ def fit(
             if trace is not None:
                 trace.append(CardCheck(card.id, card.index, None, container))
         if nums == 0 and not need_topology:
-            return FitOutcome(True, _devices(taken, vendor), reasons, len(cards))
+            return FitOutcome(True, _devices(taken, vendor), _typed(reasons), len(cards))
         if card.mode == MIG_MODE:
             i += 1  # a MIG card can host several instances of one request: look at it again
     if need_topology and len(taken) >= origin:
@@ -230,10 +233,14 @@ def fit(
                 taken = [worst_single(taken, uuids, scores)]
             else:
                 taken = best_combination(taken, uuids, scores, origin)
-        return FitOutcome(True, _devices(taken, vendor), reasons, len(cards))
+        return FitOutcome(True, _devices(taken, vendor), _typed(reasons), len(cards))
     if taken:
         reasons[_ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(taken)
-    return FitOutcome(False, (), reasons, len(cards))
+    return FitOutcome(False, (), _typed(reasons), len(cards))
+
+
+def _typed(reasons: Mapping[str, int]) -> dict[Reason, int]:
+    return {_BY_WORD[word]: count for word, count in reasons.items()}
 
 
 def _devices(

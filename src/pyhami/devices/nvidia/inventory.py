@@ -1,14 +1,22 @@
-"""A node's NVIDIA inventory from its annotations (HAMi `GetNodeDevices`, protocol.md §3.1)."""
+"""A node's NVIDIA inventory from its annotations (HAMi `GetNodeDevices`, protocol.md §3.1).
 
-import json
+The registration (either form), the pair scores and the cordon list, decoded by
+`pyhami.protocol`. Unlike HAMi, which reads the cordon list from a cached Node object that
+is rarely refreshed (scheduler.md §10.1 #7), the caller passes the node's current annotations.
+"""
+
 from collections.abc import Mapping
 
 from pyhami.devices.inventory import NodeInventory
-from pyhami.model import DeviceInfo, MigPlacement, MigProfile
-
-REGISTER = "hami.io/node-nvidia-register"
-PAIR_SCORES = "hami.io/node-nvidia-score"
-DEVICE_CORDON = "hami.io/device-cordon"
+from pyhami.protocol import (
+    KEY_DEVICE_CORDON,
+    KEY_NODE_NVIDIA_REGISTER,
+    KEY_NODE_NVIDIA_SCORE,
+    ProtocolError,
+    decode_node_devices,
+    decode_pair_scores,
+    parse_device_cordon,
+)
 
 
 class InventoryError(ValueError):
@@ -17,46 +25,18 @@ class InventoryError(ValueError):
 
 def node_inventory(annotations: Mapping[str, str]) -> NodeInventory:
     """The cards a node registered, their pair scores and the cordoned UUIDs."""
-    value = annotations.get(REGISTER)
+    value = annotations.get(KEY_NODE_NVIDIA_REGISTER)
     if value is None:
-        raise InventoryError(f"annos not found {REGISTER}")
+        raise InventoryError(f"annos not found {KEY_NODE_NVIDIA_REGISTER}")
     try:
-        devices = tuple(_device(item) for item in json.loads(value) or ())
-        scores = {
-            entry["uuid"]: dict(entry.get("score") or {})
-            for entry in json.loads(annotations.get(PAIR_SCORES) or "[]")
-        }
-    except (ValueError, KeyError, TypeError, AttributeError) as err:
-        raise InventoryError(f"{REGISTER}: {err}") from err
+        devices = decode_node_devices(value)
+        rows = decode_pair_scores(annotations.get(KEY_NODE_NVIDIA_SCORE) or "[]")
+    except ProtocolError as err:
+        raise InventoryError(str(err)) from err
     if not devices:
         raise InventoryError("no gpu found on node")
-    cordon = annotations.get(DEVICE_CORDON, "")
-    cordoned = frozenset(item.strip() for item in cordon.split(",") if item.strip())
+    scores: dict[str, Mapping[str, int]] = {}
+    for row in rows:
+        scores.setdefault(row.uuid, row.scores)  # HAMi takes the first entry per uuid
+    cordoned = parse_device_cordon(annotations.get(KEY_DEVICE_CORDON))
     return NodeInventory(devices, scores, cordoned)
-
-
-def _device(item: Mapping[str, object]) -> DeviceInfo:
-    profiles = tuple(
-        MigProfile(
-            p["name"],
-            p["memoryMB"],
-            p["core"],
-            p["sliceCount"],
-            None if p.get("placements") is None else tuple(
-                MigPlacement(x["start"], x["size"]) for x in p["placements"]
-            ),
-        )
-        for p in item.get("migProfiles") or ()  # type: ignore[attr-defined]
-    )
-    return DeviceInfo(
-        id=str(item["id"]),
-        index=int(item.get("index", 0)),  # type: ignore[call-overload]
-        count=int(item.get("count", 0)),  # type: ignore[call-overload]
-        devmem=int(item.get("devmem", 0)),  # type: ignore[call-overload]
-        devcore=int(item.get("devcore", 0)),  # type: ignore[call-overload]
-        type=str(item.get("type", "")),
-        numa=int(item.get("numa", 0)),  # type: ignore[call-overload]
-        mode=str(item.get("mode", "")),
-        mig_profiles=profiles,
-        health=bool(item.get("health", False)),
-    )

@@ -11,8 +11,8 @@ from typing import Any
 from pyhami.devices.config import NvidiaConfig
 from pyhami.devices.quantity import QuantityError, as_int64, parse_quantity
 from pyhami.model import ContainerDeviceRequest
+from pyhami.protocol import NVIDIA_VENDOR
 
-NVIDIA = "NVIDIA"
 INT32_MAX = 2**31 - 1
 PERCENT_UNSET = 101  # HAMi's sentinel: no memory percentage was given
 
@@ -85,7 +85,7 @@ def container_request(
         corenum = _int32(cores)
     request = ContainerDeviceRequest(
         nums=_int32(nums),
-        type=NVIDIA,
+        type=NVIDIA_VENDOR,
         memreq=_int32(memnum),
         mem_percentage_req=mempnum,
         coresreq=corenum,
