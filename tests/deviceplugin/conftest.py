@@ -159,7 +159,14 @@ class Node:
 @pytest.fixture
 async def gpu_node(tmp_path: Path) -> AsyncIterator[Node]:
     async with FakeKubeAPIServer() as api, FakeKubelet() as kubelet:
-        api.store.create("nodes", None, {"metadata": {"name": NODE}})
+        api.store.create(
+            "nodes",
+            None,
+            {
+                "metadata": {"name": NODE, "labels": {"gpu": "on"}},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+            },
+        )
         kube = KubeClient(api.configuration())
         nvml = FakeNVML.with_gpus(a100_80g(), a100_80g(numa=1))
         node = Node(api=api, kubelet=kubelet, nvml=nvml, hook=tmp_path / "hook", kube=kube)

@@ -1,0 +1,80 @@
+"""A pod scheduled by our scheduler (through the kube-scheduler harness) gets, from Allocate,
+exactly the env and mounts of device-plugin.md §4.5 — on the GPU the scheduler chose."""
+
+from pathlib import Path
+
+from pyhami.scheduler.runtime import SchedulerProcess, load_device_config
+from pyhami.scheduler.settings import SchedulerSettings
+from pyhami.testing.scheduler_harness import ExtenderConfig, KubeSchedulerHarness
+
+from .conftest import NODE, RESOURCE, Node
+
+DEVICE_CONFIG = """\
+nvidia:
+  resourceCountName: nvidia.com/gpu
+  resourceMemoryName: nvidia.com/gpumem
+  resourceCoreName: nvidia.com/gpucores
+  deviceSplitCount: 4
+"""
+
+
+def gpu_pod(name: str) -> dict[str, object]:
+    limits = {RESOURCE: "1", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "30"}
+    return {
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "schedulerName": "hami-scheduler",
+            "containers": [{"name": "main", "image": "cuda", "resources": {"limits": limits}}],
+        },
+    }
+
+
+async def test_scheduled_pod_gets_the_spec_env_and_mounts(gpu_node: Node, tmp_path: Path) -> None:
+    config_file = tmp_path / "device-config.yaml"
+    config_file.write_text(DEVICE_CONFIG)
+    await gpu_node.start()
+    kubelet_plugin = await gpu_node.kubelet.wait_for_plugin(RESOURCE)
+    await kubelet_plugin.wait_for_devices(lambda d: len(d) == 8)
+    await gpu_node.eventually(lambda: "hami.io/node-nvidia-register" in gpu_node.node_annotations())
+    settings = SchedulerSettings(
+        device_config_file=str(config_file),
+        http_bind="127.0.0.1:0",
+        metrics_bind_address="127.0.0.1:0",
+        scheduler_name="hami-scheduler",
+    )
+    scheduler = SchedulerProcess(settings, gpu_node.kube, load_device_config(str(config_file)))
+    await scheduler.start()
+    try:
+        extender = ExtenderConfig.hami_chart(f"http://127.0.0.1:{scheduler.main_port}")
+        async with KubeSchedulerHarness(gpu_node.kube, extender, backoff_initial_s=0.1) as harness:
+            await gpu_node.kube.create_pod("default", gpu_pod("trainer"))
+            outcome = await harness.wait_for("default", "trainer", timeout_s=20)
+            assert outcome.node == NODE
+            notes = gpu_node.pod_annotations("trainer")
+            assert notes["hami.io/bind-phase"] == "allocating"
+            assert gpu_node.node_annotations()["hami.io/mutex.lock"].endswith(",default,trainer")
+            chosen = notes["hami.io/vgpu-devices-to-allocate"].split(",")[0]
+
+            response = await kubelet_plugin.admit_container(1)
+    finally:
+        await scheduler.stop()
+
+    assert {i.rsplit("-", 1)[0] for i in kubelet_plugin.in_use} == {chosen}
+    vgpu = gpu_node.hook / "vgpu"
+    envs = dict(response.envs)
+    cache = envs.pop("CUDA_DEVICE_MEMORY_SHARED_CACHE")
+    assert envs == {
+        "NVIDIA_VISIBLE_DEVICES": chosen,
+        "CUDA_DEVICE_MEMORY_LIMIT_0": "3000m",
+        "CUDA_DEVICE_SM_LIMIT": "30",
+    }
+    assert cache.startswith(f"{vgpu}/") and cache.endswith(".cache")
+    uid = gpu_node.pod("trainer")["metadata"]["uid"]
+    assert [(m.container_path, m.host_path, m.read_only) for m in response.mounts] == [
+        (f"{vgpu}/libvgpu.so", f"{vgpu}/libvgpu.so", True),
+        (str(vgpu), str(vgpu / "containers" / f"{uid}_main"), False),
+        ("/tmp/vgpulock", str(gpu_node.hook / "lock"), False),
+        ("/etc/ld.so.preload", f"{vgpu}/ld.so.preload", True),
+    ]
+    assert gpu_node.pod_annotations("trainer")["hami.io/bind-phase"] == "success"
+    assert "hami.io/mutex.lock" not in gpu_node.node_annotations()
