@@ -340,3 +340,31 @@ async def test_in_process_store_view(apiserver: FakeKubeAPIServer, http: Http) -
     status, body = await http.get("/api/v1/nodes/n1")
     assert status == 200 and body["metadata"]["name"] == "n1"
     assert apiserver.requests[("get", "nodes")] == 1
+
+
+async def test_binding_accepts_only_post(http: Http) -> None:
+    await http.post(PODS, pod("a"))
+    assert (await http.get(f"{PODS}/a/binding"))[0] == 405
+    assert (await http.patch(f"{PODS}/a/binding", {}))[0] == 405
+    assert (await http.get("/api/v1/namespaces/default/bindings"))[0] == 405
+
+
+async def test_delete_collection_with_selector(http: Http, apiserver: FakeKubeAPIServer) -> None:
+    await http.post(PODS, pod("a", labels={"app": "x"}))
+    await http.post(PODS, pod("b", labels={"app": "y"}))
+    status, body = await http.call("DELETE", f"{PODS}?labelSelector=app%3Dx")
+    assert status == 200 and body["kind"] == "PodList"
+    assert [p["metadata"]["name"] for p in body["items"]] == ["a"]
+    assert [p["metadata"]["name"] for p in apiserver.store.items("pods")] == ["b"]
+
+
+async def test_malformed_bodies_are_400(http: Http) -> None:
+    async with http.session.post(
+        PODS, data=b"{not json", headers={"Content-Type": "application/json"}
+    ) as response:
+        assert response.status == 400
+        assert (await response.json())["reason"] == "BadRequest"
+    status, body = await http.post(PODS, ["a", "list"])
+    assert status == 400
+    status, body = await http.post(PODS, {**pod("a"), "kind": "Node"})
+    assert status == 400 and "does not match" in body["message"]

@@ -290,3 +290,32 @@ async def test_deleted_pod_is_not_scheduled(kube: KubeClient, extender: TinyExte
         await kube.create_pod("default", pod("next", scheduler="hami-scheduler", gpus=1))
         await h.wait_for("default", "next")
         assert all(o.result is Result.UNSCHEDULABLE for o in h.outcomes_for("default", "gone"))
+
+
+async def test_http_timeout_fails_a_slow_filter(kube: KubeClient) -> None:
+    import asyncio
+
+    from aiohttp import web
+
+    async def slow(_request: web.Request) -> web.Response:
+        await asyncio.sleep(2)
+        return web.json_response({"NodeNames": ["n1"], "Error": ""})
+
+    app = web.Application()
+    app.router.add_post("/filter", slow)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        await kube.create(NODES, node("n1"))
+        config = ExtenderConfig(
+            url_prefix=f"http://127.0.0.1:{runner.addresses[0][1]}",
+            node_cache_capable=True,
+            http_timeout_s=0.2,
+        )
+        async with harness(kube, config) as h:
+            await kube.create_pod("default", pod("p", scheduler="hami-scheduler"))
+            outcome = await h.wait_for("default", "p", result=Result.FILTER_ERROR)
+        assert "Timeout" in outcome.error and outcome.filter_s < 1.5
+    finally:
+        await runner.cleanup()

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 from pyhami.testing.fake_apiserver.status import injected
 
-VERBS = frozenset({"get", "list", "watch", "create", "update", "patch", "delete"})
+VERBS = frozenset(
+    {"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
+)
 
 
 @dataclass(slots=True)

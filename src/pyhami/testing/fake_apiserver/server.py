@@ -15,6 +15,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import structlog
 import yaml
 from aiohttp import web
 from kubernetes_asyncio.client import Configuration
@@ -23,7 +24,13 @@ from pyhami.testing.fake_apiserver.admission import AdmissionChain
 from pyhami.testing.fake_apiserver.faults import FaultInjector
 from pyhami.testing.fake_apiserver.resources import PODS, ResourceType, find_resource
 from pyhami.testing.fake_apiserver.selectors import Selector
-from pyhami.testing.fake_apiserver.status import ApiError, bad_request, gone, success_status
+from pyhami.testing.fake_apiserver.status import (
+    ApiError,
+    bad_request,
+    gone,
+    internal,
+    success_status,
+)
 from pyhami.testing.fake_apiserver.store import (
     DEFAULT_NAMESPACES,
     PATCH_TYPES,
@@ -32,6 +39,8 @@ from pyhami.testing.fake_apiserver.store import (
     Watcher,
     with_kind,
 )
+
+log = structlog.get_logger(__name__)
 
 _METHOD_NOT_ALLOWED = "the server does not allow this method on the requested resource"
 _TRUE = ("1", "true", "True")
@@ -225,23 +234,30 @@ class FakeKubeAPIServer:
             return await self._serve(request, route, verb)
         except ApiError as err:
             return _json_response(err.status, err.code)
+        except Exception as err:  # a bug in the double still answers like an apiserver
+            log.exception("fake API server failed a request", path=request.path)
+            failure = internal(f"{type(err).__name__}: {err}")
+            return _json_response(failure.status, failure.code)
 
     @staticmethod
     def _verb(request: web.Request, route: Route) -> str:
         method = request.method
         collection = route.name is None
-        if method == "GET":
+        if route.subresource == "binding":
+            if method == "POST":
+                return "create"
+        elif method == "GET":
             if collection:
                 return "watch" if request.query.get("watch") in _TRUE else "list"
             return "get"
-        if method == "POST" and (collection or route.subresource == "binding"):
+        elif method == "POST" and collection:
             return "create"
-        if method == "PUT" and not collection:
+        elif method == "PUT" and not collection:
             return "update"
-        if method == "PATCH" and not collection:
+        elif method == "PATCH" and not collection:
             return "patch"
-        if method == "DELETE":
-            return "delete"
+        elif method == "DELETE":
+            return "deletecollection" if collection else "delete"
         raise ApiError(405, "MethodNotAllowed", _METHOD_NOT_ALLOWED)
 
     @staticmethod
@@ -264,6 +280,8 @@ class FakeKubeAPIServer:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if verb == "list":
             return _json_response(self._list(request, route))
+        if verb == "deletecollection":
+            return _json_response(self._delete_collection(request, route))
         if verb == "get":
             assert route.name is not None
             return _json_response(
@@ -315,6 +333,33 @@ class FakeKubeAPIServer:
                 )
             )
         return _json_response(with_kind(resource, await self._delete(request, route)))
+
+    def _delete_collection(self, request: web.Request, route: Route) -> JsonObject:
+        selector = Selector.parse(
+            route.resource,
+            request.query.get("labelSelector", ""),
+            request.query.get("fieldSelector", ""),
+        )
+        grace = (
+            _int_param(request, "gracePeriodSeconds")
+            if "gracePeriodSeconds" in request.query
+            else None
+        )
+        deleted = [
+            self.store.delete(
+                route.resource,
+                obj["metadata"].get("namespace"),
+                obj["metadata"]["name"],
+                grace_period_seconds=grace,
+            )
+            for obj in self.store.items(route.resource, route.namespace, selector)
+        ]
+        return {
+            "kind": f"{route.resource.kind}List",
+            "apiVersion": route.resource.api_version,
+            "metadata": {"resourceVersion": self.store.list_version()},
+            "items": deleted,
+        }
 
     async def _create(self, route: Route, body: JsonObject) -> JsonObject:
         obj = self.store.prepare_create(route.resource, route.namespace, body)
