@@ -164,3 +164,15 @@ def test_a_pod_leaving_the_node_unmaps_then_deletes(tmp_path: Path) -> None:
     assert directory.exists(), "within grace the directory stays"
     scan.update(set(), now=now + GRACE)
     assert scan.loaded == {} and not directory.exists()
+
+
+def test_a_loaded_region_truncated_in_place_is_unmapped_before_any_write(tmp_path: Path) -> None:
+    directory = _dir(tmp_path, f"{POD}_main")
+    path = write_region(directory / "a.cache", RegionSpec())
+    scan = RegionDirectory(tmp_path, GRACE)
+    scan.update({POD}, now=1e10)
+    os.truncate(path, 100)
+    scan.update({POD}, now=1e10)
+    key = ContainerKey(POD, "main")
+    assert key not in scan.loaded and "truncated" in scan.refused[key]
+    scan.close()

@@ -79,7 +79,9 @@ def monitor(
     verbosity: Annotated[int, typer.Option("-v", "--v", help="log verbosity (klog style)")] = 0,
 ) -> None:
     """The vGPU monitor: container usage from the shared regions, priority feedback."""
-    logging.basicConfig(level=logging.DEBUG if verbosity >= 5 else logging.INFO)
+    level = logging.DEBUG if verbosity >= 5 else logging.INFO
+    logging.basicConfig(level=level)
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(level))
     flags = {
         "metrics-bind-address": metrics_bind_address,
         "legacy-metrics": legacy_metrics,

@@ -71,7 +71,8 @@ def pod_view(obj: JsonObject) -> PodView:
     allocated: tuple[ContainerDevices, ...] = ()
     mig: tuple[MigAllocation, ...] = ()
     try:
-        allocated = decode_pod_single_device(annotations.get(KEY_NVIDIA_ALLOCATED, ""))
+        if KEY_NVIDIA_ALLOCATED in annotations:
+            allocated = decode_pod_single_device(annotations[KEY_NVIDIA_ALLOCATED])
     except ProtocolError as err:
         log.warning("bad allocation annotation", pod=f"{namespace}/{name}", error=str(err))
     try:

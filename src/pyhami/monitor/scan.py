@@ -11,16 +11,17 @@ Where we differ from HAMi, on purpose:
 * Rejected files are reported once per distinct reason (then quietly retried), not every tick.
 """
 
-import logging
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import structlog
+
 from pyhami.model import PodUID
 from pyhami.monitor.region import Region, RegionError
 
-log = logging.getLogger(__name__)
+log = structlog.get_logger(__name__)
 
 _PLACEHOLDER = "libvgpu.so"  # the empty mount point of the preloaded library
 _MAX_MATCHING_FILES = 2
@@ -30,10 +31,6 @@ _MAX_MATCHING_FILES = 2
 class ContainerKey:
     pod_uid: PodUID
     container: str
-
-
-def key_names(key: ContainerKey) -> tuple[str, str]:
-    return key.pod_uid, key.container
 
 
 def parse_dir_name(name: str) -> ContainerKey | None:
@@ -111,13 +108,20 @@ class RegionDirectory:
         current = self.loaded.get(key)
         if cache is None:
             if current is not None:
-                log.info("region of %s/%s is gone; unmapped", key.pod_uid, key.container)
+                log.info("region gone; unmapped", pod_uid=key.pod_uid, container=key.container)
                 self._forget(key)
             return
         if current is not None and current.region.path == cache and _same_file(current, cache):
+            try:
+                current.region.still_whole()  # the feedback loop writes near the file's end
+            except RegionError as err:
+                self._forget(key)
+                self._refuse(key, str(err))
             return
         if current is not None:
-            log.info("region of %s/%s was replaced by %s", key.pod_uid, key.container, cache)
+            log.info(
+                "region replaced", pod_uid=key.pod_uid, container=key.container, path=str(cache)
+            )
             self._forget(key)
         try:
             region = Region.open(cache)
@@ -126,11 +130,22 @@ class RegionDirectory:
             return
         self.refused.pop(key, None)
         self.loaded[key] = LoadedRegion(key, directory, region)
-        log.info("mapped %s (%s) for %s/%s", cache, region.layout.version.name, *key_names(key))
+        log.info(
+            "mapped region",
+            path=str(cache),
+            layout=region.layout.version.name,
+            pod_uid=key.pod_uid,
+            container=key.container,
+        )
 
     def _refuse(self, key: ContainerKey, reason: str) -> None:
         if self.refused.get(key) != reason:
-            log.warning("%s/%s: %s; retrying every tick", key.pod_uid, key.container, reason)
+            log.warning(
+                "region refused; retrying every tick",
+                pod_uid=key.pod_uid,
+                container=key.container,
+                reason=reason,
+            )
         self.refused[key] = reason
 
     def _forget(self, key: ContainerKey) -> None:
@@ -154,15 +169,15 @@ class RegionDirectory:
         try:
             shutil.rmtree(directory)
         except OSError as err:
-            log.warning("cannot delete orphaned %s: %s", directory, err)
+            log.warning("cannot delete orphaned directory", path=str(directory), error=str(err))
             return
         self.deleted.append(directory)
-        log.info("deleted %s: pod %s is not on this node", directory, key.pod_uid)
+        log.info("deleted orphaned directory", path=str(directory), pod_uid=key.pod_uid)
 
     def _warn_name(self, name: str) -> None:
         if name not in self._warned_names:
             self._warned_names.add(name)
-            log.warning("skipping %s/%s: not <podUID>_<container>", self.root, name)
+            log.warning("skipping directory not named <podUID>_<container>", name=name)
 
 
 def _cache_file(directory: Path) -> Path | None:
