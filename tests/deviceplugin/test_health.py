@@ -103,3 +103,17 @@ async def test_board_change_wakes_waiters() -> None:
     await asyncio.wait_for(waiter, 1)
     board.mark("GPU-unknown", "XID 79", 0.0)  # not ours: ignored
     assert board.version == 1
+
+
+async def test_stopping_never_frees_the_event_set_under_a_waiting_thread() -> None:
+    nvml = FakeNVML.with_gpus(a100_80g())
+    gpus = discover(nvml, DeviceFilter())
+    watcher = HealthWatcher(nvml, gpus, HealthBoard(g.uuid for g in gpus), XidPolicy(), wait_ms=300)
+    task = asyncio.create_task(watcher.run(asyncio.Event()))
+    await wait_until(lambda: nvml.open_watches > 0)
+    await asyncio.sleep(0.05)  # the thread is now blocked in wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    (watch,) = nvml.created_watches
+    assert watch.closed and not watch.closed_while_waiting

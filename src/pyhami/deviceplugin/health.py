@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from pyhami.deviceplugin.inventory import Gpu
-from pyhami.nvml import Nvml, NvmlError, NvmlNotSupportedError, XidWatch
+from pyhami.nvml import Nvml, NvmlError, NvmlNotSupportedError, XidEvent, XidWatch
 
 log = logging.getLogger(__name__)
 
@@ -168,11 +168,20 @@ class HealthWatcher:
         watch = await self._open_watch(stop)
         if watch is None:
             return
+        waiting: asyncio.Future[XidEvent | None] | None = None
         try:
             while not stop.is_set():
-                await self._step(watch)
+                # Shielded: a cancelled to_thread leaves its thread blocked in the NVML wait,
+                # and the event set must not be freed under it.
+                waiting = asyncio.ensure_future(asyncio.to_thread(watch.wait, self._wait_ms))
+                try:
+                    await self._step(await asyncio.shield(waiting))
+                except NvmlError as error:
+                    await self._wait_failed(error)
                 await self._recover()
         finally:
+            if waiting is not None and not waiting.done():
+                await asyncio.wait([waiting])
             watch.close()
 
     async def _open_watch(self, stop: asyncio.Event) -> XidWatch | None:
@@ -195,15 +204,13 @@ class HealthWatcher:
             return watch
         return None
 
-    async def _step(self, watch: XidWatch) -> None:
-        try:
-            event = await asyncio.to_thread(watch.wait, self._wait_ms)
-        except NvmlError as error:
-            now = self._clock()
-            for gpu in self._gpus:
-                self._board.mark(gpu.uuid, f"NVML event wait failed: {error}", now)
-            await asyncio.sleep(self._wait_ms / 1000)  # do not spin on a persistent error
-            return
+    async def _wait_failed(self, error: NvmlError) -> None:
+        now = self._clock()
+        for gpu in self._gpus:
+            self._board.mark(gpu.uuid, f"NVML event wait failed: {error}", now)
+        await asyncio.sleep(self._wait_ms / 1000)  # do not spin on a persistent error
+
+    async def _step(self, event: XidEvent | None) -> None:
         if event is None:
             return
         if event.uuid not in self._by_uuid:

@@ -117,7 +117,10 @@ class FakeXidWatch:
         self._unwatched = unwatched
         self._events: deque[XidEvent] = deque()
         self._ready = threading.Condition()
+        self._waiting = 0
         self.closed = False
+        # Real NVML must not free an event set while a thread waits on it; the fake records it.
+        self.closed_while_waiting = False
 
     @property
     def unwatched(self) -> tuple[int, ...]:
@@ -131,11 +134,17 @@ class FakeXidWatch:
     def wait(self, timeout_ms: int) -> XidEvent | None:
         self._owner.check("xid_wait", None)
         with self._ready:
-            if not self._events:
-                self._ready.wait(timeout_ms / 1000)
-            return self._events.popleft() if self._events else None
+            self._waiting += 1
+            try:
+                if not self._events:
+                    self._ready.wait(timeout_ms / 1000)
+                return self._events.popleft() if self._events else None
+            finally:
+                self._waiting -= 1
 
     def close(self) -> None:
+        with self._ready:
+            self.closed_while_waiting = self.closed_while_waiting or self._waiting > 0
         self.closed = True
         self._owner.forget_watch(self)
 
@@ -155,6 +164,7 @@ class FakeNVML:
         self._state = _State(gpus=filled)
         self._lock = threading.Lock()
         self._watches: list[FakeXidWatch] = []
+        self.created_watches: list[FakeXidWatch] = []
         self.opened = 0
         self.closed = 0
 
@@ -332,6 +342,7 @@ class FakeNVML:
         with self._lock:
             watch = FakeXidWatch(self, tuple(sorted(self._state.unwatchable)))
             self._watches.append(watch)
+            self.created_watches.append(watch)
         return watch
 
     def close(self) -> None:
