@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from pyhami.deviceplugin.allocation import AllocationSettings
-from pyhami.deviceplugin.config import VgpuConfig
+from pyhami.deviceplugin.config import ConfigError, VgpuConfig
 from pyhami.deviceplugin.service import DevicePlugin, PluginOptions
 from pyhami.kube import KubeClient
 from pyhami.testing import FakeKubeAPIServer, FakeKubelet, FakeNVML
@@ -91,6 +91,7 @@ class Node:
     hook: Path
     kube: KubeClient
     config: VgpuConfig = field(default_factory=lambda: VgpuConfig(device_split_count=4))
+    config_error: ConfigError | None = None  # set to make the next config load fail
     topology_score: bool = False
     recovery_after: float | None = 0.3
     plugin: DevicePlugin | None = None
@@ -115,9 +116,14 @@ class Node:
         )
 
     async def start(self) -> DevicePlugin:
-        self.plugin = DevicePlugin(self.kube, self.nvml, self.options(), lambda: self.config)
+        self.plugin = DevicePlugin(self.kube, self.nvml, self.options(), self.load_config)
         self._task = asyncio.create_task(self.plugin.run(self._stop), name="plugin-under-test")
         return self.plugin
+
+    def load_config(self) -> VgpuConfig:
+        if self.config_error is not None:
+            raise self.config_error
+        return self.config.check("test node")
 
     async def stop(self) -> None:
         self._stop.set()
