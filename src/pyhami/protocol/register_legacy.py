@@ -5,6 +5,10 @@ writes the 9-field form (as HAMi's `EncodeNodeDevices`) but, unlike HAMi, refuse
 cannot represent: text containing `,` or `:` (there is no escaping), numbers outside the Go
 types, and MIG profiles (the form has no place for them). The decoder is HAMi's
 `DecodeNodeDevices` exactly, including its tolerance for empty segments and its error texts.
+
+Deviation (unstable round trip): HAMi encodes an empty device list as `""`, which its own
+decoder rejects (`missing device separator`); pyhami writes `":"`, which both decode to the
+empty list.
 """
 
 from collections.abc import Callable, Sequence
@@ -80,7 +84,7 @@ def _device(value: str, segment: str) -> DeviceInfo:
 
 def encode_node_devices_legacy(devices: Sequence[DeviceInfo]) -> str:
     """HAMi `EncodeNodeDevices`: the 9-field form, every device terminated by `:`."""
-    return "".join(_encode_device(i, device) for i, device in enumerate(devices))
+    return "".join(_encode_device(i, device) for i, device in enumerate(devices)) or ":"
 
 
 def _encode_device(i: int, device: DeviceInfo) -> str:
