@@ -136,8 +136,8 @@ class _Cycle:
     memory_factor: int
     mig_allowed: bool  # `nvidia.com/vgpu-mode` absent or naming mig
     order_free: bool  # card order cannot change Fit's yes/no here (no NUMA binding, no quota)
-    # Reason strings by their counts: many nodes fail the same way, and formatting is not free.
-    texts: dict[tuple[tuple[tuple[Reason, int], ...], int], str]
+    # Reasons and their text by the counts: many nodes fail the same way.
+    texts: dict[tuple[tuple[tuple[str, int], ...], int], tuple[str, Mapping[Reason, int]]]
 
 
 class _WorkCard:
@@ -433,25 +433,28 @@ def _fit_container(
     )
     if outcome.ok:
         return outcome
+    text, reasons = _reasons(cycle, outcome)
     return NodeVerdict(
         node.name,
         False,
         node.score,
         failure=NodeFailure.CARDS,
         container=position,
-        reasons=outcome.reasons,
+        reasons=reasons,
         cards=outcome.total,
-        reason=_reason_text(cycle, outcome),
+        reason=text,
         checks=tuple(checks or ()),
     )
 
 
-def _reason_text(cycle: _Cycle, outcome: FitOutcome) -> str:
-    key = (tuple(outcome.reasons.items()), outcome.total)
-    text = cycle.texts.get(key)
-    if text is None:
-        text = cycle.texts[key] = format_reasons(outcome.reasons, outcome.total)
-    return text
+def _reasons(cycle: _Cycle, outcome: FitOutcome) -> tuple[str, Mapping[Reason, int]]:
+    """HAMi's reason text and the typed counts, made once per distinct outcome."""
+    key = (tuple(outcome.counts.items()), outcome.total)
+    known = cycle.texts.get(key)
+    if known is None:
+        text = format_reasons(outcome.counts, outcome.total)
+        known = cycle.texts[key] = (text, MappingProxyType(outcome.reasons))
+    return known
 
 
 def _quota_check(

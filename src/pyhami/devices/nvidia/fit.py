@@ -80,12 +80,17 @@ class FitOutcome(NamedTuple):
 
     ok: bool
     devices: tuple[ContainerDevice, ...]
-    reasons: Mapping[Reason, int]
+    counts: Mapping[str, int]  # reason word -> how many cards (plain words: cheap to count)
     total: int  # the number of cards considered: the denominator of the reason string
+
+    @property
+    def reasons(self) -> dict[Reason, int]:
+        """The counts keyed by Reason."""
+        return {_BY_WORD[word]: count for word, count in self.counts.items()}
 
 
 # The per-card loop counts plain words: reading an enum member and hashing it (Enum's
-# __hash__ is Python code) costs several times more, per card. They become Reasons at the end.
+# __hash__ is Python code) costs several times more, per card.
 _BY_WORD = {reason.value: reason for reason in Reason}
 _ALLOCATED_CARDS_INSUFFICIENT_REQUEST = Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST.value
 _CARD_COMPUTE_UNITS_EXHAUSTED = Reason.CARD_COMPUTE_UNITS_EXHAUSTED.value
@@ -222,7 +227,7 @@ def fit(
             if trace is not None:
                 trace.append(CardCheck(card.id, card.index, None, container))
         if nums == 0 and not need_topology:
-            return FitOutcome(True, _devices(taken, vendor), _typed(reasons), len(cards))
+            return FitOutcome(True, _devices(taken, vendor), reasons, len(cards))
         if card.mode == MIG_MODE:
             i += 1  # a MIG card can host several instances of one request: look at it again
     if need_topology and len(taken) >= origin:
@@ -233,14 +238,11 @@ def fit(
                 taken = [worst_single(taken, uuids, scores)]
             else:
                 taken = best_combination(taken, uuids, scores, origin)
-        return FitOutcome(True, _devices(taken, vendor), _typed(reasons), len(cards))
+        return FitOutcome(True, _devices(taken, vendor), reasons, len(cards))
     if taken:
         reasons[_ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(taken)
-    return FitOutcome(False, (), _typed(reasons), len(cards))
+    return FitOutcome(False, (), reasons, len(cards))
 
-
-def _typed(reasons: Mapping[str, int]) -> dict[Reason, int]:
-    return {_BY_WORD[word]: count for word, count in reasons.items()}
 
 
 def _devices(
