@@ -1,5 +1,8 @@
 """`pyhami device-plugin`: flags, refused options and startup errors that say what to fix."""
 
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -97,3 +100,28 @@ def test_flags_are_defaults_that_files_override(tmp_path: Path) -> None:
     node_file.write_text('{"nodeconfig": [{"name": "n", "operatingmode": "mig"}]}')
     with pytest.raises(ConfigError, match="dynamic MIG"):
         load_config(flags, None, node_file, "n")
+
+
+def test_without_a_driver_and_fail_on_init_error_false_it_idles_until_sigterm(
+    tmp_path: Path,
+) -> None:
+    if driver_available():
+        pytest.skip("a driver is present here")
+    command = [
+        sys.executable,
+        "-c",
+        "from pyhami.cli import main; main()",
+        "device-plugin",
+        "--node-name",
+        "n",
+        "--no-fail-on-init-error",
+        "--node-config-file",
+        str(tmp_path / "none.json"),
+    ]
+    with subprocess.Popen(command, stderr=subprocess.PIPE, text=True) as process:
+        assert process.stderr is not None
+        first = process.stderr.readline()
+        assert "NVIDIA runtime" in first
+        assert "idling" in process.stderr.readline()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
