@@ -57,7 +57,8 @@ class TinyExtender:
         else:
             names = [n["metadata"]["name"] for n in args["Nodes"]["items"]]
         fits = [n for n in names if self.node_labels.get(n, {}).get("gpu") == "yes"]
-        failed = {n: "no gpu here" for n in names if n not in fits}
+        fitting = set(fits)
+        failed = {n: "no gpu here" for n in names if n not in fitting}
         answer: dict[str, Any] = {
             "Nodes": None,
             "NodeNames": fits,

@@ -213,6 +213,71 @@ class HarnessMetrics:
         return _percentile(self.bind_latencies_s, fraction)
 
 
+@dataclass(frozen=True, slots=True)
+class _NodeFacts:
+    """A node as kube-scheduler's own filter plugins see it."""
+
+    name: str
+    node: JsonObject
+    ready: bool
+    unschedulable: bool
+    taints: tuple[Mapping[str, Any], ...]  # NoSchedule and NoExecute only
+    labels: Mapping[str, str]
+    allocatable: Mapping[str, float]  # extended resources only
+
+    @classmethod
+    def of(cls, node: JsonObject) -> _NodeFacts:
+        spec, status = node.get("spec") or {}, node.get("status") or {}
+        ready = all(
+            c.get("status") == "True"
+            for c in status.get("conditions") or []
+            if c.get("type") == "Ready"
+        )
+        return cls(
+            name=str(node["metadata"]["name"]),
+            node=node,
+            ready=ready,
+            unschedulable=bool(spec.get("unschedulable")),
+            taints=tuple(
+                t
+                for t in spec.get("taints") or []
+                if t.get("effect") in ("NoSchedule", "NoExecute")
+            ),
+            labels=node["metadata"].get("labels") or {},
+            allocatable={
+                k: _quantity(v)
+                for k, v in (status.get("allocatable") or {}).items()
+                if _is_extended(k)
+            },
+        )
+
+    def rejects(
+        self,
+        tolerations: Sequence[Mapping[str, Any]],
+        selector: Mapping[str, str],
+        checked: Mapping[str, float],
+    ) -> str:
+        """The reason kube-scheduler's own plugins would reject the node, or ""."""
+        if not self.ready:
+            return "node(s) were not ready"
+        if self.unschedulable and not _tolerated(
+            {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}, tolerations
+        ):
+            return "node(s) were unschedulable"
+        for taint in self.taints:
+            if not _tolerated(taint, tolerations):
+                return (
+                    f"node(s) had untolerated taint {{{taint.get('key')}: "
+                    f"{taint.get('value', '')}}}"
+                )
+        if any(self.labels.get(k) != v for k, v in selector.items()):
+            return "node(s) didn't match Pod's node affinity/selector"
+        for resource, amount in checked.items():
+            if amount > self.allocatable.get(resource, 0.0):
+                return f"Insufficient {resource}"
+        return ""
+
+
 @dataclass(slots=True)
 class _Attempt:
     """One pod's pass through the scheduling and binding cycles."""
@@ -307,6 +372,12 @@ class KubeSchedulerHarness:
             clock=self._clock,
             name=f"harness/{scheduler_name}/nodes",
         )
+        self._ignored = frozenset(
+            r.name
+            for r in (extender.managed_resources if extender else ())
+            if r.ignored_by_scheduler
+        )
+        self._node_facts: dict[str, tuple[str, _NodeFacts]] = {}
         self.outcomes: list[ScheduleOutcome] = []
         self.metrics = HarnessMetrics()
         self._queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
@@ -461,15 +532,22 @@ class KubeSchedulerHarness:
 
     async def _pick_node(self, attempt: _Attempt) -> tuple[str, dict[str, str]]:
         pod = attempt.pod
-        nodes = sorted(self.nodes.list(), key=lambda n: str(n["metadata"]["name"]))
+        spec = pod.get("spec") or {}
+        tolerations = spec.get("tolerations") or []
+        selector = spec.get("nodeSelector") or {}
+        # Checked against allocatable: extended resources kube-scheduler does not ignore.
+        checked = {
+            r: n for r, n in _requested(pod).items() if r not in self._ignored and _is_extended(r)
+        }
+        nodes = self.nodes.list()
         failed: dict[str, str] = {}
         feasible = []
-        for node in nodes:
-            reason = self._predicate(pod, node)
+        for facts in sorted((self._facts(n) for n in nodes), key=lambda f: f.name):
+            reason = facts.rejects(tolerations, selector, checked)
             if reason:
-                failed[node["metadata"]["name"]] = reason
+                failed[facts.name] = reason
             else:
-                feasible.append(node)
+                feasible.append(facts.node)
         unresolvable: dict[str, str] = {}
         if feasible and attempt.interested:
             attempt.extender_called = True
@@ -493,41 +571,15 @@ class KubeSchedulerHarness:
             )
         return str(feasible[0]["metadata"]["name"]), failed
 
-    def _predicate(self, pod: JsonObject, node: JsonObject) -> str:
-        """The reason kube-scheduler's own plugins would reject the node, or ""."""
-        spec = node.get("spec") or {}
-        tolerations = (pod.get("spec") or {}).get("tolerations") or []
-        for condition in (node.get("status") or {}).get("conditions") or []:
-            if condition.get("type") == "Ready" and condition.get("status") != "True":
-                return "node(s) were not ready"
-        if spec.get("unschedulable") and not _tolerated(
-            {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}, tolerations
-        ):
-            return "node(s) were unschedulable"
-        for taint in spec.get("taints") or []:
-            if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerated(
-                taint, tolerations
-            ):
-                return (
-                    f"node(s) had untolerated taint {{{taint.get('key')}: "
-                    f"{taint.get('value', '')}}}"
-                )
-        labels = node["metadata"].get("labels") or {}
-        selector = (pod.get("spec") or {}).get("nodeSelector") or {}
-        if any(labels.get(k) != v for k, v in selector.items()):
-            return "node(s) didn't match Pod's node affinity/selector"
-        allocatable = (node.get("status") or {}).get("allocatable") or {}
-        ignored = {
-            r.name
-            for r in (self.extender.managed_resources if self.extender else ())
-            if r.ignored_by_scheduler
-        }
-        for resource, amount in _requested(pod).items():
-            if resource in ignored or not _is_extended(resource):
-                continue
-            if amount > _quantity(allocatable.get(resource, "0")):
-                return f"Insufficient {resource}"
-        return ""
+    def _facts(self, node: JsonObject) -> _NodeFacts:
+        """What the predicates read from a node, parsed once per node version."""
+        meta = node["metadata"]
+        name, version = str(meta["name"]), str(meta.get("resourceVersion", ""))
+        cached = self._node_facts.get(name)
+        if cached is None or cached[0] != version:
+            cached = (version, _NodeFacts.of(node))
+            self._node_facts[name] = cached
+        return cached[1]
 
     async def _post(self, verb: str, body: JsonObject) -> JsonObject:
         assert self.extender is not None and self._session is not None
