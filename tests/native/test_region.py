@@ -197,3 +197,23 @@ def test_the_ledger_sees_overshoot_without_libvgpu(vgpu: Harness) -> None:
     vgpu.run("ctx", "0", "alloc", "600m", env=env, preload=False)
     release(vgpu, "a", first)
     assert read_ledger(vgpu.tmp / "ledger") == (1, 1200 * MiB)
+
+
+def test_a_process_killed_inside_the_lock_does_not_wedge_the_container(vgpu: Harness) -> None:
+    """Kill alloc/free loops at random moments until one dies holding the region lock; the next
+    process must take the lock over (robust mutex) and still get the whole limit."""
+    env = {"CUDA_DEVICE_MEMORY_LIMIT_0": "1g", "LIBCUDA_LOG_LEVEL": "3"}
+    rng = random.Random(3)
+    for _ in range(60):
+        churners = [vgpu.start("ctx", "0", "churn", "1m", env=env) for _ in range(4)]
+        for churner in churners:
+            assert churner.stdout is not None
+            assert [churner.stdout.readline().split()[0] for _ in range(2)] == ["ctx", "churn"]
+        time.sleep(rng.random() * 0.003)
+        for churner in churners:
+            kill(churner)
+        run = vgpu.run("ctx", "0", "alloc", "1g", env=env, timeout=10)
+        assert run.one("alloc").int("rc") == 0, "the killed loops' usage was freed"
+        if "took over the region lock" in run.stderr:
+            return
+    raise AssertionError("no loop was ever killed inside the lock")

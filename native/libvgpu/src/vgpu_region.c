@@ -140,6 +140,7 @@ static int vgpu_region_lock(void)
         /* A process died holding the lock. Every update under it is either complete or
          * confined to the dead process's own slot, which reaping frees. */
         pthread_mutex_consistent(&vgpu_shared->ext.lock);
+        vgpu_info("took over the region lock from a process that died holding it");
         vgpu_reap_locked();
         return 0;
     }

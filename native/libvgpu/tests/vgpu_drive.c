@@ -238,6 +238,13 @@ int main(int argc, char **argv)
                 got += fillers[t].got;
             }
             say("threads chunks=%llu", got);
+        } else if (strcmp(cmd, "churn") == 0) {  /* alloc/free forever: to be killed */
+            unsigned long long bytes = number(argv[++i]);
+            CUdeviceptr p;
+            say("churn started=1");
+            for (;;)
+                if (cuMemAlloc_v2(&p, bytes) == CUDA_SUCCESS)
+                    cuMemFree_v2(p);
         } else if (strcmp(cmd, "foreignfree") == 0) {
             CUdeviceptr p = stub_untracked_alloc(4096);
             unsigned long long before = stub_free_calls();
