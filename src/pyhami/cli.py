@@ -3,7 +3,7 @@
 import typer
 
 from pyhami.deviceplugin.cli import device_plugin
-from pyhami.monitor.cli import monitor
+from pyhami.monitor.cli import MONITOR_CONTEXT, monitor
 from pyhami.sim import cli as sim_cli
 
 app = typer.Typer(
@@ -30,7 +30,7 @@ def version() -> None:
 app.command()(sim_cli.simulate)
 app.command()(sim_cli.explain)
 app.command("device-plugin")(device_plugin)
-app.command("monitor")(monitor)
+app.command("monitor", context_settings=MONITOR_CONTEXT)(monitor)
 
 
 def main() -> None:

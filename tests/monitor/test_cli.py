@@ -4,23 +4,67 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from pyhami.monitor.cli import monitor
+from pyhami.monitor.cli import MONITOR_CONTEXT, monitor
 from pyhami.monitor.settings import (
+    MonitorFlags,
     MonitorSettings,
     MonitorSettingsError,
     bind_address,
     go_duration_seconds,
+    parse_flags,
 )
 
 app = typer.Typer()
-app.command()(monitor)
+app.command(context_settings=MONITOR_CONTEXT)(monitor)
 
 
-def test_flags_are_hamis() -> None:
+def test_help_names_hamis_flags() -> None:
     result = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
-    for flag in ("--metrics-bind-address", "--legacy-metrics"):
+    for flag in ("--metrics-bind-address", "--legacy-metrics", "HOOK_PATH", "NODE_NAME"):
         assert flag in result.output
+
+
+@pytest.mark.parametrize(
+    "args, want",
+    [
+        ([], MonitorFlags()),
+        (["--legacy-metrics"], MonitorFlags(legacy_metrics=True)),
+        (["--legacy-metrics=true", "-v=4"], MonitorFlags(legacy_metrics=True, verbosity=4)),
+        (["--legacy-metrics=False"], MonitorFlags()),
+        (
+            ["--metrics-bind-address", ":9999", "--v", "5"],
+            MonitorFlags(metrics_bind_address=":9999", verbosity=5),
+        ),
+        (
+            ["--metrics-bind-address=127.0.0.1:1", "-v2"],
+            MonitorFlags(metrics_bind_address="127.0.0.1:1", verbosity=2),
+        ),
+        (
+            ["--logtostderr=true", "--log_file", "/x"],
+            MonitorFlags(ignored=("logtostderr", "log_file")),
+        ),
+    ],
+)
+def test_pflag_syntax(args: list[str], want: MonitorFlags) -> None:
+    assert parse_flags(args) == want
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--legacy-metrics=maybe"], "--legacy-metrics"),
+        (["-v=lots"], "-v"),
+        (["--metrics-bind-address"], "needs an argument"),
+        (["--port=1"], "unknown flag: --port=1"),
+        (["serve"], "unexpected argument"),
+    ],
+)
+def test_bad_flags_are_named(args: list[str], message: str) -> None:
+    with pytest.raises(MonitorSettingsError, match=message):
+        parse_flags(args)
+    result = CliRunner().invoke(app, args, env={"HOOK_PATH": "/h", "NODE_NAME": "n"})
+    assert result.exit_code == 2 and message in result.output
 
 
 @pytest.mark.parametrize(

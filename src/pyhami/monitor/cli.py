@@ -11,7 +11,6 @@ import contextlib
 import logging
 import os
 import signal
-from typing import Annotated
 
 import structlog
 import typer
@@ -20,7 +19,7 @@ from pyhami.kube import KubeClient, SystemClock
 from pyhami.monitor.host import NvmlOpener
 from pyhami.monitor.pods import InformerPodSource
 from pyhami.monitor.service import MonitorService
-from pyhami.monitor.settings import MonitorSettings, MonitorSettingsError
+from pyhami.monitor.settings import MonitorSettings, MonitorSettingsError, parse_flags
 from pyhami.nvml import NvmlUnavailableError, open_nvml
 
 log = structlog.get_logger("pyhami.monitor")
@@ -69,35 +68,38 @@ async def run_monitor(settings: MonitorSettings, open_nvml: NvmlOpener | None) -
             await pods.informer.stop()
 
 
-def monitor(
-    metrics_bind_address: Annotated[
-        str, typer.Option("--metrics-bind-address", help="TCP address of the metrics server")
-    ] = ":9394",
-    legacy_metrics: Annotated[
-        bool, typer.Option("--legacy-metrics", help="also emit the pre-v2.9 metric names")
-    ] = False,
-    verbosity: Annotated[int, typer.Option("-v", "--v", help="log verbosity (klog style)")] = 0,
-) -> None:
-    """The vGPU monitor: container usage from the shared regions, priority feedback."""
-    level = logging.DEBUG if verbosity >= 5 else logging.INFO
-    logging.basicConfig(level=level)
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(level))
-    flags = {
-        "metrics-bind-address": metrics_bind_address,
-        "legacy-metrics": legacy_metrics,
-        "v": verbosity,
-    }
-    for name, value in flags.items():
-        log.info(f'FLAG: --{name}="{value}"')
+# pflag syntax (`--legacy-metrics=true`, `-v=4`) is parsed by `parse_flags`, not by Click.
+MONITOR_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+def monitor(ctx: typer.Context) -> None:
+    """The vGPU monitor: container usage from the shared regions, priority feedback.
+
+    Flags, as HAMi's vGPUmonitor takes them: --metrics-bind-address ADDR (default :9394),
+    --legacy-metrics[=BOOL] (also emit the pre-v2.9 names), -v=N (5 or more: debug logs);
+    klog flags are accepted and ignored. Environment: HOOK_PATH and NODE_NAME (required),
+    KUBECONFIG, HAMI_RESYNC_INTERVAL (default 5m).
+    """
     try:
+        flags = parse_flags(ctx.args)
         settings, warnings = MonitorSettings.from_environment(
-            os.environ, metrics_bind_address=metrics_bind_address, legacy_metrics=legacy_metrics
+            os.environ,
+            metrics_bind_address=flags.metrics_bind_address,
+            legacy_metrics=flags.legacy_metrics,
         )
     except MonitorSettingsError as err:
         typer.echo(f"pyhami monitor: {err}", err=True)
         raise typer.Exit(2) from err
+    level = logging.DEBUG if flags.verbosity >= 5 else logging.INFO
+    logging.basicConfig(level=level)
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(level))
+    log.info(f'FLAG: --metrics-bind-address="{flags.metrics_bind_address}"')
+    log.info(f'FLAG: --legacy-metrics="{str(flags.legacy_metrics).lower()}"')
+    log.info(f'FLAG: --v="{flags.verbosity}"')
     for warning in warnings:
         log.warning(warning)
+    if flags.ignored:
+        log.info("klog flags accepted and ignored", flags=list(flags.ignored))
     with contextlib.suppress(KeyboardInterrupt):
         try:
             asyncio.run(run_monitor(settings, _nvml_opener()))

@@ -1,11 +1,12 @@
 """`pyhami monitor` settings from HAMi's flags and environment (ops.md §1.1), checked once."""
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from pyhami.model import NodeName
+from pyhami.protocol.goparse import GoNumError, atoi, parse_bool
 
 DEFAULT_RESYNC_S = 300.0  # HAMI_RESYNC_INTERVAL default 5m
 TICK_S = 5.0  # HAMi's scan + feedback period
@@ -35,6 +36,75 @@ def bind_address(text: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or int(port) > 65535:
         raise MonitorSettingsError(f"--metrics-bind-address: {text!r} is not [host]:port")
     return host.strip("[]") or "0.0.0.0", int(port)
+
+
+# klog flags HAMi's binary accepts; pyhami logs through structlog and ignores them.
+KLOG_FLAGS = frozenset(
+    {
+        "logtostderr",
+        "alsologtostderr",
+        "log_dir",
+        "log_file",
+        "log_file_max_size",
+        "stderrthreshold",
+        "vmodule",
+        "add_dir_header",
+        "skip_headers",
+        "skip_log_headers",
+        "one_output",
+    }
+)
+_VALUE_FLAGS = frozenset({"metrics-bind-address", "v"})
+
+
+@dataclass(frozen=True, slots=True)
+class MonitorFlags:
+    metrics_bind_address: str = ":9394"
+    legacy_metrics: bool = False
+    verbosity: int = 0
+    ignored: tuple[str, ...] = ()  # klog flags given (accepted for HAMi charts, not used)
+
+
+def parse_flags(args: Sequence[str]) -> MonitorFlags:
+    """vGPUmonitor's command line in pflag syntax: `--name=value`, `--name value`, `-v=4`,
+    `-v4`, and bool flags bare or as `--legacy-metrics=true` (how HAMi's chart passes it)."""
+    values: dict[str, str] = {}
+    ignored: list[str] = []
+    rest = list(args)
+    while rest:
+        arg = rest.pop(0)
+        if not arg.startswith("-") or arg in ("-", "--"):
+            raise MonitorSettingsError(f"unexpected argument {arg!r}")
+        name, eq, value = arg.lstrip("-").partition("=")
+        if not arg.startswith("--") and name.startswith("v") and len(name) > 1 and not eq:
+            name, eq, value = "v", "=", name[1:]  # -v4
+        if name == "legacy-metrics":
+            values[name] = value if eq else "true"
+        elif name in _VALUE_FLAGS or name in KLOG_FLAGS:
+            if not eq:
+                if not rest:
+                    raise MonitorSettingsError(f"flag needs an argument: {arg}")
+                value = rest.pop(0)
+            if name in KLOG_FLAGS:
+                ignored.append(name)
+            else:
+                values[name] = value
+        else:
+            raise MonitorSettingsError(f"unknown flag: {arg}")
+    try:
+        legacy = parse_bool(values.get("legacy-metrics", "false"))
+    except GoNumError as err:
+        raise MonitorSettingsError(f"--legacy-metrics: {err}") from err
+    try:
+        verbosity = atoi(values.get("v", "0"))
+    except GoNumError as err:
+        raise MonitorSettingsError(f"-v: {err}") from err
+    return MonitorFlags(
+        metrics_bind_address=values.get("metrics-bind-address", ":9394"),
+        legacy_metrics=legacy,
+        verbosity=verbosity,
+        ignored=tuple(ignored),
+    )
 
 
 @dataclass(frozen=True, slots=True)
