@@ -257,3 +257,28 @@ async def test_non_pod_creates_are_not_sent(
 def test_registration_insists_on_https(apiserver: FakeKubeAPIServer) -> None:
     with pytest.raises(ValueError, match="https"):
         apiserver.admission.register("x", "http://127.0.0.1:1/webhook")
+
+
+async def test_v1beta1_only_webhook_gets_v1beta1_and_lenient_checks(
+    http: Http, apiserver: FakeKubeAPIServer, webhook: Webhook
+) -> None:
+    """HAMi's chart registers admissionReviewVersions [v1beta1]; kube-apiserver then sends
+    v1beta1 and does not insist on the answer's kind or uid."""
+    apiserver.admission.register(
+        "vgpu.hami.io", webhook.url, ca_bundle=webhook.cert.ca_pem, review_versions=("v1beta1",)
+    )
+    webhook.respond = lambda review: {"response": {"allowed": True}}
+    status, _ = await http.post(PODS, pod("a"))
+    assert status == 201
+    assert webhook.reviews[0]["apiVersion"] == "admission.k8s.io/v1beta1"
+
+
+async def test_webhook_with_no_known_review_version_fails(
+    http: Http, apiserver: FakeKubeAPIServer, webhook: Webhook
+) -> None:
+    apiserver.admission.register(
+        "vgpu.hami.io", webhook.url, ca_bundle=webhook.cert.ca_pem, review_versions=("v2",)
+    )
+    status, body = await http.post(PODS, pod("a"))
+    assert status == 500 and "accepts none of the AdmissionReview versions" in body["message"]
+    assert webhook.reviews == []

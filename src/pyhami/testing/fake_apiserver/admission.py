@@ -45,11 +45,20 @@ class Webhook:
     server_hostname: str | None = None
     failure_policy: str = "Fail"
     timeout_s: float = 10.0
-    rules: tuple[JsonObject, ...] = (
-        {"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]},
-    )
+    rules: tuple[JsonObject, ...] = POD_CREATE_RULES
     namespace_selector: JsonObject | None = None
     object_selector: JsonObject | None = None
+    # admissionReviewVersions: kube-apiserver sends the first one it speaks (v1, v1beta1).
+    review_versions: tuple[str, ...] = ("v1",)
+
+    def review_version(self) -> str:
+        for version in self.review_versions:
+            if version in ("v1", "v1beta1"):
+                return f"admission.k8s.io/{version}"
+        raise _CallFailedError(
+            f"webhook {self.name!r} accepts none of the AdmissionReview versions this server "
+            f"sends (v1, v1beta1): {list(self.review_versions)}"
+        )
 
     def applies_to(self, resource: ResourceType, operation: str) -> bool:
         for rule in self.rules:
@@ -100,6 +109,7 @@ class AdmissionChain:
         namespace_selector: JsonObject | None = None,
         object_selector: JsonObject | None = None,
         rules: tuple[JsonObject, ...] | None = None,
+        review_versions: tuple[str, ...] = ("v1",),
     ) -> Webhook:
         """Add a webhook by URL (https only, like kube-apiserver) and CA bundle (PEM)."""
         if not url.startswith("https://"):
@@ -117,6 +127,7 @@ class AdmissionChain:
             rules or POD_CREATE_RULES,
             namespace_selector,
             object_selector,
+            review_versions,
         )
         self._registered.append(hook)
         return hook
@@ -156,6 +167,7 @@ class AdmissionChain:
             failure_policy=str(entry.get("failurePolicy", "Fail")),
             timeout_s=float(entry.get("timeoutSeconds", 10)),
             rules=tuple(entry.get("rules") or ()),
+            review_versions=tuple(entry.get("admissionReviewVersions") or ("v1",)),
             namespace_selector=entry.get("namespaceSelector"),
             object_selector=entry.get("objectSelector"),
         )
@@ -198,11 +210,32 @@ class AdmissionChain:
         obj: JsonObject,
         operation: str,
     ) -> JsonObject:
+        call = AdmissionCall(hook.name, {})
+        self.calls.append(call)
+        try:
+            return await self._review(hook, resource, namespace, obj, operation, call=call)
+        except _CallFailedError as err:
+            call.error = str(err)
+            if hook.failure_policy == "Ignore":
+                return obj
+            raise internal(f'failed calling webhook "{hook.name}": {err}') from err
+
+    async def _review(
+        self,
+        hook: Webhook,
+        resource: ResourceType,
+        namespace: str | None,
+        obj: JsonObject,
+        operation: str,
+        *,
+        call: AdmissionCall,
+    ) -> JsonObject:
+        version = hook.review_version()
         uid = self._store.new_uid()
         kind = {"group": resource.group, "version": resource.version, "kind": resource.kind}
         gvr = {"group": resource.group, "version": resource.version, "resource": resource.plural}
         review: JsonObject = {
-            "apiVersion": "admission.k8s.io/v1",
+            "apiVersion": version,
             "kind": "AdmissionReview",
             "request": {
                 "uid": uid,
@@ -220,18 +253,10 @@ class AdmissionChain:
                 "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
             },
         }
-        call = AdmissionCall(hook.name, review)
-        self.calls.append(call)
-        try:
-            answer = await self._post(hook, review)
-            call.response = answer
-            patched = self._apply(hook, uid, answer, review["request"]["object"], call)
-        except _CallFailedError as err:
-            call.error = str(err)
-            if hook.failure_policy == "Ignore":
-                return obj
-            raise internal(f'failed calling webhook "{hook.name}": {err}') from err
-        return patched
+        call.request = review
+        answer = await self._post(hook, review)
+        call.response = answer
+        return self._apply(hook, uid, answer, review["request"]["object"], call)
 
     async def _post(self, hook: Webhook, review: JsonObject) -> JsonObject:
         if self._session is None:
@@ -264,7 +289,9 @@ class AdmissionChain:
     def _apply(
         hook: Webhook, uid: str, answer: JsonObject, obj: JsonObject, call: AdmissionCall
     ) -> JsonObject:
-        if (
+        # kube-apiserver checks kind and uid of v1 answers only; v1beta1 ones are taken as is.
+        strict = call.request["apiVersion"] == "admission.k8s.io/v1"
+        if strict and (
             answer.get("apiVersion") != "admission.k8s.io/v1"
             or answer.get("kind") != "AdmissionReview"
         ):
@@ -276,7 +303,7 @@ class AdmissionChain:
         response = answer.get("response")
         if not isinstance(response, dict):
             raise _CallFailedError("received invalid webhook response: response is missing")
-        if response.get("uid") != uid:
+        if strict and response.get("uid") != uid:
             raise _CallFailedError(f"expected response.uid={uid!r}, got {response.get('uid')!r}")
         if not response.get("allowed"):
             raise _denied(hook.name, response.get("status") or {})
