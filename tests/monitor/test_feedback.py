@@ -4,6 +4,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pyhami.monitor.feedback import observe
 from pyhami.monitor.region import Region
@@ -126,3 +128,50 @@ def test_negative_priority_is_never_counted_active(tmp_path: Path) -> None:
     assert not first.active and second.active and not second.blocked
     for region in regions:
         region.close()
+
+
+class _Target:
+    """An in-memory FeedbackTarget for the property test."""
+
+    def __init__(self, recent: int, switch: int, priority: int, keys: tuple[bytes, ...]) -> None:
+        self.recent_kernel, self.utilization_switch = recent, switch
+        self.priority, self.keys = priority, keys
+
+    def write_recent_kernel(self, value: int) -> None:
+        self.recent_kernel = value
+
+    def write_utilization_switch(self, value: int) -> None:
+        self.utilization_switch = value
+
+    def device_keys(self) -> tuple[bytes, ...]:
+        return self.keys
+
+
+_CONTAINER = st.tuples(
+    st.integers(-2, 3),  # recentKernel
+    st.integers(0, 1),  # utilizationSwitch
+    st.integers(-1, 3),  # priority
+    st.sets(st.sampled_from([b"A".ljust(96, b"\0"), b"B".ljust(96, b"\0"), b"C".ljust(96, b"\0")])),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_CONTAINER, max_size=6))
+def test_feedback_matches_the_spec_text(containers: list[tuple[int, int, int, set[bytes]]]) -> None:
+    targets = [_Target(rk, sw, p, tuple(sorted(keys))) for rk, sw, p, keys in containers]
+    observe(targets)
+    # The spec, read literally: decremented rk; active = still > 0 with priority >= 0.
+    after = [rk - 1 if rk > 0 else rk for rk, _, _, _ in containers]
+    active = [a > 0 and p >= 0 for a, (_, _, p, _) in zip(after, containers, strict=True)]
+    for i, (_, _, p, keys) in enumerate(containers):
+        peers = [j for j, c in enumerate(containers) if active[j] and keys & c[3]]
+        blocking = any(containers[j][2] < p for j in peers)
+        contended = blocking or any(
+            sum(1 for j in peers if containers[j][2] == p and key in containers[j][3]) > 1
+            for key in keys
+        )
+        want_rk = (
+            -1 if blocking and after[i] >= 0 else (0 if not blocking and after[i] < 0 else after[i])
+        )
+        assert targets[i].recent_kernel == want_rk, (i, containers)
+        assert targets[i].utilization_switch == (1 if contended else 0), (i, containers)
