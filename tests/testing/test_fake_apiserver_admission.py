@@ -282,3 +282,13 @@ async def test_webhook_with_no_known_review_version_fails(
     status, body = await http.post(PODS, pod("a"))
     assert status == 500 and "accepts none of the AdmissionReview versions" in body["message"]
     assert webhook.reviews == []
+
+
+async def test_v1_patch_without_patch_type_is_refused(
+    http: Http, apiserver: FakeKubeAPIServer, webhook: Webhook
+) -> None:
+    apiserver.admission.register("vgpu.hami.io", webhook.url, ca_bundle=webhook.cert.ca_pem)
+    ops = base64.b64encode(b'[{"op":"add","path":"/metadata/labels","value":{}}]').decode()
+    webhook.respond = lambda review: review_answer(review, allowed=True, patch=ops)
+    status, body = await http.post(PODS, pod("a"))
+    assert status == 500 and "response.patch but not response.patchType" in body["message"]

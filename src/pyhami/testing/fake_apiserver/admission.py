@@ -289,28 +289,33 @@ class AdmissionChain:
     def _apply(
         hook: Webhook, uid: str, answer: JsonObject, obj: JsonObject, call: AdmissionCall
     ) -> JsonObject:
-        # kube-apiserver checks kind and uid of v1 answers only; v1beta1 ones are taken as is.
+        # kube-apiserver checks uid, kind and patchType of v1 answers only; v1beta1 ones are
+        # taken as they come, a patch being read as a JSON patch (VerifyAdmissionResponse).
         strict = call.request["apiVersion"] == "admission.k8s.io/v1"
-        if strict and (
-            answer.get("apiVersion") != "admission.k8s.io/v1"
-            or answer.get("kind") != "AdmissionReview"
-        ):
-            raise _CallFailedError(
-                "received invalid webhook response: expected "
-                "admission.k8s.io/v1 AdmissionReview, got "
-                f"{answer.get('apiVersion')} {answer.get('kind')}"
-            )
         response = answer.get("response")
         if not isinstance(response, dict):
-            raise _CallFailedError("received invalid webhook response: response is missing")
+            raise _CallFailedError("webhook response was absent")
         if strict and response.get("uid") != uid:
             raise _CallFailedError(f"expected response.uid={uid!r}, got {response.get('uid')!r}")
+        kind = (answer.get("apiVersion"), answer.get("kind"))
+        if strict and kind != ("admission.k8s.io/v1", "AdmissionReview"):
+            raise _CallFailedError(
+                "expected webhook response of admission.k8s.io/v1, Kind=AdmissionReview, got "
+                f"{kind[0]}, Kind={kind[1]}"
+            )
+        patch, patch_type = response.get("patch"), response.get("patchType")
+        if strict and bool(patch) != bool(patch_type):
+            raise _CallFailedError(
+                "webhook returned response.patch but not response.patchType"
+                if patch
+                else "webhook returned response.patchType but not response.patch"
+            )
         if not response.get("allowed"):
             raise _denied(hook.name, response.get("status") or {})
-        if not response.get("patch"):
+        if not patch:
             return {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
-        if response.get("patchType") != "JSONPatch":
-            raise _CallFailedError(f"unsupported patch type {response.get('patchType')!r}")
+        if strict and patch_type != "JSONPatch":
+            raise _CallFailedError(f"unsupported patch type {patch_type!r}")
         try:
             operations = json.loads(base64.b64decode(response["patch"], validate=True))
             call.patch = operations
