@@ -2,7 +2,7 @@
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -10,14 +10,14 @@ import aiohttp
 import pytest
 
 from pyhami.kube import KubeClient
-from pyhami.monitor.pods import InformerPodSource
+from pyhami.monitor.pods import InformerPodSource, PodView, pod_view
 from pyhami.monitor.service import MonitorService
 from pyhami.monitor.settings import MonitorSettings
 from pyhami.testing import FakeKubeAPIServer, FakeNVML
 from pyhami.testing.fake_nvml import t4
 
 from .builders import NODE, NOW, pod_object
-from .regionfile import Mem, Proc, RegionSpec, uuid_of, write_region
+from .regionfile import SPEC_V1, Mem, Proc, RegionSpec, read_i32, uuid_of, write_region
 
 MIB = 1 << 20
 UID_A = "aaaaaaaa-0000-0000-0000-00000000000a"
@@ -54,7 +54,7 @@ async def kube() -> AsyncIterator[KubeClient]:
         yield client
 
 
-async def _eventually(check, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+async def _eventually(check: Callable[[], bool], timeout: float = 5.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while not check():
         if asyncio.get_running_loop().time() > deadline:
@@ -146,41 +146,44 @@ async def test_end_to_end_over_http(tmp_path: Path, kube: KubeClient) -> None:
         await pods.informer.stop()
 
 
-class _NoPods:
-    def pods(self) -> list:  # type: ignore[type-arg]
-        return []
+class _Pods:
+    def __init__(self, *views: PodView) -> None:
+        self.views = list(views)
+
+    def pods(self) -> list[PodView]:
+        return self.views
 
 
 async def test_loop_ticks_every_five_seconds_until_stopped(tmp_path: Path) -> None:
-    (tmp_path / "containers").mkdir()
+    """Each tick decrements recentKernel once (the census), 5 s apart on the fake clock."""
+    path = write_region(
+        tmp_path / "containers" / f"{UID_A}_main" / "r.cache",
+        RegionSpec(uuids=(uuid_of(0),), recent_kernel=100),
+    )
     settings = MonitorSettings(hook_path=tmp_path, node_name=NODE)
     clock = FakeClock()
-    service = MonitorService(settings, _NoPods(), None, clock, mig_apply_lock=tmp_path / "x")
+    pods = _Pods(pod_view(pod_object("pod-a", UID_A)))
+    service = MonitorService(settings, pods, None, clock, mig_apply_lock=tmp_path / "x")
     stop = asyncio.Event()
-    ticks = 0
-    original = service.tick
-
-    def counting_tick():  # type: ignore[no-untyped-def]
-        nonlocal ticks
-        ticks += 1
-        if ticks == 4:
-            stop.set()
-        return original()
-
-    service.tick = counting_tick  # type: ignore[method-assign]
-    await asyncio.wait_for(service.run(stop), 5)
-    assert ticks == 4 and clock.sleeps == [5.0, 5.0, 5.0, 5.0]
+    task = asyncio.create_task(service.run(stop))
+    await _eventually(lambda: len(clock.sleeps) >= 4)
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    ticks = len(clock.sleeps)
+    assert clock.sleeps == [5.0] * ticks
+    assert read_i32(path, SPEC_V1["recent_kernel"]) == 100 - ticks
     service.close()
 
 
 async def test_a_missing_root_is_logged_and_unhealthy_but_the_loop_goes_on(tmp_path: Path) -> None:
     settings = MonitorSettings(hook_path=tmp_path / "absent", node_name=NODE)
     clock = FakeClock()
-    service = MonitorService(settings, _NoPods(), None, clock, mig_apply_lock=tmp_path / "x")
+    service = MonitorService(settings, _Pods(), None, clock, mig_apply_lock=tmp_path / "x")
     stop = asyncio.Event()
     task = asyncio.create_task(service.run(stop))
     await _eventually(lambda: len(clock.sleeps) >= 2)
-    assert service.health_problem() is not None and "cannot list" in service.health_problem()  # type: ignore[operator]
+    problem = service.health_problem()
+    assert problem is not None and "cannot list" in problem
     (tmp_path / "absent" / "containers").mkdir(parents=True)
     await _eventually(lambda: service.health_problem() is None)
     stop.set()
@@ -193,14 +196,14 @@ def test_feedback_pauses_while_the_mig_apply_lock_exists(tmp_path: Path) -> None
     containers = tmp_path / "containers"
     write_region(containers / f"{UID_A}_main" / "r.cache", RegionSpec(uuids=(uuid_of(0),)))
 
-    class _OnePod:
-        def pods(self):  # type: ignore[no-untyped-def]
-            from pyhami.monitor.pods import pod_view
-
-            return [pod_view(pod_object("pod-a", UID_A))]
-
     settings = MonitorSettings(hook_path=tmp_path, node_name=NODE)
-    service = MonitorService(settings, _OnePod(), None, FakeClock(), mig_apply_lock=lock)
+    service = MonitorService(
+        settings,
+        _Pods(pod_view(pod_object("pod-a", UID_A))),
+        None,
+        FakeClock(),
+        mig_apply_lock=lock,
+    )
     lock.touch()
     result = service.tick()
     assert result.feedback_paused and result.verdicts == ()
