@@ -194,3 +194,18 @@ async def test_concurrent_conflicting_writers_exactly_one_wins(kube: KubeClient)
 
     results = await asyncio.gather(*(lock(f"p{i}") for i in range(8)))
     assert sum(results) == 1
+
+
+async def test_from_kubeconfig(apiserver: FakeKubeAPIServer, tmp_path) -> None:
+    path = apiserver.write_kubeconfig(tmp_path / "config")
+    client = await KubeClient.from_kubeconfig(str(path))
+    async with client:
+        await client.create(NODES, {"metadata": {"name": "n1"}})
+        assert (await client.get_node("n1"))["metadata"]["name"] == "n1"
+
+
+async def test_patch_bodies_are_checked_before_sending(kube: KubeClient) -> None:
+    with pytest.raises(TypeError, match="list of operations"):
+        await kube.patch(NODES, "n1", {"a": 1}, patch_type=PatchType.JSON)
+    with pytest.raises(TypeError, match="JSON object"):
+        await kube.patch(NODES, "n1", [{"op": "remove", "path": "/a"}])
