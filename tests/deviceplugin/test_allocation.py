@@ -149,3 +149,37 @@ def test_limits_file_keeps_the_webhooks_priority_and_policy() -> None:
     ]
     disabled = plan((dev(A, 100, 10),), AllocationSettings(disable_core_limit=True), env=env)
     assert "GPU_CORE_UTILIZATION_POLICY=disable" in disabled.limits_text.splitlines()
+
+
+def gpu_pod(init: list[tuple[str, int]], regular: list[tuple[str, int]]) -> dict[str, Any]:
+    def spec(name: str, gpus: int) -> dict[str, Any]:
+        limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}
+        return {"name": name, "resources": {"limits": limits}}
+
+    return {
+        "metadata": {"namespace": "default", "name": "p", "uid": "u"},
+        "spec": {
+            "initContainers": [spec(n, g) for n, g in init],
+            "containers": [spec(n, g) for n, g in regular],
+        },
+    }
+
+
+def test_hami_dense_values_map_to_the_containers_that_asked() -> None:
+    # HAMi HEAD lists only GPU containers for NVIDIA (protocol.md A1): [A] for [init, main].
+    subject = gpu_pod([("setup", 0)], [("main", 1), ("side", 0), ("tail", 1)])
+    dense: list[ContainerDevices] = [(dev(A, 1, 1),), (dev(B, 2, 2),), ()]
+    assigned = tuple(dense)
+    first = take_next(subject, dense, ["x"], assigned=assigned)
+    second = take_next(subject, dense, ["y"], assigned=assigned)
+    assert (first.container["name"], second.container["name"]) == ("main", "tail")
+
+
+def test_per_container_values_map_positionally_either_way() -> None:
+    subject = gpu_pod([("setup", 1)], [("side", 0), ("main", 1)])
+    entries: list[ContainerDevices] = [(dev(A, 1, 1),), (), (dev(B, 2, 2),), ()]
+    assigned = tuple(entries)
+    names = [
+        take_next(subject, entries, ["x"], assigned=assigned).container["name"] for _ in range(2)
+    ]
+    assert names == ["setup", "main"]

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
-from pyhami.model import ContainerDevices
+from pyhami.model import ContainerDevices, PodSingleDevice
 
 # Go strconv.ParseBool's spellings of true (CUDA_DISABLE_CONTROL is read with it).
 _GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
@@ -85,10 +85,54 @@ def pod_ref(pod: Mapping[str, Any]) -> str:
     return f"{metadata.get('namespace', '')}/{metadata.get('name', '')}"
 
 
+def _requests(container: Mapping[str, Any], resource: str) -> bool:
+    resources = container.get("resources") or {}
+    for kind in ("limits", "requests"):
+        value = str((resources.get(kind) or {}).get(resource, "0")).strip()
+        if value not in ("", "0"):
+            return True
+    return False
+
+
+def _container_at(
+    pod: Mapping[str, Any], position: int, assigned: PodSingleDevice | None, resource: str
+) -> Mapping[str, Any]:
+    """The container that the entry at `position` belongs to.
+
+    HAMi maps entry i to the i-th container (init first). That holds for the one-segment-per-
+    container encoding (ours), but not for HAMi HEAD's dense NVIDIA values, which list only
+    containers that got GPUs (protocol.md A1). Both are served by mapping the k-th non-empty
+    entry of the scheduler's (never rewritten) allocated value to the k-th container asking for
+    `resource`; without that information, HAMi's positional rule is used.
+    """
+    everyone = _containers(pod, "initContainers") + _containers(pod, "containers")
+    wanting = [c for c in everyone if _requests(c, resource)]
+    if assigned is not None and wanting and position < len(assigned):
+        k = sum(1 for entry in assigned[:position] if entry)
+        if k < len(wanting):
+            return wanting[k]
+    if position < len(everyone):
+        return everyone[position]
+    raise AllocationError(
+        f"pod {pod_ref(pod)}: container index {position} out of range "
+        f"(init={len(_containers(pod, 'initContainers'))}, "
+        f"regular={len(_containers(pod, 'containers'))}); the scheduler's annotation does not "
+        "match this pod's containers: delete and recreate the pod"
+    )
+
+
 def take_next(
-    pod: Mapping[str, Any], entries: list[ContainerDevices], kubelet_ids: Sequence[str]
+    pod: Mapping[str, Any],
+    entries: list[ContainerDevices],
+    kubelet_ids: Sequence[str],
+    *,
+    assigned: PodSingleDevice | None = None,
+    resource: str = "nvidia.com/gpu",
 ) -> ContainerSlot:
-    """Pop the first non-empty entry (blanked in `entries`) for one kubelet container request."""
+    """Pop the first non-empty entry (blanked in `entries`) for one kubelet container request.
+
+    `assigned` is the allocated annotation as the scheduler wrote it (for the container map).
+    """
     position = next((i for i, entry in enumerate(entries) if entry), None)
     if position is None:
         raise AllocationError(
@@ -98,18 +142,7 @@ def take_next(
         )
     devices = entries[position]
     entries[position] = ()
-    init = _containers(pod, "initContainers")
-    regular = _containers(pod, "containers")
-    if position < len(init):
-        container = init[position]
-    elif position - len(init) < len(regular):
-        container = regular[position - len(init)]
-    else:
-        raise AllocationError(
-            f"pod {pod_ref(pod)}: container index {position} out of range "
-            f"(init={len(init)}, regular={len(regular)}); the scheduler's annotation does not "
-            "match this pod's containers: delete and recreate the pod"
-        )
+    container = _container_at(pod, position, assigned, resource)
     if len(devices) != len(kubelet_ids):
         raise AllocationError(
             f"pod {pod_ref(pod)} container {container.get('name')!r}: device number not matched: "

@@ -29,8 +29,9 @@ from pyhami.deviceplugin.binding import PodBinding
 from pyhami.deviceplugin.kubeapi import JsonObject, annotations, metadata_field
 from pyhami.deviceplugin.listing import NoPreferenceError, physical_id, preferred_replicas
 from pyhami.kube import KubeClient
-from pyhami.model import ContainerDevice, ContainerDevices
+from pyhami.model import ContainerDevice, ContainerDevices, PodSingleDevice
 from pyhami.protocol import (
+    KEY_NVIDIA_ALLOCATED,
     KEY_NVIDIA_TO_ALLOCATE,
     BindPhase,
     ProtocolError,
@@ -56,6 +57,17 @@ def to_allocate(pod: JsonObject) -> list[ContainerDevices]:
             f"pod {pod_ref(pod)}: {KEY_NVIDIA_TO_ALLOCATE} is malformed ({error}); delete the pod "
             "so the scheduler places it again"
         ) from error
+
+
+def assigned(pod: JsonObject) -> PodSingleDevice | None:
+    """The allocated annotation (never rewritten); None when absent or unreadable."""
+    value = annotations(pod).get(KEY_NVIDIA_ALLOCATED)
+    if value is None:
+        return None
+    try:
+        return decode_pod_single_device(value)
+    except ProtocolError:
+        return None
 
 
 def _files(settings: AllocationSettings) -> HostFiles:
@@ -114,6 +126,7 @@ class Allocator:
         binding: PodBinding,
         settings: AllocationSettings,
         *,
+        resource_name: str = "nvidia.com/gpu",
         follow_kubelet_choice: bool = False,
         new_cache_id: Callable[[], str] = lambda: str(uuid.uuid4()),
     ) -> None:
@@ -121,6 +134,7 @@ class Allocator:
         self._binding = binding
         self._settings = settings
         self._follow_kubelet = follow_kubelet_choice
+        self._resource = resource_name
         self._new_cache_id = new_cache_id
         self._lock = asyncio.Lock()
 
@@ -143,11 +157,12 @@ class Allocator:
         self, pod: JsonObject, request: api_pb2.AllocateRequest
     ) -> tuple[list[api_pb2.ContainerAllocateResponse], list[ContainerDevices]]:
         entries = to_allocate(pod)
+        scheduled = assigned(pod)
         files = await asyncio.to_thread(_files, self._settings)
         responses = []
         for container_request in request.container_requests:
             kubelet_ids = list(container_request.devices_ids)
-            slot = take_next(pod, entries, kubelet_ids)
+            slot = take_next(pod, entries, kubelet_ids, assigned=scheduled, resource=self._resource)
             if self._follow_kubelet:
                 slot = replace(slot, devices=_realigned(slot.devices, kubelet_ids))
             plan = plan_container(

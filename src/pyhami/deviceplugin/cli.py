@@ -147,7 +147,6 @@ def device_plugin(
         typer.echo(f"pyhami device-plugin: {error}", err=True)
         if fail_on_init_error:
             raise typer.Exit(1) from error
-        typer.echo("FAIL_ON_INIT_ERROR=false: idling without GPUs", err=True)
         asyncio.run(_idle())
         return
     try:
@@ -165,6 +164,7 @@ def device_plugin(
 
 async def _idle() -> None:
     stop = _stop_on_signals()
+    typer.echo("FAIL_ON_INIT_ERROR=false: idling without GPUs until stopped", err=True)
     await stop.wait()
 
 

@@ -87,6 +87,7 @@ class _Instance:
                 disable_core_limit=config.disable_core_limit,
                 vgpu_lock_dir=settings.vgpu_lock_dir,
             ),
+            resource_name=config.resource_name,
             follow_kubelet_choice=config.enable_preferred_allocation,
         )
         self.servicer = DevicePluginServicer(
