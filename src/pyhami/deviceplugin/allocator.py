@@ -182,11 +182,11 @@ class Allocator:
             )
         # HAMi rewrites decode→encode, which adds one `;` per call (protocol.md A2); kept for
         # byte compatibility with HAMi's own readers.
-        remaining = encode_pod_single_device(tuple(entries))
+        blanked = encode_pod_single_device(tuple(entries))
         await self._kube.patch_pod(
             metadata_field(pod, "namespace"),
             metadata_field(pod, "name"),
-            {"metadata": {"annotations": {KEY_NVIDIA_TO_ALLOCATE: remaining}}},
+            {"metadata": {"annotations": {KEY_NVIDIA_TO_ALLOCATE: blanked}}},
         )
         return responses, entries
 
