@@ -368,3 +368,9 @@ async def test_malformed_bodies_are_400(http: Http) -> None:
     assert status == 400
     status, body = await http.post(PODS, {**pod("a"), "kind": "Node"})
     assert status == 400 and "does not match" in body["message"]
+
+
+async def test_dry_run_is_refused_not_persisted(http: Http, apiserver: FakeKubeAPIServer) -> None:
+    status, body = await http.post(f"{PODS}?dryRun=All", pod("a"))
+    assert status == 400 and "dryRun" in body["message"]
+    assert apiserver.store.items("pods") == []

@@ -227,6 +227,9 @@ class FakeKubeAPIServer:
             )
         try:
             verb = self._verb(request, route)
+            if request.query.get("dryRun"):
+                # Refused rather than ignored: persisting a dry run would be a silent lie.
+                raise bad_request("dryRun is not supported by the fake API server")
             self.requests[(verb, route.audit_name)] += 1
             await self.faults.before(verb, route.audit_name)
             if verb == "watch":
