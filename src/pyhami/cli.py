@@ -2,6 +2,7 @@
 
 import typer
 
+from pyhami.cli_annotations import annotations_app
 from pyhami.deviceplugin.cli import device_plugin
 from pyhami.monitor.cli import MONITOR_CONTEXT, monitor
 from pyhami.sim import cli as sim_cli
@@ -31,6 +32,7 @@ app.command()(sim_cli.simulate)
 app.command()(sim_cli.explain)
 app.command("device-plugin")(device_plugin)
 app.command("monitor", context_settings=MONITOR_CONTEXT)(monitor)
+app.add_typer(annotations_app)
 
 
 def main() -> None:
