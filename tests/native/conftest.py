@@ -7,7 +7,7 @@ import os
 import signal
 import struct
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,14 +81,15 @@ class Harness:
 
     native: Native
     tmp: Path
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def cache(self) -> Path:
-        return Path(self.env.get("CUDA_DEVICE_MEMORY_SHARED_CACHE", self.tmp / "region.cache"))
+        return Path(self.env.get("CUDA_DEVICE_MEMORY_SHARED_CACHE") or self.tmp / "region.cache")
 
-    def environment(self, extra: dict[str, str] | None, preload: bool) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(_OWN_PREFIXES)}
+    def environment(self, extra: Mapping[str, str | None] | None, preload: bool) -> dict[str, str]:
+        env: dict[str, str | None] = {
+            k: v for k, v in os.environ.items() if not k.startswith(_OWN_PREFIXES)}
         env["LD_LIBRARY_PATH"] = str(self.native.stub_dir)
         env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = str(self.tmp / "region.cache")
         env["LIBCUDA_LOG_LEVEL"] = "2"
@@ -98,9 +99,9 @@ class Harness:
         env.update(extra or {})
         if preload:
             env["LD_PRELOAD"] = self.native.preload
-        return {k: v for k, v in env.items() if v is not None}
+        return {k: v for k, v in env.items() if v is not None}  # None: leave the key out
 
-    def run(self, *words: str, env: dict[str, str] | None = None, preload: bool = True,
+    def run(self, *words: str, env: Mapping[str, str | None] | None = None, preload: bool = True,
             timeout: float = 60) -> Run:
         done = subprocess.run(
             [str(self.native.drive), *words], env=self.environment(env, preload),
@@ -109,7 +110,7 @@ class Harness:
         assert done.returncode == 0, f"vgpu_drive failed ({done.returncode}): {done.stderr}"
         return Run(parse(done.stdout), done.stderr, done.returncode)
 
-    def start(self, *words: str, env: dict[str, str] | None = None, preload: bool = True,
+    def start(self, *words: str, env: Mapping[str, str | None] | None = None, preload: bool = True,
               capture: bool = True) -> subprocess.Popen[str]:
         output = subprocess.PIPE if capture else subprocess.DEVNULL
         return subprocess.Popen(
