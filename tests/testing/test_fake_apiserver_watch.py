@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import aiohttp
+import pytest
 
 from pyhami.testing import FakeKubeAPIServer
 
@@ -158,3 +159,27 @@ async def test_dropped_watch_ends(http: Http, apiserver: FakeKubeAPIServer) -> N
     await asyncio.sleep(0.05)
     assert apiserver.drop_watches("pods") == 1
     assert await asyncio.wait_for(watch, 2) == []
+
+
+async def test_wait_for_a_condition(http: Http, apiserver: FakeKubeAPIServer) -> None:
+    await http.post(PODS, pod("a"))
+
+    async def bind_soon() -> None:
+        await asyncio.sleep(0.05)
+        await http.post(f"{PODS}/a/binding", {"metadata": {"name": "a"}, "target": {"name": "n1"}})
+
+    binder = asyncio.create_task(bind_soon())
+    bound = await apiserver.wait_for(
+        "pods", "default", "a", lambda p: bool(p["spec"].get("nodeName")), timeout_s=5
+    )
+    await binder
+    assert bound["spec"]["nodeName"] == "n1" and "kind" not in bound
+    with pytest.raises(TimeoutError):
+        await apiserver.wait_for("pods", "default", "a", lambda p: False, timeout_s=0.1)
+    deleting = asyncio.create_task(
+        apiserver.wait_for("pods", "default", "a", lambda p: False, timeout_s=5)
+    )
+    await asyncio.sleep(0.05)
+    await http.delete(f"{PODS}/a", {"gracePeriodSeconds": 0})
+    with pytest.raises(LookupError, match="deleted"):
+        await deleting

@@ -1,7 +1,22 @@
 """A kube-apiserver double on aiohttp: real HTTP, resourceVersion, watch, patches, admission.
 
-See `FakeKubeAPIServer`; the store, selectors, patches and admission chain are importable for
-tests that want them directly.
+See `FakeKubeAPIServer`. Behaviour follows kube-apiserver where pyhami depends on it; where it
+knowingly does not (kept small on purpose):
+
+* no authentication or RBAC; any bearer token is accepted;
+* list always serves the newest state (a `continue` page too), so `resourceVersionMatch=Exact`
+  works only for the current version; a list with a version newer than the store is 504;
+* a watch from an expired version answers 200 with one ERROR event (410 Expired), as the
+  watch cache does; bookmarks come every `bookmark_interval_s` when the stream is idle;
+* pods: status is kept when given on create (kube-apiserver resets it to Pending); the spec
+  update rule is simplified to "only images, activeDeadlineSeconds, tolerations and
+  schedulingGates may change"; graceful deletion finishes by itself after
+  min(grace, `pod_grace_cap_s`) in place of a kubelet;
+* namespaces are deleted at once (no Terminating phase), without deleting their contents;
+* core/v1 and events.k8s.io/v1 Events are separate stores;
+* admission: mutating webhooks on CREATE only, no reinvocation; no validating webhooks;
+* strategic merge patch: the subset described in `patches`; server-side apply and dryRun
+  are refused (415 / 400), never half-done.
 """
 
 from pyhami.testing.fake_apiserver.admission import AdmissionCall, AdmissionChain, Webhook

@@ -201,6 +201,37 @@ class FakeKubeAPIServer:
             watcher.abort = abrupt
         return self.store.drop_watches(resource)
 
+    async def wait_for(
+        self,
+        resource: str,
+        namespace: str | None,
+        name: str,
+        condition: Callable[[JsonObject], bool],
+        *,
+        timeout_s: float = 10.0,
+    ) -> JsonObject:
+        """The object once `condition(obj)` holds (checked now and on every change).
+
+        Raises TimeoutError, or LookupError when the object is deleted while waiting."""
+        kind = self.store.resource(resource)
+        selector = Selector.parse(kind, "", f"metadata.name={name}")
+        watcher = self.store.watch(kind, namespace if kind.namespaced else None, selector, None)
+        try:
+            async with asyncio.timeout(timeout_s):
+                while True:
+                    event = await watcher.queue.get()
+                    if event is None:
+                        raise LookupError(f"the watch on {resource} {name!r} was dropped")
+                    if event["type"] == "DELETED":
+                        raise LookupError(f"{resource} {name!r} was deleted while waiting")
+                    obj = {
+                        k: v for k, v in event["object"].items() if k not in ("apiVersion", "kind")
+                    }
+                    if condition(obj):
+                        return obj
+        finally:
+            self.store.stop_watch(watcher)
+
     # --- HTTP -----------------------------------------------------------------------------
 
     async def _version(self, _request: web.Request) -> web.Response:

@@ -135,7 +135,8 @@ class ObjectStore:
     # --- reading --------------------------------------------------------------------------
 
     @staticmethod
-    def _resource(resource: ResourceType | str) -> ResourceType:
+    def resource(resource: ResourceType | str) -> ResourceType:
+        """A resource type by value or by name (`pods`, `leases`, `events.k8s.io/events`)."""
         return resource if isinstance(resource, ResourceType) else resource_named(resource)
 
     @staticmethod
@@ -152,7 +153,7 @@ class ObjectStore:
 
     def get(self, resource: ResourceType | str, namespace: str | None, name: str) -> JsonObject:
         """A copy of the stored object (404 ApiError when absent)."""
-        resource = self._resource(resource)
+        resource = self.resource(resource)
         return copy.deepcopy(self._current(resource, namespace, name))
 
     def items(
@@ -162,7 +163,7 @@ class ObjectStore:
         selector: Selector | None = None,
     ) -> list[JsonObject]:
         """Copies of the matching objects, ordered by namespace then name, as etcd lists them."""
-        resource = self._resource(resource)
+        resource = self.resource(resource)
         return [copy.deepcopy(obj) for obj in self._matching(resource, namespace, selector)]
 
     def _matching(
@@ -204,7 +205,7 @@ class ObjectStore:
         self, resource: ResourceType | str, namespace: str | None, body: JsonObject
     ) -> JsonObject:
         """The object as admission sees it: checked, defaulted, namespace set (no name yet)."""
-        resource = self._resource(resource)
+        resource = self.resource(resource)
         if not isinstance(body, dict) or not isinstance(body.get("metadata", {}), dict):
             raise bad_request(f"a {resource.kind} must be a JSON object with object metadata")
         validation.check_kind(resource, body)
@@ -229,7 +230,7 @@ class ObjectStore:
         self, resource: ResourceType | str, namespace: str | None, body: JsonObject
     ) -> JsonObject:
         """Create as kube-apiserver would after admission; returns the stored object."""
-        resource = self._resource(resource)
+        resource = self.resource(resource)
         obj = self.prepare_create(resource, namespace, body)
         metadata = obj["metadata"]
         if metadata.get("resourceVersion"):
@@ -320,7 +321,7 @@ class ObjectStore:
         subresource: str = "",
     ) -> JsonObject:
         """PUT: replace the object; an empty resourceVersion means unconditional."""
-        resource = self._resource(resource)
+        resource = self.resource(resource)
         old = self._current(resource, namespace, name)
         return self._write(resource, old, copy.deepcopy(body), subresource)
 
@@ -335,7 +336,7 @@ class ObjectStore:
         subresource: str = "",
     ) -> JsonObject:
         """PATCH with one of `PATCH_TYPES`; a resourceVersion in the patch is a precondition."""
-        resource = self._resource(resource)
+        resource = self.resource(resource)
         old = self._current(resource, namespace, name)
         current = with_kind(resource, copy.deepcopy(old))
         try:
@@ -366,7 +367,7 @@ class ObjectStore:
         resource_version: str | None = None,
     ) -> JsonObject:
         """Delete; bound, running pods and objects with finalizers go in two steps."""
-        resource = self._resource(resource)
+        resource = self.resource(resource)
         old = self._current(resource, namespace, name)
         validation.check_precondition(old, uid, resource_version, resource)
         grace = self._grace_period(resource, old, grace_period_seconds)
@@ -488,7 +489,7 @@ class ObjectStore:
         resource_version: str | None,
     ) -> Watcher:
         """Open a watch; an unset or "0" version starts with ADDED for what exists now."""
-        resource = self._resource(resource)
+        resource = self.resource(resource)
         watcher = Watcher(resource, namespace, selector)
         if not resource_version or resource_version == "0":
             for obj in self._matching(resource, namespace, selector):
@@ -504,7 +505,7 @@ class ObjectStore:
         return watcher
 
     def open_watchers(self, resource: ResourceType | str | None = None) -> list[Watcher]:
-        wanted = None if resource is None else self._resource(resource)
+        wanted = None if resource is None else self.resource(resource)
         return [w for w in self._watchers if wanted is None or w.resource is wanted]
 
     @property
