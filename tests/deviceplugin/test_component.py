@@ -316,3 +316,25 @@ async def test_lock_release_retries_a_conflict(gpu_node: Node) -> None:
     assert gpu_node.pod_annotations("racy")["hami.io/bind-phase"] == "success"
     assert LOCK not in gpu_node.node_annotations()
     assert gpu_node.api.faults.injected == 1
+
+
+async def test_asymmetric_links_score_zero_and_warn_on_the_node_once(gpu_node: Node) -> None:
+    gpu_node.topology_score = True
+    gpu_node.nvml.link(0, 1, nvlinks=2, one_way=True)
+    await started(gpu_node)
+    await gpu_node.eventually(lambda: SCORE in gpu_node.node_annotations())
+    scores = decode_pair_scores(gpu_node.node_annotations()[SCORE])
+    assert [dict(s.scores) for s in scores] == [
+        {gpu_node.nvml.device_uuid(1): 0},
+        {gpu_node.nvml.device_uuid(0): 0},
+    ]
+    await gpu_node.eventually(lambda: bool(gpu_node.api.store.items("events")))
+    gpu_node.nvml.inject_xid(0, 79)  # another scan, within the hour: no second event
+    await gpu_node.eventually(
+        lambda: not decode_node_devices(gpu_node.node_annotations()[REGISTER])[0].health
+    )
+    (event,) = gpu_node.api.store.items("events")
+    assert (event["reason"], event["type"]) == ("AsymmetricGPUP2PLink", "Warning")
+    assert event["involvedObject"] == {"kind": "Node", "name": NODE, "apiVersion": "v1"}
+    assert event["metadata"]["namespace"] == "default"
+    assert event["source"]["component"] == "hami-device-plugin"
