@@ -86,12 +86,14 @@ async def test_survives_a_kubelet_restart(gpu_node: Node) -> None:
 
 async def test_xid_marks_unhealthy_in_both_places_and_recovers(gpu_node: Node) -> None:
     kubelet_plugin = await started(gpu_node)
+    gpu_node.nvml.fail("device_uuid", index=1)  # the recovery probe fails until healed
     gpu_node.nvml.inject_xid(1, 79)
     await kubelet_plugin.wait_for_devices(lambda d: {x.health for x in d[4:]} == {UNHEALTHY})
     assert {d.health for d in kubelet_plugin.devices[:4]} == {HEALTHY}
     await gpu_node.eventually(
         lambda: not decode_node_devices(gpu_node.node_annotations()[REGISTER])[1].health
     )
+    gpu_node.nvml.heal()
     # quiet for recovery_after (0.3 s) and NVML answers: healthy again everywhere
     await kubelet_plugin.wait_for_devices(lambda d: {x.health for x in d} == {HEALTHY})
     await gpu_node.eventually(
