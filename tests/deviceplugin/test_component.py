@@ -69,6 +69,7 @@ async def test_patches_only_on_change_and_repairs_a_deleted_annotation(gpu_node:
 async def test_a_failed_patch_is_retried_with_the_new_value(gpu_node: Node) -> None:
     await started(gpu_node)
     gpu_node.api.faults.fail("patch", "nodes", status=500, times=3)
+    gpu_node.nvml.fail("device_uuid", index=0)  # no recovery meanwhile
     gpu_node.nvml.inject_xid(0, 79)  # the value changes while patches fail
     await gpu_node.eventually(
         lambda: not decode_node_devices(gpu_node.node_annotations()[REGISTER])[0].health
@@ -331,6 +332,7 @@ async def test_asymmetric_links_score_zero_and_warn_on_the_node_once(gpu_node: N
         {gpu_node.nvml.device_uuid(0): 0},
     ]
     await gpu_node.eventually(lambda: bool(gpu_node.api.store.items("events")))
+    gpu_node.nvml.fail("device_uuid", index=0)  # no recovery meanwhile
     gpu_node.nvml.inject_xid(0, 79)  # another scan, within the hour: no second event
     await gpu_node.eventually(
         lambda: not decode_node_devices(gpu_node.node_annotations()[REGISTER])[0].health
