@@ -374,3 +374,13 @@ async def test_dry_run_is_refused_not_persisted(http: Http, apiserver: FakeKubeA
     status, body = await http.post(f"{PODS}?dryRun=All", pod("a"))
     assert status == 400 and "dryRun" in body["message"]
     assert apiserver.store.items("pods") == []
+
+
+async def test_pod_status_on_create_is_reset_over_http(
+    http: Http, apiserver: FakeKubeAPIServer
+) -> None:
+    body = {**pod("a"), "status": {"phase": "Running", "podIP": "10.0.0.1"}}
+    _, created = await http.post(PODS, body)
+    assert created["status"] == {"phase": "Pending"}
+    seeded = apiserver.store.create("pods", "default", {**pod("b"), "status": {"phase": "Running"}})
+    assert seeded["status"]["phase"] == "Running"

@@ -8,10 +8,11 @@ knowingly does not (kept small on purpose):
   works only for the current version; a list with a version newer than the store is 504;
 * a watch from an expired version answers 200 with one ERROR event (410 Expired), as the
   watch cache does; bookmarks come every `bookmark_interval_s` when the stream is idle;
-* pods: status is kept when given on create (kube-apiserver resets it to Pending); the spec
-  update rule is simplified to "only images, activeDeadlineSeconds, tolerations and
-  schedulingGates may change"; graceful deletion finishes by itself after
-  min(grace, `pod_grace_cap_s`) in place of a kubelet;
+* pods: the in-process `store.create` keeps a given status (to seed running pods; over
+  HTTP it is reset to Pending, as kube-apiserver does); the spec update rule is simplified
+  to "only images, activeDeadlineSeconds, tolerations and schedulingGates may change";
+  graceful deletion finishes by itself after min(grace, `pod_grace_cap_s`), in place of
+  a kubelet;
 * namespaces are deleted at once (no Terminating phase), without deleting their contents;
 * core/v1 and events.k8s.io/v1 Events are separate stores;
 * admission: mutating webhooks on CREATE only, no reinvocation; no validating webhooks;

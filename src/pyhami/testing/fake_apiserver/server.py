@@ -398,7 +398,7 @@ class FakeKubeAPIServer:
     async def _create(self, route: Route, body: JsonObject) -> JsonObject:
         obj = self.store.prepare_create(route.resource, route.namespace, body)
         obj = await self.admission.admit(route.resource, obj["metadata"].get("namespace"), obj)
-        return self.store.create(route.resource, route.namespace, obj)
+        return self.store.create(route.resource, route.namespace, obj, keep_pod_status=False)
 
     async def _delete(self, request: web.Request, route: Route) -> JsonObject:
         assert route.name is not None

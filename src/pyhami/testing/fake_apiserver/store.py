@@ -227,11 +227,21 @@ class ObjectStore:
         return obj
 
     def create(
-        self, resource: ResourceType | str, namespace: str | None, body: JsonObject
+        self,
+        resource: ResourceType | str,
+        namespace: str | None,
+        body: JsonObject,
+        *,
+        keep_pod_status: bool = True,
     ) -> JsonObject:
-        """Create as kube-apiserver would after admission; returns the stored object."""
+        """Create as kube-apiserver would after admission; returns the stored object.
+
+        Over HTTP a new pod's status is reset to Pending, as kube-apiserver does; the
+        in-process default keeps it, so tests and the demo can seed running pods."""
         resource = self.resource(resource)
         obj = self.prepare_create(resource, namespace, body)
+        if resource is PODS and not keep_pod_status:
+            obj["status"] = {"phase": "Pending"}
         metadata = obj["metadata"]
         if metadata.get("resourceVersion"):
             raise bad_request("resourceVersion should not be set on objects to be created")
