@@ -42,7 +42,7 @@ TRICKLE = 10 * CAPACITY // 100 + CAPACITY // 4
 
 
 def test_busy_device_throttles_to_a_trickle(each_vgpu: Harness) -> None:
-    series = launch_for(each_vgpu, limited(each_vgpu, utilisation=90), 2000)
+    series = launch_for(each_vgpu, limited(each_vgpu, utilisation=90), 1500)
     assert last_second(series) <= TRICKLE, series
     assert series[-1] <= CAPACITY * (len(series) + 1), "never more than a full bucket per tick"
 
@@ -57,7 +57,7 @@ def test_idle_device_launches_up_to_the_bucket_and_no_more(vgpu: Harness) -> Non
 def test_every_launch_path_is_limited(vgpu: Harness, how: str) -> None:
     env = limited(vgpu, utilisation=90)
     unlimited = launch_for(vgpu, {**env, "GPU_CORE_UTILIZATION_POLICY": "disable"}, 300, how)
-    throttled = launch_for(vgpu, env, 2000, how)
+    throttled = launch_for(vgpu, env, 1500, how)
     assert last_second(throttled) <= TRICKLE, throttled  # a graph counts as one block
     assert unlimited[-1] > 5 * last_second(throttled), (unlimited, throttled)
 
@@ -80,7 +80,7 @@ def test_switch_off_from_the_monitor_stops_throttling_but_still_reports_activity
         assert series[-1] >= 100 * CAPACITY, "switch 0: the container is alone on its GPU"
         assert region.recent_kernel == 2, "HAMi-core latched here (hami-core.md §5.5)"
         region.write_utilization_switch(1)
-        assert last_second(launch_for(vgpu, env, 2000)) <= TRICKLE
+        assert last_second(launch_for(vgpu, env, 1500)) <= TRICKLE
     finally:
         region.close()
 
