@@ -23,8 +23,22 @@ def state(ledger: Ledger) -> dict[str, object]:
     for name in sorted(ledger.node_names()):
         node = ledger.node(name)
         assert node is not None
+        columns = ledger.columns
+        for c in node.cards:  # the screen's columns follow the cards exactly
+            assert (columns.used[c.slot], columns.usedmem[c.slot], columns.usedcores[c.slot],
+                    columns.health[c.slot]) == (c.used, c.usedmem, c.usedcores, c.health)
         nodes[name] = (
             ledger.device_usage(name),
+            [
+                (
+                    int(columns.used[c.slot]),
+                    int(columns.usedmem[c.slot]),
+                    int(columns.usedcores[c.slot]),
+                    bool(columns.health[c.slot]),
+                    bool(columns.active[c.slot]),
+                )
+                for c in node.cards
+            ],
             [sorted((p.start, p.size) for p in c.mig_in_use) for c in node.cards],
             node.score,
         )

@@ -26,6 +26,7 @@ from pyhami.devices.nvidia.fit import MIG_MODE, FitOutcome, FitPolicy, QuotaChec
 from pyhami.devices.nvidia.mig import select_candidate
 from pyhami.devices.reasons import CardCheck
 from pyhami.engine.collapse import collapse_init_usage
+from pyhami.engine.columns import SCREEN_WORDS
 from pyhami.engine.ledger import Ledger, LedgerCard, LedgerNode, PodAllocation, PodKey
 from pyhami.engine.pod import (
     EngineConfig,
@@ -83,6 +84,10 @@ class NodeFailure(enum.StrEnum):
 
 
 _UNREGISTERED = NodeFailure.UNREGISTERED.value
+_ALLOCATED_INSUFFICIENT = Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST.value
+# Nodes tried one by one before the column screen takes over: a fitting node is usually
+# among the first few in policy order, and the screen costs a pass over every card.
+_SEQUENTIAL_NODES = 32
 
 
 class NodeVerdict(NamedTuple):
@@ -136,6 +141,7 @@ class _Cycle:
     memory_factor: int
     mig_allowed: bool  # `nvidia.com/vgpu-mode` absent or naming mig
     order_free: bool  # card order cannot change Fit's yes/no here (no NUMA binding, no quota)
+    screen: ContainerDeviceRequest | None  # the one request, when CardColumns can screen it
     # Reasons and their text by the counts: many nodes fail the same way.
     texts: dict[tuple[tuple[tuple[str, int], ...], int], tuple[str, Mapping[Reason, int]]]
 
@@ -218,6 +224,8 @@ def decide(
     verdicts: dict[NodeName, NodeVerdict] = {}
     winner: NodeVerdict | None = None
     spread = plan.node_policy == NodePolicy.SPREAD
+    screen: _Screen | None = None
+    visited = 0
     for node in ledger.preferred_nodes(spread):
         if node.name not in wanted:
             continue
@@ -227,7 +235,15 @@ def decide(
             if winner is None and verdict.fits:
                 winner = verdict
             continue
-        if cycle.order_free and not node.has_mig:
+        visited += 1
+        if cycle.screen is not None and not node.has_mig and visited > _SEQUENTIAL_NODES:
+            # Many nodes tried and none fits yet: screen the whole cluster in one pass.
+            screen = screen or _Screen(ledger, cycle, cycle.screen)
+            screened = screen.verdict(node)
+            if screened is not None:
+                verdicts[node.name] = screened
+                continue
+        elif cycle.order_free and not node.has_mig:
             verdict = _evaluate(node, cycle, quick=True)
             if not verdict.fits:
                 verdicts[node.name] = verdict
@@ -297,6 +313,7 @@ def _cycle(
 ) -> _Cycle:
     mode = plan.selectors.vgpu_mode
     quota = None if quotas is None else quotas.limit(plan.namespace)
+    order_free = not plan.selectors.numa_bind and quota is None
     return _Cycle(
         plan=plan,
         weights=weights,
@@ -309,9 +326,70 @@ def _cycle(
         quota_used=ledger.namespace_usage(plan.namespace),
         memory_factor=config.nvidia.memory_factor,
         mig_allowed=mode is None or MIG_MODE in mode,
-        order_free=not plan.selectors.numa_bind and quota is None,
+        order_free=order_free,
+        screen=_screenable(plan, order_free),
         texts={},
     )
+
+
+def _screenable(plan: PodPlan, order_free: bool) -> ContainerDeviceRequest | None:
+    """The pod's only request, if its per-card checks need no per-card Python (columns.py)."""
+    requests = [request for request in plan.requests if request is not None]
+    selectors = plan.selectors
+    if len(requests) != 1 or not order_free or selectors.filters_types or selectors.filters_uuids:
+        return None
+    return requests[0]
+
+
+class _Screen:
+    """Verdicts for nodes without MIG cards from one column pass over every card."""
+
+    def __init__(self, ledger: Ledger, cycle: _Cycle, request: ContainerDeviceRequest) -> None:
+        typed, counts = ledger.columns.screen(request, cycle.fit_policy)
+        self._typed = typed.tolist()
+        self._counts = counts.tolist()
+        self._cycle = cycle
+        self._nums = request.nums
+        self._position = next(n for n, r in enumerate(cycle.plan.requests) if r is not None)
+        self._known: dict[tuple[int, ...], tuple[str, Mapping[Reason, int]]] = {}
+
+    def verdict(self, node: LedgerNode) -> NodeVerdict | None:
+        """The node's failure, or None when it fits (then the full evaluation picks cards)."""
+        typed = self._typed[node.slot]
+        if self._nums > typed:
+            return NodeVerdict(
+                node.name,
+                False,
+                node.score,
+                failure=NodeFailure.INSUFFICIENT_DEVICE,
+                container=self._position,
+                reason=NodeFailure.INSUFFICIENT_DEVICE.value,
+            )
+        row = self._counts[node.slot]
+        if row[0] >= self._nums:
+            return None
+        key = (*row, typed)
+        known = self._known.get(key)
+        if known is None:
+            counts: dict[str, int] = {}
+            for code in range(1, len(row)):
+                if row[code]:
+                    word = SCREEN_WORDS[code]
+                    counts[word] = counts.get(word, 0) + row[code]
+            if row[0]:
+                counts[_ALLOCATED_INSUFFICIENT] = row[0]
+            known = self._known[key] = _reasons(self._cycle, counts, typed)
+        text, reasons = known
+        return NodeVerdict(
+            node.name,
+            False,
+            node.score,
+            failure=NodeFailure.CARDS,
+            container=self._position,
+            reasons=reasons,
+            cards=typed,
+            reason=text,
+        )
 
 
 def _evaluate(
@@ -433,7 +511,7 @@ def _fit_container(
     )
     if outcome.ok:
         return outcome
-    text, reasons = _reasons(cycle, outcome)
+    text, reasons = _reasons(cycle, outcome.counts, outcome.total)
     return NodeVerdict(
         node.name,
         False,
@@ -447,13 +525,15 @@ def _fit_container(
     )
 
 
-def _reasons(cycle: _Cycle, outcome: FitOutcome) -> tuple[str, Mapping[Reason, int]]:
+def _reasons(
+    cycle: _Cycle, counts: Mapping[str, int], total: int
+) -> tuple[str, Mapping[Reason, int]]:
     """HAMi's reason text and the typed counts, made once per distinct outcome."""
-    key = (tuple(outcome.counts.items()), outcome.total)
+    key = (tuple(counts.items()), total)
     known = cycle.texts.get(key)
     if known is None:
-        text = format_reasons(outcome.counts, outcome.total)
-        known = cycle.texts[key] = (text, MappingProxyType(outcome.reasons))
+        typed = MappingProxyType({Reason(word): count for word, count in counts.items()})
+        known = cycle.texts[key] = (format_reasons(counts, total), typed)
     return known
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pyhami.devices.inventory import NodeInventory
 from pyhami.devices.nvidia.fit import HAMI_CORE_MODE, MIG_MODE
 from pyhami.engine.collapse import app_only_usage, collapse_init_usage
+from pyhami.engine.columns import CardColumns
 from pyhami.engine.policy import node_score
 from pyhami.model import (
     ContainerDevices,
@@ -66,6 +67,7 @@ class LedgerCard:
         "mode",
         "numa",
         "registered_health",
+        "slot",
         "totalcore",
         "totalmem",
         "type",
@@ -92,6 +94,7 @@ class LedgerCard:
         self.usedcores = 0
         self.mig_in_use: list[MigPlacement] = []
         self.unhealthy_marks = 0  # pods whose MIG bookkeeping contradicts this card's mode
+        self.slot = -1  # its row in the ledger's CardColumns
 
     def usage(self) -> DeviceUsage:
         return DeviceUsage(
@@ -123,6 +126,7 @@ class LedgerNode:
         "mig_poison",
         "name",
         "score",
+        "slot",
         "totalcore",
         "totalmem",
         "typed_cards",
@@ -147,6 +151,7 @@ class LedgerNode:
         self.used = self.usedcores = self.usedmem = 0
         self.mig_poison = 0  # pods with a MIG reservation on a GPU this node does not have
         self.score = 0.0
+        self.slot = -1  # its node slot in the ledger's CardColumns
 
     def rescore(self) -> None:
         self.score = node_score(
@@ -188,6 +193,7 @@ class Ledger:
         # (score, name) ascending: spread's preference; (-score, name): binpack's.
         self._spread_order: list[tuple[float, NodeName]] = []
         self._binpack_order: list[tuple[float, NodeName]] = []
+        self.columns = CardColumns()
 
     # ----- nodes -----------------------------------------------------------------------------
 
@@ -201,8 +207,19 @@ class Ledger:
             for key in keys:
                 self._unapply(self._pods[key])
             self._unorder(old)
+            self._release_columns(old)
         node = LedgerNode(name, inventory)
         self._nodes[name] = node
+        node.slot = self.columns.add_node()
+        typed = {id(card) for card in node.typed_cards}
+        for card in node.cards:
+            card.slot = self.columns.add_card(
+                node.slot,
+                totals=(card.count, card.totalmem, card.totalcore),
+                typed=id(card) in typed,
+                cordoned=card.id in inventory.cordoned,
+            )
+            self._sync(card)
         for key in sorted(keys):
             self._apply(self._pods[key], node)
         node.rescore()
@@ -216,6 +233,15 @@ class Ledger:
         for key in self._pods_by_node.get(name, set()):
             self._pods[key].applied = None
         self._unorder(node)
+        self._release_columns(node)
+
+    def _release_columns(self, node: LedgerNode) -> None:
+        for card in node.cards:
+            self.columns.remove_card(card.slot)
+        self.columns.remove_node(node.slot)
+
+    def _sync(self, card: LedgerCard) -> None:
+        self.columns.set_usage(card.slot, card.used, card.usedmem, card.usedcores, card.health)
 
     def node(self, name: NodeName) -> LedgerNode | None:
         return self._nodes.get(name)
@@ -352,8 +378,7 @@ class Ledger:
         self._add(node, applied, -1)
         record.applied = None
 
-    @staticmethod
-    def _add(node: LedgerNode, applied: _Applied, sign: int) -> None:
+    def _add(self, node: LedgerNode, applied: _Applied, sign: int) -> None:
         for card, slots, mem, cores in applied.usage:
             card.used += sign * slots
             card.usedmem += sign * mem
@@ -378,6 +403,8 @@ class Ledger:
                 and card.unhealthy_marks == 0
                 and not (card.mode == MIG_MODE and node.mig_poison > 0)
             )
+        for card in touched.union(entry[0] for entry in applied.usage):
+            self._sync(card)
 
 
 def build_ledger(nodes: Mapping[NodeName, NodeInventory], pods: Sequence[PodAllocation]) -> Ledger:

@@ -1,0 +1,99 @@
+"""The column screen (engine/columns.py) answers exactly like Fit on every card."""
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pyhami.engine import EngineConfig, Ledger, PodAllocation, decide
+from pyhami.model import MigPlacement, MigProfile
+
+from .builders import N, card, gpus, inventory, pod, used
+
+ONE_G = MigProfile("1g.10gb", 9856, 15, 1, tuple(MigPlacement(s, 1) for s in range(7)))
+
+card_state = st.tuples(
+    st.integers(0, 4),  # used
+    st.integers(0, 9000),  # memory used
+    st.sampled_from([0, 20, 50, 100]),  # cores used
+    st.booleans(),  # healthy
+    st.sampled_from(["NVIDIA-A100", "NVIDIA-T4", "Ascend"]),  # a non-NVIDIA type is skipped
+    st.booleans(),  # cordoned
+)
+node_state = st.tuples(st.lists(card_state, min_size=1, max_size=4), st.booleans())  # , MIG
+
+
+def build(nodes: list[tuple[list[tuple[int, int, int, bool, str, bool]], bool]]) -> Ledger:
+    ledger = Ledger()
+    for n, (cards, mig) in enumerate(nodes):
+        infos = []
+        cordoned = set()
+        for c, (_, _, _, healthy, type_, cordon) in enumerate(cards):
+            uuid = f"g{n}-{c}"
+            infos.append(card(uuid, 10000, count=4, type_=type_, index=c, health=healthy,
+                              mode="mig" if mig and c == 0 else "hami-core",
+                              profiles=(ONE_G,) if mig and c == 0 else ()))
+            if cordon:
+                cordoned.add(uuid)
+        ledger.upsert_node(N(f"n{n:02d}"), inventory(*infos, cordoned=frozenset(cordoned)))
+        for c, (slots, mem, cores, *_rest) in enumerate(cards):
+            if mig and c == 0:
+                continue
+            for s in range(slots):
+                share = used(f"g{n}-{c}", mem if s == 0 else 0, cores if s == 0 else 0)
+                key = f"p{n}-{c}-{s}"
+                ledger.add_pod(PodAllocation(key, "default", key, N(f"n{n:02d}"), ((share,),)))
+    return ledger
+
+
+request = st.builds(
+    lambda n, mem, cores, pct: gpus(n, mem=mem, cores=cores, pct=pct),
+    st.integers(1, 3),
+    st.one_of(st.none(), st.integers(1, 10000)),
+    st.one_of(st.none(), st.sampled_from([0, 10, 60, 100, 150])),
+    st.one_of(st.none(), st.integers(1, 100)),
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(node_state, min_size=34, max_size=45),
+    request,
+    st.sampled_from(["spread", "binpack", "mutex", "topology-aware"]),
+    st.sampled_from(["binpack", "spread"]),
+)
+def test_screen_matches_fit_on_every_node(
+    nodes: list[tuple[list[tuple[int, int, int, bool, str, bool]], bool]],
+    limits: dict[str, str],
+    gpu_policy: str,
+    node_policy: str,
+) -> None:
+    ledger = build(nodes)
+    the_pod = pod("p", limits, annotations={"hami.io/gpu-scheduler-policy": gpu_policy})
+    names = [N(f"n{n:02d}") for n in range(len(nodes))] + [N("ghost")]
+    config = EngineConfig(node_policy=node_policy)
+    fast = decide(the_pod, names, ledger, config=config, quotas=None, now=0)
+    full = decide(the_pod, names, ledger, config=config, quotas=None, now=0, explain=True)
+    assert (fast.node, fast.devices) == (full.node, full.devices)
+    if fast.node is None:
+        assert fast.failed_nodes == full.failed_nodes
+        for name, verdict in fast.verdicts.items():
+            assert verdict.reasons == full.verdicts[name].reasons
+            assert verdict.failure == full.verdicts[name].failure
+
+
+def test_screen_sees_usage_changes_and_node_changes() -> None:
+    ledger = build([([(0, 0, 0, True, "NVIDIA-A100", False)], False)] * 40)
+    names = [N(f"n{n:02d}") for n in range(40)]
+    big = pod("big", gpus(1, mem=9000))
+    assert decide(big, names, ledger, config=EngineConfig(), quotas=None, now=0).node == "n00"
+    for n in range(40):
+        key = f"fill{n}"
+        ledger.add_pod(PodAllocation(key, "default", key, N(f"n{n:02d}"),
+                                     ((used(f"g{n}-0", 5000),),)))
+    answer = decide(big, names, ledger, config=EngineConfig(), quotas=None, now=0)
+    assert answer.node is None
+    assert set(answer.failed_nodes.values()) == {"1/1 CardInsufficientMemory"}
+    ledger.remove_pod("fill39")
+    ledger.remove_node(N("n00"))
+    ledger.upsert_node(N("n00"), inventory(card("new", 20000)))
+    answer = decide(big, names, ledger, config=EngineConfig(), quotas=None, now=0)
+    assert answer.node == "n00"  # n00 and n39 are both idle now: the tie goes to the smaller name
