@@ -74,3 +74,10 @@ async def test_following_kubelets_choice_rewrites_the_devices(gpu_node: Node) ->
     envs = dict(response.container_responses[0].envs)
     assert envs["NVIDIA_VISIBLE_DEVICES"] == b
     assert envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "700m"
+
+
+async def test_nvml_failing_at_start_is_retried(gpu_node: Node) -> None:
+    gpu_node.nvml.fail("device_count", times=2)
+    await gpu_node.start()
+    plugin = await gpu_node.kubelet.wait_for_plugin(RESOURCE)
+    await plugin.wait_for_devices(lambda d: len(d) == 8)

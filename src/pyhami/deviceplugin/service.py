@@ -22,7 +22,7 @@ from pyhami.deviceplugin.api import DEVICE_PLUGIN_PATH
 from pyhami.deviceplugin.binding import PodBinding
 from pyhami.deviceplugin.config import ConfigError, VgpuConfig
 from pyhami.deviceplugin.health import HealthBoard, HealthWatcher, XidPolicy
-from pyhami.deviceplugin.inventory import Gpu, discover
+from pyhami.deviceplugin.inventory import Gpu, InventoryError, discover
 from pyhami.deviceplugin.register import NodeRegistrar, Scanner
 from pyhami.deviceplugin.server import (
     DevicePluginServicer,
@@ -168,7 +168,12 @@ class DevicePlugin:
         while not stop.is_set():
             self.restart_requested.clear()
             config = self.config()
-            gpus = await asyncio.to_thread(discover, self.nvml, config.device_filter)
+            try:
+                gpus = await asyncio.to_thread(discover, self.nvml, config.device_filter)
+            except InventoryError as error:
+                log.error("%s; retrying in %gs", error, self.options.restart_delay)
+                await self._sleep(stop, self.options.restart_delay)
+                continue
             if not gpus:
                 log.warning(
                     "No devices found on %s. Waiting for a restart.", self.options.node_name
