@@ -1,5 +1,6 @@
 """Every literal example of protocol.md, as table tests (byte-exact where the spec gives bytes)."""
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -127,42 +128,6 @@ def test_register_colon_encoder_writes_9_field_example_byte_exact() -> None:
     )
 
 
-@pytest.mark.parametrize(
-    "value, reason",
-    [
-        ("", "node annotation missing device separator"),
-        (",", "node annotation missing device separator"),
-        ("a", "node annotation missing device separator"),
-        ("a:", 'malformed node annotation segment: "a"'),
-        ("a,1,2:", "unexpected field count 3 in node annotation"),
-        (
-            "id,notanint,1,1,t,0,true:",
-            'invalid count field: strconv.ParseInt: parsing "notanint": invalid syntax',
-        ),
-        (
-            "id,1,2147483648,1,t,0,true:",
-            'invalid memory field: strconv.ParseInt: parsing "2147483648": value out of range',
-        ),
-        ("id,1,1,x,t,0,true:", 'invalid core field: strconv.ParseInt: parsing "x": invalid syntax'),
-        # health is parsed before numa
-        (
-            "id,1,1,1,t,x,yes:",
-            'invalid health field: strconv.ParseBool: parsing "yes": invalid syntax',
-        ),
-        ("id,1,1,1,t,x,true:", 'invalid numa field: strconv.Atoi: parsing "x": invalid syntax'),
-        (
-            "id,1,1,1,t,0,true,x,mig:",
-            'invalid index field: strconv.Atoi: parsing "x": invalid syntax',
-        ),
-        ("id,1,1,1,t,0,true,-1,mig:", "index field must not be negative: -1"),
-    ],
-)
-def test_register_colon_errors_are_hamis(value: str, reason: str) -> None:
-    with pytest.raises(ProtocolError) as caught:
-        decode_node_devices(value)
-    assert caught.value.reason == reason
-
-
 @pytest.mark.parametrize("value", [":", "::", ":::"])
 def test_register_colon_empty_segments_decode_to_nothing(value: str) -> None:
     assert decode_node_devices(value) == ()
@@ -274,23 +239,6 @@ def test_container_devices_tolerance(value: str, want: object) -> None:
     assert decode_container_devices(value) == want
 
 
-@pytest.mark.parametrize(
-    "value, reason",
-    [
-        (
-            "A,NVIDIA,1:",
-            "pod annotation format error, missing fields, do not use nodeName in task spec",
-        ),
-        ("A,NVIDIA,x,1:", 'invalid memory field: strconv.ParseInt: parsing "x": invalid syntax'),
-        ("A,NVIDIA,1, 1:", 'invalid core field: strconv.ParseInt: parsing " 1": invalid syntax'),
-    ],
-)
-def test_container_devices_errors(value: str, reason: str) -> None:
-    with pytest.raises(ProtocolError) as caught:
-        decode_container_devices(value)
-    assert caught.value.reason.startswith(reason)
-
-
 MIG_AFTER_DP = (
     '[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-a","profile":"2g.10gb",'
     '"placement":{"start":0,"size":2},"migUUID":"MIG-a","gpuInstanceID":4,"computeInstanceID":0}]'
@@ -309,34 +257,6 @@ def test_mig_allocation_examples_byte_exact() -> None:
     assert decode_mig_allocations(MIG_SCHEDULER) == (planned,)
     assert encode_mig_allocations([planned]) == MIG_SCHEDULER
     assert decode_mig_allocations("") == ()
-
-
-@pytest.mark.parametrize(
-    "value, reason",
-    [
-        (
-            '[{"containerIndex":-1,"gpuUUID":"g","profile":"p","placement":{"size":1}}]',
-            "MIG allocation 0 is incomplete",
-        ),
-        ('[{"gpuUUID":"","profile":"p","placement":{"size":1}}]', "MIG allocation 0 is incomplete"),
-        (
-            '[{"gpuUUID":"g","profile":"p","placement":{"size":0}}]',
-            "MIG allocation 0 is incomplete",
-        ),
-        (
-            '[{"gpuUUID":"g","profile":"p","placement":{"size":1},"migUUID":"m"}]',
-            "MIG allocation 0 has partial runtime identity",
-        ),
-        (
-            '[{"gpuUUID":"g","profile":"p","placement":{"size":1}},{"gpuUUID":"h","profile":"p","placement":{"size":1}}]',
-            "duplicate MIG allocation for container 0 device 0",
-        ),
-    ],
-)
-def test_mig_allocation_validation(value: str, reason: str) -> None:
-    with pytest.raises(ProtocolError) as caught:
-        decode_mig_allocations(value)
-    assert caught.value.reason == reason
 
 
 @pytest.mark.parametrize(
@@ -369,19 +289,6 @@ def test_node_lock_format_examples_byte_exact() -> None:
         format_node_lock(plus8, "default", "gpu-pod") == "2026-08-21T20:00:00+08:00,default,gpu-pod"
     )
     assert format_node_lock(utc) == "2026-08-21T12:00:00Z"
-
-
-@pytest.mark.parametrize(
-    "value, reason",
-    [
-        ("a,b", "malformed lock annotation: expected 3 parts, got 2 from a,b"),
-        ("a,b,c,d", "malformed lock annotation: expected 3 parts, got 4 from a,b,c,d"),
-    ],
-)
-def test_node_lock_part_count(value: str, reason: str) -> None:
-    with pytest.raises(ProtocolError) as caught:
-        parse_node_lock(value)
-    assert caught.value.reason == reason
 
 
 @pytest.mark.parametrize(
@@ -434,3 +341,100 @@ def test_filter_patch_example_byte_exact() -> None:
         '"hami.io/vgpu-node":"node67-4v100","hami.io/vgpu-time":"1755763200"},'
         '"labels":{"hami.io/vgpu-node":"node67-4v100"}}}'
     )
+
+
+# Every error text the spec gives, per decoder: `reason` is HAMi's text exactly.
+ERRORS = [
+    *[
+        (decode_node_devices, v, r)
+        for v, r in [
+            ("", "node annotation missing device separator"),
+            (",", "node annotation missing device separator"),
+            ("a", "node annotation missing device separator"),
+            ("a:", 'malformed node annotation segment: "a"'),
+            ("a,1,2:", "unexpected field count 3 in node annotation"),
+            (
+                "id,notanint,1,1,t,0,true:",
+                'invalid count field: strconv.ParseInt: parsing "notanint": invalid syntax',
+            ),
+            (
+                "id,1,2147483648,1,t,0,true:",
+                'invalid memory field: strconv.ParseInt: parsing "2147483648": value out of range',
+            ),
+            (
+                "id,1,1,x,t,0,true:",
+                'invalid core field: strconv.ParseInt: parsing "x": invalid syntax',
+            ),
+            # health is parsed before numa
+            (
+                "id,1,1,1,t,x,yes:",
+                'invalid health field: strconv.ParseBool: parsing "yes": invalid syntax',
+            ),
+            ("id,1,1,1,t,x,true:", 'invalid numa field: strconv.Atoi: parsing "x": invalid syntax'),
+            (
+                "id,1,1,1,t,0,true,x,mig:",
+                'invalid index field: strconv.Atoi: parsing "x": invalid syntax',
+            ),
+            ("id,1,1,1,t,0,true,-1,mig:", "index field must not be negative: -1"),
+        ]
+    ],
+    *[
+        (decode_container_devices, v, r)
+        for v, r in [
+            (
+                "A,NVIDIA,1:",
+                "pod annotation format error, missing fields, do not use nodeName in task spec",
+            ),
+            (
+                "A,NVIDIA,x,1:",
+                'invalid memory field: strconv.ParseInt: parsing "x": invalid syntax',
+            ),
+            (
+                "A,NVIDIA,1, 1:",
+                'invalid core field: strconv.ParseInt: parsing " 1": invalid syntax',
+            ),
+        ]
+    ],
+    *[
+        (decode_mig_allocations, v, r)
+        for v, r in [
+            (
+                '[{"containerIndex":-1,"gpuUUID":"g","profile":"p","placement":{"size":1}}]',
+                "MIG allocation 0 is incomplete",
+            ),
+            (
+                '[{"gpuUUID":"","profile":"p","placement":{"size":1}}]',
+                "MIG allocation 0 is incomplete",
+            ),
+            (
+                '[{"gpuUUID":"g","profile":"p","placement":{"size":0}}]',
+                "MIG allocation 0 is incomplete",
+            ),
+            (
+                '[{"gpuUUID":"g","profile":"p","placement":{"size":1},"migUUID":"m"}]',
+                "MIG allocation 0 has partial runtime identity",
+            ),
+            (
+                '[{"gpuUUID":"g","profile":"p","placement":{"size":1}},{"gpuUUID":"h","profile":"p","placement":{"size":1}}]',
+                "duplicate MIG allocation for container 0 device 0",
+            ),
+        ]
+    ],
+    *[
+        (parse_node_lock, v, r)
+        for v, r in [
+            ("a,b", "malformed lock annotation: expected 3 parts, got 2 from a,b"),
+            ("a,b,c,d", "malformed lock annotation: expected 3 parts, got 4 from a,b,c,d"),
+        ]
+    ],
+]
+
+
+@pytest.mark.parametrize(
+    "decode, value, reason", ERRORS, ids=[f"{d.__name__}:{v[:30]}" for d, v, _ in ERRORS]
+)
+def test_decoder_errors_are_hamis(decode: Callable[[str], object], value: str, reason: str) -> None:
+    with pytest.raises(ProtocolError) as caught:
+        decode(value)
+    assert caught.value.reason == reason
+    assert caught.value.value == value

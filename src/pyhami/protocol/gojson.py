@@ -103,24 +103,6 @@ def describe(value: object) -> str:
     return "null"
 
 
-class Fields:
-    """The fields of one JSON object, looked up the way Go's decoder matches them."""
-
-    def __init__(self, where: str, value: object, names: Sequence[str]) -> None:
-        if not isinstance(value, Pairs):
-            raise TypeError(where)
-        folded = {_fold(name): name for name in names}
-        self.where = where
-        self.values: dict[str, object] = {}
-        for key, item in value.items:
-            name = folded.get(_fold(key))
-            if name is not None:
-                self.values[name] = item  # a later duplicate (in any case) wins, as in Go
-
-    def get(self, name: str) -> object:
-        return self.values.get(name)
-
-
 class Reader:
     """Typed reads from decoded JSON for one annotation; every failure is a ProtocolError."""
 
@@ -134,11 +116,17 @@ class Reader:
     def mismatch(self, where: str, value: object, go_type: str) -> ProtocolError:
         return self.fail(where, f"cannot unmarshal {describe(value)} into Go type {go_type}")
 
-    def fields(self, where: str, value: object, names: Sequence[str]) -> Fields:
-        try:
-            return Fields(where, value, names)
-        except TypeError:
-            raise self.mismatch(where, value, "struct") from None
+    def fields(self, where: str, value: object, names: Sequence[str]) -> dict[str, object]:
+        """The fields of one JSON object, matched to `names` the way Go's decoder does."""
+        if not isinstance(value, Pairs):
+            raise self.mismatch(where, value, "struct")
+        folded = {_fold(name): name for name in names}
+        found: dict[str, object] = {}
+        for key, item in value.items:
+            name = folded.get(_fold(key))
+            if name is not None:
+                found[name] = item  # a later duplicate (in any case) wins, as in Go
+        return found
 
     def string(self, where: str, value: object) -> str:
         if value is None:

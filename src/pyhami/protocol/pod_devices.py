@@ -28,7 +28,7 @@ from collections.abc import Mapping
 
 from pyhami.model import ContainerDevice, ContainerDevices, PodSingleDevice
 from pyhami.protocol.errors import ProtocolError, check_range
-from pyhami.protocol.goparse import INT32_MAX, INT32_MIN, GoNumError, go_quote, parse_int
+from pyhami.protocol.goparse import INT32_MAX, INT32_MIN, GoNumError, parse_int
 
 FIELD = "container devices"
 MISSING_FIELDS = "pod annotation format error, missing fields, do not use nodeName in task spec"
@@ -42,7 +42,7 @@ def decode_container_devices(value: str) -> ContainerDevices:
             continue  # HAMi skips these silently (empty parts, a missing final ':')
         fields = part.split(",")
         if len(fields) < 4:
-            raise ProtocolError(FIELD, value, f"{MISSING_FIELDS}: {go_quote(part)}")
+            raise ProtocolError(FIELD, value, MISSING_FIELDS)
         devices.append(
             ContainerDevice(
                 uuid=fields[0],

@@ -20,10 +20,12 @@ from pyhami.protocol.goparse import GoNumError, go_quote, parse_int
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _SECOND = timedelta(seconds=1)
 _RFC3339 = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?(?:(Z)|([+-])(\d{2}):(\d{2}))",
+    r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?(?P<zone>Z|[+-]\d{2}:\d{2})",
     re.ASCII,
 )
-_DATETIME = re.compile(r"(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?", re.ASCII)
+_DATETIME = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?(?P<zone>)", re.ASCII
+)
 
 
 def _aware(field: str, moment: datetime) -> datetime:
@@ -61,26 +63,31 @@ def _date(moment: datetime) -> str:
     return f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}"
 
 
+def _fields(field: str, layout: str, pattern: re.Pattern[str], value: str) -> tuple[datetime, str]:
+    """The naive datetime in `value`'s leading date-time fields, and the text after them."""
+    match = pattern.fullmatch(value)
+    why = f"parsing time {go_quote(value)} as {go_quote(layout)}"
+    if match is None:
+        raise ProtocolError(field, value, why)
+    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
+    micro = int((match.group(7) or "0")[:6].ljust(6, "0"))
+    try:
+        moment = datetime(year, month, day, hour, minute, second, micro)
+    except ValueError as err:
+        raise ProtocolError(field, value, f"{why}: {err}") from None
+    return moment, match.group("zone") or ""
+
+
 def parse_rfc3339(value: str) -> datetime:
     """Go `time.Parse(time.RFC3339, value)`: an aware datetime with the written offset."""
-    match = _RFC3339.fullmatch(value)
-    why = f'parsing time {go_quote(value)} as "2006-01-02T15:04:05Z07:00": not RFC 3339'
-    if match is None:
-        raise ProtocolError("RFC 3339 time", value, why)
-    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
-    fraction, zulu, sign, off_hour, off_minute = match.groups()[6:]
-    zone = UTC
-    if zulu is None:
-        hours, minutes = int(off_hour), int(off_minute)
-        if hours > 23 or minutes > 59:
-            raise ProtocolError("RFC 3339 time", value, why)
-        delta = timedelta(hours=hours, minutes=minutes)
-        zone = timezone(-delta if sign == "-" else delta)
-    micro = int((fraction or "0")[:6].ljust(6, "0"))
-    try:
-        return datetime(year, month, day, hour, minute, second, micro, tzinfo=zone)
-    except ValueError as err:
-        raise ProtocolError("RFC 3339 time", value, f"{why} ({err})") from None
+    moment, zone = _fields("RFC 3339 time", "2006-01-02T15:04:05Z07:00", _RFC3339, value)
+    if zone == "Z":
+        return moment.replace(tzinfo=UTC)
+    hours, minutes = int(zone[1:3]), int(zone[4:6])
+    if hours > 23 or minutes > 59:
+        raise ProtocolError("RFC 3339 time", value, f"time zone offset {zone} out of range")
+    delta = timedelta(hours=hours, minutes=minutes)
+    return moment.replace(tzinfo=timezone(-delta if zone[0] == "-" else delta))
 
 
 def format_wall_clock(moment: datetime) -> str:
@@ -90,13 +97,4 @@ def format_wall_clock(moment: datetime) -> str:
 
 def parse_wall_clock(value: str) -> datetime:
     """Go `time.ParseInLocation(time.DateTime, value, loc)`: a naive wall-clock datetime."""
-    match = _DATETIME.fullmatch(value)
-    why = f'parsing time {go_quote(value)} as "2006-01-02 15:04:05"'
-    if match is None:
-        raise ProtocolError("wall-clock time", value, why)
-    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
-    micro = int((match.group(7) or "0")[:6].ljust(6, "0"))
-    try:
-        return datetime(year, month, day, hour, minute, second, micro)
-    except ValueError as err:
-        raise ProtocolError("wall-clock time", value, f"{why}: {err}") from None
+    return _fields("wall-clock time", "2006-01-02 15:04:05", _DATETIME, value)[0]

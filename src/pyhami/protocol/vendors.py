@@ -48,12 +48,12 @@ class VendorKeys:
     node_lock: bool = False  # Bind takes hami.io/mutex.lock for this vendor
 
 
-def iluvatar_keys(common_word: str) -> VendorKeys:
-    """Iluvatar, one backend per configured common word such as `MR-V100`."""
+def _configured(common_word: str, form: RegisterForm, register: str) -> VendorKeys:
+    """A backend instantiated per configured common word (Iluvatar, Ascend)."""
     return VendorKeys(
         vendor=common_word,
-        register_form=RegisterForm.COLON,
-        register=f"hami.io/node-{common_word}-register",
+        register_form=form,
+        register=register,
         handshake=f"hami.io/node-handshake-{common_word}",
         to_allocate=f"hami.io/{common_word}-devices-to-allocate",
         allocated=f"hami.io/{common_word}-devices-allocated",
@@ -61,21 +61,16 @@ def iluvatar_keys(common_word: str) -> VendorKeys:
         nouse_uuid=f"hami.io/no-use-{common_word}-uuid",
         node_lock=True,
     )
+
+
+def iluvatar_keys(common_word: str) -> VendorKeys:
+    """Iluvatar, one backend per configured common word such as `MR-V100`."""
+    return _configured(common_word, RegisterForm.COLON, f"hami.io/node-{common_word}-register")
 
 
 def ascend_keys(common_word: str) -> VendorKeys:
     """Ascend, one backend per configured common word such as `Ascend910B3`."""
-    return VendorKeys(
-        vendor=common_word,
-        register_form=RegisterForm.JSON,
-        register=f"hami.io/node-register-{common_word}",
-        handshake=f"hami.io/node-handshake-{common_word}",
-        to_allocate=f"hami.io/{common_word}-devices-to-allocate",
-        allocated=f"hami.io/{common_word}-devices-allocated",
-        use_uuid=f"hami.io/use-{common_word}-uuid",
-        nouse_uuid=f"hami.io/no-use-{common_word}-uuid",
-        node_lock=True,
-    )
+    return _configured(common_word, RegisterForm.JSON, f"hami.io/node-register-{common_word}")
 
 
 def _table(*rows: VendorKeys) -> Mapping[str, VendorKeys]:
