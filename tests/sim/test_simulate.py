@@ -70,12 +70,16 @@ def test_explain_names_every_node_and_card() -> None:
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "no node fits" in out
-    assert "card GPU-t4-2 (index 2): rejected: CardCordoned" in out
-    assert "card GPU-a100-0 (index 0): rejected: CardInsufficientMemory" in out
+    assert "card GPU-t4-2 (index 2, 0/4 tasks, 0/15360 MiB, 0/100 % cores): rejected: " \
+        "CardCordoned" in out
+    assert "card GPU-a100-0 (index 0, 1/10 tasks, 20000/81920 MiB, 30/100 % cores): " \
+        "rejected: CardInsufficientMemory" in out
     assert "node cpu-1: not registered" in out
     chosen = runner.invoke(app, ["explain", "notebook", "-f", CLUSTER]).stdout
     assert "node gpu-b: CHOSEN" in chosen and "node gpu-a: fits" in chosen
     assert "container 0 gets GPU-t4-1: 10000 MiB, 20 % cores" in chosen
+    assert "card GPU-t4-0 (index 0, 1/4 tasks, 8000/15360 MiB, 50/100 % cores): not needed" \
+        in chosen
 
 
 def test_lists_and_streams_and_json_are_all_read(tmp_path: Path) -> None:

@@ -90,9 +90,9 @@ def explain(  # noqa: PLR0917 (typer reads the options from the signature)
     engine_config = _engine_config(config, node_policy, gpu_policy)
     try:
         cluster = load_cluster(file)
-        decision = explain_pod(
+        explanation = explain_pod(
             cluster, engine_config, pod, int(time.time()) if now is None else now
         )
     except InputError as err:
         raise _fail(str(err)) from err
-    sys.stdout.write(render(decision))
+    sys.stdout.write(render(explanation))
