@@ -342,3 +342,16 @@ async def test_asymmetric_links_score_zero_and_warn_on_the_node_once(gpu_node: N
     assert event["involvedObject"] == {"kind": "Node", "name": NODE, "apiVersion": "v1"}
     assert event["metadata"]["namespace"] == "default"
     assert event["source"]["component"] == "hami-device-plugin"
+
+
+async def test_a_served_pod_still_starting_is_not_taken_for_the_next_one(gpu_node: Node) -> None:
+    kubelet_plugin = await started(gpu_node)
+    uuid = gpu_node.nvml.device_uuid(0)
+    gpu_node.bind(gpu_node.scheduled_pod("first", [("main", [(uuid, 100, 1)])]), lock=False)
+    await kubelet_plugin.admit_container(1)
+    assert gpu_node.pod_annotations("first")["hami.io/bind-phase"] == "success"  # still Pending
+    gpu_node.bind(gpu_node.scheduled_pod("second", [("main", [(uuid, 200, 2)])]), lock=False)
+    response = await kubelet_plugin.admit_container(1)
+    assert dict(response.envs)["CUDA_DEVICE_MEMORY_LIMIT_0"] == "200m"
+    assert gpu_node.pod_annotations("first")["hami.io/bind-phase"] == "success"
+    assert gpu_node.pod_annotations("second")["hami.io/bind-phase"] == "success"

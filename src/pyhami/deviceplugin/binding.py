@@ -20,9 +20,11 @@ from pyhami.protocol import (
     KEY_BIND_PHASE,
     KEY_BIND_TIME,
     KEY_NODE_LOCK,
+    KEY_NVIDIA_TO_ALLOCATE,
     KEY_VGPU_NODE,
     BindPhase,
     ProtocolError,
+    decode_pod_single_device,
     parse_node_lock,
 )
 
@@ -43,6 +45,17 @@ def _is_binding_here(pod: JsonObject, node: str) -> bool:
         and not metadata_field(pod, "deletionTimestamp")
         and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
     )
+
+
+def _served(pod: JsonObject) -> bool:
+    """Every container already got its devices (a readable, all-empty to-allocate value)."""
+    value = annotations(pod).get(KEY_NVIDIA_TO_ALLOCATE)
+    if value is None:
+        return False
+    try:
+        return not any(decode_pod_single_device(value))
+    except ProtocolError:
+        return False  # not served: Allocate will report the malformed value
 
 
 def _bind_time(pod: JsonObject) -> int:
@@ -106,9 +119,9 @@ class PodBinding:
                 self._node,
             )
             return None
-        if not _is_binding_here(pod, self._node):
+        if not _is_binding_here(pod, self._node) or _served(pod):
             log.warning(
-                "node lock owner %s is not being bound to %s; scanning instead",
+                "node lock owner %s is not being bound to %s (or is served); scanning instead",
                 pod_ref(pod),
                 self._node,
             )
@@ -120,8 +133,10 @@ class PodBinding:
             pods = (await self._kube.list_pods(field_selector=f"spec.nodeName={self._node}")).items
         except KubeError as error:
             raise AllocationError(f"cannot list pods on node {self._node}: {error}") from error
+        # Pods whose containers were all served (bind-phase success, still Pending while they
+        # start) are not candidates; HAMi could pick one of them and fail it.
         binding = sorted(
-            (pod for pod in pods if _is_binding_here(pod, self._node)),
+            (p for p in pods if _is_binding_here(p, self._node) and not _served(p)),
             key=lambda pod: (_bind_time(pod), pod_ref(pod)),
         )
         if not binding:
