@@ -24,7 +24,7 @@ outside int32) and `encode_pod_devices` refuses a vendor missing from the checkl
 would write it under the key `""`).
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from pyhami.model import ContainerDevice, ContainerDevices, PodSingleDevice
 from pyhami.protocol.errors import ProtocolError, check_range
@@ -78,7 +78,7 @@ def decode_pod_devices(
     }
 
 
-def encode_container_devices(devices: ContainerDevices) -> str:
+def encode_container_devices(devices: Sequence[ContainerDevice]) -> str:
     """HAMi `EncodeContainerDevices`: every device as `uuid,type,mem,cores:`."""
     return "".join(_encode_device(device) for device in devices)
 
@@ -92,13 +92,13 @@ def _encode_device(device: ContainerDevice) -> str:
     return f"{device.uuid},{device.type},{device.usedmem},{device.usedcores}:"
 
 
-def encode_pod_single_device(containers: PodSingleDevice) -> str:
+def encode_pod_single_device(containers: Sequence[Sequence[ContainerDevice]]) -> str:
     """HAMi `EncodePodSingleDevice`: each container's devices followed by `;`."""
     return "".join(encode_container_devices(devices) + ";" for devices in containers)
 
 
 def encode_pod_devices(
-    checklist: Mapping[str, str], pod_devices: Mapping[str, PodSingleDevice]
+    checklist: Mapping[str, str], pod_devices: Mapping[str, Sequence[Sequence[ContainerDevice]]]
 ) -> dict[str, str]:
     """HAMi `EncodePodDevices`: annotation key → encoded value, one per vendor present."""
     encoded = {}
