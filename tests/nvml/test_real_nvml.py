@@ -146,3 +146,55 @@ def test_real_driver_inventory() -> None:
         watch.close()
     finally:
         nvml.close()
+
+
+def test_xid_watch_over_pynvml(monkeypatch: pytest.MonkeyPatch) -> None:
+    events = [
+        pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT),
+        SimpleNamespace(
+            eventType=pynvml.nvmlEventTypeXidCriticalError, eventData=79, device="handle0"
+        ),
+        pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST),
+    ]
+
+    def wait(_set: Any, timeout_ms: int) -> Any:
+        item = events.pop(0)
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    def register(handle: Any, mask: int, _set: Any) -> None:
+        if handle == "handle1":
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+        assert mask == pynvml.nvmlEventTypeXidCriticalError
+
+    patches: dict[str, Any] = {
+        "nvmlInit": lambda: None,
+        "nvmlShutdown": lambda: None,
+        "nvmlDeviceGetCount": lambda: 3,
+        "nvmlDeviceGetHandleByIndex": lambda index: f"handle{index}",
+        "nvmlDeviceGetUUID": lambda handle: f"GPU-{handle}",
+        "nvmlEventSetCreate": lambda: "set",
+        "nvmlEventSetFree": lambda _set: None,
+        "nvmlDeviceGetSupportedEventTypes": lambda handle: (
+            _raise(pynvml.NVML_ERROR_NOT_SUPPORTED) if handle == "handle2" else 0xFF
+        ),
+        "nvmlDeviceRegisterEvents": register,
+        "nvmlEventSetWait_v2": wait,
+    }
+    for name, fn in patches.items():
+        monkeypatch.setattr(pynvml, name, fn)
+    nvml = open_nvml()
+    watch = nvml.watch_xids()
+    assert watch.unwatched == (1,)  # handle2 has no events (old GPU): not a fault
+    assert watch.wait(10) is None
+    event = watch.wait(10)
+    assert event is not None and (event.uuid, event.xid) == ("GPU-handle0", 79)
+    with pytest.raises(NvmlError, match="nvmlEventSetWait"):
+        watch.wait(10)
+    watch.close()
+    nvml.close()
+
+
+def _raise(code: int) -> Any:
+    raise pynvml.NVMLError(code)
