@@ -108,9 +108,12 @@ def test_launches_record_the_last_kernel_time(vgpu: Harness) -> None:
     assert read_region(vgpu.cache).last_kernel_time >= before
 
 
-def test_sm_utilisation_is_reported_per_slot(vgpu: Harness) -> None:
-    env = {**limited(vgpu, utilisation=20), "STUB_PID_OFFSET": "7"}
-    process = vgpu.start("ctx", "0", "launchfor", "kernel", "600", str(GRID),
+@pytest.mark.parametrize("sm_limit", ["30", "0"], ids=["limited", "unlimited"])
+def test_sm_utilisation_is_reported_per_slot(vgpu: Harness, sm_limit: str) -> None:
+    """The monitor's per-container utilisation comes from the slots, limited or not."""
+    env = {**limited(vgpu, utilisation=20), "STUB_PID_OFFSET": "7",
+           "CUDA_DEVICE_SM_LIMIT": sm_limit}
+    process = vgpu.start("ctx", "0", "launchfor", "kernel", "1200", str(GRID),
                          "touch", str(vgpu.tmp / "ran"), "waitfile", str(vgpu.tmp / "go"), env=env)
     try:
         while not (vgpu.tmp / "ran").exists():

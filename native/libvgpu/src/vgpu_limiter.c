@@ -11,6 +11,7 @@
 #include "vgpu_region.h"
 
 #define VGPU_TICK_NS (100 * 1000 * 1000L)
+#define VGPU_OBSERVE_TICKS 10 /* without a limited device: measure once a second */
 #define VGPU_MAX_SAMPLES 256
 
 struct vgpu_bucket {
@@ -21,6 +22,8 @@ struct vgpu_bucket {
 };
 
 static struct vgpu_bucket vgpu_buckets[VGPU_MAX_DEVICES];
+/* Devices this process launched on: their utilisation goes to our slot for the monitor. */
+static int vgpu_observed[VGPU_MAX_DEVICES];
 static pthread_mutex_t vgpu_bucket_mutex = PTHREAD_MUTEX_INITIALIZER;
 static int vgpu_watcher_started;
 static int64_t vgpu_recorded_second;
@@ -136,15 +139,21 @@ static void *vgpu_watch(void *unused)
     (void)unused;
     vgpu_inside = 1;  /* the watcher's own NVML and CUDA calls pass straight through */
     struct vgpu_region_v1 *v1 = &vgpu_region()->v1;
-    for (;;) {
+    for (unsigned tick = 1;; tick++) {
         vgpu_pause(VGPU_TICK_NS);
+        int limiting = 0;
+        for (int index = 0; index < VGPU_MAX_DEVICES; index++)
+            limiting |= __atomic_load_n(&vgpu_buckets[index].ready, __ATOMIC_ACQUIRE);
+        if (!limiting && tick % VGPU_OBSERVE_TICKS != 0)
+            continue;
         unsigned long long now = vgpu_now_us();
         for (int index = 0; index < VGPU_MAX_DEVICES; index++) {
-            struct vgpu_bucket *bucket = &vgpu_buckets[index];
-            if (!__atomic_load_n(&bucket->ready, __ATOMIC_ACQUIRE))
+            if (!__atomic_load_n(&vgpu_observed[index], __ATOMIC_ACQUIRE))
                 continue;
             int64_t used = vgpu_measure(index, v1, vgpu_last_sample_us);
-            vgpu_refill(bucket, (int64_t)v1->sm_limit[index], used);
+            struct vgpu_bucket *bucket = &vgpu_buckets[index];
+            if (__atomic_load_n(&bucket->ready, __ATOMIC_ACQUIRE))
+                vgpu_refill(bucket, (int64_t)v1->sm_limit[index], used);
         }
         vgpu_last_sample_us = now;
         vgpu_reap_dead(0);
@@ -187,14 +196,25 @@ static struct vgpu_bucket *vgpu_bucket_for(int index, uint64_t limit)
         bucket->rate = bucket->capacity * (int64_t)limit / 100;
         bucket->tokens = bucket->rate;
         __atomic_store_n(&bucket->ready, 1, __ATOMIC_RELEASE);
-        if (!vgpu_watcher_started) {
-            vgpu_watcher_started = 1;
-            vgpu_last_sample_us = vgpu_now_us();
-            vgpu_start_watcher();
-        }
     }
     pthread_mutex_unlock(&vgpu_bucket_mutex);
     return bucket;
+}
+
+/* Measure `index` from now on (and start the watcher the first time). */
+static void vgpu_observe(int index)
+{
+    if (__atomic_load_n(&vgpu_observed[index], __ATOMIC_ACQUIRE))
+        return;
+    vgpu_own_slot();  /* the watcher sums utilisation over the container's slots */
+    pthread_mutex_lock(&vgpu_bucket_mutex);
+    __atomic_store_n(&vgpu_observed[index], 1, __ATOMIC_RELEASE);
+    if (!vgpu_watcher_started) {
+        vgpu_watcher_started = 1;
+        vgpu_last_sample_us = vgpu_now_us();
+        vgpu_start_watcher();
+    }
+    pthread_mutex_unlock(&vgpu_bucket_mutex);
 }
 
 static int vgpu_switch_on(const struct vgpu_region_v1 *v1, enum vgpu_policy policy)
@@ -210,13 +230,17 @@ void vgpu_kernel_gate(uint64_t blocks)
         return;
     struct vgpu_region_v1 *v1 = &region->v1;
     enum vgpu_policy policy = vgpu_settings()->policy;
-    int index = policy == VGPU_POLICY_DISABLE ? -1 : vgpu_current_index();
-    uint64_t limit = index >= 0 ? v1->sm_limit[index] : 100;
-    if (limit == 0 || limit >= 100) {
+    int index = vgpu_current_index();
+    if (index < 0) {
+        vgpu_note_kernel(v1);
+        return;  /* no context: the driver refuses the launch itself */
+    }
+    vgpu_observe(index);
+    uint64_t limit = v1->sm_limit[index];
+    if (limit == 0 || limit >= 100 || policy == VGPU_POLICY_DISABLE) {
         vgpu_note_kernel(v1);
         return;
     }
-    vgpu_own_slot();  /* the watcher sums utilisation over the container's slots */
     while (__atomic_load_n(&v1->recent_kernel, __ATOMIC_RELAXED) < 0)
         vgpu_pause(VGPU_TICK_NS);  /* a higher-priority container is busy on our GPU */
     vgpu_note_kernel(v1);
@@ -235,6 +259,8 @@ void vgpu_limiter_forget(void)
 {
     pthread_mutex_init(&vgpu_bucket_mutex, NULL);
     vgpu_watcher_started = 0;
-    for (int i = 0; i < VGPU_MAX_DEVICES; i++)
+    for (int i = 0; i < VGPU_MAX_DEVICES; i++) {
         vgpu_buckets[i] = (struct vgpu_bucket){0};
+        vgpu_observed[i] = 0;
+    }
 }
