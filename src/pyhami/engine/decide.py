@@ -41,8 +41,6 @@ from pyhami.model import (
     ContainerDeviceRequest,
     ContainerDevices,
     MigAllocation,
-    MigPlacement,
-    MigProfile,
     NodeName,
     PodSingleDevice,
 )
@@ -146,44 +144,6 @@ class _Cycle:
     texts: dict[tuple[tuple[tuple[str, int], ...], int], tuple[str, Mapping[Reason, int]]]
 
 
-class _WorkCard:
-    """A per-decision copy of a card that app containers of the pod accumulate on."""
-
-    __slots__ = (
-        "count",
-        "health",
-        "id",
-        "index",
-        "mig_in_use",
-        "mig_profiles",
-        "mode",
-        "numa",
-        "totalcore",
-        "totalmem",
-        "type",
-        "used",
-        "usedcores",
-        "usedmem",
-    )
-
-    def __init__(self, card: LedgerCard) -> None:
-        self.id = card.id
-        self.index = card.index
-        self.count = card.count
-        self.totalmem = card.totalmem
-        self.totalcore = card.totalcore
-        self.type = card.type
-        self.numa = card.numa
-        self.mode = card.mode
-        self.health = card.health
-        self.mig_profiles: tuple[MigProfile, ...] = card.mig_profiles
-        self.used = card.used
-        self.usedmem = card.usedmem
-        self.usedcores = card.usedcores
-        self.mig_in_use: list[MigPlacement] = list(card.mig_in_use)
-
-
-_Card = LedgerCard | _WorkCard
 
 
 def decide(
@@ -406,14 +366,14 @@ def _evaluate(
     checks: list[CardCheck] | None = [] if trace else None
     entries: list[ContainerDevices] = []
     migs: list[MigAllocation] = []
-    app_order: Sequence[_Card] = node.typed_cards
-    app_cards: dict[str, _WorkCard] | None = None
+    app_order: Sequence[LedgerCard] = node.typed_cards
+    app_cards: dict[str, LedgerCard] | None = None
     for position, request in enumerate(plan.requests):
         if request is None:
             entries.append(())
             continue
         is_init = position < plan.init_count
-        order: Sequence[_Card] = node.typed_cards if is_init else app_order
+        order: Sequence[LedgerCard] = node.typed_cards if is_init else app_order
         if not quick:
             order = sort_cards(order, (request,), cycle.weights, cycle.sort_key)
         result = _fit_container(
@@ -464,12 +424,12 @@ def _evaluate(
 
 def _copy_cards(
     cards: Sequence[LedgerCard],
-) -> tuple[dict[str, _WorkCard], dict[int, _WorkCard]]:
+) -> tuple[dict[str, LedgerCard], dict[int, LedgerCard]]:
     """Working copies: by UUID (the first card with it, as HAMi's lookup) and by identity."""
-    by_uuid: dict[str, _WorkCard] = {}
-    by_identity: dict[int, _WorkCard] = {}
+    by_uuid: dict[str, LedgerCard] = {}
+    by_identity: dict[int, LedgerCard] = {}
     for card in cards:
-        copy = _WorkCard(card)
+        copy = card.working_copy()
         by_identity[id(card)] = copy
         by_uuid.setdefault(card.id, copy)
     return by_uuid, by_identity
@@ -477,7 +437,7 @@ def _copy_cards(
 
 def _fit_container(
     node: LedgerNode,
-    order: Sequence[_Card],
+    order: Sequence[LedgerCard],
     *,
     request: ContainerDeviceRequest,
     position: int,
@@ -559,7 +519,7 @@ def _quota_check(
 
 def _book(
     devices: Sequence[ContainerDevice],
-    workspace: Mapping[str, _WorkCard],
+    workspace: Mapping[str, LedgerCard],
     position: int,
     migs: list[MigAllocation],
 ) -> ContainerDevices | str:

@@ -10,6 +10,7 @@ The ledger also keeps each node's default score (its existing load) in two sorte
 a decision can visit candidate nodes best-first without sorting them.
 """
 
+import copy as _copy
 from bisect import bisect_left, insort
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -95,6 +96,12 @@ class LedgerCard:
         self.mig_in_use: list[MigPlacement] = []
         self.unhealthy_marks = 0  # pods whose MIG bookkeeping contradicts this card's mode
         self.slot = -1  # its row in the ledger's CardColumns
+
+    def working_copy(self) -> "LedgerCard":
+        """A copy a decision may book on (its columns slot is never written back)."""
+        copy = _copy.copy(self)
+        copy.mig_in_use = list(self.mig_in_use)
+        return copy
 
     def usage(self) -> DeviceUsage:
         return DeviceUsage(
