@@ -244,3 +244,82 @@ def test_decisions_never_overcommit_and_quick_equals_full(
                 assert usage.used <= usage.count
                 assert usage.usedmem <= usage.totalmem
                 assert usage.usedcores <= usage.totalcore
+
+
+def test_weights_break_topology_ties() -> None:
+    """TestCalcScoreUsesDeviceScoringWeightsAsTopologyTieBreaker: without pair scores the
+    single card is the first one collected, and the weighted device scores decide that."""
+    ledger = Ledger()
+    ledger.upsert_node(N("node1"), inventory(card("mem-busy", index=0), card("slot-busy", index=1)))
+    ledger.add_pod(alloc_of("a", "node1", (used("mem-busy", 6000, 0),)))
+    ledger.add_pod(alloc_of("b", "node1", (used("slot-busy", 0, 0),), (used("slot-busy", 0, 0),)))
+
+    def chosen(weights: str) -> str:
+        the_pod = pod("p", gpus(1, mem=10), annotations={
+            "hami.io/gpu-scheduler-policy": "topology-aware",
+            "hami.io/device-scoring-weights": weights})
+        return run(ledger, the_pod, candidates=["node1"]).devices[0][0].uuid
+
+    # spread order puts the higher score first, so Fit meets the lower-scored card first
+    assert chosen("slot=0,core=0,memory=1") == "slot-busy"  # memory makes mem-busy score high
+    assert chosen("slot=1,core=0,memory=0") == "mem-busy"  # slots make slot-busy score high
+
+
+def test_numa_bind_keeps_a_container_on_one_numa_node() -> None:
+    ledger = Ledger()
+    ledger.upsert_node(N("node1"), inventory(card("a", numa=0, index=0), card("b", numa=1, index=1),
+                                             card("c", numa=1, index=2)))
+    the_pod = pod("p", gpus(2, mem=10), annotations={"nvidia.com/numa-bind": "true"})
+    decision = run(ledger, the_pod, candidates=["node1"])
+    assert sorted(d.uuid for d in decision.devices[0]) == ["b", "c"]
+    three = run(ledger, pod("q", gpus(3, mem=10), annotations={"nvidia.com/numa-bind": "1"}),
+                candidates=["node1"])
+    assert three.failed_nodes == {"node1": "1/3 AllocatedCardsInsufficientRequest, 2/3 NumaNotFit"}
+
+
+def test_mutex_takes_only_idle_cards() -> None:
+    ledger = example_ledger()
+    decision = run(ledger, pod("p", gpus(2, mem=10)), gpu_policy="mutex")
+    assert decision.failed_nodes == {
+        "node1": "1/2 AllocatedCardsInsufficientRequest, 1/2 ExclusiveDeviceAllocateConflict",
+        "node2": "1/2 AllocatedCardsInsufficientRequest, 1/2 ExclusiveDeviceAllocateConflict",
+    }
+    assert run(ledger, pod("q", gpus(1, mem=10)), gpu_policy="mutex").devices[0][0].uuid in (
+        "device2", "device3")
+
+
+def test_mig_request_may_ask_for_more_instances_than_cards() -> None:
+    ledger = Ledger()
+    ledger.upsert_node(N("node1"), inventory(
+        card("mig0", 81920, count=7, mode="mig", profiles=(ONE_G, THREE_G))))
+    decision = run(ledger, pod("p", gpus(3, mem=5000)), candidates=["node1"])
+    assert decision.node == "node1" and len(decision.devices[0]) == 3
+    core_only = pod("q", gpus(3, mem=5000), annotations={"nvidia.com/vgpu-mode": "hami-core"})
+    assert run(ledger, core_only, candidates=["node1"]).failed_nodes == {
+        "node1": "NodeInsufficientDevice"}
+
+
+def test_quota_counts_init_containers_at_their_real_positions() -> None:
+    """Fix of scheduler.md §10.1 #3: HAMi would read the app entry as an init one (max, not
+    sum) and let 2 × 1500 MiB through a 2048 MiB quota."""
+    ledger = Ledger()
+    ledger.upsert_node(N("node1"), inventory(card("g0")))
+    quotas = QuotaBook(NvidiaConfig())
+    quotas.set_quota("q", "default", {"limits.nvidia.com/gpumem": "2048"})
+    the_pod = pod("p", gpus(1, mem=1500), gpus(1, mem=1500), init=(gpus(1, mem=1000),))
+    decision = run(ledger, the_pod, quotas=quotas, candidates=["node1"])
+    assert decision.failed_nodes == {"node1": "1/1 ResourceQuotaNotFit"}
+    fits = pod("r", gpus(1, mem=2000), init=(gpus(1, mem=2048),))  # peak 2048: fits exactly
+    assert run(ledger, fits, quotas=quotas, candidates=["node1"]).node == "node1"
+
+
+def test_quota_memory_limit_scales_with_memory_factor() -> None:
+    ledger = Ledger()
+    ledger.upsert_node(N("node1"), inventory(card("g0", 80000)))
+    factor = NvidiaConfig(memoryFactor=4)
+    quotas = QuotaBook(factor)
+    quotas.set_quota("q", "default", {"limits.nvidia.com/gpumem": "1000"})
+    assert run(ledger, pod("p", gpus(1, mem=1000)), quotas=quotas, config=factor,
+               candidates=["node1"]).node == "node1"  # 4000 MiB booked, limit 1000 × 4
+    assert run(ledger, pod("q", gpus(1, mem=1001)), quotas=quotas, config=factor,
+               candidates=["node1"]).node is None
