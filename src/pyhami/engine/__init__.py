@@ -6,16 +6,18 @@ No I/O, no clock, no globals: everything a decision depends on is passed in, so 
 How a service uses it::
 
     from pyhami import engine
+    from pyhami.devices.nvidia.inventory import InventoryError, node_inventory
 
     ledger = engine.Ledger()                      # per-card usage, updated incrementally
     quotas = engine.QuotaBook(config.nvidia)      # ResourceQuota limits per namespace
 
-    # node informer / registry: the node's registration, pair scores and cordon list
-    ledger.upsert_node(name, nvidia_inventory(node_annotations))   # pyhami.devices.nvidia
+    # node informer / registry: registration, pair scores, cordon list (InventoryError: skip)
+    ledger.upsert_node(name, node_inventory(node_annotations))
     ledger.remove_node(name)
 
-    # pod informer: pods carrying `hami.io/vgpu-node` and an allocated annotation
-    allocation = engine.allocation_of(pod)        # None: not a scheduled HAMi pod / finished
+    # pod informer: `allocation_of` reads hami.io/vgpu-node + the allocated annotation
+    # (PodSpecError on a malformed one: log and skip, as HAMi does)
+    allocation = engine.allocation_of(pod)        # None: not scheduled by us, or finished
     if allocation is None:
         ledger.remove_pod(engine.pod_identity(pod)[0])
     else:
@@ -25,9 +27,9 @@ How a service uses it::
     quotas.set_quota(uid, namespace, quota["spec"]["hard"]); quotas.remove_quota(uid)
 
     # POST /filter with NodeNames
-    ledger.remove_pod(key)                        # HAMi §3.3: a re-filtered pod drops its old
-    decision = engine.decide(pod, node_names, ledger,      # reservation first
-                             config=engine_config, quotas=quotas, now=clock_seconds)
+    ledger.remove_pod(key)                        # HAMi §3.3: drop the pod's old reservation
+    decision = engine.decide(pod, node_names, ledger,
+                             config=engine_config, quotas=quotas, now=datetime_or_unix_seconds)
     if decision.allocation is not None:           # Outcome.SCHEDULED
         ledger.add_pod(decision.allocation)       # reserve ...
         try:
@@ -38,12 +40,16 @@ How a service uses it::
     # answer: NodeNames=[decision.node] or FailedNodes=decision.failed_nodes;
     # Outcome.NO_DEVICE_REQUEST: pass every node through; Outcome.ERROR: Error=decision.error
 
-    # explanations / events even when a node fits: the same call with explain=True keeps
-    # every candidate's NodeVerdict, per-card CardCheck list and reason text.
+Costs. `decide` visits candidates best-first from the ledger's sorted node scores and stops at
+the first node that fits; when the first nodes do not fit, an order-free request is screened
+against every card at once (`columns.py`), so "nothing fits" stays cheap too. `explain=True`
+evaluates every candidate in Python with a per-card trace (for `/explain`, events, `pyhami
+explain`): far dearer, so keep it off the `/filter` hot path. A long-running service should
+`gc.collect(); gc.freeze()` once its caches are synced, so full collections do not walk the
+whole cluster state during a decision (benchmarks/filter_scale.py does).
 
-Decisions are deterministic: candidates are tried in node-policy order straight from the
-ledger's sorted node scores; equal scores go to the smaller node name (HAMi leaves it to
-goroutine timing).
+Decisions are deterministic: equal node scores go to the smaller node name (HAMi leaves it
+to goroutine timing).
 """
 
 from pyhami.engine.collapse import app_only_usage, collapse_init_usage
