@@ -55,13 +55,13 @@ from pyhami.protocol import (
     parse_numa_bind,
     parse_reasons,
     parse_rfc3339,
+    parse_type_selector,
     parse_unix_seconds,
+    parse_uuid_selector,
     parse_wall_clock,
     pod_annotations_patch,
     policy_contains,
     split_list,
-    type_selected,
-    uuid_selected,
 )
 
 ROUND_TRIP = settings(max_examples=120, deadline=None)
@@ -286,8 +286,8 @@ DECODERS: dict[str, Callable[[str], object]] = {
     "device cordon": parse_device_cordon,
     "numa bind": parse_numa_bind,
     "policy": lambda v: policy_contains(v, "binpack"),
-    "uuid lists": lambda v: uuid_selected(v, v, "GPU-a"),
-    "type lists": lambda v: type_selected(v, v, "NVIDIA A100"),
+    "uuid lists": lambda v: parse_uuid_selector(v, v).accepts("GPU-a"),
+    "type lists": lambda v: parse_type_selector(v, v).accepts("NVIDIA A100"),
 }
 # Characters that matter to some grammar, so random strings often get past the first check.
 GRAMMAR = st.text(

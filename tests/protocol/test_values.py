@@ -37,7 +37,9 @@ from pyhami.protocol import (
     parse_numa_bind,
     parse_reasons,
     parse_rfc3339,
+    parse_type_selector,
     parse_unix_seconds,
+    parse_uuid_selector,
     pod_annotations_patch,
     pod_labels_patch,
     pod_single_device,
@@ -65,6 +67,7 @@ from pyhami.protocol import (
     ],
 )
 def test_uuid_lists(use: str | None, nouse: str | None, uuid: str, want: bool) -> None:
+    assert parse_uuid_selector(use, nouse).accepts(uuid) is want
     assert uuid_selected(use, nouse, uuid) is want
 
 
@@ -81,6 +84,7 @@ def test_uuid_lists(use: str | None, nouse: str | None, uuid: str, want: bool) -
     ],
 )
 def test_type_lists(use: str | None, nouse: str | None, card: str, want: bool) -> None:
+    assert parse_type_selector(use, nouse).accepts(card) is want
     assert type_selected(use, nouse, card) is want
 
 
