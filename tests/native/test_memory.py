@@ -207,3 +207,35 @@ def test_threads_racing_to_the_limit_get_exactly_the_limit(each_vgpu: Harness) -
                         env={"CUDA_DEVICE_MEMORY_LIMIT_0": "1g"})
     assert run.one("threads").int("chunks") == 64
     assert run.one("meminfo").int("free") == 0
+
+
+def test_pitch_rounding_past_the_limit_is_refused_and_undone(vgpu: Harness) -> None:
+    # 1000 x 1000 fits 1,010,000 bytes, but the driver pads rows to 1024 bytes: 1,024,000.
+    run = vgpu.run("ctx", "0", "pitch", "1000", "1000", "alloc", "1010000",
+                   env={"CUDA_DEVICE_MEMORY_LIMIT_0": "1010000"})
+    assert run.one("pitch").int("rc") == 2
+    assert run.one("alloc").int("rc") == 0, "the refused pitch allocation left nothing behind"
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        pytest.param("CUDA_TASK_PRIORITY", "high", id="priority"),
+        pytest.param("GPU_CORE_UTILIZATION_POLICY", "sometimes", id="policy"),
+        pytest.param("CUDA_OVERSUBSCRIBE", "maybe", id="oversubscribe"),
+        pytest.param("LIBCUDA_LOG_LEVEL", "9", id="log-level"),
+    ],
+)
+def test_malformed_non_limit_settings_fall_back_loudly(vgpu: Harness, key: str, value: str) -> None:
+    run = vgpu.run("ctx", "0", "alloc", "1g", env={key: value, "CUDA_DEVICE_MEMORY_LIMIT": "2g"})
+    assert run.one("alloc").int("rc") == 0, "only limits fail closed"
+    assert key in run.stderr and value in run.stderr
+    assert read_region(vgpu.cache).priority == 1, "the default priority"
+
+
+def test_later_processes_use_the_regions_limits(vgpu: Harness) -> None:
+    vgpu.run("ctx", "0", env={"CUDA_DEVICE_MEMORY_LIMIT_0": "1g"})
+    run = vgpu.run("ctx", "0", "alloc", "2g", "alloc", "1g",
+                   env={"CUDA_DEVICE_MEMORY_LIMIT_0": "4g"})
+    assert [a.int("rc") for a in run.named("alloc")] == [2, 0]
+    assert "using the region's" in run.stderr
