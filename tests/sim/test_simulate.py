@@ -22,8 +22,14 @@ def simulate(*args: str) -> dict:  # type: ignore[type-arg]
 def test_simulate_json_contract() -> None:
     pods = simulate()["pods"]
     assert [(p["namespace"], p["name"]) for p in pods] == [
-        ("ml", "notebook"), ("default", "pair"), ("default", "too-big")]
-    notebook, pair, too_big = pods
+        ("kube-system", "coredns-7db6d8ff4d-abcde"),
+        ("ml", "notebook"),
+        ("default", "pair"),
+        ("default", "too-big"),
+    ], "every pod that is not an existing allocation is decided, in input order"
+    coredns, notebook, pair, too_big = pods
+    assert coredns == {"namespace": "kube-system", "name": "coredns-7db6d8ff4d-abcde",
+                       "node": None, "score": None, "annotations": {}, "failedNodes": {}}
     assert notebook["node"] == "gpu-b"  # binpack: the busier node (score 4.24 vs 3.22)
     assert notebook["score"] == pytest.approx(4.236, abs=1e-3)
     assert notebook["annotations"] == {
@@ -52,8 +58,8 @@ def test_simulate_json_contract() -> None:
 
 def test_policies_from_the_command_line() -> None:
     pods = simulate("--node-policy", "spread", "--gpu-policy", "binpack")["pods"]
-    assert pods[0]["node"] == "gpu-a"
-    assert pods[0]["annotations"]["hami.io/vgpu-devices-allocated"] == (
+    assert pods[1]["node"] == "gpu-a"
+    assert pods[1]["annotations"]["hami.io/vgpu-devices-allocated"] == (
         "GPU-a100-0,NVIDIA,10000,20:;")  # binpack: the card that already holds a task
 
 

@@ -2,7 +2,8 @@
 
 A file holds one object, a multi-document YAML stream, or a `List`/`NodeList`/`PodList`; JSON
 is YAML too. Pods bound to a node (`spec.nodeName` or `hami.io/vgpu-node`) that carry a devices
-annotation are existing allocations; every other pod is pending, in input order.
+annotation are existing allocations; every other pod is pending, in input order (a running
+pod without GPUs is decided too, as `/filter` would: it asks for nothing and passes).
 """
 
 from collections.abc import Iterable, Mapping
@@ -88,10 +89,10 @@ def load_cluster(paths: Iterable[Path]) -> ClusterInput:
                 bound = annotations.get(KEY_VGPU_NODE) or spec.get("nodeName")  # type: ignore[union-attr]
                 if bound and KEY_NVIDIA_ALLOCATED in annotations:
                     allocation = allocation_of(_with_node(obj, str(bound)))
-                    if allocation is not None:
+                    if allocation is not None:  # None: a finished pod holds nothing
                         existing.append(allocation)
-                elif not bound:
-                    pending.append(obj)
+                else:
+                    pending.append(obj)  # the contract: every other pod is pending
             except PodSpecError as err:
                 raise InputError(f"{source}: {err}") from err
         elif kind == "ResourceQuota":
