@@ -15,7 +15,7 @@ other control characters as `\\u00XX`, everything else as raw UTF-8.
 
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -82,10 +82,23 @@ def clean_text(text: str) -> str:
 
 def _fold(name: str) -> str:
     """Go's simple case folding, restricted to what can equal an ASCII field name."""
+    if name.isascii():
+        return name.lower()
     return "".join(
         "k" if c == "\u212a" else "s" if c == "\u017f" else c.lower() if c.isascii() else c
         for c in name
     )
+
+
+class FieldNames:
+    """A Go struct's JSON field names, folded once for matching."""
+
+    def __init__(self, *names: str) -> None:
+        self.exact = frozenset(names)
+        self.folded = {_fold(name): name for name in names}
+
+    def match(self, key: str) -> str | None:
+        return key if key in self.exact else self.folded.get(_fold(key))
 
 
 def describe(value: object) -> str:
@@ -116,14 +129,13 @@ class Reader:
     def mismatch(self, where: str, value: object, go_type: str) -> ProtocolError:
         return self.fail(where, f"cannot unmarshal {describe(value)} into Go type {go_type}")
 
-    def fields(self, where: str, value: object, names: Sequence[str]) -> dict[str, object]:
+    def fields(self, where: str, value: object, names: FieldNames) -> dict[str, object]:
         """The fields of one JSON object, matched to `names` the way Go's decoder does."""
         if not isinstance(value, Pairs):
             raise self.mismatch(where, value, "struct")
-        folded = {_fold(name): name for name in names}
         found: dict[str, object] = {}
         for key, item in value.items:
-            name = folded.get(_fold(key))
+            name = names.match(key)
             if name is not None:
                 found[name] = item  # a later duplicate (in any case) wins, as in Go
         return found

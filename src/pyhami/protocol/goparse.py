@@ -7,10 +7,13 @@ which annotation values HAMi accepts. Every function here either returns the Go 
 raises a `GoSyntaxError` / `GoRangeError` whose text is Go's `*NumError` text.
 """
 
+import re
+
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 UINT32_MAX = 2**32 - 1
 UINT64_MAX = 2**64 - 1
+_DECIMAL = re.compile(r"[+-]?[0-9]{1,30}", re.ASCII)
 
 _TRUE_WORDS = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _FALSE_WORDS = frozenset({"0", "f", "F", "FALSE", "false", "False"})
@@ -74,6 +77,11 @@ def go_quote(text: str) -> str:
 
 def _parse_signed(func: str, text: str, bits: int) -> int:
     """ParseInt(text, 10, bits) with errors reported under `func`."""
+    if _DECIMAL.fullmatch(text):  # the common case; int() agrees with Go on this grammar
+        value = int(text)
+        if -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
+            return value
+        raise GoRangeError(func, text)
     if text == "":
         raise GoSyntaxError(func, text)
     digits = text[1:] if text[0] in "+-" else text

@@ -15,11 +15,11 @@ from collections.abc import Sequence
 
 from pyhami.model import MigAllocation, MigPlacement
 from pyhami.protocol.errors import ProtocolError, check_range
-from pyhami.protocol.gojson import Pairs, Reader, dumps, loads
+from pyhami.protocol.gojson import FieldNames, Pairs, Reader, dumps, loads
 from pyhami.protocol.goparse import INT64_MAX, INT64_MIN, UINT32_MAX
 
 FIELD = "MIG allocations"
-_FIELDS = (
+_FIELDS = FieldNames(
     "containerIndex",
     "deviceIndex",
     "gpuUUID",
@@ -29,6 +29,7 @@ _FIELDS = (
     "gpuInstanceID",
     "computeInstanceID",
 )
+_PLACEMENT_FIELDS = FieldNames("start", "size")
 
 
 def decode_mig_allocations(value: str) -> tuple[MigAllocation, ...]:
@@ -43,7 +44,7 @@ def decode_mig_allocations(value: str) -> tuple[MigAllocation, ...]:
         placement = reader.fields(
             f"{where}.placement",
             Pairs(()) if raw_placement is None else raw_placement,
-            ("start", "size"),
+            _PLACEMENT_FIELDS,
         )
         return MigAllocation(
             container_index=reader.integer(

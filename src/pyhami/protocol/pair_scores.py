@@ -10,10 +10,11 @@ from types import MappingProxyType
 
 from pyhami.model import DevicePairScore
 from pyhami.protocol.errors import check_range
-from pyhami.protocol.gojson import Pairs, Reader, dumps, loads
+from pyhami.protocol.gojson import FieldNames, Pairs, Reader, dumps, loads
 from pyhami.protocol.goparse import INT64_MAX, INT64_MIN
 
 FIELD = "device pair scores"
+_FIELDS = FieldNames("uuid", "score")
 
 
 def decode_pair_scores(value: str) -> tuple[DevicePairScore, ...]:
@@ -24,7 +25,7 @@ def decode_pair_scores(value: str) -> tuple[DevicePairScore, ...]:
         return reader.integer(where, item, "int", INT64_MIN, INT64_MAX)
 
     def entry(where: str, item: object) -> DevicePairScore:
-        fields = reader.fields(where, Pairs(()) if item is None else item, ("uuid", "score"))
+        fields = reader.fields(where, Pairs(()) if item is None else item, _FIELDS)
         return DevicePairScore(
             uuid=reader.string(f"{where}.uuid", fields.get("uuid")),
             scores=MappingProxyType(reader.mapping(f"{where}.score", fields.get("score"), score)),

@@ -17,12 +17,12 @@ from types import MappingProxyType
 
 from pyhami.model import DeviceInfo, MigPlacement, MigProfile
 from pyhami.protocol.errors import check_range
-from pyhami.protocol.gojson import Pairs, Reader, dumps, loads
+from pyhami.protocol.gojson import FieldNames, Pairs, Reader, dumps, loads
 from pyhami.protocol.goparse import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, UINT32_MAX
 
 FIELD = "node device register"
 _UINT64_MAX = 2**64 - 1
-_DEVICE_FIELDS = (
+_DEVICE_FIELDS = FieldNames(
     "id",
     "index",
     "count",
@@ -37,8 +37,8 @@ _DEVICE_FIELDS = (
     "devicevendor",
     "migtemplate",
 )
-_PROFILE_FIELDS = ("name", "memoryMB", "core", "sliceCount", "placements")
-_PLACEMENT_FIELDS = ("start", "size")
+_PROFILE_FIELDS = FieldNames("name", "memoryMB", "core", "sliceCount", "placements")
+_PLACEMENT_FIELDS = FieldNames("start", "size")
 
 
 def decode_node_devices_json(value: str) -> tuple[DeviceInfo, ...]:
