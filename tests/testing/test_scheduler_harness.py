@@ -319,3 +319,51 @@ async def test_http_timeout_fails_a_slow_filter(kube: KubeClient) -> None:
         assert "Timeout" in outcome.error and outcome.filter_s < 1.5
     finally:
         await runner.cleanup()
+
+
+CHART_CONFIG = """
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection:
+  leaderElect: false
+profiles:
+- schedulerName: hami-scheduler
+extenders:
+- urlPrefix: "{url}"
+  filterVerb: filter
+  bindVerb: bind
+  nodeCacheCapable: true
+  weight: 1
+  httpTimeout: 30s
+  enableHTTPS: false
+  managedResources:
+  - name: nvidia.com/gpu
+    ignoredByScheduler: true
+  - name: nvidia.com/gpumem
+    ignoredByScheduler: true
+  - name: nvidia.com/gpucores
+    ignoredByScheduler: true
+  - name: nvidia.com/gpumem-percentage
+    ignoredByScheduler: true
+  - name: nvidia.com/priority
+    ignoredByScheduler: true
+"""
+
+
+async def test_harness_from_the_charts_scheduler_configuration(
+    kube: KubeClient, extender: TinyExtender
+) -> None:
+    import yaml
+
+    await add_nodes(kube, extender, n1=True)
+    document = yaml.safe_load(CHART_CONFIG.replace("{url}", extender.url))
+    h = KubeSchedulerHarness.from_configuration(
+        kube, document, backoff_initial_s=0.02, backoff_max_s=0.1
+    )
+    assert h.scheduler_name == "hami-scheduler"
+    assert h.extender == ExtenderConfig.hami_chart(extender.url)
+    async with h:
+        await kube.create_pod("default", pod("p", scheduler="hami-scheduler", gpus=1))
+        assert (await h.wait_for("default", "p")).node == "n1"
+    with pytest.raises(ValueError, match="KubeSchedulerConfiguration"):
+        KubeSchedulerHarness.from_configuration(kube, {"kind": "Policy"})

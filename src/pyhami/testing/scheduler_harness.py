@@ -388,6 +388,23 @@ class KubeSchedulerHarness:
         self._loop_task: asyncio.Task[None] | None = None
         self._session: aiohttp.ClientSession | None = None
 
+    @classmethod
+    def from_configuration(
+        cls, client: KubeClient, document: Mapping[str, Any], **options: Any
+    ) -> KubeSchedulerHarness:
+        """A harness set up from a KubeSchedulerConfiguration (first profile, its extender)."""
+        if document.get("kind") != "KubeSchedulerConfiguration":
+            raise ValueError(f"expected a KubeSchedulerConfiguration, got {document.get('kind')!r}")
+        profiles = document.get("profiles") or [{}]
+        extenders = document.get("extenders") or []
+        if len(extenders) > 1:
+            raise ValueError(
+                f"this harness drives one extender, the configuration has {len(extenders)}"
+            )
+        extender = ExtenderConfig.from_kube_scheduler_config(extenders[0]) if extenders else None
+        name = str(profiles[0].get("schedulerName") or "default-scheduler")
+        return cls(client, extender, scheduler_name=name, **options)
+
     # --- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
