@@ -1,0 +1,391 @@
+"""NodeAgent: the part of kubelet that turns a bound pod into running containers, for one node.
+
+`FakeKubelet` speaks the device-plugin protocol; this adds kubelet's pod lifecycle around it,
+so a pod goes from bound to Running the way it does on a real node:
+
+* it watches the pods bound to its node (`spec.nodeName=<node>`);
+* it admits one pod at a time (kubelet's `HandlePodAdditions`): for every container asking
+  for the plugin's resource, init containers first, it picks devices and calls `Allocate`
+  over the FakeKubelet's connection, and records the env and mounts the container runtime
+  would apply (`StartedContainer`);
+* it hands each container to a `ContainerRuntime` (by default none: nothing is executed),
+  then reports the pod `Running` through `pods/status`;
+* a failed `Allocate` fails the pod as kubelet does (`Failed`, `UnexpectedAdmissionError`);
+* a pod being deleted has its containers stopped and devices freed, then kubelet's final
+  delete (grace 0) removes it; `finish()` ends a pod `Succeeded` (or `Failed`).
+
+    agent = NodeAgent(client, "gpu-node-1", kubelet)
+    await agent.start()
+    started = await agent.wait_started("default", "trainer")
+    started.containers[0].envs["CUDA_DEVICE_MEMORY_LIMIT_0"]   # "3000m"
+
+Not modelled: restarts, probes, volumes other than the plugin's mounts, other resources.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import grpc.aio
+import structlog
+
+from pyhami.kube import (
+    PODS,
+    EventHandlers,
+    Informer,
+    JsonObject,
+    KubeClient,
+    KubeError,
+    NotFound,
+    cancel_and_wait,
+    guarded_task,
+)
+from pyhami.testing.fake_kubelet import FakeKubelet, KubeletError
+
+log = structlog.get_logger(__name__)
+
+PodKey = tuple[str, str]  # namespace, name
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerMount:
+    container_path: str
+    host_path: str
+    read_only: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StartedContainer:
+    """What the container runtime is told for one container: devices, env, mounts."""
+
+    name: str
+    init: bool
+    device_ids: tuple[str, ...]
+    envs: Mapping[str, str]
+    mounts: tuple[ContainerMount, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PodStart:
+    """The admission of one pod: its containers, or why kubelet refused it."""
+
+    namespace: str
+    name: str
+    uid: str
+    containers: tuple[StartedContainer, ...] = ()
+    error: str = ""
+
+    def container(self, name: str) -> StartedContainer:
+        for started in self.containers:
+            if started.name == name:
+                return started
+        raise KeyError(f"pod {self.namespace}/{self.name} started no container {name!r}")
+
+
+class AdmissionFailedError(Exception):
+    """kubelet refused the pod (Allocate failed); the message is the pod's status message."""
+
+
+class ContainerRuntime(Protocol):
+    """Runs what kubelet started; `stop` is called once per started container."""
+
+    async def start(self, pod: JsonObject, container: StartedContainer) -> None: ...
+
+    async def stop(self, pod: JsonObject, container: StartedContainer) -> None: ...
+
+
+class RecordingRuntime:
+    """Executes nothing: the containers are the records in `NodeAgent.started`."""
+
+    async def start(self, pod: JsonObject, container: StartedContainer) -> None:
+        return None
+
+    async def stop(self, pod: JsonObject, container: StartedContainer) -> None:
+        return None
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _key(pod: Mapping[str, Any]) -> PodKey:
+    meta = pod.get("metadata") or {}
+    return str(meta.get("namespace", "")), str(meta.get("name", ""))
+
+
+def device_count(container: Mapping[str, Any], resource: str) -> int:
+    """kubelet's view of an extended resource: the limit (requests must equal it)."""
+    resources = container.get("resources") or {}
+    value = (resources.get("limits") or {}).get(resource)
+    if value is None:
+        value = (resources.get("requests") or {}).get(resource, 0)
+    try:
+        count = int(str(value))
+    except ValueError as err:
+        raise AdmissionFailedError(
+            f"container {container.get('name')!r}: {resource} must be a whole number, got {value!r}"
+        ) from err
+    if count < 0:
+        raise AdmissionFailedError(f"container {container.get('name')!r}: {resource} is negative")
+    return count
+
+
+def _conditions(ready: bool, now: str) -> list[JsonObject]:
+    status = "True" if ready else "False"
+    return [
+        {"type": kind, "status": value, "lastTransitionTime": now}
+        for kind, value in (
+            ("PodScheduled", "True"),
+            ("Initialized", "True"),
+            ("ContainersReady", status),
+            ("Ready", status),
+        )
+    ]
+
+
+def running_status(pod: Mapping[str, Any], now: str) -> JsonObject:
+    spec = pod.get("spec") or {}
+    return {
+        "phase": "Running",
+        "startTime": now,
+        "conditions": _conditions(True, now),
+        "initContainerStatuses": [
+            _terminated(c, now, 0, ready=True) for c in spec.get("initContainers") or ()
+        ],
+        "containerStatuses": [
+            {
+                "name": c.get("name"),
+                "image": c.get("image", ""),
+                "ready": True,
+                "started": True,
+                "restartCount": 0,
+                "state": {"running": {"startedAt": now}},
+            }
+            for c in spec.get("containers") or ()
+        ],
+    }
+
+
+def _terminated(container: Mapping[str, Any], now: str, code: int, *, ready: bool) -> JsonObject:
+    return {
+        "name": container.get("name"),
+        "image": container.get("image", ""),
+        "ready": ready,
+        "started": False,
+        "restartCount": 0,
+        "state": {
+            "terminated": {
+                "exitCode": code,
+                "reason": "Completed" if code == 0 else "Error",
+                "finishedAt": now,
+            }
+        },
+    }
+
+
+def finished_status(pod: Mapping[str, Any], now: str, code: int) -> JsonObject:
+    spec = pod.get("spec") or {}
+    return {
+        "phase": "Succeeded" if code == 0 else "Failed",
+        "conditions": _conditions(False, now),
+        "containerStatuses": [
+            _terminated(c, now, code, ready=False) for c in spec.get("containers") or ()
+        ],
+    }
+
+
+class NodeAgent:
+    """kubelet's pod lifecycle on one node, over a `FakeKubelet`'s plugin connection."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        node_name: str,
+        kubelet: FakeKubelet,
+        *,
+        resource: str = "nvidia.com/gpu",
+        runtime: ContainerRuntime | None = None,
+    ) -> None:
+        self._client = client
+        self.node_name = node_name
+        self.kubelet = kubelet
+        self.resource = resource
+        self.runtime: ContainerRuntime = runtime or RecordingRuntime()
+        self.pods = Informer(
+            client, PODS, field_selector=f"spec.nodeName={node_name}", name=f"kubelet/{node_name}"
+        )
+        self.pods.add_handlers(
+            EventHandlers(
+                on_add=self._seen, on_update=lambda _old, new: self._seen(new), on_delete=self._gone
+            )
+        )
+        self.started: dict[PodKey, PodStart] = {}
+        self._queue: asyncio.Queue[JsonObject] = asyncio.Queue()
+        self._handled: set[PodKey] = set()
+        self._held: dict[PodKey, list[str]] = {}  # device ids in use, per pod
+        self._stopping: set[PodKey] = set()
+        self._changed = asyncio.Condition()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._work = asyncio.Lock()  # one pod at a time, as kubelet's sync loop admits them
+
+    async def start(self) -> None:
+        self.pods.start()
+        await self.pods.wait_synced()
+        self._tasks.append(guarded_task(self._admit_loop(), f"kubelet/{self.node_name}/admit"))
+
+    async def stop(self) -> None:
+        await cancel_and_wait(*self._tasks)
+        self._tasks.clear()
+        await self.pods.stop()
+
+    async def __aenter__(self) -> NodeAgent:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.stop()
+
+    # ----- reading --------------------------------------------------------------------------
+
+    async def wait_started(self, namespace: str, name: str, timeout_s: float = 10.0) -> PodStart:
+        """The pod's admission once it happened; AdmissionFailedError when kubelet refused it."""
+        async with asyncio.timeout(timeout_s), self._changed:
+            await self._changed.wait_for(lambda: (namespace, name) in self.started)
+        started = self.started[(namespace, name)]
+        if started.error:
+            raise AdmissionFailedError(started.error)
+        return started
+
+    def devices_in_use(self) -> int:
+        return sum(len(ids) for ids in self._held.values())
+
+    # ----- events ---------------------------------------------------------------------------
+
+    def _seen(self, pod: JsonObject) -> None:
+        key = _key(pod)
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            if key not in self._stopping:
+                self._stopping.add(key)
+                self._queue.put_nowait(pod)
+            return
+        phase = (pod.get("status") or {}).get("phase", "Pending")
+        if key not in self._handled and phase == "Pending":
+            self._handled.add(key)
+            self._queue.put_nowait(pod)
+
+    async def _gone(self, pod: JsonObject) -> None:
+        key = _key(pod)
+        async with self._work:
+            await self._release(key, pod)
+            self._handled.discard(key)
+            self._stopping.discard(key)
+            async with self._changed:
+                self.started.pop(key, None)
+                self._changed.notify_all()
+
+    async def _admit_loop(self) -> None:
+        while True:
+            pod = await self._queue.get()
+            async with self._work:
+                if _key(pod) in self._stopping:
+                    await self._terminate(pod)
+                else:
+                    await self._admit(pod)
+
+    # ----- admission ------------------------------------------------------------------------
+
+    async def _admit(self, pod: JsonObject) -> None:
+        namespace, name = _key(pod)
+        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        containers: list[StartedContainer] = []
+        try:
+            containers = await self._allocate_all(pod)
+        except (AdmissionFailedError, KubeletError, grpc.aio.AioRpcError) as err:
+            why = err.details() if isinstance(err, grpc.aio.AioRpcError) else str(err)
+            message = f"Allocate failed due to {why}, which is unexpected"
+            await self._release((namespace, name), pod)
+            await self._patch_status(
+                pod, {"phase": "Failed", "reason": "UnexpectedAdmissionError", "message": message}
+            )
+            await self._record(PodStart(namespace, name, uid, error=message))
+            log.info("pod refused", node=self.node_name, pod=f"{namespace}/{name}", error=why)
+            return
+        for container in containers:
+            await self.runtime.start(pod, container)
+        await self._patch_status(pod, running_status(pod, _now()))
+        await self._record(PodStart(namespace, name, uid, tuple(containers)))
+
+    async def _allocate_all(self, pod: JsonObject) -> list[StartedContainer]:
+        spec = pod.get("spec") or {}
+        plan = [(c, True) for c in spec.get("initContainers") or ()] + [
+            (c, False) for c in spec.get("containers") or ()
+        ]
+        started = []
+        held = self._held.setdefault(_key(pod), [])
+        for container, init in plan:
+            count = device_count(container, self.resource)
+            if count == 0:
+                continue
+            plugin = self.kubelet.plugin(self.resource)
+            before = set(plugin.in_use)
+            response = await plugin.admit_container(count)
+            ids = sorted(plugin.in_use - before)
+            held.extend(ids)
+            started.append(
+                StartedContainer(
+                    name=str(container.get("name", "")),
+                    init=init,
+                    device_ids=tuple(ids),
+                    envs=dict(response.envs),
+                    mounts=tuple(
+                        ContainerMount(m.container_path, m.host_path, m.read_only)
+                        for m in response.mounts
+                    ),
+                )
+            )
+        return started
+
+    async def _record(self, started: PodStart) -> None:
+        async with self._changed:
+            self.started[(started.namespace, started.name)] = started
+            self._changed.notify_all()
+
+    # ----- the end of a pod -----------------------------------------------------------------
+
+    async def finish(self, namespace: str, name: str, exit_code: int = 0) -> None:
+        """The containers exited with `exit_code`: stop them, free the devices, report it."""
+        async with self._work:
+            pod = await self._client.get_pod(namespace, name)
+            await self._release((namespace, name), pod)
+            await self._patch_status(pod, finished_status(pod, _now(), exit_code))
+
+    async def _terminate(self, pod: JsonObject) -> None:
+        """A pod being deleted: stop, free, then kubelet's final delete with grace 0."""
+        namespace, name = _key(pod)
+        await self._release((namespace, name), pod)
+        with contextlib.suppress(NotFound):
+            await self._client.delete_pod(namespace, name, grace_period_seconds=0)
+
+    async def _release(self, key: PodKey, pod: JsonObject) -> None:
+        started = self.started.get(key)
+        if key in self._held and started is not None:
+            for container in started.containers:
+                await self.runtime.stop(pod, container)
+        ids = self._held.pop(key, [])
+        plugin = self.kubelet.plugins.get(self.resource)
+        if plugin is not None:
+            plugin.in_use.difference_update(ids)
+
+    async def _patch_status(self, pod: JsonObject, status: JsonObject) -> None:
+        namespace, name = _key(pod)
+        try:
+            await self._client.patch_pod_status(namespace, name, {"status": status})
+        except NotFound:
+            pass
+        except KubeError as err:
+            log.warning("pod status not written", pod=f"{namespace}/{name}", error=str(err))
