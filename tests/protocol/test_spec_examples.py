@@ -35,6 +35,7 @@ from pyhami.protocol import (
     parse_bind_phase,
     parse_node_lock,
     pod_annotations_patch,
+    pod_single_device,
 )
 
 V100_A = "GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec"
@@ -214,6 +215,21 @@ def test_device_plugin_erase_example() -> None:
     decoded = decode_pod_devices(NVIDIA_CHECKLIST, {KEY_NVIDIA_TO_ALLOCATE: value})[NVIDIA_VENDOR]
     served = tuple(() for _ in decoded)
     assert encode_pod_single_device(served) == ";;;"
+
+
+def test_a1_placeholders_ours_per_container_and_hamis_dense_both_decode() -> None:
+    """A GPU-less init container, then a GPU app container (protocol.md A1)."""
+    gpu = dev("GPU-a", 3000, 30)
+    ours = encode_pod_single_device(pod_single_device(2, {1: (gpu,)}))
+    assert ours == ";GPU-a,NVIDIA,3000,30:;"  # one segment per container, init first
+    hami_head = "GPU-a,NVIDIA,3000,30:;"  # HAMi HEAD lists only containers that got GPUs
+    checklist = {NVIDIA_VENDOR: KEY_NVIDIA_TO_ALLOCATE}
+    assert decode_pod_devices(checklist, {KEY_NVIDIA_TO_ALLOCATE: ours}) == {
+        NVIDIA_VENDOR: ((), (gpu,), ())
+    }
+    assert decode_pod_devices(checklist, {KEY_NVIDIA_TO_ALLOCATE: hami_head}) == {
+        NVIDIA_VENDOR: ((gpu,), ())
+    }
 
 
 def test_pod_devices_absent_vendor_is_left_out_and_no_annotations_is_empty() -> None:

@@ -245,3 +245,30 @@ KEY_METAX_SGPU_QOS_POLICY = "metax-tech.com/sgpu-qos-policy"
 KEY_METAX_SGPU_APP_CLASS = "metax-tech.com/sgpu-app-class"
 KEY_METAX_TOPOLOGY_SCORES = "metax-tech.com/gpu.topology.scores"
 KEY_METAX_TOPOLOGY_LOSSES = "metax-tech.com/gpu.topology.losses"
+KEY_ENFLAME_ASSIGNED = "enflame.com/gcu-assigned"
+KEY_ENFLAME_ASSIGNED_TIME = "enflame.com/gcu-assigned-time"  # unix nanoseconds
+KEY_ENFLAME_ASSIGNED_INDEX = "enflame.com/gcu-assigned-index"
+KEY_ENFLAME_ASSIGNED_ID = "enflame.com/gcu-assigned-id"
+KEY_ENFLAME_ASSIGNED_MINOR = "enflame.com/gcu-assigned-minor"
+KEY_ENFLAME_REQUEST_SIZE = "enflame.com/gcu-request-size"
+KEY_METAX_GPU_DEVICES_ALLOCATED = "metax-tech.com/gpu-devices-allocated"
+KEY_METAX_PREDICATE_TIME = "metax-tech.com/predicate-time"  # unix nanoseconds
+KEY_METAX_SGPU_TOPOLOGY_AWARE = "metax-tech.com/sgpu-topology-aware"
+KEY_MTHREADS_PREDICATE_TIME = "mthreads.com/predicate-time"  # unix nanoseconds
+KEY_MTHREADS_PREDICATE_NODE = "mthreads.com/predicate-node"
+# Declared by HAMi but never read or written (kept so the key list is complete).
+UNUSED_KEYS = (
+    "amd.com/gpu-index",
+    "amd.com/predicate-node",
+    "birentech.com/use-biren",
+    "birentech.com/nouse-biren",
+    "cambricon.com/use-mlutype",
+    "cambricon.com/nouse-mlutype",
+    "vastaitech.com/use-va",
+    "vastaitech.com/nouse-va",
+)
+
+
+def ascend_device_key(common_word: str) -> str:
+    """Ascend's per-pod `huawei.com/<cw>` JSON list of the assigned NPUs."""
+    return f"huawei.com/{common_word}"
