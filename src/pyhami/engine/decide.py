@@ -82,6 +82,7 @@ class NodeFailure(enum.StrEnum):
 
 
 _UNREGISTERED = NodeFailure.UNREGISTERED.value
+_CARDS = NodeFailure.CARDS
 _ALLOCATED_INSUFFICIENT = Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST.value
 # Nodes tried one by one before the column screen takes over: a fitting node is usually
 # among the first few in policy order, and the screen costs a pass over every card.
@@ -340,15 +341,9 @@ class _Screen:
                 counts[_ALLOCATED_INSUFFICIENT] = row[0]
             known = self._known[key] = _reasons(self._cycle, counts, typed)
         text, reasons = known
-        return NodeVerdict(
-            node.name,
-            False,
-            node.score,
-            failure=NodeFailure.CARDS,
-            container=self._position,
-            reasons=reasons,
-            cards=typed,
-            reason=text,
+        # Positional through _make: one verdict per node, and keyword __new__ costs more.
+        return NodeVerdict._make(
+            (node.name, False, node.score, _CARDS, self._position, reasons, typed, text, (), (), ())
         )
 
 
