@@ -177,3 +177,18 @@ def test_settings_are_checked() -> None:
         InformerSettings(resync_period_s=0)
     with pytest.raises(ValueError, match="backoff"):
         InformerSettings(backoff_initial_s=2, backoff_max_s=1)
+
+
+async def test_watches_that_end_at_once_are_backed_off(
+    kube: KubeClient, apiserver: FakeKubeAPIServer
+) -> None:
+    apiserver.max_watch_timeout_s = 0  # every watch ends before its first event
+    informer = Informer(kube, PODS, settings=FAST)
+    informer.start()
+    try:
+        await informer.wait_synced(5)
+        await asyncio.sleep(0.5)
+        # 0.02 s doubling to 0.1 s: a handful of watches, not hundreds.
+        assert 2 <= informer.stats.watches <= 10
+    finally:
+        await informer.stop()

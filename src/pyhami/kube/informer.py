@@ -150,8 +150,12 @@ class Informer:
                 if must_list:
                     await self._relist()
                     must_list = False
-                await self._watch()
-                backoff = self.settings.backoff_initial_s
+                started = self._clock.monotonic()
+                if await self._watch() or self._clock.monotonic() - started >= 1.0:
+                    backoff = self.settings.backoff_initial_s
+                else:  # a server that ends every watch at once must not make us spin
+                    await self._clock.sleep(backoff)
+                    backoff = min(backoff * 2, self.settings.backoff_max_s)
             except Gone:
                 self.stats.expired += 1
                 self.stats.history.append("gone")
@@ -194,7 +198,8 @@ class Informer:
         self.resource_version = listed.resource_version
         self.synced.set()
 
-    async def _watch(self) -> None:
+    async def _watch(self) -> int:
+        """One watch until the server ends it; returns how many events (bookmarks too) came."""
         self.stats.watches += 1
         self.stats.history.append("watch")
         events = self._client.watch(
@@ -206,8 +211,11 @@ class Informer:
             timeout_s=self.settings.watch_timeout_s,
             bookmarks=True,
         )
+        seen = 0
         async for event in events:
+            seen += 1
             await self._handle(event)
+        return seen
 
     async def _handle(self, event: WatchEvent) -> None:
         if event.type == "BOOKMARK":

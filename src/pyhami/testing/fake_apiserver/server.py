@@ -127,6 +127,7 @@ class FakeKubeAPIServer:
         self.requests: Counter[tuple[str, str]] = Counter()
         self.bookmark_interval_s = bookmark_interval_s
         self.default_watch_timeout_s = default_watch_timeout_s
+        self.max_watch_timeout_s: float | None = None
         self._host = host
         self._port = port
         self._runner: web.AppRunner | None = None
@@ -471,6 +472,8 @@ class FakeKubeAPIServer:
             if "timeoutSeconds" in query
             else self.default_watch_timeout_s
         )
+        if self.max_watch_timeout_s is not None:  # a server that ends watches early
+            timeout = min(timeout, self.max_watch_timeout_s)
         bookmarks = query.get("allowWatchBookmarks") in _TRUE
         response = web.StreamResponse(headers={"Content-Type": "application/json"})
         response.enable_chunked_encoding()
