@@ -239,3 +239,12 @@ def test_later_processes_use_the_regions_limits(vgpu: Harness) -> None:
                    env={"CUDA_DEVICE_MEMORY_LIMIT_0": "4g"})
     assert [a.int("rc") for a in run.named("alloc")] == [2, 0]
     assert "using the region's" in run.stderr
+
+
+def test_device_reset_gives_back_what_the_context_held(each_vgpu: Harness) -> None:
+    env = {"CUDA_DEVICE_MEMORY_LIMIT_0": "1g"}
+    run = each_vgpu.run("ctx", "0", "alloc", "600m", "array", "1024", "1024", "vmm", "0", "100m",
+                        "reset", "0", "meminfo", "alloc", "924m", "alloc", "1", env=env)
+    assert run.one("reset").int("rc") == 0
+    assert run.one("meminfo").int("free") == GiB - 100 * MiB, "only the VMM handle survives"
+    assert [a.int("rc") for a in run.named("alloc")] == [0, 0, 2]

@@ -54,6 +54,26 @@ int vgpu_alloc_take(enum vgpu_object_kind kind, uint64_t key, int *dev, uint64_t
     return 0;
 }
 
+uint64_t vgpu_alloc_drop_device(int dev)
+{
+    uint64_t bytes = 0;
+    pthread_mutex_lock(&vgpu_table_mutex);
+    for (int i = 0; i < VGPU_BUCKETS; i++) {
+        for (struct vgpu_entry **link = &vgpu_buckets[i]; *link != NULL;) {
+            struct vgpu_entry *entry = *link;
+            if (entry->dev != dev || entry->kind == VGPU_OBJECT_HANDLE) {
+                link = &entry->next;
+                continue;
+            }
+            *link = entry->next;
+            bytes += entry->bytes;
+            free(entry);
+        }
+    }
+    pthread_mutex_unlock(&vgpu_table_mutex);
+    return bytes;
+}
+
 void vgpu_alloc_lock_all(void)
 {
     pthread_mutex_lock(&vgpu_table_mutex);

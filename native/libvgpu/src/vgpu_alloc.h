@@ -19,6 +19,9 @@ int vgpu_alloc_add(enum vgpu_object_kind kind, uint64_t key, int dev, uint64_t b
 /* Remove the record: 0 and its device and size, or -1 when the object is not ours. */
 int vgpu_alloc_take(enum vgpu_object_kind kind, uint64_t key, int *dev, uint64_t *bytes);
 
+/* Forget every object of `dev` that lives in a context (not VMM handles): the bytes they had. */
+uint64_t vgpu_alloc_drop_device(int dev);
+
 void vgpu_alloc_lock_all(void);
 void vgpu_alloc_unlock_all(void);
 void vgpu_alloc_reset(void);

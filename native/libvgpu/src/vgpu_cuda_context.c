@@ -1,8 +1,9 @@
 /* Primary contexts: the first one on a device is where this process's host pid is found (the
  * NVML process list before and after) and where the memory the context takes is measured and
- * charged; the last release gives it back. */
+ * charged; the last release gives it back; a reset gives back what the context held. */
 #include <pthread.h>
 
+#include "vgpu_alloc.h"
 #include "vgpu_devices.h"
 #include "vgpu_hooks.h"
 #include "vgpu_init.h"
@@ -61,6 +62,17 @@ VGPU_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice device)
         vgpu_context_bytes[index] = 0;
     }
     pthread_mutex_unlock(&vgpu_context_mutex);
+    return rc;
+}
+
+/* cudaDeviceReset: the driver destroys every allocation of the primary context. */
+VGPU_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice device)
+{
+    VGPU_ENTER(cuDevicePrimaryCtxReset_v2, device);
+    CUresult rc = vgpu_real.cuDevicePrimaryCtxReset_v2(device);
+    int index = vgpu_index_of(device);
+    if (rc == CUDA_SUCCESS && index >= 0 && vgpu_memory_mode() == VGPU_MEMORY_ACCOUNT)
+        vgpu_refund(index, vgpu_alloc_drop_device(index), VGPU_KIND_DATA);
     return rc;
 }
 

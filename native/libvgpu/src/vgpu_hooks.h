@@ -15,7 +15,7 @@
 #define VGPU_CUDA_HOOKED(X)                                                                   \
     X(cuGetProcAddress) X(cuGetProcAddress_v2)                                                \
     X(cuDeviceTotalMem_v2) X(cuMemGetInfo_v2)                                                 \
-    X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease_v2) \
+    X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease_v2) X(cuDevicePrimaryCtxReset_v2) \
     X(cuMemAlloc_v2) X(cuMemAllocPitch_v2) X(cuMemAllocManaged) X(cuMemFree_v2)               \
     X(cuMemAllocAsync) X(cuMemAllocAsync_ptsz)                                                \
     X(cuMemAllocFromPoolAsync) X(cuMemAllocFromPoolAsync_ptsz)                                \

@@ -300,6 +300,22 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice device)
     return CUDA_SUCCESS;
 }
 
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice device)
+{
+    if (!stub_valid_device(device))
+        return CUDA_ERROR_INVALID_DEVICE;
+    int physical = stub_physical(device);
+    pthread_mutex_lock(&stub_mutex);
+    for (int i = stub_object_count - 1; i >= 0; i--) {
+        if (stub_objects[i].physical == physical && stub_objects[i].kind != STUB_HANDLE) {
+            stub_used[physical] -= stub_objects[i].bytes;
+            stub_objects[i] = stub_objects[--stub_object_count];
+        }
+    }
+    pthread_mutex_unlock(&stub_mutex);
+    return CUDA_SUCCESS;
+}
+
 CUresult cuCtxSetCurrent(CUcontext context)
 {
     stub_current = context ? (int)((uintptr_t)context - 0x1000) : -1;
@@ -566,6 +582,7 @@ static const struct stub_entry stub_table[] = {
     STUB_ENTRY("cuDeviceTotalMem", 3020, cuDeviceTotalMem_v2, NULL),
     STUB_ENTRY("cuDevicePrimaryCtxRetain", 7000, cuDevicePrimaryCtxRetain, NULL),
     STUB_ENTRY("cuDevicePrimaryCtxRelease", 11000, cuDevicePrimaryCtxRelease_v2, NULL),
+    STUB_ENTRY("cuDevicePrimaryCtxReset", 11000, cuDevicePrimaryCtxReset_v2, NULL),
     STUB_ENTRY("cuCtxSetCurrent", 4000, cuCtxSetCurrent, NULL),
     STUB_ENTRY("cuCtxGetDevice", 2000, cuCtxGetDevice, NULL),
     STUB_ENTRY("cuMemGetInfo", 3020, cuMemGetInfo_v2, NULL),

@@ -146,6 +146,8 @@ int main(int argc, char **argv)
             if (rc == CUDA_SUCCESS)
                 cuCtxSetCurrent(context);
             say("ctx rc=%d", (int)rc);
+        } else if (strcmp(cmd, "reset") == 0) {
+            say("reset rc=%d", (int)cuDevicePrimaryCtxReset_v2((CUdevice)number(argv[++i])));
         } else if (strcmp(cmd, "release") == 0) {
             say("release rc=%d", (int)cuDevicePrimaryCtxRelease_v2((CUdevice)number(argv[++i])));
         } else if (strcmp(cmd, "alloc") == 0) {
