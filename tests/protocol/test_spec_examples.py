@@ -232,6 +232,16 @@ def test_a1_placeholders_ours_per_container_and_hamis_dense_both_decode() -> Non
     }
 
 
+def test_pod_devices_error_names_the_annotation_key_and_value() -> None:
+    value = "A,NVIDIA,1,2:;B,NVIDIA,x,2:;"
+    with pytest.raises(ProtocolError) as caught:
+        decode_pod_devices(NVIDIA_CHECKLIST, {KEY_NVIDIA_TO_ALLOCATE: value})
+    assert caught.value.field == KEY_NVIDIA_TO_ALLOCATE and caught.value.value == value
+    assert (
+        caught.value.reason == 'invalid memory field: strconv.ParseInt: parsing "x": invalid syntax'
+    )
+
+
 def test_pod_devices_absent_vendor_is_left_out_and_no_annotations_is_empty() -> None:
     checklist = {
         NVIDIA_VENDOR: KEY_NVIDIA_TO_ALLOCATE,

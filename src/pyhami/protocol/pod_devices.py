@@ -61,9 +61,14 @@ def _int32(value: str, name: str, text: str) -> int:
         raise ProtocolError(FIELD, value, f"invalid {name} field: {err}") from None
 
 
-def decode_pod_single_device(value: str) -> PodSingleDevice:
-    """One vendor's pod-devices value: every `;`-separated part, empty ones included."""
-    return tuple(decode_container_devices(part) for part in value.split(";"))
+def decode_pod_single_device(value: str, field: str = "pod devices") -> PodSingleDevice:
+    """One vendor's pod-devices value: every `;`-separated part, empty ones included.
+
+    An error names `field` (the annotation key when known) and carries the whole value."""
+    try:
+        return tuple(decode_container_devices(part) for part in value.split(";"))
+    except ProtocolError as err:
+        raise ProtocolError(field, value, err.reason) from None
 
 
 def decode_pod_devices(
@@ -72,7 +77,7 @@ def decode_pod_devices(
     """HAMi `DecodePodDevices`: vendor → per-container devices for each checklist vendor
     (vendor → annotation key) whose key is present; absent vendors are left out."""
     return {
-        vendor: decode_pod_single_device(annotations[key])
+        vendor: decode_pod_single_device(annotations[key], key)
         for vendor, key in checklist.items()
         if key in annotations
     }
