@@ -20,13 +20,8 @@ affinity, non-extended resource accounting.
 from __future__ import annotations
 
 import asyncio
-import base64
-import enum
-import re
-import ssl
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -47,235 +42,16 @@ from pyhami.kube import (
     cancel_and_wait,
     guarded_task,
 )
+from pyhami.testing.scheduler_harness.config import ExtenderConfig
+from pyhami.testing.scheduler_harness.outcomes import HarnessMetrics, Result, ScheduleOutcome
+from pyhami.testing.scheduler_harness.predicates import (
+    NodeFacts,
+    is_extended,
+    requested,
+    unschedulable_message,
+)
 
 log = structlog.get_logger(__name__)
-
-# The resource names HAMi's chart lists under managedResources for NVIDIA (ops.md §3.4).
-HAMI_NVIDIA_RESOURCES = (
-    "nvidia.com/gpu",
-    "nvidia.com/gpumem",
-    "nvidia.com/gpucores",
-    "nvidia.com/gpumem-percentage",
-    "nvidia.com/priority",
-)
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns)")
-_DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
-
-
-def parse_go_duration(text: str) -> float:
-    """`30s`, `1m30s`, `500ms` → seconds (metav1.Duration as written in scheduler configs)."""
-    if not isinstance(text, str) or not text or _DURATION.sub("", text) != "":
-        raise ValueError(f"not a Go duration: {text!r}")
-    return sum(float(n) * _DURATION_UNITS[unit] for n, unit in _DURATION.findall(text))
-
-
-@dataclass(frozen=True, slots=True)
-class ManagedResource:
-    name: str
-    ignored_by_scheduler: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class ExtenderConfig:
-    """One `extenders[]` entry of a KubeSchedulerConfiguration."""
-
-    url_prefix: str
-    filter_verb: str = "filter"
-    bind_verb: str = ""
-    node_cache_capable: bool = False
-    managed_resources: tuple[ManagedResource, ...] = ()
-    ignorable: bool = False
-    http_timeout_s: float = 30.0
-    tls_insecure: bool = False
-    tls_ca_pem: bytes | None = None
-    tls_server_name: str | None = None
-
-    def __post_init__(self) -> None:
-        if not self.url_prefix.startswith(("http://", "https://")):
-            raise ValueError(f"extender urlPrefix must be http(s)://..., got {self.url_prefix!r}")
-        if self.http_timeout_s <= 0:
-            raise ValueError(f"extender httpTimeout must be > 0, got {self.http_timeout_s}")
-        if not self.filter_verb:
-            raise ValueError("this harness drives filter: set filterVerb")
-
-    @classmethod
-    def from_kube_scheduler_config(cls, entry: Mapping[str, Any]) -> ExtenderConfig:
-        """Parse the camelCase YAML/JSON entry (`urlPrefix`, `tlsConfig.caData`, ...)."""
-        tls = entry.get("tlsConfig") or {}
-        ca_pem = None
-        if tls.get("caData"):
-            ca_pem = base64.b64decode(tls["caData"])
-        elif tls.get("caFile"):
-            ca_pem = Path(tls["caFile"]).read_bytes()
-        url = str(entry.get("urlPrefix", ""))
-        if entry.get("enableHTTPS") and url.startswith("http://"):
-            url = "https://" + url[len("http://") :]
-        timeout = entry.get("httpTimeout", "30s")
-        return cls(
-            url_prefix=url,
-            filter_verb=str(entry.get("filterVerb", "")),
-            bind_verb=str(entry.get("bindVerb", "")),
-            node_cache_capable=bool(entry.get("nodeCacheCapable", False)),
-            managed_resources=tuple(
-                ManagedResource(str(r["name"]), bool(r.get("ignoredByScheduler", False)))
-                for r in entry.get("managedResources") or ()
-            ),
-            ignorable=bool(entry.get("ignorable", False)),
-            http_timeout_s=parse_go_duration(timeout)
-            if isinstance(timeout, str)
-            else float(timeout),
-            tls_insecure=bool(tls.get("insecure", False)),
-            tls_ca_pem=ca_pem,
-            tls_server_name=tls.get("serverName") or None,
-        )
-
-    @classmethod
-    def hami_chart(
-        cls, url_prefix: str, *, ca_pem: bytes | None = None, http_timeout_s: float = 30.0
-    ) -> ExtenderConfig:
-        """The extender HAMi's chart configures (NVIDIA resources), at `url_prefix`."""
-        return cls(
-            url_prefix=url_prefix,
-            filter_verb="filter",
-            bind_verb="bind",
-            node_cache_capable=True,
-            managed_resources=tuple(ManagedResource(n, True) for n in HAMI_NVIDIA_RESOURCES),
-            ignorable=False,
-            http_timeout_s=http_timeout_s,
-            tls_insecure=ca_pem is None and url_prefix.startswith("https://"),
-            tls_ca_pem=ca_pem,
-        )
-
-    def interested_in(self, pod: JsonObject) -> bool:
-        """kube-scheduler's IsInterested: any managed resource in any container's requests or
-        limits (an extender that manages none is interested in every pod)."""
-        if not self.managed_resources:
-            return True
-        names = {r.name for r in self.managed_resources}
-        return bool(names & _requested(pod).keys())
-
-    def ssl_context(self) -> ssl.SSLContext | None:
-        if not self.url_prefix.startswith("https://"):
-            return None
-        if self.tls_insecure:
-            context = ssl.create_default_context()
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-            return context
-        return ssl.create_default_context(
-            cadata=self.tls_ca_pem.decode() if self.tls_ca_pem else None
-        )
-
-
-class Result(enum.StrEnum):
-    BOUND = "bound"
-    UNSCHEDULABLE = "unschedulable"  # no node passed the predicates and the extender
-    FILTER_ERROR = "filter-error"  # the extender failed or answered Error
-    BIND_ERROR = "bind-error"  # the extender's bind (or pods/binding) failed
-
-
-@dataclass(frozen=True, slots=True)
-class ScheduleOutcome:
-    """One scheduling attempt of one pod."""
-
-    namespace: str
-    name: str
-    uid: str
-    attempt: int
-    result: Result
-    node: str = ""
-    failed_nodes: Mapping[str, str] = field(default_factory=dict)
-    unresolvable_nodes: Mapping[str, str] = field(default_factory=dict)
-    error: str = ""
-    filter_s: float = 0.0
-    bind_s: float = 0.0
-    extender_called: bool = False
-
-
-def _percentile(values: Sequence[float], fraction: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
-
-
-@dataclass(slots=True)
-class HarnessMetrics:
-    attempts: int = 0
-    results: dict[Result, int] = field(default_factory=lambda: dict.fromkeys(Result, 0))
-    filter_latencies_s: list[float] = field(default_factory=list)
-    bind_latencies_s: list[float] = field(default_factory=list)
-
-    def filter_p(self, fraction: float) -> float:
-        return _percentile(self.filter_latencies_s, fraction)
-
-    def bind_p(self, fraction: float) -> float:
-        return _percentile(self.bind_latencies_s, fraction)
-
-
-@dataclass(frozen=True, slots=True)
-class _NodeFacts:
-    """A node as kube-scheduler's own filter plugins see it."""
-
-    name: str
-    node: JsonObject
-    ready: bool
-    unschedulable: bool
-    taints: tuple[Mapping[str, Any], ...]  # NoSchedule and NoExecute only
-    labels: Mapping[str, str]
-    allocatable: Mapping[str, float]  # extended resources only
-
-    @classmethod
-    def of(cls, node: JsonObject) -> _NodeFacts:
-        spec, status = node.get("spec") or {}, node.get("status") or {}
-        ready = all(
-            c.get("status") == "True"
-            for c in status.get("conditions") or []
-            if c.get("type") == "Ready"
-        )
-        return cls(
-            name=str(node["metadata"]["name"]),
-            node=node,
-            ready=ready,
-            unschedulable=bool(spec.get("unschedulable")),
-            taints=tuple(
-                t
-                for t in spec.get("taints") or []
-                if t.get("effect") in ("NoSchedule", "NoExecute")
-            ),
-            labels=node["metadata"].get("labels") or {},
-            allocatable={
-                k: _quantity(v)
-                for k, v in (status.get("allocatable") or {}).items()
-                if _is_extended(k)
-            },
-        )
-
-    def rejects(
-        self,
-        tolerations: Sequence[Mapping[str, Any]],
-        selector: Mapping[str, str],
-        checked: Mapping[str, float],
-    ) -> str:
-        """The reason kube-scheduler's own plugins would reject the node, or ""."""
-        if not self.ready:
-            return "node(s) were not ready"
-        if self.unschedulable and not _tolerated(
-            {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}, tolerations
-        ):
-            return "node(s) were unschedulable"
-        for taint in self.taints:
-            if not _tolerated(taint, tolerations):
-                return (
-                    f"node(s) had untolerated taint {{{taint.get('key')}: "
-                    f"{taint.get('value', '')}}}"
-                )
-        if any(self.labels.get(k) != v for k, v in selector.items()):
-            return "node(s) didn't match Pod's node affinity/selector"
-        for resource, amount in checked.items():
-            if amount > self.allocatable.get(resource, 0.0):
-                return f"Insufficient {resource}"
-        return ""
 
 
 @dataclass(slots=True)
@@ -377,7 +153,7 @@ class KubeSchedulerHarness:
             for r in (extender.managed_resources if extender else ())
             if r.ignored_by_scheduler
         )
-        self._node_facts: dict[str, tuple[str, _NodeFacts]] = {}
+        self._node_facts: dict[str, tuple[str, NodeFacts]] = {}
         self.outcomes: list[ScheduleOutcome] = []
         self.metrics = HarnessMetrics()
         self._queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
@@ -554,7 +330,7 @@ class KubeSchedulerHarness:
         selector = spec.get("nodeSelector") or {}
         # Checked against allocatable: extended resources kube-scheduler does not ignore.
         checked = {
-            r: n for r, n in _requested(pod).items() if r not in self._ignored and _is_extended(r)
+            r: n for r, n in requested(pod).items() if r not in self._ignored and is_extended(r)
         }
         nodes = self.nodes.list()
         failed: dict[str, str] = {}
@@ -582,19 +358,19 @@ class KubeSchedulerHarness:
         if not feasible:
             raise _AttemptFailedError(
                 Result.UNSCHEDULABLE,
-                _unschedulable_message(len(nodes), failed),
+                unschedulable_message(len(nodes), failed),
                 failed,
                 unresolvable,
             )
         return str(feasible[0]["metadata"]["name"]), failed
 
-    def _facts(self, node: JsonObject) -> _NodeFacts:
+    def _facts(self, node: JsonObject) -> NodeFacts:
         """What the predicates read from a node, parsed once per node version."""
         meta = node["metadata"]
         name, version = str(meta["name"]), str(meta.get("resourceVersion", ""))
         cached = self._node_facts.get(name)
         if cached is None or cached[0] != version:
-            cached = (version, _NodeFacts.of(node))
+            cached = (version, NodeFacts.of(node))
             self._node_facts[name] = cached
         return cached[1]
 
@@ -720,7 +496,7 @@ class KubeSchedulerHarness:
             log.warning("could not record event", reason=reason, error=str(err))
 
 
-# --- helpers --------------------------------------------------------------------------------
+# --- helpers ---
 
 
 def _field(obj: Mapping[str, Any], name: str) -> Any:
@@ -734,77 +510,3 @@ def _string_map(value: Any) -> dict[str, str]:
     if not isinstance(value, dict):
         return {}
     return {str(k): str(v) for k, v in value.items()}
-
-
-def _tolerated(taint: Mapping[str, Any], tolerations: Sequence[Mapping[str, Any]]) -> bool:
-    for toleration in tolerations:
-        if toleration.get("effect") not in (None, "", taint.get("effect")):
-            continue
-        if toleration.get("operator") == "Exists":
-            if not toleration.get("key") or toleration.get("key") == taint.get("key"):
-                return True
-        elif toleration.get("key") == taint.get("key") and toleration.get("value", "") == taint.get(
-            "value", ""
-        ):
-            return True
-    return False
-
-
-_SUFFIXES = {
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-}
-
-
-def _quantity(text: Any) -> float:
-    """Enough of resource.Quantity for extended resources (integers, with a suffix)."""
-    value = str(text).strip()
-    for suffix in sorted(_SUFFIXES, key=len, reverse=True):
-        if value.endswith(suffix):
-            return float(value[: -len(suffix)]) * _SUFFIXES[suffix]
-    try:
-        return float(value)
-    except ValueError:
-        return 0.0
-
-
-def _is_extended(resource: str) -> bool:
-    return "/" in resource and not resource.startswith(("kubernetes.io/", "hugepages-"))
-
-
-def _requested(pod: JsonObject) -> dict[str, float]:
-    """Effective request per resource: max(sum over containers, any init container)."""
-    spec = pod.get("spec") or {}
-
-    def amounts(container: Mapping[str, Any]) -> dict[str, float]:
-        resources = container.get("resources") or {}
-        merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
-        return {k: _quantity(v) for k, v in merged.items()}
-
-    total: dict[str, float] = {}
-    for container in spec.get("containers") or []:
-        for k, v in amounts(container).items():
-            total[k] = total.get(k, 0.0) + v
-    for container in spec.get("initContainers") or []:
-        for k, v in amounts(container).items():
-            total[k] = max(total.get(k, 0.0), v)
-    return total
-
-
-def _unschedulable_message(total: int, failed: Mapping[str, str]) -> str:
-    """kube-scheduler's `0/N nodes are available: <count> <reason>, ...`."""
-    counts: dict[str, int] = {}
-    for reason in failed.values():
-        counts[reason] = counts.get(reason, 0) + 1
-    parts = sorted(f"{n} {reason}" for reason, n in counts.items())
-    return (
-        f"0/{total} nodes are available: {', '.join(parts)}."
-        if parts
-        else f"0/{total} nodes are available."
-    )

@@ -1,0 +1,130 @@
+"""The kube-scheduler extender configuration the harness follows (ops.md §3.4)."""
+
+from __future__ import annotations
+
+import base64
+import re
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyhami.kube import JsonObject
+from pyhami.testing.scheduler_harness.predicates import requested
+
+# The resource names HAMi's chart lists under managedResources for NVIDIA (ops.md §3.4).
+HAMI_NVIDIA_RESOURCES = (
+    "nvidia.com/gpu",
+    "nvidia.com/gpumem",
+    "nvidia.com/gpucores",
+    "nvidia.com/gpumem-percentage",
+    "nvidia.com/priority",
+)
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns)")
+_DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+
+def parse_go_duration(text: str) -> float:
+    """`30s`, `1m30s`, `500ms` → seconds (metav1.Duration as written in scheduler configs)."""
+    if not isinstance(text, str) or not text or _DURATION.sub("", text) != "":
+        raise ValueError(f"not a Go duration: {text!r}")
+    return sum(float(n) * _DURATION_UNITS[unit] for n, unit in _DURATION.findall(text))
+
+
+@dataclass(frozen=True, slots=True)
+class ManagedResource:
+    name: str
+    ignored_by_scheduler: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderConfig:
+    """One `extenders[]` entry of a KubeSchedulerConfiguration."""
+
+    url_prefix: str
+    filter_verb: str = "filter"
+    bind_verb: str = ""
+    node_cache_capable: bool = False
+    managed_resources: tuple[ManagedResource, ...] = ()
+    ignorable: bool = False
+    http_timeout_s: float = 30.0
+    tls_insecure: bool = False
+    tls_ca_pem: bytes | None = None
+    tls_server_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.url_prefix.startswith(("http://", "https://")):
+            raise ValueError(f"extender urlPrefix must be http(s)://..., got {self.url_prefix!r}")
+        if self.http_timeout_s <= 0:
+            raise ValueError(f"extender httpTimeout must be > 0, got {self.http_timeout_s}")
+        if not self.filter_verb:
+            raise ValueError("this harness drives filter: set filterVerb")
+
+    @classmethod
+    def from_kube_scheduler_config(cls, entry: Mapping[str, Any]) -> ExtenderConfig:
+        """Parse the camelCase YAML/JSON entry (`urlPrefix`, `tlsConfig.caData`, ...)."""
+        tls = entry.get("tlsConfig") or {}
+        ca_pem = None
+        if tls.get("caData"):
+            ca_pem = base64.b64decode(tls["caData"])
+        elif tls.get("caFile"):
+            ca_pem = Path(tls["caFile"]).read_bytes()
+        url = str(entry.get("urlPrefix", ""))
+        if entry.get("enableHTTPS") and url.startswith("http://"):
+            url = "https://" + url[len("http://") :]
+        timeout = entry.get("httpTimeout", "30s")
+        return cls(
+            url_prefix=url,
+            filter_verb=str(entry.get("filterVerb", "")),
+            bind_verb=str(entry.get("bindVerb", "")),
+            node_cache_capable=bool(entry.get("nodeCacheCapable", False)),
+            managed_resources=tuple(
+                ManagedResource(str(r["name"]), bool(r.get("ignoredByScheduler", False)))
+                for r in entry.get("managedResources") or ()
+            ),
+            ignorable=bool(entry.get("ignorable", False)),
+            http_timeout_s=parse_go_duration(timeout)
+            if isinstance(timeout, str)
+            else float(timeout),
+            tls_insecure=bool(tls.get("insecure", False)),
+            tls_ca_pem=ca_pem,
+            tls_server_name=tls.get("serverName") or None,
+        )
+
+    @classmethod
+    def hami_chart(
+        cls, url_prefix: str, *, ca_pem: bytes | None = None, http_timeout_s: float = 30.0
+    ) -> ExtenderConfig:
+        """The extender HAMi's chart configures (NVIDIA resources), at `url_prefix`."""
+        return cls(
+            url_prefix=url_prefix,
+            filter_verb="filter",
+            bind_verb="bind",
+            node_cache_capable=True,
+            managed_resources=tuple(ManagedResource(n, True) for n in HAMI_NVIDIA_RESOURCES),
+            ignorable=False,
+            http_timeout_s=http_timeout_s,
+            tls_insecure=ca_pem is None and url_prefix.startswith("https://"),
+            tls_ca_pem=ca_pem,
+        )
+
+    def interested_in(self, pod: JsonObject) -> bool:
+        """kube-scheduler's IsInterested: any managed resource in any container's requests or
+        limits (an extender that manages none is interested in every pod)."""
+        if not self.managed_resources:
+            return True
+        names = {r.name for r in self.managed_resources}
+        return bool(names & requested(pod).keys())
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        if not self.url_prefix.startswith("https://"):
+            return None
+        if self.tls_insecure:
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+            return context
+        return ssl.create_default_context(
+            cadata=self.tls_ca_pem.decode() if self.tls_ca_pem else None
+        )
