@@ -53,7 +53,7 @@ request = st.builds(
 )
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(
     st.lists(node_state, min_size=34, max_size=45),
     request,
@@ -97,3 +97,25 @@ def test_screen_sees_usage_changes_and_node_changes() -> None:
     ledger.upsert_node(N("n00"), inventory(card("new", 20000)))
     answer = decide(big, names, ledger, config=EngineConfig(), quotas=None, now=0)
     assert answer.node == "n00"  # n00 and n39 are both idle now: the tie goes to the smaller name
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(node_state, min_size=34, max_size=40), request,
+       st.sampled_from(["binpack", "spread"]), st.data())
+def test_a_few_candidates_decide_as_if_alone(
+    nodes: list[tuple[list[tuple[int, int, int, bool, str, bool]], bool]],
+    limits: dict[str, str],
+    node_policy: str,
+    data: st.DataObject,
+) -> None:
+    picked = sorted(data.draw(st.lists(st.integers(0, len(nodes) - 1), min_size=1, max_size=2,
+                                       unique=True)))  # sorted: renaming keeps name order
+    names = [N(f"n{n:02d}") for n in picked]
+    config = EngineConfig(node_policy=node_policy)
+    the_pod = pod("p", limits)
+    among_all = decide(the_pod, names, build(nodes), config=config, quotas=None, now=0)
+    alone = build([nodes[n] for n in picked])  # the same nodes, renamed n00, n01
+    renamed = {N(f"n{i:02d}"): name for i, name in enumerate(names)}
+    by_itself = decide(the_pod, list(renamed), alone, config=config, quotas=None, now=0)
+    assert among_all.node == (renamed[by_itself.node] if by_itself.node else None)
+    assert list(among_all.failed_nodes.values()) == list(by_itself.failed_nodes.values())

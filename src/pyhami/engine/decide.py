@@ -187,9 +187,7 @@ def decide(
     spread = plan.node_policy == NodePolicy.SPREAD
     screen: _Screen | None = None
     visited = 0
-    for node in ledger.preferred_nodes(spread):
-        if node.name not in wanted:
-            continue
+    for node in ledger.preferred_nodes(spread, wanted):
         if explain:
             verdict = _evaluate(node, cycle, trace=True)
             verdicts[node.name] = verdict

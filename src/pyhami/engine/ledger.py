@@ -12,7 +12,7 @@ a decision can visit candidate nodes best-first without sorting them.
 
 import copy as _copy
 from bisect import bisect_left, insort
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from pyhami.devices.inventory import NodeInventory
@@ -261,11 +261,26 @@ class Ledger:
         node = self._nodes.get(name)
         return () if node is None else tuple(card.usage() for card in node.cards)
 
-    def preferred_nodes(self, spread: bool) -> Iterator[LedgerNode]:
-        """Every node, best first: highest load for binpack, lowest for spread; ties by name."""
-        order = self._spread_order if spread else self._binpack_order
+    def preferred_nodes(
+        self, spread: bool, among: Collection[NodeName] | None = None
+    ) -> Iterator[LedgerNode]:
+        """Nodes best first: highest load for binpack, lowest for spread; ties by name.
+
+        `among` restricts them to the given names; a small set is sorted on its own rather
+        than filtered out of the whole cluster's order.
+        """
         nodes = self._nodes
-        return (nodes[name] for _, name in order)
+        if among is not None and len(among) * 16 < len(nodes):
+            known = [nodes[name] for name in set(among) if name in nodes]
+            if spread:
+                known.sort(key=lambda node: (node.score, node.name))
+            else:
+                known.sort(key=lambda node: (-node.score, node.name))
+            return iter(known)
+        order = self._spread_order if spread else self._binpack_order
+        if among is None:
+            return (nodes[name] for _, name in order)
+        return (nodes[name] for _, name in order if name in among)
 
     # ----- pods ------------------------------------------------------------------------------
 
