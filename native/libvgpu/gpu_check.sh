@@ -127,8 +127,9 @@ field() { sed -n "s/.*$1=\([-0-9]*\).*/\1/p" | head -1; }
 out=$(./probe fill); echo "without library: $out"
 out=$(limited fill ./probe fill); echo "with 1 GiB limit: $out"
 granted=$(echo "$out" | field granted_mib)
+# The context (a few hundred MiB on big GPUs) is charged too.
 check "cudaMalloc stops at the limit (granted ${granted} MiB of 1024, context included)" \
-    test "${granted:-0}" -ge 512 -a "${granted:-9999}" -le 1024
+    test "${granted:-0}" -ge 256 -a "${granted:-9999}" -le 1024
 check "the refusal is an OOM (cudaErrorMemoryAllocation=2)" test "$(echo "$out" | field last_error)" = 2
 
 out=$(limited meminfo ./probe meminfo); echo "$out"
@@ -140,14 +141,14 @@ out=$(limited async ./probe async); echo "$out"
 check "cudaMallocAsync loops do not leak" test "$(echo "$out" | field async_failures)" = 0
 check "cudaMallocAsync past the limit is refused" test "$(echo "$out" | field over_limit_rc)" = 2
 
-limited shared ./probe hold 600 "$WORK/go" > "$WORK/hold.out" &
+limited shared ./probe hold 300 "$WORK/go" > "$WORK/hold.out" &
 holder=$!
 for _ in $(seq 100); do grep -q 'hold rc=0' "$WORK/hold.out" 2>/dev/null && break; sleep 0.1; done
 out=$(limited shared ./probe fill); echo "second process: $out"
 touch "$WORK/go"; wait "$holder"
 second=$(echo "$out" | field granted_mib)
-check "a second process shares the limit (got ${second} MiB next to 600)" \
-    test "${second:-9999}" -le 424
+check "a second process shares the limit (got ${second} MiB next to 300)" \
+    test "${second:-9999}" -le 724 -a "$(grep -c 'hold rc=0' "$WORK/hold.out")" = 1
 
 utilisation() {  # utilisation CMD... : mean GPU utilisation while CMD runs
     nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 500 > "$WORK/util" &
