@@ -94,6 +94,7 @@ class Node:
     config_error: ConfigError | None = None  # set to make the next config load fail
     topology_score: bool = False
     recovery_after: float | None = 0.3
+    restart_delay: float = 0.1
     plugin: DevicePlugin | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _task: "asyncio.Task[None] | None" = None
@@ -110,7 +111,7 @@ class Node:
             recovery_after=self.recovery_after,
             register_interval=0.2,
             retry_interval=0.05,
-            restart_delay=0.1,
+            restart_delay=self.restart_delay,
             kubelet_poll=0.05,
             xid_wait_ms=20,
         )

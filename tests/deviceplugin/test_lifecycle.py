@@ -30,6 +30,7 @@ async def test_restart_rereads_the_config_and_a_broken_one_keeps_the_last(gpu_no
 
 async def test_a_plugin_started_before_kubelet_registers_once_it_appears(gpu_node: Node) -> None:
     await gpu_node.kubelet.stop()  # kubelet is not up yet
+    gpu_node.restart_delay = 600.0  # registers when the socket appears, not after the delay
     await gpu_node.start()
     await asyncio.sleep(0.3)
     assert gpu_node.plugin is not None and gpu_node.plugin.starts == 0

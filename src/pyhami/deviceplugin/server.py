@@ -165,9 +165,16 @@ async def register_with_kubelet(
             pre_start_required=False, get_preferred_allocation_available=preferred_allocation
         ),
     )
+    # A fresh subchannel (no reconnect backoff left from a kubelet that just went away), and,
+    # like HAMi's blocking dial, up to 5 s for kubelet to accept the connection.
+    options = [("grpc.use_local_subchannel_pool", 1)]
     try:
-        async with grpc.aio.insecure_channel(f"unix://{kubelet_socket}") as channel:
-            await api_pb2_grpc.RegistrationStub(channel).Register(request, timeout=5)
+        async with grpc.aio.insecure_channel(
+            f"unix://{kubelet_socket}", options=options
+        ) as channel:
+            await api_pb2_grpc.RegistrationStub(channel).Register(
+                request, timeout=5, wait_for_ready=True
+            )
     except grpc.aio.AioRpcError as error:
         raise KubeletRegistrationError(
             f"cannot register {resource_name} with kubelet at {kubelet_socket}: "

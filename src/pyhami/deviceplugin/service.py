@@ -190,7 +190,9 @@ class DevicePlugin:
                     error,
                 )
                 await instance.stop()
-                await self._sleep(stop, self.options.restart_delay)
+                # Retry after the delay, or as soon as a (new) kubelet socket appears.
+                kubelet_now = self._kubelet_changed_from(_identity(self._kubelet()))
+                await self._wait(stop, kubelet_now, timeout=self.options.restart_delay)
                 continue
             self.current = instance
             await self._wait(stop, self._restart_needed(instance, kubelet_seen))
@@ -204,7 +206,6 @@ class DevicePlugin:
     async def _start(self, instance: _Instance) -> tuple[int, int] | None:
         self.board.track(gpu.uuid for gpu in instance.gpus)
         await instance.server.start()
-        kubelet_seen = _identity(self._kubelet())
         if self.options.kubelet_socket is not None:
             await register_with_kubelet(
                 self.options.kubelet_socket,
@@ -212,6 +213,7 @@ class DevicePlugin:
                 instance.config.resource_name,
                 preferred_allocation=instance.config.enable_preferred_allocation,
             )
+        kubelet_seen = _identity(self._kubelet())  # the kubelet we registered with
         self.starts += 1
         log.info(
             "serving %d GPUs x %d as %s on %s",
@@ -246,8 +248,13 @@ class DevicePlugin:
 
         return needed
 
-    async def _wait(self, stop: asyncio.Event, restart_needed: Callable[[], bool]) -> None:
+    async def _wait(
+        self, stop: asyncio.Event, restart_needed: Callable[[], bool], timeout: float | None = None
+    ) -> None:
+        deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
         while not (stop.is_set() or self.restart_requested.is_set() or restart_needed()):
+            if deadline is not None and asyncio.get_running_loop().time() >= deadline:
+                return
             await self._sleep(stop, self.options.kubelet_poll)
 
     async def _sleep(self, stop: asyncio.Event, seconds: float) -> None:

@@ -52,12 +52,18 @@ class PluginConnection:
         self.stream_ended = False
         self.in_use: set[str] = set()
         self._changed = asyncio.Condition()
-        self._channel = grpc.aio.insecure_channel(f"unix://{socket}")
+        # Own subchannel: no reconnect backoff inherited from a channel to a plugin that went away.
+        self._channel = grpc.aio.insecure_channel(
+            f"unix://{socket}", options=[("grpc.use_local_subchannel_pool", 1)]
+        )
         self.stub = api_pb2_grpc.DevicePluginStub(self._channel)
         self._watch: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        self.options = await self.stub.GetDevicePluginOptions(api_pb2.Empty(), timeout=5)
+        # kubelet dials plugins blocking, with a timeout.
+        self.options = await self.stub.GetDevicePluginOptions(
+            api_pb2.Empty(), timeout=5, wait_for_ready=True
+        )
         self._watch = asyncio.create_task(
             self._list_and_watch(), name=f"kubelet-law-{self.resource_name}"
         )
