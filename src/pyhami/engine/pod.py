@@ -69,7 +69,9 @@ def _mapping(value: object, where: str) -> Mapping[str, Any]:
 
 
 def _containers(spec: Mapping[str, Any], field: str, pod: str) -> Sequence[Mapping[str, Any]]:
-    containers = spec.get(field) or []
+    containers = spec.get(field)
+    if containers is None:
+        return []
     if not isinstance(containers, list) or not all(isinstance(c, Mapping) for c in containers):
         raise PodSpecError(f"pod {pod}: spec.{field} must be a list of containers")
     return containers
