@@ -15,7 +15,6 @@ import random
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -38,6 +37,7 @@ from pyhami.testing.fake_apiserver.status import (
     not_found,
     stale,
 )
+from pyhami.testing.fake_apiserver.watch import Change, Watcher, with_kind
 
 JsonObject = dict[str, Any]
 WallClock = Callable[[], datetime]
@@ -53,56 +53,6 @@ _NAME_SUFFIX_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 
 def rfc3339(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@dataclass(frozen=True, slots=True)
-class Change:
-    """One committed write, as the watch history keeps it."""
-
-    resource_version: int
-    resource: ResourceType
-    type: str  # ADDED, MODIFIED, DELETED
-    obj: JsonObject
-    old: JsonObject | None
-
-
-def with_kind(resource: ResourceType, obj: JsonObject) -> JsonObject:
-    """Objects on the wire (get, watch) carry kind and apiVersion first; list items do not."""
-    return {"apiVersion": resource.api_version, "kind": resource.kind, **obj}
-
-
-class Watcher:
-    """One open watch: a queue of ready-to-send events, filtered by namespace and selectors."""
-
-    def __init__(self, resource: ResourceType, namespace: str | None, selector: Selector):
-        self.resource = resource
-        self.namespace = namespace
-        self.selector = selector
-        self.queue: asyncio.Queue[JsonObject | None] = asyncio.Queue()
-        self.abort = False  # drop by cutting the connection instead of ending the stream
-
-    def _visible(self, obj: JsonObject | None) -> bool:
-        if obj is None:
-            return False
-        if self.namespace is not None and obj["metadata"].get("namespace") != self.namespace:
-            return False
-        return self.selector.matches(obj)
-
-    def offer(self, change: Change) -> None:
-        """Queue the change as this watcher sees it: leaving the selection reads as DELETED."""
-        if change.resource is not self.resource:
-            return
-        now, before = self._visible(change.obj), self._visible(change.old)
-        if change.type == "MODIFIED" and now != before:
-            kind = "ADDED" if now else "DELETED"
-        elif (change.type == "DELETED" and before) or (change.type != "DELETED" and now):
-            kind = change.type
-        else:
-            return
-        self.queue.put_nowait({"type": kind, "object": with_kind(self.resource, change.obj)})
-
-    def close(self) -> None:
-        self.queue.put_nowait(None)
 
 
 class ObjectStore:
