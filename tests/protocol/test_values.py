@@ -242,13 +242,28 @@ def test_handshake_reading_is_total(value: str, want: Handshake) -> None:
         "2026-08-21T12:00:00.Z",
         "2026-08-21t12:00:00Z",
         "2026-08-21T12:00:00z",
-        "2026-08-21T12:00:00+24:00",
+        "2026-08-21T12:00:00+25:00",
         " 2026-08-21T12:00:00Z",
+        "2026-08-21T123:00:00Z",
     ],
 )
 def test_rfc3339_refuses_what_go_refuses(value: str) -> None:
     with pytest.raises(ProtocolError):
         parse_rfc3339(value)
+
+
+def test_rfc3339_offsets_of_a_day_are_refused_though_go_takes_them() -> None:
+    """Documented deviation: Python time zones stop below 24 h."""
+    with pytest.raises(ProtocolError):
+        parse_rfc3339("2026-08-21T12:00:00+24:00")
+
+
+def test_rfc3339_accepts_what_gos_fallback_parser_accepts() -> None:
+    assert parse_rfc3339("2026-08-21T1:00:00Z") == datetime(2026, 8, 21, 1, tzinfo=UTC)
+    assert parse_rfc3339("2026-08-21T12:00:00,5Z") == datetime(
+        2026, 8, 21, 12, 0, 0, 500000, tzinfo=UTC
+    )
+    assert parse_rfc3339("2026-08-21T12:00:00+05:60") == datetime(2026, 8, 21, 6, tzinfo=UTC)
 
 
 def test_rfc3339_negative_offset_and_go_formatting() -> None:

@@ -4,11 +4,12 @@
 * Go `time.DateTime` `YYYY-MM-DD HH:MM:SS`, a wall-clock time without zone (handshake);
 * RFC 3339 with second precision and the writer's offset, `Z` for UTC (node lock).
 
-Parsing RFC 3339 follows Go's `time.Parse(time.RFC3339, s)` fast path: four-digit year,
-two-digit fields in range (day checked against the month), optional `.digits` fraction
-(kept to the microsecond), then `Z` or `±hh:mm` (hh ≤ 23, mm ≤ 59). Go's slow fallback
-parser also takes a `,` fraction and offsets up to 24:00; we take neither (the node lock
-splits on `,`, and Python offsets stop below 24 h).
+Parsing follows Go's `time.Parse` (for RFC 3339 its fast path, then its general parser as
+fallback, which is the more tolerant of the two): four-digit year, two-digit month, day,
+minute and second in range (the day checked against the month), a one- or two-digit hour,
+an optional `.` or `,` fraction (kept to the microsecond), then for RFC 3339 `Z` or
+`±hh:mm` with hh ≤ 24 and mm ≤ 60. Deviation: an offset of 24 h or more, which Go accepts
+and Python cannot represent, is refused.
 """
 
 import re
@@ -20,11 +21,11 @@ from pyhami.protocol.goparse import GoNumError, go_quote, parse_int
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _SECOND = timedelta(seconds=1)
 _RFC3339 = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?(?P<zone>Z|[+-]\d{2}:\d{2})",
+    r"(\d{4})-(\d{2})-(\d{2})T(\d{1,2}):(\d{2}):(\d{2})(?:[.,](\d+))?(?P<zone>Z|[+-]\d{2}:\d{2})",
     re.ASCII,
 )
 _DATETIME = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?(?P<zone>)", re.ASCII
+    r"(\d{4})-(\d{2})-(\d{2}) (\d{1,2}):(\d{2}):(\d{2})(?:[.,](\d+))?(?P<zone>)", re.ASCII
 )
 
 
@@ -84,9 +85,9 @@ def parse_rfc3339(value: str) -> datetime:
     if zone == "Z":
         return moment.replace(tzinfo=UTC)
     hours, minutes = int(zone[1:3]), int(zone[4:6])
-    if hours > 23 or minutes > 59:
-        raise ProtocolError("RFC 3339 time", value, f"time zone offset {zone} out of range")
     delta = timedelta(hours=hours, minutes=minutes)
+    if hours > 24 or minutes > 60 or delta >= timedelta(hours=24):
+        raise ProtocolError("RFC 3339 time", value, f"time zone offset {zone} out of range")
     return moment.replace(tzinfo=timezone(-delta if zone[0] == "-" else delta))
 
 
