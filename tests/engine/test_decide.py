@@ -214,12 +214,17 @@ cluster_pod = st.builds(
 )
 
 
+containers = st.lists(st.one_of(cluster_pod, st.just({})), min_size=1, max_size=2)
+inits = st.lists(st.one_of(cluster_pod, st.just({})), max_size=1)
+
+
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(cluster_pod, st.sampled_from(["binpack", "spread", "mutex",
-                                                         "topology-aware", "binpack,numa"]),
-                          st.booleans()), min_size=1, max_size=12))
+@given(st.lists(st.tuples(containers, inits,
+                          st.sampled_from(["binpack", "spread", "mutex", "topology-aware",
+                                           "binpack,numa"]),
+                          st.booleans()), min_size=1, max_size=10))
 def test_decisions_never_overcommit_and_quick_equals_full(
-    pods: list[tuple[dict[str, str], str, bool]],
+    pods: list[tuple[list[dict[str, str]], list[dict[str, str]], str, bool]],
 ) -> None:
     ledger = Ledger()
     for n in range(3):
@@ -227,11 +232,11 @@ def test_decisions_never_overcommit_and_quick_equals_full(
             card(f"g{n}0", 8000, count=3, numa=0, index=0),
             card(f"g{n}1", 16000, count=2, numa=1, index=1)))
     names = ["n0", "n1", "n2"]
-    for i, (limits, policy, numa) in enumerate(pods):
+    for i, (apps, init, policy, numa) in enumerate(pods):
         annotations = {"hami.io/gpu-scheduler-policy": policy}
         if numa:
             annotations["nvidia.com/numa-bind"] = "true"
-        the_pod = pod(f"p{i}", limits, annotations=annotations)
+        the_pod = pod(f"p{i}", *apps, init=tuple(init), annotations=annotations)
         fast = run(ledger, the_pod, candidates=names)
         full = run(ledger, the_pod, candidates=names, explain=True)
         assert (fast.node, fast.devices) == (full.node, full.devices)
