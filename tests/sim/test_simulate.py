@@ -140,3 +140,15 @@ def test_missing_file_and_bad_config_exit_2(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "memoryFactor" in result.stderr
     result = runner.invoke(app, ["explain", "ghost", "-f", CLUSTER])
     assert result.exit_code == 2 and "no pending pod 'ghost'" in result.stderr
+
+
+def test_device_config_is_applied(tmp_path: Path) -> None:
+    config = tmp_path / "device-config.yaml"
+    config.write_text("nvidia:\n  memoryFactor: 2\n  resourceCoreName: nvidia.com/gpucores\n")
+    result = runner.invoke(app, ["simulate", "-f", CLUSTER, "--config", str(config),
+                                 "--now", "1"])
+    assert result.exit_code == 0, result.output
+    notebook = json.loads(result.stdout)["pods"][1]
+    # 10000 requested × factor 2 no longer fits a 15 GB T4; the idle A100 takes it (spread)
+    assert notebook["annotations"]["hami.io/vgpu-devices-allocated"] == (
+        "GPU-a100-1,NVIDIA,20000,20:;")
