@@ -116,7 +116,12 @@ def sort_cards(
     weights: DeviceScoringWeights,
     key: CardSortKey,
 ) -> list[C]:
-    """The cards in policy order (stable, like Go's insertion sort for ≤ 12 cards)."""
+    """The cards in policy order, stably sorted.
+
+    Go's `sort.Sort` is a stable insertion sort for up to 12 elements, so this matches HAMi
+    exactly there; beyond 12 cards Go's pdqsort orders ties in a way only a port of it would
+    reproduce, and here ties simply keep their previous order (nvidia-fit-score.md §1.3).
+    """
     keyed = [(key(device_score(card, requests, weights), card), n) for n, card in enumerate(cards)]
     keyed.sort()
     return [cards[n] for _, n in keyed]
