@@ -65,6 +65,17 @@ def test_deep_nesting_is_a_protocol_error_not_a_recursion_error() -> None:
         decode_pair_scores("[" * 100_000 + "]" * 100_000)
 
 
+@pytest.mark.parametrize("depth", [300, 600, 990, 2000])
+def test_deep_values_inside_a_field_never_escape_as_recursion_errors(depth: int) -> None:
+    value = '[{"id":"a","custominfo":{"k":' + "[" * depth + "]" * depth + "}}]"
+    try:
+        (device,) = decode_node_devices(value)
+    except ProtocolError as err:
+        assert "nested too deeply" in str(err)
+    else:
+        assert device.custom_info is not None
+
+
 def test_lone_surrogate_escape_becomes_replacement_character() -> None:
     (device,) = decode_node_devices('[{"id":"\\ud800x"}]')
     assert device.id == "\ufffdx"

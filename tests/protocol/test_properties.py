@@ -65,7 +65,7 @@ from pyhami.protocol import (
 )
 
 ROUND_TRIP = settings(max_examples=120, deadline=None)
-FUZZ = settings(max_examples=150, deadline=None)
+FUZZ = settings(max_examples=100, deadline=None)
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
 INT64 = st.integers(-(2**63), 2**63 - 1)

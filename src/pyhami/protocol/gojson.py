@@ -123,6 +123,14 @@ class Reader:
         self.field = field
         self.text = text
 
+    def parse(self, read: Callable[[object], _T]) -> _T:
+        """Parse the text and `read` the document; nesting deeper than Python can follow
+        (about 1000 levels, in the syntax or while reading) is a ProtocolError too."""
+        try:
+            return read(loads(self.field, self.text))
+        except RecursionError:
+            raise ProtocolError(self.field, self.text, "JSON nested too deeply") from None
+
     def fail(self, where: str, why: str) -> ProtocolError:
         return ProtocolError(self.field, self.text, f"{where}: {why}")
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from pyhami.model import MigAllocation, MigPlacement
 from pyhami.protocol.errors import ProtocolError, check_range
-from pyhami.protocol.gojson import FieldNames, Pairs, Reader, dumps, loads
+from pyhami.protocol.gojson import FieldNames, Pairs, Reader, dumps
 from pyhami.protocol.goparse import INT64_MAX, INT64_MIN, UINT32_MAX
 
 FIELD = "MIG allocations"
@@ -76,7 +76,7 @@ def decode_mig_allocations(value: str) -> tuple[MigAllocation, ...]:
             ),
         )
 
-    allocations = reader.array("allocations", loads(FIELD, value), entry) or ()
+    allocations = reader.parse(lambda doc: reader.array("allocations", doc, entry)) or ()
     _validate(value, allocations)
     return allocations
 

@@ -10,7 +10,7 @@ from types import MappingProxyType
 
 from pyhami.model import DevicePairScore
 from pyhami.protocol.errors import check_range
-from pyhami.protocol.gojson import FieldNames, Pairs, Reader, dumps, loads
+from pyhami.protocol.gojson import FieldNames, Pairs, Reader, dumps
 from pyhami.protocol.goparse import INT64_MAX, INT64_MIN
 
 FIELD = "device pair scores"
@@ -31,7 +31,7 @@ def decode_pair_scores(value: str) -> tuple[DevicePairScore, ...]:
             scores=MappingProxyType(reader.mapping(f"{where}.score", fields.get("score"), score)),
         )
 
-    return reader.array("scores", loads(FIELD, value), entry) or ()
+    return reader.parse(lambda doc: reader.array("scores", doc, entry)) or ()
 
 
 def encode_pair_scores(scores: Sequence[DevicePairScore]) -> str:

@@ -17,7 +17,7 @@ from types import MappingProxyType
 
 from pyhami.model import DeviceInfo, MigPlacement, MigProfile
 from pyhami.protocol.errors import check_range
-from pyhami.protocol.gojson import FieldNames, Pairs, Reader, dumps, loads
+from pyhami.protocol.gojson import FieldNames, Pairs, Reader, dumps
 from pyhami.protocol.goparse import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, UINT32_MAX
 
 FIELD = "node device register"
@@ -44,7 +44,9 @@ _PLACEMENT_FIELDS = FieldNames("start", "size")
 def decode_node_devices_json(value: str) -> tuple[DeviceInfo, ...]:
     """HAMi `UnMarshalNodeDevices`: the register JSON array to devices, in order."""
     reader = Reader(FIELD, value)
-    devices = reader.array("devices", loads(FIELD, value), lambda w, v: _device(reader, w, v))
+    devices = reader.parse(
+        lambda doc: reader.array("devices", doc, lambda w, v: _device(reader, w, v))
+    )
     return devices or ()
 
 
