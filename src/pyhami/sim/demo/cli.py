@@ -1,0 +1,103 @@
+"""`pyhami demo`: start the demo cluster, submit the example pods, show what became of them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import structlog
+import typer
+
+from pyhami.kube import JsonObject
+from pyhami.sim.demo.cluster import DemoCluster, DemoSettings
+from pyhami.sim.demo.pods import PodFileError, load_pods
+from pyhami.sim.demo.report import outcome_table, progress_line, summary_line
+from pyhami.sim.demo.run import submit_all
+
+
+def _quiet_logs(verbose: bool) -> None:
+    """The services log as they would in a cluster; the demo shows only its own lines."""
+    level = logging.INFO if verbose else logging.CRITICAL
+    logging.basicConfig(level=level, stream=sys.stderr)
+    logging.getLogger().setLevel(level)
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
+
+
+def _say(message: str) -> None:
+    typer.echo(message)
+
+
+def _endpoints(cluster: DemoCluster, pods: list[JsonObject]) -> str:
+    ca = cluster.workdir / "ca.crt"
+    ca.write_bytes(cluster.ca_pem)
+    kubeconfig = cluster.api.write_kubeconfig(cluster.workdir / "kubeconfig")
+    first = pods[-1]["metadata"]
+    lines = [
+        "",
+        "The cluster keeps running (Ctrl-C stops it):",
+        f"  kubectl --kubeconfig {kubeconfig} get pods -o wide",
+        f"  explain   curl --cacert {ca} "
+        f"'{cluster.scheduler_url}/explain?pod={first['namespace']}/{first['name']}'",
+        f"  scheduler metrics  {cluster.scheduler_metrics_url}",
+    ]
+    lines.extend(f"  monitor {node.name:<12} {node.metrics_url}" for node in cluster.nodes)
+    return "\n".join(lines)
+
+
+async def _wait_for_signal() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+
+
+async def run_demo(settings: DemoSettings, pods: list[JsonObject], keep_running: bool) -> int:
+    """The whole demo; returns how many pods ended neither Running nor unschedulable."""
+    started = time.monotonic()
+    _say(f"Starting a {settings.nodes}-node demo cluster on localhost (no Kubernetes, no GPU):")
+    async with DemoCluster(settings, progress=lambda line: _say(f"  {line}")) as cluster:
+        _say(f"Ready in {time.monotonic() - started:.1f}s. Submitting {len(pods)} pods in order:")
+        results = await submit_all(cluster, pods, lambda r: _say(progress_line(r)))
+        _say("")
+        _say(outcome_table(results))
+        _say(summary_line(results, time.monotonic() - started))
+        if keep_running:
+            _say(_endpoints(cluster, pods))
+            await _wait_for_signal()
+    return sum(1 for r in results if r.phase not in ("Running", "Pending"))
+
+
+def demo(
+    nodes: Annotated[int, typer.Option("--nodes", help="simulated GPU nodes (1-64)")] = 3,
+    gpus: Annotated[int, typer.Option("--gpus", help="GPUs per node (1-16)")] = 4,
+    pods: Annotated[
+        Path | None,
+        typer.Option("--pods", help="YAML file of pods to submit (default: the examples)"),
+    ] = None,
+    keep_running: Annotated[
+        bool, typer.Option("--keep-running", help="leave the cluster up and print its URLs")
+    ] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", help="show the services' logs")] = False,
+) -> None:
+    """Run the whole pyhami system on localhost with simulated GPU nodes and example pods."""
+    try:
+        settings = DemoSettings(nodes=nodes, gpus=gpus)
+        pod_list = load_pods(pods)
+    except (ValueError, PodFileError) as err:
+        typer.echo(f"pyhami demo: {err}", err=True)
+        raise typer.Exit(2) from err
+    _quiet_logs(verbose)
+    with contextlib.suppress(KeyboardInterrupt):
+        failed = asyncio.run(run_demo(settings, pod_list, keep_running))
+        if failed:
+            raise typer.Exit(1)

@@ -1,0 +1,372 @@
+"""The demo cluster: every pyhami service and every double, wired on localhost in one event loop.
+
+    async with DemoCluster(DemoSettings(nodes=2, gpus=4), workdir) as cluster:
+        await cluster.client.create_pod("default", pod)
+        started = await cluster.node("gpu-node-1").agent.wait_started("default", "trainer")
+
+What runs, each over its real protocol:
+* `FakeKubeAPIServer` (HTTP), with the scheduler's webhook registered over HTTPS (throwaway CA);
+* `SchedulerProcess` (extender, webhook, `/explain`, `/metrics`), its own API client;
+* `KubeSchedulerHarness` playing kube-scheduler against the extender over HTTPS;
+* per node: a `DevicePlugin` on a `FakeNVML` registered with a `FakeKubelet` (gRPC on unix
+  sockets), a `NodeAgent` (kubelet's pod lifecycle: Allocate per container, pod status) and a
+  `MonitorService` reading the node's container regions, serving `/metrics`.
+
+The tests in `tests/system` start this same stack.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+from types import TracebackType
+
+from pyhami.deviceplugin.allocation import AllocationSettings
+from pyhami.deviceplugin.config import VgpuConfig
+from pyhami.deviceplugin.service import DevicePlugin, PluginOptions
+from pyhami.kube import KubeClient, SystemClock, cancel_and_wait, guarded_task
+from pyhami.model import NodeName
+from pyhami.monitor.pods import InformerPodSource
+from pyhami.monitor.service import MonitorService
+from pyhami.monitor.settings import MonitorSettings
+from pyhami.protocol import KEY_NODE_NVIDIA_REGISTER
+from pyhami.scheduler.runtime import SchedulerProcess, load_device_config
+from pyhami.scheduler.settings import SchedulerSettings
+from pyhami.sim.demo.certs import ServingFiles, write_serving_certificate
+from pyhami.testing import FakeGpu, FakeKubeAPIServer, FakeKubelet, FakeNVML
+from pyhami.testing.fake_nvml import a100_80g, t4, v100_32g
+from pyhami.testing.node_agent import ContainerRuntime, NodeAgent
+from pyhami.testing.scheduler_harness import ExtenderConfig, KubeSchedulerHarness
+
+SCHEDULER_NAME = "hami-scheduler"
+RESOURCE = "nvidia.com/gpu"
+SPLIT_COUNT = 10  # HAMi's default deviceSplitCount
+DEVICE_CONFIG = f"""\
+nvidia:
+  resourceCountName: {RESOURCE}
+  resourceMemoryName: nvidia.com/gpumem
+  resourceMemoryPercentageName: nvidia.com/gpumem-percentage
+  resourceCoreName: nvidia.com/gpucores
+  resourcePriorityName: nvidia.com/priority
+  defaultGPUNum: 1
+  deviceSplitCount: {SPLIT_COUNT}
+"""
+# The cards of node i (from 1) are of model MODELS[(i - 1) % len(MODELS)].
+MODELS: tuple[Callable[..., FakeGpu], ...] = (a100_80g, v100_32g, t4)
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_message: str) -> None:
+    return None
+
+
+def card_uuid(node: int, index: int) -> str:
+    """Stable, unique per node and card (FakeNVML's default repeats on every node)."""
+    return f"GPU-{node:08x}-0000-4000-8000-{index:012x}"
+
+
+def node_name(node: int) -> str:
+    return f"gpu-node-{node}"
+
+
+def install_libvgpu(library: Path, vgpu_dir: Path) -> None:
+    """What HAMi's device-plugin container does at start: the library and the preload file
+    (naming the library where containers see it) into `<hook path>/vgpu`."""
+    shutil.copyfile(library, vgpu_dir / "libvgpu.so")
+    (vgpu_dir / "ld.so.preload").write_text(f"{vgpu_dir / 'libvgpu.so'}\n")
+
+
+@dataclass(frozen=True, slots=True)
+class DemoSettings:
+    nodes: int = 3
+    gpus: int = 4  # per node
+    monitor_tick_s: float = 1.0  # HAMi's is 5 s; shorter so usage shows within the demo
+    harness_backoff_s: tuple[float, float] = (1.0, 10.0)  # kube-scheduler's defaults
+    # Cards per node, overriding MODELS and `gpus` (the system tests pin the stub's card).
+    cards: Sequence[Sequence[FakeGpu]] | None = None
+    # A built libvgpu.so to install on every node, as the device plugin's DaemonSet does.
+    libvgpu: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.cards is None and not 1 <= self.nodes <= 64:
+            raise ValueError(f"--nodes must be 1..64, got {self.nodes}")
+        if self.cards is None and not 1 <= self.gpus <= 16:
+            raise ValueError(f"--gpus must be 1..16 (NVML indexes per node), got {self.gpus}")
+        if self.libvgpu is not None and not self.libvgpu.is_file():
+            raise ValueError(f"libvgpu {self.libvgpu} is not a file (make -C native/libvgpu)")
+
+    def node_cards(self) -> list[list[FakeGpu]]:
+        if self.cards is not None:
+            return [list(cards) for cards in self.cards]
+        return [
+            [
+                MODELS[(n - 1) % len(MODELS)](numa=i * 2 // self.gpus, uuid=card_uuid(n, i))
+                for i in range(self.gpus)
+            ]
+            for n in range(1, self.nodes + 1)
+        ]
+
+
+@dataclass
+class DemoNode:
+    """One simulated GPU node and the parts running on it."""
+
+    name: str
+    nvml: FakeNVML
+    hook: Path  # the node's $HOOK_PATH (libvgpu.so, containers/) lives in hook/vgpu
+    kubelet: FakeKubelet
+    plugin: DevicePlugin
+    agent: NodeAgent
+    monitor: MonitorService
+    monitor_pods: InformerPodSource
+    metrics_port: int = 0
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+
+class DemoCluster:
+    """Start with `async with`; everything is stopped and the work directory removed on exit."""
+
+    def __init__(
+        self,
+        settings: DemoSettings,
+        workdir: Path | None = None,
+        *,
+        progress: Progress = _quiet,
+        runtime: ContainerRuntime | None = None,
+    ) -> None:
+        self.settings = settings
+        # unix socket paths are limited to ~107 bytes: keep the root short.
+        self._owns_workdir = workdir is None
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="pyhami-demo-", dir="/tmp"))
+        self.progress = progress
+        self.runtime = runtime
+        self.api = FakeKubeAPIServer(bookmark_interval_s=0.5)
+        self.nodes: list[DemoNode] = []
+        self._stop = asyncio.Event()
+        self._clients: list[KubeClient] = []
+        self._scheduler: SchedulerProcess | None = None
+        self._harness: KubeSchedulerHarness | None = None
+        self._tls: ServingFiles | None = None
+
+    # ----- what callers use -----------------------------------------------------------------
+
+    @property
+    def scheduler(self) -> SchedulerProcess:
+        if self._scheduler is None:
+            raise RuntimeError("the demo cluster is not started")
+        return self._scheduler
+
+    @property
+    def harness(self) -> KubeSchedulerHarness:
+        if self._harness is None:
+            raise RuntimeError("the demo cluster is not started")
+        return self._harness
+
+    @property
+    def ca_pem(self) -> bytes:
+        if self._tls is None:
+            raise RuntimeError("the demo cluster is not started")
+        return self._tls.ca_pem
+
+    @property
+    def client(self) -> KubeClient:
+        """A user's client (kubectl's place): pods created with it go through the webhook."""
+        return self._clients[0]
+
+    @property
+    def scheduler_url(self) -> str:
+        return f"https://127.0.0.1:{self.scheduler.main_port}"
+
+    @property
+    def scheduler_metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.scheduler.metrics_port}/metrics"
+
+    def node(self, name: str) -> DemoNode:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(f"no demo node {name!r}")
+
+    # ----- lifecycle ------------------------------------------------------------------------
+
+    async def __aenter__(self) -> DemoCluster:
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    def _new_client(self) -> KubeClient:
+        client = KubeClient(self.api.configuration())
+        self._clients.append(client)
+        return client
+
+    async def start(self) -> None:
+        await self.api.start()
+        self._new_client()  # the user's
+        self.progress(f"API server        {self.api.url}")
+        await self._start_scheduler()
+        for number, cards in enumerate(self.settings.node_cards(), start=1):
+            self.nodes.append(await self._start_node(number, cards))
+        await self._wait_nodes_known()
+        extender = ExtenderConfig.hami_chart(self.scheduler_url, ca_pem=self.ca_pem)
+        initial, maximum = self.settings.harness_backoff_s
+        self._harness = KubeSchedulerHarness(
+            self._new_client(),
+            extender,
+            scheduler_name=SCHEDULER_NAME,
+            backoff_initial_s=initial,
+            backoff_max_s=maximum,
+        )
+        await self._harness.start()
+        self.progress("kube-scheduler    harness driving /filter and /bind over HTTPS")
+
+    async def _start_scheduler(self) -> None:
+        self._tls = write_serving_certificate(self.workdir, datetime.now(UTC))
+        config_file = self.workdir / "device-config.yaml"
+        config_file.write_text(DEVICE_CONFIG)
+        settings = SchedulerSettings(
+            device_config_file=str(config_file),
+            http_bind="127.0.0.1:0",
+            metrics_bind_address="127.0.0.1:0",
+            cert_file=str(self._tls.cert_file),
+            key_file=str(self._tls.key_file),
+            scheduler_name=SCHEDULER_NAME,
+        )
+        self._scheduler = SchedulerProcess(
+            settings, self._new_client(), load_device_config(str(config_file))
+        )
+        await self._scheduler.start()
+        await asyncio.wait_for(self._scheduler.synced.wait(), 30)
+        self.api.admission.register(
+            "vgpu.hami.io",
+            f"{self.scheduler_url}/webhook",
+            ca_bundle=self._tls.ca_pem,
+            failure_policy="Fail",
+        )
+        self.progress(f"scheduler         {self.scheduler_url} (extender + webhook, TLS)")
+
+    async def _start_node(self, number: int, cards: Sequence[FakeGpu]) -> DemoNode:
+        name = node_name(number)
+        root = self.workdir / name
+        hook = root / "hook"
+        (hook / "vgpu" / "containers").mkdir(parents=True)
+        if self.settings.libvgpu is not None:
+            install_libvgpu(self.settings.libvgpu, hook / "vgpu")
+        await self.client.request(
+            "POST",
+            "/api/v1/nodes",
+            body={
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name, "labels": {"gpu": "on"}},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+            },
+        )
+        nvml = FakeNVML.with_gpus(*cards)
+        kubelet = FakeKubelet(root / "kubelet")
+        await kubelet.start()
+        plugin_client, agent_client, monitor_client = (self._new_client() for _ in range(3))
+        options = PluginOptions(
+            node_name=name,
+            plugin_dir=kubelet.directory,
+            kubelet_socket=kubelet.socket,
+            settings=AllocationSettings(
+                hook_path=PurePosixPath(hook), vgpu_lock_dir=PurePosixPath(root / "vgpulock")
+            ),
+        )
+        config = VgpuConfig(resource_name=RESOURCE, device_split_count=SPLIT_COUNT)
+        plugin = DevicePlugin(plugin_client, nvml, options, lambda: config.check(name))
+        pods = InformerPodSource(monitor_client, NodeName(name), resync_period_s=300.0)
+        monitor = MonitorService(
+            MonitorSettings(
+                hook_path=hook / "vgpu",
+                node_name=NodeName(name),
+                host="127.0.0.1",
+                port=0,
+                tick_interval_s=self.settings.monitor_tick_s,
+            ),
+            pods,
+            nvml.open,
+            SystemClock(),
+        )
+        agent = NodeAgent(agent_client, name, kubelet, resource=RESOURCE, runtime=self.runtime)
+        node = DemoNode(name, nvml, hook, kubelet, plugin, agent, monitor, pods)
+        node.tasks.append(
+            guarded_task(plugin.run(self._stop), f"demo/{name}/device-plugin", may_finish=True)
+        )
+        connection = await kubelet.wait_for_plugin(RESOURCE, timeout=20)
+        await connection.wait_for_devices(lambda d: len(d) == len(cards) * SPLIT_COUNT, 20)
+        await agent.start()
+        pods.informer.start()
+        await pods.informer.wait_synced(20)
+        node.tasks.append(
+            guarded_task(monitor.run(self._stop), f"demo/{name}/monitor", may_finish=True)
+        )
+        node.metrics_port = await monitor.start_http()
+        models = sorted({card.name for card in cards})
+        self.progress(
+            f"node {name:<12} {len(cards)} x {', '.join(models)}: device plugin, kubelet, monitor"
+        )
+        return node
+
+    async def _wait_nodes_known(self) -> None:
+        """Until every node's GPUs are registered and the scheduler has them in its ledger."""
+        names = {node.name for node in self.nodes}
+
+        async def known() -> None:
+            while True:
+                registered = {
+                    str(node["metadata"]["name"])
+                    for node in self.api.store.items("nodes")
+                    if KEY_NODE_NVIDIA_REGISTER in (node["metadata"].get("annotations") or {})
+                }
+                ledger = {str(n) for n in self.scheduler.state.ledger.node_names()}
+                if names <= registered and names <= ledger:
+                    return
+                await asyncio.sleep(0.05)
+
+        await asyncio.wait_for(known(), 30)
+
+    async def _stop_node(self, node: DemoNode) -> None:
+        await node.agent.stop()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*node.tasks, return_exceptions=True), 10)
+        await cancel_and_wait(*node.tasks)
+        await node.monitor.stop_http()
+        await node.monitor_pods.informer.stop()
+        node.monitor.close()
+        await node.kubelet.stop()
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._harness is not None:
+            await self._harness.stop()
+        await asyncio.gather(*(self._stop_node(node) for node in self.nodes))
+        if self._scheduler is not None:
+            await self._scheduler.stop()
+        for client in self._clients:
+            await client.close()
+        await self.api.stop()
+        if self._owns_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)

@@ -1,0 +1,89 @@
+"""The demo's words: one progress line per pod, then the outcome table and the reasons."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyhami.sim.demo.run import CardShare, NodeWhy, PodResult
+
+# HAMi's reason words (nvidia-fit-score.md §5) in a sentence a user can act on.
+REASON_WORDS = {
+    "CardTypeMismatch": "card type not selected by the pod",
+    "CardUuidMismatch": "card UUID not selected by the pod",
+    "CardTimeSlicingExhausted": "card already shared by deviceSplitCount tasks",
+    "CardComputeUnitsExhausted": "card cores all in use",
+    "CardInsufficientMemory": "not enough free memory",
+    "CardInsufficientCore": "not enough free cores",
+    "CardNotHealth": "card unhealthy",
+    "CardCordoned": "card cordoned",
+    "NumaNotFit": "cards not on one NUMA node",
+    "ExclusiveDeviceAllocateConflict": "exclusive use wanted, card is shared",
+    "CardNotFoundCustomFilterRule": "card removed by a filter rule",
+    "CardMigTopologyInfeasible": "no MIG placement",
+    "NodeInsufficientDevice": "fewer cards than the pod asks for",
+    "AllocatedCardsInsufficientRequest": "too few cards fit",
+    "ResourceQuotaNotFit": "namespace quota exceeded",
+    "ModeNotFit": "card mode (hami-core / mig) not selected",
+}
+
+
+def short_model(model: str) -> str:
+    return model.removeprefix("NVIDIA ").removeprefix("Tesla ")
+
+
+def progress_line(result: PodResult) -> str:
+    ref = result.name if result.namespace == "default" else f"{result.namespace}/{result.name}"
+    if result.ok:
+        cards = len({share.uuid for share in result.cards})
+        plural = "card" if cards == 1 else "cards"
+        return f"  ok   {ref:<22} -> {result.node}, {cards} {plural} ({result.seconds:.1f}s)"
+    if result.phase == "Pending":
+        return f"  --   {ref:<22} no node fits ({result.seconds:.1f}s)"
+    return f"  !!   {ref:<22} {result.phase}: {result.message}"
+
+
+def _share(share: CardShare) -> str:
+    return (
+        f"{short_model(share.model):<16} #{share.index:<2} {share.memory_mib:>6} MiB "
+        f"{share.cores:>4}%"
+    )
+
+
+def _why(why: NodeWhy) -> str:
+    parts = [
+        f"{count}/{why.cards} {REASON_WORDS.get(reason, reason)} ({reason})"
+        for reason, count in sorted(why.counts.items())
+    ]
+    return f"      {why.node:<12} " + ("; ".join(parts) or why.reason)
+
+
+def outcome_table(results: Sequence[PodResult]) -> str:
+    width = max([len("POD"), *(len(r.name) for r in results)])
+    lines = [f"{'POD':<{width}}  {'NODE':<12} {'CARD':<20} {'MEMORY':>10} {'CORES':>5}  STATUS"]
+    for result in results:
+        if result.ok and result.cards:
+            for position, share in enumerate(result.cards):
+                first = position == 0
+                name = result.name if first else ""
+                node = share.node if first else ""
+                status = result.phase if first else ""
+                lines.append(f"{name:<{width}}  {node:<12} {_share(share)}  {status}")
+        elif result.ok:
+            lines.append(f"{result.name:<{width}}  {result.node:<12} {'(no GPU)':<37}  Running")
+        else:
+            what = "not scheduled" if result.phase == "Pending" else result.phase
+            lines.append(f"{result.name:<{width}}  {'-':<12} {'-':<37}  {what}")
+            if result.message:
+                lines.append(f"      kube-scheduler: {result.message}")
+            lines.extend(_why(why) for why in result.why)
+    return "".join(f"{line.rstrip()}\n" for line in lines)
+
+
+def summary_line(results: Sequence[PodResult], seconds: float) -> str:
+    running = sum(1 for r in results if r.ok)
+    pending = sum(1 for r in results if r.phase == "Pending")
+    other = len(results) - running - pending
+    text = f"{len(results)} pods: {running} running, {pending} not schedulable"
+    if other:
+        text += f", {other} refused or failed"
+    return f"{text}; {seconds:.1f}s in all"

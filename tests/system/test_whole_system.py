@@ -1,0 +1,177 @@
+"""The whole system, on the demo's stack: a pod goes webhook → kube-scheduler → our extender
+(filter, bind) → kubelet → device plugin Allocate → a real process under the real libvgpu.so
+(stub driver) with the env and mounts from Allocate; its device memory is capped at the pod's
+limit and shows in the monitor's /metrics; deleting the pod stops it and brings the scheduler's
+ledger and both services' metrics back to zero."""
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from pyhami.sim.demo.cluster import DemoCluster, DemoSettings
+from pyhami.testing import FakeGpu
+
+from .conftest import Native
+from .runtime import NamespaceRuntime
+
+MiB = 1 << 20
+# The stub driver's card 0 (stub_uuid(): byte i is 0x10 * i): the node's only card has the same
+# UUID, so the scheduler's choice, the region libvgpu writes and the metrics all name one card.
+STUB_UUID = "GPU-00102030-4050-6070-8090-a0b0c0d0e0f0"
+CARD_MIB = 81920
+LIMIT_MIB = 3000
+Metrics = dict[str, list[tuple[dict[str, str], float]]]
+
+
+def trainer(drive: Path, release: Path) -> dict[str, object]:
+    """A pod whose container allocates up to its limit, one MiB past it, then stays up."""
+    steps = ["ctx", "0", "alloc", "2000m", "alloc", "1000m", "alloc", "1m", "meminfo"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "trainer", "namespace": "default"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "cuda",
+                    "command": [str(drive), *steps, "waitfile", str(release)],
+                    "env": [{"name": "TRAINER_EPOCHS", "value": "3"}],
+                    "resources": {
+                        "limits": {
+                            "nvidia.com/gpu": "1",
+                            "nvidia.com/gpumem": str(LIMIT_MIB),
+                            "nvidia.com/gpucores": "30",
+                        }
+                    },
+                }
+            ]
+        },
+    }
+
+
+async def scrape(http: aiohttp.ClientSession, url: str) -> Metrics:
+    async with http.get(url) as response:
+        assert response.status == 200, await response.text()
+        text = await response.text()
+    return {
+        family.name: [(dict(s.labels), s.value) for s in family.samples]
+        for family in text_string_to_metric_families(text)
+    }
+
+
+def pod_samples(metrics: Metrics, name: str, pod: str) -> list[float]:
+    return [value for labels, value in metrics.get(name, []) if labels.get("pod") == pod]
+
+
+def total(metrics: Metrics, name: str) -> float:
+    return sum(value for _, value in metrics.get(name, []))
+
+
+@pytest.fixture
+async def cluster(
+    native: Native, tmp_path: Path
+) -> AsyncIterator[tuple[DemoCluster, NamespaceRuntime]]:
+    if (why := NamespaceRuntime.available()) is not None:
+        pytest.skip(why)
+    runtime = NamespaceRuntime(
+        {
+            "LD_LIBRARY_PATH": str(native.stub_dir),
+            "STUB_DEVICE_COUNT": "1",
+            "STUB_DEVICE_MEM": str(CARD_MIB * MiB),
+        },
+        tmp_path / "staging",
+    )
+    settings = DemoSettings(
+        cards=[[FakeGpu("NVIDIA A100-SXM4-80GB", CARD_MIB, uuid=STUB_UUID)]],
+        libvgpu=native.library,
+        monitor_tick_s=0.2,
+        harness_backoff_s=(0.1, 1.0),
+    )
+    async with DemoCluster(settings, runtime=runtime) as running:
+        yield running, runtime
+
+
+async def eventually_scraped(
+    http: aiohttp.ClientSession, url: str, check: Callable[[Metrics], bool], timeout_s: float = 10
+) -> Metrics:
+    async with asyncio.timeout(timeout_s):
+        while True:
+            metrics = await scrape(http, url)
+            if check(metrics):
+                return metrics
+            await asyncio.sleep(0.1)
+
+
+async def test_pod_runs_capped_under_libvgpu_is_measured_and_returns_to_zero(
+    cluster: tuple[DemoCluster, NamespaceRuntime], native: Native, tmp_path: Path
+) -> None:
+    demo, runtime = cluster
+    node = demo.nodes[0]
+    created = await demo.client.create_pod("default", trainer(native.drive, tmp_path / "release"))
+    assert created["spec"]["schedulerName"] == "hami-scheduler", "the webhook took the pod"
+
+    started = await node.agent.wait_started("default", "trainer", timeout_s=20)
+    main = started.container("main")
+    pod = await demo.client.get_pod("default", "trainer")
+    assert pod["status"]["phase"] == "Running"
+    assert pod["spec"]["nodeName"] == node.name
+    assert pod["metadata"]["annotations"]["hami.io/bind-phase"] == "success"
+    assert main.envs["NVIDIA_VISIBLE_DEVICES"] == STUB_UUID
+    assert main.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == f"{LIMIT_MIB}m"
+    assert main.envs["CUDA_DEVICE_SM_LIMIT"] == "30"
+    uid = pod["metadata"]["uid"]
+    cache_dir = node.hook / "vgpu" / "containers" / f"{uid}_main"
+    assert [(m.container_path, m.host_path) for m in main.mounts][:2] == [
+        (str(node.hook / "vgpu" / "libvgpu.so"), str(node.hook / "vgpu" / "libvgpu.so")),
+        (str(node.hook / "vgpu"), str(cache_dir)),
+    ]
+    assert f"CUDA_DEVICE_MEMORY_LIMIT_0={LIMIT_MIB}m\n" in (cache_dir / "limits.env").read_text()
+
+    lines = await runtime.wait_output("trainer", "main", "meminfo", timeout_s=20)
+    process = runtime.processes[("trainer", "main")]
+    device_env = {k: v for k, v in process.env.items() if k.startswith(("CUDA_", "NVIDIA_"))}
+    assert device_env == dict(main.envs), "the process sees exactly Allocate's device env"
+    assert process.env["TRAINER_EPOCHS"] == "3"
+    allocs = [line for line in lines if line.startswith("alloc ")]
+    assert [a.split()[1] for a in allocs] == ["rc=0", "rc=0", "rc=2"], (
+        f"2000 + 1000 MiB fit the {LIMIT_MIB} MiB limit, one more MiB is OOM (2): {lines}"
+    )
+    regions = [p for p in cache_dir.iterdir() if p.suffix == ".cache"]
+    assert len(regions) == 1, "libvgpu wrote its region through the cache-dir mount"
+
+    async with aiohttp.ClientSession() as http:
+        metrics = await eventually_scraped(
+            http,
+            node.metrics_url,
+            lambda m: pod_samples(m, "hami_vgpu_memory_used_bytes", "trainer") == [LIMIT_MIB * MiB],
+        )
+        assert pod_samples(metrics, "hami_vgpu_memory_limit_bytes", "trainer") == [LIMIT_MIB * MiB]
+        scheduler = await scrape(http, demo.scheduler_metrics_url)
+        assert total(scheduler, "hami_vgpu_memory_allocated_bytes") == LIMIT_MIB * MiB
+
+        await demo.client.delete_pod("default", "trainer")
+        await eventually_scraped(
+            http,
+            demo.scheduler_metrics_url,
+            lambda m: (
+                total(m, "hami_vgpu_memory_allocated_bytes") == 0
+                and total(m, "hami_gpu_memory_allocated_bytes") == 0
+            ),
+        )
+        assert demo.scheduler.state.ledger.pod_keys() == []
+        await eventually_scraped(
+            http,
+            node.metrics_url,
+            lambda m: (
+                not pod_samples(m, "hami_vgpu_memory_used_bytes", "trainer")
+                and total(m, "hami_vgpu_memory_used_bytes") == 0
+            ),
+        )
+    assert runtime.exited.get(("trainer", "main")) == -15, "kubelet stopped it with SIGTERM"
+    assert node.agent.devices_in_use() == 0
+    assert demo.api.store.items("pods", "default") == []
