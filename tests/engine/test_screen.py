@@ -53,21 +53,26 @@ request = st.builds(
 )
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(
     st.lists(node_state, min_size=34, max_size=45),
     request,
+    st.lists(st.one_of(request, st.just({})), max_size=1),  # a second app container
+    st.lists(st.one_of(request, st.just({})), max_size=2),  # init containers
     st.sampled_from(["spread", "binpack", "mutex", "topology-aware"]),
     st.sampled_from(["binpack", "spread"]),
 )
 def test_screen_matches_fit_on_every_node(
     nodes: list[tuple[list[tuple[int, int, int, bool, str, bool]], bool]],
     limits: dict[str, str],
+    more: list[dict[str, str]],
+    init: list[dict[str, str]],
     gpu_policy: str,
     node_policy: str,
 ) -> None:
     ledger = build(nodes)
-    the_pod = pod("p", limits, annotations={"hami.io/gpu-scheduler-policy": gpu_policy})
+    the_pod = pod("p", limits, *more, init=tuple(init),
+                  annotations={"hami.io/gpu-scheduler-policy": gpu_policy})
     names = [N(f"n{n:02d}") for n in range(len(nodes))] + [N("ghost")]
     config = EngineConfig(node_policy=node_policy)
     fast = decide(the_pod, names, ledger, config=config, quotas=None, now=0)
@@ -78,6 +83,7 @@ def test_screen_matches_fit_on_every_node(
         for name, verdict in fast.verdicts.items():
             assert verdict.reasons == full.verdicts[name].reasons
             assert verdict.failure == full.verdicts[name].failure
+            assert verdict.container == full.verdicts[name].container
 
 
 def test_screen_sees_usage_changes_and_node_changes() -> None:

@@ -140,11 +140,9 @@ class _Cycle:
     memory_factor: int
     mig_allowed: bool  # `nvidia.com/vgpu-mode` absent or naming mig
     order_free: bool  # card order cannot change Fit's yes/no here (no NUMA binding, no quota)
-    screen: ContainerDeviceRequest | None  # the one request, when CardColumns can screen it
+    screen: tuple[tuple[int, ContainerDeviceRequest], ...]  # what CardColumns can screen
     # Reasons and their text by the counts: many nodes fail the same way.
     texts: dict[tuple[tuple[tuple[str, int], ...], int], tuple[str, Mapping[Reason, int]]]
-
-
 
 
 def decide(
@@ -195,9 +193,9 @@ def decide(
                 winner = verdict
             continue
         visited += 1
-        if cycle.screen is not None and not node.has_mig and visited > _SEQUENTIAL_NODES:
+        if cycle.screen and not node.has_mig and visited > _SEQUENTIAL_NODES:
             # Many nodes tried and none fits yet: screen the whole cluster in one pass.
-            screen = screen or _Screen(ledger, cycle, cycle.screen)
+            screen = screen or _Screen(ledger, cycle)
             screened = screen.verdict(node)
             if screened is not None:
                 verdicts[node.name] = screened
@@ -291,42 +289,72 @@ def _cycle(
     )
 
 
-def _screenable(plan: PodPlan, order_free: bool) -> ContainerDeviceRequest | None:
-    """The pod's only request, if its per-card checks need no per-card Python (columns.py)."""
-    requests = [request for request in plan.requests if request is not None]
+def _screenable(plan: PodPlan, order_free: bool) -> tuple[tuple[int, ContainerDeviceRequest], ...]:
+    """The containers (position, request) whose per-card checks the columns can run.
+
+    Each init container starts from the node's usage, and so does the first app container:
+    for those, Fit's answer does not depend on what another container took. Later app
+    containers do, so a node that passes all of these still gets the full evaluation.
+    """
     selectors = plan.selectors
-    if len(requests) != 1 or not order_free or selectors.filters_types or selectors.filters_uuids:
-        return None
-    return requests[0]
+    if not order_free or selectors.filters_types or selectors.filters_uuids:
+        return ()
+    screened = []
+    for position, request in enumerate(plan.requests):
+        if request is not None:
+            screened.append((position, request))
+            if position >= plan.init_count:
+                break
+    return tuple(screened)
 
 
 class _Screen:
-    """Verdicts for nodes without MIG cards from one column pass over every card."""
+    """Verdicts for nodes without MIG cards from one column pass per screened container."""
 
-    def __init__(self, ledger: Ledger, cycle: _Cycle, request: ContainerDeviceRequest) -> None:
-        typed, counts = ledger.columns.screen(request, cycle.fit_policy)
-        self._typed = typed.tolist()
-        self._counts = counts.tolist()
+    def __init__(self, ledger: Ledger, cycle: _Cycle) -> None:
         self._cycle = cycle
-        self._nums = request.nums
-        self._position = next(n for n, r in enumerate(cycle.plan.requests) if r is not None)
+        self._containers = []
+        for position, request in cycle.screen:
+            typed, counts = ledger.columns.screen(request, cycle.fit_policy)
+            self._containers.append((position, request.nums, typed.tolist(), counts.tolist()))
         self._known: dict[tuple[int, ...], tuple[str, Mapping[Reason, int]]] = {}
 
     def verdict(self, node: LedgerNode) -> NodeVerdict | None:
-        """The node's failure, or None when it fits (then the full evaluation picks cards)."""
-        typed = self._typed[node.slot]
-        if self._nums > typed:
-            return NodeVerdict(
-                node.name,
-                False,
-                node.score,
-                failure=NodeFailure.INSUFFICIENT_DEVICE,
-                container=self._position,
-                reason=NodeFailure.INSUFFICIENT_DEVICE.value,
-            )
-        row = self._counts[node.slot]
-        if row[0] >= self._nums:
-            return None
+        """The node's failure (its first failing container's), or None when it may fit."""
+        slot = node.slot
+        for position, nums, typed_by_node, counts_by_node in self._containers:
+            typed = typed_by_node[slot]
+            if nums > typed:
+                return NodeVerdict(
+                    node.name,
+                    False,
+                    node.score,
+                    failure=NodeFailure.INSUFFICIENT_DEVICE,
+                    container=position,
+                    reason=NodeFailure.INSUFFICIENT_DEVICE.value,
+                )
+            row = counts_by_node[slot]
+            if row[0] < nums:
+                text, reasons = self._reasons(row, typed)
+                # Positional through _make: one verdict per node; keyword __new__ costs more.
+                return NodeVerdict._make(
+                    (
+                        node.name,
+                        False,
+                        node.score,
+                        _CARDS,
+                        position,
+                        reasons,
+                        typed,
+                        text,
+                        (),
+                        (),
+                        (),
+                    )
+                )
+        return None
+
+    def _reasons(self, row: list[int], typed: int) -> tuple[str, Mapping[Reason, int]]:
         key = (*row, typed)
         known = self._known.get(key)
         if known is None:
@@ -338,11 +366,7 @@ class _Screen:
             if row[0]:
                 counts[_ALLOCATED_INSUFFICIENT] = row[0]
             known = self._known[key] = _reasons(self._cycle, counts, typed)
-        text, reasons = known
-        # Positional through _make: one verdict per node, and keyword __new__ costs more.
-        return NodeVerdict._make(
-            (node.name, False, node.score, _CARDS, self._position, reasons, typed, text, (), (), ())
-        )
+        return known
 
 
 def _evaluate(
