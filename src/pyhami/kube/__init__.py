@@ -19,6 +19,7 @@ from pyhami.kube.errors import (
 )
 from pyhami.kube.informer import EventHandlers, Informer, InformerSettings, InformerStats
 from pyhami.kube.lease import LeaseLock, LeaseRecord
+from pyhami.kube.lifecycle import AsyncService
 from pyhami.kube.resources import (
     CONFIG_MAPS,
     EVENTS,
@@ -42,6 +43,7 @@ __all__ = [
     "PODS",
     "RESOURCE_QUOTAS",
     "AlreadyExists",
+    "AsyncService",
     "BadRequest",
     "Clock",
     "Conflict",

@@ -81,6 +81,10 @@ class FaultInjector:
         self._faults.append(fault)
         return fault
 
+    def active(self) -> list[Fault]:
+        """The faults still waiting to apply (a used-up one is gone)."""
+        return list(self._faults)
+
     def clear(self) -> None:
         self._faults.clear()
 

@@ -11,7 +11,6 @@ from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import structlog
@@ -19,6 +18,7 @@ import yaml
 from aiohttp import web
 from kubernetes_asyncio.client import Configuration
 
+from pyhami.kube.lifecycle import AsyncService
 from pyhami.testing.fake_apiserver.admission import AdmissionChain
 from pyhami.testing.fake_apiserver.faults import FaultInjector
 from pyhami.testing.fake_apiserver.resources import PODS, ResourceType
@@ -53,7 +53,7 @@ def _json_response(body: JsonObject, status: int = 200) -> web.Response:
     return web.Response(text=_dumps(body), status=status, content_type="application/json")
 
 
-class FakeKubeAPIServer:
+class FakeKubeAPIServer(AsyncService):
     """A kube-apiserver double for tests and the demo: real HTTP on 127.0.0.1.
 
     `store` is the in-process view (reads, and writes that skip admission); `faults` injects
@@ -116,18 +116,6 @@ class FakeKubeAPIServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-
-    async def __aenter__(self) -> FakeKubeAPIServer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
     # --- client wiring --------------------------------------------------------------------
 

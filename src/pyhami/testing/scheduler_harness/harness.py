@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 import aiohttp
@@ -42,6 +41,7 @@ from pyhami.kube import (
     cancel_and_wait,
     guarded_task,
 )
+from pyhami.kube.lifecycle import AsyncService
 from pyhami.testing.scheduler_harness.config import ExtenderConfig
 from pyhami.testing.scheduler_harness.outcomes import HarnessMetrics, Result, ScheduleOutcome
 from pyhami.testing.scheduler_harness.predicates import (
@@ -106,7 +106,7 @@ class _AttemptFailedError(Exception):
         self.unresolvable = dict(unresolvable or {})
 
 
-class KubeSchedulerHarness:
+class KubeSchedulerHarness(AsyncService):
     """`async with KubeSchedulerHarness(client, ExtenderConfig.hami_chart(url)) as h:`."""
 
     def __init__(
@@ -204,18 +204,6 @@ class KubeSchedulerHarness:
         if self._session is not None:
             await self._session.close()
             self._session = None
-
-    async def __aenter__(self) -> KubeSchedulerHarness:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
     # --- reading results ------------------------------------------------------------------
 
