@@ -6,6 +6,7 @@ from pyhami.cli_annotations import annotations_app
 from pyhami.deviceplugin.cli import device_plugin
 from pyhami.monitor.cli import MONITOR_CONTEXT, monitor
 from pyhami.sim import cli as sim_cli
+from pyhami.sim.demo.cli import demo
 
 app = typer.Typer(
     name="pyhami",
@@ -30,6 +31,7 @@ def version() -> None:
 
 app.command()(sim_cli.simulate)
 app.command()(sim_cli.explain)
+app.command()(demo)
 app.command("device-plugin")(device_plugin)
 app.command("monitor", context_settings=MONITOR_CONTEXT)(monitor)
 app.add_typer(annotations_app)

@@ -12,7 +12,8 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pyhami.sim.demo.cluster import DemoCluster, DemoSettings
+from pyhami.sim.demo.cluster import DemoCluster
+from pyhami.sim.demo.settings import DemoSettings
 from pyhami.testing import FakeGpu
 
 from .conftest import Native

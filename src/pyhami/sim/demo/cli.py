@@ -1,4 +1,7 @@
-"""`pyhami demo`: start the demo cluster, submit the example pods, show what became of them."""
+"""`pyhami demo`: start the demo cluster, submit the example pods, show what became of them.
+
+The cluster's modules (every service of pyhami) are imported when the command runs, not when
+`pyhami` starts, so the other commands do not pay for them."""
 
 from __future__ import annotations
 
@@ -9,16 +12,18 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import structlog
 import typer
 
 from pyhami.kube import JsonObject
-from pyhami.sim.demo.cluster import DemoCluster, DemoSettings
 from pyhami.sim.demo.pods import PodFileError, load_pods
 from pyhami.sim.demo.report import outcome_table, progress_line, summary_line
-from pyhami.sim.demo.run import submit_all
+from pyhami.sim.demo.settings import DemoSettings
+
+if TYPE_CHECKING:
+    from pyhami.sim.demo.cluster import DemoCluster
 
 
 def _quiet_logs(verbose: bool) -> None:
@@ -63,6 +68,9 @@ async def _wait_for_signal() -> None:
 
 async def run_demo(settings: DemoSettings, pods: list[JsonObject], keep_running: bool) -> int:
     """The whole demo; returns how many pods ended neither Running nor unschedulable."""
+    from pyhami.sim.demo.cluster import DemoCluster
+    from pyhami.sim.demo.run import submit_all
+
     started = time.monotonic()
     _say(f"Starting a {settings.nodes}-node demo cluster on localhost (no Kubernetes, no GPU):")
     async with DemoCluster(settings, progress=lambda line: _say(f"  {line}")) as cluster:

@@ -39,8 +39,8 @@ from pyhami.protocol import KEY_NODE_NVIDIA_REGISTER
 from pyhami.scheduler.runtime import SchedulerProcess, load_device_config
 from pyhami.scheduler.settings import SchedulerSettings
 from pyhami.sim.demo.certs import ServingFiles, write_serving_certificate
+from pyhami.sim.demo.settings import DemoSettings, node_name
 from pyhami.testing import FakeGpu, FakeKubeAPIServer, FakeKubelet, FakeNVML
-from pyhami.testing.fake_nvml import a100_80g, t4, v100_32g
 from pyhami.testing.node_agent import ContainerRuntime, NodeAgent
 from pyhami.testing.scheduler_harness import ExtenderConfig, KubeSchedulerHarness
 
@@ -57,9 +57,6 @@ nvidia:
   defaultGPUNum: 1
   deviceSplitCount: {SPLIT_COUNT}
 """
-# The cards of node i (from 1) are of model MODELS[(i - 1) % len(MODELS)].
-MODELS: tuple[Callable[..., FakeGpu], ...] = (a100_80g, v100_32g, t4)
-
 Progress = Callable[[str], None]
 
 
@@ -67,51 +64,11 @@ def _quiet(_message: str) -> None:
     return None
 
 
-def card_uuid(node: int, index: int) -> str:
-    """Stable, unique per node and card (FakeNVML's default repeats on every node)."""
-    return f"GPU-{node:08x}-0000-4000-8000-{index:012x}"
-
-
-def node_name(node: int) -> str:
-    return f"gpu-node-{node}"
-
-
 def install_libvgpu(library: Path, vgpu_dir: Path) -> None:
     """What HAMi's device-plugin container does at start: the library and the preload file
     (naming the library where containers see it) into `<hook path>/vgpu`."""
     shutil.copyfile(library, vgpu_dir / "libvgpu.so")
     (vgpu_dir / "ld.so.preload").write_text(f"{vgpu_dir / 'libvgpu.so'}\n")
-
-
-@dataclass(frozen=True, slots=True)
-class DemoSettings:
-    nodes: int = 3
-    gpus: int = 4  # per node
-    monitor_tick_s: float = 1.0  # HAMi's is 5 s; shorter so usage shows within the demo
-    harness_backoff_s: tuple[float, float] = (1.0, 10.0)  # kube-scheduler's defaults
-    # Cards per node, overriding MODELS and `gpus` (the system tests pin the stub's card).
-    cards: Sequence[Sequence[FakeGpu]] | None = None
-    # A built libvgpu.so to install on every node, as the device plugin's DaemonSet does.
-    libvgpu: Path | None = None
-
-    def __post_init__(self) -> None:
-        if self.cards is None and not 1 <= self.nodes <= 64:
-            raise ValueError(f"--nodes must be 1..64, got {self.nodes}")
-        if self.cards is None and not 1 <= self.gpus <= 16:
-            raise ValueError(f"--gpus must be 1..16 (NVML indexes per node), got {self.gpus}")
-        if self.libvgpu is not None and not self.libvgpu.is_file():
-            raise ValueError(f"libvgpu {self.libvgpu} is not a file (make -C native/libvgpu)")
-
-    def node_cards(self) -> list[list[FakeGpu]]:
-        if self.cards is not None:
-            return [list(cards) for cards in self.cards]
-        return [
-            [
-                MODELS[(n - 1) % len(MODELS)](numa=i * 2 // self.gpus, uuid=card_uuid(n, i))
-                for i in range(self.gpus)
-            ]
-            for n in range(1, self.nodes + 1)
-        ]
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pyhami.sim.demo.run import CardShare, NodeWhy, PodResult
+from pyhami.sim.demo.results import CardShare, NodeWhy, PodResult
 
 # HAMi's reason words (nvidia-fit-score.md §5) in a sentence a user can act on.
 REASON_WORDS = {
@@ -54,7 +54,10 @@ def _why(why: NodeWhy) -> str:
         f"{count}/{why.cards} {REASON_WORDS.get(reason, reason)} ({reason})"
         for reason, count in sorted(why.counts.items())
     ]
-    return f"      {why.node:<12} " + ("; ".join(parts) or why.reason)
+    if not parts:  # a node-level reason carries no card counts
+        word = REASON_WORDS.get(why.reason)
+        parts = [f"{word} ({why.reason})" if word else why.reason]
+    return f"      {why.node:<12} " + "; ".join(parts)
 
 
 def outcome_table(results: Sequence[PodResult]) -> str:

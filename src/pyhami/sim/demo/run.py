@@ -11,7 +11,7 @@ import asyncio
 import ssl
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -19,55 +19,10 @@ import aiohttp
 from pyhami.kube import JsonObject, KubeError
 from pyhami.protocol import KEY_NVIDIA_ALLOCATED, ProtocolError, decode_pod_single_device
 from pyhami.sim.demo.cluster import DemoCluster
+from pyhami.sim.demo.results import CardInfo, CardShare, NodeWhy, PodResult
 from pyhami.testing.scheduler_harness import Result
 
 SETTLE_TIMEOUT_S = 20.0
-
-
-@dataclass(frozen=True, slots=True)
-class CardShare:
-    """What one container got on one card."""
-
-    container: str
-    node: str
-    uuid: str
-    model: str
-    index: int
-    memory_mib: int
-    cores: int
-
-
-@dataclass(frozen=True, slots=True)
-class NodeWhy:
-    """Why one node was not chosen: the scheduler's reason and its per-card reason counts."""
-
-    node: str
-    reason: str
-    counts: Mapping[str, int]
-    cards: int
-
-
-@dataclass(frozen=True, slots=True)
-class PodResult:
-    namespace: str
-    name: str
-    phase: str  # Running, Failed, Pending (no node), Refused (not admitted by the API)
-    node: str = ""
-    cards: tuple[CardShare, ...] = ()
-    message: str = ""  # the refusal, or kube-scheduler's unschedulable message
-    why: tuple[NodeWhy, ...] = ()
-    seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return self.phase == "Running"
-
-
-@dataclass(frozen=True, slots=True)
-class CardInfo:
-    node: str
-    model: str
-    index: int
 
 
 def card_directory(cluster: DemoCluster) -> dict[str, CardInfo]:

@@ -1,0 +1,177 @@
+"""`pyhami demo`: the example pods on the demo cluster end as each was written to show, the
+command prints a readable outcome, and bad input is refused with a message naming it."""
+
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pyhami.cli import app
+from pyhami.sim.demo.cluster import DemoCluster
+from pyhami.sim.demo.pods import PodFileError, load_pods, parse_pods
+from pyhami.sim.demo.results import PodResult
+from pyhami.sim.demo.run import submit_all
+from pyhami.sim.demo.settings import DemoSettings, card_uuid
+
+CARD_MIB = {"A100": 81920, "V100": 32768, "T4": 15360}
+
+
+def by_name(results: Sequence[PodResult]) -> dict[str, PodResult]:
+    return {result.name: result for result in results}
+
+
+def cards(result: PodResult) -> list[str]:
+    return [share.uuid for share in result.cards]
+
+
+def model_mib(model: str) -> int:
+    return next(mib for key, mib in CARD_MIB.items() if key in model)
+
+
+async def test_example_pods_end_as_their_stories_say() -> None:
+    async with DemoCluster(DemoSettings()) as cluster:
+        results = by_name(await submit_all(cluster, load_pods()))
+
+    unfit = {"too-big-200g", "wants-an-h100"}
+    assert {n for n, r in results.items() if not r.ok} == unfit, results
+    assert all(r.phase == "Running" for n, r in results.items() if n not in unfit)
+
+    slice_ = results["slice-3g-30pct"].cards
+    assert [(s.memory_mib, s.cores) for s in slice_] == [(3000, 30)]
+    half = results["half-of-two-cards"].cards
+    assert len(set(cards(results["half-of-two-cards"]))) == 2
+    assert all(s.memory_mib == model_mib(s.model) // 2 and s.cores == 30 for s in half)
+    assert [s.cores for s in results["cores-60pct"].cards] == [60]
+
+    whole = results["two-whole-cards"]
+    assert len(set(cards(whole))) == 2
+    assert all(s.memory_mib == model_mib(s.model) and s.cores == 100 for s in whole.cards)
+    others = {u for n, r in results.items() if n != "two-whole-cards" for u in cards(r)}
+    assert not others & set(cards(whole)), "exclusive cards are shared with nobody"
+
+    four = results["four-cards-8g"]
+    assert len(set(cards(four))) == 4 and len({s.node for s in four.cards}) == 1
+    assert {s.memory_mib for s in four.cards} == {8000}
+
+    assert all("V100" in s.model or "T4" in s.model for s in results["only-v100-or-t4"].cards)
+    assert all("A100" not in s.model for s in results["not-an-a100"].cards)
+    assert cards(results["pinned-to-one-card"]) == [card_uuid(1, 0)]
+    assert cards(results["binpack-a"]) == cards(results["binpack-b"]), "GPU binpack: one card"
+    assert cards(results["spread-a"]) != cards(results["spread-b"]), "GPU spread: two cards"
+
+    for name, reason in (
+        ("too-big-200g", "CardInsufficientMemory"),
+        ("wants-an-h100", "CardTypeMismatch"),
+    ):
+        why = results[name].why
+        assert {w.node for w in why} == {"gpu-node-1", "gpu-node-2", "gpu-node-3"}
+        assert all(w.counts == {reason: w.cards} for w in why), why
+
+
+def test_demo_command_prints_the_outcome(tmp_path: Path) -> None:
+    pods = tmp_path / "pods.yaml"
+    pods.write_text(
+        """\
+apiVersion: v1
+kind: Pod
+metadata: {name: small}
+spec:
+  containers:
+    - name: app
+      image: cuda
+      resources: {limits: {nvidia.com/gpu: 1, nvidia.com/gpumem: 1000}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: huge}
+spec:
+  containers:
+    - name: app
+      image: cuda
+      resources: {limits: {nvidia.com/gpu: 2}}
+"""
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from pyhami.cli import main; main()",
+            "demo",
+            "--nodes",
+            "1",
+            "--gpus",
+            "1",
+            "--pods",
+            str(pods),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "node gpu-node-1   1 x NVIDIA A100-SXM4-80GB" in out
+    assert "small" in out and "A100-SXM4-80GB   #0    1000 MiB" in out
+    assert "huge" in out and "not scheduled" in out
+    assert "gpu-node-1   fewer cards than the pod asks for (NodeInsufficientDevice)" in out
+    assert "2 pods: 1 running, 1 not schedulable" in out
+    assert done.stderr == "", "the services' logs stay quiet unless --verbose"
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        pytest.param(["--nodes", "0"], "--nodes must be 1..64", id="no-nodes"),
+        pytest.param(["--gpus", "17"], "--gpus must be 1..16", id="too-many-gpus"),
+        pytest.param(["--pods", "/nonexistent.yaml"], "/nonexistent.yaml: cannot read", id="file"),
+    ],
+)
+def test_demo_command_refuses_bad_input(args: list[str], message: str) -> None:
+    result = CliRunner().invoke(app, ["demo", *args])
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        pytest.param("a: [", "not valid YAML", id="yaml"),
+        pytest.param("", "no pods in the file", id="empty"),
+        pytest.param(
+            "kind: Service\nmetadata: {name: s}", "kind 'Service' is not a Pod", id="kind"
+        ),
+        pytest.param("kind: Pod\nspec: {containers: []}", "metadata.name is missing", id="name"),
+        pytest.param("kind: Pod\nmetadata: {name: p}", "has no spec.containers", id="spec"),
+        pytest.param(
+            "kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, resources: "
+            "{limits: {nvidia.com/gpu: [1]}}}]}",
+            "resources.limits must map names to quantities",
+            id="quantity",
+        ),
+        pytest.param(
+            "kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c}]}\n---\n"
+            "kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c}]}",
+            "pod names repeat: default/p",
+            id="duplicate",
+        ),
+        pytest.param("kind: List\nitems: 3", "a List needs items", id="list"),
+    ],
+)
+def test_pod_file_errors_name_the_problem(text: str, message: str) -> None:
+    with pytest.raises(PodFileError, match=message.replace("[", r"\[")) as caught:
+        parse_pods(text, "my-pods.yaml")
+    assert str(caught.value).startswith("my-pods.yaml")
+
+
+def test_pod_file_takes_a_list_and_stores_quantities_as_strings() -> None:
+    pods = parse_pods(
+        "kind: List\nitems:\n- metadata: {name: p, namespace: team-a}\n"
+        "  spec: {containers: [{name: c, resources: {limits: {nvidia.com/gpu: 2}}}]}\n",
+        "list.yaml",
+    )
+    assert pods[0]["metadata"] == {"name": "p", "namespace": "team-a"}
+    assert pods[0]["spec"]["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": "2"}}
