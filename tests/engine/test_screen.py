@@ -78,6 +78,11 @@ def test_screen_matches_fit_on_every_node(
     fast = decide(the_pod, names, ledger, config=config, quotas=None, now=0)
     full = decide(the_pod, names, ledger, config=config, quotas=None, now=0, explain=True)
     assert (fast.node, fast.devices) == (full.node, full.devices)
+    every = decide(the_pod, names, ledger, config=config, quotas=None, now=0, all_reasons=True)
+    assert (every.node, every.devices) == (full.node, full.devices)
+    assert every.failed_nodes == full.failed_nodes, "every candidate's reason, as in explain"
+    assert {n for n, v in every.verdicts.items() if v.fits} == {
+        n for n, v in full.verdicts.items() if v.fits}
     if fast.node is None:
         assert fast.failed_nodes == full.failed_nodes
         for name, verdict in fast.verdicts.items():

@@ -141,6 +141,8 @@ class _Cycle:
     mig_allowed: bool  # `nvidia.com/vgpu-mode` absent or naming mig
     order_free: bool  # card order cannot change Fit's yes/no here (no NUMA binding, no quota)
     screen: tuple[tuple[int, ContainerDeviceRequest], ...]  # what CardColumns can screen
+    # No request after the first app container's: a quick or screened pass is the answer.
+    one_app_step: bool
     # Reasons and their text by the counts: many nodes fail the same way.
     texts: dict[tuple[tuple[tuple[str, int], ...], int], tuple[str, Mapping[Reason, int]]]
 
@@ -153,14 +155,17 @@ def decide(
     config: EngineConfig,
     quotas: QuotaBook | None,
     now: datetime | int,
+    all_reasons: bool = False,
     explain: bool = False,
 ) -> Decision:
     """Decide where `pod` goes among `candidates`. Pure: reads the ledger, returns a Decision.
 
     The caller removes the pod's own earlier reservation from the ledger first (HAMi
     scheduler.md §3.3), so a re-filtered pod does not compete with itself.
-    With `explain`, every candidate is evaluated and its per-card checks are kept; without it,
-    a scheduled decision carries no failed nodes (HAMi's `/filter` answer on success).
+    By default a scheduled decision carries no failed nodes (HAMi's `/filter` answer on
+    success) and the search stops at the winner. With `all_reasons`, every candidate gets its
+    verdict (fits, or the reason) through the cheap paths — enough for events on every filter.
+    With `explain`, every candidate is evaluated in full and its per-card checks are kept.
     """
     try:
         plan = plan_pod(pod, config)
@@ -184,33 +189,30 @@ def decide(
     winner: NodeVerdict | None = None
     spread = plan.node_policy == NodePolicy.SPREAD
     screen: _Screen | None = None
-    visited = 0
-    for node in ledger.preferred_nodes(spread, wanted):
+    for visited, node in enumerate(ledger.preferred_nodes(spread, wanted), start=1):
         if explain:
             verdict = _evaluate(node, cycle, trace=True)
-            verdicts[node.name] = verdict
-            if winner is None and verdict.fits:
-                winner = verdict
-            continue
-        visited += 1
-        if cycle.screen and not node.has_mig and visited > _SEQUENTIAL_NODES:
-            # Many nodes tried and none fits yet: screen the whole cluster in one pass.
-            screen = screen or _Screen(ledger, cycle)
-            screened = screen.verdict(node)
-            if screened is not None:
-                verdicts[node.name] = screened
-                continue
-        elif cycle.order_free and not node.has_mig:
-            verdict = _evaluate(node, cycle, quick=True)
-            if not verdict.fits:
-                verdicts[node.name] = verdict
-                continue
-        verdict = _evaluate(node, cycle)
+        else:
+            cheap: NodeVerdict | None = None
+            searched = visited > _SEQUENTIAL_NODES or winner is not None
+            if cycle.screen and not node.has_mig and searched:
+                # Many nodes tried and none fits yet (or the rest only need their verdicts):
+                # screen the whole cluster in one pass.
+                screen = screen or _Screen(ledger, cycle)
+                cheap = screen.verdict(node)
+                if cheap is None and winner is not None and cycle.one_app_step:
+                    cheap = NodeVerdict(node.name, True, node.score)
+            elif cycle.order_free and not node.has_mig:
+                quick = _evaluate(node, cycle, quick=True)
+                if not quick.fits or (winner is not None and cycle.one_app_step):
+                    cheap = quick
+            verdict = _evaluate(node, cycle) if cheap is None else cheap
         verdicts[node.name] = verdict
-        if verdict.fits:
+        if winner is None and verdict.fits:
             winner = verdict
-            break
-    if winner is None or explain:
+            if not (all_reasons or explain):
+                break
+    if winner is None or all_reasons or explain:
         # Every registered candidate has been evaluated; the others are not in the ledger.
         for name in candidates:
             if name not in verdicts:
@@ -228,7 +230,7 @@ def decide(
             failed_nodes=failed,
             verdicts=ordered,
         )
-    failed = {name: v.reason for name, v in ordered.items() if not v.fits} if explain else {}
+    failed = {name: v.reason for name, v in ordered.items() if not v.fits}
     return Decision(
         plan.key,
         plan.namespace,
@@ -285,8 +287,14 @@ def _cycle(
         mig_allowed=mode is None or MIG_MODE in mode,
         order_free=order_free,
         screen=_screenable(plan, order_free),
+        one_app_step=_one_app_step(plan),
         texts={},
     )
+
+
+def _one_app_step(plan: PodPlan) -> bool:
+    app = [n for n in range(plan.init_count, len(plan.requests)) if plan.requests[n] is not None]
+    return len(app) <= 1
 
 
 def _screenable(plan: PodPlan, order_free: bool) -> tuple[tuple[int, ContainerDeviceRequest], ...]:
