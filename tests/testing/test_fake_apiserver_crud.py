@@ -234,6 +234,7 @@ async def test_binding_sets_node_and_refuses_a_bound_pod(http: Http) -> None:
     assert body["message"] == (
         'Operation cannot be fulfilled on pods/binding "a": pod a is already assigned to node "n1"'
     )
+    assert body["details"] == {"name": "a", "kind": "pods/binding"}
 
 
 async def test_binding_through_the_legacy_collection_and_uid_precondition(http: Http) -> None:

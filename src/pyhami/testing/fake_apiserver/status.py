@@ -86,12 +86,13 @@ def already_exists(resource: ResourceType, name: str) -> ApiError:
 
 
 def conflict(resource: ResourceType, name: str, why: str, subresource: str = "") -> ApiError:
+    """errors.NewConflict; the binding registry names the resource `pods/binding`."""
     what = resource.qualified if not subresource else f"{resource.qualified}/{subresource}"
+    details = _details(resource, name)
+    if subresource:
+        details["kind"] = f"{resource.plural}/{subresource}"
     return ApiError(
-        409,
-        "Conflict",
-        f'Operation cannot be fulfilled on {what} "{name}": {why}',
-        _details(resource, name),
+        409, "Conflict", f'Operation cannot be fulfilled on {what} "{name}": {why}', details
     )
 
 
