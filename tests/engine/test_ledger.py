@@ -36,6 +36,7 @@ def state(ledger: Ledger) -> dict[str, object]:
                     int(columns.usedcores[c.slot]),
                     bool(columns.health[c.slot]),
                     bool(columns.active[c.slot]),
+                    bool(columns.cordoned[c.slot]),
                 )
                 for c in node.cards
             ],
@@ -112,6 +113,7 @@ def test_mig_bookkeeping_fails_closed() -> None:
 
 NODES = {
     "n1": inventory(card("a0"), card("a1", 16000)),
+    "n1-cordoned": inventory(card("a0"), card("a1", 16000), cordoned=frozenset({"a1"})),
     "n2": inventory(card("b0", mode="mig"), card("b1", mode="hami-core")),
     "n2-resized": inventory(card("b0", 40000, mode="mig"), card("x9")),
 }
@@ -135,7 +137,7 @@ operation = st.one_of(
     st.tuples(st.just("add"), allocation),
     st.tuples(st.just("remove"), st.sampled_from(["p1", "p2", "p3", "p4"])),
     st.tuples(st.just("node"), st.sampled_from([("n1", "n1"), ("n2", "n2"), ("n2", "n2-resized"),
-                                                 ("n3", "n1")])),
+                                                 ("n3", "n1"), ("n1", "n1-cordoned")])),
     st.tuples(st.just("drop"), st.sampled_from(["n1", "n2", "n3"])),
 )
 
