@@ -5,6 +5,7 @@ import typer
 from pyhami.cli_annotations import annotations_app
 from pyhami.deviceplugin.cli import device_plugin
 from pyhami.monitor.cli import MONITOR_CONTEXT, monitor
+from pyhami.scheduler.cli import scheduler
 from pyhami.sim import cli as sim_cli
 from pyhami.sim.demo.cli import demo
 
@@ -34,6 +35,7 @@ app.command()(sim_cli.explain)
 app.command()(demo)
 app.command("device-plugin")(device_plugin)
 app.command("monitor", context_settings=MONITOR_CONTEXT)(monitor)
+app.command("scheduler")(scheduler)
 app.add_typer(annotations_app)
 
 

@@ -1,6 +1,7 @@
 """Self-signed serving certificates for the TLS tests."""
 
 import datetime
+import ipaddress
 from pathlib import Path
 
 from cryptography import x509
@@ -23,7 +24,12 @@ def write_self_signed(directory: Path, common_name: str = "127.0.0.1") -> int:
         .serial_number(serial)
         .not_valid_before(now - datetime.timedelta(minutes=1))
         .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
         .sign(key, hashes.SHA256())
     )
     (directory / "tls.key").write_bytes(

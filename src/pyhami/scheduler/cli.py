@@ -1,0 +1,136 @@
+"""`pyhami scheduler`: HAMi's scheduler flags and environment, then run until interrupted.
+
+Flags keep HAMi's spellings (`--http_bind`, `--cert_file`, `--node-lock-timeout`, …) so the
+chart's command line works unchanged. One fix: `HAMI_NODELOCK_EXPIRE` is honoured when
+`--node-lock-timeout` is not given (HAMi reads and then overwrites it, protocol.md A6).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import sys
+
+import typer
+
+from pyhami.devices.config import DeviceConfigError
+from pyhami.scheduler.settings import (
+    SchedulerSettings,
+    SettingsError,
+    parse_go_duration,
+    parse_label_selector,
+)
+
+NODE_LOCK_ENV = "HAMI_NODELOCK_EXPIRE"
+
+
+def _settings(**flags: object) -> SchedulerSettings:
+    lock_flag = flags.pop("node_lock_timeout")
+    lock_text = str(lock_flag) if lock_flag else os.environ.get(NODE_LOCK_ENV, "5m")
+    lock_what = "--node-lock-timeout" if lock_flag else NODE_LOCK_ENV
+    namespace = os.environ.get("POD_NAMESPACE", "")
+    writers = flags.pop("trusted_writers")
+    trusted = tuple(str(t) for t in writers) if isinstance(writers, list) else ()
+    if not trusted and namespace:
+        trusted = (f"system:serviceaccount:{namespace}:",)
+    return SchedulerSettings(
+        device_config_file=str(flags["device_config_file"]),
+        http_bind=str(flags["http_bind"]),
+        cert_file=str(flags["cert_file"]),
+        key_file=str(flags["key_file"]),
+        scheduler_name=str(flags["scheduler_name"]),
+        node_scheduler_policy=str(flags["node_scheduler_policy"]),
+        gpu_scheduler_policy=str(flags["gpu_scheduler_policy"]),
+        metrics_bind_address=str(flags["metrics_bind_address"]),
+        node_label_selector=parse_label_selector(str(flags["node_label_selector"])),
+        kube_timeout=float(str(flags["kube_timeout"])),
+        node_lock_timeout=parse_go_duration(lock_text, lock_what),
+        node_lock_retry_timeout=parse_go_duration(
+            str(flags["node_lock_retry_timeout"]), "--node-lock-retry-timeout"
+        ),
+        force_overwrite_default_scheduler=bool(flags["force_overwrite_default_scheduler"]),
+        leader_elect=bool(flags["leader_elect"]),
+        leader_elect_resource_name=str(flags["leader_elect_resource_name"]),
+        leader_elect_resource_namespace=str(flags["leader_elect_resource_namespace"]),
+        lease_duration=parse_go_duration(
+            str(flags["leader_elect_lease_duration"]), "--leader-elect-lease-duration"
+        ),
+        renew_deadline=parse_go_duration(
+            str(flags["leader_elect_renew_deadline"]), "--leader-elect-renew-deadline"
+        ),
+        retry_period=parse_go_duration(
+            str(flags["leader_elect_retry_period"]), "--leader-elect-retry-period"
+        ),
+        legacy_metrics=bool(flags["legacy_metrics"]),
+        kubeconfig=os.environ.get("KUBECONFIG", ""),
+        identity=os.environ.get("POD_NAME") or socket.gethostname(),
+        pod_namespace=namespace,
+        trusted_writers=trusted,
+    )
+
+
+def scheduler(  # noqa: PLR0917 - one typer option per HAMi flag
+    device_config_file: str = typer.Option(
+        "", "--device-config-file", help="device YAML (required)"
+    ),
+    http_bind: str = typer.Option("127.0.0.1:8080", "--http_bind", help="main server address"),
+    cert_file: str = typer.Option("", "--cert_file", help="TLS certificate (reloaded on change)"),
+    key_file: str = typer.Option("", "--key_file", help="TLS key (reloaded on change)"),
+    scheduler_name: str = typer.Option(
+        "", "--scheduler-name", help="schedulerName the webhook sets"
+    ),
+    node_scheduler_policy: str = typer.Option("binpack", "--node-scheduler-policy"),
+    gpu_scheduler_policy: str = typer.Option("spread", "--gpu-scheduler-policy"),
+    metrics_bind_address: str = typer.Option(":9395", "--metrics-bind-address"),
+    node_label_selector: str = typer.Option("", "--node-label-selector", help="k=v,k2=v2"),
+    kube_qps: float = typer.Option(5.0, "--kube-qps", help="accepted for HAMi compatibility"),
+    kube_burst: int = typer.Option(10, "--kube-burst", help="accepted for HAMi compatibility"),
+    kube_timeout: float = typer.Option(
+        0.0, "--kube-timeout", help="API request timeout, s (0 = none)"
+    ),
+    node_lock_timeout: str = typer.Option(
+        "", "--node-lock-timeout", help=f"default ${NODE_LOCK_ENV} or 5m"
+    ),
+    node_lock_retry_timeout: str = typer.Option("28s", "--node-lock-retry-timeout"),
+    force_overwrite_default_scheduler: bool = typer.Option(
+        True, "--force-overwrite-default-scheduler/--no-force-overwrite-default-scheduler"
+    ),
+    leader_elect: bool = typer.Option(False, "--leader-elect"),
+    leader_elect_resource_name: str = typer.Option("", "--leader-elect-resource-name"),
+    leader_elect_resource_namespace: str = typer.Option("", "--leader-elect-resource-namespace"),
+    leader_elect_lease_duration: str = typer.Option("15s", "--leader-elect-lease-duration"),
+    leader_elect_renew_deadline: str = typer.Option("10s", "--leader-elect-renew-deadline"),
+    leader_elect_retry_period: str = typer.Option("2s", "--leader-elect-retry-period"),
+    legacy_metrics: bool = typer.Option(False, "--legacy-metrics"),
+    trusted_writers: list[str] = typer.Option(  # noqa: B008
+        [],
+        "--trusted-annotation-writer",
+        help="user (or prefix ending in ':') allowed to change scheduler-owned pod annotations",
+    ),
+    debug: bool = typer.Option(False, "--debug", help="debug logging"),
+) -> None:
+    """Run the scheduler extender, admission webhook and metrics (HAMi's `scheduler`)."""
+    logging.basicConfig(level=logging.DEBUG if debug else logging.INFO, stream=sys.stderr)
+    del kube_qps, kube_burst  # no client-side throttle: one process, one connection pool
+    try:
+        settings = _settings(**{k: v for k, v in locals().items() if k != "debug"})
+        asyncio.run(_run(settings))
+    except (SettingsError, DeviceConfigError) as err:
+        typer.echo(f"pyhami scheduler: {err}", err=True)
+        raise typer.Exit(2) from err
+    except KeyboardInterrupt:
+        pass
+
+
+async def _run(settings: SchedulerSettings) -> None:
+    from pyhami.kube import KubeClient
+    from pyhami.scheduler.runtime import SchedulerProcess, load_device_config
+
+    device_config = load_device_config(settings.device_config_file)
+    timeout = settings.kube_timeout or None
+    async with await KubeClient.from_kubeconfig(
+        settings.kubeconfig or None, timeout_s=timeout
+    ) as client:
+        await SchedulerProcess(settings, client, device_config).run_forever()

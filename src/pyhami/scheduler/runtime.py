@@ -1,0 +1,295 @@
+"""`pyhami scheduler` assembled: informers → ClusterState, leader election, HTTP(S) servers.
+
+`SchedulerProcess` is what the CLI runs and what component tests start in-process against
+the API double: `await process.start()` returns once it listens (caches may still be
+syncing; `/readyz` says when they are), `await process.stop()` shuts it down cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from pyhami.devices.config import DeviceConfig, parse_device_config
+from pyhami.engine import EngineConfig, PodSpecError, plan_pod
+from pyhami.kube import (
+    NODES,
+    PODS,
+    RESOURCE_QUOTAS,
+    EventHandlers,
+    Informer,
+    InformerSettings,
+    KubeClient,
+    LeaseLock,
+    cancel_and_wait,
+)
+from pyhami.scheduler.events import EventRecorder
+from pyhami.scheduler.leader import ElectionTiming, LeaderElector
+from pyhami.scheduler.metrics import SchedulerMetrics
+from pyhami.scheduler.nodelock import NodeLocker
+from pyhami.scheduler.ownership import OWNED_ANNOTATIONS, inventory_of_node
+from pyhami.scheduler.server import build_app, build_metrics_app
+from pyhami.scheduler.service import Decider, FilterBind
+from pyhami.scheduler.settings import SchedulerSettings, SettingsError, split_host_port
+from pyhami.scheduler.snapshot import metrics_snapshot
+from pyhami.scheduler.state import ClusterState
+from pyhami.scheduler.tls import ReloadingCertificate
+from pyhami.scheduler.webhook import PodAdmission, WebhookConfig
+
+log = structlog.get_logger(__name__)
+
+ROLE_LABEL = "hami.io/scheduler-role"
+CERT_POLL_SECONDS = 10.0
+INFORMER_RESYNC_SECONDS = 3600.0
+
+
+def load_device_config(path: str) -> DeviceConfig:
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise SettingsError(f"--device-config-file: cannot read {path}: {err}") from err
+    return parse_device_config(text, source=path)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class SchedulerProcess:
+    """One scheduler replica: caches, decisions, servers."""
+
+    def __init__(
+        self,
+        settings: SchedulerSettings,
+        client: KubeClient,
+        device_config: DeviceConfig,
+        *,
+        metrics_route_on_main: bool = False,
+    ) -> None:
+        self.settings = settings
+        self.client = client
+        config = EngineConfig(
+            nvidia=device_config.nvidia,
+            node_policy=settings.node_scheduler_policy,
+            gpu_policy=settings.gpu_scheduler_policy,
+        )
+        self.state = ClusterState(
+            config, inventory_of_node, node_selector=settings.node_label_selector
+        )
+        self.synced = asyncio.Event()
+        self.elector: LeaderElector | None = None
+        decider = None
+        if settings.leader_elect:
+            lock = LeaseLock(
+                client,
+                settings.leader_elect_resource_namespace,
+                settings.leader_elect_resource_name,
+            )
+            self.elector = LeaderElector(
+                lock,
+                settings.identity,
+                ElectionTiming(
+                    settings.lease_duration.total_seconds(),
+                    settings.renew_deadline.total_seconds(),
+                    settings.retry_period.total_seconds(),
+                ),
+                wall_clock=_now,
+                monotonic=time.monotonic,
+                on_change=self._leadership_changed,
+            )
+            elector = self.elector
+            decider = Decider(lambda: elector.is_leader, lambda: elector.leader)
+        self.metrics = SchedulerMetrics(
+            lambda: metrics_snapshot(self.state), legacy=settings.legacy_metrics
+        )
+        self.events = EventRecorder(client.create_event, settings.scheduler_name, _now)
+        self.service = FilterBind(
+            self.state,
+            client,
+            NodeLocker(client, timeout=settings.node_lock_timeout, now=_now),
+            self.events,
+            self.metrics,
+            now=_now,
+            owned_annotations=OWNED_ANNOTATIONS,
+            decider=decider,
+            synced=self.synced,
+            sync_wait=settings.sync_wait,
+            lock_retry_timeout=settings.node_lock_retry_timeout,
+        )
+        self.admission = PodAdmission(
+            WebhookConfig(
+                scheduler_name=settings.scheduler_name,
+                force_overwrite_default_scheduler=settings.force_overwrite_default_scheduler,
+                trusted_writers=settings.trusted_writers,
+                owned_annotations=OWNED_ANNOTATIONS,
+            ),
+            device_config.nvidia,
+            self._exceeds_quota,
+        )
+        resync = InformerSettings(resync_period_s=INFORMER_RESYNC_SECONDS)
+        selector = ",".join(f"{k}={v}" for k, v in settings.node_label_selector.items())
+        self.informers = {
+            "pods": Informer(client, PODS, settings=resync, name="scheduler/pods"),
+            "nodes": Informer(
+                client, NODES, label_selector=selector, settings=resync, name="scheduler/nodes"
+            ),
+            "quotas": Informer(
+                client, RESOURCE_QUOTAS, settings=resync, name="scheduler/resourcequotas"
+            ),
+        }
+        self._wire_informers()
+        self._metrics_route_on_main = metrics_route_on_main
+        self.certificate: ReloadingCertificate | None = None
+        if settings.tls:
+            self.certificate = ReloadingCertificate(
+                Path(settings.cert_file), Path(settings.key_file)
+            )
+        self._runners: list[web.AppRunner] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stop = asyncio.Event()
+        self.main_port = 0
+        self.metrics_port = 0
+
+    # ----- wiring ----------------------------------------------------------------------------
+
+    def _wire_informers(self) -> None:
+        state = self.state
+        self.informers["pods"].add_handlers(
+            EventHandlers(
+                on_add=state.on_pod,
+                on_update=lambda _old, new: state.on_pod(new),
+                on_delete=state.on_pod_deleted,
+            )
+        )
+        self.informers["nodes"].add_handlers(
+            EventHandlers(
+                on_add=self._node_seen,
+                on_update=lambda _old, new: self._node_seen(new),
+                on_delete=self._node_gone,
+            )
+        )
+        self.informers["quotas"].add_handlers(
+            EventHandlers(
+                on_add=state.on_quota,
+                on_update=lambda _old, new: state.on_quota(new),
+                on_delete=state.on_quota_deleted,
+            )
+        )
+
+    def _node_seen(self, node: Mapping[str, Any]) -> None:
+        self.state.on_node(node)
+
+    def _node_gone(self, node: Mapping[str, Any]) -> None:
+        name = str((node.get("metadata") or {}).get("name") or "")
+        self.state.on_node_deleted(node)
+        self.service.mutexes.forget(name)
+
+    def _exceeds_quota(self, pod: dict[str, Any]) -> bool:
+        """The webhook's pre-check (scheduler.md §7.2 step 8), over the engine's requests."""
+        try:
+            plan = plan_pod(pod, self.state.config)
+        except PodSpecError:
+            return False  # the filter reports the bad spec with its reason
+        app = [r for r in plan.requests[plan.init_count :] if r is not None]
+        init = [r for r in plan.requests[: plan.init_count] if r is not None]
+        memory = max(
+            sum(r.memreq * r.nums for r in app), max((r.memreq * r.nums for r in init), default=0)
+        )
+        cores = max(
+            sum(r.coresreq * r.nums for r in app),
+            max((r.coresreq * r.nums for r in init), default=0),
+        )
+        if memory == 0 and cores == 0:
+            return False
+        limit = self.state.quotas.limit(plan.namespace)
+        if limit is None:
+            return False
+        used = self.state.ledger.namespace_usage(plan.namespace)
+        return not limit.fits(used, memory, cores, self.state.config.nvidia.memory_factor)
+
+    async def _leadership_changed(self, leading: bool) -> None:
+        """Label our own pod for the chart's Service selector (HAMi §8.3, self only)."""
+        pod, namespace = self.settings.identity, self.settings.pod_namespace
+        if not pod or not namespace:
+            return
+        role = "leader" if leading else "follower"
+        try:
+            await self.client.patch_pod(
+                namespace, pod, {"metadata": {"labels": {ROLE_LABEL: role}}}
+            )
+        except Exception as err:
+            log.warning("role label not written", pod=pod, role=role, error=str(err))
+
+    # ----- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        for informer in self.informers.values():
+            informer.start()
+        # These end when `stop` is asked for, so they are awaited there rather than guarded.
+        self._tasks.append(asyncio.create_task(self._wait_synced(), name="scheduler/sync"))
+        if self.elector is not None:
+            self._tasks.append(
+                asyncio.create_task(self.elector.run(self._stop), name="scheduler/leader")
+            )
+        if self.certificate is not None:
+            self._tasks.append(
+                asyncio.create_task(
+                    self.certificate.watch(CERT_POLL_SECONDS, self._stop), name="scheduler/tls"
+                )
+            )
+        main = build_app(
+            self.service, self.admission, self.metrics, metrics_route=self._metrics_route_on_main
+        )
+        host, port = split_host_port(self.settings.http_bind, "--http_bind")
+        ssl = self.certificate.context if self.certificate is not None else None
+        self.main_port = await self._serve(main, host, port, ssl)
+        if not self._metrics_route_on_main:
+            mhost, mport = split_host_port(
+                self.settings.metrics_bind_address, "--metrics-bind-address"
+            )
+            self.metrics_port = await self._serve(
+                build_metrics_app(self.metrics), mhost, mport, None
+            )
+        log.info(
+            "scheduler listening",
+            port=self.main_port,
+            tls=ssl is not None,
+            metrics_port=self.metrics_port,
+        )
+
+    async def _serve(self, app: web.Application, host: str, port: int, ssl: Any) -> int:
+        runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port, ssl_context=ssl)
+        await site.start()
+        self._runners.append(runner)
+        return int(runner.addresses[-1][1])
+
+    async def _wait_synced(self) -> None:
+        await asyncio.gather(*(i.synced.wait() for i in self.informers.values()))
+        self.synced.set()
+        log.info("scheduler caches synced", nodes=len(self.state.ledger.node_names()))
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await asyncio.wait(self._tasks, timeout=5)  # the leader gives its lease up
+        await cancel_and_wait(*self._tasks)
+        for runner in self._runners:
+            await runner.cleanup()
+        for informer in self.informers.values():
+            await informer.stop()
+        await self.events.drain()
+
+    async def run_forever(self) -> None:
+        await self.start()
+        try:
+            await self._stop.wait()
+        finally:
+            await self.stop()

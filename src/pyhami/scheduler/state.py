@@ -1,0 +1,195 @@
+"""What the informers tell the scheduler, kept as the engine's ledger plus the objects bind reads.
+
+Node registry (differs from HAMi on purpose, scheduler.md §5, §10.1 items 7-8): a node is
+registered while its `hami.io/node-nvidia-register` annotation decodes to at least one card,
+it matches `--node-label-selector`, and its kubelet has not reported zero allocatable GPUs.
+Every node update is applied at once (cordon list included), so there is no 15 s loop, no
+`hami.io/node-handshake` annotation for two writers to fight over, and no flapping. A node
+that loses its annotation, stops matching or is deleted leaves the ledger. A register value
+that does not decode keeps the node's last good registration (HAMi A12) and is logged.
+
+Pod cache (scheduler.md §6.1, protocol.md §4.7): pods carrying `hami.io/vgpu-node` and an
+allocated annotation are charged to the ledger from their annotations alone, so a restarted
+scheduler rebuilds the same ledger. A reservation `/filter` just made is not undone by an
+informer event that predates its patch: until the informer shows the pod with exactly the
+reserved allocation, other views of it are stale and ignored (only deletion or a terminal
+phase ends a reservation early).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import structlog
+
+from pyhami.devices.inventory import NodeInventory
+from pyhami.engine import (
+    EngineConfig,
+    Ledger,
+    PodAllocation,
+    PodKey,
+    PodSpecError,
+    QuotaBook,
+    allocation_of,
+    collapse_init_usage,
+    pod_identity,
+)
+from pyhami.model import ContainerDevices, NodeName
+from pyhami.protocol import NVIDIA_VENDOR
+
+log = structlog.get_logger(__name__)
+
+JsonObject = Mapping[str, Any]
+InventoryOf = Callable[[JsonObject], NodeInventory | None]
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def _meta(obj: JsonObject) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def object_name(obj: JsonObject) -> str:
+    return str(_meta(obj).get("name") or "")
+
+
+def _labels_match(obj: JsonObject, selector: Mapping[str, str]) -> bool:
+    labels = _meta(obj).get("labels") or {}
+    return all(labels.get(key) == value for key, value in selector.items())
+
+
+class ClusterState:
+    """Ledger, quota book, node and pod objects, fed by informer events (pure bookkeeping)."""
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        inventory_of: InventoryOf,
+        *,
+        node_selector: Mapping[str, str] | None = None,
+    ) -> None:
+        self.config = config
+        self.ledger = Ledger()
+        self.quotas = QuotaBook(config.nvidia)
+        self.inventory_of = inventory_of
+        self._selector = dict(node_selector or {})
+        self.nodes: dict[str, JsonObject] = {}
+        self.pods: dict[tuple[str, str], JsonObject] = {}
+        self._reserved: dict[PodKey, PodAllocation] = {}
+        self.quota_namespaces: set[str] = set()
+
+    # ----- nodes -----------------------------------------------------------------------------
+
+    def on_node(self, node: JsonObject) -> None:
+        name = object_name(node)
+        if not name:
+            return
+        self.nodes[name] = node
+        if not _labels_match(node, self._selector) or self._reports_no_gpus(node):
+            self.ledger.remove_node(NodeName(name))
+            return
+        try:
+            inventory = self.inventory_of(node)
+        except ValueError as err:
+            log.warning(
+                "node registration unreadable; keeping the last one", node=name, error=str(err)
+            )
+            return
+        if inventory is None or not inventory.devices:
+            self.ledger.remove_node(NodeName(name))
+        else:
+            self.ledger.upsert_node(NodeName(name), inventory)
+
+    def on_node_deleted(self, node: JsonObject) -> None:
+        name = object_name(node)
+        self.nodes.pop(name, None)
+        self.ledger.remove_node(NodeName(name))
+
+    def _reports_no_gpus(self, node: JsonObject) -> bool:
+        """The kubelet says the device plugin is gone: allocatable count present and zero."""
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        value = allocatable.get(self.config.nvidia.resource_count_name)
+        return value is not None and str(value).strip() in ("0", "")
+
+    # ----- pods ------------------------------------------------------------------------------
+
+    def on_pod(self, pod: JsonObject) -> None:
+        try:
+            key, namespace, name = pod_identity(pod)
+        except PodSpecError as err:
+            log.warning("pod event ignored", error=str(err))
+            return
+        phase = (pod.get("status") or {}).get("phase")
+        if phase in TERMINAL_PHASES:
+            self.pods.pop((namespace, name), None)
+            self._forget(key)
+            return
+        self.pods[(namespace, name)] = pod
+        try:
+            allocation = allocation_of(pod)
+        except PodSpecError as err:
+            log.warning(
+                "pod allocation unreadable; not charged", pod=f"{namespace}/{name}", error=str(err)
+            )
+            allocation = None
+        reserved = self._reserved.get(key)
+        if reserved is not None:
+            if allocation is not None and _same_choice(allocation, reserved):
+                del self._reserved[key]
+                self.ledger.add_pod(allocation)
+            return  # a view from before our patch landed
+        if allocation is None:
+            self.ledger.remove_pod(key)
+        elif _meta(pod).get("deletionTimestamp") and self.ledger.pod(key) is None:
+            return  # HAMi: a terminating pod is not charged anew (e.g. after a restart)
+        else:
+            self.ledger.add_pod(allocation)
+
+    def on_pod_deleted(self, pod: JsonObject) -> None:
+        try:
+            key, namespace, name = pod_identity(pod)
+        except PodSpecError:
+            return
+        self.pods.pop((namespace, name), None)
+        self._forget(key)
+
+    def _forget(self, key: PodKey) -> None:
+        self._reserved.pop(key, None)
+        self.ledger.remove_pod(key)
+
+    # ----- reservations made by /filter ------------------------------------------------------
+
+    def reserve(self, allocation: PodAllocation) -> None:
+        self._reserved[allocation.key] = allocation
+        self.ledger.add_pod(allocation)
+
+    def release(self, key: PodKey) -> None:
+        """Drop a pod's reservation or recorded allocation (idempotent)."""
+        self._forget(key)
+
+    # ----- quotas ----------------------------------------------------------------------------
+
+    def on_quota(self, quota: JsonObject) -> None:
+        hard = (quota.get("spec") or {}).get("hard") or {}
+        namespace = str(_meta(quota).get("namespace") or "")
+        self.quota_namespaces.add(namespace)
+        self.quotas.set_quota(_quota_key(quota), namespace, hard)
+
+    def on_quota_deleted(self, quota: JsonObject) -> None:
+        self.quotas.remove_quota(_quota_key(quota))
+
+
+def _quota_key(quota: JsonObject) -> str:
+    meta = _meta(quota)
+    return str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
+
+
+def _same_choice(seen: PodAllocation, reserved: PodAllocation) -> bool:
+    """The informer shows what we reserved: same node, same cards and amounts (the wire form
+    drops card indexes and adds a trailing empty container, so compare collapsed usage)."""
+    return seen.node == reserved.node and _usage(seen) == _usage(reserved)
+
+
+def _usage(allocation: PodAllocation) -> ContainerDevices:
+    return collapse_init_usage(allocation.containers, allocation.init_count, NVIDIA_VENDOR)

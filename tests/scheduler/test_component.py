@@ -1,0 +1,261 @@
+"""The scheduler as kube-scheduler and kube-apiserver see it, over real sockets.
+
+A pod is created through the API double (which calls our webhook over HTTPS), the
+KubeSchedulerHarness filters and binds it through our extender over HTTPS, and the pod ends
+up bound with HAMi's annotations; bad input and API failures get the spec's answers.
+"""
+
+import asyncio
+from pathlib import Path
+
+from pyhami.engine import collapse_init_usage
+from pyhami.protocol import (
+    KEY_BIND_PHASE,
+    KEY_NODE_LOCK,
+    KEY_NVIDIA_ALLOCATED,
+    KEY_NVIDIA_TO_ALLOCATE,
+    KEY_VGPU_NODE,
+    decode_pod_single_device,
+)
+from pyhami.testing import KubeSchedulerHarness
+from pyhami.testing.scheduler_harness import ExtenderConfig, Result
+
+from .cluster import (
+    SCHEDULER_NAME,
+    DevicePluginDouble,
+    gpu,
+    node_object,
+    pod_object,
+    running_cluster,
+    wait_for,
+)
+
+
+def _harness(cluster, process) -> KubeSchedulerHarness:
+    extender = ExtenderConfig.hami_chart(
+        f"https://127.0.0.1:{process.main_port}", ca_pem=cluster.ca
+    )
+    return KubeSchedulerHarness(
+        cluster.client,
+        extender,
+        scheduler_name=SCHEDULER_NAME,
+        backoff_initial_s=0.01,
+        backoff_max_s=0.05,
+    )
+
+
+async def test_pod_goes_webhook_filter_bind_to_bound_with_hami_annotations(tmp_path: Path) -> None:
+    async with running_cluster(tmp_path) as cluster:
+        await cluster.add_nodes(
+            node_object("n1", [gpu("GPU-a", 0), gpu("GPU-b", 1)]),
+            node_object("n2", [gpu("GPU-c", 0, mem=2000)]),
+        )
+        process = await cluster.scheduler()
+        await wait_for(process.synced.is_set, what="caches synced")
+        cluster.register_webhook(process)
+        pod = pod_object("p", mem=3000, cores=None)
+        pod["metadata"]["annotations"][KEY_NVIDIA_ALLOCATED] = "GPU-forged,NVIDIA,1,0:;"
+        created = await cluster.create_pod(pod)
+        # The webhook took the pod over and removed the forged allocation.
+        assert created["spec"]["schedulerName"] == SCHEDULER_NAME
+        assert KEY_NVIDIA_ALLOCATED not in created["metadata"]["annotations"]
+        async with _harness(cluster, process) as harness:
+            outcome = await harness.wait_for("default", "p", timeout_s=10)
+            assert outcome.result is Result.BOUND and outcome.node == "n1"
+        stored = cluster.api.store.get("pods", "default", "p")
+        notes = stored["metadata"]["annotations"]
+        assert stored["spec"]["nodeName"] == "n1"
+        assert notes[KEY_VGPU_NODE] == "n1" and stored["metadata"]["labels"][KEY_VGPU_NODE] == "n1"
+        assert notes[KEY_BIND_PHASE] == "allocating"
+        assert notes[KEY_NVIDIA_TO_ALLOCATE] == notes[KEY_NVIDIA_ALLOCATED]
+        devices = decode_pod_single_device(notes[KEY_NVIDIA_ALLOCATED])
+        assert [(d.uuid, d.usedmem) for c in devices for d in c] in (
+            [("GPU-a", 3000)],
+            [("GPU-b", 3000)],
+        )
+        lock = cluster.api.store.get("nodes", None, "n1")["metadata"]["annotations"][KEY_NODE_LOCK]
+        assert lock.endswith(",default,p")
+        reasons = {e["reason"] for e in cluster.api.store.items("events", "default")}
+        assert {"FilteringSucceed", "BindingSucceed", "FilteringFailed"} <= reasons
+
+
+async def test_bad_bodies_unknown_pods_and_api_errors_get_error_answers(tmp_path: Path) -> None:
+    async with running_cluster(tmp_path) as cluster:
+        await cluster.add_nodes(node_object("n1", [gpu("GPU-a")]))
+        process = await cluster.scheduler()
+        await wait_for(process.synced.is_set, what="caches synced")
+        for body in (b"", b"{", b"[1]", b'{"Pod": 5}'):
+            answer = await cluster.post(process, "/filter", body)
+            assert set(answer) == {
+                "Nodes",
+                "NodeNames",
+                "FailedNodes",
+                "FailedAndUnresolvableNodes",
+                "Error",
+            }
+            assert answer["Error"]
+        assert (await cluster.post(process, "/filter", {"NodeNames": ["n1"]}))[
+            "Error"
+        ] == "extender args missing pod"
+        bind = await cluster.post(
+            process, "/bind", {"PodName": "ghost", "PodNamespace": "default", "Node": "n1"}
+        )
+        assert 'pod "default/ghost" not found' in bind["Error"]
+        assert "missing PodName" in (await cluster.post(process, "/bind", {}))["Error"]
+        webhook = await cluster.post(process, "/webhook", b"")
+        assert webhook["response"]["status"]["code"] == 400
+        # An API failure on the decision patch is an Error answer and leaves nothing reserved.
+        created = await cluster.create_pod(pod_object("p"))
+        cluster.api.faults.fail("patch", "pods", status=500)
+        answer = await cluster.post(process, "/filter", {"Pod": created, "NodeNames": ["n1"]})
+        assert "failed to record the decision" in answer["Error"]
+        assert process.state.ledger.pod(created["metadata"]["uid"]) is None
+        status, _ = await cluster.get(process, "/healthz")
+        assert status == 200
+        status, text = await cluster.get(process, "/explain?pod=default/p")
+        assert status == 200 and '"node":"n1"' in text
+        status, _ = await cluster.get(process, "/explain?pod=nonsense")
+        assert status == 400
+        status, metrics = await cluster.get(process, "/metrics", port=process.metrics_port)
+        assert status == 200 and 'hami_gpu_memory_limit_bytes{device_index="0"' in metrics
+        assert "pyhami_scheduler_filter_duration_seconds_count" in metrics
+
+
+async def test_two_hundred_pods_on_twenty_nodes_no_card_overcommitted(tmp_path: Path) -> None:
+    async with running_cluster(tmp_path) as cluster:
+        nodes = [
+            node_object(f"n{i:02d}", [gpu(f"GPU-{i}-{c}", c, mem=8000, count=4) for c in range(2)])
+            for i in range(20)
+        ]
+        await cluster.add_nodes(*nodes)
+        # Spread keeps 20 binds in flight at once (binpack would queue them on one node's lock).
+        process = await cluster.scheduler(node_scheduler_policy="spread")
+        await wait_for(process.synced.is_set, what="caches synced")
+        cluster.register_webhook(process)
+        plugin = DevicePluginDouble(cluster)
+        plugin.start()
+        try:
+            async with _harness(cluster, process) as harness:
+                # 200 pods x 1500 MiB = 300,000 MiB asked; 20 x 2 x 8000 = 320,000 MiB there,
+                # but 4 slots per card cap it at 160 pods: the other 40 must stay pending.
+                await asyncio.gather(
+                    *(
+                        cluster.create_pod(pod_object(f"p{i:03d}", mem=1500, cores=5))
+                        for i in range(200)
+                    )
+                )
+                await harness.wait_bound_count(160, timeout_s=120)
+                await asyncio.sleep(0.3)
+                assert harness.metrics.results[Result.BOUND] == 160
+        finally:
+            await plugin.stop()
+        pods = cluster.api.store.items("pods", "default")
+        assert len(pods) == 200  # no pod lost
+        per_card: dict[str, tuple[int, int]] = {}
+        for pod in pods:
+            notes = pod["metadata"].get("annotations") or {}
+            if not pod["spec"].get("nodeName"):
+                continue
+            assert notes[KEY_VGPU_NODE] == pod["spec"]["nodeName"]
+            for container in decode_pod_single_device(notes[KEY_NVIDIA_ALLOCATED]):
+                for device in container:
+                    mem, slots = per_card.get(device.uuid, (0, 0))
+                    per_card[device.uuid] = (mem + device.usedmem, slots + 1)
+        assert len(per_card) == 40
+        assert all(mem <= 8000 and slots <= 4 for mem, slots in per_card.values()), per_card
+
+
+def _ledger_view(process) -> dict:
+    ledger = process.state.ledger
+    pods = {}
+    for key in ledger.pod_keys():
+        allocation = ledger.pod(key)
+        usage = collapse_init_usage(allocation.containers, allocation.init_count, "NVIDIA")
+        pods[key] = (allocation.node, usage)
+    cards = {name: ledger.device_usage(name) for name in ledger.node_names()}
+    return {"cards": cards, "pods": pods}
+
+
+async def test_restart_mid_run_rebuilds_the_same_ledger(tmp_path: Path) -> None:
+    async with running_cluster(tmp_path) as cluster:
+        await cluster.add_nodes(
+            *(node_object(f"n{i}", [gpu(f"GPU-{i}-{c}", c) for c in range(2)]) for i in range(4))
+        )
+        first = await cluster.scheduler(node_scheduler_policy="spread")
+        await wait_for(first.synced.is_set, what="caches synced")
+        cluster.register_webhook(first)
+        port = first.main_port
+        plugin = DevicePluginDouble(cluster)
+        plugin.start()
+        extender = ExtenderConfig.hami_chart(f"https://127.0.0.1:{port}", ca_pem=cluster.ca)
+        harness = KubeSchedulerHarness(
+            cluster.client,
+            extender,
+            scheduler_name=SCHEDULER_NAME,
+            backoff_initial_s=0.01,
+            backoff_max_s=0.05,
+        )
+        await harness.start()
+        await asyncio.gather(
+            *(cluster.create_pod(pod_object(f"p{i:02d}", mem=2000)) for i in range(30))
+        )
+        await harness.wait_bound_count(10, timeout_s=30)
+        await harness.stop()  # mid-run: some pods bound, some filtered, the rest pending
+        before = await _settled(cluster, first)
+        await first.stop()
+        cluster.processes.remove(first)
+        second = await cluster.scheduler(
+            http_bind=f"127.0.0.1:{port}", node_scheduler_policy="spread"
+        )
+        await wait_for(second.synced.is_set, what="caches synced after restart")
+        assert _ledger_view(second) == before
+        assert before["pods"], "the run was not mid-way"
+        harness = KubeSchedulerHarness(
+            cluster.client,
+            extender,
+            scheduler_name=SCHEDULER_NAME,
+            backoff_initial_s=0.01,
+            backoff_max_s=0.05,
+        )
+        async with harness:
+            await wait_for(
+                lambda: all(
+                    p["spec"].get("nodeName") for p in cluster.api.store.items("pods", "default")
+                ),
+                timeout=60,
+                what="every pod bound",
+            )
+        await plugin.stop()
+
+
+async def _settled(cluster, process) -> dict:
+    """The ledger once binds the stopped harness left in flight have finished, and the
+    informer has seen every write (equal to a rebuild from the API, unchanged for 0.5 s)."""
+    stable_since, last = 0.0, None
+    loop = asyncio.get_running_loop()
+    until = loop.time() + 20
+    while loop.time() < until:
+        view = _ledger_view(process)
+        if view != last or view != _rebuilt(cluster, process):
+            stable_since, last = loop.time(), view
+        elif loop.time() - stable_since > 0.5:
+            return view
+        await asyncio.sleep(0.05)
+    raise AssertionError("the ledger never settled")
+
+
+def _rebuilt(cluster, process) -> dict:
+    """The ledger a fresh replica would build from what the API holds now."""
+    from pyhami.scheduler.ownership import inventory_of_node
+    from pyhami.scheduler.state import ClusterState
+
+    fresh = ClusterState(process.state.config, inventory_of_node)
+    for node in cluster.api.store.items("nodes"):
+        fresh.on_node(node)
+    for pod in cluster.api.store.items("pods"):
+        fresh.on_pod(pod)
+
+    class View:
+        state = fresh
+
+    return _ledger_view(View)

@@ -1,0 +1,165 @@
+"""The node lock algorithm (protocol.md §4.5) over an in-memory node with resourceVersions."""
+
+import asyncio
+import copy
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from pyhami.kube import NotFound
+from pyhami.protocol import KEY_NODE_LOCK
+from pyhami.scheduler.nodelock import (
+    NodeLockContentionError,
+    NodeLocker,
+    NodeLockError,
+    NodeMutexes,
+    go_duration,
+)
+
+NOW = datetime(2026, 8, 21, 12, 0, 0, tzinfo=UTC)
+
+
+class Conflict(Exception):
+    pass
+
+
+class MemoryNodes:
+    """Nodes and pods; a merge patch with a stale resourceVersion fails like a 409."""
+
+    def __init__(self, lock: str | None = None, pods: set[tuple[str, str]] | None = None) -> None:
+        annotations = {} if lock is None else {KEY_NODE_LOCK: lock}
+        self.node: dict[str, Any] = {
+            "metadata": {"name": "n1", "resourceVersion": "1", "annotations": annotations}
+        }
+        self.pods = pods or set()
+        self.patches: list[dict[str, Any]] = []
+        self.conflicts_left = 0
+        self.fail_patch = False
+
+    async def get_node(self, name: str) -> dict[str, Any]:
+        return copy.deepcopy(self.node)
+
+    async def patch_node(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.patches.append(body)
+        if self.fail_patch:
+            raise ConnectionError("API down")
+        meta = body["metadata"]
+        if (
+            self.conflicts_left
+            or meta["resourceVersion"] != self.node["metadata"]["resourceVersion"]
+        ):
+            self.conflicts_left = max(0, self.conflicts_left - 1)
+            raise Conflict("the object has been modified")
+        annotations = self.node["metadata"]["annotations"]
+        for key, value in meta["annotations"].items():
+            if value is None:
+                annotations.pop(key, None)
+            else:
+                annotations[key] = value
+        rv = int(self.node["metadata"]["resourceVersion"]) + 1
+        self.node["metadata"]["resourceVersion"] = str(rv)
+        return copy.deepcopy(self.node)
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        if (namespace, name) not in self.pods:
+            raise NotFound(404, "NotFound", f'pods "{name}" not found')
+        return {"metadata": {"name": name, "namespace": namespace}}
+
+    @property
+    def lock(self) -> str | None:
+        return self.node["metadata"]["annotations"].get(KEY_NODE_LOCK)
+
+
+async def _no_sleep(_: float) -> None:
+    return None
+
+
+def _locker(api: MemoryNodes, now: datetime = NOW) -> NodeLocker:
+    return NodeLocker(api, now=lambda: now, sleep=_no_sleep)
+
+
+async def test_free_node_is_locked_with_owner_and_resource_version() -> None:
+    api = MemoryNodes()
+    await _locker(api).lock("n1", "default", "gpu-pod")
+    assert api.lock == "2026-08-21T12:00:00Z,default,gpu-pod"
+    assert api.patches[0]["metadata"]["resourceVersion"] == "1"
+
+
+async def test_same_owner_is_reentrant_and_others_are_contention() -> None:
+    api = MemoryNodes("2026-08-21T11:59:00Z,default,gpu-pod", pods={("default", "gpu-pod")})
+    await _locker(api).lock("n1", "default", "gpu-pod")
+    assert api.patches == []
+    with pytest.raises(
+        NodeLockContentionError, match="node n1 has been locked within 5m0s: node lock contention"
+    ):
+        await _locker(api).lock("n1", "default", "other")
+
+
+async def test_expired_and_dangling_locks_are_taken_over() -> None:
+    expired = MemoryNodes("2026-08-21T11:54:59Z,default,old", pods={("default", "old")})
+    await _locker(expired).lock("n1", "default", "new")
+    assert expired.lock == "2026-08-21T12:00:00Z,default,new"
+    dangling = MemoryNodes("2026-08-21T11:59:59Z,default,gone")
+    await _locker(dangling).lock("n1", "default", "new")
+    assert dangling.lock == "2026-08-21T12:00:00Z,default,new"
+
+
+async def test_legacy_lock_is_contention_until_it_expires() -> None:
+    api = MemoryNodes("2026-08-21T11:59:00Z")
+    with pytest.raises(NodeLockContentionError):
+        await _locker(api).lock("n1", "default", "p")
+    await _locker(api, NOW + timedelta(minutes=6)).lock("n1", "default", "p")
+    assert api.lock is not None and api.lock.endswith(",default,p")
+
+
+async def test_malformed_lock_is_an_error_not_contention() -> None:
+    api = MemoryNodes("a,b")
+    with pytest.raises(NodeLockError) as caught:
+        await _locker(api).lock("n1", "default", "p")
+    assert not isinstance(caught.value, NodeLockContentionError)
+    assert "n1" in str(caught.value)
+
+
+async def test_conflicts_are_retried_and_exhaustion_is_reported() -> None:
+    api = MemoryNodes()
+    api.conflicts_left = 2
+    await _locker(api).lock("n1", "default", "p")
+    assert len(api.patches) == 3 and api.lock is not None
+    down = MemoryNodes()
+    down.fail_patch = True
+    with pytest.raises(NodeLockError, match="failed to set node lock"):
+        await _locker(down).lock("n1", "default", "p")
+    assert len(down.patches) == 5
+
+
+async def test_release_only_removes_our_own_lock() -> None:
+    api = MemoryNodes("2026-08-21T11:59:00Z,default,owner")
+    await _locker(api).release("n1", "default", "someone-else")
+    assert api.lock is not None
+    await _locker(api).release("n1", "default", "owner")
+    assert api.lock is None
+    await _locker(api).release("n1", "default", "owner")  # nothing to do
+
+
+async def test_node_mutexes_serialise_per_node_only() -> None:
+    mutexes = NodeMutexes()
+    order: list[str] = []
+
+    async def work(node: str, tag: str, pause: float) -> None:
+        async with mutexes.hold(node):
+            order.append(f"{tag}+")
+            await asyncio.sleep(pause)
+            order.append(f"{tag}-")
+
+    await asyncio.gather(work("a", "a1", 0.02), work("a", "a2", 0), work("b", "b1", 0))
+    assert order.index("a1-") < order.index("a2+")
+    assert order.index("b1-") < order.index("a1-")
+    mutexes.forget("a")
+
+
+def test_go_duration_strings() -> None:
+    assert go_duration(timedelta(minutes=5)) == "5m0s"
+    assert go_duration(timedelta(seconds=28)) == "28s"
+    assert go_duration(timedelta(hours=1)) == "1h0m0s"
+    assert go_duration(timedelta(seconds=1.5)) == "1.5s"
