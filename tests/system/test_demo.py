@@ -1,6 +1,9 @@
 """`pyhami demo`: the example pods on the demo cluster end as each was written to show, the
 command prints a readable outcome, and bad input is refused with a message naming it."""
 
+import json
+import shlex
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -94,32 +97,45 @@ spec:
       resources: {limits: {nvidia.com/gpu: 2}}
 """
     )
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "from pyhami.cli import main; main()",
-            "demo",
-            "--nodes",
-            "1",
-            "--gpus",
-            "1",
-            "--pods",
-            str(pods),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    command = [sys.executable, "-c", "from pyhami.cli import main; main()", "demo"]
+    options = ["--nodes", "1", "--gpus", "1", "--pods", str(pods), "--keep-running"]
+    demo = subprocess.Popen(
+        [*command, *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    assert done.returncode == 0, done.stderr
-    out = done.stdout
+    try:
+        assert demo.stdout is not None
+        lines = []
+        for line in demo.stdout:  # up to the last URL line: the cluster is up and waiting
+            lines.append(line)
+            if line.lstrip().startswith("monitor gpu-node-1"):
+                break
+        urls = dict(
+            (line.split()[0], shlex.split(line.split("curl ", 1)[1]))
+            for line in lines
+            if "curl" in line
+        )
+        explain = subprocess.run(
+            ["curl", "-sf", *urls["explain"]], capture_output=True, text=True, check=False
+        )
+        assert json.loads(explain.stdout)["outcome"] == "unschedulable", explain
+        metrics = subprocess.run(
+            ["curl", "-sf", *urls["monitor"]], capture_output=True, text=True, check=False
+        )
+        assert 'hami_vgpu_memory_limit_bytes{container="app"' in metrics.stdout
+        demo.send_signal(signal.SIGINT)
+        rest, errors = demo.communicate(timeout=30)
+    finally:
+        demo.kill()
+    out = "".join(lines) + rest
+    assert demo.returncode == 0, errors
     assert "node gpu-node-1   1 x NVIDIA A100-SXM4-80GB" in out
     assert "small" in out and "A100-SXM4-80GB   #0    1000 MiB" in out
     assert "huge" in out and "not scheduled" in out
     assert "gpu-node-1   fewer cards than the pod asks for (NodeInsufficientDevice)" in out
     assert "2 pods: 1 running, 1 not schedulable" in out
-    assert done.stderr == "", "the services' logs stay quiet unless --verbose"
+    assert errors == "", "the services' logs stay quiet unless --verbose"
+    workdir = next(w for w in out.split() if w.startswith("/tmp/pyhami-demo-"))
+    assert not Path(workdir.split("/ca.crt")[0]).exists(), "Ctrl-C stops it and cleans up"
 
 
 @pytest.mark.parametrize(

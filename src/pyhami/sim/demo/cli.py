@@ -44,17 +44,16 @@ def _say(message: str) -> None:
 def _endpoints(cluster: DemoCluster, pods: list[JsonObject]) -> str:
     ca = cluster.workdir / "ca.crt"
     ca.write_bytes(cluster.ca_pem)
-    kubeconfig = cluster.api.write_kubeconfig(cluster.workdir / "kubeconfig")
-    first = pods[-1]["metadata"]
+    last = pods[-1]["metadata"]
     lines = [
         "",
         "The cluster keeps running (Ctrl-C stops it):",
-        f"  kubectl --kubeconfig {kubeconfig} get pods -o wide",
-        f"  explain   curl --cacert {ca} "
-        f"'{cluster.scheduler_url}/explain?pod={first['namespace']}/{first['name']}'",
-        f"  scheduler metrics  {cluster.scheduler_metrics_url}",
+        f"  pods               curl -s {cluster.api.url}/api/v1/pods",
+        f"  explain            curl -s --cacert {ca} "
+        f"'{cluster.scheduler_url}/explain?pod={last['namespace']}/{last['name']}'",
+        f"  scheduler metrics  curl -s {cluster.scheduler_metrics_url}",
     ]
-    lines.extend(f"  monitor {node.name:<12} {node.metrics_url}" for node in cluster.nodes)
+    lines.extend(f"  monitor {node.name:<10} curl -s {node.metrics_url}" for node in cluster.nodes)
     return "\n".join(lines)
 
 
