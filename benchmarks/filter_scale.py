@@ -4,7 +4,9 @@ Clusters of 100, 1,000 and 5,000 nodes, each with 8 GPUs (A100 80 GB, split 10) 
 single-GPU pods per node at random sizes. Two pending pods:
 - "fits": 1 GPU, 8,000 MiB, 30 % cores — many nodes can take it;
 - "none fits": 8 whole GPUs (100 % cores each) — every node is busy, so every node needs its
-  reason string.
+  reason string;
+- "fits+why": the first pod again with `all_reasons=True` (every other node's reason too, as
+  the scheduler wants for its events).
 For each size and pod it prints p50/p99 of `engine.decide` on the incremental ledger and, in
 the same run, of HAMi's method — rebuild every node's usage from every pod, then decide — and
 the ratio between the two. Run: `python3 benchmarks/filter_scale.py [--sizes 100,1000,5000]`.
@@ -127,9 +129,14 @@ def main() -> None:
         # and pods in the middle of a decision (it is what p99 measured otherwise).
         gc.collect()
         gc.freeze()
-        for label, pod in (("fits", FITS), ("none-fits", NONE_FITS)):
-            incremental = partial(engine.decide, pod, candidates, ledger, **options)
-            rebuild = partial(_rebuild_then_decide, pod, candidates, inventories, pods, options)
+        cases = (
+            ("fits", FITS, options),
+            ("none-fits", NONE_FITS, options),
+            ("fits+why", FITS, {**options, "all_reasons": True}),  # every other node's reason
+        )
+        for label, pod, kwargs in cases:
+            incremental = partial(engine.decide, pod, candidates, ledger, **kwargs)
+            rebuild = partial(_rebuild_then_decide, pod, candidates, inventories, pods, kwargs)
             ours, answer = timed(incremental, args.repeats, clock)
             theirs, baseline_answer = timed(rebuild, args.baseline_repeats, clock)
             if (answer.node, dict(answer.failed_nodes)) != (
