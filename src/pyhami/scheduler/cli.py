@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import socket
 import sys
 
@@ -133,4 +134,8 @@ async def _run(settings: SchedulerSettings) -> None:
     async with await KubeClient.from_kubeconfig(
         settings.kubeconfig or None, timeout_s=timeout
     ) as client:
-        await SchedulerProcess(settings, client, device_config).run_forever()
+        process = SchedulerProcess(settings, client, device_config)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, process.request_stop)
+        await process.run_forever()

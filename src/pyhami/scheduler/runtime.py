@@ -287,6 +287,10 @@ class SchedulerProcess:
             await informer.stop()
         await self.events.drain()
 
+    def request_stop(self) -> None:
+        """Ask `run_forever` to shut down cleanly (SIGTERM): the lease is given back."""
+        self._stop.set()
+
     async def run_forever(self) -> None:
         await self.start()
         try:
