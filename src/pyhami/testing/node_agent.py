@@ -36,6 +36,7 @@ import structlog
 
 from pyhami.kube import (
     PODS,
+    AsyncService,
     EventHandlers,
     Informer,
     JsonObject,
@@ -199,7 +200,7 @@ def finished_status(pod: Mapping[str, Any], now: str, code: int) -> JsonObject:
     }
 
 
-class NodeAgent:
+class NodeAgent(AsyncService):
     """kubelet's pod lifecycle on one node, over a `FakeKubelet`'s plugin connection."""
 
     def __init__(
@@ -242,13 +243,6 @@ class NodeAgent:
         await cancel_and_wait(*self._tasks)
         self._tasks.clear()
         await self.pods.stop()
-
-    async def __aenter__(self) -> NodeAgent:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *_exc: object) -> None:
-        await self.stop()
 
     # ----- reading --------------------------------------------------------------------------
 

@@ -25,12 +25,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
-from types import TracebackType
 
 from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.deviceplugin.config import VgpuConfig
 from pyhami.deviceplugin.service import DevicePlugin, PluginOptions
-from pyhami.kube import KubeClient, SystemClock, cancel_and_wait, guarded_task
+from pyhami.kube import AsyncService, KubeClient, SystemClock, cancel_and_wait, guarded_task
 from pyhami.model import NodeName
 from pyhami.monitor.pods import InformerPodSource
 from pyhami.monitor.service import MonitorService
@@ -91,7 +90,7 @@ class DemoNode:
         return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
 
-class DemoCluster:
+class DemoCluster(AsyncService):
     """Start with `async with`; everything is stopped and the work directory removed on exit."""
 
     def __init__(
@@ -157,28 +156,20 @@ class DemoCluster:
 
     # ----- lifecycle ------------------------------------------------------------------------
 
-    async def __aenter__(self) -> DemoCluster:
-        try:
-            await self.start()
-        except BaseException:
-            await self.stop()
-            raise
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
-
     def _new_client(self) -> KubeClient:
         client = KubeClient(self.api.configuration())
         self._clients.append(client)
         return client
 
     async def start(self) -> None:
+        """Everything up and every node known to the scheduler; a failure stops what started."""
+        try:
+            await self._start_all()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start_all(self) -> None:
         await self.api.start()
         self._new_client()  # the user's
         self.progress(f"API server        {self.api.url}")
