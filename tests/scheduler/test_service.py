@@ -41,7 +41,9 @@ class Leader:
         self.leading = True
 
 
-def _service(kube: MemoryKube, leader: Leader | None = None) -> FilterBind:
+def _service(
+    kube: MemoryKube, leader: Leader | None = None, *, explain_all: bool = True
+) -> FilterBind:
     state = ClusterState(EngineConfig(), lambda n: INVENTORIES.get(object_name(n)))
     for name in INVENTORIES:
         state.on_node(node(name))
@@ -58,6 +60,7 @@ def _service(kube: MemoryKube, leader: Leader | None = None) -> FilterBind:
         owned_annotations=OWNED,
         decider=decider,
         synced=synced,
+        explain_all=explain_all,
     )
 
 

@@ -69,6 +69,7 @@ def _settings(**flags: object) -> SchedulerSettings:
         identity=os.environ.get("POD_NAME") or socket.gethostname(),
         pod_namespace=namespace,
         trusted_writers=trusted,
+        explain_all=bool(flags["explain_all"]),
     )
 
 
@@ -109,6 +110,9 @@ def scheduler(  # noqa: PLR0917 - one typer option per HAMi flag
         [],
         "--trusted-annotation-writer",
         help="user (or prefix ending in ':') allowed to change scheduler-owned pod annotations",
+    ),
+    explain_all: bool = typer.Option(
+        False, "--explain-all-nodes", help="evaluate every candidate per filter (slower)"
     ),
     debug: bool = typer.Option(False, "--debug", help="debug logging"),
 ) -> None:

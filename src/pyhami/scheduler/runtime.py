@@ -122,6 +122,7 @@ class SchedulerProcess:
             synced=self.synced,
             sync_wait=settings.sync_wait,
             lock_retry_timeout=settings.node_lock_retry_timeout,
+            explain_all=settings.explain_all,
         )
         self.admission = PodAdmission(
             WebhookConfig(

@@ -88,6 +88,8 @@ class SchedulerSettings:
     identity: str = ""
     pod_namespace: str = ""
     trusted_writers: tuple[str, ...] = ()
+    # Evaluate every candidate on every filter, for complete events and /explain.
+    explain_all: bool = False
     # How long /filter waits for the caches to sync before answering with an error.
     sync_wait: timedelta = timedelta(seconds=25)
 
