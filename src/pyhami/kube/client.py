@@ -117,6 +117,7 @@ class KubeClient:
                 query_params=query or [],
                 header_params={"Accept": "application/json", "Content-Type": content_type},
                 body=body,
+                auth_settings=["BearerToken"],  # the token kubeconfig / in-cluster config set
                 _preload_content=False,
                 _request_timeout=timeout if timeout is not None else self._timeout_s,
             )

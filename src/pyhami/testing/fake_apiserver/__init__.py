@@ -3,7 +3,7 @@
 See `FakeKubeAPIServer`. Behaviour follows kube-apiserver where pyhami depends on it; where it
 knowingly does not (kept small on purpose):
 
-* no authentication or RBAC; any bearer token is accepted;
+* no RBAC; authentication is one bearer token, checked only with `require_token=True`;
 * list always serves the newest state (a `continue` page too), so `resourceVersionMatch=Exact`
   works only for the current version; a list with a version newer than the store is 504;
 * a watch from an expired version answers 200 with one ERROR event (410 Expired), as the
@@ -23,7 +23,7 @@ knowingly does not (kept small on purpose):
 from pyhami.testing.fake_apiserver.admission import AdmissionCall, AdmissionChain, Webhook
 from pyhami.testing.fake_apiserver.faults import FaultInjector
 from pyhami.testing.fake_apiserver.resources import ALL_RESOURCES, ResourceType, resource_named
-from pyhami.testing.fake_apiserver.server import FakeKubeAPIServer
+from pyhami.testing.fake_apiserver.server import FakeKubeAPIServer, ServingTLS
 from pyhami.testing.fake_apiserver.status import ApiError
 from pyhami.testing.fake_apiserver.store import (
     JSON_PATCH,
@@ -44,6 +44,7 @@ __all__ = [
     "FaultInjector",
     "ObjectStore",
     "ResourceType",
+    "ServingTLS",
     "Webhook",
     "resource_named",
 ]

@@ -7,8 +7,10 @@ import base64
 import binascii
 import contextlib
 import json
+import ssl
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -53,6 +55,15 @@ def _json_response(body: JsonObject, status: int = 200) -> web.Response:
     return web.Response(text=_dumps(body), status=status, content_type="application/json")
 
 
+@dataclass(frozen=True, slots=True)
+class ServingTLS:
+    """Serve HTTPS with this certificate; clients are told to trust `ca_file`."""
+
+    cert_file: Path
+    key_file: Path
+    ca_file: Path
+
+
 class FakeKubeAPIServer(AsyncService):
     """A kube-apiserver double for tests and the demo: real HTTP on 127.0.0.1.
 
@@ -73,6 +84,9 @@ class FakeKubeAPIServer(AsyncService):
         default_watch_timeout_s: float = 1800.0,
         namespaces: tuple[str, ...] = DEFAULT_NAMESPACES,
         seed: int | None = None,
+        token: str = "fake-token",
+        require_token: bool = False,
+        tls: ServingTLS | None = None,
     ) -> None:
         self.store = ObjectStore(
             clock=clock,
@@ -88,9 +102,11 @@ class FakeKubeAPIServer(AsyncService):
         self.default_watch_timeout_s = default_watch_timeout_s
         self.max_watch_timeout_s: float | None = None
         self._host = host
+        self.token = token
+        self._require_token = require_token
+        self._tls = tls
         self._port = port
         self._runner: web.AppRunner | None = None
-        self._watch_tasks: set[asyncio.Task[Any]] = set()
         self.url = ""
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -105,10 +121,15 @@ class FakeKubeAPIServer(AsyncService):
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
         self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.5)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self._host, self._port)
+        context = None
+        if self._tls is not None:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(self._tls.cert_file, self._tls.key_file)
+        site = web.TCPSite(self._runner, self._host, self._port, ssl_context=context)
         await site.start()
         port = self._runner.addresses[0][1]
-        self.url = f"http://{self._host}:{port}"
+        scheme = "https" if self._tls is not None else "http"
+        self.url = f"{scheme}://{self._host}:{port}"
 
     async def stop(self) -> None:
         self.store.drop_watches()
@@ -124,17 +145,23 @@ class FakeKubeAPIServer(AsyncService):
         if not self.url:
             raise RuntimeError("start the fake API server before asking for its configuration")
         config = Configuration(host=self.url)
-        config.api_key = {"authorization": "Bearer fake-token"}
+        config.api_key = {"BearerToken": f"Bearer {self.token}"}
+        if self._tls is not None:
+            config.ssl_ca_cert = str(self._tls.ca_file)
         return config
 
     def kubeconfig(self) -> JsonObject:
         if not self.url:
             raise RuntimeError("start the fake API server before asking for a kubeconfig")
+        cluster: JsonObject = {"server": self.url}
+        if self._tls is not None:
+            ca = base64.b64encode(self._tls.ca_file.read_bytes()).decode()
+            cluster["certificate-authority-data"] = ca
         return {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "fake", "user": {"token": "fake-token"}}],
+            "clusters": [{"name": "fake", "cluster": cluster}],
+            "users": [{"name": "fake", "user": {"token": self.token}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
             "current-context": "fake",
         }
@@ -205,6 +232,10 @@ class FakeKubeAPIServer(AsyncService):
                 404,
             )
         try:
+            if self._require_token and request.headers.get("Authorization") != (
+                f"Bearer {self.token}"
+            ):
+                raise ApiError(401, "Unauthorized", "Unauthorized")
             verb = self._verb(request, route)
             if request.query.get("dryRun"):
                 # Refused rather than ignored: persisting a dry run would be a silent lie.
