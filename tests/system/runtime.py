@@ -85,6 +85,7 @@ class NamespaceRuntime:
         self.processes: dict[tuple[str, str], Process] = {}
         self.exited: dict[tuple[str, str], int] = {}
         self._readers: set[asyncio.Task[None]] = set()
+        self._execs = 0
 
     @staticmethod
     def available() -> str | None:
@@ -107,6 +108,19 @@ class NamespaceRuntime:
         env["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"
         return env
 
+    async def _spawn(
+        self, staging: Path, container: StartedContainer, env: dict[str, str], command: list[str]
+    ) -> asyncio.subprocess.Process:
+        staging.mkdir(parents=True)
+        script = " && ".join([*mount_script(container.mounts, staging), 'exec env -i "$@"'])
+        words = [f"{k}={v}" for k, v in env.items()]
+        return await asyncio.create_subprocess_exec(
+            "unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
+            *words, *command,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+
     async def start(self, pod: JsonObject, container: StartedContainer) -> None:
         spec = next(
             c
@@ -114,31 +128,29 @@ class NamespaceRuntime:
             if c["name"] == container.name
         )
         command = [*spec.get("command", ()), *spec.get("args", ())]
-        staging = self.staging / f"{pod['metadata']['uid']}_{container.name}"
-        staging.mkdir(parents=True)
-        script = " && ".join([*mount_script(container.mounts, staging), 'exec env -i "$@"'])
         env = self.environment(spec, container)
-        words = [f"{k}={v}" for k, v in env.items()]
-        handle = await asyncio.create_subprocess_exec(
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            script,
-            "sh",
-            *words,
-            *command,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-        )
+        staging = self.staging / f"{pod['metadata']['uid']}_{container.name}"
+        handle = await self._spawn(staging, container, env, command)
         key = (pod["metadata"]["name"], container.name)
         process = Process(pod["metadata"]["name"], container, env, handle)
         self.processes[key] = process
         reader = asyncio.create_task(self._read(key, process))
         self._readers.add(reader)
         reader.add_done_callback(self._readers.discard)
+
+    async def exec(
+        self, pod: str, container: str, command: list[str], *, unset: tuple[str, ...] = ()
+    ) -> list[str]:
+        """A second process in the container (`kubectl exec`), its env without `unset`; its
+        output once it exits."""
+        running = self.processes[(pod, container)]
+        env = {k: v for k, v in running.env.items() if k not in unset}
+        self._execs += 1
+        staging = self.staging / f"exec-{self._execs}"
+        handle = await self._spawn(staging, running.container, env, command)
+        stdout, _ = await asyncio.wait_for(handle.communicate(), 30)
+        assert handle.returncode == 0, stdout.decode(errors="replace")
+        return stdout.decode(errors="replace").splitlines()
 
     async def _read(self, key: tuple[str, str], process: Process) -> None:
         assert process.handle.stdout is not None

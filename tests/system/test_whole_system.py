@@ -145,6 +145,19 @@ async def test_pod_runs_capped_under_libvgpu_is_measured_and_returns_to_zero(
     regions = [p for p in cache_dir.iterdir() if p.suffix == ".cache"]
     assert len(regions) == 1, "libvgpu wrote its region through the cache-dir mount"
 
+    # A second process of the container that lost its limits from the env (a login shell, say)
+    # gets them from limits.env in the mounted cache dir and shares the container's region: the
+    # first process holds the whole limit, so even one MiB is refused.
+    exec_lines = await runtime.exec(
+        "trainer",
+        "main",
+        [str(native.drive), "ctx", "0", "meminfo", "alloc", "1m"],
+        unset=("CUDA_DEVICE_MEMORY_LIMIT_0", "CUDA_DEVICE_SM_LIMIT"),
+    )
+    said = {line.split()[0]: line for line in exec_lines if not line.startswith("[libvgpu")}
+    assert said["meminfo"] == f"meminfo rc=0 free=0 total={LIMIT_MIB * MiB}", exec_lines
+    assert said["alloc"] == "alloc rc=2", exec_lines
+
     async with aiohttp.ClientSession() as http:
         metrics = await eventually_scraped(
             http,
