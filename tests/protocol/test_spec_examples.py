@@ -1,6 +1,7 @@
 """Every literal example of protocol.md, as table tests (byte-exact where the spec gives bytes)."""
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -76,57 +77,28 @@ def test_register_json_empty_list_encodes_as_brackets() -> None:
     assert decode_node_devices("null") == ()
 
 
-@pytest.mark.parametrize(
-    "value, want",
-    [
-        pytest.param(
-            f"{P4},10,7680,100,NVIDIA-Tesla P4,0,true,1,hami-core:",
-            DeviceInfo(
-                P4,
-                index=1,
-                count=10,
-                devmem=7680,
-                devcore=100,
-                type="NVIDIA-Tesla P4",
-                mode="hami-core",
-                health=True,
-            ),
-            id="9-field",
-        ),
-        pytest.param(
-            f"{P4},10,7680,100,NVIDIA-Tesla P4,0,true:",
-            DeviceInfo(
-                P4,
-                count=10,
-                devmem=7680,
-                devcore=100,
-                type="NVIDIA-Tesla P4",
-                mode="hami-core",
-                health=True,
-            ),
-            id="7-field-defaults-mode-hami-core",
-        ),
-    ],
+P4_DEVICE = DeviceInfo(
+    P4,
+    index=1,
+    count=10,
+    devmem=7680,
+    devcore=100,
+    type="NVIDIA-Tesla P4",
+    mode="hami-core",
+    health=True,
 )
-def test_register_colon_examples(value: str, want: DeviceInfo) -> None:
-    assert decode_node_devices(value) == (want,)
+P4_NINE_FIELDS = f"{P4},10,7680,100,NVIDIA-Tesla P4,0,true,1,hami-core:"
+
+
+def test_register_colon_examples() -> None:
+    assert decode_node_devices(P4_NINE_FIELDS) == (P4_DEVICE,)
+    # The 7-field form has no index and means mode hami-core.
+    seven = f"{P4},10,7680,100,NVIDIA-Tesla P4,0,true:"
+    assert decode_node_devices(seven) == (replace(P4_DEVICE, index=0),)
 
 
 def test_register_colon_encoder_writes_9_field_example_byte_exact() -> None:
-    device = DeviceInfo(
-        P4,
-        index=1,
-        count=10,
-        devmem=7680,
-        devcore=100,
-        type="NVIDIA-Tesla P4",
-        mode="hami-core",
-        health=True,
-    )
-    assert (
-        encode_node_devices_legacy([device])
-        == f"{P4},10,7680,100,NVIDIA-Tesla P4,0,true,1,hami-core:"
-    )
+    assert encode_node_devices_legacy([P4_DEVICE]) == P4_NINE_FIELDS
 
 
 @pytest.mark.parametrize("value", [":", "::", ":::"])
