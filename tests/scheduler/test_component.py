@@ -259,3 +259,27 @@ def _rebuilt(cluster, process) -> dict:
         state = fresh
 
     return _ledger_view(View)
+
+
+async def test_a_failed_binding_releases_the_reservation_and_the_lock(tmp_path: Path) -> None:
+    async with running_cluster(tmp_path) as cluster:
+        await cluster.add_nodes(node_object("n1", [gpu("GPU-a")]))
+        process = await cluster.scheduler()
+        await wait_for(process.synced.is_set, what="caches synced")
+        cluster.register_webhook(process)
+        cluster.api.faults.fail("create", "pods/binding", status=500)
+        async with _harness(cluster, process) as harness:
+            await cluster.create_pod(pod_object("p", mem=4000))
+            await harness.wait_bound_count(1, timeout_s=10)
+        first, *_, last = harness.outcomes_for("default", "p")
+        assert first.result is Result.BIND_ERROR and "injected failure" in first.error
+        assert last.result is Result.BOUND
+        # The failed attempt left nothing behind: one lock (the retry's), usage counted once.
+        lock = cluster.api.store.get("nodes", None, "n1")["metadata"]["annotations"][KEY_NODE_LOCK]
+        assert lock.endswith(",default,p")
+        events = [e["reason"] for e in cluster.api.store.items("events", "default")]
+        assert "BindingFailed" in events and "BindingSucceed" in events
+        stored = cluster.api.store.get("pods", "default", "p")
+        assert stored["spec"]["nodeName"] == "n1"
+        ledger = process.state.ledger
+        assert [card.usedmem for card in ledger.device_usage("n1")] == [4000]

@@ -73,7 +73,9 @@ async def test_filter_picks_a_node_records_the_decision_and_reserves() -> None:
     service = _service(kube)
     pod = gpu_pod("p", mem=3000, cores=30)
     result = await service.filter(_args(pod, "n1", "n1-busy", "ghost"))
-    assert result.node_names == ["n1"] and result.failed_nodes is None
+    assert result.node_names == ["n1"]
+    assert result.failed_nodes is not None and result.failed_nodes["ghost"] == "node unregistered"
+    assert "CardInsufficientMemory" in result.failed_nodes["n1-busy"]
     namespace, name, body = kube.pod_patches[0]
     notes = body["metadata"]["annotations"]
     assert (namespace, name) == ("default", "p")

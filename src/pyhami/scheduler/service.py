@@ -7,6 +7,7 @@ per-node in-process serialisation, HAMi's annotation node lock, bind-phase, `pod
 Deliberate differences from HAMi, each a bug there (scheduler.md §10.1):
 * followers answer at once that they do not decide, instead of blocking for the whole
   extender timeout (item 6); a follower neither filters nor binds;
+* a fit names every rejected candidate with its reason in FailedNodes (HAMi: null);
 * bind checks that the node is the one the pod was filtered for (item 15), and a failed bind
   releases its reservation (the pod's scheduler annotations are removed too, so an informer
   echo cannot charge it again) as well as the lock;
@@ -201,9 +202,10 @@ class FilterBind:
             return ExtenderFilterResult.failure(message)
         self.metrics.decisions.labels(verb="filter", outcome="scheduled").inc()
         self.events.emit(pod, NORMAL, "FilteringSucceed", self._success_message(decision, args))
-        # HAMi answers a fit with the one node and no FailedNodes; the other nodes' reasons
-        # went into events and stay in /explain.
-        return ExtenderFilterResult(node_names=[str(decision.node)])
+        # HAMi answers a fit with FailedNodes null; we also name every rejected node with its
+        # reason (architecture.md), which kube-scheduler reads as those nodes not fitting.
+        failed = _named(decision.failed_nodes) or None
+        return ExtenderFilterResult(node_names=[str(decision.node)], failed_nodes=failed)
 
     def _filter_patch(self, pod: Mapping[str, Any], decision: Decision) -> JsonObject:
         current = (pod.get("metadata") or {}).get("annotations") or {}
