@@ -74,6 +74,23 @@ async def test_example_pods_end_as_their_stories_say() -> None:
         assert all(w.counts == {reason: w.cards} for w in why), why
 
 
+async def test_pods_without_gpus_run_through_the_default_scheduler_and_bad_ones_are_refused() -> (
+    None
+):
+    pods = parse_pods(
+        "kind: Pod\nmetadata: {name: web}\nspec: {containers: [{name: c, image: nginx}]}\n---\n"
+        "kind: Pod\nmetadata: {name: x, namespace: nowhere}\n"
+        "spec: {containers: [{name: c, image: i}]}\n",
+        "pods.yaml",
+    )
+    async with DemoCluster(DemoSettings(nodes=1, gpus=1)) as cluster:
+        web, stray = await submit_all(cluster, pods)
+        assert cluster.harness.outcomes_for("default", "web") == [], "not our scheduler's pod"
+    assert (web.phase, web.node, web.cards) == ("Running", "gpu-node-1", ())
+    assert stray.phase == "Refused"
+    assert stray.message == 'API server: 404 NotFound: namespaces "nowhere" not found'
+
+
 def test_demo_command_prints_the_outcome(tmp_path: Path) -> None:
     pods = tmp_path / "pods.yaml"
     pods.write_text(

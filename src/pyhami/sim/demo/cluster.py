@@ -44,6 +44,7 @@ from pyhami.testing.node_agent import ContainerRuntime, NodeAgent
 from pyhami.testing.scheduler_harness import ExtenderConfig, KubeSchedulerHarness
 
 SCHEDULER_NAME = "hami-scheduler"
+DEFAULT_SCHEDULER_NAME = "default-scheduler"
 RESOURCE = "nvidia.com/gpu"
 SPLIT_COUNT = 10  # HAMi's default deviceSplitCount
 DEVICE_CONFIG = f"""\
@@ -113,6 +114,7 @@ class DemoCluster(AsyncService):
         self._clients: list[KubeClient] = []
         self._scheduler: SchedulerProcess | None = None
         self._harness: KubeSchedulerHarness | None = None
+        self._default_scheduler: KubeSchedulerHarness | None = None
         self._tls: ServingFiles | None = None
 
     # ----- what callers use -----------------------------------------------------------------
@@ -187,7 +189,19 @@ class DemoCluster(AsyncService):
             backoff_max_s=maximum,
         )
         await self._harness.start()
-        self.progress("kube-scheduler    harness driving /filter and /bind over HTTPS")
+        # Pods that ask for no GPU keep kube-scheduler's own profile, without our extender.
+        self._default_scheduler = KubeSchedulerHarness(
+            self._new_client(),
+            None,
+            scheduler_name=DEFAULT_SCHEDULER_NAME,
+            backoff_initial_s=initial,
+            backoff_max_s=maximum,
+        )
+        await self._default_scheduler.start()
+        self.progress(
+            f"kube-scheduler    profiles {SCHEDULER_NAME} (our /filter, /bind over HTTPS) "
+            f"and {DEFAULT_SCHEDULER_NAME}"
+        )
 
     async def _start_scheduler(self) -> None:
         self._tls = write_serving_certificate(self.workdir, datetime.now(UTC))
@@ -308,8 +322,9 @@ class DemoCluster(AsyncService):
 
     async def stop(self) -> None:
         self._stop.set()
-        if self._harness is not None:
-            await self._harness.stop()
+        for harness in (self._harness, self._default_scheduler):
+            if harness is not None:
+                await harness.stop()
         await asyncio.gather(*(self._stop_node(node) for node in self.nodes))
         if self._scheduler is not None:
             await self._scheduler.stop()

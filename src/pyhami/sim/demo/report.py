@@ -35,8 +35,8 @@ def progress_line(result: PodResult) -> str:
     ref = result.name if result.namespace == "default" else f"{result.namespace}/{result.name}"
     if result.ok:
         cards = len({share.uuid for share in result.cards})
-        plural = "card" if cards == 1 else "cards"
-        return f"  ok   {ref:<22} -> {result.node}, {cards} {plural} ({result.seconds:.1f}s)"
+        what = {0: "no GPU", 1: "1 card"}.get(cards, f"{cards} cards")
+        return f"  ok   {ref:<22} -> {result.node}, {what} ({result.seconds:.1f}s)"
     if result.phase == "Pending":
         return f"  --   {ref:<22} no node fits ({result.seconds:.1f}s)"
     return f"  !!   {ref:<22} {result.phase}: {result.message}"
@@ -77,7 +77,7 @@ def outcome_table(results: Sequence[PodResult]) -> str:
             what = "not scheduled" if result.phase == "Pending" else result.phase
             lines.append(f"{result.name:<{width}}  {'-':<12} {'-':<37}  {what}")
             if result.message:
-                lines.append(f"      kube-scheduler: {result.message}")
+                lines.append(f"      {result.message}")
             lines.extend(_why(why) for why in result.why)
     return "".join(f"{line.rstrip()}\n" for line in lines)
 

@@ -59,7 +59,7 @@ async def submit_one(
     try:
         await cluster.client.create_pod(namespace, pod)
     except KubeError as err:
-        return PodResult(namespace, name, "Refused", message=str(err))
+        return PodResult(namespace, name, "Refused", message=f"API server: {err}")
     result = await _settle(cluster, namespace, name, http)
     return replace(result, seconds=time.monotonic() - started)
 
@@ -82,7 +82,8 @@ async def _settle(
         ]
         if failed and not (pod.get("spec") or {}).get("nodeName"):
             why = await explain(cluster, http, namespace, name)
-            return PodResult(namespace, name, "Pending", message=failed[0].error, why=why)
+            message = f"kube-scheduler: {failed[0].error}"
+            return PodResult(namespace, name, "Pending", message=message, why=why)
         await asyncio.sleep(0.02)
     return PodResult(namespace, name, "Pending", message="not settled within the demo's timeout")
 
