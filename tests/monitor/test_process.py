@@ -56,7 +56,8 @@ async def test_the_command_serves_metrics_and_exits_cleanly(tmp_path: Path) -> N
         )
         try:
             text = ""
-            for _ in range(200):
+            # Generous: a cold interpreter importing kubernetes_asyncio on a loaded 2-core CI box.
+            for _ in range(1200):
                 try:
                     status, text = await _get(f"http://127.0.0.1:{port}/healthz")
                     if status == 200:
