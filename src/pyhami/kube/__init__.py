@@ -20,6 +20,7 @@ from pyhami.kube.errors import (
 from pyhami.kube.informer import EventHandlers, Informer, InformerSettings, InformerStats
 from pyhami.kube.lease import LeaseLock, LeaseRecord
 from pyhami.kube.lifecycle import AsyncService
+from pyhami.kube.ratelimit import RateLimit, TokenBucket
 from pyhami.kube.resources import (
     CONFIG_MAPS,
     EVENTS,
@@ -63,9 +64,11 @@ __all__ = [
     "NotFound",
     "ObjectList",
     "PatchType",
+    "RateLimit",
     "Resource",
     "ServerError",
     "SystemClock",
+    "TokenBucket",
     "TooManyRequests",
     "Unauthorized",
     "UnsupportedMediaType",
