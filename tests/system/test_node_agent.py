@@ -28,13 +28,15 @@ UUID = "GPU-0000000a-0000-4000-8000-000000000000"
 
 
 class Runtime:
-    """Remembers which containers were started and stopped."""
+    """Remembers which containers were started and stopped; refuses images named `broken`."""
 
     def __init__(self) -> None:
         self.running: set[tuple[str, str]] = set()
         self.stopped: list[tuple[str, str]] = []
 
     async def start(self, pod: JsonObject, container: StartedContainer) -> None:
+        if container.name == "broken":
+            raise OSError("exec format error")
         self.running.add((pod["metadata"]["name"], container.name))
 
     async def stop(self, pod: JsonObject, container: StartedContainer) -> None:
@@ -165,6 +167,16 @@ async def test_failed_allocate_fails_the_pod_like_kubelet(node: Node) -> None:
     assert node.agent.devices_in_use() == 0
     assert node.kubelet.plugin("nvidia.com/gpu").in_use == set()
     assert node.runtime.running == set()
+
+
+async def test_container_that_cannot_start_fails_the_pod_and_frees_everything(node: Node) -> None:
+    node.bind("half", [("main", 1), ("broken", 1)])
+    with pytest.raises(AdmissionFailedError, match="exec format error"):
+        await node.agent.wait_started("default", "half")
+    status = node.api.store.get("pods", "default", "half")["status"]
+    assert status["phase"] == "Failed" and status["reason"] == "StartError"
+    assert node.runtime.stopped == [("half", "main")], "what did start is stopped again"
+    assert node.kubelet.plugin("nvidia.com/gpu").in_use == set()
 
 
 async def test_deleted_pod_is_stopped_freed_and_removed_before_its_grace_ends(node: Node) -> None:

@@ -167,6 +167,8 @@ async def test_pod_runs_capped_under_libvgpu_is_measured_and_returns_to_zero(
         assert pod_samples(metrics, "hami_vgpu_memory_limit_bytes", "trainer") == [LIMIT_MIB * MiB]
         scheduler = await scrape(http, demo.scheduler_metrics_url)
         assert total(scheduler, "hami_vgpu_memory_allocated_bytes") == LIMIT_MIB * MiB
+        assert total(scheduler, "hami_gpu_memory_allocated_bytes") == LIMIT_MIB * MiB
+        assert demo.scheduler.state.ledger.pod_keys() != []
 
         await demo.client.delete_pod("default", "trainer")
         await eventually_scraped(

@@ -296,23 +296,36 @@ class NodeAgent(AsyncService):
     async def _admit(self, pod: JsonObject) -> None:
         namespace, name = _key(pod)
         uid = str((pod.get("metadata") or {}).get("uid", ""))
-        containers: list[StartedContainer] = []
         try:
             containers = await self._allocate_all(pod)
         except (AdmissionFailedError, KubeletError, grpc.aio.AioRpcError) as err:
             why = err.details() if isinstance(err, grpc.aio.AioRpcError) else str(err)
-            message = f"Allocate failed due to {why}, which is unexpected"
-            await self._release((namespace, name), pod)
-            await self._patch_status(
-                pod, {"phase": "Failed", "reason": "UnexpectedAdmissionError", "message": message}
+            await self._refuse(
+                pod,
+                "UnexpectedAdmissionError",
+                f"Allocate failed due to {why}, which is unexpected",
             )
-            await self._record(PodStart(namespace, name, uid, error=message))
-            log.info("pod refused", node=self.node_name, pod=f"{namespace}/{name}", error=why)
             return
-        for container in containers:
-            await self.runtime.start(pod, container)
+        running: list[StartedContainer] = []
+        try:
+            for container in containers:
+                await self.runtime.start(pod, container)
+                running.append(container)
+        except Exception as err:  # the runtime's failure is the pod's, not the agent's
+            for container in running:
+                await self.runtime.stop(pod, container)
+            await self._refuse(pod, "StartError", f"container failed to start: {err}")
+            return
         await self._patch_status(pod, running_status(pod, _now()))
         await self._record(PodStart(namespace, name, uid, tuple(containers)))
+
+    async def _refuse(self, pod: JsonObject, reason: str, message: str) -> None:
+        namespace, name = _key(pod)
+        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        await self._release((namespace, name), pod)
+        await self._patch_status(pod, {"phase": "Failed", "reason": reason, "message": message})
+        await self._record(PodStart(namespace, name, uid, error=message))
+        log.info("pod refused", node=self.node_name, pod=f"{namespace}/{name}", error=message)
 
     async def _allocate_all(self, pod: JsonObject) -> list[StartedContainer]:
         spec = pod.get("spec") or {}
