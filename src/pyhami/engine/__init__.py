@@ -55,7 +55,8 @@ to goroutine timing).
 """
 
 from pyhami.engine.collapse import app_only_usage, collapse_init_usage
-from pyhami.engine.decide import Decision, NodeFailure, NodeVerdict, Outcome, decide
+from pyhami.engine.decide import Decision, Outcome, decide
+from pyhami.engine.evaluate import NodeFailure, NodeVerdict
 from pyhami.engine.ledger import (
     Ledger,
     LedgerCard,
