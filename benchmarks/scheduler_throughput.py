@@ -33,10 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pyhami.testing import KubeSchedulerHarness
 from pyhami.testing.scheduler_harness import ExtenderConfig, Result
+from tests.scheduler.builders import card as gpu
 from tests.scheduler.cluster import (
     SCHEDULER_NAME,
     DevicePluginDouble,
-    gpu,
     node_object,
     pod_object,
     running_cluster,

@@ -54,20 +54,6 @@ nvidia:
 SCHEDULER_NAME = "hami-scheduler"
 
 
-def gpu(uuid: str, index: int = 0, mem: int = 8000, count: int = 10) -> DeviceInfo:
-    return DeviceInfo(
-        id=uuid,
-        index=index,
-        count=count,
-        devmem=mem,
-        devcore=100,
-        type="NVIDIA-A100",
-        numa=0,
-        mode="hami-core",
-        health=True,
-    )
-
-
 def node_object(name: str, cards: Sequence[DeviceInfo], **annotations: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",

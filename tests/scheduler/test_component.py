@@ -20,10 +20,10 @@ from pyhami.protocol import (
 from pyhami.testing import KubeSchedulerHarness
 from pyhami.testing.scheduler_harness import ExtenderConfig, Result
 
+from .builders import card as gpu
 from .cluster import (
     SCHEDULER_NAME,
     DevicePluginDouble,
-    gpu,
     node_object,
     pod_object,
     running_cluster,

@@ -13,7 +13,8 @@ import aiohttp
 
 from pyhami.testing import FakeKubeAPIServer
 
-from .cluster import DEVICE_CONFIG, gpu, node_object
+from .builders import card as gpu
+from .cluster import DEVICE_CONFIG, node_object
 
 LEASE_S = 2.0
 RETRY_S = 0.2

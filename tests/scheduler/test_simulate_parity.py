@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 from pyhami.cli import app
 from pyhami.protocol import KEY_NVIDIA_ALLOCATED, KEY_VGPU_NODE, KEY_VGPU_TIME
 
-from .cluster import gpu, node_object, pod_object, running_cluster, wait_for
+from .builders import card as gpu
+from .cluster import node_object, pod_object, running_cluster, wait_for
 
 
 def _existing(name: str, node: str, devices: str) -> dict[str, Any]:

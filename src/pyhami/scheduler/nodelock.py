@@ -131,9 +131,10 @@ class NodeLocker:
 
     async def lock(self, node: str, namespace: str, pod: str) -> None:
         """LockNode: take the lock for namespace/pod, taking over expired or dangling locks."""
-        current = _annotations(await self.api.get_node(node)).get(KEY_NODE_LOCK)
+        seen = await self.api.get_node(node)
+        current = _annotations(seen).get(KEY_NODE_LOCK)
         if current is None:
-            await self._set(node, namespace, pod)
+            await self._set(node, namespace, pod, seen)
             return
         try:
             held: NodeLock = parse_node_lock(current)
@@ -160,13 +161,17 @@ class NodeLocker:
             return False
         return True
 
-    async def _set(self, node: str, namespace: str, pod: str) -> None:
-        if KEY_NODE_LOCK in _annotations(await self.api.get_node(node)):
-            raise NodeLockContentionError(f"node {node} is locked")
+    async def _set(
+        self, node: str, namespace: str, pod: str, seen: Mapping[str, Any] | None = None
+    ) -> None:
+        """SetNodeLock. HAMi GETs the node twice more before its first PATCH; a node just read
+        unlocked (`seen`) is written at once instead: its resourceVersion in the patch refuses
+        the write if anyone changed the node since, and the retry then reads it afresh."""
         suffix = owner_suffix(namespace, pod)
+        first: list[Mapping[str, Any]] = [seen] if seen is not None else []
 
         async def attempt() -> None:
-            fresh = await self.api.get_node(node)
+            fresh = first.pop() if first else await self.api.get_node(node)
             value = _annotations(fresh).get(KEY_NODE_LOCK)
             if value is not None:
                 if value.endswith(suffix):

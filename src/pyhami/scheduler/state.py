@@ -36,13 +36,19 @@ from pyhami.engine import (
     pod_identity,
 )
 from pyhami.model import ContainerDevices, NodeName
-from pyhami.protocol import NVIDIA_VENDOR
+from pyhami.protocol import (
+    KEY_DEVICE_CORDON,
+    KEY_NODE_NVIDIA_REGISTER,
+    KEY_NODE_NVIDIA_SCORE,
+    NVIDIA_VENDOR,
+)
 
 log = structlog.get_logger(__name__)
 
 JsonObject = Mapping[str, Any]
 InventoryOf = Callable[[JsonObject], NodeInventory | None]
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+REGISTRATION_KEYS = (KEY_NODE_NVIDIA_REGISTER, KEY_NODE_NVIDIA_SCORE, KEY_DEVICE_CORDON)
 
 
 def _meta(obj: JsonObject) -> Mapping[str, Any]:
@@ -78,6 +84,7 @@ class ClusterState:
         self.pods: dict[tuple[str, str], JsonObject] = {}
         self._reserved: dict[PodKey, PodAllocation] = {}
         self.quota_namespaces: set[str] = set()
+        self._registrations: dict[str, tuple[str | None, ...]] = {}
 
     # ----- nodes -----------------------------------------------------------------------------
 
@@ -87,8 +94,16 @@ class ClusterState:
             return
         self.nodes[name] = node
         if not _labels_match(node, self._selector) or self._reports_no_gpus(node):
+            self._registrations.pop(name, None)
             self.ledger.remove_node(NodeName(name))
             return
+        # Most node updates (the lock annotation, heartbeats) leave the registration alone;
+        # only decode it again when one of the annotations it comes from changed.
+        annotations = _meta(node).get("annotations") or {}
+        registration = tuple(annotations.get(key) for key in REGISTRATION_KEYS)
+        if self._registrations.get(name) == registration:
+            return
+        self._registrations[name] = registration
         try:
             inventory = self.inventory_of(node)
         except ValueError as err:
@@ -104,6 +119,7 @@ class ClusterState:
     def on_node_deleted(self, node: JsonObject) -> None:
         name = object_name(node)
         self.nodes.pop(name, None)
+        self._registrations.pop(name, None)
         self.ledger.remove_node(NodeName(name))
 
     def _reports_no_gpus(self, node: JsonObject) -> bool:
