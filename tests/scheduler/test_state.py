@@ -1,0 +1,106 @@
+"""Node registry and pod cache rules of ClusterState (real annotation decoding)."""
+
+from typing import Any
+
+from pyhami.engine import EngineConfig
+from pyhami.protocol import KEY_DEVICE_CORDON, KEY_NODE_LOCK, KEY_NVIDIA_ALLOCATED, KEY_VGPU_NODE
+from pyhami.scheduler.ownership import inventory_of_node
+from pyhami.scheduler.state import ClusterState
+
+from .builders import card, gpu_pod
+from .cluster import node_object
+
+
+def _state(**selector: str) -> tuple[ClusterState, list[str]]:
+    decoded: list[str] = []
+
+    def counting(node: dict[str, Any]) -> Any:
+        decoded.append(node["metadata"]["name"])
+        return inventory_of_node(node)
+
+    return ClusterState(EngineConfig(), counting, node_selector=selector), decoded
+
+
+def test_registration_is_decoded_only_when_it_changes() -> None:
+    state, decoded = _state()
+    node = node_object("n1", [card("GPU-a")])
+    state.on_node(node)
+    node["metadata"]["annotations"][KEY_NODE_LOCK] = "2026-01-01T00:00:00Z,default,p"
+    state.on_node(node)
+    assert decoded == ["n1"]
+    node["metadata"]["annotations"][KEY_DEVICE_CORDON] = "GPU-a"
+    state.on_node(node)
+    assert decoded == ["n1", "n1"]
+    ledger_node = state.ledger.node("n1")
+    assert ledger_node is not None and ledger_node.inventory.cordoned == frozenset({"GPU-a"})
+
+
+def test_nodes_leave_when_unregistered_unlabelled_or_without_gpus() -> None:
+    state, _ = _state(gpu="on")
+    node = node_object("n1", [card("GPU-a")])
+    state.on_node(node)
+    assert state.ledger.node("n1") is not None
+    node["status"]["allocatable"]["nvidia.com/gpu"] = "0"  # the device plugin is gone
+    state.on_node(node)
+    assert state.ledger.node("n1") is None
+    node["status"]["allocatable"]["nvidia.com/gpu"] = "10"
+    state.on_node(node)
+    assert state.ledger.node("n1") is not None
+    node["metadata"]["labels"] = {}
+    state.on_node(node)
+    assert state.ledger.node("n1") is None
+    node["metadata"]["labels"] = {"gpu": "on"}
+    del node["metadata"]["annotations"]["hami.io/node-nvidia-register"]
+    state.on_node(node)
+    assert state.ledger.node("n1") is None
+
+
+def test_a_broken_registration_keeps_the_last_good_one() -> None:
+    state, _ = _state()
+    node = node_object("n1", [card("GPU-a")])
+    state.on_node(node)
+    node["metadata"]["annotations"]["hami.io/node-nvidia-register"] = "[{"
+    state.on_node(node)
+    assert [c.id for c in state.ledger.device_usage("n1")] == ["GPU-a"]
+    state.on_node_deleted(node)
+    assert state.ledger.node("n1") is None
+
+
+def _allocated(name: str, uuid: str, mem: int, **status: Any) -> dict[str, Any]:
+    pod = gpu_pod(name)
+    pod["metadata"]["annotations"] = {
+        KEY_VGPU_NODE: "n1",
+        KEY_NVIDIA_ALLOCATED: f"{uuid},NVIDIA,{mem},10:;",
+    }
+    pod["status"].update(status)
+    return pod
+
+
+def test_pods_are_charged_from_annotations_and_released_when_done() -> None:
+    state, _ = _state()
+    state.on_node(node_object("n1", [card("GPU-a")]))
+    pod = _allocated("p", "GPU-a", 3000)
+    state.on_pod(pod)
+    assert [c.usedmem for c in state.ledger.device_usage("n1")] == [3000]
+    state.on_pod(_allocated("p", "GPU-a", 3000, phase="Succeeded"))
+    assert [c.usedmem for c in state.ledger.device_usage("n1")] == [0]
+    state.on_pod(pod)
+    state.on_pod_deleted(pod)
+    assert state.ledger.pod_keys() == []
+    state.on_pod({"metadata": {}})  # unreadable events are ignored, never raised
+
+
+def test_a_reservation_survives_informer_views_from_before_its_patch() -> None:
+    state, _ = _state()
+    state.on_node(node_object("n1", [card("GPU-a")]))
+    state.on_pod(_allocated("p", "GPU-a", 3000))
+    reserved = state.ledger.pod("uid-p")
+    assert reserved is not None
+    state.release("uid-p")
+    state.reserve(reserved)
+    stale = gpu_pod("p")  # the pod as it looked before the filter's patch landed
+    state.on_pod(stale)
+    assert state.ledger.pod("uid-p") is not None
+    state.on_pod(_allocated("p", "GPU-a", 3000))  # the patch, seen: reservation confirmed
+    state.on_pod(stale)  # a later view without the annotation now does remove it
+    assert state.ledger.pod("uid-p") is None
