@@ -201,6 +201,16 @@ async def test_finished_pod_succeeds_and_frees_its_devices(node: Node) -> None:
     assert node.agent.devices_in_use() == 0
 
 
+async def test_node_advertises_the_plugins_devices_as_kubelet_does(node: Node) -> None:
+    def advertised(obj: JsonObject) -> bool:
+        status = obj.get("status") or {}
+        return (status.get("capacity") or {}).get("nvidia.com/gpu") == "2" and (
+            status.get("allocatable") or {}
+        ).get("nvidia.com/gpu") == "2"
+
+    await node.api.wait_for("nodes", None, NODE, advertised, timeout_s=5)
+
+
 @pytest.mark.parametrize(
     "resources, want",
     [

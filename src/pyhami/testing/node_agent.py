@@ -12,7 +12,9 @@ so a pod goes from bound to Running the way it does on a real node:
   then reports the pod `Running` through `pods/status`;
 * a failed `Allocate` fails the pod as kubelet does (`Failed`, `UnexpectedAdmissionError`);
 * a pod being deleted has its containers stopped and devices freed, then kubelet's final
-  delete (grace 0) removes it; `finish()` ends a pod `Succeeded` (or `Failed`).
+  delete (grace 0) removes it; `finish()` ends a pod `Succeeded` (or `Failed`);
+* the node's `status.capacity` / `allocatable` of the resource follow the plugin's
+  ListAndWatch list (all devices / healthy ones), as kubelet's node status does.
 
     agent = NodeAgent(client, "gpu-node-1", kubelet)
     await agent.start()
@@ -211,7 +213,9 @@ class NodeAgent(AsyncService):
         *,
         resource: str = "nvidia.com/gpu",
         runtime: ContainerRuntime | None = None,
+        status_poll_s: float = 0.2,
     ) -> None:
+        self._status_poll_s = status_poll_s
         self._client = client
         self.node_name = node_name
         self.kubelet = kubelet
@@ -238,6 +242,9 @@ class NodeAgent(AsyncService):
         self.pods.start()
         await self.pods.wait_synced()
         self._tasks.append(guarded_task(self._admit_loop(), f"kubelet/{self.node_name}/admit"))
+        self._tasks.append(
+            guarded_task(self._node_status_loop(), f"kubelet/{self.node_name}/node-status")
+        )
 
     async def stop(self) -> None:
         await cancel_and_wait(*self._tasks)
@@ -257,6 +264,28 @@ class NodeAgent(AsyncService):
 
     def devices_in_use(self) -> int:
         return sum(len(ids) for ids in self._held.values())
+
+    # ----- node status ----------------------------------------------------------------------
+
+    async def _node_status_loop(self) -> None:
+        reported: tuple[int, int] | None = None
+        while True:
+            plugin = self.kubelet.plugins.get(self.resource)
+            counts = (len(plugin.devices), len(plugin.healthy_ids())) if plugin else (0, 0)
+            if counts != reported:
+                capacity, allocatable = (str(n) for n in counts)
+                body = {
+                    "status": {
+                        "capacity": {self.resource: capacity},
+                        "allocatable": {self.resource: allocatable},
+                    }
+                }
+                try:
+                    await self._client.patch_node_status(self.node_name, body)
+                    reported = counts
+                except KubeError as err:
+                    log.warning("node status not written", node=self.node_name, error=str(err))
+            await asyncio.sleep(self._status_poll_s)
 
     # ----- events ---------------------------------------------------------------------------
 
