@@ -7,7 +7,8 @@
 What runs, each over its real protocol:
 * `FakeKubeAPIServer` (HTTP), with the scheduler's webhook registered over HTTPS (throwaway CA);
 * `SchedulerProcess` (extender, webhook, `/explain`, `/metrics`), its own API client;
-* `KubeSchedulerHarness` playing kube-scheduler against the extender over HTTPS;
+* `KubeSchedulerHarness` playing kube-scheduler: the `hami-scheduler` profile against the
+  extender over HTTPS, and a `default-scheduler` profile for the pods that ask for no GPU;
 * per node: a `DevicePlugin` on a `FakeNVML` registered with a `FakeKubelet` (gRPC on unix
   sockets), a `NodeAgent` (kubelet's pod lifecycle: Allocate per container, pod status) and a
   `MonitorService` reading the node's container regions, serving `/metrics`.
