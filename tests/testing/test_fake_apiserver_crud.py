@@ -385,3 +385,28 @@ async def test_pod_status_on_create_is_reset_over_http(
     assert created["status"] == {"phase": "Pending"}
     seeded = apiserver.store.create("pods", "default", {**pod("b"), "status": {"phase": "Running"}})
     assert seeded["status"]["phase"] == "Running"
+
+
+@pytest.mark.parametrize(
+    ("metadata", "status", "reason"),
+    [
+        pytest.param({"annotations": {"a": 1}}, 400, "BadRequest", id="annotation-not-string"),
+        pytest.param({"labels": ["x"]}, 400, "BadRequest", id="labels-not-a-map"),
+        pytest.param({"labels": {"a": "has space"}}, 422, "Invalid", id="bad-label-value"),
+        pytest.param({"labels": {"-bad": "x"}}, 422, "Invalid", id="bad-label-key"),
+        pytest.param(
+            {"annotations": {"hami.io/vgpu-devices-allocated": "GPU-a,NVIDIA,1,0:;"}},
+            200,
+            None,
+            id="hami-annotation-ok",
+        ),
+    ],
+)
+async def test_label_and_annotation_checks(
+    http: Http, metadata: dict, status: int, reason: str | None
+) -> None:
+    await http.post(PODS, pod("a"))
+    code, body = await http.patch(f"{PODS}/a", {"metadata": metadata})
+    assert code == status, body
+    if reason:
+        assert body["reason"] == reason

@@ -100,11 +100,58 @@ def apply_defaults(resource: ResourceType, obj: JsonObject) -> None:
         obj.setdefault("status", {}).setdefault("phase", "Active")
 
 
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_QUALIFIED_NAME = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+
+
+def check_metadata(resource: ResourceType, obj: JsonObject) -> None:
+    """Labels and annotations: string maps (else the decoder's 400), valid keys and label
+    values (else 422), as ValidateObjectMeta checks them."""
+    metadata = obj["metadata"]
+    name = str(metadata.get("name") or metadata.get("generateName") or "")
+    causes = []
+    for field in ("labels", "annotations"):
+        values = metadata.get(field)
+        if values is None:
+            continue
+        if not isinstance(values, dict) or not all(isinstance(v, str) for v in values.values()):
+            raise bad_request(
+                f'{resource.kind} in version "{resource.version}" cannot be handled as a '
+                f"{resource.kind}: metadata.{field} must be a map of strings"
+            )
+        for key, value in values.items():
+            prefix, _, local = key.rpartition("/")
+            if len(local) > 63 or len(prefix) > 253 or not _QUALIFIED_NAME.match(key):
+                causes.append(
+                    (
+                        f"metadata.{field}",
+                        "FieldValueInvalid",
+                        f'Invalid value: "{key}": name part must consist of '
+                        "alphanumeric characters, '-', '_' or '.'",
+                    )
+                )
+            elif field == "labels" and (len(value) > 63 or not _LABEL_VALUE.match(value)):
+                causes.append(
+                    (
+                        "metadata.labels",
+                        "FieldValueInvalid",
+                        f'Invalid value: "{value}": a valid label must be an empty '
+                        "string or consist of alphanumeric characters, '-', '_' or '.'",
+                    )
+                )
+    if causes:
+        raise invalid(resource, name, causes)
+
+
 def validate_create(resource: ResourceType, obj: JsonObject) -> None:
     """After admission and name generation: the checks a create must pass."""
     metadata = obj["metadata"]
     name = metadata.get("name", "")
     check_name(resource, name)
+    check_metadata(resource, obj)
     if resource is PODS:
         _check_pod_spec(name, obj.get("spec"))
     elif resource is NAMESPACES:
@@ -130,6 +177,7 @@ def _pod_spec_without_mutable(spec: Any) -> Any:
 
 def validate_update(resource: ResourceType, old: JsonObject, new: JsonObject) -> None:
     name = old["metadata"]["name"]
+    check_metadata(resource, new)
     if resource is PODS:
         _check_pod_spec(name, new.get("spec"))
         if _pod_spec_without_mutable(old.get("spec")) != _pod_spec_without_mutable(new.get("spec")):
