@@ -1,7 +1,7 @@
 """The filter/bind flow over ClusterState with an in-memory API (unit level)."""
 
 import asyncio
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -42,13 +42,18 @@ class Leader:
 
 
 def _service(
-    kube: MemoryKube, leader: Leader | None = None, *, explain_all: bool = True
+    kube: MemoryKube,
+    leader: Leader | None = None,
+    *,
+    explain_all: bool = True,
+    synced: bool = True,
 ) -> FilterBind:
     state = ClusterState(EngineConfig(), lambda n: INVENTORIES.get(object_name(n)))
     for name in INVENTORIES:
         state.on_node(node(name))
-    synced = asyncio.Event()
-    synced.set()
+    ready = asyncio.Event()
+    if synced:
+        ready.set()
     decider = None if leader is None else Decider(lambda: leader.leading, lambda: "other-replica")
     return FilterBind(
         state,
@@ -59,8 +64,9 @@ def _service(
         now=lambda: NOW,
         owned_annotations=OWNED,
         decider=decider,
-        synced=synced,
+        synced=ready,
         explain_all=explain_all,
+        sync_wait=timedelta(milliseconds=50),
     )
 
 
@@ -229,3 +235,10 @@ async def test_simulation_path_writes_nothing(names: tuple[str, ...]) -> None:
     assert result.nodes is not None and result.nodes["items"][0]["metadata"]["name"] == "n1"
     assert result.failed_nodes is not None and result.failed_nodes["plain"] == "node unregistered"
     assert kube.pod_patches == [] and service.state.ledger.pod("uid-p") is None
+
+
+async def test_filter_waits_for_sync_then_says_so() -> None:
+    service = _service(MemoryKube(), synced=False)
+    result = await service.filter(_args(gpu_pod("p"), "n1"))
+    assert result.error == "scheduler caches are not synced yet"
+    assert service.readiness() == (False, "caches not synced")
