@@ -130,3 +130,17 @@ def test_a_few_candidates_decide_as_if_alone(
     by_itself = decide(the_pod, list(renamed), alone, config=config, quotas=None, now=0)
     assert among_all.node == (renamed[by_itself.node] if by_itself.node else None)
     assert list(among_all.failed_nodes.values()) == list(by_itself.failed_nodes.values())
+
+
+def test_absolute_memory_wins_over_percentage_in_the_screen() -> None:
+    """A pod giving both gpumem and gpumem-percentage books the absolute amount (§5.2 step 9)."""
+    ledger = build([([(1, 6000, 0, True, "NVIDIA-A100", False)], False)] * 40)
+    names = [N(f"n{n:02d}") for n in range(40)]
+    both = pod("p", gpus(2, mem=100, pct=65))  # 2 GPUs: no node has them, all get screened
+    answer = decide(both, names, ledger, config=EngineConfig(), quotas=None, now=0)
+    assert set(answer.failed_nodes.values()) == {"NodeInsufficientDevice"}
+    one = pod("q", gpus(1, mem=100, pct=65))  # 4000 MiB free: 100 fits, 65 % would not
+    assert decide(one, names, ledger, config=EngineConfig(), quotas=None, now=0).node is not None
+    full = build([([(1, 9950, 0, True, "NVIDIA-A100", False)], False)] * 40)
+    refused = decide(one, names, full, config=EngineConfig(), quotas=None, now=0)
+    assert set(refused.failed_nodes.values()) == {"1/1 CardInsufficientMemory"}

@@ -14,8 +14,7 @@ screen reads current usage without building anything per decision.
 import numpy as np
 import numpy.typing as npt
 
-from pyhami.devices.nvidia.fit import WHOLE_CARD_CORES, FitPolicy
-from pyhami.devices.nvidia.request import PERCENT_UNSET
+from pyhami.devices.nvidia.fit import WHOLE_CARD_CORES, FitPolicy, fixed_memory
 from pyhami.model import ContainerDeviceRequest
 from pyhami.protocol import Reason
 
@@ -113,8 +112,9 @@ class CardColumns:
         used, usedmem, usedcores = self.used[:n], self.usedmem[:n], self.usedcores[:n]
         totalmem, totalcore = self.totalmem[:n], self.totalcore[:n]
         coresreq = min(request.coresreq, WHOLE_CARD_CORES)
-        if request.mem_percentage_req == PERCENT_UNSET:
-            memreq: Ints | int = max(request.memreq, 0)
+        fixed = fixed_memory(request)
+        if fixed is not None:
+            memreq: Ints | int = fixed
         else:
             product = (totalmem * request.mem_percentage_req + 2**31) % 2**32 - 2**31
             memreq = np.sign(product) * (np.abs(product) // 100)  # int32, toward zero

@@ -117,6 +117,16 @@ def _quot(a: int, b: int) -> int:
     return q if (a >= 0) == (b > 0) else -q
 
 
+def fixed_memory(request: ContainerDeviceRequest) -> int | None:
+    """The MiB a request books on any card, or None when it is a share of each card.
+
+    An absolute amount wins over a percentage (nvidia-fit-score.md §5.2 step 9).
+    """
+    if request.mem_percentage_req == PERCENT_UNSET or request.memreq != 0:
+        return max(request.memreq, 0)
+    return None
+
+
 def resolve_memory(request: ContainerDeviceRequest, totalmem: int) -> int:
     """The MiB a request books on a card: absolute, else a percentage of this card (int32)."""
     memreq = request.memreq if request.memreq > 0 else 0
@@ -155,7 +165,7 @@ def fit(
     filters_uuids = selectors.filters_uuids
     need_topology = policy.need_topology
     is_mutex = policy.is_mutex
-    fixed_memory = request.memreq if request.mem_percentage_req == PERCENT_UNSET else None
+    fixed = fixed_memory(request)
     memreq = last_total = -1
     prevnuma = -1
     # (card, memory, cores) per gathered card; ContainerDevices are built only for an answer.
@@ -189,8 +199,8 @@ def fit(
                 reason = _EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
             else:
                 totalmem = card.totalmem
-                if fixed_memory is not None:
-                    memreq = fixed_memory if fixed_memory > 0 else 0
+                if fixed is not None:
+                    memreq = fixed
                 elif totalmem != last_total:  # cards of a node are mostly alike
                     memreq = resolve_memory(request, totalmem)
                     last_total = totalmem
