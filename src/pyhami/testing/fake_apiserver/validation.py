@@ -107,6 +107,17 @@ _QUALIFIED_NAME = re.compile(
 )
 
 
+_OMIT_EMPTY_METADATA = ("labels", "annotations", "finalizers", "ownerReferences")
+
+
+def drop_empty_metadata(obj: JsonObject) -> None:
+    """ObjectMeta's maps and lists are `omitempty`: an empty one is the same as none."""
+    metadata = obj["metadata"]
+    for field in _OMIT_EMPTY_METADATA:
+        if field in metadata and not metadata[field]:
+            del metadata[field]
+
+
 def check_metadata(resource: ResourceType, obj: JsonObject) -> None:
     """Labels and annotations: string maps (else the decoder's 400), valid keys and label
     values (else 422), as ValidateObjectMeta checks them."""
@@ -152,6 +163,7 @@ def validate_create(resource: ResourceType, obj: JsonObject) -> None:
     name = metadata.get("name", "")
     check_name(resource, name)
     check_metadata(resource, obj)
+    drop_empty_metadata(obj)
     if resource is PODS:
         _check_pod_spec(name, obj.get("spec"))
     elif resource is NAMESPACES:
@@ -178,6 +190,7 @@ def _pod_spec_without_mutable(spec: Any) -> Any:
 def validate_update(resource: ResourceType, old: JsonObject, new: JsonObject) -> None:
     name = old["metadata"]["name"]
     check_metadata(resource, new)
+    drop_empty_metadata(new)
     if resource is PODS:
         _check_pod_spec(name, new.get("spec"))
         if _pod_spec_without_mutable(old.get("spec")) != _pod_spec_without_mutable(new.get("spec")):
