@@ -210,3 +210,58 @@ async def test_watches_that_end_at_once_are_backed_off(
     finally:
         await informer.stop()
     assert clock.sleeps[:5] == [0.02, 0.04, 0.08, 0.1, 0.1]  # doubling, capped
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_cache_converges_under_drops_and_compactions(
+    kube: KubeClient, apiserver: FakeKubeAPIServer, seed: int
+) -> None:
+    """Random writes while watches are cut (cleanly or not) and history is compacted: once
+    things settle, the informer's cache equals the server's state."""
+    import random
+
+    rng = random.Random(seed)
+    informer = Informer(kube, PODS, settings=FAST)
+    informer.start()
+    store = apiserver.store
+    try:
+        await informer.wait_synced(5)
+        for step in range(60):
+            name = f"p{rng.randrange(6)}"
+            action = rng.random()
+            try:
+                if action < 0.35:
+                    store.create("pods", "default", pod(name))
+                elif action < 0.7:
+                    store.patch(
+                        "pods",
+                        "default",
+                        name,
+                        "application/merge-patch+json",
+                        {"metadata": {"labels": {"step": str(step)}}},
+                    )
+                else:
+                    store.delete("pods", "default", name)
+            except Exception as err:
+                assert getattr(err, "code", None) in (404, 409)
+            chaos = rng.random()
+            if chaos < 0.1:
+                apiserver.drop_watches("pods", abrupt=rng.random() < 0.5)
+            elif chaos < 0.15:
+                store.compact()
+                apiserver.drop_watches("pods")
+            await asyncio.sleep(0.005)
+
+        def converged() -> bool:
+            want = {
+                p["metadata"]["name"]: p["metadata"]["resourceVersion"] for p in store.items("pods")
+            }
+            have = {
+                p["metadata"]["name"]: p["metadata"]["resourceVersion"] for p in informer.list()
+            }
+            return want == have
+
+        await eventually(converged, timeout_s=10)
+        assert informer.stats.handler_errors == 0
+    finally:
+        await informer.stop()
