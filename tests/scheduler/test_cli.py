@@ -25,6 +25,7 @@ FLAGS = {
     "leader_elect": False,
     "leader_elect_resource_name": "",
     "leader_elect_resource_namespace": "",
+    "leader_elect_campaign": False,
     "leader_elect_lease_duration": "15s",
     "leader_elect_renew_deadline": "10s",
     "leader_elect_retry_period": "2s",

@@ -118,3 +118,32 @@ async def test_clean_stop_releases_so_the_successor_need_not_wait() -> None:
 def test_timing_must_be_ordered() -> None:
     with pytest.raises(ValueError, match="retry_period < renew_deadline < lease_duration"):
         ElectionTiming(lease_duration=5, renew_deadline=10, retry_period=2)
+
+
+async def test_follow_mode_leads_with_our_kube_scheduler_and_never_writes() -> None:
+    store, clock, log = MemoryLease(), Clock(), []
+    follower = LeaderElector(
+        store,
+        "hami-scheduler-1",
+        TIMING,
+        wall_clock=clock.wall,
+        monotonic=clock.mono,
+        campaign=False,
+    )
+    await follower.step()
+    assert not follower.is_leader and store.record is None  # no lease: nothing written
+    store.record = LeaseRecord("hami-scheduler-10_5f2c", 15, renew_time=clock.wall())
+    await follower.step()
+    assert not follower.is_leader  # HAMi's prefix bug: -1 must not match -10
+    for renewals in range(3):
+        store.record = LeaseRecord(
+            "hami-scheduler-1_9a1b", 15, renew_time=clock.wall(), transitions=renewals
+        )
+        await follower.step()
+        assert follower.is_leader
+        clock.t += 2
+    clock.t += 16  # kube-scheduler stopped renewing
+    await follower.step()
+    assert not follower.is_leader
+    assert store.record.holder == "hami-scheduler-1_9a1b"  # never overwritten
+    del log

@@ -54,6 +54,7 @@ async def _replica(
         "hami-scheduler",
         "--leader-elect-resource-namespace",
         "kube-system",
+        "--leader-elect-campaign",
         "--leader-elect-lease-duration",
         f"{LEASE_S}s",
         "--leader-elect-renew-deadline",

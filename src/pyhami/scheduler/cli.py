@@ -55,6 +55,7 @@ def _settings(**flags: object) -> SchedulerSettings:
         leader_elect=bool(flags["leader_elect"]),
         leader_elect_resource_name=str(flags["leader_elect_resource_name"]),
         leader_elect_resource_namespace=str(flags["leader_elect_resource_namespace"]),
+        leader_elect_campaign=bool(flags["leader_elect_campaign"]),
         lease_duration=parse_go_duration(
             str(flags["leader_elect_lease_duration"]), "--leader-elect-lease-duration"
         ),
@@ -102,6 +103,11 @@ def scheduler(  # noqa: PLR0917 - one typer option per HAMi flag
     leader_elect: bool = typer.Option(False, "--leader-elect"),
     leader_elect_resource_name: str = typer.Option("", "--leader-elect-resource-name"),
     leader_elect_resource_namespace: str = typer.Option("", "--leader-elect-resource-namespace"),
+    leader_elect_campaign: bool = typer.Option(
+        False,
+        "--leader-elect-campaign",
+        help="hold the Lease ourselves (default: follow the kube-scheduler of this pod)",
+    ),
     leader_elect_lease_duration: str = typer.Option("15s", "--leader-elect-lease-duration"),
     leader_elect_renew_deadline: str = typer.Option("10s", "--leader-elect-renew-deadline"),
     leader_elect_retry_period: str = typer.Option("2s", "--leader-elect-retry-period"),

@@ -7,6 +7,14 @@ lease counts as live until `lease_duration` after we last *saw it change* (our m
 clock, so skew between machines does not matter); a leader that cannot renew within
 `renew_deadline` steps down before anyone else may take over. A clean stop gives the
 lease up so the next replica takes over at once.
+
+Two modes. *Follow* (the default, for HAMi's chart, where the kube-scheduler container of the
+same pod campaigns for the Lease named by `--leader-elect-resource-name`): never write the
+Lease; lead while its holder is our pod's kube-scheduler (`<hostname>_<uuid>`) and it is
+being renewed. Campaigning there would fight kube-scheduler for its own Lease, and leading in
+a different pod than the kube-scheduler that calls us on 127.0.0.1 would stop all
+scheduling. *Campaign* (`--leader-elect-campaign`, for deployments without a kube-scheduler
+election): acquire and renew the Lease ourselves.
 """
 
 from __future__ import annotations
@@ -62,6 +70,7 @@ class LeaderElector:
         wall_clock: Callable[[], datetime],
         monotonic: Callable[[], float],
         on_change: Callable[[bool], Awaitable[None]] | None = None,
+        campaign: bool = True,
     ) -> None:
         if not identity:
             raise ValueError("leader election needs a non-empty identity")
@@ -71,6 +80,7 @@ class LeaderElector:
         self._wall = wall_clock
         self._mono = monotonic
         self._on_change = on_change
+        self.campaign = campaign
         self.is_leader = False
         self.leader = ""
         self._observed: LeaseRecord | None = None
@@ -82,6 +92,19 @@ class LeaderElector:
             self._observed = record
             self._observed_at = self._mono()
         self.leader = record.holder if record is not None else ""
+
+    def _ours(self, holder: str) -> bool:
+        """Our identity, or the kube-scheduler of our pod (client-go writes `<hostname>_<uuid>`);
+        an exact match on the part before `_`, not HAMi's bare prefix (`-1` matching `-10`)."""
+        return holder == self.identity or holder.startswith(self.identity + "_")
+
+    async def follow(self) -> bool:
+        """One round without writing: True while our pod's kube-scheduler holds a live lease."""
+        current = await self.store.get()
+        self._observe(current)
+        if current is None or not self._ours(current.holder):
+            return False
+        return self._observed_at + current.lease_duration_s > self._mono()
 
     async def try_acquire_or_renew(self) -> bool:
         """One round: True when we hold the lease afterwards."""
@@ -114,7 +137,14 @@ class LeaderElector:
             await self._on_change(leading)
 
     async def step(self) -> None:
-        """One campaign round, with the renew deadline applied to a leader."""
+        """One round, with the renew deadline applied to a campaigning leader."""
+        if not self.campaign:
+            try:
+                await self._set_leading(await self.follow())
+            except Exception as err:
+                log.warning("lease read failed", identity=self.identity, error=str(err))
+                await self._set_leading(False)
+            return
         try:
             acquired = await self.try_acquire_or_renew()
         except Exception as err:  # an API failure is a lost round, never a crash
@@ -140,7 +170,8 @@ class LeaderElector:
 
     async def release(self) -> None:
         """Hand the lease back (holder emptied) so a successor need not wait out its term."""
-        if not self.is_leader:
+        if not self.is_leader or not self.campaign:
+            await self._set_leading(False)
             return
         await self._set_leading(False)
         try:

@@ -103,6 +103,7 @@ class SchedulerProcess:
                 wall_clock=_now,
                 monotonic=time.monotonic,
                 on_change=self._leadership_changed,
+                campaign=settings.leader_elect_campaign,
             )
             elector = self.elector
             decider = Decider(lambda: elector.is_leader, lambda: elector.leader)

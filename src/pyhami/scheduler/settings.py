@@ -80,6 +80,8 @@ class SchedulerSettings:
     leader_elect: bool = False
     leader_elect_resource_name: str = ""
     leader_elect_resource_namespace: str = ""
+    # Campaign for the Lease ourselves instead of following the co-located kube-scheduler's.
+    leader_elect_campaign: bool = False
     lease_duration: timedelta = timedelta(seconds=15)
     renew_deadline: timedelta = timedelta(seconds=10)
     retry_period: timedelta = timedelta(seconds=2)
