@@ -172,14 +172,7 @@ class Screen:
         for position, nums, typed_by_node, counts_by_node in self._containers:
             typed = typed_by_node[slot]
             if nums > typed:
-                return NodeVerdict(
-                    node.name,
-                    False,
-                    node.score,
-                    failure=NodeFailure.INSUFFICIENT_DEVICE,
-                    container=position,
-                    reason=NodeFailure.INSUFFICIENT_DEVICE.value,
-                )
+                return _too_few_cards(node, position, ())
             row = counts_by_node[slot]
             if row[0] < nums:
                 text, reasons = self._reasons(row, typed)
@@ -201,7 +194,20 @@ class Screen:
                 )
         return None
 
-    def _reasons(self, row: list[int], typed: int) -> tuple[str, Mapping[Reason, int]]:
+    def _too_few_cards(node: LedgerNode, position: int, checks: tuple[CardCheck, ...]) -> NodeVerdict:
+    """HAMi's `NodeInsufficientDevice`: the container asks for more cards than the node has."""
+    return NodeVerdict(
+        node.name,
+        False,
+        node.score,
+        failure=NodeFailure.INSUFFICIENT_DEVICE,
+        container=position,
+        reason=NodeFailure.INSUFFICIENT_DEVICE.value,
+        checks=checks,
+    )
+
+
+def _reasons(self, row: list[int], typed: int) -> tuple[str, Mapping[Reason, int]]:
         key = (*row, typed)
         known = self._known.get(key)
         if known is None:
@@ -313,15 +319,7 @@ def _fit_container(
     if request.nums > len(order) and not (
         cycle.mig_allowed and any(card.mode == MIG_MODE for card in order)
     ):
-        return NodeVerdict(
-            node.name,
-            False,
-            node.score,
-            failure=NodeFailure.INSUFFICIENT_DEVICE,
-            container=position,
-            reason=NodeFailure.INSUFFICIENT_DEVICE.value,
-            checks=tuple(checks or ()),
-        )
+        return _too_few_cards(node, position, tuple(checks or ()))
     outcome = fit(
         order,
         request,
@@ -346,6 +344,19 @@ def _fit_container(
         cards=outcome.total,
         reason=text,
         checks=tuple(checks or ()),
+    )
+
+
+def _too_few_cards(node: LedgerNode, position: int, checks: tuple[CardCheck, ...]) -> NodeVerdict:
+    """HAMi's `NodeInsufficientDevice`: the container asks for more cards than the node has."""
+    return NodeVerdict(
+        node.name,
+        False,
+        node.score,
+        failure=NodeFailure.INSUFFICIENT_DEVICE,
+        container=position,
+        reason=NodeFailure.INSUFFICIENT_DEVICE.value,
+        checks=checks,
     )
 
 
