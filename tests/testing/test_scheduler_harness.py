@@ -96,9 +96,20 @@ async def test_unschedulable_then_retried_when_a_node_fits(
         await kube.create_pod("default", pod("p", scheduler="hami-scheduler", gpus=1))
         failed = await h.wait_for("default", "p", result=Result.UNSCHEDULABLE)
         assert failed.error == "0/1 nodes are available: 1 no gpu here."
+        pending = await kube.get_pod("default", "p")
+        [condition] = pending["status"]["conditions"]
+        assert (condition["type"], condition["status"], condition["reason"]) == (
+            "PodScheduled",
+            "False",
+            "Unschedulable",
+        )
         extender.node_labels["n1"] = {"gpu": "yes"}
         bound = await h.wait_for("default", "p")
         assert bound.attempt > failed.attempt
+    bound_pod = await kube.get_pod("default", "p")
+    assert [(c["type"], c["status"]) for c in bound_pod["status"]["conditions"]] == [
+        ("PodScheduled", "True")
+    ]
     events = await kube.list(EVENTS, "default")
     reasons = {e["reason"] for e in events.items}
     assert {"FailedScheduling", "Scheduled"} <= reasons

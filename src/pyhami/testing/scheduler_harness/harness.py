@@ -37,6 +37,7 @@ from pyhami.kube import (
     JsonObject,
     KubeClient,
     KubeError,
+    PatchType,
     SystemClock,
     cancel_and_wait,
     guarded_task,
@@ -117,7 +118,7 @@ class KubeSchedulerHarness(AsyncService):
         scheduler_name: str = "hami-scheduler",
         backoff_initial_s: float = 1.0,
         backoff_max_s: float = 10.0,
-        record_events: bool = True,
+        record_events: bool = True,  # events and the PodScheduled condition
         clock: Clock | None = None,
         informer_settings: InformerSettings | None = None,
     ) -> None:
@@ -306,8 +307,9 @@ class KubeSchedulerHarness(AsyncService):
         unresolvable: Mapping[str, str] | None = None,
         node: str = "",
     ) -> None:
-        reason = error if result is not Result.BIND_ERROR else f"Binding rejected: {error}"
-        await self._event(attempt.pod, "Warning", "FailedScheduling", reason)
+        message = error if result is not Result.BIND_ERROR else f"Binding rejected: {error}"
+        await self._event(attempt.pod, "Warning", "FailedScheduling", message)
+        await self._mark_unscheduled(attempt, result, message)
         self._retry_later(attempt.key, attempt.number)
         self._record(attempt.outcome(result, node=node, error=error, unresolvable=unresolvable))
 
@@ -454,6 +456,28 @@ class KubeSchedulerHarness(AsyncService):
             f"Successfully assigned {namespace}/{name} to {node}",
         )
         self._record(attempt.outcome(Result.BOUND, node=node))
+
+    async def _mark_unscheduled(self, attempt: _Attempt, result: Result, message: str) -> None:
+        """The PodScheduled=False condition kube-scheduler writes after a failed attempt."""
+        if not self._record_events:
+            return
+        reason = "Unschedulable" if result is Result.UNSCHEDULABLE else "SchedulerError"
+        condition = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": self._clock.now().strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        try:
+            await self._client.patch_pod_status(
+                attempt.key[0],
+                attempt.key[1],
+                {"status": {"conditions": [condition]}},
+                patch_type=PatchType.STRATEGIC,
+            )
+        except KubeError as err:  # best effort, as in kube-scheduler
+            log.warning("could not update the pod condition", pod=attempt.key, error=str(err))
 
     async def _event(self, pod: JsonObject, kind: str, reason: str, message: str) -> None:
         if not self._record_events:
