@@ -104,3 +104,19 @@ def test_a_reservation_survives_informer_views_from_before_its_patch() -> None:
     state.on_pod(_allocated("p", "GPU-a", 3000))  # the patch, seen: reservation confirmed
     state.on_pod(stale)  # a later view without the annotation now does remove it
     assert state.ledger.pod("uid-p") is None
+
+
+def test_quota_precheck_counts_usage_and_the_new_pod() -> None:
+    state, _ = _state()
+    state.on_node(node_object("n1", [card("GPU-a")]))
+    quota = {
+        "metadata": {"name": "q", "namespace": "default", "uid": "q1"},
+        "spec": {"hard": {"limits.nvidia.com/gpumem": "4000"}},
+    }
+    state.on_quota(quota)
+    assert not state.exceeds_quota(gpu_pod("fits", mem=4000))
+    state.on_pod(_allocated("p", "GPU-a", 3000))
+    assert state.exceeds_quota(gpu_pod("over", mem=1500))
+    assert not state.exceeds_quota(gpu_pod("other-ns", mem=1500, namespace="team-b"))
+    state.on_quota_deleted(quota)
+    assert not state.exceeds_quota(gpu_pod("over", mem=1500))

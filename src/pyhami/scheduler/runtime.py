@@ -18,7 +18,7 @@ import structlog
 from aiohttp import web
 
 from pyhami.devices.config import DeviceConfig, parse_device_config
-from pyhami.engine import EngineConfig, PodSpecError, plan_pod
+from pyhami.engine import EngineConfig
 from pyhami.kube import (
     NODES,
     PODS,
@@ -133,7 +133,7 @@ class SchedulerProcess:
                 owned_annotations=OWNED_ANNOTATIONS,
             ),
             device_config.nvidia,
-            self._exceeds_quota,
+            self.state.exceeds_quota,
         )
         resync = InformerSettings(resync_period_s=INFORMER_RESYNC_SECONDS)
         selector = ",".join(f"{k}={v}" for k, v in settings.node_label_selector.items())
@@ -192,29 +192,6 @@ class SchedulerProcess:
         name = str((node.get("metadata") or {}).get("name") or "")
         self.state.on_node_deleted(node)
         self.service.mutexes.forget(name)
-
-    def _exceeds_quota(self, pod: dict[str, Any]) -> bool:
-        """The webhook's pre-check (scheduler.md §7.2 step 8), over the engine's requests."""
-        try:
-            plan = plan_pod(pod, self.state.config)
-        except PodSpecError:
-            return False  # the filter reports the bad spec with its reason
-        app = [r for r in plan.requests[plan.init_count :] if r is not None]
-        init = [r for r in plan.requests[: plan.init_count] if r is not None]
-        memory = max(
-            sum(r.memreq * r.nums for r in app), max((r.memreq * r.nums for r in init), default=0)
-        )
-        cores = max(
-            sum(r.coresreq * r.nums for r in app),
-            max((r.coresreq * r.nums for r in init), default=0),
-        )
-        if memory == 0 and cores == 0:
-            return False
-        limit = self.state.quotas.limit(plan.namespace)
-        if limit is None:
-            return False
-        used = self.state.ledger.namespace_usage(plan.namespace)
-        return not limit.fits(used, memory, cores, self.state.config.nvidia.memory_factor)
 
     async def _leadership_changed(self, leading: bool) -> None:
         """Label our own pod for the chart's Service selector (HAMi §8.3, self only)."""

@@ -33,6 +33,7 @@ from pyhami.engine import (
     QuotaBook,
     allocation_of,
     collapse_init_usage,
+    plan_pod,
     pod_identity,
 )
 from pyhami.model import ContainerDevices, NodeName
@@ -185,6 +186,29 @@ class ClusterState:
         self._forget(key)
 
     # ----- quotas ----------------------------------------------------------------------------
+
+    def exceeds_quota(self, pod: JsonObject) -> bool:
+        """The webhook's pre-check (scheduler.md §7.2 step 8): the pod's NVIDIA memory and
+        cores (sum over app containers, peak over init containers) against its namespace's
+        ResourceQuota limits and the ledger's usage there."""
+        try:
+            plan = plan_pod(pod, self.config)
+        except PodSpecError:
+            return False  # the filter answers the bad spec with its reason
+        app = [r for r in plan.requests[plan.init_count :] if r is not None]
+        init = [r for r in plan.requests[: plan.init_count] if r is not None]
+        memory = max(
+            sum(r.memreq * r.nums for r in app), max((r.memreq * r.nums for r in init), default=0)
+        )
+        cores = max(
+            sum(r.coresreq * r.nums for r in app),
+            max((r.coresreq * r.nums for r in init), default=0),
+        )
+        limit = self.quotas.limit(plan.namespace)
+        if limit is None or (memory == 0 and cores == 0):
+            return False
+        used = self.ledger.namespace_usage(plan.namespace)
+        return not limit.fits(used, memory, cores, self.config.nvidia.memory_factor)
 
     def on_quota(self, quota: JsonObject) -> None:
         hard = (quota.get("spec") or {}).get("hard") or {}
