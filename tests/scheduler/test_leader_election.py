@@ -14,7 +14,7 @@ import aiohttp
 from pyhami.testing import FakeKubeAPIServer
 
 from .builders import card as gpu
-from .cluster import DEVICE_CONFIG, node_object
+from .cluster import DEVICE_CONFIG, node_object, pod_object, wait_for
 
 LEASE_S = 2.0
 RETRY_S = 0.2
@@ -83,6 +83,9 @@ async def test_only_the_leader_decides_and_a_killed_leader_is_replaced_in_time(
     config.write_text(DEVICE_CONFIG)
     async with FakeKubeAPIServer() as api, aiohttp.ClientSession() as session:
         api.store.create("nodes", None, node_object("n1", [gpu("GPU-a")]))
+        for name in ("a", "b"):  # the replicas' own pods, which they label with their role
+            pod = pod_object(name, mem=None, cores=None, namespace="kube-system")
+            api.store.create("pods", "kube-system", pod)
         kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
         replicas = dict(
             [
@@ -122,6 +125,12 @@ async def test_only_the_leader_decides_and_a_killed_leader_is_replaced_in_time(
             lease = api.store.get("coordination.k8s.io/leases", "kube-system", "hami-scheduler")
             assert lease["spec"]["holderIdentity"] == follower
             assert lease["spec"]["leaseTransitions"] >= 1
+
+            def role(name: str) -> str | None:
+                labels = api.store.get("pods", "kube-system", name)["metadata"].get("labels") or {}
+                return labels.get("hami.io/scheduler-role")
+
+            await wait_for(lambda: role(follower) == "leader", what="the new leader's role label")
         finally:
             for process, _ in replicas.values():
                 if process.returncode is None:

@@ -30,6 +30,7 @@ from pyhami.kube import (
     LeaseLock,
     cancel_and_wait,
 )
+from pyhami.protocol import LABEL_SCHEDULER_ROLE, SchedulerRole, pod_labels_patch
 from pyhami.scheduler.events import EventRecorder
 from pyhami.scheduler.leader import ElectionTiming, LeaderElector
 from pyhami.scheduler.metrics import SchedulerMetrics
@@ -45,7 +46,6 @@ from pyhami.scheduler.webhook import PodAdmission, WebhookConfig
 
 log = structlog.get_logger(__name__)
 
-ROLE_LABEL = "hami.io/scheduler-role"
 CERT_POLL_SECONDS = 10.0
 INFORMER_RESYNC_SECONDS = 3600.0
 
@@ -198,10 +198,10 @@ class SchedulerProcess:
         pod, namespace = self.settings.identity, self.settings.pod_namespace
         if not pod or not namespace:
             return
-        role = "leader" if leading else "follower"
+        role = SchedulerRole.LEADER if leading else SchedulerRole.FOLLOWER
         try:
             await self.client.patch_pod(
-                namespace, pod, {"metadata": {"labels": {ROLE_LABEL: role}}}
+                namespace, pod, pod_labels_patch({LABEL_SCHEDULER_ROLE: role})
             )
         except Exception as err:
             log.warning("role label not written", pod=pod, role=role, error=str(err))
