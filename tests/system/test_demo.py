@@ -74,19 +74,22 @@ async def test_example_pods_end_as_their_stories_say() -> None:
         assert all(w.counts == {reason: w.cards} for w in why), why
 
 
-async def test_pods_without_gpus_run_through_the_default_scheduler_and_bad_ones_are_refused() -> (
-    None
-):
+async def test_many_nodes_cpu_pods_and_refusals() -> None:
+    """More nodes than the default thread pool has workers (each plugin's XID wait holds one),
+    a pod without GPUs (the default-scheduler profile places it), and one the API refuses."""
     pods = parse_pods(
+        "kind: Pod\nmetadata: {name: gpu}\nspec: {containers: [{name: c, image: cuda, "
+        "resources: {limits: {nvidia.com/gpu: 1, nvidia.com/gpumem: 1000}}}]}\n---\n"
         "kind: Pod\nmetadata: {name: web}\nspec: {containers: [{name: c, image: nginx}]}\n---\n"
         "kind: Pod\nmetadata: {name: x, namespace: nowhere}\n"
         "spec: {containers: [{name: c, image: i}]}\n",
         "pods.yaml",
     )
-    async with DemoCluster(DemoSettings(nodes=1, gpus=1)) as cluster:
-        web, stray = await submit_all(cluster, pods)
+    async with DemoCluster(DemoSettings(nodes=8, gpus=1)) as cluster:
+        gpu, web, stray = await submit_all(cluster, pods)
         assert cluster.harness.outcomes_for("default", "web") == [], "not our scheduler's pod"
-    assert (web.phase, web.node, web.cards) == ("Running", "gpu-node-1", ())
+    assert gpu.phase == "Running" and len(gpu.cards) == 1
+    assert web.phase == "Running" and web.node.startswith("gpu-node-") and web.cards == ()
     assert stray.phase == "Refused"
     assert stray.message == 'API server: 404 NotFound: namespaces "nowhere" not found'
 

@@ -23,6 +23,7 @@ import contextlib
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
@@ -173,6 +174,13 @@ class DemoCluster(AsyncService):
             raise
 
     async def _start_all(self) -> None:
+        # Each device plugin's XID watch holds a worker thread while it waits (in a cluster
+        # every plugin is its own process); the default pool (CPUs + 4) would leave Allocate's
+        # file work queued behind them once there are a few nodes.
+        workers = 2 * len(self.settings.node_cards()) + 8
+        asyncio.get_running_loop().set_default_executor(
+            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="demo")
+        )
         await self.api.start()
         self._new_client()  # the user's
         self.progress(f"API server        {self.api.url}")
