@@ -224,7 +224,7 @@ class FilterBind:
 
     @staticmethod
     def _success_message(decision: Decision, args: ExtenderArgs) -> str:
-        fits = [v for v in decision.verdicts.values() if v.fits] or []
+        fits = [v for v in decision.verdicts.values() if v.fits]
         names = args.node_names or ()
         scored = ",".join(f"{v.node}:{(v.score or 0.0):.2f}" for v in fits)
         count = max(len(fits), 1)

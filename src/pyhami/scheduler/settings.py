@@ -71,8 +71,6 @@ class SchedulerSettings:
     gpu_scheduler_policy: str = "spread"
     metrics_bind_address: str = ":9395"
     node_label_selector: Mapping[str, str] = field(default_factory=dict)
-    kube_qps: float = 5.0
-    kube_burst: int = 10
     kube_timeout: float = 0.0
     node_lock_timeout: timedelta = timedelta(minutes=5)
     node_lock_retry_timeout: timedelta = timedelta(seconds=28)

@@ -24,12 +24,11 @@ from typing import Any
 
 from pyhami.devices.config import NvidiaConfig
 from pyhami.devices.quantity import QuantityError, parse_quantity, value_ceil
+from pyhami.protocol import LABEL_VGPU_NODE
 from pyhami.scheduler.admission import AdmissionRequest, AdmissionResponse, json_patch
 
 JsonObject = dict[str, Any]
 
-ANNOTATIONS_PREFIX = "hami.io/"
-LABEL_VGPU_NODE = "hami.io/vgpu-node"
 DEFAULT_SCHEDULER = "default-scheduler"
 
 
