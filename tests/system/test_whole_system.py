@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pyhami.sim.demo.cluster import DemoCluster
 from pyhami.sim.demo.settings import DemoSettings
 from pyhami.testing import FakeGpu
+from pyhami.testing.scheduler_harness import Result
 
 from .conftest import Native
 from .runtime import NamespaceRuntime
@@ -191,3 +192,38 @@ async def test_pod_runs_capped_under_libvgpu_is_measured_and_returns_to_zero(
     assert runtime.exited.get(("trainer", "main")) == -15, "kubelet stopped it with SIGTERM"
     assert node.agent.devices_in_use() == 0
     assert demo.api.store.items("pods", "default") == []
+
+
+async def test_hami_e2e_overcommit_three_containers_at_40_percent_cores_on_one_gpu() -> None:
+    """HAMi's e2e "overcommit" case (ops.md §8): the sample pod with three identical
+    containers (1 GPU, 300 MiB, 40 % cores each) on a node with one GPU gets a FilteringFailed
+    event containing "no available node"; the e2e request alone runs."""
+
+    def container(name: str) -> dict[str, object]:
+        limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "300", "nvidia.com/gpucores": "40"}
+        return {"name": name, "image": "cuda-sample", "resources": {"limits": limits}}
+
+    def pod(name: str, containers: int) -> dict[str, object]:
+        return {
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"containers": [container(f"c{i}") for i in range(containers)]},
+        }
+
+    settings = DemoSettings(cards=[[FakeGpu("Tesla P4", 7680, uuid=STUB_UUID)]])
+    async with DemoCluster(settings) as demo:
+        await demo.client.create_pod("default", pod("sample", 1))
+        await demo.nodes[0].agent.wait_started("default", "sample", timeout_s=20)
+        await demo.client.create_pod("default", pod("overcommit", 3))
+        await demo.harness.wait_for("default", "overcommit", result=Result.UNSCHEDULABLE)
+        async with asyncio.timeout(10):
+            while True:
+                events = await demo.client.request("GET", "/api/v1/namespaces/default/events")
+                failed = [
+                    e["message"]
+                    for e in events["items"]
+                    if e["involvedObject"]["name"] == "overcommit"
+                    and e["reason"] == "FilteringFailed"
+                ]
+                if any("no available node" in message for message in failed):
+                    break
+                await asyncio.sleep(0.05)
