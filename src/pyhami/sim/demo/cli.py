@@ -96,7 +96,11 @@ def demo(
     ] = False,
     verbose: Annotated[bool, typer.Option("--verbose", help="show the services' logs")] = False,
 ) -> None:
-    """Run the whole pyhami system on localhost with simulated GPU nodes and example pods."""
+    """Run the whole pyhami system on localhost with simulated GPU nodes and example pods.
+
+    Exit status: 0 when every pod ran or was explained as unschedulable, 1 when one was refused
+    or failed, 2 for bad options or an unusable pod file.
+    """
     try:
         settings = DemoSettings(nodes=nodes, gpus=gpus)
         pod_list = load_pods(pods)
