@@ -189,28 +189,27 @@ class DemoCluster(AsyncService):
             self.nodes.append(await self._start_node(number, cards))
         await self._wait_nodes_known()
         extender = ExtenderConfig.hami_chart(self.scheduler_url, ca_pem=self.ca_pem)
-        initial, maximum = self.settings.harness_backoff_s
-        self._harness = KubeSchedulerHarness(
-            self._new_client(),
-            extender,
-            scheduler_name=SCHEDULER_NAME,
-            backoff_initial_s=initial,
-            backoff_max_s=maximum,
-        )
-        await self._harness.start()
+        self._harness = await self._start_profile(SCHEDULER_NAME, extender)
         # Pods that ask for no GPU keep kube-scheduler's own profile, without our extender.
-        self._default_scheduler = KubeSchedulerHarness(
-            self._new_client(),
-            None,
-            scheduler_name=DEFAULT_SCHEDULER_NAME,
-            backoff_initial_s=initial,
-            backoff_max_s=maximum,
-        )
-        await self._default_scheduler.start()
+        self._default_scheduler = await self._start_profile(DEFAULT_SCHEDULER_NAME, None)
         self.progress(
             f"kube-scheduler    profiles {SCHEDULER_NAME} (our /filter, /bind over HTTPS) "
             f"and {DEFAULT_SCHEDULER_NAME}"
         )
+
+    async def _start_profile(
+        self, name: str, extender: ExtenderConfig | None
+    ) -> KubeSchedulerHarness:
+        initial, maximum = self.settings.harness_backoff_s
+        harness = KubeSchedulerHarness(
+            self._new_client(),
+            extender,
+            scheduler_name=name,
+            backoff_initial_s=initial,
+            backoff_max_s=maximum,
+        )
+        await harness.start()
+        return harness
 
     async def _start_scheduler(self) -> None:
         self._tls = write_serving_certificate(self.workdir, datetime.now(UTC))
