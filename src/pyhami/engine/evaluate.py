@@ -194,20 +194,7 @@ class Screen:
                 )
         return None
 
-    def _too_few_cards(node: LedgerNode, position: int, checks: tuple[CardCheck, ...]) -> NodeVerdict:
-    """HAMi's `NodeInsufficientDevice`: the container asks for more cards than the node has."""
-    return NodeVerdict(
-        node.name,
-        False,
-        node.score,
-        failure=NodeFailure.INSUFFICIENT_DEVICE,
-        container=position,
-        reason=NodeFailure.INSUFFICIENT_DEVICE.value,
-        checks=checks,
-    )
-
-
-def _reasons(self, row: list[int], typed: int) -> tuple[str, Mapping[Reason, int]]:
+    def _reasons(self, row: list[int], typed: int) -> tuple[str, Mapping[Reason, int]]:
         key = (*row, typed)
         known = self._known.get(key)
         if known is None:
@@ -347,7 +334,9 @@ def _fit_container(
     )
 
 
-def _too_few_cards(node: LedgerNode, position: int, checks: tuple[CardCheck, ...]) -> NodeVerdict:
+def _too_few_cards(
+    node: LedgerNode, position: int, checks: tuple[CardCheck, ...]
+) -> NodeVerdict:
     """HAMi's `NodeInsufficientDevice`: the container asks for more cards than the node has."""
     return NodeVerdict(
         node.name,
