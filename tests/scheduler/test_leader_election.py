@@ -18,6 +18,8 @@ from .cluster import DEVICE_CONFIG, node_object, pod_object, wait_for
 
 LEASE_S = 2.0
 RETRY_S = 0.2
+# Room for a cold, loaded 2-core CI machine to notice the expiry and answer /readyz.
+TAKEOVER_SLACK_S = 2.0
 
 
 def _free_port() -> int:
@@ -116,12 +118,12 @@ async def test_only_the_leader_decides_and_a_killed_leader_is_replaced_in_time(
             await replicas[leader][0].wait()
             killed = time.monotonic()
             while not await _ready(session, replicas[follower][1]):
-                assert time.monotonic() - killed < LEASE_S + 3 * RETRY_S + 1.0, (
+                assert time.monotonic() - killed < LEASE_S + 3 * RETRY_S + TAKEOVER_SLACK_S, (
                     "no takeover in time"
                 )
                 await asyncio.sleep(0.05)
             took = time.monotonic() - killed
-            assert took <= LEASE_S + 3 * RETRY_S + 1.0
+            assert took <= LEASE_S + 3 * RETRY_S + TAKEOVER_SLACK_S
             lease = api.store.get("coordination.k8s.io/leases", "kube-system", "hami-scheduler")
             assert lease["spec"]["holderIdentity"] == follower
             assert lease["spec"]["leaseTransitions"] >= 1
