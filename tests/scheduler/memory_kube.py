@@ -8,8 +8,7 @@ import copy
 from typing import Any
 
 from pyhami.kube import NotFound
-
-from .test_nodelock import MemoryNodes
+from pyhami.testing.memory_nodes import MemoryNodes
 
 
 class MemoryKube(MemoryNodes):

@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 
 from pyhami.engine import EngineConfig
+from pyhami.kube import NodeLocker
 from pyhami.protocol import KEY_NODE_LOCK
 from pyhami.scheduler.events import EventRecorder
 from pyhami.scheduler.extender import ExtenderArgs, ExtenderBindingArgs, PodRef
 from pyhami.scheduler.metrics import MetricsSnapshot, SchedulerMetrics
-from pyhami.scheduler.nodelock import NodeLocker
 from pyhami.scheduler.service import Decider, FilterBind
 from pyhami.scheduler.state import ClusterState, object_name
 

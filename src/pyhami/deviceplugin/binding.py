@@ -4,18 +4,18 @@ Finding the pod follows device-plugin.md §4.1 with one fix (HAMi bug §9.11 / p
 lock owner is used only if it really is a pod being bound here (its `hami.io/vgpu-node` is this
 node, bind-phase `allocating`/`success`, not being deleted); a stale owner falls through to the
 scan instead of handing out another pod's devices. The scan takes the oldest bind first.
-Releasing the lock is protocol.md §4.5 `ReleaseNodeLock` with the owner check.
+Releasing the lock is protocol.md §4.5 `ReleaseNodeLock` with the owner check, by
+`pyhami.kube.NodeLocker`.
 """
 
 import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from pyhami.deviceplugin.allocation import AllocationError, pod_ref
 from pyhami.deviceplugin.kubeapi import JsonObject, annotations, metadata_field
-from pyhami.kube import KubeClient, KubeError
+from pyhami.kube import KubeClient, KubeError, NodeLocker, NodeLockError, SystemClock
 from pyhami.protocol import (
     KEY_BIND_PHASE,
     KEY_BIND_TIME,
@@ -31,9 +31,6 @@ from pyhami.protocol import (
 log = logging.getLogger(__name__)
 
 _BINDING_PHASES = frozenset({BindPhase.ALLOCATING.value, BindPhase.SUCCESS.value})
-# HAMi's retry for lock writes: 5 attempts, 100 ms doubling, jitter 0.5.
-_RELEASE_ATTEMPTS = 5
-_RELEASE_FIRST_DELAY = 0.1
 
 
 def _is_binding_here(pod: JsonObject, node: str) -> bool:
@@ -65,10 +62,6 @@ def _bind_time(pod: JsonObject) -> int:
         return 0
 
 
-def _lock_body(resource_version: str) -> dict[str, Any]:
-    return {"metadata": {"annotations": {KEY_NODE_LOCK: None}, "resourceVersion": resource_version}}
-
-
 class PodBinding:
     """Pending-pod lookup and bind completion for one node."""
 
@@ -82,8 +75,8 @@ class PodBinding:
     ) -> None:
         self._kube = kube
         self._node = node_name
-        self._sleep = sleep
-        self._rng = rng or random.Random()
+        # Releasing never reads the clock; only taking the lock does.
+        self._locker = NodeLocker(kube, now=SystemClock().now, sleep=sleep, rng=rng)
 
     async def pending_pod(self) -> JsonObject:
         """The pod kubelet is admitting now; AllocationError says why none can be found."""
@@ -160,33 +153,11 @@ class PodBinding:
             )
         try:
             await self.release_lock(namespace, name)
-        except KubeError as error:
+        except (KubeError, NodeLockError) as error:
             log.error(
                 "cannot release the node lock of %s on %s: %s", pod_ref(pod), self._node, error
             )
 
     async def release_lock(self, namespace: str, name: str) -> None:
         """ReleaseNodeLock with the owner check: never removes another pod's lock."""
-        seen = annotations(await self._kube.get_node(self._node)).get(KEY_NODE_LOCK)
-        suffix = f",{namespace},{name}"
-        if seen is None or ("," in seen and not seen.endswith(suffix)):
-            return
-        delay = _RELEASE_FIRST_DELAY
-        for attempt in range(_RELEASE_ATTEMPTS):
-            node = await self._kube.get_node(self._node)
-            current = annotations(node).get(KEY_NODE_LOCK)
-            if current is None:
-                return
-            legacy = "," not in current
-            if (legacy and current != seen) or (not legacy and not current.endswith(suffix)):
-                return  # the lock changed hands meanwhile
-            try:
-                await self._kube.patch_node(
-                    self._node, _lock_body(metadata_field(node, "resourceVersion"))
-                )
-                return
-            except KubeError:
-                if attempt == _RELEASE_ATTEMPTS - 1:
-                    raise
-                await self._sleep(delay * (1 + 0.5 * self._rng.random()))
-                delay *= 2
+        await self._locker.release(self._node, namespace, name)

@@ -20,6 +20,7 @@ from pyhami.kube.errors import (
 from pyhami.kube.informer import EventHandlers, Informer, InformerSettings, InformerStats
 from pyhami.kube.lease import LeaseLock, LeaseRecord
 from pyhami.kube.lifecycle import AsyncService
+from pyhami.kube.nodelock import NodeLockAPI, NodeLockContentionError, NodeLocker, NodeLockError
 from pyhami.kube.ratelimit import RateLimit, TokenBucket
 from pyhami.kube.resources import (
     CONFIG_MAPS,
@@ -61,6 +62,10 @@ __all__ = [
     "KubeUnavailable",
     "LeaseLock",
     "LeaseRecord",
+    "NodeLockAPI",
+    "NodeLockContentionError",
+    "NodeLockError",
+    "NodeLocker",
     "NotFound",
     "ObjectList",
     "PatchType",

@@ -28,13 +28,13 @@ from pyhami.kube import (
     InformerSettings,
     KubeClient,
     LeaseLock,
+    NodeLocker,
     cancel_and_wait,
 )
 from pyhami.protocol import LABEL_SCHEDULER_ROLE, SchedulerRole, pod_labels_patch
 from pyhami.scheduler.events import EventRecorder
 from pyhami.scheduler.leader import ElectionTiming, LeaderElector
 from pyhami.scheduler.metrics import SchedulerMetrics
-from pyhami.scheduler.nodelock import NodeLocker
 from pyhami.scheduler.ownership import OWNED_ANNOTATIONS, inventory_of_node
 from pyhami.scheduler.server import build_app, build_metrics_app
 from pyhami.scheduler.service import Decider, FilterBind

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import structlog
 
 from pyhami.engine import Decision, Ledger, Outcome, PodSpecError, decide, plan_pod, pod_identity
+from pyhami.kube import NodeLockContentionError, NodeLocker
 from pyhami.model import NodeName
 from pyhami.protocol import (
     KEY_BIND_PHASE,
@@ -51,7 +52,7 @@ from pyhami.scheduler.extender import (
     PodRef,
 )
 from pyhami.scheduler.metrics import SchedulerMetrics
-from pyhami.scheduler.nodelock import NodeLockContentionError, NodeLocker, NodeMutexes
+from pyhami.scheduler.nodelock import NodeMutexes
 from pyhami.scheduler.state import ClusterState
 
 log = structlog.get_logger(__name__)

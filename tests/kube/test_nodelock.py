@@ -1,74 +1,14 @@
 """The node lock algorithm (protocol.md §4.5) over an in-memory node with resourceVersions."""
 
-import asyncio
-import copy
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 
-from pyhami.kube import NotFound
-from pyhami.protocol import KEY_NODE_LOCK
-from pyhami.scheduler.nodelock import (
-    NodeLockContentionError,
-    NodeLocker,
-    NodeLockError,
-    NodeMutexes,
-    go_duration,
-)
+from pyhami.kube import NodeLockContentionError, NodeLocker, NodeLockError
+from pyhami.kube.nodelock import go_duration
+from pyhami.testing.memory_nodes import MemoryNodes
 
 NOW = datetime(2026, 8, 21, 12, 0, 0, tzinfo=UTC)
-
-
-class Conflict(Exception):
-    pass
-
-
-class MemoryNodes:
-    """Nodes and pods; a merge patch with a stale resourceVersion fails like a 409."""
-
-    def __init__(self, lock: str | None = None, pods: set[tuple[str, str]] | None = None) -> None:
-        annotations = {} if lock is None else {KEY_NODE_LOCK: lock}
-        self.node: dict[str, Any] = {
-            "metadata": {"name": "n1", "resourceVersion": "1", "annotations": annotations}
-        }
-        self.pods = pods or set()
-        self.patches: list[dict[str, Any]] = []
-        self.conflicts_left = 0
-        self.fail_patch = False
-
-    async def get_node(self, name: str) -> dict[str, Any]:
-        return copy.deepcopy(self.node)
-
-    async def patch_node(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        self.patches.append(body)
-        if self.fail_patch:
-            raise ConnectionError("API down")
-        meta = body["metadata"]
-        if (
-            self.conflicts_left
-            or meta["resourceVersion"] != self.node["metadata"]["resourceVersion"]
-        ):
-            self.conflicts_left = max(0, self.conflicts_left - 1)
-            raise Conflict("the object has been modified")
-        annotations = self.node["metadata"]["annotations"]
-        for key, value in meta["annotations"].items():
-            if value is None:
-                annotations.pop(key, None)
-            else:
-                annotations[key] = value
-        rv = int(self.node["metadata"]["resourceVersion"]) + 1
-        self.node["metadata"]["resourceVersion"] = str(rv)
-        return copy.deepcopy(self.node)
-
-    async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
-        if (namespace, name) not in self.pods:
-            raise NotFound(404, "NotFound", f'pods "{name}" not found')
-        return {"metadata": {"name": name, "namespace": namespace}}
-
-    @property
-    def lock(self) -> str | None:
-        return self.node["metadata"]["annotations"].get(KEY_NODE_LOCK)
 
 
 async def _no_sleep(_: float) -> None:
@@ -140,22 +80,6 @@ async def test_release_only_removes_our_own_lock() -> None:
     await _locker(api).release("n1", "default", "owner")
     assert api.lock is None
     await _locker(api).release("n1", "default", "owner")  # nothing to do
-
-
-async def test_node_mutexes_serialise_per_node_only() -> None:
-    mutexes = NodeMutexes()
-    order: list[str] = []
-
-    async def work(node: str, tag: str, pause: float) -> None:
-        async with mutexes.hold(node):
-            order.append(f"{tag}+")
-            await asyncio.sleep(pause)
-            order.append(f"{tag}-")
-
-    await asyncio.gather(work("a", "a1", 0.02), work("a", "a2", 0), work("b", "b1", 0))
-    assert order.index("a1-") < order.index("a2+")
-    assert order.index("b1-") < order.index("a1-")
-    mutexes.forget("a")
 
 
 def test_go_duration_strings() -> None:

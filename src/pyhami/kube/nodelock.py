@@ -1,0 +1,205 @@
+"""HAMi's node lock (`hami.io/mutex.lock`), over any API that can GET and merge-PATCH a node.
+
+The algorithm is protocol.md §4.5 / scheduler.md §4.1: the lock value names its owner pod,
+it expires after `timeout`, a lock whose owner pod is gone is dangling and taken over, and
+every write carries the node's resourceVersion so two writers cannot both win. The scheduler
+takes the lock (and releases it only when its own bind fails); the device plugin releases it
+after Allocate, with the owner check, so it never removes another pod's lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from pyhami.kube.errors import NotFound
+from pyhami.protocol import (
+    KEY_NODE_LOCK,
+    NodeLock,
+    ProtocolError,
+    format_node_lock,
+    is_expired,
+    node_lock_release_patch,
+    node_lock_set_patch,
+    owner_suffix,
+    parse_node_lock,
+)
+
+# HAMi's retry strategy for lock writes: 5 steps, 100 ms, factor 2, jitter 0.5.
+RETRY_STEPS = 5
+RETRY_FIRST_DELAY = 0.1
+RETRY_FACTOR = 2.0
+RETRY_JITTER = 0.5
+
+
+class NodeLockAPI(Protocol):
+    """What the lock needs from the Kubernetes API."""
+
+    async def get_node(self, name: str) -> Mapping[str, Any]: ...
+
+    async def patch_node(self, name: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        """JSON merge patch; raises when the resourceVersion in the body is stale."""
+        ...
+
+    async def get_pod(self, namespace: str, name: str) -> Mapping[str, Any]:
+        """Raises `pyhami.kube.NotFound` when the pod does not exist."""
+        ...
+
+
+class NodeLockError(RuntimeError):
+    """The lock could not be taken or released."""
+
+
+class NodeLockContentionError(NodeLockError):
+    """Another pod holds the lock; the caller may retry later."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"{message}: node lock contention")
+
+
+def go_duration(delta: timedelta) -> str:
+    """Go's `time.Duration.String()` for whole-second-ish values: `5m0s`, `28s`, `1h0m0s`."""
+    total = delta.total_seconds()
+    hours, rest = divmod(total, 3600)
+    minutes, seconds = divmod(rest, 60)
+    secs = f"{seconds:g}s"
+    if hours:
+        return f"{int(hours)}h{int(minutes)}m{secs}"
+    if minutes:
+        return f"{int(minutes)}m{secs}"
+    return secs
+
+
+def _annotations(node: Mapping[str, Any]) -> Mapping[str, str]:
+    metadata = node.get("metadata") or {}
+    return metadata.get("annotations") or {}
+
+
+def _resource_version(node: Mapping[str, Any]) -> str:
+    return str((node.get("metadata") or {}).get("resourceVersion") or "")
+
+
+class NodeLocker:
+    """Takes and releases `hami.io/mutex.lock` for one pod at a time."""
+
+    def __init__(
+        self,
+        api: NodeLockAPI,
+        *,
+        timeout: timedelta = timedelta(minutes=5),
+        now: Callable[[], datetime],
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.api = api
+        self.timeout = timeout
+        self._now = now
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+
+    def _delays(self) -> Iterator[float]:
+        delay = RETRY_FIRST_DELAY
+        for _ in range(RETRY_STEPS - 1):
+            yield delay * (1 + RETRY_JITTER * self._rng.random())
+            delay *= RETRY_FACTOR
+
+    async def _retrying(self, what: str, attempt: Callable[[], Awaitable[None]]) -> None:
+        """Run `attempt` up to RETRY_STEPS times; contention is final, other errors retry."""
+        delays = self._delays()
+        while True:
+            try:
+                await attempt()
+                return
+            except NodeLockContentionError:
+                raise
+            except Exception as err:
+                delay = next(delays, None)
+                if delay is None:
+                    raise NodeLockError(
+                        f"failed to {what} (retry strategy={RETRY_STEPS} steps from "
+                        f"{RETRY_FIRST_DELAY}s x{RETRY_FACTOR:g}): {err}"
+                    ) from err
+                await self._sleep(delay)
+
+    async def lock(self, node: str, namespace: str, pod: str) -> None:
+        """LockNode: take the lock for namespace/pod, taking over expired or dangling locks."""
+        seen = await self.api.get_node(node)
+        current = _annotations(seen).get(KEY_NODE_LOCK)
+        if current is None:
+            await self._set(node, namespace, pod, seen)
+            return
+        try:
+            held: NodeLock = parse_node_lock(current)
+        except ProtocolError as err:
+            raise NodeLockError(f"node {node}: {err}") from err
+        if is_expired(held, self._now(), self.timeout):
+            await self.release(node, namespace, pod, skip_owner_check=True)
+            await self._set(node, namespace, pod)
+            return
+        if held.namespace == namespace and held.name == pod and held.name:
+            return
+        if held.name and not await self._pod_exists(held.namespace, held.name):
+            await self.release(node, namespace, pod, skip_owner_check=True)
+            await self._set(node, namespace, pod)
+            return
+        raise NodeLockContentionError(
+            f"node {node} has been locked within {go_duration(self.timeout)}"
+        )
+
+    async def _pod_exists(self, namespace: str, name: str) -> bool:
+        try:
+            await self.api.get_pod(namespace, name)
+        except NotFound:
+            return False
+        return True
+
+    async def _set(
+        self, node: str, namespace: str, pod: str, seen: Mapping[str, Any] | None = None
+    ) -> None:
+        """SetNodeLock. HAMi GETs the node twice more before its first PATCH; a node just read
+        unlocked (`seen`) is written at once instead: its resourceVersion in the patch refuses
+        the write if anyone changed the node since, and the retry then reads it afresh."""
+        suffix = owner_suffix(namespace, pod)
+        first: list[Mapping[str, Any]] = [seen] if seen is not None else []
+
+        async def attempt() -> None:
+            fresh = first.pop() if first else await self.api.get_node(node)
+            value = _annotations(fresh).get(KEY_NODE_LOCK)
+            if value is not None:
+                if value.endswith(suffix):
+                    return  # our earlier write landed but its answer was lost
+                raise NodeLockContentionError(f"node {node} is locked")
+            body = node_lock_set_patch(
+                format_node_lock(self._now(), namespace, pod), _resource_version(fresh)
+            )
+            await self.api.patch_node(node, body)
+
+        await self._retrying(f"set node lock (node={node})", attempt)
+
+    async def release(
+        self, node: str, namespace: str, pod: str, *, skip_owner_check: bool = False
+    ) -> None:
+        """ReleaseNodeLock: remove the lock if it is ours (or, skipping the check, unchanged)."""
+        seen = _annotations(await self.api.get_node(node)).get(KEY_NODE_LOCK)
+        if seen is None:
+            return
+        suffix = owner_suffix(namespace, pod)
+        if not skip_owner_check and "," in seen and not seen.endswith(suffix):
+            return
+
+        async def attempt() -> None:
+            fresh = await self.api.get_node(node)
+            value = _annotations(fresh).get(KEY_NODE_LOCK)
+            if value is None:
+                return
+            if skip_owner_check or "," not in value:
+                if value != seen:
+                    return
+            elif not value.endswith(suffix):
+                return
+            await self.api.patch_node(node, node_lock_release_patch(_resource_version(fresh)))
+
+        await self._retrying(f"release node lock (node={node})", attempt)

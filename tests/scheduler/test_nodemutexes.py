@@ -1,0 +1,21 @@
+"""The scheduler's in-memory per-node serialisation of binds."""
+
+import asyncio
+
+from pyhami.scheduler.nodelock import NodeMutexes
+
+
+async def test_node_mutexes_serialise_per_node_only() -> None:
+    mutexes = NodeMutexes()
+    order: list[str] = []
+
+    async def work(node: str, tag: str, pause: float) -> None:
+        async with mutexes.hold(node):
+            order.append(f"{tag}+")
+            await asyncio.sleep(pause)
+            order.append(f"{tag}-")
+
+    await asyncio.gather(work("a", "a1", 0.02), work("a", "a2", 0), work("b", "b1", 0))
+    assert order.index("a1-") < order.index("a2+")
+    assert order.index("b1-") < order.index("a1-")
+    mutexes.forget("a")
