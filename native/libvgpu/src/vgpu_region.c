@@ -409,7 +409,15 @@ void vgpu_region_leave(void)
     if (vgpu_shared == NULL || vgpu_own_index < 0 || vgpu_own_pid != getpid())
         return;
     if (vgpu_region_lock() == 0) {
-        vgpu_slot_clear(&vgpu_shared->v1.procs[vgpu_own_index]);
+        struct vgpu_slot *slot = &vgpu_shared->v1.procs[vgpu_own_index];
+        /* Memory still held is freed by the driver only when the process is gone, after the
+         * destructors: giving it back here would let a peer overshoot the limit meanwhile.
+         * Such a slot stays charged until reaping sees the process dead. */
+        int holds_memory = 0;
+        for (int dev = 0; dev < VGPU_MAX_DEVICES; dev++)
+            holds_memory |= __atomic_load_n(&slot->used[dev].total, __ATOMIC_RELAXED) != 0;
+        if (!holds_memory)
+            vgpu_slot_clear(slot);
         vgpu_region_unlock();
     }
     vgpu_own_index = -1;
