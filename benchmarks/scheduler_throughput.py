@@ -7,9 +7,11 @@ marks bound pods allocated and releases the node lock, as HAMi's plugin does aft
 P pods (1 GPU, 3,000 MiB, 10 % cores) are created at once.
 
 It prints pods/s from the first create to the last bind, p50/p99 of filter and bind latency
-as the harness saw them, and — measured in the same run — the time spent inside
-`engine.decide` alone, with the ratio end-to-end / engine-only (how much the service, HTTP,
-TLS and the API double add on top of the pure decision).
+as the harness saw them, and — measured in the same run — the scheduler's own handler time
+(`FilterBind.filter` / `.bind` from entry to answer, its API calls included; the rest of the
+harness's latency is HTTP, TLS and waiting for the shared event loop), the time spent inside
+`engine.decide` alone with the ratio end-to-end / engine-only, and the garbage collector's
+pauses (a full collection over the caches stalls everything on the loop).
 
 Run from the repository root: `python3 benchmarks/scheduler_throughput.py [--nodes 1000]
 [--pods 300]`. Everything shares one event loop (and the CPU) with the API double and the
@@ -20,16 +22,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import structlog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # not an installed copy
 
 from pyhami.testing import KubeSchedulerHarness
 from pyhami.testing.scheduler_harness import ExtenderConfig, Result
@@ -44,6 +50,49 @@ from tests.scheduler.cluster import (
 )
 
 GPUS_PER_NODE = 8
+
+T = TypeVar("T")
+
+
+def timed(call: Callable[[Any], Awaitable[T]], into: list[float]) -> Callable[[Any], Awaitable[T]]:
+    """`call`, appending each call's wall time from entry to answer to `into`."""
+
+    async def wrapper(args: Any) -> T:
+        started = time.perf_counter()
+        try:
+            return await call(args)
+        finally:
+            into.append(time.perf_counter() - started)
+
+    return wrapper
+
+
+class GcPauses:
+    """Every collection's duration and generation while installed in `gc.callbacks`."""
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[int, float]] = []
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.pauses.append((info["generation"], time.perf_counter() - self._started))
+
+    def summary(self) -> str:
+        full = [s for g, s in self.pauses if g == 2]
+        total = sum(s for _, s in self.pauses)
+        longest = max((s for _, s in self.pauses), default=0.0)
+        return (
+            f"{len(self.pauses)} collections, {total * 1000:.0f} ms in all, longest "
+            f"{longest * 1000:.1f} ms; {len(full)} full ({sum(full) * 1000:.0f} ms)"
+        )
+
+
+def p(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(int(fraction * len(ordered)), len(ordered) - 1)] if ordered else 0.0
 
 
 async def run(nodes: int, pods: int, policy: str) -> None:
@@ -66,6 +115,13 @@ async def run(nodes: int, pods: int, policy: str) -> None:
                 backoff_max_s=0.2,
                 record_events=False,
             )
+            service = process.service
+            handler_filter: list[float] = []
+            handler_bind: list[float] = []
+            service.filter = timed(service.filter, handler_filter)  # type: ignore[method-assign]
+            service.bind = timed(service.bind, handler_bind)  # type: ignore[method-assign]
+            gc_pauses = GcPauses()
+            gc.callbacks.append(gc_pauses)
             async with harness:
                 engine_before = process.service.engine_seconds
                 started = time.perf_counter()
@@ -78,6 +134,7 @@ async def run(nodes: int, pods: int, policy: str) -> None:
                 await harness.wait_bound_count(pods, timeout_s=600)
                 elapsed = time.perf_counter() - started
                 engine = process.service.engine_seconds - engine_before
+            gc.callbacks.remove(gc_pauses)
             await plugin.stop()
             m = harness.metrics
             filters = len(m.filter_latencies_s)
@@ -97,6 +154,17 @@ async def run(nodes: int, pods: int, policy: str) -> None:
                 f"  bind latency      p50 {m.bind_p(0.5) * 1000:7.2f} ms   "
                 f"p99 {m.bind_p(0.99) * 1000:7.2f} ms"
             )
+            print(
+                f"  scheduler handler filter p50 {p(handler_filter, 0.5) * 1000:7.2f} ms   "
+                f"p99 {p(handler_filter, 0.99) * 1000:7.2f} ms;  bind p50 "
+                f"{p(handler_bind, 0.5) * 1000:.2f} ms   p99 {p(handler_bind, 0.99) * 1000:.2f} ms"
+            )
+            print(
+                f"  waiting (harness - handler, mean)  filter "
+                f"{(_mean(m.filter_latencies_s) - _mean(handler_filter)) * 1000:.2f} ms   bind "
+                f"{(_mean(m.bind_latencies_s) - _mean(handler_bind)) * 1000:.2f} ms"
+            )
+            print(f"  gc                {gc_pauses.summary()}")
             per_decision = engine / max(filters, 1)
             print(
                 f"  engine only       {engine:.3f} s in decide, {per_decision * 1000:.2f} ms "
@@ -109,6 +177,10 @@ async def run(nodes: int, pods: int, policy: str) -> None:
             )
             if m.filter_latencies_s:
                 print(f"  filter mean       {statistics.mean(m.filter_latencies_s) * 1000:.2f} ms")
+
+
+def _mean(values: list[float]) -> float:
+    return statistics.mean(values) if values else 0.0
 
 
 def main() -> None:
