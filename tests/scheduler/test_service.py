@@ -9,6 +9,7 @@ import pytest
 from pyhami.engine import EngineConfig
 from pyhami.kube import NodeLocker
 from pyhami.protocol import KEY_NODE_LOCK
+from pyhami.scheduler import service as service_module
 from pyhami.scheduler.events import EventRecorder
 from pyhami.scheduler.extender import ExtenderArgs, ExtenderBindingArgs, PodRef
 from pyhami.scheduler.metrics import MetricsSnapshot, SchedulerMetrics
@@ -100,6 +101,20 @@ async def test_filter_picks_a_node_records_the_decision_and_reserves() -> None:
     reasons = {n["node"]: n["reason"] for n in explained["nodes"]}
     assert reasons["ghost"] == "node unregistered"
     assert "CardInsufficientMemory" in reasons["n1-busy"]
+
+
+async def test_explanations_are_bounded_by_verdicts_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(service_module, "EXPLAINED_VERDICTS_KEPT", 7)
+    kube = MemoryKube()
+    service = _service(kube)
+    for name in ("a", "b", "c", "a"):  # three verdicts each; re-filtering "a" replaces it
+        pod = gpu_pod(name, mem=1000, cores=1)
+        await service.filter(_args(pod, "n1", "n1-busy", "ghost"))
+    await service.events.drain()
+    assert service.explain(PodRef("default", "b")) is None  # oldest of the six beyond 7 verdicts
+    for name in ("c", "a"):
+        explained = service.explain(PodRef("default", name))
+        assert explained is not None and len(explained["nodes"]) == 3
 
 
 async def test_refiltering_drops_the_old_reservation_and_stale_keys() -> None:

@@ -59,6 +59,9 @@ log = structlog.get_logger(__name__)
 
 JsonObject = dict[str, Any]
 EXPLANATIONS_KEPT = 2048
+# Also bound what /explain keeps by node verdicts: at 1,000 nodes 2,048 decisions would hold
+# two million verdict tuples (hundreds of MB, all walked by every full GC collection).
+EXPLAINED_VERDICTS_KEPT = 100_000
 
 LOCK_RETRY_INTERVAL = 0.1
 
@@ -119,6 +122,7 @@ class FilterBind:
         self._clock = engine_clock
         self.engine_seconds = 0.0  # time spent inside engine.decide (benchmarks read it)
         self._explanations: OrderedDict[tuple[str, str], Decision] = OrderedDict()
+        self._explained_verdicts = 0
 
     # ----- leadership ------------------------------------------------------------------------
 
@@ -278,10 +282,17 @@ class FilterBind:
 
     def _remember(self, decision: Decision) -> None:
         ref = (decision.namespace, decision.name)
+        replaced = self._explanations.pop(ref, None)
+        if replaced is not None:
+            self._explained_verdicts -= len(replaced.verdicts)
         self._explanations[ref] = decision
-        self._explanations.move_to_end(ref)
-        while len(self._explanations) > EXPLANATIONS_KEPT:
-            self._explanations.popitem(last=False)
+        self._explained_verdicts += len(decision.verdicts)
+        while len(self._explanations) > 1 and (
+            len(self._explanations) > EXPLANATIONS_KEPT
+            or self._explained_verdicts > EXPLAINED_VERDICTS_KEPT
+        ):
+            _, oldest = self._explanations.popitem(last=False)
+            self._explained_verdicts -= len(oldest.verdicts)
 
     def explain(self, pod: PodRef) -> JsonObject | None:
         decision = self._explanations.get((pod.namespace, pod.name))
