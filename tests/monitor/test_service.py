@@ -45,6 +45,20 @@ class FakeClock:
         await asyncio.sleep(0)
 
 
+class StoppingClock(FakeClock):
+    """A FakeClock that sets `stop` once it has slept `after_sleeps` times."""
+
+    def __init__(self, stop: asyncio.Event, after_sleeps: int) -> None:
+        super().__init__()
+        self.stop = stop
+        self.after_sleeps = after_sleeps
+
+    async def sleep(self, seconds: float) -> None:
+        await super().sleep(seconds)
+        if len(self.sleeps) >= self.after_sleeps:
+            self.stop.set()
+
+
 @pytest.fixture
 async def kube() -> AsyncIterator[KubeClient]:
     async with (
@@ -161,17 +175,15 @@ async def test_loop_ticks_every_five_seconds_until_stopped(tmp_path: Path) -> No
         RegionSpec(uuids=(uuid_of(0),), recent_kernel=100),
     )
     settings = MonitorSettings(hook_path=tmp_path, node_name=NODE)
-    clock = FakeClock()
+    stop = asyncio.Event()
+    # The clock itself stops the loop after four sleeps: a poll from the test could come late on a
+    # loaded machine, after the fake sleeps had run the census past zero.
+    clock = StoppingClock(stop, after_sleeps=4)
     pods = _Pods(pod_view(pod_object("pod-a", UID_A)))
     service = MonitorService(settings, pods, None, clock, mig_apply_lock=tmp_path / "x")
-    stop = asyncio.Event()
-    task = asyncio.create_task(service.run(stop))
-    await _eventually(lambda: len(clock.sleeps) >= 4)
-    stop.set()
-    await asyncio.wait_for(task, 5)
-    ticks = len(clock.sleeps)
-    assert clock.sleeps == [5.0] * ticks
-    assert read_i32(path, SPEC_V1["recent_kernel"]) == 100 - ticks
+    await asyncio.wait_for(service.run(stop), 5)
+    assert clock.sleeps == [5.0] * 4
+    assert read_i32(path, SPEC_V1["recent_kernel"]) == 100 - 4
     service.close()
 
 
