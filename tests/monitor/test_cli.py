@@ -10,7 +10,6 @@ from pyhami.monitor.settings import (
     MonitorSettings,
     MonitorSettingsError,
     bind_address,
-    go_duration_seconds,
     parse_flags,
 )
 
@@ -112,25 +111,6 @@ def test_bad_resync_interval_warns_and_keeps_five_minutes() -> None:
         {"HOOK_PATH": "/h", "NODE_NAME": "n", "HAMI_RESYNC_INTERVAL": "soon"}
     )
     assert settings.resync_interval_s == 300 and "HAMI_RESYNC_INTERVAL" in warnings[0]
-
-
-@pytest.mark.parametrize(
-    "text, seconds",
-    [
-        ("5m", 300),
-        ("1h30m", 5400),
-        ("1.5s", 1.5),
-        ("250ms", 0.25),
-        ("0", 0),
-        ("5", None),
-        ("m", None),
-        ("-5m", None),
-        ("5m ", None),
-        ("", None),
-    ],
-)
-def test_go_durations(text: str, seconds: float | None) -> None:
-    assert go_duration_seconds(text) == seconds
 
 
 @pytest.mark.parametrize(

@@ -3,12 +3,14 @@
 import pytest
 
 from pyhami.protocol.goparse import (
+    GoDurationError,
     GoNumError,
     GoRangeError,
     GoSyntaxError,
     atoi,
     go_quote,
     parse_bool,
+    parse_duration,
     parse_int,
     to_upper,
     trim_space,
@@ -116,3 +118,47 @@ def test_trim_space_is_gos_not_pythons() -> None:
 def test_to_upper_is_simple_mapping() -> None:
     assert to_upper("nvidia a100") == "NVIDIA A100"
     assert to_upper("ß") == "ß"  # Python's upper() gives "SS"
+
+
+@pytest.mark.parametrize(
+    "text, seconds",
+    [
+        ("5m", 300),
+        ("1h30m", 5400),
+        ("1.5h", 5400),
+        ("1.5s", 1.5),
+        (".5s", 0.5),
+        ("1.s", 1),
+        ("250ms", 0.25),
+        ("1µs", 1e-6),
+        ("1μs", 1e-6),
+        ("0", 0),
+        ("-0", 0),
+        ("+1s", 1),
+        ("-5m", -300),
+        ("2562047h", 2562047 * 3600),
+    ],
+)
+def test_parse_duration_accepts_gos_grammar(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", 'time: invalid duration ""'),
+        ("m5", 'time: invalid duration "m5"'),
+        (".s", 'time: invalid duration ".s"'),
+        ("-", 'time: invalid duration "-"'),
+        ("3000000h", 'time: invalid duration "3000000h"'),
+        ("5", 'time: missing unit in duration "5"'),
+        ("5x", 'time: unknown unit "x" in duration "5x"'),
+        ("5 m", 'time: unknown unit " m" in duration "5 m"'),
+        ("1e3s", 'time: unknown unit "e" in duration "1e3s"'),
+        ("30 seconds", 'time: unknown unit " seconds" in duration "30 seconds"'),
+    ],
+)
+def test_parse_duration_refuses_with_gos_words(text: str, message: str) -> None:
+    with pytest.raises(GoDurationError) as raised:
+        parse_duration(text)
+    assert str(raised.value) == message

@@ -26,9 +26,19 @@ def test_go_durations(text: str, want: timedelta) -> None:
     assert parse_go_duration(text, "--x") == want
 
 
-@pytest.mark.parametrize("text", ["", "5", "5 m", "m5", "5x", "-5m"])
-def test_bad_durations_name_the_flag(text: str) -> None:
-    with pytest.raises(SettingsError, match="--node-lock-timeout: invalid duration"):
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("", "time: invalid duration"),
+        ("5", "time: missing unit"),
+        ("5 m", "time: unknown unit"),
+        ("m5", "time: invalid duration"),
+        ("5x", "time: unknown unit"),
+        ("-5m", "invalid duration '-5m': it must not be negative"),
+    ],
+)
+def test_bad_durations_name_the_flag(text: str, why: str) -> None:
+    with pytest.raises(SettingsError, match=f"^--node-lock-timeout: {why}"):
         parse_go_duration(text, "--node-lock-timeout")
 
 

@@ -12,7 +12,6 @@ from pyhami.testing.scheduler_harness import (
     HAMI_NVIDIA_RESOURCES,
     ManagedResource,
     Result,
-    parse_go_duration,
 )
 
 from .builders import node, pod
@@ -259,10 +258,6 @@ async def test_metrics_count_attempts_and_latencies(
 
 
 def test_config_parsing() -> None:
-    assert parse_go_duration("30s") == 30 and parse_go_duration("1m30s") == 90
-    assert parse_go_duration("500ms") == 0.5
-    with pytest.raises(ValueError):
-        parse_go_duration("30 seconds")
     chart = ExtenderConfig.hami_chart("https://127.0.0.1:443")
     assert chart.tls_insecure and chart.node_cache_capable and chart.bind_verb == "bind"
     assert [r.name for r in chart.managed_resources] == list(HAMI_NVIDIA_RESOURCES)

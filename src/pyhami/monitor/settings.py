@@ -1,33 +1,17 @@
 """`pyhami monitor` settings from HAMi's flags and environment (ops.md §1.1), checked once."""
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from pyhami.model import NodeName
-from pyhami.protocol.goparse import GoNumError, atoi, parse_bool
+from pyhami.protocol.goparse import GoDurationError, GoNumError, atoi, parse_bool, parse_duration
 
 DEFAULT_RESYNC_S = 300.0  # HAMI_RESYNC_INTERVAL default 5m
 TICK_S = 5.0  # HAMi's scan + feedback period
 
-# Go's time.ParseDuration: a sequence of <number><unit>, or a bare "0".
-_GO_DURATION = re.compile(r"(?:(?:\d+\.?\d*|\.\d+)(?:ns|us|µs|μs|ms|s|m|h))+")
-_GO_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}
-
-
 class MonitorSettingsError(ValueError):
     """A flag or environment value the monitor cannot start with; the message names it."""
-
-
-def go_duration_seconds(text: str) -> float | None:
-    """Seconds in a Go duration (`5m`, `1h30m`, `90s`, `0`); None when it is not one."""
-    if text == "0":
-        return 0.0
-    if not _GO_DURATION.fullmatch(text):
-        return None
-    return sum(float(n) * _SECONDS[unit] for n, unit in _GO_PART.findall(text))
 
 
 def bind_address(text: str) -> tuple[str, int]:
@@ -141,8 +125,11 @@ class MonitorSettings:
         resync = DEFAULT_RESYNC_S
         raw = environ.get("HAMI_RESYNC_INTERVAL", "")
         if raw:
-            parsed = go_duration_seconds(raw)
-            if parsed is None or parsed <= 0:
+            try:
+                parsed = parse_duration(raw)
+            except GoDurationError:
+                parsed = 0.0
+            if parsed <= 0:
                 warnings.append(f"HAMI_RESYNC_INTERVAL={raw!r} is not a positive Go duration; 5m")
             else:
                 resync = parsed

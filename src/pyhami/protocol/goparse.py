@@ -131,3 +131,56 @@ def trim_space(text: str) -> str:
 def to_upper(text: str) -> str:
     """Go `strings.ToUpper`: simple (one-to-one) case mapping, so `ß` stays `ß`."""
     return "".join(upper if len(upper := char.upper()) == 1 else char for char in text)
+
+
+class GoDurationError(ValueError):
+    """Go's `time.ParseDuration` error: `time: invalid duration "<text>"` and its kin."""
+
+
+_DURATION_UNIT_NS = {
+    "ns": 1,
+    "us": 1_000,
+    "µs": 1_000,  # U+00B5 micro sign
+    "μs": 1_000,  # U+03BC Greek mu
+    "ms": 1_000_000,
+    "s": 1_000_000_000,
+    "m": 60_000_000_000,
+    "h": 3_600_000_000_000,
+}
+_DURATION_PART = re.compile(r"([0-9]*)(?:\.([0-9]*))?([^0-9.]*)")
+
+
+def parse_duration(text: str) -> float:
+    """Go `time.ParseDuration` in seconds: `[-+]` then `<number><unit>`…, or a bare `0`.
+
+    Summed in integer nanoseconds like Go, so `1.5h`, `1h30m` and `90m` agree exactly, and a
+    total past int64 nanoseconds is refused as Go refuses it."""
+    invalid = GoDurationError(f"time: invalid duration {go_quote(text)}")
+    rest, negative = text, False
+    if rest[:1] in ("-", "+"):
+        negative, rest = rest[0] == "-", rest[1:]
+    if rest == "0":
+        return 0.0
+    if rest == "":
+        raise invalid
+    total_ns = 0
+    while rest:
+        part = _DURATION_PART.match(rest)
+        assert part is not None  # every group may be empty, so the pattern always matches
+        whole, fraction, unit = part.group(1), part.group(2) or "", part.group(3)
+        if whole == "" and fraction == "":
+            raise invalid
+        if unit == "":
+            raise GoDurationError(f"time: missing unit in duration {go_quote(text)}")
+        if unit not in _DURATION_UNIT_NS:
+            raise GoDurationError(
+                f"time: unknown unit {go_quote(unit)} in duration {go_quote(text)}"
+            )
+        scale = _DURATION_UNIT_NS[unit]
+        total_ns += int(whole or "0") * scale
+        if fraction:
+            total_ns += int(fraction) * scale // 10 ** len(fraction)
+        if total_ns > INT64_MAX:
+            raise invalid
+        rest = rest[part.end() :]
+    return -total_ns / 1e9 if negative else total_ns / 1e9

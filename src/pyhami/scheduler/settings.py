@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-_UNIT_SECONDS = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "µs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-}
+from pyhami.protocol.goparse import GoDurationError, parse_duration
 
 
 class SettingsError(ValueError):
@@ -24,18 +14,13 @@ class SettingsError(ValueError):
 
 
 def parse_go_duration(text: str, what: str) -> timedelta:
-    """Go's `time.ParseDuration` grammar (`5m`, `28s`, `1h30m`, `100ms`, `0`)."""
-    value = text.strip()
-    if value == "0":
-        return timedelta(0)
-    pos, seconds = 0, 0.0
-    for match in _DURATION_PART.finditer(value):
-        if match.start() != pos:
-            break
-        seconds += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-        pos = match.end()
-    if pos != len(value) or not value:
-        raise SettingsError(f"{what}: invalid duration {text!r} (use Go form such as 5m, 28s)")
+    """A flag's Go duration (`5m`, `28s`, `1h30m`, `100ms`, `0`); negative ones are refused."""
+    try:
+        seconds = parse_duration(text)
+    except GoDurationError as err:
+        raise SettingsError(f"{what}: {err} (use Go form such as 5m, 28s)") from err
+    if seconds < 0:
+        raise SettingsError(f"{what}: invalid duration {text!r}: it must not be negative")
     return timedelta(seconds=seconds)
 
 

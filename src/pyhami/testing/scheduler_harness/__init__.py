@@ -4,7 +4,6 @@ from pyhami.testing.scheduler_harness.config import (
     HAMI_NVIDIA_RESOURCES,
     ExtenderConfig,
     ManagedResource,
-    parse_go_duration,
 )
 from pyhami.testing.scheduler_harness.harness import KubeSchedulerHarness
 from pyhami.testing.scheduler_harness.outcomes import HarnessMetrics, Result, ScheduleOutcome
@@ -17,5 +16,4 @@ __all__ = [
     "ManagedResource",
     "Result",
     "ScheduleOutcome",
-    "parse_go_duration",
 ]

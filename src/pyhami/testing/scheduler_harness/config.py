@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import re
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -11,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pyhami.kube import JsonObject
+from pyhami.protocol.goparse import parse_duration
 from pyhami.testing.scheduler_harness.predicates import requested
 
 # The resource names HAMi's chart lists under managedResources for NVIDIA (ops.md §3.4).
@@ -21,17 +21,6 @@ HAMI_NVIDIA_RESOURCES = (
     "nvidia.com/gpumem-percentage",
     "nvidia.com/priority",
 )
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns)")
-_DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
-
-
-def parse_go_duration(text: str) -> float:
-    """`30s`, `1m30s`, `500ms` → seconds (metav1.Duration as written in scheduler configs)."""
-    if not isinstance(text, str) or not text or _DURATION.sub("", text) != "":
-        raise ValueError(f"not a Go duration: {text!r}")
-    return sum(float(n) * _DURATION_UNITS[unit] for n, unit in _DURATION.findall(text))
-
-
 @dataclass(frozen=True, slots=True)
 class ManagedResource:
     name: str
@@ -84,9 +73,7 @@ class ExtenderConfig:
                 for r in entry.get("managedResources") or ()
             ),
             ignorable=bool(entry.get("ignorable", False)),
-            http_timeout_s=parse_go_duration(timeout)
-            if isinstance(timeout, str)
-            else float(timeout),
+            http_timeout_s=parse_duration(timeout) if isinstance(timeout, str) else float(timeout),
             tls_insecure=bool(tls.get("insecure", False)),
             tls_ca_pem=ca_pem,
             tls_server_name=tls.get("serverName") or None,
