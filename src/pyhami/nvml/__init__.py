@@ -9,13 +9,18 @@ finally:
 """
 
 from pyhami.nvml.api import (
+    GpuInstance,
+    GpuInstanceProfile,
     MemoryInfo,
+    MigDevice,
+    MigMode,
     NvLink,
     Nvml,
     NvmlError,
     NvmlNotSupportedError,
     NvmlUnavailableError,
     RunningProcess,
+    SlicePlacement,
     TopologyLevel,
     Utilization,
     XidEvent,
@@ -25,7 +30,11 @@ from pyhami.nvml.api import (
 from pyhami.nvml.real import PynvmlNvml, driver_available, open_nvml
 
 __all__ = [
+    "GpuInstance",
+    "GpuInstanceProfile",
     "MemoryInfo",
+    "MigDevice",
+    "MigMode",
     "NvLink",
     "Nvml",
     "NvmlError",
@@ -33,6 +42,7 @@ __all__ = [
     "NvmlUnavailableError",
     "PynvmlNvml",
     "RunningProcess",
+    "SlicePlacement",
     "TopologyLevel",
     "Utilization",
     "XidEvent",

@@ -93,6 +93,52 @@ class XidWatch(Protocol):
     def close(self) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class MigMode:
+    """MIG mode of a GPU: what is in effect and what takes effect after the next GPU reset."""
+
+    current: bool
+    pending: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SlicePlacement:
+    """Memory slices `[start, start + size)` a GPU instance occupies."""
+
+    start: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInstanceProfile:
+    """NVML's GI profile info; `profile_id` is the enum (0 = 1_SLICE), `id` nvidia-smi's number."""
+
+    profile_id: int
+    id: int
+    slice_count: int
+    memory_mib: int
+    sm_count: int
+    instance_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInstance:
+    """A live GPU instance: its id on the GPU, its profile enum and its placement."""
+
+    id: int
+    profile_id: int
+    placement: SlicePlacement
+
+
+@dataclass(frozen=True, slots=True)
+class MigDevice:
+    """A MIG device (one compute instance of a GI) as CUDA sees it."""
+
+    uuid: str
+    gpu_instance_id: int
+    compute_instance_id: int
+
+
 class Nvml(Protocol):
     """An initialised NVML session; `close()` shuts it down."""
 
@@ -125,6 +171,48 @@ class Nvml(Protocol):
         ...
 
     def watch_xids(self) -> XidWatch: ...
+
+    # ----- dynamic MIG (device index = the parent GPU) -----
+
+    def mig_mode(self, index: int) -> MigMode: ...
+
+    def set_mig_mode(self, index: int, enabled: bool) -> None:
+        """Request a MIG mode; it may stay pending until the GPU is reset (see `mig_mode`)."""
+        ...
+
+    def gpu_instance_profile(self, index: int, profile_id: int) -> GpuInstanceProfile:
+        """Info of GI profile `profile_id`; NvmlNotSupportedError when the GPU lacks it."""
+        ...
+
+    def gpu_instance_placements(self, index: int, profile_id: int) -> tuple[SlicePlacement, ...]:
+        """Every placement the profile may take on this GPU (occupied or not)."""
+        ...
+
+    def create_gpu_instance(
+        self, index: int, profile_id: int, placement: SlicePlacement
+    ) -> GpuInstance: ...
+
+    def create_compute_instance(
+        self, index: int, gpu_instance_id: int, profile_id: int
+    ) -> MigDevice:
+        """Create a CI of CI profile `profile_id` in the GI; the MIG device it makes."""
+        ...
+
+    def gpu_instances(self, index: int) -> tuple[GpuInstance, ...]: ...
+
+    def mig_devices(self, index: int) -> tuple[MigDevice, ...]:
+        """Every compute instance on the GPU, with its MIG UUID."""
+        ...
+
+    def destroy_compute_instance(
+        self, index: int, gpu_instance_id: int, compute_instance_id: int
+    ) -> None: ...
+
+    def destroy_gpu_instance(self, index: int, gpu_instance_id: int) -> None:
+        """Destroy a GI; NVML refuses (IN_USE) while it still holds compute instances."""
+        ...
+
+    def mig_device_processes(self, index: int, mig_uuid: str) -> tuple[RunningProcess, ...]: ...
 
     def close(self) -> None: ...
 

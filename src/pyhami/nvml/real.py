@@ -1,5 +1,6 @@
 """`Nvml` on the real driver through nvidia-ml-py (`pynvml`)."""
 
+import ctypes
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -8,12 +9,17 @@ from typing import Any, TypeVar
 import pynvml
 
 from pyhami.nvml.api import (
+    GpuInstance,
+    GpuInstanceProfile,
     MemoryInfo,
+    MigDevice,
+    MigMode,
     NvLink,
     NvmlError,
     NvmlNotSupportedError,
     NvmlUnavailableError,
     RunningProcess,
+    SlicePlacement,
     TopologyLevel,
     Utilization,
     XidEvent,
@@ -55,6 +61,22 @@ def _call(operation: str, fn: Callable[..., T], *args: Any) -> T:
 
 def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def _processes(handle: Any) -> tuple[RunningProcess, ...]:
+    """Compute and graphics processes on a GPU or MIG device handle, each pid once."""
+    seen: dict[int, RunningProcess] = {}
+    for operation, query in (
+        ("nvmlDeviceGetComputeRunningProcesses", pynvml.nvmlDeviceGetComputeRunningProcesses),
+        ("nvmlDeviceGetGraphicsRunningProcesses", pynvml.nvmlDeviceGetGraphicsRunningProcesses),
+    ):
+        for process in _call(operation, query, handle):
+            used = process.usedGpuMemory
+            seen.setdefault(
+                int(process.pid),
+                RunningProcess(pid=int(process.pid), used_memory=int(used or 0)),
+            )
+    return tuple(seen.values())
 
 
 class PynvmlXidWatch:
@@ -207,25 +229,186 @@ class PynvmlNvml:
         return Utilization(gpu=int(rates.gpu), memory=int(rates.memory))
 
     def running_processes(self, index: int) -> tuple[RunningProcess, ...]:
-        handle = self._handle(index)
-        seen: dict[int, RunningProcess] = {}
-        for operation, query in (
-            ("nvmlDeviceGetComputeRunningProcesses", pynvml.nvmlDeviceGetComputeRunningProcesses),
-            ("nvmlDeviceGetGraphicsRunningProcesses", pynvml.nvmlDeviceGetGraphicsRunningProcesses),
-        ):
-            for process in _call(operation, query, handle):
-                used = process.usedGpuMemory
-                seen.setdefault(
-                    int(process.pid),
-                    RunningProcess(pid=int(process.pid), used_memory=int(used or 0)),
-                )
-        return tuple(seen.values())
+        return _processes(self._handle(index))
 
     def watch_xids(self) -> PynvmlXidWatch:
         return PynvmlXidWatch([self._handle(i) for i in range(self.device_count())])
 
+    # ----- dynamic MIG: written from the NVML docs, not yet run on MIG hardware -----
+
+    def mig_mode(self, index: int) -> MigMode:
+        current, pending = _call(
+            "nvmlDeviceGetMigMode", pynvml.nvmlDeviceGetMigMode, self._handle(index)
+        )
+        enabled = pynvml.NVML_DEVICE_MIG_ENABLE
+        return MigMode(current=current == enabled, pending=pending == enabled)
+
+    def set_mig_mode(self, index: int, enabled: bool) -> None:
+        mode = pynvml.NVML_DEVICE_MIG_ENABLE if enabled else pynvml.NVML_DEVICE_MIG_DISABLE
+        _call("nvmlDeviceSetMigMode", pynvml.nvmlDeviceSetMigMode, self._handle(index), mode)
+
+    def gpu_instance_profile(self, index: int, profile_id: int) -> GpuInstanceProfile:
+        info = _call(
+            "nvmlDeviceGetGpuInstanceProfileInfo",
+            pynvml.nvmlDeviceGetGpuInstanceProfileInfo,
+            self._handle(index),
+            profile_id,
+        )
+        return GpuInstanceProfile(
+            profile_id=profile_id,
+            id=int(info.id),
+            slice_count=int(info.sliceCount),
+            memory_mib=int(info.memorySizeMB),
+            sm_count=int(info.multiprocessorCount),
+            instance_count=int(info.instanceCount),
+        )
+
+    def gpu_instance_placements(self, index: int, profile_id: int) -> tuple[SlicePlacement, ...]:
+        capacity = self.gpu_instance_profile(index, profile_id).instance_count
+        placements = (pynvml.c_nvmlGpuInstancePlacement_t * max(capacity, 1))()
+        count = ctypes.c_uint(len(placements))
+        _call(
+            "nvmlDeviceGetGpuInstancePossiblePlacements",
+            pynvml.nvmlDeviceGetGpuInstancePossiblePlacements,
+            self._handle(index),
+            profile_id,
+            placements,
+            ctypes.byref(count),
+        )
+        return tuple(SlicePlacement(int(p.start), int(p.size)) for p in placements[: count.value])
+
+    def create_gpu_instance(
+        self, index: int, profile_id: int, placement: SlicePlacement
+    ) -> GpuInstance:
+        wanted = pynvml.c_nvmlGpuInstancePlacement_t()
+        wanted.start, wanted.size = placement.start, placement.size
+        handle = _call(
+            "nvmlDeviceCreateGpuInstanceWithPlacement",
+            pynvml.nvmlDeviceCreateGpuInstanceWithPlacement,
+            self._handle(index),
+            profile_id,
+            ctypes.byref(wanted),
+        )
+        return self._gpu_instance(handle)
+
+    def create_compute_instance(
+        self, index: int, gpu_instance_id: int, profile_id: int
+    ) -> MigDevice:
+        handle = _call(
+            "nvmlGpuInstanceCreateComputeInstance",
+            pynvml.nvmlGpuInstanceCreateComputeInstance,
+            self._gi_handle(index, gpu_instance_id),
+            profile_id,
+        )
+        info = _call("nvmlComputeInstanceGetInfo", pynvml.nvmlComputeInstanceGetInfo, handle)
+        for device in self.mig_devices(index):
+            if (device.gpu_instance_id, device.compute_instance_id) == (
+                gpu_instance_id,
+                int(info.id),
+            ):
+                return device
+        raise NvmlError(
+            "nvmlDeviceGetMigDeviceHandleByIndex",
+            f"no MIG device for GI {gpu_instance_id} CI {int(info.id)} after creating it",
+        )
+
+    def gpu_instances(self, index: int) -> tuple[GpuInstance, ...]:
+        return tuple(
+            self._gpu_instance(handle)
+            for profile_id in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT)
+            for handle in self._gi_handles(index, profile_id)
+        )
+
+    def mig_devices(self, index: int) -> tuple[MigDevice, ...]:
+        parent = self._handle(index)
+        slots = _call(
+            "nvmlDeviceGetMaxMigDeviceCount", pynvml.nvmlDeviceGetMaxMigDeviceCount, parent
+        )
+        found: list[MigDevice] = []
+        for slot in range(int(slots)):
+            try:
+                mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(parent, slot)
+            except pynvml.NVMLError_NotFound:
+                continue  # an empty slot
+            except pynvml.NVMLError as error:
+                raise _translate("nvmlDeviceGetMigDeviceHandleByIndex", error) from error
+            found.append(
+                MigDevice(
+                    uuid=_text(_call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, mig)),
+                    gpu_instance_id=int(
+                        _call("nvmlDeviceGetGpuInstanceId", pynvml.nvmlDeviceGetGpuInstanceId, mig)
+                    ),
+                    compute_instance_id=int(
+                        _call(
+                            "nvmlDeviceGetComputeInstanceId",
+                            pynvml.nvmlDeviceGetComputeInstanceId,
+                            mig,
+                        )
+                    ),
+                )
+            )
+        return tuple(found)
+
+    def destroy_compute_instance(
+        self, index: int, gpu_instance_id: int, compute_instance_id: int
+    ) -> None:
+        handle = _call(
+            "nvmlGpuInstanceGetComputeInstanceById",
+            pynvml.nvmlGpuInstanceGetComputeInstanceById,
+            self._gi_handle(index, gpu_instance_id),
+            compute_instance_id,
+        )
+        _call("nvmlComputeInstanceDestroy", pynvml.nvmlComputeInstanceDestroy, handle)
+
+    def destroy_gpu_instance(self, index: int, gpu_instance_id: int) -> None:
+        handle = self._gi_handle(index, gpu_instance_id)
+        _call("nvmlGpuInstanceDestroy", pynvml.nvmlGpuInstanceDestroy, handle)
+
+    def mig_device_processes(self, index: int, mig_uuid: str) -> tuple[RunningProcess, ...]:
+        self._handle(index)
+        handle = _call("nvmlDeviceGetHandleByUUID", pynvml.nvmlDeviceGetHandleByUUID, mig_uuid)
+        return _processes(handle)
+
     def close(self) -> None:
         _call("nvmlShutdown", pynvml.nvmlShutdown)
+
+    def _gi_handle(self, index: int, gpu_instance_id: int) -> Any:
+        return _call(
+            "nvmlDeviceGetGpuInstanceById",
+            pynvml.nvmlDeviceGetGpuInstanceById,
+            self._handle(index),
+            gpu_instance_id,
+        )
+
+    def _gi_handles(self, index: int, profile_id: int) -> list[Any]:
+        try:
+            capacity = self.gpu_instance_profile(index, profile_id).instance_count
+        except NvmlNotSupportedError:
+            return []  # this GPU has no such profile
+        except NvmlError as error:
+            if error.code == pynvml.NVML_ERROR_INVALID_ARGUMENT:
+                return []  # a profile id newer than this driver
+            raise
+        handles = (pynvml.c_nvmlGpuInstance_t * max(capacity, 1))()
+        count = ctypes.c_uint(0)
+        _call(
+            "nvmlDeviceGetGpuInstances",
+            pynvml.nvmlDeviceGetGpuInstances,
+            self._handle(index),
+            profile_id,
+            handles,
+            ctypes.byref(count),
+        )
+        return list(handles[: count.value])
+
+    @staticmethod
+    def _gpu_instance(handle: Any) -> GpuInstance:
+        info = _call("nvmlGpuInstanceGetInfo", pynvml.nvmlGpuInstanceGetInfo, handle)
+        return GpuInstance(
+            id=int(info.id),
+            profile_id=int(info.profileId),
+            placement=SlicePlacement(int(info.placement.start), int(info.placement.size)),
+        )
 
 
 def open_nvml(sys_root: Path = Path("/sys")) -> PynvmlNvml:

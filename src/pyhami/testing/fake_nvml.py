@@ -5,6 +5,11 @@
     nvml.fail("device_memory", index=1)  # every later call for card 1 raises NvmlError
     nvml.inject_xid(0, 79)               # wakes a waiting XidWatch
 
+MIG: A100-40G/A100-80G/H100-80G cards carry NVIDIA's GI profile tables (`mig_profiles`); GPU
+instances occupy memory slices, so an overlapping create fails as NVML's does. A card starts
+with MIG on when built with `mig_enabled=True`; `hold_mig_mode_pending` makes a mode change wait
+for a GPU reset, `set_mig_processes` puts work on a MIG device.
+
 `FakeNVML` implements `pyhami.nvml.Nvml`; `open()` stands in for `pyhami.nvml.open_nvml`.
 """
 
@@ -13,12 +18,17 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 
 from pyhami.nvml import (
+    GpuInstance,
+    GpuInstanceProfile,
     MemoryInfo,
+    MigDevice,
+    MigMode,
     NvLink,
     NvmlError,
     NvmlNotSupportedError,
     NvmlUnavailableError,
     RunningProcess,
+    SlicePlacement,
     TopologyLevel,
     Utilization,
     XidEvent,
@@ -42,8 +52,119 @@ OPERATIONS = frozenset(
         "running_processes",
         "watch_xids",
         "xid_wait",
+        "mig_mode",
+        "set_mig_mode",
+        "gpu_instance_profile",
+        "gpu_instance_placements",
+        "create_gpu_instance",
+        "create_compute_instance",
+        "gpu_instances",
+        "mig_devices",
+        "destroy_compute_instance",
+        "destroy_gpu_instance",
+        "mig_device_processes",
     }
 )
+
+# NVML return codes the MIG model answers with.
+_NOT_SUPPORTED = 3
+_INVALID_ARGUMENT = 2
+_NOT_FOUND = 6
+_IN_USE = 19
+_INSUFFICIENT_RESOURCES = 23
+
+
+@dataclass(frozen=True, slots=True)
+class FakeGiProfile:
+    """One GI profile of a MIG-capable model: NVML's info plus the placements it may take."""
+
+    name: str
+    info: GpuInstanceProfile
+    placements: tuple[SlicePlacement, ...]
+
+
+def _profile(
+    name: str,
+    profile_id: int,
+    smi_id: int,
+    memory_mib: int,
+    sm_count: int,
+    *,
+    starts: tuple[int, ...],
+    size: int,
+) -> FakeGiProfile:
+    slices = int(name.split("g.", 1)[0])
+    return FakeGiProfile(
+        name=name,
+        info=GpuInstanceProfile(
+            profile_id=profile_id,
+            id=smi_id,
+            slice_count=slices,
+            memory_mib=memory_mib,
+            sm_count=sm_count,
+            instance_count=len(starts) if not name.endswith("+me") else 1,
+        ),
+        placements=tuple(SlicePlacement(start, size) for start in starts),
+    )
+
+
+_ONE_SLICE_STARTS = (0, 1, 2, 3, 4, 5, 6)
+
+# NVML GI profile enum values (nvml.h NVML_GPU_INSTANCE_PROFILE_*): 1_SLICE 0, 2_SLICE 1,
+# 3_SLICE 2, 4_SLICE 3, 7_SLICE 4, 1_SLICE_REV1 (+me) 7, 1_SLICE_REV2 (double memory) 9.
+# Ids, memory (nvidia-smi's GiB x 1024), SMs and placements follow NVIDIA's MIG user guide.
+_A100_40G_PROFILES = (
+    _profile("1g.5gb", 0, 19, 4864, 14, starts=_ONE_SLICE_STARTS, size=1),
+    _profile("1g.5gb+me", 7, 20, 4864, 14, starts=_ONE_SLICE_STARTS, size=1),
+    _profile("1g.10gb", 9, 15, 9984, 14, starts=(0, 2, 4, 6), size=2),
+    _profile("2g.10gb", 1, 14, 9984, 28, starts=(0, 2, 4), size=2),
+    _profile("3g.20gb", 2, 9, 20096, 42, starts=(0, 4), size=4),
+    _profile("4g.20gb", 3, 5, 20096, 56, starts=(0,), size=4),
+    _profile("7g.40gb", 4, 0, 40448, 98, starts=(0,), size=8),
+)
+_A100_80G_PROFILES = (
+    _profile("1g.10gb", 0, 19, 9728, 14, starts=_ONE_SLICE_STARTS, size=1),
+    _profile("1g.10gb+me", 7, 20, 9728, 14, starts=_ONE_SLICE_STARTS, size=1),
+    _profile("1g.20gb", 9, 15, 19968, 14, starts=(0, 2, 4, 6), size=2),
+    _profile("2g.20gb", 1, 14, 19968, 28, starts=(0, 2, 4), size=2),
+    _profile("3g.40gb", 2, 9, 40192, 42, starts=(0, 4), size=4),
+    _profile("4g.40gb", 3, 5, 40192, 56, starts=(0,), size=4),
+    _profile("7g.80gb", 4, 0, 80640, 98, starts=(0,), size=8),
+)
+_H100_80G_PROFILES = (
+    _profile("1g.10gb", 0, 19, 9984, 16, starts=_ONE_SLICE_STARTS, size=1),
+    _profile("1g.10gb+me", 7, 20, 9984, 16, starts=_ONE_SLICE_STARTS, size=1),
+    _profile("1g.20gb", 9, 15, 20096, 26, starts=(0, 2, 4, 6), size=2),
+    _profile("2g.20gb", 1, 14, 20096, 32, starts=(0, 2, 4), size=2),
+    _profile("3g.40gb", 2, 9, 40448, 60, starts=(0, 4), size=4),
+    _profile("4g.40gb", 3, 5, 40448, 64, starts=(0,), size=4),
+    _profile("7g.80gb", 4, 0, 81152, 132, starts=(0,), size=8),
+)
+
+# CI profile enum value -> compute slices (NVML_COMPUTE_INSTANCE_PROFILE_*).
+_CI_SLICES = {0: 1, 1: 2, 2: 3, 3: 4, 4: 7, 5: 8, 6: 6}
+
+
+def mig_profiles(gpu_name: str) -> tuple[FakeGiProfile, ...]:
+    """The GI profiles the fake offers for a card name; () for a card without MIG."""
+    if "A100" in gpu_name:
+        return _A100_80G_PROFILES if "80GB" in gpu_name else _A100_40G_PROFILES
+    if "H100" in gpu_name:
+        return _H100_80G_PROFILES
+    return ()
+
+
+@dataclass(slots=True)
+class _MigState:
+    """MIG mode and the live GIs/CIs of one card."""
+
+    current: bool
+    pending: bool
+    hold_pending: bool = False
+    instances: dict[int, GpuInstance] = field(default_factory=dict)
+    devices: dict[tuple[int, int], MigDevice] = field(default_factory=dict)
+    ci_slices: dict[tuple[int, int], int] = field(default_factory=dict)
+    processes: dict[str, tuple[RunningProcess, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,18 +179,19 @@ class FakeGpu:
     memory_used_mib: int = 0
     utilization: Utilization = field(default_factory=lambda: Utilization(gpu=0, memory=0))
     processes: tuple[RunningProcess, ...] = ()
+    mig_enabled: bool = False
 
 
-def a100_80g(numa: int | None = 0, uuid: str = "") -> FakeGpu:
-    return FakeGpu("NVIDIA A100-SXM4-80GB", 81920, numa=numa, uuid=uuid)
+def a100_80g(numa: int | None = 0, uuid: str = "", *, mig: bool = False) -> FakeGpu:
+    return FakeGpu("NVIDIA A100-SXM4-80GB", 81920, numa=numa, uuid=uuid, mig_enabled=mig)
 
 
-def a100_40g(numa: int | None = 0, uuid: str = "") -> FakeGpu:
-    return FakeGpu("NVIDIA A100-PCIE-40GB", 40960, numa=numa, uuid=uuid)
+def a100_40g(numa: int | None = 0, uuid: str = "", *, mig: bool = False) -> FakeGpu:
+    return FakeGpu("NVIDIA A100-PCIE-40GB", 40960, numa=numa, uuid=uuid, mig_enabled=mig)
 
 
-def h100_80g(numa: int | None = 0, uuid: str = "") -> FakeGpu:
-    return FakeGpu("NVIDIA H100 80GB HBM3", 81559, numa=numa, uuid=uuid)
+def h100_80g(numa: int | None = 0, uuid: str = "", *, mig: bool = False) -> FakeGpu:
+    return FakeGpu("NVIDIA H100 80GB HBM3", 81559, numa=numa, uuid=uuid, mig_enabled=mig)
 
 
 def v100_32g(numa: int | None = 0, uuid: str = "") -> FakeGpu:
@@ -107,6 +229,8 @@ class _State:
     failures: dict[tuple[str, int | None], _Failure] = field(default_factory=dict)
     unwatchable: set[int] = field(default_factory=set)
     driver_present: bool = True
+    mig: dict[int, _MigState] = field(default_factory=dict)
+    created_mig_devices: int = 0
 
 
 class FakeXidWatch:
@@ -161,7 +285,14 @@ class FakeNVML:
             )
             for index, gpu in enumerate(gpus)
         ]
-        self._state = _State(gpus=filled)
+        self._state = _State(
+            gpus=filled,
+            mig={
+                index: _MigState(current=gpu.mig_enabled, pending=gpu.mig_enabled)
+                for index, gpu in enumerate(filled)
+                if mig_profiles(gpu.name)
+            },
+        )
         self._lock = threading.Lock()
         self._watches: list[FakeXidWatch] = []
         self.created_watches: list[FakeXidWatch] = []
@@ -258,6 +389,20 @@ class FakeNVML:
             if watch in self._watches:
                 self._watches.remove(watch)
 
+    def hold_mig_mode_pending(self, index: int) -> None:
+        """Later MIG mode changes on this card stay pending, as when the GPU cannot be reset."""
+        with self._lock:
+            self._mig(index, "hold_mig_mode_pending").hold_pending = True
+
+    def set_mig_processes(
+        self, index: int, mig_uuid: str, processes: tuple[RunningProcess, ...]
+    ) -> None:
+        with self._lock:
+            state = self._mig(index, "set_mig_processes")
+            if not any(device.uuid == mig_uuid for device in state.devices.values()):
+                raise ValueError(f"card {index} has no MIG device {mig_uuid!r}")
+            state.processes[mig_uuid] = processes
+
     @property
     def open_watches(self) -> int:
         """How many XidWatch objects are open (tests wait for the plugin to start watching)."""
@@ -345,6 +490,140 @@ class FakeNVML:
             self.created_watches.append(watch)
         return watch
 
+    # ----- dynamic MIG -----
+
+    def mig_mode(self, index: int) -> MigMode:
+        self.check("mig_mode", index)
+        with self._lock:
+            state = self._mig(index, "nvmlDeviceGetMigMode")
+            return MigMode(current=state.current, pending=state.pending)
+
+    def set_mig_mode(self, index: int, enabled: bool) -> None:
+        self.check("set_mig_mode", index)
+        with self._lock:
+            state = self._mig(index, "nvmlDeviceSetMigMode")
+            if not enabled and state.instances:
+                raise NvmlError("nvmlDeviceSetMigMode", "In use by another client", _IN_USE)
+            state.pending = enabled
+            if not state.hold_pending:
+                state.current = enabled
+
+    def gpu_instance_profile(self, index: int, profile_id: int) -> GpuInstanceProfile:
+        self.check("gpu_instance_profile", index)
+        with self._lock:
+            return self._gi_profile(index, profile_id, "nvmlDeviceGetGpuInstanceProfileInfo").info
+
+    def gpu_instance_placements(self, index: int, profile_id: int) -> tuple[SlicePlacement, ...]:
+        self.check("gpu_instance_placements", index)
+        with self._lock:
+            operation = "nvmlDeviceGetGpuInstancePossiblePlacements"
+            return self._gi_profile(index, profile_id, operation).placements
+
+    def create_gpu_instance(
+        self, index: int, profile_id: int, placement: SlicePlacement
+    ) -> GpuInstance:
+        self.check("create_gpu_instance", index)
+        operation = "nvmlDeviceCreateGpuInstanceWithPlacement"
+        with self._lock:
+            profile = self._gi_profile(index, profile_id, operation)
+            state = self._state.mig[index]
+            if placement not in profile.placements:
+                raise NvmlError(
+                    operation, f"Invalid Argument (placement {placement})", _INVALID_ARGUMENT
+                )
+            same_profile = sum(1 for gi in state.instances.values() if gi.profile_id == profile_id)
+            if same_profile >= profile.info.instance_count or any(
+                _overlaps(gi.placement, placement) for gi in state.instances.values()
+            ):
+                raise NvmlError(operation, "Insufficient Resources", _INSUFFICIENT_RESOURCES)
+            # The fake's id rule: the full-GPU profile gets 0, others the lowest free id from 1.
+            ids = [0] if profile.info.slice_count >= 7 else range(1, 16)
+            gi_id = next(i for i in ids if i not in state.instances)
+            instance = GpuInstance(id=gi_id, profile_id=profile_id, placement=placement)
+            state.instances[gi_id] = instance
+            return instance
+
+    def create_compute_instance(
+        self, index: int, gpu_instance_id: int, profile_id: int
+    ) -> MigDevice:
+        self.check("create_compute_instance", index)
+        operation = "nvmlGpuInstanceCreateComputeInstance"
+        with self._lock:
+            state = self._enabled_mig(index, operation)
+            instance = self._instance(state, gpu_instance_id, operation)
+            gi_slices = self._profile_by_id(index, instance.profile_id).info.slice_count
+            ci_slices = _CI_SLICES.get(profile_id)
+            if ci_slices is None or ci_slices > gi_slices:
+                raise NvmlError(
+                    operation, f"Not Supported (CI profile {profile_id})", _NOT_SUPPORTED
+                )
+            used = sum(
+                slices for key, slices in state.ci_slices.items() if key[0] == gpu_instance_id
+            )
+            if used + ci_slices > gi_slices:
+                raise NvmlError(operation, "Insufficient Resources", _INSUFFICIENT_RESOURCES)
+            ci_id = next(i for i in range(8) if (gpu_instance_id, i) not in state.devices)
+            self._state.created_mig_devices += 1
+            serial = self._state.created_mig_devices
+            device = MigDevice(
+                uuid=f"MIG-{index:08x}-{gpu_instance_id:04x}-{ci_id:04x}-0000-{serial:012x}",
+                gpu_instance_id=gpu_instance_id,
+                compute_instance_id=ci_id,
+            )
+            state.devices[(gpu_instance_id, ci_id)] = device
+            state.ci_slices[(gpu_instance_id, ci_id)] = ci_slices
+            return device
+
+    def gpu_instances(self, index: int) -> tuple[GpuInstance, ...]:
+        self.check("gpu_instances", index)
+        with self._lock:
+            state = self._enabled_mig(index, "nvmlDeviceGetGpuInstances")
+            return tuple(state.instances[gi_id] for gi_id in sorted(state.instances))
+
+    def mig_devices(self, index: int) -> tuple[MigDevice, ...]:
+        self.check("mig_devices", index)
+        with self._lock:
+            state = self._mig(index, "nvmlDeviceGetMigDeviceHandleByIndex")
+            return tuple(state.devices[key] for key in sorted(state.devices))
+
+    def destroy_compute_instance(
+        self, index: int, gpu_instance_id: int, compute_instance_id: int
+    ) -> None:
+        self.check("destroy_compute_instance", index)
+        operation = "nvmlComputeInstanceDestroy"
+        with self._lock:
+            state = self._enabled_mig(index, operation)
+            device = state.devices.get((gpu_instance_id, compute_instance_id))
+            if device is None:
+                raise NvmlError(
+                    operation,
+                    f"Not Found (GI {gpu_instance_id} CI {compute_instance_id})",
+                    _NOT_FOUND,
+                )
+            if state.processes.get(device.uuid):
+                raise NvmlError(operation, "In use by another client", _IN_USE)
+            del state.devices[(gpu_instance_id, compute_instance_id)]
+            del state.ci_slices[(gpu_instance_id, compute_instance_id)]
+            state.processes.pop(device.uuid, None)
+
+    def destroy_gpu_instance(self, index: int, gpu_instance_id: int) -> None:
+        self.check("destroy_gpu_instance", index)
+        operation = "nvmlGpuInstanceDestroy"
+        with self._lock:
+            state = self._enabled_mig(index, operation)
+            self._instance(state, gpu_instance_id, operation)
+            if any(key[0] == gpu_instance_id for key in state.devices):
+                raise NvmlError(operation, "In use by another client", _IN_USE)
+            del state.instances[gpu_instance_id]
+
+    def mig_device_processes(self, index: int, mig_uuid: str) -> tuple[RunningProcess, ...]:
+        self.check("mig_device_processes", index)
+        with self._lock:
+            state = self._mig(index, "nvmlDeviceGetHandleByUUID")
+            if not any(device.uuid == mig_uuid for device in state.devices.values()):
+                raise NvmlError("nvmlDeviceGetHandleByUUID", f"Not Found ({mig_uuid})", _NOT_FOUND)
+            return state.processes.get(mig_uuid, ())
+
     def close(self) -> None:
         self.closed += 1
 
@@ -357,6 +636,44 @@ class FakeNVML:
             )
         return self._state.gpus[index]
 
+    def _mig(self, index: int, operation: str) -> _MigState:
+        gpu = self._gpu(index)
+        state = self._state.mig.get(index)
+        if state is None:
+            raise NvmlNotSupportedError(
+                operation, f"Not Supported ({gpu.name} has no MIG)", _NOT_SUPPORTED
+            )
+        return state
+
+    def _enabled_mig(self, index: int, operation: str) -> _MigState:
+        state = self._mig(index, operation)
+        if not state.current:
+            raise NvmlNotSupportedError(
+                operation, "Not Supported (MIG mode is disabled)", _NOT_SUPPORTED
+            )
+        return state
+
+    def _profile_by_id(self, index: int, profile_id: int) -> FakeGiProfile:
+        for profile in mig_profiles(self._gpu(index).name):
+            if profile.info.profile_id == profile_id:
+                return profile
+        raise NvmlNotSupportedError(
+            "nvmlDeviceGetGpuInstanceProfileInfo",
+            f"Not Supported (GI profile {profile_id})",
+            _NOT_SUPPORTED,
+        )
+
+    def _gi_profile(self, index: int, profile_id: int, operation: str) -> FakeGiProfile:
+        self._enabled_mig(index, operation)
+        return self._profile_by_id(index, profile_id)
+
+    @staticmethod
+    def _instance(state: _MigState, gpu_instance_id: int, operation: str) -> GpuInstance:
+        instance = state.instances.get(gpu_instance_id)
+        if instance is None:
+            raise NvmlError(operation, f"Not Found (GPU instance {gpu_instance_id})", _NOT_FOUND)
+        return instance
+
     def _read(self, operation: str, index: int) -> FakeGpu:
         self.check(operation, index)
         with self._lock:
@@ -366,3 +683,7 @@ class FakeNVML:
         self._gpu(index)
         link = NvLink(remote_bus_id=remote_bus_id, remote_is_switch=is_switch)
         self._state.links.setdefault(index, []).extend([link] * count)
+
+
+def _overlaps(first: SlicePlacement, second: SlicePlacement) -> bool:
+    return first.start < second.start + second.size and second.start < first.start + first.size
