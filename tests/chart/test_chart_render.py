@@ -1,0 +1,495 @@
+"""The chart rendered by the real helm binary, for several value sets, and checked for real:
+strict Kubernetes schemas, our own config loaders and CLI parsers, mounts, selectors, RBAC."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import PurePosixPath
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import typer.core
+import typer.main
+import yaml
+
+from pyhami.cli import app
+from pyhami.devices.config import parse_device_config
+from pyhami.monitor.settings import parse_flags
+from pyhami.testing.scheduler_harness.config import ExtenderConfig
+
+from .render import CHART, NAMESPACE, VALUE_SETS, Rendered, helm, render, set_flags, values
+
+# Chart.yaml's kubeVersion floor and the newest schemas kubernetes-validate bundles.
+KUBE_VERSIONS = ("1.29.0", kubernetes_validate.latest_version())
+
+# The used fields of the CRD kinds the chart renders; anything else is rejected.
+CRD_SCHEMAS: dict[str, dict[str, Any]] = {
+    "ServiceMonitor": {
+        "type": "object",
+        "required": ["selector", "endpoints"],
+        "additionalProperties": False,
+        "properties": {
+            "selector": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {"matchLabels": {"type": "object"}},
+            },
+            "namespaceSelector": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {"matchNames": {"type": "array", "items": {"type": "string"}}},
+            },
+            "endpoints": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "required": ["port"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "port": {"type": "string"},
+                        "interval": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
+                    },
+                },
+            },
+        },
+    },
+    "Issuer": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["selfSigned"],
+        "properties": {"selfSigned": {"type": "object", "maxProperties": 0}},
+    },
+    "Certificate": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["secretName", "dnsNames", "issuerRef"],
+        "properties": {
+            "secretName": {"type": "string", "minLength": 1},
+            "dnsNames": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+            "issuerRef": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["name", "kind"],
+                "properties": {"name": {"type": "string"}, "kind": {"enum": ["Issuer"]}},
+            },
+        },
+    },
+}
+CRD_API_VERSIONS = {
+    "ServiceMonitor": "monitoring.coreos.com/v1",
+    "Issuer": "cert-manager.io/v1",
+    "Certificate": "cert-manager.io/v1",
+}
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration"}
+
+ALL_SETS = sorted(VALUE_SETS)
+
+
+def pyhami_command() -> typer.core.TyperGroup:
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.core.TyperGroup)
+    return group
+
+
+def pyhami_argv(container: dict[str, Any]) -> list[str] | None:
+    """The pyhami command line a container runs (through the plugin's `sh -c ... exec "$@"`)."""
+    argv = [*container.get("command", ()), *container.get("args", ())]
+    if argv[:2] == ["sh", "-c"]:
+        assert argv[2].rstrip().endswith('exec "$@"'), f"{container['name']}: wrapper drops args"
+        argv = argv[4:]  # argv[3] is the script's $0
+    return argv if argv[:1] == ["pyhami"] else None
+
+
+def parse_pyhami(argv: list[str]) -> dict[str, Any]:
+    """Parse with the real typer/click command, without running it; errors fail the test."""
+    group = pyhami_command()
+    parent = typer.Context(group, info_name="pyhami")
+    sub = group.get_command(parent, argv[1])
+    assert sub is not None, f"no pyhami command {argv[1]!r}"
+    ctx = sub.make_context(argv[1], argv[2:], parent=parent)
+    if argv[1] == "monitor":
+        flags = parse_flags(ctx.args)
+        return {"metrics_bind_address": flags.metrics_bind_address}
+    return dict(ctx.params)
+
+
+def env_of(container: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container.get("env", ()) if "value" in e}
+
+
+def backed_by_mount(spec: dict[str, Any], container: dict[str, Any], path: str) -> bool:
+    volumes = {v["name"] for v in spec.get("volumes", ())}
+    target = PurePosixPath(path)
+    return any(
+        m["name"] in volumes
+        and (
+            target == PurePosixPath(m["mountPath"])
+            or PurePosixPath(m["mountPath"]) in target.parents
+        )
+        for m in container.get("volumeMounts", ())
+    )
+
+
+# --- helm itself ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value_set", ALL_SETS)
+def test_helm_lint_strict(value_set: str) -> None:
+    out = helm("lint", "--strict", str(CHART), *set_flags(VALUE_SETS[value_set]))
+    assert "0 chart(s) failed" in out
+
+
+def test_a_wrong_value_type_fails_to_render() -> None:
+    with pytest.raises(AssertionError, match="failed"):
+        helm("template", "x", str(CHART), "--set", "scheduler.replicas=many")
+
+
+# --- schemas ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
+@pytest.mark.parametrize("value_set", ALL_SETS)
+def test_every_object_passes_the_strict_schema(value_set: str, kube_version: str) -> None:
+    for obj in render(value_set).objects:
+        name = f"{obj['kind']}/{obj['metadata']['name']}"
+        if obj["kind"] in CRD_SCHEMAS:
+            assert obj["apiVersion"] == CRD_API_VERSIONS[obj["kind"]], name
+            jsonschema.validate(obj["spec"], CRD_SCHEMAS[obj["kind"]])
+        else:
+            try:
+                kubernetes_validate.validate(obj, kube_version, strict=True)
+            except kubernetes_validate.ValidationError as error:
+                pytest.fail(f"{name} invalid for Kubernetes {kube_version}: {error.message}")
+
+
+def test_the_validators_reject_unknown_fields() -> None:
+    """Guards the schema test itself: a misspelt field must not slip through."""
+    deployment = render("defaults").one("Deployment")
+    bad = {**deployment, "spec": {**deployment["spec"], "replica": 2}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, KUBE_VERSIONS[0], strict=True)
+    certificate = render("cert-manager").one("Certificate")
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**certificate["spec"], "dnsName": ["x"]}, CRD_SCHEMAS["Certificate"])
+
+
+# --- the scheduler ----------------------------------------------------------------------------
+
+
+def kube_scheduler_config(rendered: Rendered) -> dict[str, Any]:
+    config: dict[str, Any] = yaml.safe_load(
+        rendered.one("ConfigMap", "-newversion")["data"]["config.yaml"]
+    )
+    return config
+
+
+def extender_container(rendered: Rendered) -> dict[str, Any]:
+    spec = rendered.one("Deployment")["spec"]["template"]["spec"]
+    return next(c for c in spec["containers"] if c["name"] == "vgpu-scheduler-extender")
+
+
+@pytest.mark.parametrize("value_set", ["defaults", "custom-names", "leader-3-replicas"])
+def test_kube_scheduler_config_drives_the_extender_the_pod_serves(value_set: str) -> None:
+    rendered = render(value_set)
+    vals = values(value_set)
+    config = kube_scheduler_config(rendered)
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert config["kind"] == "KubeSchedulerConfiguration"
+    assert [p["schedulerName"] for p in config["profiles"]] == [vals["schedulerName"]]
+    assert config["leaderElection"]["leaderElect"] is vals["scheduler"]["leaderElect"]
+    (entry,) = config["extenders"]
+    extender = ExtenderConfig.from_kube_scheduler_config(entry)
+    assert (extender.filter_verb, extender.bind_verb) == ("filter", "bind")
+    assert extender.ignorable is False
+    assert extender.node_cache_capable
+    names = {
+        vals[k]
+        for k in (
+            "resourceName",
+            "resourceMem",
+            "resourceMemPercentage",
+            "resourceCores",
+            "resourcePriority",
+        )
+    }
+    assert {r.name for r in extender.managed_resources} == names
+    assert all(r.ignored_by_scheduler for r in extender.managed_resources)
+    # kube-scheduler shares the pod with the extender: the URL must hit the extender's bind port.
+    params = parse_pyhami(pyhami_argv(extender_container(rendered)) or [])
+    bind_port = params["http_bind"].rpartition(":")[2]
+    assert extender.url_prefix == f"https://127.0.0.1:{bind_port}"
+    assert params["scheduler_name"] == vals["schedulerName"]
+    assert params["leader_elect"] is vals["scheduler"]["leaderElect"]
+
+
+def test_service_and_webhook_reach_the_extender_port() -> None:
+    rendered = render("defaults")
+    ports = {p["name"]: p["containerPort"] for p in extender_container(rendered)["ports"]}
+    params = parse_pyhami(pyhami_argv(extender_container(rendered)) or [])
+    assert ports["http"] == int(params["http_bind"].rpartition(":")[2])
+    assert ports["metrics"] == int(params["metrics_bind_address"].rpartition(":")[2])
+    service = rendered.one("Service", "-scheduler")
+    by_name = {p["name"]: p for p in service["spec"]["ports"]}
+    assert by_name["http"]["targetPort"] == "http"
+    assert by_name["monitor"]["targetPort"] == "metrics"
+    (hook,) = rendered.one("MutatingWebhookConfiguration")["webhooks"]
+    target = hook["clientConfig"]["service"]
+    assert (target["name"], target["namespace"]) == (service["metadata"]["name"], NAMESPACE)
+    assert target["port"] == by_name["http"]["port"]
+    assert target["path"] in scheduler_routes()
+    assert hook["rules"][0]["resources"] == ["pods"]
+
+
+def scheduler_routes() -> set[str]:
+    """The paths the scheduler's main server really registers (routes only; nothing is served)."""
+    from pyhami.scheduler.metrics import SchedulerMetrics
+    from pyhami.scheduler.server import build_app
+
+    unused: Any = object()
+    web_app = build_app(unused, unused, SchedulerMetrics(lambda: unused))
+    return {resource.canonical for resource in web_app.router.resources()}
+
+
+def test_webhook_values_reach_the_webhook() -> None:
+    (hook,) = render("everything-on").one("MutatingWebhookConfiguration")["webhooks"]
+    skipped = [
+        e
+        for e in hook["namespaceSelector"]["matchExpressions"]
+        if e["key"] == "kubernetes.io/metadata.name"
+    ]
+    assert skipped == [
+        {
+            "key": "kubernetes.io/metadata.name",
+            "operator": "NotIn",
+            "values": ["kube-system", "monitoring"],
+        }
+    ]
+    custom = render_with(
+        "scheduler.admissionWebhook.customURL.enabled=true",
+        "scheduler.admissionWebhook.failurePolicy=Fail",
+    )
+    (hook,) = custom.one("MutatingWebhookConfiguration")["webhooks"]
+    assert hook["clientConfig"] == {"url": "https://127.0.0.1:31998/webhook"}
+    assert hook["failurePolicy"] == "Fail"
+
+
+def render_with(*pairs: str) -> Rendered:
+    out = helm("template", "gpu", str(CHART), "--namespace", NAMESPACE, *set_flags(pairs))
+    return Rendered(tuple(doc for doc in yaml.safe_load_all(out) if doc))
+
+
+# --- TLS: the cert Job or cert-manager ----------------------------------------------------------
+
+
+def test_cert_job_creates_the_secret_the_extender_mounts_and_patches_the_webhook() -> None:
+    rendered = render("defaults")
+    secret = rendered.one("Deployment")["spec"]["template"]["spec"]["volumes"][0]["secret"][
+        "secretName"
+    ]
+    job = rendered.one("Job")["spec"]["template"]["spec"]
+    create, patch = job["initContainers"][0], job["containers"][0]
+    assert (
+        f"--secret-name={secret}" in create["args"] and f"--secret-name={secret}" in patch["args"]
+    )
+    webhook = rendered.one("MutatingWebhookConfiguration")["metadata"]["name"]
+    assert f"--webhook-name={webhook}" in patch["args"]
+    service = rendered.one("Service", "-scheduler")["metadata"]["name"]
+    hosts = next(a for a in create["args"] if a.startswith("--host=")).split("=", 1)[1].split(",")
+    assert f"{service}.{NAMESPACE}.svc" in hosts
+    assert not rendered.of_kind("Certificate")
+    # Without a webhook there is nothing to patch: the Job only creates the Secret.
+    off = render("webhook-off")
+    assert not off.of_kind("MutatingWebhookConfiguration")
+    assert [c["args"][0] for c in off.one("Job")["spec"]["template"]["spec"]["containers"]] == [
+        "create"
+    ]
+
+
+def test_cert_manager_replaces_the_job_and_injects_the_ca() -> None:
+    rendered = render("cert-manager")
+    assert not rendered.of_kind("Job")
+    certificate = rendered.one("Certificate")
+    issuer = rendered.one("Issuer")
+    assert certificate["spec"]["issuerRef"]["name"] == issuer["metadata"]["name"]
+    webhook = rendered.one("MutatingWebhookConfiguration")
+    inject = webhook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+    assert inject == f"{certificate['metadata']['namespace']}/{certificate['metadata']['name']}"
+    volumes = rendered.one("Deployment")["spec"]["template"]["spec"]["volumes"]
+    assert certificate["spec"]["secretName"] in {
+        v.get("secret", {}).get("secretName") for v in volumes
+    }
+    service = rendered.one("Service", "-scheduler")["metadata"]["name"]
+    assert f"{service}.{NAMESPACE}.svc" in certificate["spec"]["dnsNames"]
+
+
+# --- containers: arguments and the paths behind them -------------------------------------------
+
+
+@pytest.mark.parametrize("value_set", ["defaults", "custom-names", "leader-3-replicas"])
+def test_every_pyhami_container_parses_and_its_paths_are_mounted(value_set: str) -> None:
+    rendered = render(value_set)
+    seen = set()
+    for spec, container in rendered.containers():
+        argv = pyhami_argv(container)
+        if argv is None:
+            continue
+        seen.add(argv[1])
+        params = parse_pyhami(argv)
+        env = env_of(container)
+        paths = [
+            str(params[key])
+            for key in (
+                "device_config_file",
+                "cert_file",
+                "key_file",
+                "config_file",
+                "node_config_file",
+                "plugin_dir",
+            )
+            if params.get(key)
+        ]
+        if argv[1] == "device-plugin":
+            paths += [f"{params['hook_path']}/vgpu", "/tmp/vgpulock"]
+        if argv[1] == "monitor":
+            paths += [f"{env['HOOK_PATH']}/containers", "/tmp/hami"]
+        for path in paths:
+            assert backed_by_mount(spec, container, path), (
+                f"{container['name']}: {path} not mounted"
+            )
+    assert seen == {"scheduler", "device-plugin", "monitor"}
+
+
+def test_the_plugin_copies_libvgpu_where_it_mounts_it_from() -> None:
+    rendered = render("custom-names")
+    spec = rendered.one("DaemonSet")["spec"]["template"]["spec"]
+    plugin = next(c for c in spec["containers"] if c["name"] == "device-plugin")
+    params = parse_pyhami(pyhami_argv(plugin) or [])
+    vgpu = f"{params['hook_path']}/vgpu"
+    script = shlex.split(plugin["command"][2])
+    assert script[:4] == [
+        "cp",
+        "-f",
+        "/opt/pyhami/lib/libvgpu.so",
+        f"{vgpu}/libvgpu.so.{params['libvgpu_version']}",
+    ]
+    assert f"{vgpu}/ld.so.preload" in script
+    host = {v["name"]: v.get("hostPath", {}).get("path") for v in spec["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in plugin["volumeMounts"]}
+    # The plugin hands kubelet its own paths as host paths: they must be the same directory.
+    assert host[mounts[vgpu]] == vgpu
+    assert host[mounts["/tmp"]] == "/tmp"
+    monitor = next(c for c in spec["containers"] if c["name"] == "vgpu-monitor")
+    assert env_of(monitor)["HOOK_PATH"] == vgpu
+
+
+def test_monitor_rejects_what_the_chart_must_not_pass() -> None:
+    """Guards the argument test: a bad flag value is an error, not ignored."""
+    with pytest.raises(typer.BadParameter):
+        parse_pyhami(["pyhami", "device-plugin", "-v=4"])
+
+
+# --- ConfigMaps -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value_set", ["defaults", "custom-names"])
+def test_device_configmap_loads_with_our_loader(value_set: str) -> None:
+    vals = values(value_set)
+    config = parse_device_config(
+        render(value_set).one("ConfigMap", "-device")["data"]["device-config.yaml"]
+    )
+    nvidia = config.nvidia
+    assert nvidia.resource_count_name == vals["resourceName"]
+    assert nvidia.resource_memory_name == vals["resourceMem"]
+    assert nvidia.resource_memory_percentage_name == vals["resourceMemPercentage"]
+    assert nvidia.resource_core_name == vals["resourceCores"]
+    assert nvidia.resource_priority_name == vals["resourcePriority"]
+    assert nvidia.device_split_count == vals["devicePlugin"]["deviceSplitCount"]
+
+
+def test_node_configmap_is_the_plugins_node_config_file() -> None:
+    rendered = render("defaults")
+    node_config = rendered.one("ConfigMap", "-device-plugin")
+    spec = rendered.one("DaemonSet")["spec"]["template"]["spec"]
+    volume = next(
+        v
+        for v in spec["volumes"]
+        if v.get("configMap", {}).get("name") == node_config["metadata"]["name"]
+    )
+    plugin = next(c for c in spec["containers"] if c["name"] == "device-plugin")
+    params = parse_pyhami(pyhami_argv(plugin) or [])
+    mount = next(m for m in plugin["volumeMounts"] if m["name"] == volume["name"])
+    assert (
+        PurePosixPath(params["node_config_file"])
+        == PurePosixPath(mount["mountPath"]) / "config.json"
+    )
+    assert yaml.safe_load(node_config["data"]["config.json"]) == {"nodeconfig": []}
+
+
+# --- labels, selectors, switches ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value_set", ALL_SETS)
+def test_selectors_match_between_workloads_services_and_monitors(value_set: str) -> None:
+    rendered = render(value_set)
+    pod_labels = []
+    for kind in ("Deployment", "DaemonSet"):
+        for workload in rendered.of_kind(kind):
+            labels = workload["spec"]["template"]["metadata"]["labels"]
+            selector = workload["spec"]["selector"]["matchLabels"]
+            assert selector.items() <= labels.items(), workload["metadata"]["name"]
+            pod_labels.append(labels)
+    for service in rendered.of_kind("Service"):
+        matches = [
+            labels for labels in pod_labels if service["spec"]["selector"].items() <= labels.items()
+        ]
+        assert len(matches) == 1, (
+            f"Service {service['metadata']['name']} selects {len(matches)} workloads"
+        )
+    for monitor in rendered.of_kind("ServiceMonitor"):
+        wanted = monitor["spec"]["selector"]["matchLabels"].items()
+        services = [
+            s for s in rendered.of_kind("Service") if wanted <= s["metadata"]["labels"].items()
+        ]
+        assert len(services) == 1, monitor["metadata"]["name"]
+        port_names = {p["name"] for p in services[0]["spec"]["ports"]}
+        assert {e["port"] for e in monitor["spec"]["endpoints"]} <= port_names
+    for pdb in rendered.of_kind("PodDisruptionBudget"):
+        assert any(
+            pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+            for labels in pod_labels
+        )
+
+
+def test_components_switch_off_one_at_a_time() -> None:
+    kinds_off = {o["kind"] for o in render("scheduler-off").objects}
+    assert not kinds_off & {"Deployment", "MutatingWebhookConfiguration", "Job"}
+    assert "DaemonSet" in kinds_off
+    plugin_off = render("device-plugin-off")
+    assert not plugin_off.of_kind("DaemonSet")
+    assert plugin_off.of_kind("Deployment")
+    assert all("device-plugin" not in o["metadata"]["name"] for o in plugin_off.objects)
+    both_off = render_with("scheduler.enabled=false", "devicePlugin.enabled=false")
+    assert both_off.objects == ()
+
+
+def test_disruption_budget_only_with_several_replicas() -> None:
+    assert not render("defaults").of_kind("PodDisruptionBudget")
+    assert render("leader-3-replicas").one("Deployment")["spec"]["replicas"] == 3
+    assert render("leader-3-replicas").one("PodDisruptionBudget")["spec"]["minAvailable"] == 1
+
+
+def test_namespace_override_and_global_metadata() -> None:
+    for obj in render("custom-names").objects:
+        if obj["kind"] not in CLUSTER_SCOPED:
+            assert obj["metadata"]["namespace"] == "gpu-system", obj["metadata"]["name"]
+        for subject in obj.get("subjects", ()):
+            assert subject["namespace"] == "gpu-system"
+    everything = render("everything-on")
+    for obj in everything.objects:
+        assert obj["metadata"]["labels"]["team"] == "gpu", obj["metadata"]["name"]
+    for spec in everything.pod_specs():
+        assert spec["imagePullSecrets"] == [{"name": "registry"}]
+    assert everything.one("Deployment")["metadata"]["annotations"] == {"owner": "ops"}
