@@ -28,6 +28,7 @@ from pyhami.deviceplugin.api import api_pb2
 from pyhami.deviceplugin.binding import PodBinding
 from pyhami.deviceplugin.kubeapi import JsonObject, annotations, metadata_field
 from pyhami.deviceplugin.listing import NoPreferenceError, physical_id, preferred_replicas
+from pyhami.deviceplugin.migpods import MigPods
 from pyhami.kube import KubeClient
 from pyhami.model import ContainerDevice, ContainerDevices, PodSingleDevice
 from pyhami.protocol import (
@@ -129,6 +130,7 @@ class Allocator:
         resource_name: str = "nvidia.com/gpu",
         follow_kubelet_choice: bool = False,
         new_cache_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+        mig: MigPods | None = None,
     ) -> None:
         self._kube = kube
         self._binding = binding
@@ -136,6 +138,7 @@ class Allocator:
         self._follow_kubelet = follow_kubelet_choice
         self._resource = resource_name
         self._new_cache_id = new_cache_id
+        self._mig = mig  # dynamic MIG mode: instances instead of HAMi-core (§4.6)
         self._lock = asyncio.Lock()
 
     async def allocate(self, request: api_pb2.AllocateRequest) -> api_pb2.AllocateResponse:
@@ -160,9 +163,13 @@ class Allocator:
         scheduled = assigned(pod)
         files = await asyncio.to_thread(_files, self._settings)
         responses = []
+        mig_slots = []
         for container_request in request.container_requests:
             kubelet_ids = list(container_request.devices_ids)
             slot = take_next(pod, entries, kubelet_ids, assigned=scheduled, resource=self._resource)
+            if self._mig is not None:
+                mig_slots.append(slot)
+                continue
             if self._follow_kubelet:
                 slot = replace(slot, devices=_realigned(slot.devices, kubelet_ids))
             plan = plan_container(
@@ -180,6 +187,8 @@ class Allocator:
                 slot.container.get("name"),
                 plan.envs["NVIDIA_VISIBLE_DEVICES"],
             )
+        if self._mig is not None:
+            responses = await self._mig.serve(pod, mig_slots)
         # HAMi rewrites decode→encode, which adds one `;` per call (protocol.md A2); kept for
         # byte compatibility with HAMi's own readers.
         blanked = encode_pod_single_device(tuple(entries))

@@ -19,7 +19,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pyhami.devices.config import DeviceConfigError, NvidiaConfig, parse_device_config
+from pyhami.devices.config import (
+    DeviceConfigError,
+    MigAllowlistEntry,
+    NvidiaConfig,
+    parse_device_config,
+)
 
 NODE_CONFIG_PATH = Path("/config/config.json")
 
@@ -60,6 +65,7 @@ class VgpuConfig:
     operating_mode: str = OperatingMode.HAMI_CORE.value  # other strings behave like hami-core
     device_filter: DeviceFilter = field(default_factory=DeviceFilter)
     enable_preferred_allocation: bool = False
+    mig_profile_allowlist: tuple[MigAllowlistEntry, ...] = ()
 
     def check(self, where: str) -> "VgpuConfig":
         """Refuse values that would publish nonsense; `where` names the source in the error."""
@@ -82,10 +88,10 @@ class VgpuConfig:
                 f"{where}: preConfiguredDeviceMemory must be >= 0 MiB, "
                 f"got {self.preconfigured_device_memory}"
             )
-        if self.operating_mode == OperatingMode.MIG:
+        if self.operating_mode == OperatingMode.MIG and not self.mig_profile_allowlist:
             raise ConfigError(
-                f"{where}: operating mode 'mig' (dynamic MIG) is not supported by the pyhami "
-                "device plugin; use 'hami-core' on this node"
+                f"{where}: operating mode 'mig' (dynamic MIG) needs nvidia.migProfileAllowlist "
+                "in the device config (which MIG profiles to offer on which GPU models)"
             )
         return self
 
@@ -112,6 +118,7 @@ _YAML_FIELDS = {
     "lib_cuda_log_level": "lib_cuda_log_level",
     "enable_numa_topology": "enable_numa_topology",
     "disable_core_limit": "disable_core_limit",
+    "mig_profile_allowlist": "mig_profile_allowlist",
 }
 
 

@@ -3,7 +3,7 @@
 kubelet only counts these ids; the real assignment comes from the scheduler's annotation.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from pyhami.deviceplugin.api import HEALTHY, UNHEALTHY, api_pb2
 from pyhami.deviceplugin.inventory import Gpu
@@ -14,9 +14,16 @@ def replica_ids(uuid: str, split: int) -> list[str]:
 
 
 def kubelet_devices(
-    gpus: Sequence[Gpu], split: int, healthy: dict[str, bool], *, numa_topology: bool
+    gpus: Sequence[Gpu],
+    split: int | Mapping[str, int],
+    healthy: dict[str, bool],
+    *,
+    numa_topology: bool,
 ) -> list[api_pb2.Device]:
-    """The ListAndWatch list, GPUs in index order (HAMi's order is random)."""
+    """The ListAndWatch list, GPUs in index order (HAMi's order is random).
+
+    `split` is the replicas per GPU, or per GPU UUID (dynamic MIG: the published count).
+    """
     devices: list[api_pb2.Device] = []
     for gpu in gpus:
         health = HEALTHY if healthy.get(gpu.uuid, True) else UNHEALTHY
@@ -25,7 +32,9 @@ def kubelet_devices(
             topology = api_pb2.TopologyInfo(nodes=[api_pb2.NUMANode(ID=gpu.numa)])
         devices.extend(
             api_pb2.Device(ID=replica, health=health, topology=topology)
-            for replica in replica_ids(gpu.uuid, split)
+            for replica in replica_ids(
+                gpu.uuid, split if isinstance(split, int) else split.get(gpu.uuid, 0)
+            )
         )
     return devices
 

@@ -17,9 +17,10 @@ from pyhami.deviceplugin.config import OperatingMode, VgpuConfig
 from pyhami.deviceplugin.health import HealthBoard
 from pyhami.deviceplugin.inventory import Gpu
 from pyhami.deviceplugin.kubeapi import annotations
+from pyhami.deviceplugin.mig import MigManager
 from pyhami.deviceplugin.topology import PairScores, read_pair_scores
 from pyhami.kube import KubeClient, KubeError
-from pyhami.model import DeviceInfo
+from pyhami.model import DeviceInfo, MigProfile
 from pyhami.nvml import Nvml, NvmlError, NvmlNotSupportedError
 from pyhami.protocol import (
     KEY_NODE_NVIDIA_REGISTER,
@@ -39,20 +40,33 @@ def card_type(nvml_name: str) -> str:
     return nvml_name if nvml_name.startswith("NVIDIA") else f"NVIDIA-{nvml_name}"
 
 
-def device_info(gpu: Gpu, memory_mib: int, config: VgpuConfig, healthy: bool) -> DeviceInfo:
-    """One annotation entry (spec §3.2): scaled memory and cores, split count, mode, health."""
+def device_info(
+    gpu: Gpu,
+    memory_mib: int,
+    config: VgpuConfig,
+    healthy: bool,
+    *,
+    mig_profiles: tuple[MigProfile, ...] = (),
+    mig_count: int = 0,
+) -> DeviceInfo:
+    """One annotation entry (spec §3.2): scaled memory and cores, split count, mode, health.
+
+    Dynamic MIG: unscaled memory, devcore 100, count = most instances of any profile.
+    """
+    mig = config.operating_mode == OperatingMode.MIG
     devmem = memory_mib
-    if config.device_memory_scaling != 1 and config.operating_mode != OperatingMode.MIG:
+    if config.device_memory_scaling != 1 and not mig:
         devmem = int(memory_mib * config.device_memory_scaling)
     return DeviceInfo(
         id=gpu.uuid,
         index=gpu.index,
-        count=config.device_split_count,
+        count=mig_count if mig else config.device_split_count,
         devmem=devmem,
-        devcore=int(config.device_core_scaling * 100),
+        devcore=100 if mig else int(config.device_core_scaling * 100),
         type=card_type(gpu.name),
         numa=gpu.numa or 0,  # unknown NUMA is published as 0, as HAMi does
         mode=config.operating_mode,
+        mig_profiles=mig_profiles,
         health=healthy,
     )
 
@@ -68,8 +82,10 @@ class Scanner:
         board: HealthBoard,
         *,
         topology_score: bool,
+        mig: MigManager | None = None,
     ) -> None:
         self._nvml = nvml
+        self._mig = mig
         self._gpus = tuple(gpus)
         self._config = config
         self._board = board
@@ -102,8 +118,18 @@ class Scanner:
             memory, answered = self._memory_mib(gpu)
             if memory is None:
                 continue
+            healthy = answered and self._board.healthy(gpu.uuid)
+            if self._mig is None:
+                infos.append(device_info(gpu, memory, self._config, healthy))
+                continue
+            profiles = self._mig.publish(gpu)
+            if not profiles:  # HAMi skips a MIG-mode GPU without profiles too
+                continue
+            count = self._mig.capacities.get(gpu.uuid, 0)
             infos.append(
-                device_info(gpu, memory, self._config, answered and self._board.healthy(gpu.uuid))
+                device_info(
+                    gpu, memory, self._config, healthy, mig_profiles=profiles, mig_count=count
+                )
             )
         return infos
 

@@ -6,7 +6,7 @@ Thin on purpose: device lists come from `listing`, Allocate and preferred alloca
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -45,7 +45,7 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
         self,
         gpus: Sequence[Gpu],
         *,
-        split: int,
+        split: int | Mapping[str, int],
         numa_topology: bool,
         board: HealthBoard,
         allocations: Allocations,

@@ -20,9 +20,11 @@ from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.deviceplugin.allocator import Allocator
 from pyhami.deviceplugin.api import DEVICE_PLUGIN_PATH
 from pyhami.deviceplugin.binding import PodBinding
-from pyhami.deviceplugin.config import ConfigError, VgpuConfig
+from pyhami.deviceplugin.config import ConfigError, OperatingMode, VgpuConfig
 from pyhami.deviceplugin.health import HealthBoard, HealthWatcher, XidPolicy
 from pyhami.deviceplugin.inventory import Gpu, InventoryError, discover
+from pyhami.deviceplugin.mig import MigManager
+from pyhami.deviceplugin.migpods import MigPods
 from pyhami.deviceplugin.register import NodeRegistrar, Scanner
 from pyhami.deviceplugin.server import (
     DevicePluginServicer,
@@ -50,6 +52,7 @@ class PluginOptions:
     restart_delay: float = 30.0  # after a failed start, as HAMi
     kubelet_poll: float = 1.0
     xid_wait_ms: int = 1000
+    mig_reconcile_interval: float = 5.0
 
 
 def socket_name(resource_name: str) -> str:
@@ -76,6 +79,13 @@ class _Instance:
         self.socket = options.plugin_dir / socket_name(config.resource_name)
         binding = PodBinding(plugin.kube, options.node_name)
         settings = options.settings
+        manager: MigManager | None = None
+        self.mig: MigPods | None = None
+        if config.operating_mode == OperatingMode.MIG:
+            manager = MigManager(plugin.nvml, gpus, config.mig_profile_allowlist)
+            self.mig = MigPods(
+                plugin.kube, options.node_name, manager, interval=options.mig_reconcile_interval
+            )
         allocator = Allocator(
             plugin.kube,
             binding,
@@ -89,10 +99,11 @@ class _Instance:
             ),
             resource_name=config.resource_name,
             follow_kubelet_choice=config.enable_preferred_allocation,
+            mig=self.mig,
         )
         self.servicer = DevicePluginServicer(
             gpus,
-            split=config.device_split_count,
+            split=config.device_split_count if manager is None else manager.capacities,
             numa_topology=config.enable_numa_topology,
             board=plugin.board,
             allocations=allocator,
@@ -100,7 +111,12 @@ class _Instance:
         )
         self.server = PluginServer(self.servicer, self.socket, self.stopping)
         scanner = Scanner(
-            plugin.nvml, gpus, config, plugin.board, topology_score=options.topology_score
+            plugin.nvml,
+            gpus,
+            config,
+            plugin.board,
+            topology_score=options.topology_score,
+            mig=manager,
         )
         self.registrar = NodeRegistrar(
             plugin.kube,
@@ -205,6 +221,11 @@ class DevicePlugin:
 
     async def _start(self, instance: _Instance) -> tuple[int, int] | None:
         self.board.track(gpu.uuid for gpu in instance.gpus)
+        if instance.mig is not None:
+            await instance.mig.startup()
+            # Publishing fills the replica counts ListAndWatch reports, before kubelet asks.
+            manager = instance.mig.manager
+            await asyncio.to_thread(lambda: [manager.publish(gpu) for gpu in instance.gpus])
         await instance.server.start()
         if self.options.kubelet_socket is not None:
             await register_with_kubelet(
@@ -227,6 +248,8 @@ class DevicePlugin:
         )
         # Ends by itself when DP_DISABLE_HEALTHCHECKS turns XID checks off.
         instance.spawn("xid-health", instance.health.run(instance.stopping), may_finish=True)
+        if instance.mig is not None:
+            instance.spawn("mig-reconcile", instance.mig.run(instance.stopping), may_finish=False)
         return kubelet_seen
 
     def _kubelet_changed_from(self, seen: tuple[int, int] | None) -> Callable[[], bool]:

@@ -111,7 +111,10 @@ class SlicePlacement:
 
 @dataclass(frozen=True, slots=True)
 class GpuInstanceProfile:
-    """NVML's GI profile info; `profile_id` is the enum (0 = 1_SLICE), `id` nvidia-smi's number."""
+    """NVML's GI profile info; `profile_id` is the enum (0 = 1_SLICE), `id` nvidia-smi's number.
+
+    `name` is NVML's without the `MIG ` prefix (`1g.10gb+me`); "" when the driver does not say.
+    """
 
     profile_id: int
     id: int
@@ -119,6 +122,7 @@ class GpuInstanceProfile:
     memory_mib: int
     sm_count: int
     instance_count: int
+    name: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -261,6 +261,7 @@ class PynvmlNvml:
             memory_mib=int(info.memorySizeMB),
             sm_count=int(info.multiprocessorCount),
             instance_count=int(info.instanceCount),
+            name=_text(info.name).removeprefix("MIG "),
         )
 
     def gpu_instance_placements(self, index: int, profile_id: int) -> tuple[SlicePlacement, ...]:

@@ -103,6 +103,7 @@ def _profile(
             memory_mib=memory_mib,
             sm_count=sm_count,
             instance_count=len(starts) if not name.endswith("+me") else 1,
+            name=name,
         ),
         placements=tuple(SlicePlacement(start, size) for start in starts),
     )

@@ -1,0 +1,232 @@
+"""Dynamic MIG against the API: Allocate's answer, the runtime-identity patch, the reconciler.
+
+Deviation from HAMi (§7 item 14): the identity patch carries the resourceVersion of the pod as
+just read and, on 409 Conflict, re-reads the pod and merges again (bounded), so the second
+container of a pod, or a concurrent writer, cannot make the identity get lost. HAMi patches with
+the version read at the start of Allocate and gives up.
+"""
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+from pyhami.deviceplugin.allocation import AllocationError, ContainerSlot, pod_ref
+from pyhami.deviceplugin.api import api_pb2
+from pyhami.deviceplugin.kubeapi import JsonObject, annotations, metadata_field
+from pyhami.deviceplugin.mig import InstanceKey, MigError, MigManager
+from pyhami.kube import Conflict, KubeClient, KubeError
+from pyhami.model import MigAllocation
+from pyhami.protocol import (
+    KEY_MIG_ALLOCATIONS,
+    ProtocolError,
+    decode_mig_allocations,
+    encode_mig_allocations,
+    mig_allocations_patch,
+)
+
+log = logging.getLogger(__name__)
+
+_FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def is_active(pod: JsonObject) -> bool:
+    """Not being deleted and not finished: its MIG instances must stay."""
+    if metadata_field(pod, "deletionTimestamp"):
+        return False
+    return (pod.get("status") or {}).get("phase") not in _FINISHED_PHASES
+
+
+def pod_mig_allocations(pod: JsonObject) -> tuple[MigAllocation, ...]:
+    """The pod's reservations; AllocationError naming the annotation when it is malformed."""
+    try:
+        return decode_mig_allocations(annotations(pod).get(KEY_MIG_ALLOCATIONS, ""))
+    except ProtocolError as error:
+        raise AllocationError(
+            f"pod {pod_ref(pod)}: {KEY_MIG_ALLOCATIONS} is malformed ({error}); delete the pod "
+            "so the scheduler places it again"
+        ) from error
+
+
+def container_reservations(
+    pod: JsonObject, slot: ContainerSlot, allocations: Sequence[MigAllocation]
+) -> list[MigAllocation]:
+    """The container's reservations in device order, checked against its to-allocate entry."""
+    mine = sorted(
+        (a for a in allocations if a.container_index == slot.position),
+        key=lambda a: a.device_index,
+    )
+    name = slot.container.get("name")
+    if len(mine) != len(slot.devices):
+        raise AllocationError(
+            f"pod {pod_ref(pod)} container {name!r}: {len(mine)} MIG reservation(s) in "
+            f"{KEY_MIG_ALLOCATIONS} for container index {slot.position}, but {len(slot.devices)} "
+            "device(s) assigned; delete the pod so the scheduler places it again"
+        )
+    for reservation, device in zip(mine, slot.devices, strict=True):
+        if reservation.gpu_uuid != device.uuid:
+            raise AllocationError(
+                f"pod {pod_ref(pod)} container {name!r}: MIG reservation "
+                f"{reservation.device_index} is on {reservation.gpu_uuid} but the device "
+                f"assigned is {device.uuid}"
+            )
+    return mine
+
+
+class MigPods:
+    """The MIG manager's API side for one node."""
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        node_name: str,
+        manager: MigManager,
+        *,
+        interval: float = 5.0,
+        patch_attempts: int = 5,
+    ) -> None:
+        self._kube = kube
+        self._node = node_name
+        self.manager = manager
+        self._interval = interval
+        self._attempts = patch_attempts
+        self.reconciles = 0
+
+    async def _node_pods(self) -> list[JsonObject]:
+        listed = await self._kube.list_pods(field_selector=f"spec.nodeName={self._node}")
+        return list(listed.items)
+
+    async def _active_allocations(self) -> list[MigAllocation]:
+        """Reservations of every active pod here; raises on an API or decode error."""
+        found: list[MigAllocation] = []
+        for pod in await self._node_pods():
+            if is_active(pod):
+                found.extend(pod_mig_allocations(pod))
+        return found
+
+    async def reconcile_once(self) -> int:
+        """Destroy tracked instances no active pod references; raises (fail-closed) on errors."""
+        candidates = self.manager.tracked  # before listing: a newer one may not be listed yet
+        referenced: set[InstanceKey] = set()
+        for allocation in await self._active_allocations():
+            try:
+                referenced.add(self.manager.key(allocation))
+            except MigError:
+                continue  # a reservation for another node's GPU keeps nothing here
+        self.reconciles += 1
+        return await asyncio.to_thread(self.manager.reconcile, referenced, candidates)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.reconcile_once()
+            except (KubeError, AllocationError) as error:
+                log.warning("MIG reconcile skipped this cycle (nothing destroyed): %s", error)
+            try:
+                await asyncio.wait_for(stop.wait(), self._interval)
+            except TimeoutError:
+                continue
+
+    async def startup(self) -> None:
+        """Clean idle GPUs and adopt live instances; unlistable pods mean every GPU is in use."""
+        active: list[MigAllocation] | None
+        try:
+            active = await self._active_allocations()
+        except (KubeError, AllocationError) as error:
+            log.warning(
+                "MIG startup: cannot list this node's pods, treating GPUs as busy: %s", error
+            )
+            active = None
+        await asyncio.to_thread(self.manager.startup, active)
+
+    async def serve(
+        self, pod: JsonObject, slots: Sequence[ContainerSlot]
+    ) -> list[api_pb2.ContainerAllocateResponse]:
+        """Realise the containers' reservations, record their identity, answer kubelet."""
+        try:
+            await self.reconcile_once()
+        except KubeError as error:
+            raise AllocationError(f"MIG reconcile before allocating failed: {error}") from error
+        allocations = pod_mig_allocations(pod)
+        responses = []
+        for slot in slots:
+            reservations = container_reservations(pod, slot, allocations)
+            try:
+                realised = await asyncio.to_thread(self.manager.realise_all, reservations)
+            except MigError as error:
+                raise AllocationError(
+                    f"pod {pod_ref(pod)} container {slot.container.get('name')!r}: {error}"
+                ) from error
+            visible = ",".join(r.mig_uuid for r in realised)
+            responses.append(
+                api_pb2.ContainerAllocateResponse(envs={"NVIDIA_VISIBLE_DEVICES": visible})
+            )
+            log.info(
+                "Allocate: pod %s container %s gets %s",
+                pod_ref(pod),
+                slot.container.get("name"),
+                visible,
+            )
+        await self.record_identity(pod)
+        return responses
+
+    def _with_identity(
+        self, allocations: Sequence[MigAllocation]
+    ) -> tuple[list[MigAllocation], bool]:
+        updated: list[MigAllocation] = []
+        any_known = False
+        for allocation in allocations:
+            try:
+                realised = self.manager.known(self.manager.key(allocation))
+            except MigError:
+                realised = None
+            if realised is None:
+                updated.append(allocation)
+                continue
+            any_known = True
+            updated.append(
+                MigAllocation(
+                    container_index=allocation.container_index,
+                    device_index=allocation.device_index,
+                    gpu_uuid=allocation.gpu_uuid,
+                    profile=allocation.profile,
+                    placement=allocation.placement,
+                    mig_uuid=realised.mig_uuid,
+                    gpu_instance_id=realised.gpu_instance_id,
+                    compute_instance_id=realised.compute_instance_id,
+                )
+            )
+        return updated, any_known
+
+    async def record_identity(self, pod: JsonObject) -> None:
+        """Patch migUUID/GI/CI into the pod's reservations, guarded by its resourceVersion."""
+        namespace, name = metadata_field(pod, "namespace"), metadata_field(pod, "name")
+        current = pod
+        for attempt in range(1, self._attempts + 1):
+            updated, any_known = self._with_identity(pod_mig_allocations(current))
+            if not any_known:
+                raise AllocationError(
+                    f"pod {pod_ref(pod)}: none of its MIG reservations is realised on this node"
+                )
+            patch = mig_allocations_patch(
+                encode_mig_allocations(updated), metadata_field(current, "resourceVersion")
+            )
+            try:
+                await self._kube.patch_pod(namespace, name, patch)
+                return
+            except Conflict:
+                log.info(
+                    "MIG identity patch of %s conflicted (try %d); re-reading",
+                    pod_ref(pod),
+                    attempt,
+                )
+            except KubeError as error:
+                raise AllocationError(
+                    f"pod {pod_ref(pod)}: MIG identity patch failed: {error}"
+                ) from error
+            try:
+                current = await self._kube.get_pod(namespace, name)
+            except KubeError as error:
+                raise AllocationError(f"pod {pod_ref(pod)}: cannot re-read it: {error}") from error
+        raise AllocationError(
+            f"pod {pod_ref(pod)}: MIG identity patch conflicted {self._attempts} times; giving up"
+        )
