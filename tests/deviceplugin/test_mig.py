@@ -11,7 +11,6 @@ from pyhami.deviceplugin.config import VgpuConfig
 from pyhami.deviceplugin.service import DevicePlugin
 from pyhami.devices.config import MigAllowlistEntry
 from pyhami.model import MigAllocation, MigPlacement
-from pyhami.nvml import SlicePlacement
 from pyhami.protocol import decode_mig_allocations, decode_node_devices, encode_mig_allocations
 from pyhami.testing import FakeNVML
 from pyhami.testing.fake_nvml import a100_80g, h100_80g
@@ -92,8 +91,8 @@ async def test_allocate_creates_the_reserved_instance_and_records_it(gpu_node: N
     second = await kubelet_plugin.admit_container(1)
 
     live = {gi.placement: gi for gi in node.nvml.gpu_instances(0)}
-    assert set(live) == {SlicePlacement(6, 2), SlicePlacement(0, 2)}
-    assert live[SlicePlacement(6, 2)].profile_id == 9  # 1g.20gb, not the 1g.10gb base profile
+    assert set(live) == {MigPlacement(6, 2), MigPlacement(0, 2)}
+    assert live[MigPlacement(6, 2)].profile_id == 9  # 1g.20gb, not the 1g.10gb base profile
     recorded = decode_mig_allocations(node.pod_annotations("two")[KEY])
     by_container = {a.container_index: a for a in recorded}
     assert all(a.runtime_ready for a in recorded)  # the second container's patch did not 409
@@ -141,7 +140,7 @@ async def test_restart_adopts_live_instances_and_cleans_idle_gpus(gpu_node: Node
     nvml = FakeNVML.with_gpus(a100_80g(mig=True), a100_80g(mig=True, numa=1))
     node = mig_node(gpu_node, nvml)
     # A leftover instance on card 1, which no pod uses: cleaned at start.
-    stray = nvml.create_gpu_instance(1, 1, SlicePlacement(2, 2))
+    stray = nvml.create_gpu_instance(1, 1, MigPlacement(2, 2))
     nvml.create_compute_instance(1, stray.id, 1)
     await start(node)
     kubelet_plugin = await serving(node)

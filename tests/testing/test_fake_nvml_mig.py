@@ -4,8 +4,10 @@ from collections.abc import Callable
 
 import pytest
 
-from pyhami.nvml import MigMode, NvmlError, NvmlNotSupportedError, RunningProcess, SlicePlacement
+from pyhami.model import MigPlacement
+from pyhami.nvml import MigMode, NvmlError, NvmlNotSupportedError, RunningProcess
 from pyhami.testing.fake_nvml import (
+    MIG_OPERATIONS,
     FakeGpu,
     FakeNVML,
     a100_40g,
@@ -43,7 +45,7 @@ def test_full_profile_fits_the_card(
     assert (info.slice_count, info.memory_mib, info.instance_count) == (7, full_memory, 1)
     assert info.memory_mib <= card.memory_total_mib
     assert full_name in [p.name for p in mig_profiles(card.name)]
-    assert nvml.gpu_instance_placements(0, SEVEN_SLICE) == (SlicePlacement(0, 8),)
+    assert nvml.gpu_instance_placements(0, SEVEN_SLICE) == (MigPlacement(0, 8),)
 
 
 def test_profile_queries_need_mig_mode_and_a_mig_card() -> None:
@@ -67,32 +69,32 @@ def test_pending_mode_change_waits_for_a_reset() -> None:
 
 def test_placements_occupy_slices_and_overlaps_fail() -> None:
     nvml = FakeNVML.with_gpus(a100_80g(mig=True))
-    three = nvml.create_gpu_instance(0, THREE_SLICE, SlicePlacement(4, 4))
+    three = nvml.create_gpu_instance(0, THREE_SLICE, MigPlacement(4, 4))
     with pytest.raises(NvmlError, match="Insufficient Resources") as overlap:
-        nvml.create_gpu_instance(0, TWO_SLICE, SlicePlacement(4, 2))
+        nvml.create_gpu_instance(0, TWO_SLICE, MigPlacement(4, 2))
     assert overlap.value.code == 23
-    two = nvml.create_gpu_instance(0, TWO_SLICE, SlicePlacement(2, 2))
+    two = nvml.create_gpu_instance(0, TWO_SLICE, MigPlacement(2, 2))
     with pytest.raises(NvmlError, match="Invalid Argument") as bad:
-        nvml.create_gpu_instance(0, TWO_SLICE, SlicePlacement(1, 2))
+        nvml.create_gpu_instance(0, TWO_SLICE, MigPlacement(1, 2))
     assert bad.value.code == 2
     assert three.id != two.id
     assert {gi.placement for gi in nvml.gpu_instances(0)} == {
-        SlicePlacement(4, 4),
-        SlicePlacement(2, 2),
+        MigPlacement(4, 4),
+        MigPlacement(2, 2),
     }
 
 
 def test_instance_count_limits_the_media_engine_profile() -> None:
     nvml = FakeNVML.with_gpus(h100_80g(mig=True))
-    nvml.create_gpu_instance(0, ONE_SLICE_ME, SlicePlacement(0, 1))
+    nvml.create_gpu_instance(0, ONE_SLICE_ME, MigPlacement(0, 1))
     with pytest.raises(NvmlError, match="Insufficient Resources"):
-        nvml.create_gpu_instance(0, ONE_SLICE_ME, SlicePlacement(1, 1))
-    nvml.create_gpu_instance(0, ONE_SLICE_DOUBLE, SlicePlacement(2, 2))
+        nvml.create_gpu_instance(0, ONE_SLICE_ME, MigPlacement(1, 1))
+    nvml.create_gpu_instance(0, ONE_SLICE_DOUBLE, MigPlacement(2, 2))
 
 
 def test_compute_instance_makes_a_mig_device_and_destroy_order_is_enforced() -> None:
     nvml = FakeNVML.with_gpus(a100_40g(mig=True))
-    gi = nvml.create_gpu_instance(0, TWO_SLICE, SlicePlacement(0, 2))
+    gi = nvml.create_gpu_instance(0, TWO_SLICE, MigPlacement(0, 2))
     with pytest.raises(NvmlError, match="CI profile 2"):
         nvml.create_compute_instance(0, gi.id, THREE_SLICE)
     device = nvml.create_compute_instance(0, gi.id, TWO_SLICE)
@@ -113,44 +115,29 @@ def test_compute_instance_makes_a_mig_device_and_destroy_order_is_enforced() -> 
     assert nvml.gpu_instances(0) == () and nvml.mig_devices(0) == ()
     with pytest.raises(NvmlError, match="Not Found"):
         nvml.destroy_gpu_instance(0, gi.id)
-    again = nvml.create_gpu_instance(0, TWO_SLICE, SlicePlacement(0, 2))
+    again = nvml.create_gpu_instance(0, TWO_SLICE, MigPlacement(0, 2))
     assert nvml.create_compute_instance(0, again.id, TWO_SLICE).uuid != device.uuid
 
 
 def test_mig_mode_cannot_be_disabled_with_live_instances() -> None:
     nvml = FakeNVML.with_gpus(a100_80g(mig=True))
-    nvml.create_gpu_instance(0, SEVEN_SLICE, SlicePlacement(0, 8))
+    nvml.create_gpu_instance(0, SEVEN_SLICE, MigPlacement(0, 8))
     with pytest.raises(NvmlError, match="In use"):
         nvml.set_mig_mode(0, False)
 
 
-@pytest.mark.parametrize(
-    "operation",
-    [
-        "mig_mode",
-        "set_mig_mode",
-        "gpu_instance_profile",
-        "gpu_instance_placements",
-        "create_gpu_instance",
-        "create_compute_instance",
-        "gpu_instances",
-        "mig_devices",
-        "destroy_compute_instance",
-        "destroy_gpu_instance",
-        "mig_device_processes",
-    ],
-)
+@pytest.mark.parametrize("operation", sorted(MIG_OPERATIONS))
 def test_every_mig_operation_can_be_made_to_fail_once(operation: str) -> None:
     nvml = FakeNVML.with_gpus(a100_80g(mig=True))
-    gi = nvml.create_gpu_instance(0, TWO_SLICE, SlicePlacement(0, 2))
+    gi = nvml.create_gpu_instance(0, TWO_SLICE, MigPlacement(0, 2))
     device = nvml.create_compute_instance(0, gi.id, TWO_SLICE)
-    spare = nvml.create_gpu_instance(0, TWO_SLICE, SlicePlacement(4, 2))
+    spare = nvml.create_gpu_instance(0, TWO_SLICE, MigPlacement(4, 2))
     calls = {
         "mig_mode": lambda: nvml.mig_mode(0),
         "set_mig_mode": lambda: nvml.set_mig_mode(0, True),
         "gpu_instance_profile": lambda: nvml.gpu_instance_profile(0, TWO_SLICE),
         "gpu_instance_placements": lambda: nvml.gpu_instance_placements(0, TWO_SLICE),
-        "create_gpu_instance": lambda: nvml.create_gpu_instance(0, TWO_SLICE, SlicePlacement(2, 2)),
+        "create_gpu_instance": lambda: nvml.create_gpu_instance(0, TWO_SLICE, MigPlacement(2, 2)),
         "create_compute_instance": lambda: nvml.create_compute_instance(0, spare.id, ONE_SLICE),
         "gpu_instances": lambda: nvml.gpu_instances(0),
         "mig_devices": lambda: nvml.mig_devices(0),

@@ -30,7 +30,6 @@ from pyhami.nvml import (
     Nvml,
     NvmlError,
     NvmlNotSupportedError,
-    SlicePlacement,
 )
 
 log = logging.getLogger(__name__)
@@ -160,7 +159,7 @@ class MigManager:
                     memory_mb=info.memory_mib,
                     core=math.ceil(info.sm_count * 100 / full_sms) if full_sms else 0,
                     slice_count=info.slice_count,
-                    placements=tuple(MigPlacement(p.start, p.size) for p in placements),
+                    placements=placements,
                 )
             )
             capacity = max(capacity, info.instance_count)
@@ -206,7 +205,7 @@ class MigManager:
 
     def _create(self, key: InstanceKey) -> Realised:
         index = key.gpu_index
-        wanted = SlicePlacement(key.start, key.size)
+        wanted = MigPlacement(key.start, key.size)
         with self._locks[index]:
             self._ensure_mig_mode(index)
             info = self.resolve(index, key.profile)
@@ -340,7 +339,7 @@ class MigManager:
         except (MigError, NvmlError) as error:
             log.warning("MIG adoption of %s skipped: %s", allocation.mig_uuid, error)
             return
-        placement = SlicePlacement(key.start, key.size)
+        placement = MigPlacement(key.start, key.size)
         gi_live = any(gi.id == gi_id and gi.placement == placement for gi in instances)
         device_live = any(
             (d.uuid, d.gpu_instance_id, d.compute_instance_id)

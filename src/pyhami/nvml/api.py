@@ -8,6 +8,8 @@ import enum
 from dataclasses import dataclass
 from typing import Protocol
 
+from pyhami.model import MigPlacement
+
 
 class NvmlError(Exception):
     """An NVML call failed; `operation` names the call, `code` is NVML's return code if known."""
@@ -102,14 +104,6 @@ class MigMode:
 
 
 @dataclass(frozen=True, slots=True)
-class SlicePlacement:
-    """Memory slices `[start, start + size)` a GPU instance occupies."""
-
-    start: int
-    size: int
-
-
-@dataclass(frozen=True, slots=True)
 class GpuInstanceProfile:
     """NVML's GI profile info; `profile_id` is the enum (0 = 1_SLICE), `id` nvidia-smi's number.
 
@@ -131,7 +125,7 @@ class GpuInstance:
 
     id: int
     profile_id: int
-    placement: SlicePlacement
+    placement: MigPlacement
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,12 +182,12 @@ class Nvml(Protocol):
         """Info of GI profile `profile_id`; NvmlNotSupportedError when the GPU lacks it."""
         ...
 
-    def gpu_instance_placements(self, index: int, profile_id: int) -> tuple[SlicePlacement, ...]:
+    def gpu_instance_placements(self, index: int, profile_id: int) -> tuple[MigPlacement, ...]:
         """Every placement the profile may take on this GPU (occupied or not)."""
         ...
 
     def create_gpu_instance(
-        self, index: int, profile_id: int, placement: SlicePlacement
+        self, index: int, profile_id: int, placement: MigPlacement
     ) -> GpuInstance: ...
 
     def create_compute_instance(

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 import pynvml
 
+from pyhami.model import MigPlacement
 from pyhami.nvml.api import (
     GpuInstance,
     GpuInstanceProfile,
@@ -19,7 +20,6 @@ from pyhami.nvml.api import (
     NvmlNotSupportedError,
     NvmlUnavailableError,
     RunningProcess,
-    SlicePlacement,
     TopologyLevel,
     Utilization,
     XidEvent,
@@ -264,7 +264,7 @@ class PynvmlNvml:
             name=_text(info.name).removeprefix("MIG "),
         )
 
-    def gpu_instance_placements(self, index: int, profile_id: int) -> tuple[SlicePlacement, ...]:
+    def gpu_instance_placements(self, index: int, profile_id: int) -> tuple[MigPlacement, ...]:
         capacity = self.gpu_instance_profile(index, profile_id).instance_count
         placements = (pynvml.c_nvmlGpuInstancePlacement_t * max(capacity, 1))()
         count = ctypes.c_uint(len(placements))
@@ -276,10 +276,10 @@ class PynvmlNvml:
             placements,
             ctypes.byref(count),
         )
-        return tuple(SlicePlacement(int(p.start), int(p.size)) for p in placements[: count.value])
+        return tuple(MigPlacement(int(p.start), int(p.size)) for p in placements[: count.value])
 
     def create_gpu_instance(
-        self, index: int, profile_id: int, placement: SlicePlacement
+        self, index: int, profile_id: int, placement: MigPlacement
     ) -> GpuInstance:
         wanted = pynvml.c_nvmlGpuInstancePlacement_t()
         wanted.start, wanted.size = placement.start, placement.size
@@ -408,7 +408,7 @@ class PynvmlNvml:
         return GpuInstance(
             id=int(info.id),
             profile_id=int(info.profileId),
-            placement=SlicePlacement(int(info.placement.start), int(info.placement.size)),
+            placement=MigPlacement(int(info.placement.start), int(info.placement.size)),
         )
 
 

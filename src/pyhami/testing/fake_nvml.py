@@ -17,6 +17,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field, replace
 
+from pyhami.model import MigPlacement
 from pyhami.nvml import (
     GpuInstance,
     GpuInstanceProfile,
@@ -28,7 +29,6 @@ from pyhami.nvml import (
     NvmlNotSupportedError,
     NvmlUnavailableError,
     RunningProcess,
-    SlicePlacement,
     TopologyLevel,
     Utilization,
     XidEvent,
@@ -36,8 +36,24 @@ from pyhami.nvml import (
 
 MIB = 1024 * 1024
 
-# The Nvml methods a test can make fail, plus "open" (NVML init).
-OPERATIONS = frozenset(
+# The dynamic-MIG Nvml methods a test can make fail.
+MIG_OPERATIONS = frozenset(
+    {
+        "mig_mode",
+        "set_mig_mode",
+        "gpu_instance_profile",
+        "gpu_instance_placements",
+        "create_gpu_instance",
+        "create_compute_instance",
+        "gpu_instances",
+        "mig_devices",
+        "destroy_compute_instance",
+        "destroy_gpu_instance",
+        "mig_device_processes",
+    }
+)
+# Every Nvml method a test can make fail, plus "open" (NVML init).
+OPERATIONS = MIG_OPERATIONS | frozenset(
     {
         "open",
         "device_count",
@@ -52,17 +68,6 @@ OPERATIONS = frozenset(
         "running_processes",
         "watch_xids",
         "xid_wait",
-        "mig_mode",
-        "set_mig_mode",
-        "gpu_instance_profile",
-        "gpu_instance_placements",
-        "create_gpu_instance",
-        "create_compute_instance",
-        "gpu_instances",
-        "mig_devices",
-        "destroy_compute_instance",
-        "destroy_gpu_instance",
-        "mig_device_processes",
     }
 )
 
@@ -80,7 +85,7 @@ class FakeGiProfile:
 
     name: str
     info: GpuInstanceProfile
-    placements: tuple[SlicePlacement, ...]
+    placements: tuple[MigPlacement, ...]
 
 
 def _profile(
@@ -105,7 +110,7 @@ def _profile(
             instance_count=len(starts) if not name.endswith("+me") else 1,
             name=name,
         ),
-        placements=tuple(SlicePlacement(start, size) for start in starts),
+        placements=tuple(MigPlacement(start, size) for start in starts),
     )
 
 
@@ -514,14 +519,14 @@ class FakeNVML:
         with self._lock:
             return self._gi_profile(index, profile_id, "nvmlDeviceGetGpuInstanceProfileInfo").info
 
-    def gpu_instance_placements(self, index: int, profile_id: int) -> tuple[SlicePlacement, ...]:
+    def gpu_instance_placements(self, index: int, profile_id: int) -> tuple[MigPlacement, ...]:
         self.check("gpu_instance_placements", index)
         with self._lock:
             operation = "nvmlDeviceGetGpuInstancePossiblePlacements"
             return self._gi_profile(index, profile_id, operation).placements
 
     def create_gpu_instance(
-        self, index: int, profile_id: int, placement: SlicePlacement
+        self, index: int, profile_id: int, placement: MigPlacement
     ) -> GpuInstance:
         self.check("create_gpu_instance", index)
         operation = "nvmlDeviceCreateGpuInstanceWithPlacement"
@@ -686,5 +691,5 @@ class FakeNVML:
         self._state.links.setdefault(index, []).extend([link] * count)
 
 
-def _overlaps(first: SlicePlacement, second: SlicePlacement) -> bool:
+def _overlaps(first: MigPlacement, second: MigPlacement) -> bool:
     return first.start < second.start + second.size and second.start < first.start + first.size
