@@ -488,7 +488,8 @@ def test_namespace_override_and_global_metadata() -> None:
         for subject in obj.get("subjects", ()):
             assert subject["namespace"] == "gpu-system"
     everything = render("everything-on")
-    for obj in everything.objects:
+    cert_job = render_with("global.labels.team=gpu")
+    for obj in (*everything.objects, *cert_job.objects):
         assert obj["metadata"]["labels"]["team"] == "gpu", obj["metadata"]["name"]
     for spec in everything.pod_specs():
         assert spec["imagePullSecrets"] == [{"name": "registry"}]

@@ -129,3 +129,15 @@ def test_no_lease_role_without_leader_election() -> None:
     assert rendered.of_kind("Role")  # leaderElect defaults to true
     off = [o for o in render("scheduler-off").objects if o["kind"] in {"Role", "RoleBinding"}]
     assert off == []
+
+
+def test_cert_job_reads_and_writes_secrets_only_in_the_release_namespace() -> None:
+    rendered = render("defaults")
+    cluster = granted("defaults", "-certgen", ("ClusterRole",))
+    assert cluster == {
+        ("get", "mutatingwebhookconfigurations"),
+        ("update", "mutatingwebhookconfigurations"),
+    }
+    (role,) = [r for r in rendered.of_kind("Role") if r["metadata"]["name"].endswith("-certgen")]
+    assert role["metadata"]["namespace"] == rendered.one("Job")["metadata"]["namespace"]
+    assert granted("defaults", "-certgen", ("Role",)) == {("get", "secrets"), ("create", "secrets")}
