@@ -2,6 +2,7 @@
 
 import asyncio
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -12,8 +13,11 @@ from pyhami.deviceplugin.service import DevicePlugin
 from pyhami.devices.config import MigAllowlistEntry
 from pyhami.model import MigAllocation, MigPlacement
 from pyhami.protocol import decode_mig_allocations, decode_node_devices, encode_mig_allocations
+from pyhami.scheduler.runtime import SchedulerProcess, load_device_config
+from pyhami.scheduler.settings import SchedulerSettings
 from pyhami.testing import FakeNVML
 from pyhami.testing.fake_nvml import a100_80g, h100_80g
+from pyhami.testing.scheduler_harness import ExtenderConfig, KubeSchedulerHarness
 
 from .conftest import NODE, RESOURCE, Node
 
@@ -222,3 +226,63 @@ async def test_reservation_for_a_placement_nvml_does_not_offer_is_refused(gpu_no
         await kubelet_plugin.allocate([[kubelet_plugin.healthy_ids()[0]]])
     assert "placement start=1 size=2 is not one NVML offers" in (failure.value.details() or "")
     assert NODE in node.pod_annotations("odd")["hami.io/vgpu-node"]
+
+
+SCHEDULER_CONFIG = """\
+nvidia:
+  resourceCountName: nvidia.com/gpu
+  resourceMemoryName: nvidia.com/gpumem
+  resourceCoreName: nvidia.com/gpucores
+  migProfileAllowlist:
+    - models: ["A100"]
+      profiles: ["1g.10gb", "1g.20gb", "2g.20gb", "7g.80gb"]
+"""
+
+
+async def test_pod_scheduled_by_our_scheduler_gets_its_mig_instance(
+    gpu_node: Node, tmp_path: Path
+) -> None:
+    node = mig_node(gpu_node, FakeNVML.with_gpus(a100_80g(mig=True)))
+    config_file = tmp_path / "device-config.yaml"
+    config_file.write_text(SCHEDULER_CONFIG)
+    await start(node)
+    kubelet_plugin = await serving(node)
+    settings = SchedulerSettings(
+        device_config_file=str(config_file),
+        http_bind="127.0.0.1:0",
+        metrics_bind_address="127.0.0.1:0",
+        scheduler_name="hami-scheduler",
+    )
+    scheduler = SchedulerProcess(settings, node.kube, load_device_config(str(config_file)))
+    await scheduler.start()
+    limits = {RESOURCE: "1", "nvidia.com/gpumem": "15000"}
+    pod = {
+        "metadata": {"name": "infer", "namespace": "default"},
+        "spec": {
+            "schedulerName": "hami-scheduler",
+            "containers": [{"name": "main", "image": "cuda", "resources": {"limits": limits}}],
+        },
+    }
+    try:
+        extender = ExtenderConfig.hami_chart(f"http://127.0.0.1:{scheduler.main_port}")
+        async with KubeSchedulerHarness(node.kube, extender, backoff_initial_s=0.1) as harness:
+            await node.kube.create_pod("default", pod)
+            outcome = await harness.wait_for("default", "infer", timeout_s=20)
+            assert outcome.node == NODE
+            response = await kubelet_plugin.admit_container(1)
+    finally:
+        await scheduler.stop()
+
+    (reservation,) = decode_mig_allocations(node.pod_annotations("infer")[KEY])
+    assert reservation.profile == "1g.20gb"  # the smallest profile holding 15000 MiB
+    mig_uuid = dict(response.envs)["NVIDIA_VISIBLE_DEVICES"]
+    assert dict(response.envs) == {"NVIDIA_VISIBLE_DEVICES": mig_uuid}
+    assert reservation.mig_uuid == mig_uuid and mig_uuid.startswith("MIG-")
+    (instance,) = node.nvml.gpu_instances(0)
+    assert (
+        instance.placement == reservation.placement and instance.id == reservation.gpu_instance_id
+    )
+    (device,) = node.nvml.mig_devices(0)
+    assert (device.uuid, device.compute_instance_id) == (mig_uuid, reservation.compute_instance_id)
+    assert node.pod_annotations("infer")["hami.io/bind-phase"] == "success"
+    assert "hami.io/mutex.lock" not in node.node_annotations()
