@@ -96,7 +96,7 @@ async def test_allocate_creates_the_reserved_instance_and_records_it(gpu_node: N
 
     live = {gi.placement: gi for gi in node.nvml.gpu_instances(0)}
     assert set(live) == {MigPlacement(6, 2), MigPlacement(0, 2)}
-    assert live[MigPlacement(6, 2)].profile_id == 9  # 1g.20gb, not the 1g.10gb base profile
+    assert live[MigPlacement(6, 2)].profile_id == 15  # 1g.20gb, not the 1g.10gb base (19)
     recorded = decode_mig_allocations(node.pod_annotations("two")[KEY])
     by_container = {a.container_index: a for a in recorded}
     assert all(a.runtime_ready for a in recorded)  # the second container's patch did not 409
@@ -144,7 +144,7 @@ async def test_restart_adopts_live_instances_and_cleans_idle_gpus(gpu_node: Node
     nvml = FakeNVML.with_gpus(a100_80g(mig=True), a100_80g(mig=True, numa=1))
     node = mig_node(gpu_node, nvml)
     # A leftover instance on card 1, which no pod uses: cleaned at start.
-    stray = nvml.create_gpu_instance(1, 1, MigPlacement(2, 2))
+    stray = nvml.create_gpu_instance(1, 14, MigPlacement(2, 2))  # 2g.20gb
     nvml.create_compute_instance(1, stray.id, 1)
     await start(node)
     kubelet_plugin = await serving(node)

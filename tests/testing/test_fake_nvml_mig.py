@@ -17,8 +17,10 @@ from pyhami.testing.fake_nvml import (
     v100_32g,
 )
 
-ONE_SLICE, TWO_SLICE, THREE_SLICE, FOUR_SLICE, SEVEN_SLICE = 0, 1, 2, 3, 4
-ONE_SLICE_ME, ONE_SLICE_DOUBLE = 7, 9
+# Profile enums (GI and CI profiles share them), for profile info and compute instances.
+ONE_SLICE, TWO_SLICE, THREE_SLICE, SEVEN_SLICE = 0, 1, 2, 4
+# NVML's GI profile ids (nvidia-smi's), for placements and GI creation.
+GI_1G_ME, GI_1G_DOUBLE, GI_2G, GI_3G, GI_7G = 20, 15, 14, 9, 0
 
 
 def test_profile_tables_distinguish_same_slice_count_profiles() -> None:
@@ -43,9 +45,9 @@ def test_full_profile_fits_the_card(
     nvml = FakeNVML.with_gpus(card)
     info = nvml.gpu_instance_profile(0, SEVEN_SLICE)
     assert (info.slice_count, info.memory_mib, info.instance_count) == (7, full_memory, 1)
-    assert info.memory_mib <= card.memory_total_mib
+    assert info.id == GI_7G and info.memory_mib <= (card.memory_total_mib or 0)
     assert full_name in [p.name for p in mig_profiles(card.name)]
-    assert nvml.gpu_instance_placements(0, SEVEN_SLICE) == (MigPlacement(0, 8),)
+    assert nvml.gpu_instance_placements(0, GI_7G) == (MigPlacement(0, 8),)
 
 
 def test_profile_queries_need_mig_mode_and_a_mig_card() -> None:
@@ -69,13 +71,13 @@ def test_pending_mode_change_waits_for_a_reset() -> None:
 
 def test_placements_occupy_slices_and_overlaps_fail() -> None:
     nvml = FakeNVML.with_gpus(a100_80g(mig=True))
-    three = nvml.create_gpu_instance(0, THREE_SLICE, MigPlacement(4, 4))
+    three = nvml.create_gpu_instance(0, GI_3G, MigPlacement(4, 4))
     with pytest.raises(NvmlError, match="Insufficient Resources") as overlap:
-        nvml.create_gpu_instance(0, TWO_SLICE, MigPlacement(4, 2))
+        nvml.create_gpu_instance(0, GI_2G, MigPlacement(4, 2))
     assert overlap.value.code == 23
-    two = nvml.create_gpu_instance(0, TWO_SLICE, MigPlacement(2, 2))
+    two = nvml.create_gpu_instance(0, GI_2G, MigPlacement(2, 2))
     with pytest.raises(NvmlError, match="Invalid Argument") as bad:
-        nvml.create_gpu_instance(0, TWO_SLICE, MigPlacement(1, 2))
+        nvml.create_gpu_instance(0, GI_2G, MigPlacement(1, 2))
     assert bad.value.code == 2
     assert three.id != two.id
     assert {gi.placement for gi in nvml.gpu_instances(0)} == {
@@ -86,15 +88,15 @@ def test_placements_occupy_slices_and_overlaps_fail() -> None:
 
 def test_instance_count_limits_the_media_engine_profile() -> None:
     nvml = FakeNVML.with_gpus(h100_80g(mig=True))
-    nvml.create_gpu_instance(0, ONE_SLICE_ME, MigPlacement(0, 1))
+    nvml.create_gpu_instance(0, GI_1G_ME, MigPlacement(0, 1))
     with pytest.raises(NvmlError, match="Insufficient Resources"):
-        nvml.create_gpu_instance(0, ONE_SLICE_ME, MigPlacement(1, 1))
-    nvml.create_gpu_instance(0, ONE_SLICE_DOUBLE, MigPlacement(2, 2))
+        nvml.create_gpu_instance(0, GI_1G_ME, MigPlacement(1, 1))
+    nvml.create_gpu_instance(0, GI_1G_DOUBLE, MigPlacement(2, 2))
 
 
 def test_compute_instance_makes_a_mig_device_and_destroy_order_is_enforced() -> None:
     nvml = FakeNVML.with_gpus(a100_40g(mig=True))
-    gi = nvml.create_gpu_instance(0, TWO_SLICE, MigPlacement(0, 2))
+    gi = nvml.create_gpu_instance(0, GI_2G, MigPlacement(0, 2))
     with pytest.raises(NvmlError, match="CI profile 2"):
         nvml.create_compute_instance(0, gi.id, THREE_SLICE)
     device = nvml.create_compute_instance(0, gi.id, TWO_SLICE)
@@ -115,13 +117,13 @@ def test_compute_instance_makes_a_mig_device_and_destroy_order_is_enforced() -> 
     assert nvml.gpu_instances(0) == () and nvml.mig_devices(0) == ()
     with pytest.raises(NvmlError, match="Not Found"):
         nvml.destroy_gpu_instance(0, gi.id)
-    again = nvml.create_gpu_instance(0, TWO_SLICE, MigPlacement(0, 2))
+    again = nvml.create_gpu_instance(0, GI_2G, MigPlacement(0, 2))
     assert nvml.create_compute_instance(0, again.id, TWO_SLICE).uuid != device.uuid
 
 
 def test_mig_mode_cannot_be_disabled_with_live_instances() -> None:
     nvml = FakeNVML.with_gpus(a100_80g(mig=True))
-    nvml.create_gpu_instance(0, SEVEN_SLICE, MigPlacement(0, 8))
+    nvml.create_gpu_instance(0, GI_7G, MigPlacement(0, 8))
     with pytest.raises(NvmlError, match="In use"):
         nvml.set_mig_mode(0, False)
 
@@ -129,15 +131,15 @@ def test_mig_mode_cannot_be_disabled_with_live_instances() -> None:
 @pytest.mark.parametrize("operation", sorted(MIG_OPERATIONS))
 def test_every_mig_operation_can_be_made_to_fail_once(operation: str) -> None:
     nvml = FakeNVML.with_gpus(a100_80g(mig=True))
-    gi = nvml.create_gpu_instance(0, TWO_SLICE, MigPlacement(0, 2))
+    gi = nvml.create_gpu_instance(0, GI_2G, MigPlacement(0, 2))
     device = nvml.create_compute_instance(0, gi.id, TWO_SLICE)
-    spare = nvml.create_gpu_instance(0, TWO_SLICE, MigPlacement(4, 2))
+    spare = nvml.create_gpu_instance(0, GI_2G, MigPlacement(4, 2))
     calls = {
         "mig_mode": lambda: nvml.mig_mode(0),
         "set_mig_mode": lambda: nvml.set_mig_mode(0, True),
         "gpu_instance_profile": lambda: nvml.gpu_instance_profile(0, TWO_SLICE),
-        "gpu_instance_placements": lambda: nvml.gpu_instance_placements(0, TWO_SLICE),
-        "create_gpu_instance": lambda: nvml.create_gpu_instance(0, TWO_SLICE, MigPlacement(2, 2)),
+        "gpu_instance_placements": lambda: nvml.gpu_instance_placements(0, GI_2G),
+        "create_gpu_instance": lambda: nvml.create_gpu_instance(0, GI_2G, MigPlacement(2, 2)),
         "create_compute_instance": lambda: nvml.create_compute_instance(0, spare.id, ONE_SLICE),
         "gpu_instances": lambda: nvml.gpu_instances(0),
         "mig_devices": lambda: nvml.mig_devices(0),

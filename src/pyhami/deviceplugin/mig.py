@@ -148,7 +148,7 @@ class MigManager:
         for name in self._allowed.get(gpu.index, ()):
             try:
                 info = self.resolve(gpu.index, name)
-                placements = self._nvml.gpu_instance_placements(gpu.index, info.profile_id)
+                placements = self._nvml.gpu_instance_placements(gpu.index, info.id)
                 full_sms = max(p.sm_count for p in self._profiles_of(gpu.index))
             except (MigError, NvmlError) as error:
                 log.warning("GPU %s: MIG profile %s not published: %s", gpu.uuid, name, error)
@@ -209,13 +209,13 @@ class MigManager:
         with self._locks[index]:
             self._ensure_mig_mode(index)
             info = self.resolve(index, key.profile)
-            possible = self._nvml.gpu_instance_placements(index, info.profile_id)
+            possible = self._nvml.gpu_instance_placements(index, info.id)
             if wanted not in possible:
                 raise MigError(
                     f"GPU {index}: placement start={key.start} size={key.size} is not one NVML "
                     f"offers for {key.profile} ({[(p.start, p.size) for p in possible]})"
                 )
-            instance = self._nvml.create_gpu_instance(index, info.profile_id, wanted)
+            instance = self._nvml.create_gpu_instance(index, info.id, wanted)
             try:
                 ci_profile = SLICE_PROFILE_IDS[info.slice_count]
                 device = self._nvml.create_compute_instance(index, instance.id, ci_profile)

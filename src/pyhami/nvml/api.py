@@ -105,7 +105,9 @@ class MigMode:
 
 @dataclass(frozen=True, slots=True)
 class GpuInstanceProfile:
-    """NVML's GI profile info; `profile_id` is the enum (0 = 1_SLICE), `id` nvidia-smi's number.
+    """NVML's GI profile info. `profile_id` is the enum asked for (0 = 1_SLICE); `id` is NVML's
+    profile id (nvidia-smi's number, 19 for 1g.10gb), which placements, creation and
+    `GpuInstance.profile_id` use.
 
     `name` is NVML's without the `MIG ` prefix (`1g.10gb+me`); "" when the driver does not say.
     """
@@ -121,7 +123,7 @@ class GpuInstanceProfile:
 
 @dataclass(frozen=True, slots=True)
 class GpuInstance:
-    """A live GPU instance: its id on the GPU, its profile enum and its placement."""
+    """A live GPU instance: its id on the GPU, NVML's profile id and its placement."""
 
     id: int
     profile_id: int
@@ -178,22 +180,22 @@ class Nvml(Protocol):
         """Request a MIG mode; it may stay pending until the GPU is reset (see `mig_mode`)."""
         ...
 
-    def gpu_instance_profile(self, index: int, profile_id: int) -> GpuInstanceProfile:
-        """Info of GI profile `profile_id`; NvmlNotSupportedError when the GPU lacks it."""
+    def gpu_instance_profile(self, index: int, profile: int) -> GpuInstanceProfile:
+        """Info of GI profile enum `profile`; NvmlNotSupportedError when the GPU lacks it."""
         ...
 
-    def gpu_instance_placements(self, index: int, profile_id: int) -> tuple[MigPlacement, ...]:
-        """Every placement the profile may take on this GPU (occupied or not)."""
+    def gpu_instance_placements(self, index: int, gi_profile_id: int) -> tuple[MigPlacement, ...]:
+        """Every placement the profile (`GpuInstanceProfile.id`) may take, occupied or not."""
         ...
 
     def create_gpu_instance(
-        self, index: int, profile_id: int, placement: MigPlacement
+        self, index: int, gi_profile_id: int, placement: MigPlacement
     ) -> GpuInstance: ...
 
     def create_compute_instance(
-        self, index: int, gpu_instance_id: int, profile_id: int
+        self, index: int, gpu_instance_id: int, ci_profile: int
     ) -> MigDevice:
-        """Create a CI of CI profile `profile_id` in the GI; the MIG device it makes."""
+        """A CI of CI profile enum `ci_profile` (shared engines) in the GI: its MIG device."""
         ...
 
     def gpu_instances(self, index: int) -> tuple[GpuInstance, ...]: ...

@@ -27,6 +27,7 @@ from pyhami.nvml.api import (
 )
 
 T = TypeVar("T")
+_MAX_PLACEMENTS = 16  # a GPU has at most 8 memory slices, so at most 8 placements per profile
 
 _NO_DRIVER_HINT = (
     "no usable NVIDIA driver here; check that the driver is installed on the node and that this "
@@ -247,15 +248,15 @@ class PynvmlNvml:
         mode = pynvml.NVML_DEVICE_MIG_ENABLE if enabled else pynvml.NVML_DEVICE_MIG_DISABLE
         _call("nvmlDeviceSetMigMode", pynvml.nvmlDeviceSetMigMode, self._handle(index), mode)
 
-    def gpu_instance_profile(self, index: int, profile_id: int) -> GpuInstanceProfile:
+    def gpu_instance_profile(self, index: int, profile: int) -> GpuInstanceProfile:
         info = _call(
             "nvmlDeviceGetGpuInstanceProfileInfo",
             pynvml.nvmlDeviceGetGpuInstanceProfileInfo,
             self._handle(index),
-            profile_id,
+            profile,
         )
         return GpuInstanceProfile(
-            profile_id=profile_id,
+            profile_id=profile,
             id=int(info.id),
             slice_count=int(info.sliceCount),
             memory_mib=int(info.memorySizeMB),
@@ -264,22 +265,21 @@ class PynvmlNvml:
             name=_text(info.name).removeprefix("MIG "),
         )
 
-    def gpu_instance_placements(self, index: int, profile_id: int) -> tuple[MigPlacement, ...]:
-        capacity = self.gpu_instance_profile(index, profile_id).instance_count
-        placements = (pynvml.c_nvmlGpuInstancePlacement_t * max(capacity, 1))()
+    def gpu_instance_placements(self, index: int, gi_profile_id: int) -> tuple[MigPlacement, ...]:
+        placements = (pynvml.c_nvmlGpuInstancePlacement_t * _MAX_PLACEMENTS)()
         count = ctypes.c_uint(len(placements))
         _call(
             "nvmlDeviceGetGpuInstancePossiblePlacements",
             pynvml.nvmlDeviceGetGpuInstancePossiblePlacements,
             self._handle(index),
-            profile_id,
+            gi_profile_id,
             placements,
             ctypes.byref(count),
         )
         return tuple(MigPlacement(int(p.start), int(p.size)) for p in placements[: count.value])
 
     def create_gpu_instance(
-        self, index: int, profile_id: int, placement: MigPlacement
+        self, index: int, gi_profile_id: int, placement: MigPlacement
     ) -> GpuInstance:
         wanted = pynvml.c_nvmlGpuInstancePlacement_t()
         wanted.start, wanted.size = placement.start, placement.size
@@ -287,19 +287,27 @@ class PynvmlNvml:
             "nvmlDeviceCreateGpuInstanceWithPlacement",
             pynvml.nvmlDeviceCreateGpuInstanceWithPlacement,
             self._handle(index),
-            profile_id,
+            gi_profile_id,
             ctypes.byref(wanted),
         )
         return self._gpu_instance(handle)
 
     def create_compute_instance(
-        self, index: int, gpu_instance_id: int, profile_id: int
+        self, index: int, gpu_instance_id: int, ci_profile: int
     ) -> MigDevice:
+        gpu_instance = self._gi_handle(index, gpu_instance_id)
+        ci_info = _call(
+            "nvmlGpuInstanceGetComputeInstanceProfileInfo",
+            pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo,
+            gpu_instance,
+            ci_profile,
+            pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+        )
         handle = _call(
             "nvmlGpuInstanceCreateComputeInstance",
             pynvml.nvmlGpuInstanceCreateComputeInstance,
-            self._gi_handle(index, gpu_instance_id),
-            profile_id,
+            gpu_instance,
+            int(ci_info.id),
         )
         info = _call("nvmlComputeInstanceGetInfo", pynvml.nvmlComputeInstanceGetInfo, handle)
         for device in self.mig_devices(index):
@@ -316,8 +324,8 @@ class PynvmlNvml:
     def gpu_instances(self, index: int) -> tuple[GpuInstance, ...]:
         return tuple(
             self._gpu_instance(handle)
-            for profile_id in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT)
-            for handle in self._gi_handles(index, profile_id)
+            for profile in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT)
+            for handle in self._gi_handles(index, profile)
         )
 
     def mig_devices(self, index: int) -> tuple[MigDevice, ...]:
@@ -381,22 +389,22 @@ class PynvmlNvml:
             gpu_instance_id,
         )
 
-    def _gi_handles(self, index: int, profile_id: int) -> list[Any]:
+    def _gi_handles(self, index: int, profile: int) -> list[Any]:
         try:
-            capacity = self.gpu_instance_profile(index, profile_id).instance_count
+            info = self.gpu_instance_profile(index, profile)
         except NvmlNotSupportedError:
             return []  # this GPU has no such profile
         except NvmlError as error:
             if error.code == pynvml.NVML_ERROR_INVALID_ARGUMENT:
                 return []  # a profile id newer than this driver
             raise
-        handles = (pynvml.c_nvmlGpuInstance_t * max(capacity, 1))()
+        handles = (pynvml.c_nvmlGpuInstance_t * max(info.instance_count, 1))()
         count = ctypes.c_uint(0)
         _call(
             "nvmlDeviceGetGpuInstances",
             pynvml.nvmlDeviceGetGpuInstances,
             self._handle(index),
-            profile_id,
+            info.id,
             handles,
             ctypes.byref(count),
         )

@@ -15,6 +15,7 @@ for a GPU reset, `set_mig_processes` puts work on a MIG device.
 
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from pyhami.model import MigPlacement
@@ -514,22 +515,25 @@ class FakeNVML:
             if not state.hold_pending:
                 state.current = enabled
 
-    def gpu_instance_profile(self, index: int, profile_id: int) -> GpuInstanceProfile:
+    def gpu_instance_profile(self, index: int, profile: int) -> GpuInstanceProfile:
         self.check("gpu_instance_profile", index)
+        operation = "nvmlDeviceGetGpuInstanceProfileInfo"
         with self._lock:
-            return self._gi_profile(index, profile_id, "nvmlDeviceGetGpuInstanceProfileInfo").info
+            self._enabled_mig(index, operation)
+            return self._profile(index, operation, lambda p: p.info.profile_id == profile).info
 
-    def gpu_instance_placements(self, index: int, profile_id: int) -> tuple[MigPlacement, ...]:
+    def gpu_instance_placements(self, index: int, gi_profile_id: int) -> tuple[MigPlacement, ...]:
         self.check("gpu_instance_placements", index)
         with self._lock:
             operation = "nvmlDeviceGetGpuInstancePossiblePlacements"
-            return self._gi_profile(index, profile_id, operation).placements
+            return self._gi_profile(index, gi_profile_id, operation).placements
 
     def create_gpu_instance(
-        self, index: int, profile_id: int, placement: MigPlacement
+        self, index: int, gi_profile_id: int, placement: MigPlacement
     ) -> GpuInstance:
         self.check("create_gpu_instance", index)
         operation = "nvmlDeviceCreateGpuInstanceWithPlacement"
+        profile_id = gi_profile_id
         with self._lock:
             profile = self._gi_profile(index, profile_id, operation)
             state = self._state.mig[index]
@@ -550,18 +554,18 @@ class FakeNVML:
             return instance
 
     def create_compute_instance(
-        self, index: int, gpu_instance_id: int, profile_id: int
+        self, index: int, gpu_instance_id: int, ci_profile: int
     ) -> MigDevice:
         self.check("create_compute_instance", index)
         operation = "nvmlGpuInstanceCreateComputeInstance"
         with self._lock:
             state = self._enabled_mig(index, operation)
             instance = self._instance(state, gpu_instance_id, operation)
-            gi_slices = self._profile_by_id(index, instance.profile_id).info.slice_count
-            ci_slices = _CI_SLICES.get(profile_id)
+            gi_slices = self._gi_profile(index, instance.profile_id, operation).info.slice_count
+            ci_slices = _CI_SLICES.get(ci_profile)
             if ci_slices is None or ci_slices > gi_slices:
                 raise NvmlError(
-                    operation, f"Not Supported (CI profile {profile_id})", _NOT_SUPPORTED
+                    operation, f"Not Supported (CI profile {ci_profile})", _NOT_SUPPORTED
                 )
             used = sum(
                 slices for key, slices in state.ci_slices.items() if key[0] == gpu_instance_id
@@ -659,19 +663,18 @@ class FakeNVML:
             )
         return state
 
-    def _profile_by_id(self, index: int, profile_id: int) -> FakeGiProfile:
+    def _profile(
+        self, index: int, operation: str, wanted: Callable[[FakeGiProfile], bool]
+    ) -> FakeGiProfile:
         for profile in mig_profiles(self._gpu(index).name):
-            if profile.info.profile_id == profile_id:
+            if wanted(profile):
                 return profile
-        raise NvmlNotSupportedError(
-            "nvmlDeviceGetGpuInstanceProfileInfo",
-            f"Not Supported (GI profile {profile_id})",
-            _NOT_SUPPORTED,
-        )
+        raise NvmlNotSupportedError(operation, "Not Supported (no such GI profile)", _NOT_SUPPORTED)
 
-    def _gi_profile(self, index: int, profile_id: int, operation: str) -> FakeGiProfile:
+    def _gi_profile(self, index: int, gi_profile_id: int, operation: str) -> FakeGiProfile:
+        """The profile with NVML's profile id `gi_profile_id` (placements, create, instances)."""
         self._enabled_mig(index, operation)
-        return self._profile_by_id(index, profile_id)
+        return self._profile(index, operation, lambda p: p.info.id == gi_profile_id)
 
     @staticmethod
     def _instance(state: _MigState, gpu_instance_id: int, operation: str) -> GpuInstance:
