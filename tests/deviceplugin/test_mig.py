@@ -225,7 +225,8 @@ async def test_reservation_for_a_placement_nvml_does_not_offer_is_refused(gpu_no
     with pytest.raises(grpc.aio.AioRpcError) as failure:
         await kubelet_plugin.allocate([[kubelet_plugin.healthy_ids()[0]]])
     assert "placement start=1 size=2 is not one NVML offers" in (failure.value.details() or "")
-    assert NODE in node.pod_annotations("odd")["hami.io/vgpu-node"]
+    assert node.pod_annotations("odd")["hami.io/bind-phase"] == "failed"
+    assert node.nvml.gpu_instances(0) == ()
 
 
 SCHEDULER_CONFIG = """\
