@@ -39,8 +39,7 @@ from pyhami.protocol import (
 from pyhami.scheduler.runtime import SchedulerProcess, load_device_config
 from pyhami.scheduler.settings import SchedulerSettings
 from pyhami.testing import FakeKubeAPIServer
-
-from .certs import write_self_signed
+from pyhami.testing.certs import write_serving_certificate
 
 DEVICE_CONFIG = """\
 nvidia:
@@ -101,11 +100,10 @@ class Cluster:
         self.api = api
         self.client = client
         self.tmp = tmp
-        write_self_signed(tmp)
-        self.ca = (tmp / "tls.crt").read_bytes()
+        self.ca = write_serving_certificate(tmp).ca_pem
         (tmp / "device-config.yaml").write_text(DEVICE_CONFIG)
         self.processes: list[SchedulerProcess] = []
-        insecure = ssl.create_default_context(cafile=str(tmp / "tls.crt"))
+        insecure = ssl.create_default_context(cadata=self.ca.decode())
         self.http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=insecure))
 
     def settings(self, **overrides: Any) -> SchedulerSettings:

@@ -8,8 +8,7 @@ from aiohttp import web
 from cryptography import x509
 
 from pyhami.scheduler.tls import CertificateError, ReloadingCertificate
-
-from .certs import write_self_signed
+from pyhami.testing.certs import write_serving_certificate
 
 
 async def _served_serial(port: int) -> int:
@@ -24,7 +23,7 @@ async def _served_serial(port: int) -> int:
 
 
 async def test_certificate_reloads_when_files_change(tmp_path: Path) -> None:
-    first = write_self_signed(tmp_path)
+    first = write_serving_certificate(tmp_path).serial
     cert = ReloadingCertificate(tmp_path / "tls.crt", tmp_path / "tls.key")
     app = web.Application()
 
@@ -40,7 +39,7 @@ async def test_certificate_reloads_when_files_change(tmp_path: Path) -> None:
     try:
         assert await _served_serial(port) == first
         assert cert.reload_if_changed() is False
-        second = write_self_signed(tmp_path)
+        second = write_serving_certificate(tmp_path).serial
         assert cert.reload_if_changed() is True
         assert await _served_serial(port) == second
         # A broken key keeps the previous certificate serving.
@@ -55,11 +54,11 @@ async def test_certificate_reloads_when_files_change(tmp_path: Path) -> None:
 
 
 async def test_watch_reloads_in_the_background(tmp_path: Path) -> None:
-    write_self_signed(tmp_path)
+    write_serving_certificate(tmp_path)
     cert = ReloadingCertificate(tmp_path / "tls.crt", tmp_path / "tls.key")
     stop = asyncio.Event()
     task = asyncio.create_task(cert.watch(0.01, stop))
-    write_self_signed(tmp_path)
+    write_serving_certificate(tmp_path)
     for _ in range(200):
         if cert.reloads == 2:
             break
@@ -72,7 +71,7 @@ async def test_watch_reloads_in_the_background(tmp_path: Path) -> None:
 def test_missing_files_are_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(CertificateError, match="cannot read certificate files"):
         ReloadingCertificate(tmp_path / "nope.crt", tmp_path / "nope.key")
-    write_self_signed(tmp_path)
+    write_serving_certificate(tmp_path)
     (tmp_path / "tls.key").write_text("not a key")
     with pytest.raises(CertificateError, match="cannot load certificate"):
         ReloadingCertificate(tmp_path / "tls.crt", tmp_path / "tls.key")

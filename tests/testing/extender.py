@@ -14,6 +14,7 @@ class TinyExtender:
     def __init__(self, bind: Callable[[str, str, str, str], Any] | None = None) -> None:
         self.filter_calls: list[dict[str, Any]] = []
         self.bind_calls: list[dict[str, Any]] = []
+        self.peers: list[Any] = []  # the caller's address per filter or bind call
         self.filter_error = ""
         self.bind_errors = 0  # answer this many binds with an Error first
         self.filter_status = 200
@@ -37,9 +38,14 @@ class TinyExtender:
         if self._runner is not None:
             await self._runner.cleanup()
 
+    def _seen(self, request: web.Request) -> None:
+        assert request.transport is not None
+        self.peers.append(request.transport.get_extra_info("peername"))
+
     async def _filter(self, request: web.Request) -> web.Response:
         args = json.loads(await request.read())
         self.filter_calls.append(args)
+        self._seen(request)
         if self.filter_status != 200:
             return web.Response(status=self.filter_status, text="broken")
         if self.filter_error:
@@ -76,6 +82,7 @@ class TinyExtender:
     async def _bind_route(self, request: web.Request) -> web.Response:
         args = json.loads(await request.read())
         self.bind_calls.append(args)
+        self._seen(request)
         if self.bind_errors > 0:
             self.bind_errors -= 1
             return web.json_response({"Error": "node lock contention"})

@@ -8,6 +8,7 @@ import pytest
 
 from pyhami.kube import EVENTS, NODES, KubeClient
 from pyhami.testing import ExtenderConfig, FakeKubeAPIServer, KubeSchedulerHarness
+from pyhami.testing.certs import write_serving_certificate
 from pyhami.testing.scheduler_harness import (
     HAMI_NVIDIA_RESOURCES,
     ManagedResource,
@@ -15,7 +16,6 @@ from pyhami.testing.scheduler_harness import (
 )
 
 from .builders import node, pod
-from .certs import make_serving_cert
 from .extender import TinyExtender
 
 
@@ -211,7 +211,7 @@ async def test_not_ignored_extended_resource_needs_allocatable(
 
 
 async def test_https_extender_with_ca(kube: KubeClient, tmp_path: Path) -> None:
-    cert = make_serving_cert(tmp_path)
+    cert = write_serving_certificate(tmp_path)
 
     async def bind(namespace: str, name: str, node_name: str, uid: str) -> None:
         await kube.bind_pod(namespace, name, node_name, uid=uid)
@@ -235,6 +235,8 @@ async def test_https_extender_with_ca(kube: KubeClient, tmp_path: Path) -> None:
         async with harness(kube, verified) as h:
             await kube.create_pod("default", pod("p", scheduler="hami-scheduler", gpus=1))
             assert (await h.wait_for("default", "p")).node == "n1"
+        # filter, then bind, over one kept TLS connection (kube-scheduler's transport does so)
+        assert len(tiny.peers) == 2 and len(set(tiny.peers)) == 1, tiny.peers
         wrong_ca = ExtenderConfig(url_prefix=tiny.url, node_cache_capable=True)
         async with harness(kube, wrong_ca) as h:
             await kube.create_pod("default", pod("q", scheduler="hami-scheduler"))
