@@ -185,7 +185,10 @@ class KubeSchedulerHarness(AsyncService):
     # --- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self._session = aiohttp.ClientSession()
+        # One TLS context for the session: connections to the extender are kept and reused,
+        # as kube-scheduler's HTTP transport keeps them (no handshake per filter or bind).
+        context = self.extender.ssl_context() if self.extender is not None else None
+        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context or True))
         handlers = EventHandlers(
             on_add=self._pod_seen, on_update=lambda _old, new: self._pod_seen(new)
         )
@@ -371,7 +374,6 @@ class KubeSchedulerHarness(AsyncService):
             async with self._session.post(
                 url,
                 json=body,
-                ssl=self.extender.ssl_context() or True,
                 server_hostname=self.extender.tls_server_name,
                 timeout=aiohttp.ClientTimeout(total=self.extender.http_timeout_s),
             ) as response:
