@@ -10,10 +10,13 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from pyhami.kube import KubeClient
 from pyhami.testing import FakeKubeAPIServer
+from pyhami.testing.certs import ServingFiles, write_serving_certificate
+from pyhami.testing.fake_apiserver import service_account
+from pyhami.testing.fake_apiserver.store import MERGE_PATCH
 
 from .builders import Http, pod
-from .certs import ServingCert, make_serving_cert
 
 PODS = "/api/v1/namespaces/default/pods"
 Responder = Callable[[dict[str, Any]], dict[str, Any]]
@@ -40,9 +43,10 @@ def patch_response(ops: list[dict[str, Any]]) -> Responder:
 
 
 class Webhook:
-    def __init__(self, cert: ServingCert) -> None:
+    def __init__(self, cert: ServingFiles) -> None:
         self.cert = cert
         self.reviews: list[dict[str, Any]] = []
+        self.peers: list[Any] = []  # the caller's address per review
         self.respond: Responder = patch_response([])
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -51,6 +55,8 @@ class Webhook:
         async def handle(request: web.Request) -> web.Response:
             review = await request.json()
             self.reviews.append(review)
+            assert request.transport is not None
+            self.peers.append(request.transport.get_extra_info("peername"))
             return web.json_response(self.respond(review))
 
         app = web.Application()
@@ -72,7 +78,8 @@ class Webhook:
 
 @pytest.fixture
 async def webhook(tmp_path: Path) -> AsyncIterator[Webhook]:
-    hook = Webhook(make_serving_cert(tmp_path, ("localhost", "hami.kube-system.svc")))
+    names = ("localhost", "hami.kube-system.svc")
+    hook = Webhook(write_serving_certificate(tmp_path, dns_names=names))
     await hook.start()
     yield hook
     await hook.stop()
@@ -105,6 +112,16 @@ async def test_webhook_mutates_pod_on_create(
     assert request["object"]["spec"]["schedulerName"] == "default-scheduler"  # defaulted first
     assert "uid" not in request["object"]["metadata"]
     assert apiserver.admission.calls[0].patch[0]["path"] == "/spec/schedulerName"
+
+
+async def test_reviews_reuse_one_tls_connection(
+    http: Http, apiserver: FakeKubeAPIServer, webhook: Webhook
+) -> None:
+    """As kube-apiserver keeps its webhook connections: no TLS handshake per review."""
+    apiserver.admission.register("vgpu.hami.io", webhook.url, ca_bundle=webhook.cert.ca_pem)
+    for name in ("a", "b", "c"):
+        assert (await http.post(PODS, pod(name)))[0] == 201
+    assert len(webhook.peers) == 3 and len(set(webhook.peers)) == 1
 
 
 async def test_webhook_refusal_is_returned_with_its_code(
@@ -160,7 +177,7 @@ async def test_untrusted_certificate_is_a_call_failure(
     other = tmp_path / "other"
     other.mkdir()
     apiserver.admission.register(
-        "vgpu.hami.io", webhook.url, ca_bundle=make_serving_cert(other).ca_pem
+        "vgpu.hami.io", webhook.url, ca_bundle=write_serving_certificate(other).ca_pem
     )
     status, _ = await http.post(PODS, pod("a"))
     assert status == 500
@@ -292,3 +309,136 @@ async def test_v1_patch_without_patch_type_is_refused(
     webhook.respond = lambda review: review_answer(review, allowed=True, patch=ops)
     status, body = await http.post(PODS, pod("a"))
     assert status == 500 and "response.patch but not response.patchType" in body["message"]
+
+
+async def test_the_review_names_the_user_who_created_the_object(
+    apiserver: FakeKubeAPIServer, webhook: Webhook
+) -> None:
+    apiserver.admission.register("vgpu.hami.io", webhook.url, ca_bundle=webhook.cert.ca_pem)
+    user = service_account("ci", "runner")
+    async with KubeClient(apiserver.configuration(user)) as client:
+        await client.create_pod("default", pod("p1"))
+    assert webhook.reviews[0]["request"]["userInfo"] == {
+        "username": user,
+        "groups": ["system:serviceaccounts", "system:serviceaccounts:ci", "system:authenticated"],
+    }
+
+
+POD_WRITE_RULES = (
+    {
+        "operations": ["CREATE", "UPDATE"],
+        "apiGroups": [""],
+        "apiVersions": ["v1"],
+        "resources": ["pods"],
+    },
+)
+
+
+@pytest.fixture
+async def update_webhook(http: Http, apiserver: FakeKubeAPIServer, webhook: Webhook) -> Webhook:
+    """`webhook`, registered for pod creates and updates, and pod `a` created through it."""
+    apiserver.admission.register(
+        "vgpu.hami.io", webhook.url, ca_bundle=webhook.cert.ca_pem, rules=POD_WRITE_RULES
+    )
+    await http.post(PODS, pod("a"))
+    return webhook
+
+
+async def test_a_patch_is_reviewed_as_update_with_the_stored_object_as_old(
+    http: Http, apiserver: FakeKubeAPIServer, update_webhook: Webhook
+) -> None:
+    webhook = update_webhook
+    webhook.respond = patch_response(
+        [{"op": "add", "path": "/metadata/annotations/reviewed", "value": "yes"}]
+    )
+    status, patched = await http.patch(f"{PODS}/a", {"metadata": {"annotations": {"asked": "1"}}})
+    assert status == 200, patched
+    assert patched["metadata"]["annotations"] == {"asked": "1", "reviewed": "yes"}
+    request = webhook.reviews[-1]["request"]
+    assert (request["operation"], request["name"]) == ("UPDATE", "a")
+    assert request["options"]["kind"] == "PatchOptions"
+    assert request["object"]["metadata"]["annotations"] == {"asked": "1"}
+    assert "annotations" not in request["oldObject"]["metadata"]
+    assert request["oldObject"]["kind"] == "Pod"
+    stored = apiserver.store.get("pods", "default", "a")
+    assert stored["metadata"]["annotations"] == {"asked": "1", "reviewed": "yes"}
+
+
+async def test_a_put_is_reviewed_with_update_options_and_a_refusal_changes_nothing(
+    http: Http, apiserver: FakeKubeAPIServer, update_webhook: Webhook
+) -> None:
+    webhook = update_webhook
+    _, created = await http.get(f"{PODS}/a")
+    webhook.respond = lambda review: review_answer(
+        review, allowed=False, status={"message": "annotations x are written by the scheduler"}
+    )
+    created["metadata"]["annotations"] = {"x": "forged"}
+    status, body = await http.put(f"{PODS}/a", created)
+    assert (status, body["message"]) == (
+        400,
+        'admission webhook "vgpu.hami.io" denied the request: '
+        "annotations x are written by the scheduler",
+    )
+    assert webhook.reviews[-1]["request"]["options"]["kind"] == "UpdateOptions"
+    stored = apiserver.store.get("pods", "default", "a")
+    assert "annotations" not in stored["metadata"]
+    assert stored["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
+
+
+async def test_updates_go_only_to_webhooks_registered_for_update_and_not_for_status(
+    http: Http, apiserver: FakeKubeAPIServer, webhook: Webhook
+) -> None:
+    apiserver.admission.register("create-only", webhook.url, ca_bundle=webhook.cert.ca_pem)
+    await http.post(PODS, pod("a"))
+    assert (await http.patch(f"{PODS}/a", {"metadata": {"labels": {"l": "1"}}}))[0] == 200
+    assert [r["request"]["operation"] for r in webhook.reviews] == ["CREATE"]
+    apiserver.admission.register(
+        "writes", webhook.url, ca_bundle=webhook.cert.ca_pem, rules=POD_WRITE_RULES
+    )
+    status_patch = {"status": {"phase": "Running"}}
+    assert (await http.patch(f"{PODS}/a/status", status_patch))[0] == 200
+    assert [r["request"]["operation"] for r in webhook.reviews] == ["CREATE"]
+
+
+async def test_an_update_that_drops_the_selected_label_is_still_reviewed(
+    http: Http, apiserver: FakeKubeAPIServer, webhook: Webhook
+) -> None:
+    """objectSelector on UPDATE matches if the old or the new object matches."""
+    apiserver.admission.register(
+        "vgpu.hami.io",
+        webhook.url,
+        ca_bundle=webhook.cert.ca_pem,
+        rules=POD_WRITE_RULES,
+        object_selector={"matchLabels": {"gpu": "yes"}},
+    )
+    await http.post(PODS, pod("a", labels={"gpu": "yes"}))
+    await http.patch(f"{PODS}/a", {"metadata": {"labels": {"gpu": None}}})
+    await http.patch(f"{PODS}/a", {"metadata": {"labels": {"other": "1"}}})
+    assert [r["request"]["operation"] for r in webhook.reviews] == ["CREATE", "UPDATE"]
+
+
+async def test_a_write_landing_while_the_webhook_runs_redoes_the_patch_unless_pinned(
+    http: Http, apiserver: FakeKubeAPIServer, update_webhook: Webhook
+) -> None:
+    webhook = update_webhook
+    racing = ["other"]
+
+    def answer_after_a_racing_write(review: dict[str, Any]) -> dict[str, Any]:
+        if racing:
+            label = racing.pop()
+            racing_patch = {"metadata": {"labels": {label: "1"}}}
+            apiserver.store.patch("pods", "default", "a", MERGE_PATCH, racing_patch)
+        return review_answer(review, allowed=True)
+
+    webhook.respond = answer_after_a_racing_write
+    status, patched = await http.patch(f"{PODS}/a", {"metadata": {"labels": {"mine": "1"}}})
+    assert status == 200
+    assert patched["metadata"]["labels"] == {"other": "1", "mine": "1"}  # neither write lost
+    assert len(webhook.reviews) == 3  # CREATE, then the patch twice
+
+    racing.append("third")
+    version = patched["metadata"]["resourceVersion"]
+    pinned = {"metadata": {"resourceVersion": version, "labels": {"late": "1"}}}
+    status, body = await http.patch(f"{PODS}/a", pinned)
+    assert (status, body["reason"]) == (409, "Conflict")
+    assert "late" not in apiserver.store.get("pods", "default", "a")["metadata"]["labels"]

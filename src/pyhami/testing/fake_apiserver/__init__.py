@@ -3,7 +3,10 @@
 See `FakeKubeAPIServer`. Behaviour follows kube-apiserver where pyhami depends on it; where it
 knowingly does not (kept small on purpose):
 
-* no RBAC; authentication is one bearer token, checked only with `require_token=True`;
+* no RBAC; authentication is by bearer token: `configuration(user)` / `kubeconfig(user)` hand
+  out one token per user (`token` is `system:admin`'s), an unknown token is `system:anonymous`
+  unless `require_token=True` makes it 401; `requests_by_user` records who asked for what, and
+  admission reviews carry the caller's `userInfo`;
 * list always serves the newest state (a `continue` page too), so `resourceVersionMatch=Exact`
   works only for the current version; a list with a version newer than the store is 504;
 * a watch from an expired version answers 200 with one ERROR event (410 Expired), as the
@@ -15,13 +18,15 @@ knowingly does not (kept small on purpose):
   a kubelet;
 * namespaces are deleted at once (no Terminating phase), without deleting their contents;
 * core/v1 and events.k8s.io/v1 Events are separate stores;
-* admission: mutating webhooks on CREATE only, no reinvocation; no validating webhooks;
+* admission: mutating webhooks on CREATE and on UPDATE (a PUT or PATCH of the object itself,
+  not of a subresource), none on DELETE or CONNECT; no reinvocation; no validating webhooks;
 * strategic merge patch: the subset described in `patches`; server-side apply and dryRun
   are refused (415 / 400), never half-done.
 """
 
 from pyhami.testing.fake_apiserver.admission import AdmissionCall, AdmissionChain, Webhook
 from pyhami.testing.fake_apiserver.faults import FaultInjector
+from pyhami.testing.fake_apiserver.identity import ADMIN, RequestKey, UserInfo, service_account
 from pyhami.testing.fake_apiserver.resources import ALL_RESOURCES, ResourceType, resource_named
 from pyhami.testing.fake_apiserver.server import FakeKubeAPIServer, ServingTLS
 from pyhami.testing.fake_apiserver.status import ApiError
@@ -33,6 +38,7 @@ from pyhami.testing.fake_apiserver.store import (
 )
 
 __all__ = [
+    "ADMIN",
     "ALL_RESOURCES",
     "JSON_PATCH",
     "MERGE_PATCH",
@@ -43,8 +49,11 @@ __all__ = [
     "FakeKubeAPIServer",
     "FaultInjector",
     "ObjectStore",
+    "RequestKey",
     "ResourceType",
     "ServingTLS",
+    "UserInfo",
     "Webhook",
     "resource_named",
+    "service_account",
 ]

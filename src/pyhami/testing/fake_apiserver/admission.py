@@ -3,8 +3,10 @@
 Webhooks come from two places: `register(...)` (URL + CA bundle, handy in tests) and the
 MutatingWebhookConfiguration objects in the store (url or service clientConfig; a service is
 resolved through `resolve_service`, and its certificate is checked for
-`<name>.<namespace>.svc`, as kube-apiserver checks it). They run on CREATE in order
-(configurations by name, webhooks in their order), each seeing the previous one's result.
+`<name>.<namespace>.svc`, as kube-apiserver checks it). They run, for the operations
+their rules name (CREATE, and UPDATE with the stored object as `oldObject` on a PUT or PATCH
+of the object itself), in order (configurations by name, webhooks in their order), each
+seeing the previous one's result.
 `failurePolicy: Fail` (the v1 default) turns a call failure into a 500; `Ignore` skips it.
 Reinvocation is not done (`reinvocationPolicy: Never`, HAMi's setting).
 """
@@ -21,6 +23,7 @@ from typing import Any
 
 import aiohttp
 
+from pyhami.testing.fake_apiserver.identity import UserInfo
 from pyhami.testing.fake_apiserver.patches import PatchApplyError, PatchFormatError, json_patch
 from pyhami.testing.fake_apiserver.resources import MUTATING_WEBHOOKS, NAMESPACES, ResourceType
 from pyhami.testing.fake_apiserver.selectors import label_selector_matcher
@@ -96,6 +99,7 @@ class AdmissionChain:
         self._registered: list[Webhook] = []
         self._services: dict[tuple[str, str, int], str] = {}
         self._session: aiohttp.ClientSession | None = None
+        self._contexts: dict[bytes | None, ssl.SSLContext] = {}
         self.calls: list[AdmissionCall] = []
 
     def register(
@@ -177,9 +181,16 @@ class AdmissionChain:
             await self._session.close()
             self._session = None
 
-    def _selected(self, hook: Webhook, namespace: str | None, obj: JsonObject) -> bool:
-        labels = obj.get("metadata", {}).get("labels") or {}
-        if not label_selector_matcher(hook.object_selector)(labels):
+    def _selected(
+        self, hook: Webhook, namespace: str | None, obj: JsonObject, old: JsonObject | None
+    ) -> bool:
+        # On UPDATE the object selector matches if the old or the new object matches.
+        matches = label_selector_matcher(hook.object_selector)
+        if not any(
+            matches(candidate.get("metadata", {}).get("labels") or {})
+            for candidate in (obj, old)
+            if candidate is not None
+        ):
             return False
         if namespace is None or not hook.namespace_selector:
             return True
@@ -195,25 +206,29 @@ class AdmissionChain:
         namespace: str | None,
         obj: JsonObject,
         operation: str = "CREATE",
+        *,
+        user: UserInfo,
+        old_object: JsonObject | None = None,
+        options_kind: str = "CreateOptions",
     ) -> JsonObject:
-        """Run every matching webhook; returns the mutated object or raises the refusal."""
+        """Run every matching webhook; returns the mutated object or raises the refusal.
+
+        An UPDATE carries the stored object as `old_object`; `options_kind` is what the
+        client's verb sends (CreateOptions, UpdateOptions for a PUT, PatchOptions).
+        """
+        request = _Request(resource, namespace, operation, user, old_object, options_kind)
         for hook in [*self._registered, *self._configured()]:
-            if hook.applies_to(resource, operation) and self._selected(hook, namespace, obj):
-                obj = await self._call(hook, resource, namespace, obj, operation)
+            if hook.applies_to(resource, operation) and self._selected(
+                hook, namespace, obj, old_object
+            ):
+                obj = await self._call(hook, request, obj)
         return obj
 
-    async def _call(
-        self,
-        hook: Webhook,
-        resource: ResourceType,
-        namespace: str | None,
-        obj: JsonObject,
-        operation: str,
-    ) -> JsonObject:
+    async def _call(self, hook: Webhook, request: _Request, obj: JsonObject) -> JsonObject:
         call = AdmissionCall(hook.name, {})
         self.calls.append(call)
         try:
-            return await self._review(hook, resource, namespace, obj, operation, call=call)
+            return await self._review(hook, request, obj, call)
         except _CallFailedError as err:
             call.error = str(err)
             if hook.failure_policy == "Ignore":
@@ -221,19 +236,14 @@ class AdmissionChain:
             raise internal(f'failed calling webhook "{hook.name}": {err}') from err
 
     async def _review(
-        self,
-        hook: Webhook,
-        resource: ResourceType,
-        namespace: str | None,
-        obj: JsonObject,
-        operation: str,
-        *,
-        call: AdmissionCall,
+        self, hook: Webhook, request: _Request, obj: JsonObject, call: AdmissionCall
     ) -> JsonObject:
         version = hook.review_version()
         uid = self._store.new_uid()
+        resource = request.resource
         kind = {"group": resource.group, "version": resource.version, "kind": resource.kind}
         gvr = {"group": resource.group, "version": resource.version, "resource": resource.plural}
+        old = request.old_object
         review: JsonObject = {
             "apiVersion": version,
             "kind": "AdmissionReview",
@@ -244,13 +254,13 @@ class AdmissionChain:
                 "requestKind": kind,
                 "requestResource": gvr,
                 "name": obj.get("metadata", {}).get("name", ""),
-                "namespace": namespace or "",
-                "operation": operation,
-                "userInfo": {"username": "system:admin", "groups": ["system:masters"]},
-                "object": {"apiVersion": resource.api_version, "kind": resource.kind, **obj},
-                "oldObject": None,
+                "namespace": request.namespace or "",
+                "operation": request.operation,
+                "userInfo": request.user.as_json(),
+                "object": _typed(resource, obj),
+                "oldObject": None if old is None else _typed(resource, old),
                 "dryRun": False,
-                "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+                "options": {"apiVersion": "meta.k8s.io/v1", "kind": request.options_kind},
             },
         }
         call.request = review
@@ -261,9 +271,14 @@ class AdmissionChain:
     async def _post(self, hook: Webhook, review: JsonObject) -> JsonObject:
         if self._session is None:
             self._session = aiohttp.ClientSession()
-        context = ssl.create_default_context(
-            cadata=hook.ca_bundle.decode() if hook.ca_bundle else None
-        )
+        context = self._contexts.get(hook.ca_bundle)
+        if context is None:
+            # One context per CA bundle: a new one per call would also cost a TLS handshake
+            # per call, since aiohttp keeps connections per context.
+            context = ssl.create_default_context(
+                cadata=hook.ca_bundle.decode() if hook.ca_bundle else None
+            )
+            self._contexts[hook.ca_bundle] = context
         try:
             async with self._session.post(
                 hook.url,
@@ -327,6 +342,22 @@ class AdmissionChain:
         patched.pop("apiVersion", None)
         patched.pop("kind", None)
         return patched
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """What every webhook of one admission sees besides the (changing) object."""
+
+    resource: ResourceType
+    namespace: str | None
+    operation: str
+    user: UserInfo
+    old_object: JsonObject | None
+    options_kind: str
+
+
+def _typed(resource: ResourceType, obj: JsonObject) -> JsonObject:
+    return {"apiVersion": resource.api_version, "kind": resource.kind, **obj}
 
 
 class _CallFailedError(Exception):

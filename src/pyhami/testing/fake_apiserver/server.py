@@ -6,6 +6,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import copy
 import json
 import ssl
 from collections import Counter
@@ -23,6 +24,7 @@ from kubernetes_asyncio.client import Configuration
 from pyhami.kube.lifecycle import AsyncService
 from pyhami.testing.fake_apiserver.admission import AdmissionChain
 from pyhami.testing.fake_apiserver.faults import FaultInjector
+from pyhami.testing.fake_apiserver.identity import ADMIN, ANONYMOUS, RequestKey, Tokens, UserInfo
 from pyhami.testing.fake_apiserver.resources import PODS, ResourceType
 from pyhami.testing.fake_apiserver.routes import Route, parse_path
 from pyhami.testing.fake_apiserver.selectors import Selector
@@ -31,6 +33,7 @@ from pyhami.testing.fake_apiserver.status import (
     bad_request,
     gone,
     internal,
+    stale,
     success_status,
 )
 from pyhami.testing.fake_apiserver.store import (
@@ -45,6 +48,8 @@ log = structlog.get_logger(__name__)
 
 _METHOD_NOT_ALLOWED = "the server does not allow this method on the requested resource"
 _TRUE = ("1", "true", "True")
+# Redos of an update whose object changed while its webhooks ran (GuaranteedUpdate retries).
+_UPDATE_ATTEMPTS = 5
 
 
 def _dumps(obj: Any) -> str:
@@ -97,12 +102,14 @@ class FakeKubeAPIServer(AsyncService):
         )
         self.faults = FaultInjector()
         self.admission = AdmissionChain(self.store)
-        self.requests: Counter[tuple[str, str]] = Counter()
+        # What each user asked for, for holding a component's calls against RBAC rules.
+        self.requests_by_user: Counter[RequestKey] = Counter()
         self.bookmark_interval_s = bookmark_interval_s
         self.default_watch_timeout_s = default_watch_timeout_s
         self.max_watch_timeout_s: float | None = None
         self._host = host
         self.token = token
+        self._tokens = Tokens(token)
         self._require_token = require_token
         self._tls = tls
         self._port = port
@@ -138,19 +145,27 @@ class FakeKubeAPIServer(AsyncService):
             await self._runner.cleanup()
             self._runner = None
 
+    @property
+    def requests(self) -> Counter[tuple[str, str]]:
+        """How many requests of each (verb, resource), whoever made them."""
+        counts: Counter[tuple[str, str]] = Counter()
+        for key, count in self.requests_by_user.items():
+            counts[(key.verb, key.resource)] += count
+        return counts
+
     # --- client wiring --------------------------------------------------------------------
 
-    def configuration(self) -> Configuration:
-        """A kubernetes-asyncio Configuration that talks to this server."""
+    def configuration(self, user: str = ADMIN) -> Configuration:
+        """A kubernetes-asyncio Configuration that talks to this server as `user`."""
         if not self.url:
             raise RuntimeError("start the fake API server before asking for its configuration")
         config = Configuration(host=self.url)
-        config.api_key = {"BearerToken": f"Bearer {self.token}"}
+        config.api_key = {"BearerToken": f"Bearer {self._tokens.token_for(user)}"}
         if self._tls is not None:
             config.ssl_ca_cert = str(self._tls.ca_file)
         return config
 
-    def kubeconfig(self) -> JsonObject:
+    def kubeconfig(self, user: str = ADMIN) -> JsonObject:
         if not self.url:
             raise RuntimeError("start the fake API server before asking for a kubeconfig")
         cluster: JsonObject = {"server": self.url}
@@ -161,13 +176,13 @@ class FakeKubeAPIServer(AsyncService):
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "fake", "cluster": cluster}],
-            "users": [{"name": "fake", "user": {"token": self.token}}],
+            "users": [{"name": "fake", "user": {"token": self._tokens.token_for(user)}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
             "current-context": "fake",
         }
 
-    def write_kubeconfig(self, path: Path) -> Path:
-        path.write_text(yaml.safe_dump(self.kubeconfig()))
+    def write_kubeconfig(self, path: Path, user: str = ADMIN) -> Path:
+        path.write_text(yaml.safe_dump(self.kubeconfig(user)))
         return path
 
     def drop_watches(self, resource: str | None = None, *, abrupt: bool = False) -> int:
@@ -232,19 +247,28 @@ class FakeKubeAPIServer(AsyncService):
                 404,
             )
         try:
-            if self._require_token and request.headers.get("Authorization") != (
-                f"Bearer {self.token}"
-            ):
-                raise ApiError(401, "Unauthorized", "Unauthorized")
+            user = self._tokens.user_of(request.headers.get("Authorization"))
+            if user is None:
+                if self._require_token:
+                    raise ApiError(401, "Unauthorized", "Unauthorized")
+                user = UserInfo.named(ANONYMOUS)
             verb = self._verb(request, route)
             if request.query.get("dryRun"):
                 # Refused rather than ignored: persisting a dry run would be a silent lie.
                 raise bad_request("dryRun is not supported by the fake API server")
-            self.requests[(verb, route.audit_name)] += 1
+            self.requests_by_user[
+                RequestKey(
+                    user.username,
+                    verb,
+                    route.resource.group,
+                    route.audit_name,
+                    route.namespace or "",
+                )
+            ] += 1
             await self.faults.before(verb, route.audit_name)
             if verb == "watch":
                 return await self._watch(request, route)
-            return await self._serve(request, route, verb)
+            return await self._serve(request, route, verb, user)
         except ApiError as err:
             return _json_response(err.status, err.code)
         except Exception as err:  # a bug in the double still answers like an apiserver
@@ -283,7 +307,9 @@ class FakeKubeAPIServer(AsyncService):
         except (UnicodeDecodeError, json.JSONDecodeError) as err:
             raise bad_request(f"the request body is not valid JSON: {err}") from err
 
-    async def _serve(self, request: web.Request, route: Route, verb: str) -> web.Response:
+    async def _serve(
+        self, request: web.Request, route: Route, verb: str, user: UserInfo
+    ) -> web.Response:
         store, resource = self.store, route.resource
         if (
             route.subresource not in ("", "status", "binding")
@@ -308,20 +334,25 @@ class FakeKubeAPIServer(AsyncService):
                 return _json_response(success_status(201), 201)
             if not isinstance(body, dict):
                 raise bad_request(f"the body of a create must be a {resource.kind} object")
-            return _json_response(with_kind(resource, await self._create(route, body)), 201)
+            created = await self._create(route, body, user)
+            return _json_response(with_kind(resource, created), 201)
         assert route.name is not None
         if verb == "update":
             body = await self._body(request)
             if not isinstance(body, dict):
                 raise bad_request(f"the body of an update must be a {resource.kind} object")
-            return _json_response(
-                with_kind(
-                    resource,
-                    store.update(
-                        resource, route.namespace, route.name, body, subresource=route.subresource
-                    ),
+            if route.subresource:
+                updated = store.update(
+                    resource, route.namespace, route.name, body, subresource=route.subresource
                 )
-            )
+            else:
+                name = route.name
+
+                def replaced() -> tuple[JsonObject, JsonObject]:
+                    return store.get(resource, route.namespace, name), copy.deepcopy(body)
+
+                updated = await self._admitted_update(route, replaced, "UpdateOptions", user)
+            return _json_response(with_kind(resource, updated))
         if verb == "patch":
             content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
             if content_type not in PATCH_TYPES:
@@ -332,19 +363,23 @@ class FakeKubeAPIServer(AsyncService):
                     f"include: {', '.join(PATCH_TYPES)}",
                 )
             body = await self._body(request)
-            return _json_response(
-                with_kind(
+            if route.subresource:
+                updated = store.patch(
                     resource,
-                    store.patch(
-                        resource,
-                        route.namespace,
-                        route.name,
-                        content_type,
-                        body,
-                        subresource=route.subresource,
-                    ),
+                    route.namespace,
+                    route.name,
+                    content_type,
+                    body,
+                    subresource=route.subresource,
                 )
-            )
+            else:
+                name = route.name
+
+                def patched() -> tuple[JsonObject, JsonObject]:
+                    return store.patched(resource, route.namespace, name, content_type, body)
+
+                updated = await self._admitted_update(route, patched, "PatchOptions", user)
+            return _json_response(with_kind(resource, updated))
         return _json_response(with_kind(resource, await self._delete(request, route)))
 
     def _delete_collection(self, request: web.Request, route: Route) -> JsonObject:
@@ -374,10 +409,52 @@ class FakeKubeAPIServer(AsyncService):
             "items": deleted,
         }
 
-    async def _create(self, route: Route, body: JsonObject) -> JsonObject:
+    async def _create(self, route: Route, body: JsonObject, user: UserInfo) -> JsonObject:
         obj = self.store.prepare_create(route.resource, route.namespace, body)
-        obj = await self.admission.admit(route.resource, obj["metadata"].get("namespace"), obj)
+        namespace = obj["metadata"].get("namespace")
+        obj = await self.admission.admit(route.resource, namespace, obj, user=user)
         return self.store.create(route.resource, route.namespace, obj, keep_pod_status=False)
+
+    async def _admitted_update(
+        self,
+        route: Route,
+        candidate: Callable[[], tuple[JsonObject, JsonObject]],
+        options_kind: str,
+        user: UserInfo,
+    ) -> JsonObject:
+        """An update or patch of an object itself, with UPDATE admission before the write.
+
+        `candidate()` gives (stored object, object to write). The webhooks run in between,
+        so another write may land first; like kube-apiserver's GuaranteedUpdate, the request
+        is then redone on the fresh object. A resourceVersion the client gave stays a
+        precondition: redone, it no longer matches and the answer is a conflict.
+        """
+        assert route.name is not None
+        resource, namespace, name = route.resource, route.namespace, route.name
+        for _attempt in range(_UPDATE_ATTEMPTS):
+            old, new = candidate()
+            metadata = new.get("metadata")
+            if not isinstance(metadata, dict):  # let the store name what is wrong
+                return self.store.update(resource, namespace, name, new)
+            stored_version = old["metadata"]["resourceVersion"]
+            if metadata.get("resourceVersion") not in (None, "", stored_version):
+                raise stale(resource, name)  # pinned by the client to another version
+            admitted = await self.admission.admit(
+                resource,
+                old["metadata"].get("namespace"),
+                new,
+                "UPDATE",
+                user=user,
+                old_object=old,
+                options_kind=options_kind,
+            )
+            admitted.setdefault("metadata", {})["resourceVersion"] = stored_version
+            try:
+                return self.store.update(resource, namespace, name, admitted)
+            except ApiError as err:
+                if err.code != 409:
+                    raise
+        raise stale(resource, name)
 
     async def _delete(self, request: web.Request, route: Route) -> JsonObject:
         assert route.name is not None

@@ -297,6 +297,19 @@ class ObjectStore:
     ) -> JsonObject:
         """PATCH with one of `PATCH_TYPES`; a resourceVersion in the patch is a precondition."""
         resource = self.resource(resource)
+        old, patched = self.patched(resource, namespace, name, patch_type, body)
+        return self._write(resource, old, patched, subresource)
+
+    def patched(
+        self,
+        resource: ResourceType | str,
+        namespace: str | None,
+        name: str,
+        patch_type: str,
+        body: Any,
+    ) -> tuple[JsonObject, JsonObject]:
+        """The stored object (not a copy: read it only) and the patched copy; nothing is written."""
+        resource = self.resource(resource)
         old = self._current(resource, namespace, name)
         current = with_kind(resource, copy.deepcopy(old))
         try:
@@ -314,7 +327,7 @@ class ObjectStore:
             raise bad_request(str(err)) from err
         except patches.PatchApplyError as err:
             raise invalid(resource, name, [("patch", "FieldValueInvalid", str(err))]) from err
-        return self._write(resource, old, patched, subresource)
+        return old, patched
 
     def delete(
         self,
