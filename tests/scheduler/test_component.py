@@ -7,12 +7,14 @@ up bound with HAMi's annotations; bad input and API failures get the spec's answ
 
 import asyncio
 import gc
+import json
 from pathlib import Path
 
 from pyhami.engine import collapse_init_usage
 from pyhami.protocol import (
     KEY_BIND_PHASE,
     KEY_NODE_LOCK,
+    KEY_NODE_NVIDIA_REGISTER,
     KEY_NVIDIA_ALLOCATED,
     KEY_NVIDIA_TO_ALLOCATE,
     KEY_VGPU_NODE,
@@ -77,13 +79,16 @@ async def test_pod_goes_webhook_filter_bind_to_bound_with_hami_annotations(tmp_p
         )
         lock = cluster.api.store.get("nodes", None, "n1")["metadata"]["annotations"][KEY_NODE_LOCK]
         assert lock.endswith(",default,p")
+        await process.events.drain()  # events are written in the background
         reasons = {e["reason"] for e in cluster.api.store.items("events", "default")}
         assert {"FilteringSucceed", "BindingSucceed", "FilteringFailed"} <= reasons
 
 
 async def test_bad_bodies_unknown_pods_and_api_errors_get_error_answers(tmp_path: Path) -> None:
     async with running_cluster(tmp_path) as cluster:
-        await cluster.add_nodes(node_object("n1", [gpu("GPU-a")]))
+        broken = node_object("broken", [gpu("GPU-b")])
+        broken["metadata"]["annotations"][KEY_NODE_NVIDIA_REGISTER] = "GPU-b,10"
+        await cluster.add_nodes(node_object("n1", [gpu("GPU-a")]), broken)
         process = await cluster.scheduler()
         await wait_for(process.synced.is_set, what="caches synced")
         for body in (b"", b"{", b"[1]", b'{"Pod": 5}'):
@@ -109,18 +114,28 @@ async def test_bad_bodies_unknown_pods_and_api_errors_get_error_answers(tmp_path
         # An API failure on the decision patch is an Error answer and leaves nothing reserved.
         created = await cluster.create_pod(pod_object("p"))
         cluster.api.faults.fail("patch", "pods", status=500)
-        answer = await cluster.post(process, "/filter", {"Pod": created, "NodeNames": ["n1"]})
+        answer = await cluster.post(
+            process, "/filter", {"Pod": created, "NodeNames": ["n1", "broken"]}
+        )
         assert "failed to record the decision" in answer["Error"]
         assert process.state.ledger.pod(created["metadata"]["uid"]) is None
         status, _ = await cluster.get(process, "/healthz")
         assert status == 200
         status, text = await cluster.get(process, "/explain?pod=default/p")
-        assert status == 200 and '"node":"n1"' in text
+        assert status == 200
+        explained = json.loads(text)
+        assert explained["node"] == "n1"
+        # A node whose registration cannot be read is left out, and /explain says why.
+        verdicts = {verdict["node"]: verdict for verdict in explained["nodes"]}
+        assert verdicts["broken"]["reason"] == "node unregistered"
+        assert verdicts["broken"]["registrationError"].startswith("node broken: ")
+        assert "registrationError" not in verdicts["n1"]
         status, _ = await cluster.get(process, "/explain?pod=nonsense")
         assert status == 400
         status, metrics = await cluster.get(process, "/metrics", port=process.metrics_port)
         assert status == 200 and 'hami_gpu_memory_limit_bytes{device_index="0"' in metrics
         assert "pyhami_scheduler_filter_duration_seconds_count" in metrics
+        assert 'pyhami_scheduler_node_registration_unreadable{node="broken"} 1.0' in metrics
 
 
 async def test_two_hundred_pods_on_twenty_nodes_no_card_overcommitted(tmp_path: Path) -> None:
@@ -279,6 +294,7 @@ async def test_a_failed_binding_releases_the_reservation_and_the_lock(tmp_path: 
         # The failed attempt left nothing behind: one lock (the retry's), usage counted once.
         lock = cluster.api.store.get("nodes", None, "n1")["metadata"]["annotations"][KEY_NODE_LOCK]
         assert lock.endswith(",default,p")
+        await process.events.drain()  # events are written in the background
         events = [e["reason"] for e in cluster.api.store.items("events", "default")]
         assert "BindingFailed" in events and "BindingSucceed" in events
         stored = cluster.api.store.get("pods", "default", "p")

@@ -38,6 +38,7 @@ SNAPSHOT = MetricsSnapshot(
         PodDeviceSample("team-a", "n2", "p2", 0, "AMD-0", 0, 30),
         PodDeviceSample("team-a", "n2", "p3", 0, "", 10, 10),
     ),
+    unreadable_nodes=("n3",),
 )
 
 
@@ -225,3 +226,11 @@ def test_own_histograms_and_counters_are_exported() -> None:
     assert 'pyhami_scheduler_filter_duration_seconds_count{path="live"} 1.0' in text
     assert "pyhami_scheduler_bind_duration_seconds_count 1.0" in text
     assert 'pyhami_scheduler_decisions_total{outcome="fit",verb="filter"} 1.0' in text
+
+
+def test_nodes_with_unreadable_registrations_are_counted() -> None:
+    samples = _samples(legacy=False)
+    assert _get(samples, "pyhami_scheduler_node_registration_unreadable", node="n3") == 1.0
+    assert [labels for name, labels in samples if "unreadable" in name] == [
+        frozenset({("node", "n3")})
+    ]

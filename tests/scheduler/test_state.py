@@ -120,3 +120,34 @@ def test_quota_precheck_counts_usage_and_the_new_pod() -> None:
     assert not state.exceeds_quota(gpu_pod("other-ns", mem=1500, namespace="team-b"))
     state.on_quota_deleted(quota)
     assert not state.exceeds_quota(gpu_pod("over", mem=1500))
+
+
+def test_an_unreadable_registration_keeps_the_last_one_and_is_remembered_until_fixed() -> None:
+    state, _ = _state()
+    node = node_object("n1", [card("GPU-a")])
+    state.on_node(node)
+    good = node["metadata"]["annotations"]["hami.io/node-nvidia-register"]
+    node["metadata"]["annotations"]["hami.io/node-nvidia-register"] = "garbage"
+    state.on_node(node)
+    assert state.ledger.node("n1") is not None, "the last good registration stays"
+    assert state.registration_errors == {
+        "n1": "node n1: node device register (colon form): node annotation missing device "
+        'separator (value "garbage")'
+    }
+    node["metadata"]["annotations"]["hami.io/node-nvidia-register"] = good
+    state.on_node(node)
+    assert state.registration_errors == {}
+    node["metadata"]["annotations"]["hami.io/node-nvidia-register"] = "garbage"
+    state.on_node(node)
+    state.on_node_deleted(node)
+    assert state.registration_errors == {} and state.ledger.node("n1") is None
+
+
+def test_a_registration_listing_no_card_removes_the_node_without_an_error() -> None:
+    state, _ = _state()
+    node = node_object("n1", [card("GPU-a")])
+    state.on_node(node)
+    node["metadata"]["annotations"]["hami.io/node-nvidia-register"] = "[]"
+    state.on_node(node)
+    assert state.ledger.node("n1") is None, "no card left: nothing to schedule onto"
+    assert state.registration_errors == {}, "a GPU-less node is not an unreadable one"

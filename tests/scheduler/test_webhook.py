@@ -198,7 +198,16 @@ def test_updates_to_owned_annotations_need_a_trusted_writer() -> None:
     new = copy.deepcopy(old)
     new["metadata"]["annotations"]["hami.io/bind-phase"] = "success"
     denied = admission.review(_review(new, "UPDATE", old, user="alice"))
-    assert not denied.allowed and "hami.io/bind-phase" in denied.message
+    assert not denied.allowed
+    assert denied.message == (
+        "annotation hami.io/bind-phase may be changed by the scheduler and the device plugin "
+        "only; alice is not a trusted annotation writer (scheduler flag "
+        "--trusted-annotation-writer)"
+    )
+    relabelled = copy.deepcopy(old)
+    relabelled["metadata"].setdefault("labels", {})["hami.io/vgpu-node"] = "elsewhere"
+    denied = admission.review(_review(relabelled, "UPDATE", old, user="alice"))
+    assert not denied.allowed and denied.message.startswith("label hami.io/vgpu-node may")
     allowed = admission.review(
         _review(new, "UPDATE", old, user="system:serviceaccount:hami:hami-device-plugin")
     )
@@ -206,6 +215,39 @@ def test_updates_to_owned_annotations_need_a_trusted_writer() -> None:
     unrelated = copy.deepcopy(old)
     unrelated["metadata"]["annotations"]["team"] = "a"
     assert admission.review(_review(unrelated, "UPDATE", old)).allowed
+
+
+def test_the_ownership_review_strips_and_guards_but_mutates_nothing() -> None:
+    """The second webhook, registered without HAMi's `hami.io/webhook: ignore` selector."""
+    config = WebhookConfig(
+        scheduler_name="hami-scheduler",
+        owned_annotations=OWNED,
+        trusted_writers=("system:serviceaccount:hami:",),
+    )
+    admission = PodAdmission(config, Nvidia(), lambda _: True)  # quota: would refuse
+    forged = _pod(_ctr(limits={"nvidia.com/gpu": "1"}), nodeName="n1")
+    forged["metadata"]["labels"] = {"hami.io/webhook": "ignore"}
+    forged["metadata"]["annotations"] = {"hami.io/vgpu-devices-to-allocate": "GPU-x,NVIDIA,1,0:;"}
+    response = admission.review_ownership(_review(copy.deepcopy(forged)))
+    assert response.allowed
+    assert response.warnings == [
+        "removed scheduler-owned annotation hami.io/vgpu-devices-to-allocate"
+    ]
+    stripped = _apply(forged, response)
+    assert stripped["metadata"]["annotations"] == {}
+    assert stripped["spec"] == forged["spec"], "no scheduler, no limits, no refusal"
+    plain = _pod(_ctr(limits={"nvidia.com/gpu": "1"}))
+    assert list(admission.review_ownership(_review(plain)).patch) == []
+
+    running = _pod(_ctr())
+    running["metadata"]["annotations"] = {"hami.io/bind-phase": "allocating"}
+    hidden = copy.deepcopy(running)
+    del hidden["metadata"]["annotations"]["hami.io/bind-phase"]
+    refused = admission.review_ownership(_review(hidden, "UPDATE", running, user="alice"))
+    assert not refused.allowed and "hami.io/bind-phase" in refused.message
+    plugin = "system:serviceaccount:hami:pyhami-device-plugin"
+    assert admission.review_ownership(_review(hidden, "UPDATE", running, user=plugin)).allowed
+    assert admission.review_ownership(_review(running, "DELETE")).allowed
 
 
 def test_patch_is_empty_when_nothing_changes() -> None:

@@ -80,7 +80,7 @@ def test_explain_names_every_node_and_card() -> None:
         "CardCordoned" in out
     assert "card GPU-a100-0 (index 0, 1/10 tasks, 20000/81920 MiB, 30/100 % cores): " \
         "rejected: CardInsufficientMemory" in out
-    assert "node cpu-1: not registered" in out
+    assert "node cpu-1: not registered: no hami.io/node-nvidia-register annotation" in out
     chosen = runner.invoke(app, ["explain", "notebook", "-f", CLUSTER]).stdout
     assert "node gpu-b: CHOSEN" in chosen and "node gpu-a: fits" in chosen
     assert "container 0 gets GPU-t4-1: 10000 MiB, 20 % cores" in chosen
@@ -152,3 +152,30 @@ def test_device_config_is_applied(tmp_path: Path) -> None:
     # 10000 requested × factor 2 no longer fits a 15 GB T4; the idle A100 takes it (spread)
     assert notebook["annotations"]["hami.io/vgpu-devices-allocated"] == (
         "GPU-a100-1,NVIDIA,20000,20:;")
+
+
+def test_a_node_whose_registration_cannot_be_read_is_left_out_and_named(tmp_path: Path) -> None:
+    """The live scheduler skips such a node; the offline tools also say why, and warn, since
+    the input (or the plugin that wrote it) is likely wrong. A node with no cards is no news."""
+    register = "hami.io/node-nvidia-register"
+    nodes = [
+        {"kind": "Node", "metadata": {"name": "bad", "annotations": {register: "garbage"}}},
+        {"kind": "Node", "metadata": {"name": "empty", "annotations": {register: "[]"}}},
+    ]
+    pod = {"kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [
+        {"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps({"kind": "List", "items": [*nodes, pod]}))
+    simulated = runner.invoke(app, ["simulate", "-f", str(path)])
+    assert simulated.exit_code == 0, simulated.output
+    assert simulated.stderr == (
+        "warning: node bad left out: registration unreadable: node device register (colon "
+        'form): node annotation missing device separator (value "garbage")\n'
+    )
+    failed = json.loads(simulated.stdout)["pods"][0]["failedNodes"]
+    assert failed == {"bad": "node unregistered", "empty": "node unregistered"}, "HAMi's answer"
+    explained = runner.invoke(app, ["explain", "p", "-f", str(path)])
+    assert "node bad: not registered: registration unreadable: node device register" in (
+        explained.stdout
+    )
+    assert "node empty: not registered: no gpu found on node" in explained.stdout

@@ -17,6 +17,7 @@ from typing import Annotated
 
 import typer
 
+from pyhami.cli_klog import DEBUG_VERBOSITY, KlogVerbosity
 from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.deviceplugin.api import DEVICE_PLUGIN_PATH
 from pyhami.deviceplugin.config import (
@@ -95,13 +96,11 @@ def device_plugin(
     device_list_strategy: Annotated[str, typer.Option(envvar="DEVICE_LIST_STRATEGY")] = "envvar",
     device_id_strategy: Annotated[str, typer.Option(envvar="DEVICE_ID_STRATEGY")] = "uuid",
     pass_device_specs: Annotated[bool, typer.Option(envvar="PASS_DEVICE_SPECS")] = False,
-    verbosity: Annotated[
-        int, typer.Option("-v", help="log verbosity (klog style; >=4 is debug)")
-    ] = 0,
+    verbosity: KlogVerbosity = 0,
 ) -> None:
     """Run the NVIDIA device plugin on this node (kubelet gRPC, node registration, Allocate)."""
     logging.basicConfig(
-        level=logging.DEBUG if verbosity >= 4 else logging.INFO,
+        level=logging.DEBUG if verbosity >= DEBUG_VERBOSITY else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     _refuse("--mig-strategy", mig_strategy, "none")

@@ -16,6 +16,7 @@ import sys
 
 import typer
 
+from pyhami.cli_klog import DEBUG_VERBOSITY, KlogVerbosity
 from pyhami.devices.config import DeviceConfigError
 from pyhami.scheduler.settings import (
     SchedulerSettings,
@@ -121,12 +122,16 @@ def scheduler(  # noqa: PLR0917 - one typer option per HAMi flag
         False, "--explain-all-nodes", help="evaluate every candidate per filter (slower)"
     ),
     debug: bool = typer.Option(False, "--debug", help="debug logging"),
+    verbosity: KlogVerbosity = 0,
 ) -> None:
     """Run the scheduler extender, admission webhook and metrics (HAMi's `scheduler`)."""
+    debug = debug or verbosity >= DEBUG_VERBOSITY
     logging.basicConfig(level=logging.DEBUG if debug else logging.INFO, stream=sys.stderr)
     del kube_qps, kube_burst  # no client-side throttle: one process, one connection pool
     try:
-        settings = _settings(**{k: v for k, v in locals().items() if k != "debug"})
+        settings = _settings(
+            **{k: v for k, v in locals().items() if k not in ("debug", "verbosity")}
+        )
         asyncio.run(_run(settings))
     except (SettingsError, DeviceConfigError) as err:
         typer.echo(f"pyhami scheduler: {err}", err=True)

@@ -89,6 +89,7 @@ class MetricsSnapshot:
     devices: tuple[DeviceSample, ...] = ()
     quotas: tuple[QuotaSample, ...] = ()
     pods: tuple[PodDeviceSample, ...] = ()
+    unreadable_nodes: tuple[str, ...] = ()  # registration annotation there but unreadable
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,6 +287,15 @@ class AllocationCollector(Collector):
             emit(VGPU_CORE, labels, cores, labels, float(p.usedcores))
         yield from families.values()
         yield from legacy.values()
+        unreadable = GaugeMetricFamily(
+            "pyhami_scheduler_node_registration_unreadable",
+            "1 for a node whose GPU registration annotation cannot be read (the scheduler keeps "
+            "its last good one, or leaves the node out); /explain says why.",
+            labels=("node",),
+        )
+        for node in snap.unreadable_nodes:
+            unreadable.add_metric([node], 1.0)
+        yield unreadable
 
 
 _ALL = (

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pyhami.devices.inventory import NodeInventory
-from pyhami.devices.nvidia.inventory import InventoryError, node_inventory
+from pyhami.devices.nvidia.inventory import InventoryError, NoGpusRegisteredError, node_inventory
 from pyhami.protocol import (
     KEY_BIND_PHASE,
     KEY_BIND_TIME,
@@ -32,12 +32,15 @@ OWNED_ANNOTATIONS = frozenset(
 
 
 def inventory_of_node(node: Mapping[str, Any]) -> NodeInventory | None:
-    """The node's NVIDIA registration; None when it has none, ValueError when unreadable."""
+    """The node's NVIDIA registration; None when it registers no card (no annotation, or
+    one that lists none), ValueError when it cannot be read."""
     annotations = (node.get("metadata") or {}).get("annotations") or {}
     if KEY_NODE_NVIDIA_REGISTER not in annotations:
         return None
     try:
         return node_inventory(annotations)
+    except NoGpusRegisteredError:
+        return None  # the plugin looked and found no card: a GPU-less node, not bad input
     except InventoryError as err:
         name = (node.get("metadata") or {}).get("name")
         raise ValueError(f"node {name}: {err}") from err

@@ -52,6 +52,11 @@ class ExtenderService(Protocol):
 class Admission(Protocol):
     def review(self, request: AdmissionRequest) -> AdmissionResponse: ...
 
+    def review_ownership(self, request: AdmissionRequest) -> AdmissionResponse: ...
+
+
+Decide = Callable[[AdmissionRequest], AdmissionResponse]
+
 
 def _json(body: JsonObject, status: int = 200) -> web.Response:
     return web.Response(
@@ -116,18 +121,21 @@ def build_app(
                 result = ExtenderBindingResult(f"internal error: {err}")
         return _json(result.to_json())
 
-    async def webhook_route(request: web.Request) -> web.Response:
-        body = await _read_limited(request, MAX_ADMISSION_BODY)
-        try:
-            review = AdmissionRequest.from_http(body, request.content_type)
-        except AdmissionDecodeError as err:
-            return _json(AdmissionResponse.errored(err.code, str(err)).to_bare_review())
-        try:
-            response = admission.review(review)
-        except Exception as err:
-            log.exception("admission failed")
-            response = AdmissionResponse.errored(500, f"internal error: {err}")
-        return _json(response.to_review(review))
+    def admission_route(decide: Decide) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def route(request: web.Request) -> web.Response:
+            body = await _read_limited(request, MAX_ADMISSION_BODY)
+            try:
+                review = AdmissionRequest.from_http(body, request.content_type)
+            except AdmissionDecodeError as err:
+                return _json(AdmissionResponse.errored(err.code, str(err)).to_bare_review())
+            try:
+                response = decide(review)
+            except Exception as err:
+                log.exception("admission failed", path=request.path)
+                response = AdmissionResponse.errored(500, f"internal error: {err}")
+            return _json(response.to_review(review))
+
+        return route
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(status=200)
@@ -149,7 +157,8 @@ def build_app(
     app = web.Application(client_max_size=MAX_ADMISSION_BODY + 1)
     app.router.add_post("/filter", filter_route)
     app.router.add_post("/bind", bind_route)
-    app.router.add_post("/webhook", webhook_route)
+    app.router.add_post("/webhook", admission_route(admission.review))
+    app.router.add_post("/webhook/ownership", admission_route(admission.review_ownership))
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/explain", explain)

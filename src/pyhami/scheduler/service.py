@@ -296,7 +296,9 @@ class FilterBind:
 
     def explain(self, pod: PodRef) -> JsonObject | None:
         decision = self._explanations.get((pod.namespace, pod.name))
-        return None if decision is None else explanation_json(decision)
+        if decision is None:
+            return None
+        return explanation_json(decision, self.state.registration_errors)
 
     # ----- bind ------------------------------------------------------------------------------
 
@@ -431,8 +433,11 @@ def _words_of(decision: Decision) -> Callable[[str], Mapping[str, int]]:
     return lambda text: by_text.get(text, {})
 
 
-def explanation_json(decision: Decision) -> JsonObject:
-    """A decision as `/explain` shows it: the answer, then every node's verdict and card checks."""
+def explanation_json(decision: Decision, registration_errors: Mapping[str, str]) -> JsonObject:
+    """A decision as `/explain` shows it: the answer, then every node's verdict and card checks.
+
+    A node whose registration annotation cannot be read now also gets `registrationError`.
+    """
     return {
         "pod": f"{decision.namespace}/{decision.name}",
         "outcome": decision.outcome.value,
@@ -449,6 +454,11 @@ def explanation_json(decision: Decision) -> JsonObject:
                 "reasons": {str(r): n for r, n in v.reasons.items()},
                 "cards": v.cards,
                 "checks": [_check_json(c) for c in v.checks],
+                **(
+                    {"registrationError": registration_errors[str(v.node)]}
+                    if str(v.node) in registration_errors
+                    else {}
+                ),
             }
             for v in decision.verdicts.values()
         ],

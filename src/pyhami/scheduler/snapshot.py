@@ -97,4 +97,9 @@ def metrics_snapshot(state: ClusterState) -> MetricsSnapshot:
                 quotas.append(
                     QuotaSample(namespace, resource, used, cap or 0, limit_set=cap is not None)
                 )
-    return MetricsSnapshot(devices=tuple(devices), quotas=tuple(quotas), pods=tuple(pods))
+    return MetricsSnapshot(
+        devices=tuple(devices),
+        quotas=tuple(quotas),
+        pods=tuple(pods),
+        unreadable_nodes=tuple(sorted(state.registration_errors)),
+    )

@@ -86,6 +86,8 @@ class ClusterState:
         self._reserved: dict[PodKey, PodAllocation] = {}
         self.quota_namespaces: set[str] = set()
         self._registrations: dict[str, tuple[str | None, ...]] = {}
+        # Nodes whose registration annotation is there but cannot be read, and why (/explain).
+        self.registration_errors: dict[str, str] = {}
 
     # ----- nodes -----------------------------------------------------------------------------
 
@@ -95,8 +97,7 @@ class ClusterState:
             return
         self.nodes[name] = node
         if not _labels_match(node, self._selector) or self._reports_no_gpus(node):
-            self._registrations.pop(name, None)
-            self.ledger.remove_node(NodeName(name))
+            self._forget_registration(name)
             return
         # Most node updates (the lock annotation, heartbeats) leave the registration alone;
         # only decode it again when one of the annotations it comes from changed.
@@ -111,7 +112,9 @@ class ClusterState:
             log.warning(
                 "node registration unreadable; keeping the last one", node=name, error=str(err)
             )
+            self.registration_errors[name] = str(err)
             return
+        self.registration_errors.pop(name, None)
         if inventory is None or not inventory.devices:
             self.ledger.remove_node(NodeName(name))
         else:
@@ -120,7 +123,11 @@ class ClusterState:
     def on_node_deleted(self, node: JsonObject) -> None:
         name = object_name(node)
         self.nodes.pop(name, None)
+        self._forget_registration(name)
+
+    def _forget_registration(self, name: str) -> None:
         self._registrations.pop(name, None)
+        self.registration_errors.pop(name, None)
         self.ledger.remove_node(NodeName(name))
 
     def _reports_no_gpus(self, node: JsonObject) -> bool:

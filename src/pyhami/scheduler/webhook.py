@@ -13,6 +13,12 @@ must not be able to choose cards or hide usage by writing them. So:
 * on UPDATE (when the webhook is also registered for UPDATE) a change to any of them by a
   user outside `trusted_writers` is **rejected**, because after creation only the scheduler
   and the device plugin may move a pod through its allocation states.
+
+HAMi's webhook configuration skips pods labelled `hami.io/webhook: ignore` (so that with
+`failurePolicy: Fail` our own pods can start while the webhook is down), and any user may put
+that label on a pod. So the rule alone is served on a second path, `review_ownership`, for a
+webhook the chart registers without that object selector (skipping the release namespace
+instead, so that our own pods still start).
 """
 
 from __future__ import annotations
@@ -147,9 +153,15 @@ def _containers(spec: Mapping[str, Any], key: str) -> list[JsonObject]:
     return value
 
 
-def _owned_keys(pod: Mapping[str, Any], owned: frozenset[str]) -> dict[str, str]:
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    return {k: v for k, v in annotations.items() if k in owned}
+def _owned_fields(pod: Mapping[str, Any], owned: frozenset[str]) -> dict[str, str]:
+    """The scheduler-owned annotations and label, keyed as the refusal names them."""
+    metadata = pod.get("metadata") or {}
+    annotations = metadata.get("annotations") or {}
+    fields = {f"annotation {k}": v for k, v in annotations.items() if k in owned}
+    labels = metadata.get("labels") or {}
+    if LABEL_VGPU_NODE in labels:
+        fields[f"label {LABEL_VGPU_NODE}"] = labels[LABEL_VGPU_NODE]
+    return fields
 
 
 def _strip_owned(pod: JsonObject, owned: frozenset[str]) -> list[str]:
@@ -185,14 +197,14 @@ class PodAdmission:
         self._exceeds_quota = exceeds_quota
 
     def review(self, request: AdmissionRequest) -> AdmissionResponse:
+        """HAMi's webhook: the ownership rule, then the GPU pod mutation on CREATE."""
         if request.operation == "UPDATE":
             return self._review_update(request)
         if request.operation != "CREATE":
             return AdmissionResponse.allow()
         before = request.object
         pod = copy.deepcopy(before)
-        removed = _strip_owned(pod, self.cfg.owned_annotations)
-        warnings = [f"removed scheduler-owned {what}" for what in removed]
+        warnings = self._strip_owned(pod)
         try:
             decision = self._mutate(pod)
         except AdmissionError as err:
@@ -204,14 +216,32 @@ class PodAdmission:
             allowed=True, message=message, patch=json_patch(before, pod), warnings=warnings
         )
 
+    def review_ownership(self, request: AdmissionRequest) -> AdmissionResponse:
+        """The ownership rule alone, for every pod whatever its labels; nothing else changes."""
+        if request.operation == "UPDATE":
+            return self._review_update(request)
+        if request.operation != "CREATE":
+            return AdmissionResponse.allow()
+        pod = copy.deepcopy(request.object)
+        warnings = self._strip_owned(pod)
+        return AdmissionResponse(
+            allowed=True, patch=json_patch(request.object, pod), warnings=warnings
+        )
+
+    def _strip_owned(self, pod: JsonObject) -> list[str]:
+        removed = _strip_owned(pod, self.cfg.owned_annotations)
+        return [f"removed scheduler-owned {what}" for what in removed]
+
     def _review_update(self, request: AdmissionRequest) -> AdmissionResponse:
         owned = self.cfg.owned_annotations
-        old = _owned_keys(request.old_object or {}, owned)
-        new = _owned_keys(request.object, owned)
+        old = _owned_fields(request.old_object or {}, owned)
+        new = _owned_fields(request.object, owned)
         changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
         if changed and not _trusted(request.username, self.cfg.trusted_writers):
             return AdmissionResponse.deny(
-                f"annotations {', '.join(changed)} are written by the scheduler only"
+                f"{', '.join(changed)} may be changed by the scheduler and the device plugin "
+                f"only; {request.username or 'this user'} is not a trusted annotation writer "
+                "(scheduler flag --trusted-annotation-writer)"
             )
         return AdmissionResponse.allow()
 

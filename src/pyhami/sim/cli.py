@@ -68,6 +68,9 @@ def simulate(  # noqa: PLR0917 (typer reads the options from the signature)
         cluster = load_cluster(file)
     except InputError as err:
         raise _fail(str(err)) from err
+    for node in sorted(cluster.unreadable):
+        # Left out as the live scheduler leaves it out, but the input is likely wrong: say so.
+        typer.echo(f"warning: node {node} left out: {cluster.unregistered[node]}", err=True)
     decisions = simulate_pods(cluster, engine_config, int(time.time()) if now is None else now)
     sys.stdout.write((as_json(decisions) + "\n") if output is Output.JSON else as_table(decisions))
     errors = [d for d in decisions if d.error]

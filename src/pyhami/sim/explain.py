@@ -15,6 +15,7 @@ from pyhami.sim.simulate import prepare, schedule
 class Explanation:
     decision: Decision
     cards: Mapping[NodeName, tuple[DeviceUsage, ...]]  # every node's cards as the pod saw them
+    unregistered: Mapping[NodeName, str]  # why each node without cards has none
 
 
 def explain(cluster: ClusterInput, config: EngineConfig, pod_ref: str, now: int) -> Explanation:
@@ -27,7 +28,8 @@ def explain(cluster: ClusterInput, config: EngineConfig, pod_ref: str, now: int)
         if pod_ref in (name, f"{namespace}/{name}"):
             ledger = simulation.ledger
             cards = {node: ledger.device_usage(node) for node in ledger.node_names()}
-            return Explanation(schedule(simulation, pod, now, explain=True), cards)
+            decision = schedule(simulation, pod, now, explain=True)
+            return Explanation(decision, cards, cluster.unregistered)
         schedule(simulation, pod, now)
     raise InputError(f"no pending pod {pod_ref!r} in the input (use NAME or NAMESPACE/NAME)")
 
@@ -42,6 +44,10 @@ def render(explanation: Explanation) -> str:
     lines.append(f"chosen node: {decision.node}" if decision.node else "no node fits")
     for verdict in decision.verdicts.values():
         lines.append("")
+        if verdict.failure is NodeFailure.UNREGISTERED:
+            why = explanation.unregistered.get(verdict.node, "no usable GPU registration")
+            lines.append(f"node {verdict.node}: not registered: {why}")
+            continue
         lines.extend(_node_lines(verdict, decision.node, explanation.cards.get(verdict.node, ())))
     return "\n".join(lines) + "\n"
 
@@ -49,8 +55,6 @@ def render(explanation: Explanation) -> str:
 def _node_lines(
     verdict: NodeVerdict, chosen: NodeName | None, cards: tuple[DeviceUsage, ...]
 ) -> list[str]:
-    if verdict.failure is NodeFailure.UNREGISTERED:
-        return [f"node {verdict.node}: not registered (no usable GPU registration)"]
     if verdict.fits:
         mark = "CHOSEN" if verdict.node == chosen else "fits"
         lines = [f"node {verdict.node}: {mark}, node score {verdict.score:.2f}"]

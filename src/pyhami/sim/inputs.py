@@ -14,11 +14,15 @@ from typing import Any
 import yaml
 
 from pyhami.devices.inventory import NodeInventory
-from pyhami.devices.nvidia.inventory import InventoryError, node_inventory
+from pyhami.devices.nvidia.inventory import (
+    InventoryError,
+    NoGpusRegisteredError,
+    node_inventory,
+)
 from pyhami.engine import PodAllocation, PodSpecError, allocation_of, pod_identity
 from pyhami.engine.pod import pod_annotations
 from pyhami.model import NodeName
-from pyhami.protocol import KEY_NVIDIA_ALLOCATED, KEY_VGPU_NODE
+from pyhami.protocol import KEY_NODE_NVIDIA_REGISTER, KEY_NVIDIA_ALLOCATED, KEY_VGPU_NODE
 
 _LIST_KINDS = ("List", "NodeList", "PodList")
 
@@ -31,6 +35,7 @@ class InputError(ValueError):
 class ClusterInput:
     nodes: dict[NodeName, NodeInventory]
     unregistered: dict[NodeName, str]  # GPU-less or unreadable nodes: why they are left out
+    unreadable: frozenset[NodeName]  # those of them whose registration is there but bad
     existing: list[PodAllocation]
     pending: list[Mapping[str, Any]]
     quotas: list[tuple[str, str, Mapping[str, object]]]  # (key, namespace, spec.hard)
@@ -70,6 +75,7 @@ def read_objects(paths: Iterable[Path]) -> list[tuple[str, Mapping[str, Any]]]:
 def load_cluster(paths: Iterable[Path]) -> ClusterInput:
     nodes: dict[NodeName, NodeInventory] = {}
     unregistered: dict[NodeName, str] = {}
+    unreadable: set[NodeName] = set()
     existing: list[PodAllocation] = []
     pending: list[Mapping[str, Any]] = []
     quotas: list[tuple[str, str, Mapping[str, object]]] = []
@@ -77,10 +83,16 @@ def load_cluster(paths: Iterable[Path]) -> ClusterInput:
         kind = obj.get("kind")
         if kind == "Node":
             name, annotations = _node(obj, source)
+            if KEY_NODE_NVIDIA_REGISTER not in annotations:
+                unregistered[name] = f"no {KEY_NODE_NVIDIA_REGISTER} annotation (no device plugin)"
+                continue
             try:
                 nodes[name] = node_inventory(annotations)
-            except InventoryError as err:
+            except NoGpusRegisteredError as err:
                 unregistered[name] = str(err)
+            except InventoryError as err:
+                unregistered[name] = f"registration unreadable: {err}"
+                unreadable.add(name)
         elif kind == "Pod":
             try:
                 pod_identity(obj)  # a pod must at least be named
@@ -99,7 +111,7 @@ def load_cluster(paths: Iterable[Path]) -> ClusterInput:
             quotas.append(_quota(obj, source))
         elif kind is None:
             raise InputError(f"{source}: an object without a kind")
-    return ClusterInput(nodes, unregistered, existing, pending, quotas)
+    return ClusterInput(nodes, unregistered, frozenset(unreadable), existing, pending, quotas)
 
 
 def _quota(obj: Mapping[str, Any], source: str) -> tuple[str, str, Mapping[str, object]]:

@@ -23,6 +23,10 @@ class InventoryError(ValueError):
     """The node's registration cannot be used; the message is HAMi's where HAMi has one."""
 
 
+class NoGpusRegisteredError(InventoryError):
+    """The registration is there and reads, but lists no card (the plugin found none)."""
+
+
 def node_inventory(annotations: Mapping[str, str]) -> NodeInventory:
     """The cards a node registered, their pair scores and the cordoned UUIDs."""
     value = annotations.get(KEY_NODE_NVIDIA_REGISTER)
@@ -34,7 +38,7 @@ def node_inventory(annotations: Mapping[str, str]) -> NodeInventory:
     except ProtocolError as err:
         raise InventoryError(str(err)) from err
     if not devices:
-        raise InventoryError("no gpu found on node")
+        raise NoGpusRegisteredError("no gpu found on node")
     scores: dict[str, Mapping[str, int]] = {}
     for row in rows:
         scores.setdefault(row.uuid, row.scores)  # HAMi takes the first entry per uuid
