@@ -1,6 +1,7 @@
 """A device plugin on FakeNVML, its FakeKubelet and the fake API server, wired like a node."""
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -12,8 +13,11 @@ from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.deviceplugin.config import ConfigError, VgpuConfig
 from pyhami.deviceplugin.service import DevicePlugin, PluginOptions
 from pyhami.kube import KubeClient
+from pyhami.scheduler.runtime import SchedulerProcess, load_device_config
+from pyhami.scheduler.settings import SchedulerSettings
 from pyhami.testing import FakeKubeAPIServer, FakeKubelet, FakeNVML
 from pyhami.testing.fake_nvml import a100_80g
+from pyhami.testing.scheduler_harness import ExtenderConfig, KubeSchedulerHarness
 
 NODE = "gpu-node-1"
 RESOURCE = "nvidia.com/gpu"
@@ -183,3 +187,27 @@ async def gpu_node(tmp_path: Path) -> AsyncIterator[Node]:
         finally:
             await node.stop()
             await kube.close()
+
+
+@contextlib.asynccontextmanager
+async def our_scheduler(
+    kube: KubeClient, device_config: str, workdir: Path
+) -> AsyncIterator[KubeSchedulerHarness]:
+    """Our scheduler on `device_config` (HAMi's YAML) with the kube-scheduler harness in front
+    of it, both on the node's API double, for pods that name `hami-scheduler`."""
+    config_file = workdir / "device-config.yaml"
+    config_file.write_text(device_config)
+    settings = SchedulerSettings(
+        device_config_file=str(config_file),
+        http_bind="127.0.0.1:0",
+        metrics_bind_address="127.0.0.1:0",
+        scheduler_name="hami-scheduler",
+    )
+    scheduler = SchedulerProcess(settings, kube, load_device_config(str(config_file)))
+    await scheduler.start()
+    try:
+        extender = ExtenderConfig.hami_chart(f"http://127.0.0.1:{scheduler.main_port}")
+        async with KubeSchedulerHarness(kube, extender, backoff_initial_s=0.1) as harness:
+            yield harness
+    finally:
+        await scheduler.stop()

@@ -53,6 +53,7 @@ async def test_patches_only_on_change_and_repairs_a_deleted_annotation(gpu_node:
     plugin = gpu_node.plugin
     assert plugin is not None and plugin.current is not None
     registrar = plugin.current.registrar
+    await gpu_node.eventually(lambda: registrar.patches == 1)  # the first registration
     assert not await registrar.sync_once()  # nothing changed: no patch
     patches = registrar.patches
     gpu_node.api.store.patch(
@@ -62,8 +63,10 @@ async def test_patches_only_on_change_and_repairs_a_deleted_annotation(gpu_node:
         "application/merge-patch+json",
         {"metadata": {"annotations": {REGISTER: None}}},
     )
-    await gpu_node.eventually(lambda: REGISTER in gpu_node.node_annotations())
+    # The store holds the patch before the plugin reads the response, so wait on the counter.
+    await gpu_node.eventually(lambda: registrar.patches > patches)
     assert registrar.patches == patches + 1
+    assert REGISTER in gpu_node.node_annotations()
 
 
 async def test_a_failed_patch_is_retried_with_the_new_value(gpu_node: Node) -> None:

@@ -8,18 +8,17 @@ from typing import Any
 import grpc
 import pytest
 
-from pyhami.deviceplugin.config import VgpuConfig
+from pyhami.deviceplugin.config import DeviceFilter, VgpuConfig
+from pyhami.deviceplugin.inventory import discover
+from pyhami.deviceplugin.mig import MigManager
 from pyhami.deviceplugin.service import DevicePlugin
 from pyhami.devices.config import MigAllowlistEntry
 from pyhami.model import MigAllocation, MigPlacement
 from pyhami.protocol import decode_mig_allocations, decode_node_devices, encode_mig_allocations
-from pyhami.scheduler.runtime import SchedulerProcess, load_device_config
-from pyhami.scheduler.settings import SchedulerSettings
 from pyhami.testing import FakeNVML
 from pyhami.testing.fake_nvml import a100_80g, h100_80g
-from pyhami.testing.scheduler_harness import ExtenderConfig, KubeSchedulerHarness
 
-from .conftest import NODE, RESOURCE, Node
+from .conftest import NODE, RESOURCE, Node, our_scheduler
 
 ALLOWLIST = (
     MigAllowlistEntry(models=("A100",), profiles=("1g.10gb", "1g.20gb", "2g.20gb", "7g.80gb")),
@@ -59,8 +58,10 @@ def reserved_pod(
 
 
 async def serving(node: Node) -> Any:
+    """Registered, published, and kubelet has its first device list (admission needs it)."""
     plugin = await node.kubelet.wait_for_plugin(RESOURCE)
     await node.eventually(lambda: "hami.io/node-nvidia-register" in node.node_annotations())
+    await plugin.wait_for_devices(lambda devices: len(devices) > 0)
     return plugin
 
 
@@ -244,18 +245,8 @@ async def test_pod_scheduled_by_our_scheduler_gets_its_mig_instance(
     gpu_node: Node, tmp_path: Path
 ) -> None:
     node = mig_node(gpu_node, FakeNVML.with_gpus(a100_80g(mig=True)))
-    config_file = tmp_path / "device-config.yaml"
-    config_file.write_text(SCHEDULER_CONFIG)
     await start(node)
     kubelet_plugin = await serving(node)
-    settings = SchedulerSettings(
-        device_config_file=str(config_file),
-        http_bind="127.0.0.1:0",
-        metrics_bind_address="127.0.0.1:0",
-        scheduler_name="hami-scheduler",
-    )
-    scheduler = SchedulerProcess(settings, node.kube, load_device_config(str(config_file)))
-    await scheduler.start()
     limits = {RESOURCE: "1", "nvidia.com/gpumem": "15000"}
     pod = {
         "metadata": {"name": "infer", "namespace": "default"},
@@ -264,15 +255,11 @@ async def test_pod_scheduled_by_our_scheduler_gets_its_mig_instance(
             "containers": [{"name": "main", "image": "cuda", "resources": {"limits": limits}}],
         },
     }
-    try:
-        extender = ExtenderConfig.hami_chart(f"http://127.0.0.1:{scheduler.main_port}")
-        async with KubeSchedulerHarness(node.kube, extender, backoff_initial_s=0.1) as harness:
-            await node.kube.create_pod("default", pod)
-            outcome = await harness.wait_for("default", "infer", timeout_s=20)
-            assert outcome.node == NODE
-            response = await kubelet_plugin.admit_container(1)
-    finally:
-        await scheduler.stop()
+    async with our_scheduler(node.kube, SCHEDULER_CONFIG, tmp_path) as harness:
+        await node.kube.create_pod("default", pod)
+        outcome = await harness.wait_for("default", "infer", timeout_s=20)
+        assert outcome.node == NODE
+        response = await kubelet_plugin.admit_container(1)
 
     (reservation,) = decode_mig_allocations(node.pod_annotations("infer")[KEY])
     assert reservation.profile == "1g.20gb"  # the smallest profile holding 15000 MiB
@@ -287,3 +274,23 @@ async def test_pod_scheduled_by_our_scheduler_gets_its_mig_instance(
     assert (device.uuid, device.compute_instance_id) == (mig_uuid, reservation.compute_instance_id)
     assert node.pod_annotations("infer")["hami.io/bind-phase"] == "success"
     assert "hami.io/mutex.lock" not in node.node_annotations()
+
+
+def test_a_complete_publication_is_kept_and_a_partial_one_is_asked_again() -> None:
+    """Profiles and placements are fixed while the plugin runs: once all are published, later
+    scans need no NVML; a card still in non-MIG mode (nothing to list yet) is asked again."""
+    nvml = FakeNVML.with_gpus(a100_80g(mig=True), h100_80g())
+    a100, h100 = discover(nvml, DeviceFilter())
+    manager = MigManager(nvml, (a100, h100), ALLOWLIST)
+    first = manager.publish(a100)
+    assert [p.name for p in first] == list(ALLOWLIST[0].profiles)
+    nvml.fail("gpu_instance_placements")
+    nvml.fail("gpu_instance_profile")
+    assert manager.publish(a100) == first
+    assert manager.publish(h100) == (), "MIG mode off: no profile to list"
+    assert manager.capacities == {a100.uuid: 7, h100.uuid: 0}
+
+    nvml.heal()
+    nvml.set_mig_mode(1, True)
+    assert [p.name for p in manager.publish(h100)] == list(ALLOWLIST[1].profiles)
+    assert manager.capacities[h100.uuid] == 7

@@ -3,11 +3,7 @@ exactly the env and mounts of device-plugin.md §4.5 — on the GPU the schedule
 
 from pathlib import Path
 
-from pyhami.scheduler.runtime import SchedulerProcess, load_device_config
-from pyhami.scheduler.settings import SchedulerSettings
-from pyhami.testing.scheduler_harness import ExtenderConfig, KubeSchedulerHarness
-
-from .conftest import NODE, RESOURCE, Node
+from .conftest import NODE, RESOURCE, Node, our_scheduler
 
 DEVICE_CONFIG = """\
 nvidia:
@@ -30,34 +26,20 @@ def gpu_pod(name: str) -> dict[str, object]:
 
 
 async def test_scheduled_pod_gets_the_spec_env_and_mounts(gpu_node: Node, tmp_path: Path) -> None:
-    config_file = tmp_path / "device-config.yaml"
-    config_file.write_text(DEVICE_CONFIG)
     await gpu_node.start()
     kubelet_plugin = await gpu_node.kubelet.wait_for_plugin(RESOURCE)
     await kubelet_plugin.wait_for_devices(lambda d: len(d) == 8)
     await gpu_node.eventually(lambda: "hami.io/node-nvidia-register" in gpu_node.node_annotations())
-    settings = SchedulerSettings(
-        device_config_file=str(config_file),
-        http_bind="127.0.0.1:0",
-        metrics_bind_address="127.0.0.1:0",
-        scheduler_name="hami-scheduler",
-    )
-    scheduler = SchedulerProcess(settings, gpu_node.kube, load_device_config(str(config_file)))
-    await scheduler.start()
-    try:
-        extender = ExtenderConfig.hami_chart(f"http://127.0.0.1:{scheduler.main_port}")
-        async with KubeSchedulerHarness(gpu_node.kube, extender, backoff_initial_s=0.1) as harness:
-            await gpu_node.kube.create_pod("default", gpu_pod("trainer"))
-            outcome = await harness.wait_for("default", "trainer", timeout_s=20)
-            assert outcome.node == NODE
-            notes = gpu_node.pod_annotations("trainer")
-            assert notes["hami.io/bind-phase"] == "allocating"
-            assert gpu_node.node_annotations()["hami.io/mutex.lock"].endswith(",default,trainer")
-            chosen = notes["hami.io/vgpu-devices-to-allocate"].split(",")[0]
+    async with our_scheduler(gpu_node.kube, DEVICE_CONFIG, tmp_path) as harness:
+        await gpu_node.kube.create_pod("default", gpu_pod("trainer"))
+        outcome = await harness.wait_for("default", "trainer", timeout_s=20)
+        assert outcome.node == NODE
+        notes = gpu_node.pod_annotations("trainer")
+        assert notes["hami.io/bind-phase"] == "allocating"
+        assert gpu_node.node_annotations()["hami.io/mutex.lock"].endswith(",default,trainer")
+        chosen = notes["hami.io/vgpu-devices-to-allocate"].split(",")[0]
 
-            response = await kubelet_plugin.admit_container(1)
-    finally:
-        await scheduler.stop()
+        response = await kubelet_plugin.admit_container(1)
 
     assert {i.rsplit("-", 1)[0] for i in kubelet_plugin.in_use} == {chosen}
     vgpu = gpu_node.hook / "vgpu"

@@ -122,6 +122,34 @@ def test_wrapper_reads_numa_links_and_processes(
     nvml.close()
 
 
+def test_a_gi_profile_the_driver_does_not_know_is_not_supported(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Old drivers answer INVALID_ARGUMENT for GI profile enums newer than themselves; callers
+    walking every profile id see that as the GPU lacking the profile, as NOT_SUPPORTED says."""
+    _FakeDriver([]).install(monkeypatch)
+
+    def profile_info(_handle: Any, profile: int) -> Any:
+        if profile == 0:
+            return SimpleNamespace(
+                id=19,
+                sliceCount=1,
+                memorySizeMB=9984,
+                multiprocessorCount=16,
+                instanceCount=7,
+                name=b"MIG 1g.10gb",
+            )
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetGpuInstanceProfileInfo", profile_info)
+    nvml = open_nvml(sys_root=tmp_path)
+    assert nvml.gpu_instance_profile(0, 0).name == "1g.10gb"
+    with pytest.raises(NvmlNotSupportedError) as caught:
+        nvml.gpu_instance_profile(0, 17)
+    assert caught.value.code == pynvml.NVML_ERROR_INVALID_ARGUMENT
+    nvml.close()
+
+
 @pytest.mark.gpu
 def test_real_driver_inventory() -> None:
     if not driver_available():

@@ -18,13 +18,16 @@ Deviations from HAMi (§7 item 14), on purpose:
 import logging
 import math
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from pyhami.deviceplugin.inventory import Gpu
 from pyhami.devices.config import MigAllowlistEntry
 from pyhami.model import MigAllocation, MigPlacement, MigProfile
 from pyhami.nvml import (
+    GI_PROFILE_ID_COUNT,
+    SLICE_PROFILE_IDS,
+    GpuInstance,
     GpuInstanceProfile,
     MigDevice,
     Nvml,
@@ -33,13 +36,6 @@ from pyhami.nvml import (
 )
 
 log = logging.getLogger(__name__)
-
-# NVML_GPU_INSTANCE_PROFILE_<n>_SLICE and NVML_COMPUTE_INSTANCE_PROFILE_<n>_SLICE share values.
-SLICE_PROFILE_IDS: Mapping[int, int] = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
-# Every GI profile id current drivers know (NVML_GPU_INSTANCE_PROFILE_COUNT); older drivers
-# answer NOT_SUPPORTED or INVALID_ARGUMENT for the ones they lack.
-GI_PROFILE_ID_COUNT = 18
-_INVALID_ARGUMENT = 2
 
 
 class MigError(Exception):
@@ -94,6 +90,7 @@ class MigManager:
         self._allowed = {gpu.index: allowed_profiles(gpu.name, allowlist) for gpu in gpus}
         self._locks = {gpu.index: threading.Lock() for gpu in gpus}
         self._catalog: dict[int, tuple[GpuInstanceProfile, ...]] = {}
+        self._published: dict[int, tuple[MigProfile, ...]] = {}
         self._tracked: dict[InstanceKey, Realised] = {}
         self._state_lock = threading.Lock()
         # Replicas per GPU UUID for kubelet, equal to the published count (filled by `publish`).
@@ -115,9 +112,6 @@ class MigManager:
                 found.append(self._nvml.gpu_instance_profile(index, profile_id))
             except NvmlNotSupportedError:
                 continue
-            except NvmlError as error:
-                if error.code != _INVALID_ARGUMENT:
-                    raise
         if found:
             self._catalog[index] = tuple(found)
         return tuple(found)
@@ -142,17 +136,25 @@ class MigManager:
         )
 
     def publish(self, gpu: Gpu) -> tuple[MigProfile, ...]:
-        """`migProfiles` of the card (§5.1); profiles NVML cannot describe are left out."""
+        """`migProfiles` of the card (§5.1); profiles NVML cannot describe are left out.
+
+        Profiles and placements do not change while the plugin runs, so once every allowed
+        profile is published the answer is kept and later scans ask NVML nothing; a partial
+        answer (MIG mode still off, an NVML error) is worked out again next time."""
+        cached = self._published.get(gpu.index)
+        if cached is not None:
+            return cached
+        allowed = self._allowed.get(gpu.index, ())
         published: list[MigProfile] = []
         capacity = 0
-        for name in self._allowed.get(gpu.index, ()):
+        for name in allowed:
             try:
                 info = self.resolve(gpu.index, name)
                 placements = self._nvml.gpu_instance_placements(gpu.index, info.id)
-                full_sms = max(p.sm_count for p in self._profiles_of(gpu.index))
             except (MigError, NvmlError) as error:
                 log.warning("GPU %s: MIG profile %s not published: %s", gpu.uuid, name, error)
                 continue
+            full_sms = max(p.sm_count for p in self._profiles_of(gpu.index))  # cached by resolve
             published.append(
                 MigProfile(
                     name=name,
@@ -164,7 +166,14 @@ class MigManager:
             )
             capacity = max(capacity, info.instance_count)
         self.capacities[gpu.uuid] = capacity
+        if len(published) == len(allowed):
+            self._published[gpu.index] = tuple(published)
         return tuple(published)
+
+    def publish_all(self) -> None:
+        """Publish every card once, so `capacities` is filled before kubelet lists devices."""
+        for gpu in self._gpus.values():
+            self.publish(gpu)
 
     # ----- allocation -----
 
@@ -292,8 +301,9 @@ class MigManager:
                 continue
             with self._locks[gpu.index]:
                 self._clean(gpu)
+        live: dict[int, tuple[tuple[GpuInstance, ...], tuple[MigDevice, ...]]] = {}
         for allocation in active or ():
-            self._adopt(allocation)
+            self._adopt(allocation, live)
 
     def _busy(self, gpu: Gpu) -> bool:
         try:
@@ -321,7 +331,13 @@ class MigManager:
         except (MigError, NvmlError) as error:
             log.error("GPU %s: cannot prepare it for dynamic MIG: %s", gpu.uuid, error)
 
-    def _adopt(self, allocation: MigAllocation) -> None:
+    def _adopt(
+        self,
+        allocation: MigAllocation,
+        live: dict[int, tuple[tuple[GpuInstance, ...], tuple[MigDevice, ...]]],
+    ) -> None:
+        """Track the reservation's instance if NVML still has it; `live` keeps each GPU's
+        instances and devices, read once for all the reservations on it."""
         gi_id, ci_id = allocation.gpu_instance_id, allocation.compute_instance_id
         if not allocation.mig_uuid or gi_id is None or ci_id is None:
             log.warning(
@@ -334,8 +350,10 @@ class MigManager:
             return
         try:
             key = self.key(allocation)
-            instances = self._nvml.gpu_instances(key.gpu_index)
-            devices: tuple[MigDevice, ...] = self._nvml.mig_devices(key.gpu_index)
+            if key.gpu_index not in live:
+                index = key.gpu_index
+                live[index] = (self._nvml.gpu_instances(index), self._nvml.mig_devices(index))
+            instances, devices = live[key.gpu_index]
         except (MigError, NvmlError) as error:
             log.warning("MIG adoption of %s skipped: %s", allocation.mig_uuid, error)
             return

@@ -7,6 +7,7 @@ the version read at the start of Allocate and gives up.
 """
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Sequence
 
@@ -142,6 +143,8 @@ class MigPods:
         self, pod: JsonObject, slots: Sequence[ContainerSlot]
     ) -> list[api_pb2.ContainerAllocateResponse]:
         """Realise the containers' reservations, record their identity, answer kubelet."""
+        # Reconcile first: a pod deleted since the last 5 s tick may still hold the slices this
+        # reservation was given, and creating over them would fail.
         try:
             await self.reconcile_once()
         except KubeError as error:
@@ -184,12 +187,8 @@ class MigPods:
                 continue
             any_known = True
             updated.append(
-                MigAllocation(
-                    container_index=allocation.container_index,
-                    device_index=allocation.device_index,
-                    gpu_uuid=allocation.gpu_uuid,
-                    profile=allocation.profile,
-                    placement=allocation.placement,
+                dataclasses.replace(
+                    allocation,
                     mig_uuid=realised.mig_uuid,
                     gpu_instance_id=realised.gpu_instance_id,
                     compute_instance_id=realised.compute_instance_id,

@@ -223,9 +223,7 @@ class DevicePlugin:
         self.board.track(gpu.uuid for gpu in instance.gpus)
         if instance.mig is not None:
             await instance.mig.startup()
-            # Publishing fills the replica counts ListAndWatch reports, before kubelet asks.
-            manager = instance.mig.manager
-            await asyncio.to_thread(lambda: [manager.publish(gpu) for gpu in instance.gpus])
+            await asyncio.to_thread(instance.mig.manager.publish_all)
         await instance.server.start()
         if self.options.kubelet_socket is not None:
             await register_with_kubelet(

@@ -9,6 +9,8 @@ finally:
 """
 
 from pyhami.nvml.api import (
+    GI_PROFILE_ID_COUNT,
+    SLICE_PROFILE_IDS,
     GpuInstance,
     GpuInstanceProfile,
     MemoryInfo,
@@ -29,6 +31,8 @@ from pyhami.nvml.api import (
 from pyhami.nvml.real import PynvmlNvml, driver_available, open_nvml
 
 __all__ = [
+    "GI_PROFILE_ID_COUNT",
+    "SLICE_PROFILE_IDS",
     "GpuInstance",
     "GpuInstanceProfile",
     "MemoryInfo",

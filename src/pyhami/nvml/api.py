@@ -5,6 +5,7 @@ failure and nothing else, so callers can report a broken card and keep serving t
 """
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -95,6 +96,14 @@ class XidWatch(Protocol):
     def close(self) -> None: ...
 
 
+# NVML_GPU_INSTANCE_PROFILE_<n>_SLICE and NVML_COMPUTE_INSTANCE_PROFILE_<n>_SLICE, by slice
+# count <n>: the two enums share these values.
+SLICE_PROFILE_IDS: Mapping[int, int] = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
+# Every GI profile enum value current drivers know (NVML_GPU_INSTANCE_PROFILE_COUNT); a driver
+# that lacks one answers NvmlNotSupportedError for it.
+GI_PROFILE_ID_COUNT = 18
+
+
 @dataclass(frozen=True, slots=True)
 class MigMode:
     """MIG mode of a GPU: what is in effect and what takes effect after the next GPU reset."""
@@ -181,7 +190,8 @@ class Nvml(Protocol):
         ...
 
     def gpu_instance_profile(self, index: int, profile: int) -> GpuInstanceProfile:
-        """Info of GI profile enum `profile`; NvmlNotSupportedError when the GPU lacks it."""
+        """Info of GI profile enum `profile`; NvmlNotSupportedError when the GPU or the driver
+        lacks it."""
         ...
 
     def gpu_instance_placements(self, index: int, gi_profile_id: int) -> tuple[MigPlacement, ...]:

@@ -10,6 +10,7 @@ import pynvml
 
 from pyhami.model import MigPlacement
 from pyhami.nvml.api import (
+    GI_PROFILE_ID_COUNT,
     GpuInstance,
     GpuInstanceProfile,
     MemoryInfo,
@@ -249,12 +250,15 @@ class PynvmlNvml:
         _call("nvmlDeviceSetMigMode", pynvml.nvmlDeviceSetMigMode, self._handle(index), mode)
 
     def gpu_instance_profile(self, index: int, profile: int) -> GpuInstanceProfile:
-        info = _call(
-            "nvmlDeviceGetGpuInstanceProfileInfo",
-            pynvml.nvmlDeviceGetGpuInstanceProfileInfo,
-            self._handle(index),
-            profile,
-        )
+        operation = "nvmlDeviceGetGpuInstanceProfileInfo"
+        try:
+            info = _call(
+                operation, pynvml.nvmlDeviceGetGpuInstanceProfileInfo, self._handle(index), profile
+            )
+        except NvmlError as error:
+            if error.code == pynvml.NVML_ERROR_INVALID_ARGUMENT:  # an enum newer than the driver
+                raise NvmlNotSupportedError(operation, str(error), error.code) from error
+            raise
         return GpuInstanceProfile(
             profile_id=profile,
             id=int(info.id),
@@ -324,7 +328,7 @@ class PynvmlNvml:
     def gpu_instances(self, index: int) -> tuple[GpuInstance, ...]:
         return tuple(
             self._gpu_instance(handle)
-            for profile in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT)
+            for profile in range(GI_PROFILE_ID_COUNT)
             for handle in self._gi_handles(index, profile)
         )
 
@@ -374,7 +378,6 @@ class PynvmlNvml:
         _call("nvmlGpuInstanceDestroy", pynvml.nvmlGpuInstanceDestroy, handle)
 
     def mig_device_processes(self, index: int, mig_uuid: str) -> tuple[RunningProcess, ...]:
-        self._handle(index)
         handle = _call("nvmlDeviceGetHandleByUUID", pynvml.nvmlDeviceGetHandleByUUID, mig_uuid)
         return _processes(handle)
 
@@ -393,11 +396,7 @@ class PynvmlNvml:
         try:
             info = self.gpu_instance_profile(index, profile)
         except NvmlNotSupportedError:
-            return []  # this GPU has no such profile
-        except NvmlError as error:
-            if error.code == pynvml.NVML_ERROR_INVALID_ARGUMENT:
-                return []  # a profile id newer than this driver
-            raise
+            return []  # this GPU or driver has no such profile
         handles = (pynvml.c_nvmlGpuInstance_t * max(info.instance_count, 1))()
         count = ctypes.c_uint(0)
         _call(

@@ -28,6 +28,7 @@ import grpc
 import grpc.aio
 
 from pyhami.deviceplugin.api import HEALTHY, VERSION, api_pb2, api_pb2_grpc
+from pyhami.kube.lifecycle import AsyncService
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +163,7 @@ class _Registration(api_pb2_grpc.RegistrationServicer):
         return api_pb2.Empty()
 
 
-class FakeKubelet:
+class FakeKubelet(AsyncService):
     """Registration server plus device-manager client, in one asyncio loop."""
 
     def __init__(self, directory: Path | None = None) -> None:
@@ -177,18 +178,14 @@ class FakeKubelet:
         self._registered = asyncio.Condition()
         self._connecting: set[asyncio.Task[None]] = set()
 
-    async def __aenter__(self) -> "FakeKubelet":
-        await self.start()
-        return self
-
     async def __aexit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self.stop()
-        if self._owns_directory:
+        await super().__aexit__(exc_type, exc, tb)
+        if self._owns_directory:  # after stop(): a restart() keeps the directory
             shutil.rmtree(self.directory, ignore_errors=True)
 
     async def start(self) -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 
 from pyhami.model import MigPlacement
 from pyhami.nvml import (
+    SLICE_PROFILE_IDS,
     GpuInstance,
     GpuInstanceProfile,
     MemoryInfo,
@@ -84,9 +85,12 @@ _INSUFFICIENT_RESOURCES = 23
 class FakeGiProfile:
     """One GI profile of a MIG-capable model: NVML's info plus the placements it may take."""
 
-    name: str
     info: GpuInstanceProfile
     placements: tuple[MigPlacement, ...]
+
+    @property
+    def name(self) -> str:
+        return self.info.name
 
 
 def _profile(
@@ -101,7 +105,6 @@ def _profile(
 ) -> FakeGiProfile:
     slices = int(name.split("g.", 1)[0])
     return FakeGiProfile(
-        name=name,
         info=GpuInstanceProfile(
             profile_id=profile_id,
             id=smi_id,
@@ -119,7 +122,8 @@ _ONE_SLICE_STARTS = (0, 1, 2, 3, 4, 5, 6)
 
 # NVML GI profile enum values (nvml.h NVML_GPU_INSTANCE_PROFILE_*): 1_SLICE 0, 2_SLICE 1,
 # 3_SLICE 2, 4_SLICE 3, 7_SLICE 4, 1_SLICE_REV1 (+me) 7, 1_SLICE_REV2 (double memory) 9.
-# Ids, memory (nvidia-smi's GiB x 1024), SMs and placements follow NVIDIA's MIG user guide.
+# Ids, memory (nvidia-smi's GiB x 1024), SMs and placements follow NVIDIA's MIG user guide; the
+# A100-40GB and H100-80GB rows match published `nvidia-smi mig -lgip` output.
 _A100_40G_PROFILES = (
     _profile("1g.5gb", 0, 19, 4864, 14, starts=_ONE_SLICE_STARTS, size=1),
     _profile("1g.5gb+me", 7, 20, 4864, 14, starts=_ONE_SLICE_STARTS, size=1),
@@ -148,8 +152,8 @@ _H100_80G_PROFILES = (
     _profile("7g.80gb", 4, 0, 81152, 132, starts=(0,), size=8),
 )
 
-# CI profile enum value -> compute slices (NVML_COMPUTE_INSTANCE_PROFILE_*).
-_CI_SLICES = {0: 1, 1: 2, 2: 3, 3: 4, 4: 7, 5: 8, 6: 6}
+# CI profile enum value -> compute slices.
+_CI_SLICES = {profile: slices for slices, profile in SLICE_PROFILE_IDS.items()}
 
 
 def mig_profiles(gpu_name: str) -> tuple[FakeGiProfile, ...]:
@@ -533,15 +537,16 @@ class FakeNVML:
     ) -> GpuInstance:
         self.check("create_gpu_instance", index)
         operation = "nvmlDeviceCreateGpuInstanceWithPlacement"
-        profile_id = gi_profile_id
         with self._lock:
-            profile = self._gi_profile(index, profile_id, operation)
+            profile = self._gi_profile(index, gi_profile_id, operation)
             state = self._state.mig[index]
             if placement not in profile.placements:
                 raise NvmlError(
                     operation, f"Invalid Argument (placement {placement})", _INVALID_ARGUMENT
                 )
-            same_profile = sum(1 for gi in state.instances.values() if gi.profile_id == profile_id)
+            same_profile = sum(
+                1 for gi in state.instances.values() if gi.profile_id == gi_profile_id
+            )
             if same_profile >= profile.info.instance_count or any(
                 _overlaps(gi.placement, placement) for gi in state.instances.values()
             ):
@@ -549,7 +554,7 @@ class FakeNVML:
             # The fake's id rule: the full-GPU profile gets 0, others the lowest free id from 1.
             ids = [0] if profile.info.slice_count >= 7 else range(1, 16)
             gi_id = next(i for i in ids if i not in state.instances)
-            instance = GpuInstance(id=gi_id, profile_id=profile_id, placement=placement)
+            instance = GpuInstance(id=gi_id, profile_id=gi_profile_id, placement=placement)
             state.instances[gi_id] = instance
             return instance
 
