@@ -2,6 +2,7 @@
 does not decide; SIGKILL the leader and the other takes over within the lease time."""
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -19,19 +20,26 @@ from .cluster import DEVICE_CONFIG, node_object, pod_object, wait_for
 LEASE_S = 2.0
 RETRY_S = 0.2
 # Room for a cold, loaded 2-core CI machine to notice the expiry and answer /readyz.
-TAKEOVER_SLACK_S = 2.0
+TAKEOVER_SLACK_S = 4.0
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def _distinct_free_ports(count: int) -> list[int]:
+    """Ports free now and distinct from each other: every socket stays open until all are
+    picked. (Picking them one at a time let the second replica's HTTP port equal the first's
+    metrics port before the first had bound it; the second then failed to start and the
+    test posted /filter to a metrics server.)"""
+    with contextlib.ExitStack() as stack:
+        ports = []
+        for _ in range(count):
+            sock = stack.enter_context(socket.socket())
+            sock.bind(("127.0.0.1", 0))
+            ports.append(int(sock.getsockname()[1]))
+        return ports
 
 
 async def _replica(
-    name: str, kubeconfig: Path, config: Path
+    name: str, kubeconfig: Path, config: Path, port: int, metrics_port: int
 ) -> tuple[asyncio.subprocess.Process, int]:
-    port = _free_port()
     env = {
         **os.environ,
         "KUBECONFIG": str(kubeconfig),
@@ -48,7 +56,7 @@ async def _replica(
         "--http_bind",
         f"127.0.0.1:{port}",
         "--metrics-bind-address",
-        f"127.0.0.1:{_free_port()}",
+        f"127.0.0.1:{metrics_port}",
         "--scheduler-name",
         "hami-scheduler",
         "--leader-elect",
@@ -89,12 +97,11 @@ async def test_only_the_leader_decides_and_a_killed_leader_is_replaced_in_time(
             pod = pod_object(name, mem=None, cores=None, namespace="kube-system")
             api.store.create("pods", "kube-system", pod)
         kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
-        replicas = dict(
-            [
-                ("a", await _replica("a", kubeconfig, config)),
-                ("b", await _replica("b", kubeconfig, config)),
-            ]
-        )
+        ports = _distinct_free_ports(4)
+        replicas = {
+            "a": await _replica("a", kubeconfig, config, *ports[0:2]),
+            "b": await _replica("b", kubeconfig, config, *ports[2:4]),
+        }
         try:
             deadline = time.monotonic() + 60
             states: dict[str, bool | None] = {}
