@@ -5,6 +5,7 @@ limit and shows in the monitor's /metrics; deleting the pod stops it and brings 
 ledger and both services' metrics back to zero."""
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -12,12 +13,14 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from pyhami.kube import RESOURCE_QUOTAS
 from pyhami.sim.demo.cluster import DemoCluster
 from pyhami.sim.demo.settings import DemoSettings
 from pyhami.testing import FakeGpu
 from pyhami.testing.scheduler_harness import Result
 
-from .conftest import Native
+from .conftest import ROOT, Native
+from .promql import evaluate, legend_labels, series_from
 from .runtime import NamespaceRuntime
 
 MiB = 1 << 20
@@ -192,6 +195,52 @@ async def test_pod_runs_capped_under_libvgpu_is_measured_and_returns_to_zero(
     assert runtime.exited.get(("trainer", "main")) == -15, "kubelet stopped it with SIGTERM"
     assert node.agent.devices_in_use() == 0
     assert demo.api.store.items("pods", "default") == []
+
+
+DASHBOARD = ROOT / "charts" / "pyhami" / "dashboards" / "pyhami-overview.json"
+QUOTA_MIB = 10000
+
+
+async def test_every_dashboard_panel_shows_live_series_with_its_legend_labels(
+    cluster: tuple[DemoCluster, NamespaceRuntime], native: Native, tmp_path: Path
+) -> None:
+    """The chart's Grafana dashboard, evaluated on what the scheduler and the monitor export
+    while a pod runs under libvgpu in a namespace with a GPU-memory quota: each panel has
+    series, each legend label is on them, and no query groups or matches on a missing label."""
+    demo, _ = cluster
+    node = demo.nodes[0]
+    quota = {"hard": {"limits.nvidia.com/gpumem": str(QUOTA_MIB)}}
+    await demo.client.create(
+        RESOURCE_QUOTAS, {"metadata": {"name": "gpu"}, "spec": quota}, "default"
+    )
+    await demo.client.create_pod("default", trainer(native.drive, tmp_path / "release"))
+    await node.agent.wait_started("default", "trainer", timeout_s=20)
+    async with aiohttp.ClientSession() as http:
+        monitor = await eventually_scraped(
+            http,
+            node.metrics_url,
+            lambda m: pod_samples(m, "hami_container_device_memory_bytes", "trainer") != [],
+            timeout_s=20,
+        )
+        scheduler = await eventually_scraped(
+            http, demo.scheduler_metrics_url, lambda m: "hami_resource_quota_used" in m
+        )
+    live = series_from(monitor) + series_from(scheduler)
+
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    for panel in panels:
+        for target in panel["targets"]:
+            shown = evaluate(target["expr"], live)
+            assert shown, f"panel {panel['title']!r} shows nothing: {target['expr']}"
+            for label in legend_labels(target.get("legendFormat", "")):
+                assert all(s.get(label) for s in shown), (
+                    f"panel {panel['title']!r}: legend label {label!r} is not on {shown}"
+                )
+    by_title = {p["title"]: p["targets"][0]["expr"] for p in panels}
+    (ratio,) = evaluate(by_title["Quota used / limit"], live)
+    assert ratio.value == LIMIT_MIB / QUOTA_MIB
+    memory = evaluate(by_title["GPU memory allocated (bytes)"], live)
+    assert [s.value for s in memory] == [LIMIT_MIB * MiB]
 
 
 async def test_hami_e2e_overcommit_three_containers_at_40_percent_cores_on_one_gpu() -> None:
