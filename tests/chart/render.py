@@ -44,6 +44,8 @@ VALUE_SETS: dict[str, tuple[str, ...]] = {
         "imagePullSecrets[0].name=registry",
         "global.labels.team=gpu",
         "global.annotations.owner=ops",
+        "dashboards.enabled=true",
+        "dashboards.namespace=monitoring",
     ),
 }
 

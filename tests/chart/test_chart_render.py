@@ -10,15 +10,14 @@ from typing import Any
 import jsonschema
 import kubernetes_validate
 import pytest
-import typer.core
-import typer.main
+import typer
 import yaml
 
-from pyhami.cli import app
 from pyhami.devices.config import parse_device_config
-from pyhami.monitor.settings import parse_flags
+from pyhami.sim.demo.cluster import WEBHOOKS
 from pyhami.testing.scheduler_harness.config import ExtenderConfig
 
+from .commands import parse_pyhami
 from .render import CHART, NAMESPACE, VALUE_SETS, Rendered, helm, render, set_flags, values
 
 # Chart.yaml's kubeVersion floor and the newest schemas kubernetes-validate bundles.
@@ -88,12 +87,6 @@ CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfigura
 ALL_SETS = sorted(VALUE_SETS)
 
 
-def pyhami_command() -> typer.core.TyperGroup:
-    group = typer.main.get_command(app)
-    assert isinstance(group, typer.core.TyperGroup)
-    return group
-
-
 def pyhami_argv(container: dict[str, Any]) -> list[str] | None:
     """The pyhami command line a container runs (through the plugin's `sh -c ... exec "$@"`)."""
     argv = [*container.get("command", ()), *container.get("args", ())]
@@ -101,19 +94,6 @@ def pyhami_argv(container: dict[str, Any]) -> list[str] | None:
         assert argv[2].rstrip().endswith('exec "$@"'), f"{container['name']}: wrapper drops args"
         argv = argv[4:]  # argv[3] is the script's $0
     return argv if argv[:1] == ["pyhami"] else None
-
-
-def parse_pyhami(argv: list[str]) -> dict[str, Any]:
-    """Parse with the real typer/click command, without running it; errors fail the test."""
-    group = pyhami_command()
-    parent = typer.Context(group, info_name="pyhami")
-    sub = group.get_command(parent, argv[1])
-    assert sub is not None, f"no pyhami command {argv[1]!r}"
-    ctx = sub.make_context(argv[1], argv[2:], parent=parent)
-    if argv[1] == "monitor":
-        flags = parse_flags(ctx.args)
-        return {"metrics_bind_address": flags.metrics_bind_address}
-    return dict(ctx.params)
 
 
 def env_of(container: dict[str, Any]) -> dict[str, str]:
@@ -235,45 +215,80 @@ def test_service_and_webhook_reach_the_extender_port() -> None:
     by_name = {p["name"]: p for p in service["spec"]["ports"]}
     assert by_name["http"]["targetPort"] == "http"
     assert by_name["monitor"]["targetPort"] == "metrics"
-    (hook,) = rendered.one("MutatingWebhookConfiguration")["webhooks"]
-    target = hook["clientConfig"]["service"]
-    assert (target["name"], target["namespace"]) == (service["metadata"]["name"], NAMESPACE)
-    assert target["port"] == by_name["http"]["port"]
-    assert target["path"] in scheduler_routes()
-    assert hook["rules"][0]["resources"] == ["pods"]
+    hooks = rendered.one("MutatingWebhookConfiguration")["webhooks"]
+    assert [hook["name"] for hook in hooks] == ["vgpu.hami.io", "ownership.pyhami.io"]
+    for hook in hooks:
+        target = hook["clientConfig"]["service"]
+        assert (target["name"], target["namespace"]) == (service["metadata"]["name"], NAMESPACE)
+        assert target["port"] == by_name["http"]["port"]
+        assert target["path"] in scheduler_routes()
+        assert hook["rules"][0]["resources"] == ["pods"]
 
 
 def scheduler_routes() -> set[str]:
     """The paths the scheduler's main server really registers (routes only; nothing is served)."""
+    from pyhami.devices.config import NvidiaConfig
     from pyhami.scheduler.metrics import SchedulerMetrics
     from pyhami.scheduler.server import build_app
+    from pyhami.scheduler.webhook import PodAdmission, WebhookConfig
 
     unused: Any = object()
-    web_app = build_app(unused, unused, SchedulerMetrics(lambda: unused))
+    admission = PodAdmission(WebhookConfig(), NvidiaConfig(), lambda _: False)
+    web_app = build_app(unused, admission, SchedulerMetrics(lambda: unused))
     return {resource.canonical for resource in web_app.router.resources()}
 
 
-def test_webhook_values_reach_the_webhook() -> None:
-    (hook,) = render("everything-on").one("MutatingWebhookConfiguration")["webhooks"]
-    skipped = [
-        e
+def skipped_namespaces(hook: dict[str, Any]) -> list[str]:
+    (names,) = [
+        e["values"]
         for e in hook["namespaceSelector"]["matchExpressions"]
-        if e["key"] == "kubernetes.io/metadata.name"
-    ]
-    assert skipped == [
-        {
-            "key": "kubernetes.io/metadata.name",
-            "operator": "NotIn",
-            "values": ["kube-system", "monitoring"],
-        }
-    ]
+        if e["key"] == "kubernetes.io/metadata.name" and e["operator"] == "NotIn"
+    ] or [[]]
+    return list(names)
+
+
+def test_webhook_values_reach_the_webhook() -> None:
+    hami, ownership = render("everything-on").one("MutatingWebhookConfiguration")["webhooks"]
+    assert skipped_namespaces(hami) == ["kube-system", "monitoring"]
+    # Our own pods (the release namespace) never wait for the ownership webhook.
+    assert skipped_namespaces(ownership) == ["kube-system", "monitoring", NAMESPACE]
     custom = render_with(
         "scheduler.admissionWebhook.customURL.enabled=true",
         "scheduler.admissionWebhook.failurePolicy=Fail",
     )
-    (hook,) = custom.one("MutatingWebhookConfiguration")["webhooks"]
-    assert hook["clientConfig"] == {"url": "https://127.0.0.1:31998/webhook"}
-    assert hook["failurePolicy"] == "Fail"
+    hami, ownership = custom.one("MutatingWebhookConfiguration")["webhooks"]
+    assert hami["clientConfig"] == {"url": "https://127.0.0.1:31998/webhook"}
+    assert ownership["clientConfig"] == {"url": "https://127.0.0.1:31998/webhook/ownership"}
+    assert hami["failurePolicy"] == ownership["failurePolicy"] == "Fail"
+
+
+def test_the_webhooks_are_the_demos() -> None:
+    """The demo (and so the whole-system tests) registers what the chart installs."""
+    hooks = render("defaults").one("MutatingWebhookConfiguration")["webhooks"]
+    assert [
+        (h["name"], h["clientConfig"]["service"]["path"], h["rules"], h.get("objectSelector"))
+        for h in hooks
+    ] == [(d.name, d.path, list(d.rules), d.object_selector) for d in WEBHOOKS]
+
+
+def test_ownership_webhook_and_its_trusted_writers() -> None:
+    rendered = render_with("scheduler.admissionWebhook.trustedAnnotationWriters={ops-bot}")
+    _, ownership = rendered.one("MutatingWebhookConfiguration")["webhooks"]
+    assert ownership["rules"][0]["operations"] == ["CREATE", "UPDATE"]
+    assert "objectSelector" not in ownership, "a user can label a pod hami.io/webhook=ignore"
+    accounts = [
+        rendered.one(kind)["spec"]["template"]["spec"]["serviceAccountName"]
+        for kind in ("Deployment", "DaemonSet")
+    ]
+    params = parse_pyhami(pyhami_argv(extender_container(rendered)) or [])
+    assert params["trusted_writers"] == [
+        *(f"system:serviceaccount:{NAMESPACE}:{account}" for account in accounts),
+        "ops-bot",
+    ]
+    off = render_with("scheduler.admissionWebhook.protectSchedulerAnnotations=false")
+    assert [h["name"] for h in off.one("MutatingWebhookConfiguration")["webhooks"]] == [
+        "vgpu.hami.io"
+    ]
 
 
 def render_with(*pairs: str) -> Rendered:
@@ -388,7 +403,18 @@ def test_the_plugin_copies_libvgpu_where_it_mounts_it_from() -> None:
 def test_monitor_rejects_what_the_chart_must_not_pass() -> None:
     """Guards the argument test: a bad flag value is an error, not ignored."""
     with pytest.raises(typer.BadParameter):
-        parse_pyhami(["pyhami", "device-plugin", "-v=4"])
+        parse_pyhami(["pyhami", "device-plugin", "-v=lots"])
+
+
+@pytest.mark.parametrize("command", ["scheduler", "device-plugin"])
+@pytest.mark.parametrize(
+    ("argv", "level"),
+    [([], 0), (["-v=4"], 4), (["--v=5"], 5), (["-v", "3"], 3), (["-v4"], 4), (["--v", "2"], 2)],
+)
+def test_klog_verbosity_takes_every_spelling_hamis_charts_use(
+    command: str, argv: list[str], level: int
+) -> None:
+    assert parse_pyhami(["pyhami", command, *argv])["verbosity"] == level
 
 
 # --- ConfigMaps -------------------------------------------------------------------------------

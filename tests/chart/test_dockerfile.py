@@ -9,6 +9,7 @@ import json
 import shlex
 from pathlib import Path
 
+from .commands import pyhami_command
 from .render import ROOT, render
 
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
@@ -96,14 +97,7 @@ def test_libvgpu_is_built_by_a_real_make_target_and_lands_where_the_chart_copies
 def test_entrypoint_and_chart_commands_are_pyhami_commands() -> None:
     (entrypoint,) = [json.loads(rest) for name, rest in instructions() if name == "ENTRYPOINT"]
     assert entrypoint == ["pyhami"]
-    import typer.core
-    import typer.main
-
-    from pyhami.cli import app
-
-    group = typer.main.get_command(app)
-    assert isinstance(group, typer.core.TyperGroup)
-    commands = set(group.commands)
+    commands = set(pyhami_command().commands)
     used = set()
     for _, container in render("defaults").containers():
         argv = [*container.get("command", ()), *container.get("args", ())]

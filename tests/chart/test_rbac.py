@@ -1,16 +1,31 @@
-"""RBAC least privilege: the rendered rules grant exactly the (verb, resource) pairs our
-components' code asks the API server for, found in their source by walking the calls.
+"""RBAC least privilege, checked two ways.
 
-The API double (`pyhami.testing.FakeKubeAPIServer.requests`) counts (verb, resource) but not who
-asked, so a recorded run would mix a test's own calls with the component's; the source walk
-attributes every call to the package (and the `pyhami.kube` helpers it imports) that makes it."""
+* Statically: the rendered rules grant exactly the (verb, resource) pairs our components' code
+  asks the API server for, found in their source by walking the calls.
+* At run time: the demo cluster runs each component as its own ServiceAccount, the API double
+  records who asked for what (`FakeKubeAPIServer.requests_by_user`), and every request the
+  scheduler, device plugin and monitor made must be allowed by the chart's rules for the
+  ServiceAccount its workload runs as, in the namespace it was made in."""
 
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from .render import ROOT, render
+from pyhami.sim.demo.cluster import (
+    COMPONENT_NAMESPACE,
+    DEVICE_PLUGIN_USER,
+    SCHEDULER_USER,
+    DemoCluster,
+)
+from pyhami.sim.demo.pods import parse_pods
+from pyhami.sim.demo.run import submit_all
+from pyhami.sim.demo.settings import DemoSettings
+from pyhami.testing.fake_apiserver import RequestKey
+
+from .render import NAMESPACE, ROOT, Rendered, render
 
 SRC = ROOT / "src" / "pyhami"
 
@@ -141,3 +156,107 @@ def test_cert_job_reads_and_writes_secrets_only_in_the_release_namespace() -> No
     (role,) = [r for r in rendered.of_kind("Role") if r["metadata"]["name"].endswith("-certgen")]
     assert role["metadata"]["namespace"] == rendered.one("Job")["metadata"]["namespace"]
     assert granted("defaults", "-certgen", ("Role",)) == {("get", "secrets"), ("create", "secrets")}
+
+
+# --- run time ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    rule: dict[str, Any]
+    namespace: str | None  # None: every namespace (a ClusterRoleBinding)
+
+    def allows(self, request: RequestKey) -> bool:
+        rule = self.rule
+        return (
+            request.verb in rule["verbs"]
+            and request.group in rule.get("apiGroups", ())
+            and request.resource in rule["resources"]
+            # Requests are recorded without the object's name: a rule narrowed by name is
+            # not taken as allowing them.
+            and not rule.get("resourceNames")
+            and (self.namespace is None or self.namespace == request.namespace)
+        )
+
+
+def grants_for(rendered: Rendered, workload_kind: str, name_suffix: str) -> list[Grant]:
+    """The chart's own rules bound to the ServiceAccount the workload runs as.
+
+    Built-in roles the chart binds (system:kube-scheduler, for the kube-scheduler container
+    that shares the scheduler's ServiceAccount) are left out: our code must not lean on them."""
+    workload = rendered.one(workload_kind, name_suffix)
+    account = workload["spec"]["template"]["spec"]["serviceAccountName"]
+    namespace = workload["metadata"]["namespace"]
+    roles = {
+        (o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o
+        for o in rendered.objects
+        if o["kind"] in ("Role", "ClusterRole")
+    }
+    grants = []
+    for binding in rendered.of_kind("ClusterRoleBinding") + rendered.of_kind("RoleBinding"):
+        subject = {"kind": "ServiceAccount", "name": account, "namespace": namespace}
+        if subject not in binding["subjects"]:
+            continue
+        scope = binding["metadata"].get("namespace")  # None for a ClusterRoleBinding
+        ref = binding["roleRef"]
+        role = roles.get((ref["kind"], scope if ref["kind"] == "Role" else None, ref["name"]))
+        if role is not None:
+            grants += [Grant(rule, scope) for rule in role["rules"]]
+    return grants
+
+
+def in_chart_namespace(request: RequestKey) -> RequestKey:
+    """The demo's components live in COMPONENT_NAMESPACE; the chart's in the release's."""
+    if request.namespace != COMPONENT_NAMESPACE:
+        return request
+    return RequestKey(request.username, request.verb, request.group, request.resource, NAMESPACE)
+
+
+DEMO_PODS = """kind: Pod
+metadata: {name: shared}
+spec: {containers: [{name: c, image: cuda, resources: {limits: {nvidia.com/gpu: 1,
+  nvidia.com/gpumem: 2000, nvidia.com/gpucores: 30}}}]}
+---
+kind: Pod
+metadata: {name: two-cards}
+spec: {containers: [{name: c, image: cuda, resources: {limits: {nvidia.com/gpu: 2}}}]}
+---
+kind: Pod
+metadata: {name: too-big}
+spec: {containers: [{name: c, image: cuda, resources: {limits: {nvidia.com/gpu: 1,
+  nvidia.com/gpumem: 900000}}}]}
+"""
+
+
+async def test_every_request_our_components_make_is_allowed_by_the_charts_rbac() -> None:
+    async with DemoCluster(DemoSettings(nodes=2, gpus=2)) as cluster:
+        results = await submit_all(cluster, parse_pods(DEMO_PODS, "pods.yaml"))
+        assert [r.ok for r in results] == [True, True, False], results
+        await cluster.client.delete_pod("default", "shared")
+        made = dict(cluster.api.requests_by_user)
+
+    rendered = render("defaults")
+    for user, workload in (
+        (SCHEDULER_USER, ("Deployment", "-scheduler")),
+        (DEVICE_PLUGIN_USER, ("DaemonSet", "-device-plugin")),
+    ):
+        grants = grants_for(rendered, *workload)
+        requests = [in_chart_namespace(r) for r in made if r.username == user]
+        assert len({(r.verb, r.resource) for r in requests}) >= 4, f"{user} barely ran"
+        refused = [r for r in requests if not any(g.allows(r) for g in grants)]
+        assert not refused, f"the chart's RBAC would refuse {user}: {refused}"
+
+
+def test_a_grant_allows_only_its_verbs_resources_group_and_namespace() -> None:
+    rule = {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get"]}
+    lease = RequestKey("u", "get", "coordination.k8s.io", "leases", NAMESPACE)
+    assert Grant(rule, None).allows(lease)
+    assert Grant(rule, NAMESPACE).allows(lease)
+    assert not Grant(rule, "elsewhere").allows(lease)
+    update = RequestKey("u", "update", lease.group, lease.resource, lease.namespace)
+    assert not Grant(rule, None).allows(update)
+    assert not Grant(rule, None).allows(RequestKey("u", "get", "", "leases", NAMESPACE))
+    assert not Grant({**rule, "resourceNames": ["one"]}, None).allows(lease)
+    binding = RequestKey("u", "create", "", "pods/binding", "default")
+    pods = {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}
+    assert not Grant(pods, None).allows(binding), "a subresource is granted by its own name"

@@ -46,3 +46,36 @@ imagePullSecrets: {{- toYaml . | nindent 2 }}
 {{- define "pyhami.scheduler" -}}{{ include "pyhami.fullname" . }}-scheduler{{- end -}}
 {{- define "pyhami.schedulerTLS" -}}{{ include "pyhami.fullname" . }}-scheduler-tls{{- end -}}
 {{- define "pyhami.webhook" -}}{{ include "pyhami.fullname" . }}-webhook{{- end -}}
+{{/* The device plugin's DaemonSet, ServiceAccount and ConfigMap name. */}}
+{{- define "pyhami.devicePlugin" -}}{{ include "pyhami.fullname" . }}-device-plugin{{- end -}}
+
+{{/* A webhook's namespaceSelector: namespaces labelled hami.io/webhook=ignore, the
+whitelisted ones and those in .also are never reviewed. */}}
+{{- define "pyhami.webhookNamespaces" -}}
+namespaceSelector:
+  matchExpressions:
+    - key: hami.io/webhook
+      operator: NotIn
+      values: ["ignore"]
+    {{- with concat (.root.Values.scheduler.admissionWebhook.whitelistNamespaces | default list) .also }}
+    - key: kubernetes.io/metadata.name
+      operator: NotIn
+      values: {{- toYaml . | nindent 8 }}
+    {{- end }}
+{{- end -}}
+
+{{/* A webhook's clientConfig: the scheduler Service (or customURL), at /webhook + suffix. */}}
+{{- define "pyhami.webhookClient" -}}
+clientConfig:
+  {{- with .root.Values.scheduler.admissionWebhook.customURL }}
+  {{- if .enabled }}
+  url: https://{{ .host }}:{{ .port }}{{ .path }}{{ $.suffix }}
+  {{- else }}
+  service:
+    name: {{ $.name }}
+    namespace: {{ $.ns }}
+    path: /webhook{{ $.suffix }}
+    port: {{ $.root.Values.scheduler.service.httpPort }}
+  {{- end }}
+  {{- end }}
+{{- end -}}

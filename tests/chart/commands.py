@@ -1,0 +1,31 @@
+"""The pyhami command line as click parses it, for checking what the chart and the image run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+import typer.core
+import typer.main
+
+from pyhami.cli import app
+from pyhami.monitor.settings import parse_flags
+
+
+def pyhami_command() -> typer.core.TyperGroup:
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.core.TyperGroup)
+    return group
+
+
+def parse_pyhami(argv: list[str]) -> dict[str, Any]:
+    """Parse with the real typer/click command, without running it; errors fail the test."""
+    group = pyhami_command()
+    parent = typer.Context(group, info_name="pyhami")
+    sub = group.get_command(parent, argv[1])
+    assert sub is not None, f"no pyhami command {argv[1]!r}"
+    ctx = sub.make_context(argv[1], argv[2:], parent=parent)
+    if argv[1] == "monitor":
+        flags = parse_flags(ctx.args)
+        return {"metrics_bind_address": flags.metrics_bind_address}
+    return dict(ctx.params)
