@@ -13,7 +13,10 @@ import pytest
 from typer.testing import CliRunner
 
 from pyhami.cli import app
-from pyhami.sim.demo.cluster import DemoCluster
+from pyhami.kube import KubeClient
+from pyhami.kube.errors import Forbidden
+from pyhami.protocol import KEY_NVIDIA_ALLOCATED, KEY_NVIDIA_TO_ALLOCATE
+from pyhami.sim.demo.cluster import DEVICE_PLUGIN_USER, SCHEDULER_USER, DemoCluster
 from pyhami.sim.demo.pods import PodFileError, load_pods, parse_pods
 from pyhami.sim.demo.results import PodResult
 from pyhami.sim.demo.run import submit_all
@@ -92,6 +95,60 @@ async def test_many_nodes_cpu_pods_and_refusals() -> None:
     assert web.phase == "Running" and web.node.startswith("gpu-node-") and web.cards == ()
     assert stray.phase == "Refused"
     assert stray.message == 'API server: 404 NotFound: namespaces "nowhere" not found'
+
+
+async def test_only_our_components_may_change_a_pods_allocation_record() -> None:
+    """The chart's two webhooks on the demo stack: the scheduler and the device plugin move
+    the pod through its states (UPDATE reviews, allowed), a user may not, and a user cannot
+    slip a forged record past the webhook by labelling the pod `hami.io/webhook: ignore`."""
+    gpu_pod = (
+        "kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, image: cuda, "
+        "resources: {limits: {nvidia.com/gpu: 1, nvidia.com/gpumem: 1000}}}]}\n"
+    )
+    async with DemoCluster(DemoSettings(nodes=1, gpus=1)) as cluster:
+        (placed,) = await submit_all(cluster, parse_pods(gpu_pod, "pods.yaml"))
+        assert placed.phase == "Running"
+        updates = [
+            call
+            for call in cluster.api.admission.calls
+            if call.webhook == "ownership.pyhami.io"
+            and call.request["request"]["operation"] == "UPDATE"
+        ]
+        writers = {call.request["request"]["userInfo"]["username"] for call in updates}
+        assert writers == {SCHEDULER_USER, DEVICE_PLUGIN_USER}
+        assert all((call.response or {})["response"]["allowed"] for call in updates)
+
+        alice = KubeClient(cluster.api.configuration("alice"))
+        async with alice:
+            before = await alice.get_pod("default", "p")
+            with pytest.raises(Forbidden) as refused:
+                await alice.patch_pod(
+                    "default", "p", {"metadata": {"annotations": {KEY_NVIDIA_ALLOCATED: None}}}
+                )
+            assert refused.value.message == (
+                'admission webhook "ownership.pyhami.io" denied the request: annotation '
+                f"{KEY_NVIDIA_ALLOCATED} may be changed by the scheduler and the device plugin "
+                "only; alice is not a trusted annotation writer "
+                "(scheduler flag --trusted-annotation-writer)"
+            )
+            after = await alice.get_pod("default", "p")
+            assert after["metadata"]["annotations"] == before["metadata"]["annotations"]
+            labelled = await alice.patch_pod("default", "p", {"metadata": {"labels": {"a": "b"}}})
+            assert labelled["metadata"]["labels"]["a"] == "b", "other changes are the user's"
+
+            forged = {
+                "metadata": {
+                    "name": "forged",
+                    "labels": {"hami.io/webhook": "ignore"},
+                    "annotations": {KEY_NVIDIA_TO_ALLOCATE: "GPU-x,NVIDIA,80000,100:;"},
+                },
+                "spec": {"containers": [{"name": "c", "image": "cuda"}]},
+            }
+            created = await alice.create_pod("default", forged)
+            assert KEY_NVIDIA_TO_ALLOCATE not in created["metadata"].get("annotations", {})
+            assert created["spec"]["schedulerName"] == "default-scheduler", (
+                "the ignored pod is not taken by our scheduler"
+            )
 
 
 def test_demo_command_prints_the_outcome(tmp_path: Path) -> None:

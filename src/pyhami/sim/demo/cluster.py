@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.deviceplugin.config import VgpuConfig
@@ -39,9 +40,10 @@ from pyhami.monitor.settings import MonitorSettings
 from pyhami.protocol import KEY_NODE_NVIDIA_REGISTER
 from pyhami.scheduler.runtime import SchedulerProcess, load_device_config
 from pyhami.scheduler.settings import SchedulerSettings
-from pyhami.sim.demo.certs import ServingFiles, write_serving_certificate
 from pyhami.sim.demo.settings import DemoSettings, node_name
 from pyhami.testing import FakeGpu, FakeKubeAPIServer, FakeKubelet, FakeNVML
+from pyhami.testing.certs import ServingFiles, write_serving_certificate
+from pyhami.testing.fake_apiserver import ADMIN, service_account
 from pyhami.testing.node_agent import ContainerRuntime, NodeAgent
 from pyhami.testing.scheduler_harness import ExtenderConfig, KubeSchedulerHarness
 
@@ -49,6 +51,40 @@ SCHEDULER_NAME = "hami-scheduler"
 DEFAULT_SCHEDULER_NAME = "default-scheduler"
 RESOURCE = "nvidia.com/gpu"
 SPLIT_COUNT = 10  # HAMi's default deviceSplitCount
+# Who each part is to the API server, as in a cluster installed from the chart: the user is an
+# admin (kubectl), our components run as their ServiceAccounts (the monitor shares the device
+# plugin's pod), kube-scheduler and kubelet as themselves.
+COMPONENT_NAMESPACE = "kube-system"
+SCHEDULER_USER = service_account(COMPONENT_NAMESPACE, "pyhami-scheduler")
+DEVICE_PLUGIN_USER = service_account(COMPONENT_NAMESPACE, "pyhami-device-plugin")
+KUBE_SCHEDULER_USER = "system:kube-scheduler"
+JsonObject = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class DemoWebhook:
+    """One of the chart's two webhooks (charts/pyhami/templates/scheduler.yaml)."""
+
+    name: str
+    path: str
+    operations: tuple[str, ...]
+    object_selector: JsonObject | None
+
+    @property
+    def rules(self) -> tuple[JsonObject, ...]:
+        pods = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "*"}
+        return ({"operations": list(self.operations), **pods},)
+
+
+NOT_IGNORED = {
+    "matchExpressions": [{"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}]
+}
+# HAMi's webhook, and the ownership rule for every pod (protectSchedulerAnnotations): only our
+# two components may move a pod through its allocation states.
+WEBHOOKS = (
+    DemoWebhook("vgpu.hami.io", "/webhook", ("CREATE",), NOT_IGNORED),
+    DemoWebhook("ownership.pyhami.io", "/webhook/ownership", ("CREATE", "UPDATE"), None),
+)
 DEVICE_CONFIG = f"""\
 nvidia:
   resourceCountName: {RESOURCE}
@@ -160,8 +196,8 @@ class DemoCluster(AsyncService):
 
     # ----- lifecycle ------------------------------------------------------------------------
 
-    def _new_client(self) -> KubeClient:
-        client = KubeClient(self.api.configuration())
+    def _new_client(self, user: str) -> KubeClient:
+        client = KubeClient(self.api.configuration(user))
         self._clients.append(client)
         return client
 
@@ -182,7 +218,7 @@ class DemoCluster(AsyncService):
             ThreadPoolExecutor(max_workers=workers, thread_name_prefix="demo")
         )
         await self.api.start()
-        self._new_client()  # the user's
+        self._new_client(ADMIN)  # the user's
         self.progress(f"API server        {self.api.url}")
         await self._start_scheduler()
         for number, cards in enumerate(self.settings.node_cards(), start=1):
@@ -202,7 +238,7 @@ class DemoCluster(AsyncService):
     ) -> KubeSchedulerHarness:
         initial, maximum = self.settings.harness_backoff_s
         harness = KubeSchedulerHarness(
-            self._new_client(),
+            self._new_client(KUBE_SCHEDULER_USER),
             extender,
             scheduler_name=name,
             backoff_initial_s=initial,
@@ -222,18 +258,22 @@ class DemoCluster(AsyncService):
             cert_file=str(self._tls.cert_file),
             key_file=str(self._tls.key_file),
             scheduler_name=SCHEDULER_NAME,
+            trusted_writers=(SCHEDULER_USER, DEVICE_PLUGIN_USER),
         )
         self._scheduler = SchedulerProcess(
-            settings, self._new_client(), load_device_config(str(config_file))
+            settings, self._new_client(SCHEDULER_USER), load_device_config(str(config_file))
         )
         await self._scheduler.start()
         await asyncio.wait_for(self._scheduler.synced.wait(), 30)
-        self.api.admission.register(
-            "vgpu.hami.io",
-            f"{self.scheduler_url}/webhook",
-            ca_bundle=self._tls.ca_pem,
-            failure_policy="Fail",
-        )
+        for hook in WEBHOOKS:
+            self.api.admission.register(
+                hook.name,
+                f"{self.scheduler_url}{hook.path}",
+                ca_bundle=self._tls.ca_pem,
+                failure_policy="Fail",
+                rules=hook.rules,
+                object_selector=hook.object_selector,
+            )
         self.progress(f"scheduler         {self.scheduler_url} (extender + webhook, TLS)")
 
     async def _start_node(self, number: int, cards: Sequence[FakeGpu]) -> DemoNode:
@@ -256,7 +296,9 @@ class DemoCluster(AsyncService):
         nvml = FakeNVML.with_gpus(*cards)
         kubelet = FakeKubelet(root / "kubelet")
         await kubelet.start()
-        plugin_client, agent_client, monitor_client = (self._new_client() for _ in range(3))
+        plugin_client = self._new_client(DEVICE_PLUGIN_USER)
+        monitor_client = self._new_client(DEVICE_PLUGIN_USER)
+        agent_client = self._new_client(f"system:node:{name}")
         options = PluginOptions(
             node_name=name,
             plugin_dir=kubelet.directory,
