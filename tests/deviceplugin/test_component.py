@@ -85,7 +85,7 @@ async def test_survives_a_kubelet_restart(gpu_node: Node) -> None:
     again = await gpu_node.kubelet.wait_for_plugin(RESOURCE, registrations=2)
     devices = await again.wait_for_devices(lambda d: len(d) == 8)
     assert {d.health for d in devices} == {HEALTHY}
-    assert gpu_node.plugin is not None and gpu_node.plugin.starts == 2
+    await gpu_node.eventually(lambda: gpu_node.plugin is not None and gpu_node.plugin.starts == 2)
 
 
 async def test_xid_marks_unhealthy_in_both_places_and_recovers(gpu_node: Node) -> None:

@@ -154,7 +154,9 @@ async def test_field_selected_watch_sees_binding(http: Http) -> None:
 
 async def test_dropped_watch_ends(http: Http, apiserver: FakeKubeAPIServer) -> None:
     watch = asyncio.create_task(read_events(http.session, "resourceVersion=1", 5))
-    await asyncio.sleep(0.05)
+    async with asyncio.timeout(5):
+        while not apiserver.store.open_watchers("pods"):
+            await asyncio.sleep(0.01)
     assert apiserver.drop_watches("pods") == 1
     assert await asyncio.wait_for(watch, 2) == []
 

@@ -1,5 +1,6 @@
 """KubeSchedulerHarness against a tiny extender, over real sockets (HTTP and HTTPS)."""
 
+import asyncio
 import base64
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -271,8 +272,6 @@ def test_config_parsing() -> None:
 async def test_many_pods_at_once_are_each_bound_once(
     kube: KubeClient, extender: TinyExtender, apiserver: FakeKubeAPIServer
 ) -> None:
-    import asyncio
-
     await add_nodes(kube, extender, **{f"n{i:02d}": True for i in range(20)})
     async with harness(kube, ExtenderConfig.hami_chart(extender.url)) as h:
         await asyncio.gather(
@@ -294,6 +293,11 @@ async def test_deleted_pod_is_not_scheduled(kube: KubeClient, extender: TinyExte
         await kube.create_pod("default", pod("gone", scheduler="hami-scheduler", gpus=1))
         await h.wait_for("default", "gone", result=Result.UNSCHEDULABLE)
         await kube.delete_pod("default", "gone")
+        # Only once the harness has seen the delete and ended any cycle it had for the pod
+        # does a node fit; otherwise a retry already under way could take it.
+        async with asyncio.timeout(10):
+            while h.pods.get("gone", "default") is not None or h.is_pending("default", "gone"):
+                await asyncio.sleep(0.01)
         extender.node_labels["n1"] = {"gpu": "yes"}
         await kube.create_pod("default", pod("next", scheduler="hami-scheduler", gpus=1))
         await h.wait_for("default", "next")
@@ -301,8 +305,6 @@ async def test_deleted_pod_is_not_scheduled(kube: KubeClient, extender: TinyExte
 
 
 async def test_http_timeout_fails_a_slow_filter(kube: KubeClient) -> None:
-    import asyncio
-
     from aiohttp import web
 
     async def slow(_request: web.Request) -> web.Response:

@@ -214,6 +214,10 @@ class KubeSchedulerHarness(AsyncService):
     def outcomes_for(self, namespace: str, name: str) -> list[ScheduleOutcome]:
         return [o for o in self.outcomes if (o.namespace, o.name) == (namespace, name)]
 
+    def is_pending(self, namespace: str, name: str) -> bool:
+        """Whether the pod is queued, backing off or in a scheduling cycle now."""
+        return (namespace, name) in self._pending
+
     async def wait_for(
         self, namespace: str, name: str, *, result: Result = Result.BOUND, timeout_s: float = 10.0
     ) -> ScheduleOutcome:
