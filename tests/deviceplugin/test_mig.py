@@ -294,3 +294,26 @@ def test_a_complete_publication_is_kept_and_a_partial_one_is_asked_again() -> No
     nvml.set_mig_mode(1, True)
     assert [p.name for p in manager.publish(h100)] == list(ALLOWLIST[1].profiles)
     assert manager.capacities[h100.uuid] == 7
+
+
+async def test_kubelet_hears_of_instances_published_after_start(gpu_node: Node) -> None:
+    """NVML cannot list the placements at start (the card gets count 0, no device for
+    kubelet); once a later scan publishes them, kubelet's list follows the annotation."""
+    nvml = FakeNVML.with_gpus(a100_80g(mig=True))
+    node = mig_node(gpu_node, nvml)
+    nvml.fail("gpu_instance_placements")
+    await start(node)
+    kubelet_plugin = await node.kubelet.wait_for_plugin(RESOURCE)
+    await node.eventually(lambda: kubelet_plugin.updates >= 1)
+    assert kubelet_plugin.devices == (), "nothing published yet: kubelet is offered no device"
+    nvml.heal()
+
+    def registered() -> list[Any]:
+        value = node.node_annotations().get("hami.io/node-nvidia-register")
+        return [] if value is None else list(decode_node_devices(value))
+
+    await node.eventually(lambda: registered() != [])
+    (card,) = registered()
+    assert card.count == 7
+    devices = await kubelet_plugin.wait_for_devices(lambda devices: len(devices) == card.count)
+    assert {device.ID.rsplit("-", 1)[0] for device in devices} == {card.id}

@@ -115,6 +115,11 @@ class HealthBoard:
             if not trouble.permanent and trouble.last_seen <= cutoff
         ]
 
+    def listing_changed(self) -> None:
+        """Something else kubelet's device list is made of changed (a MIG card's instance
+        count): wake ListAndWatch to send the list again, as a health change does."""
+        self._bump()
+
     async def wait_for_change(self, seen_version: int) -> None:
         while self._version == seen_version:
             await self._changed.wait()

@@ -133,6 +133,11 @@ class Scanner:
             )
         return infos
 
+    def kubelet_counts(self) -> dict[str, int]:
+        """Devices per card that kubelet is told of, where a scan can change them: a MIG
+        card's published instance count (empty outside MIG mode, where it is the split)."""
+        return {} if self._mig is None else dict(self._mig.capacities)
+
     def scores(self, devices: Sequence[DeviceInfo]) -> PairScores | None:
         if not self._topology_score:
             return None
@@ -162,10 +167,17 @@ class NodeRegistrar:
         self._retry_interval = retry_interval
         self._clock = clock
         self._warned: dict[tuple[str, str], float] = {}
+        self._kubelet_counts: dict[str, int] = {}
         self.patches = 0
 
     async def desired(self) -> dict[str, str]:
         devices = await asyncio.to_thread(self._scanner.devices)
+        counts = self._scanner.kubelet_counts()
+        if counts != self._kubelet_counts:
+            # A MIG card whose profiles could not be read at start (count 0) has them now:
+            # kubelet must be told, or the scheduler places pods kubelet cannot admit.
+            self._kubelet_counts = counts
+            self._board.listing_changed()
         wanted = {KEY_NODE_NVIDIA_REGISTER: encode_node_devices(devices)}
         scores = await asyncio.to_thread(self._scanner.scores, devices)
         if scores is not None:
@@ -185,6 +197,8 @@ class NodeRegistrar:
         return True
 
     async def run(self, stop: asyncio.Event) -> None:
+        # What ListAndWatch was first given (the plugin publishes MIG cards before serving).
+        self._kubelet_counts = self._scanner.kubelet_counts()
         while not stop.is_set():
             seen = self._board.version
             try:
