@@ -51,6 +51,7 @@ async def main(pods: int) -> None:
             settings=AllocationSettings(
                 hook_path=PurePosixPath(hook), vgpu_lock_dir=PurePosixPath(hook / "lock")
             ),
+            mig_apply_lock=hook / "hami" / "hami-mig-apply.lock",
         )
         config = VgpuConfig(device_split_count=SPLIT)
         plugin = DevicePlugin(kube, nvml, options, lambda: config)

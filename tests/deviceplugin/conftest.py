@@ -99,6 +99,7 @@ class Node:
     topology_score: bool = False
     recovery_after: float | None = 0.3
     restart_delay: float = 0.1
+    toolkit_env: tuple[tuple[str, str], ...] = ()  # what the CLI builds from its feature flags
     plugin: DevicePlugin | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _task: "asyncio.Task[None] | None" = None
@@ -109,7 +110,9 @@ class Node:
             plugin_dir=self.kubelet.directory,
             kubelet_socket=self.kubelet.socket,
             settings=AllocationSettings(
-                hook_path=PurePosixPath(self.hook), vgpu_lock_dir=PurePosixPath(self.hook / "lock")
+                hook_path=PurePosixPath(self.hook),
+                vgpu_lock_dir=PurePosixPath(self.hook / "lock"),
+                toolkit_env=self.toolkit_env,
             ),
             topology_score=self.topology_score,
             recovery_after=self.recovery_after,
@@ -118,6 +121,7 @@ class Node:
             restart_delay=self.restart_delay,
             kubelet_poll=0.05,
             xid_wait_ms=20,
+            mig_apply_lock=self.hook / "hami" / "hami-mig-apply.lock",
         )
 
     async def start(self) -> DevicePlugin:

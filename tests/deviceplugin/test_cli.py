@@ -32,6 +32,11 @@ def test_help_lists_hami_flags() -> None:
         "--device-cores-scaling",
         "--config-file",
         "--kubelet-socket",
+        "--gdrcopy-enabled",
+        "--gds-enabled",
+        "--mofed-enabled",
+        "--imex-channel-ids",
+        "--imex-required",
     ):
         assert flag in said(result)
 
@@ -48,6 +53,38 @@ def test_unsupported_options_are_refused(args: list[str], hint: str) -> None:
     result = runner.invoke(app, ["device-plugin", "--node-name", "n", *args])
     assert result.exit_code == 2
     assert "not supported by pyhami" in said(result)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--imex-channel-ids", "1"], "--imex-channel-ids: only channel 0 is supported, got '1'"),
+        (
+            ["--imex-channel-ids", "0", "--imex-required"],
+            "--imex-required: IMEX channel 0 has no character device at "
+            "/dev/nvidia-caps-imex-channels/channel0 or "
+            "{root}/dev/nvidia-caps-imex-channels/channel0",
+        ),
+    ],
+)
+def test_imex_channels_that_cannot_be_served_stop_the_start(
+    args: list[str], message: str, tmp_path: Path
+) -> None:
+    result = runner.invoke(
+        app,
+        [
+            "device-plugin",
+            "--node-name",
+            "n",
+            "--node-config-file",
+            str(tmp_path / "none.json"),
+            "--nvidia-dev-root",
+            str(tmp_path),
+            *args,
+        ],
+    )
+    assert result.exit_code == 2
+    assert message.format(root=tmp_path) in said(result)
 
 
 def test_node_name_is_required(monkeypatch: pytest.MonkeyPatch) -> None:

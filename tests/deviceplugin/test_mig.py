@@ -317,3 +317,14 @@ async def test_kubelet_hears_of_instances_published_after_start(gpu_node: Node) 
     assert card.count == 7
     devices = await kubelet_plugin.wait_for_devices(lambda devices: len(devices) == card.count)
     assert {device.ID.rsplit("-", 1)[0] for device in devices} == {card.id}
+
+
+async def test_mig_containers_get_the_toolkit_features_too(gpu_node: Node) -> None:
+    node = mig_node(gpu_node, FakeNVML.with_gpus(a100_80g(mig=True)))
+    node.toolkit_env = (("NVIDIA_GDS", "enabled"),)
+    await start(node)
+    kubelet_plugin = await serving(node)
+    node.bind(reserved_pod("gds", node.nvml.device_uuid(0), [(0, "1g.10gb", 0, 1)]))
+    response = await kubelet_plugin.admit_container(1)
+    (instance,) = node.nvml.mig_devices(0)
+    assert dict(response.envs) == {"NVIDIA_VISIBLE_DEVICES": instance.uuid, "NVIDIA_GDS": "enabled"}

@@ -124,6 +124,7 @@ async def node(tmp_path: Path) -> AsyncIterator[Node]:
                     hook_path=PurePosixPath(tmp_path),
                     vgpu_lock_dir=PurePosixPath(tmp_path / "lock"),
                 ),
+                mig_apply_lock=tmp_path / "hami" / "hami-mig-apply.lock",
             )
             config = VgpuConfig(device_split_count=2)
             plugin = DevicePlugin(

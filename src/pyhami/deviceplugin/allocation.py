@@ -49,6 +49,8 @@ class AllocationSettings:
     disable_core_limit: bool = False
     # Where this plugin creates the lock dir; equals the host path in the DaemonSet (host /tmp).
     vgpu_lock_dir: PurePosixPath = VGPU_LOCK_DIR
+    # NVIDIA container-toolkit variables every GPU container gets (`toolkit.ToolkitFeatures`).
+    toolkit_env: tuple[tuple[str, str], ...] = ()
 
     @property
     def vgpu_dir(self) -> PurePosixPath:

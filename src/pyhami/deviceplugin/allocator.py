@@ -189,6 +189,8 @@ class Allocator:
             )
         if self._mig is not None:
             responses = await self._mig.serve(pod, mig_slots)
+        for response in responses:
+            response.envs.update(self._settings.toolkit_env)
         # HAMi rewrites decode→encode, which adds one `;` per call (protocol.md A2); kept for
         # byte compatibility with HAMi's own readers.
         blanked = encode_pod_single_device(tuple(entries))

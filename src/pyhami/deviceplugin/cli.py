@@ -2,9 +2,10 @@
 
 Unlike HAMi, the vGPU flags (`--device-split-count`, `--device-memory-scaling`,
 `--device-cores-scaling`, `--disable-core-limit`, `--resource-name`) take effect; the
-device-config YAML and the per-node JSON still override them (see `config`). Options HAMi offers
-that pyhami does not implement (CDI, volume-mounts, index ids, device specs, static MIG) are
-refused with a message rather than silently ignored.
+device-config YAML and the per-node JSON still override them (see `config`). GDRCOPY, GDS,
+MOFED and IMEX channels are passed to containers as HAMi's envvar strategy does (`toolkit`).
+Options HAMi offers that pyhami does not implement (CDI, volume-mounts, index ids, device specs,
+static MIG) are refused with a message rather than silently ignored.
 """
 
 import asyncio
@@ -29,6 +30,12 @@ from pyhami.deviceplugin.config import (
 )
 from pyhami.deviceplugin.health import XidPolicy
 from pyhami.deviceplugin.service import DevicePlugin, PluginOptions
+from pyhami.deviceplugin.toolkit import (
+    ToolkitConfigError,
+    ToolkitFeatures,
+    imex_channels,
+    parse_imex_channel_ids,
+)
 from pyhami.kube import KubeClient
 from pyhami.nvml import Nvml, NvmlUnavailableError, open_nvml
 
@@ -96,6 +103,34 @@ def device_plugin(
     device_list_strategy: Annotated[str, typer.Option(envvar="DEVICE_LIST_STRATEGY")] = "envvar",
     device_id_strategy: Annotated[str, typer.Option(envvar="DEVICE_ID_STRATEGY")] = "uuid",
     pass_device_specs: Annotated[bool, typer.Option(envvar="PASS_DEVICE_SPECS")] = False,
+    gdrcopy_enabled: Annotated[
+        bool, typer.Option(envvar="GDRCOPY_ENABLED", help="NVIDIA_GDRCOPY=enabled in containers")
+    ] = False,
+    gds_enabled: Annotated[
+        bool, typer.Option(envvar="GDS_ENABLED", help="NVIDIA_GDS=enabled in containers")
+    ] = False,
+    mofed_enabled: Annotated[
+        bool, typer.Option(envvar="MOFED_ENABLED", help="NVIDIA_MOFED=enabled in containers")
+    ] = False,
+    imex_channel_ids: Annotated[
+        str,
+        typer.Option(
+            envvar="IMEX_CHANNEL_IDS", help="IMEX channels to offer, comma-separated (only 0)"
+        ),
+    ] = "",
+    imex_required: Annotated[
+        bool, typer.Option(envvar="IMEX_REQUIRED", help="fail when an IMEX channel is missing")
+    ] = False,
+    nvidia_driver_root: Annotated[str, typer.Option(envvar="NVIDIA_DRIVER_ROOT")] = "/",
+    dev_root: Annotated[
+        str,
+        typer.Option(
+            "--nvidia-dev-root",
+            "--dev-root",
+            envvar="NVIDIA_DEV_ROOT",
+            help="host root of /dev (empty: the driver root), where IMEX channels are looked up",
+        ),
+    ] = "",
     verbosity: KlogVerbosity = 0,
 ) -> None:
     """Run the NVIDIA device plugin on this node (kubelet gRPC, node registration, Allocate)."""
@@ -125,14 +160,26 @@ def device_plugin(
     )
     try:
         load_config(flags, config_file, node_config_file, node_name)
-    except ConfigError as error:
+        channels = imex_channels(
+            parse_imex_channel_ids(imex_channel_ids),
+            Path(dev_root or nvidia_driver_root),
+            required=imex_required,
+        )
+    except (ConfigError, ToolkitConfigError) as error:
         typer.echo(f"pyhami device-plugin: {error}", err=True)
         raise typer.Exit(2) from error
+    toolkit = ToolkitFeatures(
+        gdrcopy=gdrcopy_enabled, gds=gds_enabled, mofed=mofed_enabled, imex_channels=channels
+    )
     options = PluginOptions(
         node_name=node_name,
         plugin_dir=plugin_dir,
         kubelet_socket=Path(kubelet_socket) if kubelet_socket else None,
-        settings=AllocationSettings(hook_path=PurePosixPath(hook_path), version=libvgpu_version),
+        settings=AllocationSettings(
+            hook_path=PurePosixPath(hook_path),
+            version=libvgpu_version,
+            toolkit_env=toolkit.env(),
+        ),
         topology_score=enable_topology_score == "true",
         xid_policy=XidPolicy.from_env(
             os.environ.get("DP_DISABLE_HEALTHCHECKS", ""),

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from pyhami.deviceplugin.server import (
 )
 from pyhami.kube import KubeClient, cancel_and_wait, guarded_task
 from pyhami.nvml import Nvml
+from pyhami.protocol.host_files import MIG_APPLY_LOCK
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,17 @@ class PluginOptions:
     kubelet_poll: float = 1.0
     xid_wait_ms: int = 1000
     mig_reconcile_interval: float = 5.0
+    # Removed at each start if stale (None: left alone); the monitor pauses while it exists.
+    mig_apply_lock: Path | None = Path(MIG_APPLY_LOCK)
+
+
+def _remove_stale_mig_apply_lock(lock: Path) -> None:
+    """As HAMi's plugin at start: its directory exists and no lock is left (an error fails
+    the start, which is retried)."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    if lock.exists():
+        lock.unlink()
+        log.warning("removed a stale %s (the vGPU monitor pauses while it exists)", lock)
 
 
 def socket_name(resource_name: str) -> str:
@@ -89,13 +101,11 @@ class _Instance:
         allocator = Allocator(
             plugin.kube,
             binding,
-            AllocationSettings(
-                hook_path=settings.hook_path,
-                version=settings.version,
+            replace(
+                settings,
                 oversubscribe=config.device_memory_scaling > 1,
                 lib_cuda_log_level=config.lib_cuda_log_level,
                 disable_core_limit=config.disable_core_limit,
-                vgpu_lock_dir=settings.vgpu_lock_dir,
             ),
             resource_name=config.resource_name,
             follow_kubelet_choice=config.enable_preferred_allocation,
@@ -220,6 +230,8 @@ class DevicePlugin:
         return self.options.kubelet_socket or self.options.plugin_dir / "kubelet.sock"
 
     async def _start(self, instance: _Instance) -> tuple[int, int] | None:
+        if self.options.mig_apply_lock is not None:
+            await asyncio.to_thread(_remove_stale_mig_apply_lock, self.options.mig_apply_lock)
         self.board.track(gpu.uuid for gpu in instance.gpus)
         if instance.mig is not None:
             await instance.mig.startup()

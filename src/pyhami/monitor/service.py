@@ -25,10 +25,10 @@ from pyhami.monitor.pods import PodSource
 from pyhami.monitor.sanity import SanityAlarms
 from pyhami.monitor.scan import DirectoryError, RegionDirectory
 from pyhami.monitor.settings import MonitorSettings
+from pyhami.protocol.host_files import MIG_APPLY_LOCK
 
 log = structlog.get_logger(__name__)
 
-MIG_APPLY_LOCK = Path("/tmp/hami/hami-mig-apply.lock")
 HEALTHY_TICKS = 3  # /healthz fails once this many periods pass without a good tick
 
 
@@ -46,7 +46,7 @@ class MonitorService:
         open_nvml: NvmlOpener | None,
         clock: Clock,
         *,
-        mig_apply_lock: Path = MIG_APPLY_LOCK,
+        mig_apply_lock: Path = Path(MIG_APPLY_LOCK),
     ) -> None:
         self.settings = settings
         self.pods = pods

@@ -299,6 +299,7 @@ class DemoCluster(AsyncService):
         plugin_client = self._new_client(DEVICE_PLUGIN_USER)
         monitor_client = self._new_client(DEVICE_PLUGIN_USER)
         agent_client = self._new_client(f"system:node:{name}")
+        mig_apply_lock = root / "hami" / "hami-mig-apply.lock"  # the node's /tmp/hami
         options = PluginOptions(
             node_name=name,
             plugin_dir=kubelet.directory,
@@ -306,6 +307,7 @@ class DemoCluster(AsyncService):
             settings=AllocationSettings(
                 hook_path=PurePosixPath(hook), vgpu_lock_dir=PurePosixPath(root / "vgpulock")
             ),
+            mig_apply_lock=mig_apply_lock,
         )
         config = VgpuConfig(resource_name=RESOURCE, device_split_count=SPLIT_COUNT)
         plugin = DevicePlugin(plugin_client, nvml, options, lambda: config.check(name))
@@ -321,6 +323,7 @@ class DemoCluster(AsyncService):
             pods,
             nvml.open,
             SystemClock(),
+            mig_apply_lock=mig_apply_lock,
         )
         agent = NodeAgent(agent_client, name, kubelet, resource=RESOURCE, runtime=self.runtime)
         node = DemoNode(name, nvml, hook, kubelet, plugin, agent, monitor, pods)
