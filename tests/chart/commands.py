@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import Any
+from unittest import mock
 
 import typer
 import typer.core
@@ -18,13 +21,17 @@ def pyhami_command() -> typer.core.TyperGroup:
     return group
 
 
-def parse_pyhami(argv: list[str]) -> dict[str, Any]:
-    """Parse with the real typer/click command, without running it; errors fail the test."""
+def parse_pyhami(argv: list[str], env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Parse with the real typer/click command, without running it; errors fail the test.
+
+    `env`: the container's environment, which options with an envvar read as kubelet sets it.
+    """
     group = pyhami_command()
     parent = typer.Context(group, info_name="pyhami")
     sub = group.get_command(parent, argv[1])
     assert sub is not None, f"no pyhami command {argv[1]!r}"
-    ctx = sub.make_context(argv[1], argv[2:], parent=parent)
+    with mock.patch.dict(os.environ, env or {}):
+        ctx = sub.make_context(argv[1], argv[2:], parent=parent)
     if argv[1] == "monitor":
         flags = parse_flags(ctx.args)
         return {"metrics_bind_address": flags.metrics_bind_address}

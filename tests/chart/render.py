@@ -46,6 +46,8 @@ VALUE_SETS: dict[str, tuple[str, ...]] = {
         "global.annotations.owner=ops",
         "dashboards.enabled=true",
         "dashboards.namespace=monitoring",
+        "devicePlugin.gdrcopyEnabled=true",
+        "devicePlugin.mofedEnabled=false",
     ),
 }
 

@@ -400,6 +400,21 @@ def test_the_plugin_copies_libvgpu_where_it_mounts_it_from() -> None:
     assert env_of(monitor)["HOOK_PATH"] == vgpu
 
 
+@pytest.mark.parametrize("value_set", ["defaults", "everything-on"])
+def test_toolkit_feature_values_reach_the_plugin_as_hamis_env(value_set: str) -> None:
+    """HAMi's gdrcopyEnabled/gdsEnabled/mofedEnabled: env only when set to a bool, read by
+    the plugin's options (null keeps the plugin's default, off)."""
+    spec = render(value_set).one("DaemonSet")["spec"]["template"]["spec"]
+    plugin = next(c for c in spec["containers"] if c["name"] == "device-plugin")
+    env = env_of(plugin)
+    params = parse_pyhami(pyhami_argv(plugin) or [], env)
+    vals = values(value_set)["devicePlugin"]
+    for key, name in (("gdrcopy", "GDRCOPY"), ("gds", "GDS"), ("mofed", "MOFED")):
+        setting = vals[f"{key}Enabled"]
+        assert env.get(f"{name}_ENABLED") == (None if setting is None else str(setting).lower())
+        assert params[f"{key}_enabled"] is bool(setting)
+
+
 def test_monitor_rejects_what_the_chart_must_not_pass() -> None:
     """Guards the argument test: a bad flag value is an error, not ignored."""
     with pytest.raises(typer.BadParameter):
