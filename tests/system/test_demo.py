@@ -67,6 +67,10 @@ async def test_example_pods_end_as_their_stories_say() -> None:
     assert cards(results["pinned-to-one-card"]) == [card_uuid(1, 0)]
     assert cards(results["binpack-a"]) == cards(results["binpack-b"]), "GPU binpack: one card"
     assert cards(results["spread-a"]) != cards(results["spread-b"]), "GPU spread: two cards"
+    # Node spread: both go to the node nobody uses yet (binpack would take a used one).
+    spread = {s.node for name in ("spread-a", "spread-b") for s in results[name].cards}
+    earlier = {s.node for n, r in results.items() if not n.startswith("spread") for s in r.cards}
+    assert spread == {"gpu-node-3"} and "gpu-node-3" not in earlier
 
     for name, reason in (
         ("too-big-200g", "CardInsufficientMemory"),
@@ -149,6 +153,19 @@ async def test_only_our_components_may_change_a_pods_allocation_record() -> None
             assert created["spec"]["schedulerName"] == "default-scheduler", (
                 "the ignored pod is not taken by our scheduler"
             )
+
+
+async def test_a_pod_asking_only_for_a_card_gets_it_whole() -> None:
+    """ops.md §4.3's short form: `nvidia.com/gpu` alone means all its memory and cores."""
+    whole = (
+        "kind: Pod\nmetadata: {name: whole}\nspec: {containers: [{name: c, image: cuda, "
+        "resources: {limits: {nvidia.com/gpu: 1}}}]}\n"
+    )
+    async with DemoCluster(DemoSettings(nodes=1, gpus=1)) as cluster:
+        (placed,) = await submit_all(cluster, parse_pods(whole, "pods.yaml"))
+    assert placed.phase == "Running"
+    (card,) = placed.cards
+    assert (card.memory_mib, card.cores) == (model_mib(card.model), 100)
 
 
 def test_demo_command_prints_the_outcome(tmp_path: Path) -> None:
