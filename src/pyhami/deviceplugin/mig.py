@@ -13,6 +13,8 @@ Deviations from HAMi (§7 item 14), on purpose:
 - The replica count kubelet sees equals the published `count` (max InstanceCount); HAMi lists
   deviceSplitCount replicas but publishes the instance count.
 - Adoption skips (and logs) an incomplete record and goes on; HAMi stops at the first one.
+- Start-up cleaning looks at each GPU the allowlist covers, and only at idle ones that no live
+  pod references; HAMi runs it only when every GPU of the node is covered, and then on all.
 """
 
 import logging
