@@ -165,6 +165,13 @@ class NamespaceRuntime:
         process.handle.send_signal(signal.SIGTERM)
         await asyncio.wait_for(process.handle.wait(), 10)
 
+    async def kill_all(self) -> None:
+        """SIGKILL what still runs (a test's pods outlive the cluster, as after a kubelet stop)."""
+        for process in self.processes.values():
+            if process.handle.returncode is None:
+                process.handle.kill()
+                await asyncio.wait_for(process.handle.wait(), 10)
+
     async def wait_output(
         self, pod: str, container: str, word: str, timeout_s: float = 10
     ) -> list[str]:

@@ -97,8 +97,11 @@ async def cluster(
         monitor_tick_s=0.2,
         harness_backoff_s=(0.1, 1.0),
     )
-    async with DemoCluster(settings, runtime=runtime) as running:
-        yield running, runtime
+    try:
+        async with DemoCluster(settings, runtime=runtime) as running:
+            yield running, runtime
+    finally:
+        await runtime.kill_all()  # a process left waiting would outlive the test run
 
 
 async def eventually_scraped(
