@@ -1,6 +1,7 @@
 """`Nvml` on the real driver through nvidia-ml-py (`pynvml`)."""
 
 import ctypes
+import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +27,8 @@ from pyhami.nvml.api import (
     XidEvent,
     sysfs_bus_id,
 )
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _MAX_PLACEMENTS = 16  # a GPU has at most 8 memory slices, so at most 8 placements per profile
@@ -313,17 +316,26 @@ class PynvmlNvml:
             gpu_instance,
             int(ci_info.id),
         )
-        info = _call("nvmlComputeInstanceGetInfo", pynvml.nvmlComputeInstanceGetInfo, handle)
-        for device in self.mig_devices(index):
-            if (device.gpu_instance_id, device.compute_instance_id) == (
-                gpu_instance_id,
-                int(info.id),
-            ):
-                return device
-        raise NvmlError(
-            "nvmlDeviceGetMigDeviceHandleByIndex",
-            f"no MIG device for GI {gpu_instance_id} CI {int(info.id)} after creating it",
-        )
+        try:
+            info = _call("nvmlComputeInstanceGetInfo", pynvml.nvmlComputeInstanceGetInfo, handle)
+            for device in self.mig_devices(index):
+                if (device.gpu_instance_id, device.compute_instance_id) == (
+                    gpu_instance_id,
+                    int(info.id),
+                ):
+                    return device
+            raise NvmlError(
+                "nvmlDeviceGetMigDeviceHandleByIndex",
+                f"no MIG device for GI {gpu_instance_id} CI {int(info.id)} after creating it",
+            )
+        except NvmlError:
+            # The caller never learns this CI's id, so it cannot destroy it, and its GI cannot
+            # be destroyed while the CI lives: undo it here.
+            try:
+                _call("nvmlComputeInstanceDestroy", pynvml.nvmlComputeInstanceDestroy, handle)
+            except NvmlError as cleanup:
+                log.error("GI %d: new compute instance left behind: %s", gpu_instance_id, cleanup)
+            raise
 
     def gpu_instances(self, index: int) -> tuple[GpuInstance, ...]:
         return tuple(
