@@ -19,7 +19,7 @@ FROM python:3.11-slim
 COPY --from=wheel /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels \
     && useradd --system --uid 10001 --no-create-home pyhami
-# The device plugin's start script copies this file to <hookPath>/vgpu on each node.
+# The device plugin's start script copies this file to <global.gpuHookPath>/vgpu on each node.
 COPY --from=libvgpu /out/libvgpu.so /opt/pyhami/lib/libvgpu.so
 # The scheduler extender runs as this user; the device plugin and the monitor need host access
 # (device-plugin socket, hostPath dirs, NVML) and run as root with the chart's securityContext.

@@ -13,6 +13,8 @@ import typer.main
 
 from pyhami.cli import app
 from pyhami.monitor.settings import parse_flags
+from pyhami.scheduler.cli import _settings
+from pyhami.scheduler.settings import SchedulerSettings
 
 
 def pyhami_command() -> typer.core.TyperGroup:
@@ -34,5 +36,18 @@ def parse_pyhami(argv: list[str], env: Mapping[str, str] | None = None) -> dict[
         ctx = sub.make_context(argv[1], argv[2:], parent=parent)
     if argv[1] == "monitor":
         flags = parse_flags(ctx.args)
-        return {"metrics_bind_address": flags.metrics_bind_address}
+        return {
+            "metrics_bind_address": flags.metrics_bind_address,
+            "legacy_metrics": flags.legacy_metrics,
+            "verbosity": flags.verbosity,
+        }
     return dict(ctx.params)
+
+
+def scheduler_settings(argv: list[str], env: Mapping[str, str]) -> SchedulerSettings:
+    """What `pyhami scheduler` would run with: its flags and the container's environment
+    (HAMI_NODELOCK_EXPIRE, POD_NAME, ...), checked as at start-up."""
+    params = parse_pyhami(argv, env)
+    flags = {k: v for k, v in params.items() if k not in ("debug", "verbosity")}
+    with mock.patch.dict(os.environ, {"POD_NAME": "scheduler-0", **env}):
+        return _settings(**flags)

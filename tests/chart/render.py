@@ -31,23 +31,60 @@ VALUE_SETS: dict[str, tuple[str, ...]] = {
         "resourceCores=example.com/vgpu-cores",
         "resourcePriority=example.com/vgpu-priority",
         "schedulerName=gpu-scheduler",
-        "devicePlugin.hookPath=/opt/hami",
+        "global.gpuHookPath=/opt/hami",
         "devicePlugin.monitor.ctrPath=/opt/hami/vgpu/containers",
         "namespaceOverride=gpu-system",
     ),
     "everything-on": (
         "scheduler.certManager.enabled=true",
-        "scheduler.serviceMonitor.enabled=true",
-        "devicePlugin.serviceMonitor.enabled=true",
+        "prometheus.enabled=true",
         "scheduler.admissionWebhook.whitelistNamespaces={kube-system,monitoring}",
         "scheduler.service.type=ClusterIP",
-        "imagePullSecrets[0].name=registry",
+        "global.imagePullSecrets[0].name=registry",
         "global.labels.team=gpu",
         "global.annotations.owner=ops",
         "dashboards.enabled=true",
         "dashboards.namespace=monitoring",
         "devicePlugin.gdrcopyEnabled=true",
         "devicePlugin.mofedEnabled=false",
+    ),
+    # HAMi's values beyond the defaults, each with a matching pyhami flag, env or config key.
+    "hami-values": (
+        "legacyMetrics=true",
+        "scheduler.nodeLabelSelector.gpu=on",
+        "scheduler.nodeLabelSelector.zone=a",
+        "scheduler.overwriteEnv=true",
+        "scheduler.metricsBindAddress=:9500",
+        "scheduler.forceOverwriteDefaultScheduler=false",
+        "scheduler.livenessProbe=true",
+        "scheduler.nodeLockExpire=2m",
+        "scheduler.nodeName=control-1",
+        "scheduler.defaultSchedulerPolicy.gpuSchedulerPolicy=topology-aware",
+        "scheduler.podAnnotations.team=gpu",
+        "scheduler.kubeScheduler.image.tag=v1.30.2",
+        "scheduler.admissionWebhook.namespaceSelector.matchLabels.gpu=allowed",
+        "scheduler.admissionWebhook.namespaceSelector.matchExpressions[0].key=tier",
+        "scheduler.admissionWebhook.namespaceSelector.matchExpressions[0].operator=NotIn",
+        "scheduler.admissionWebhook.namespaceSelector.matchExpressions[0].values={system}",
+        "scheduler.admissionWebhook.objectSelector.matchLabels.gpu=yes",
+        "scheduler.admissionWebhook.objectSelector.matchExpressions[0].key=batch",
+        "scheduler.admissionWebhook.objectSelector.matchExpressions[0].operator=Exists",
+        "devicePlugin.disablecorelimit=true",
+        "devicePlugin.enableNumaTopology=true",
+        "devicePlugin.preConfiguredDeviceMemory=81920",
+        "devicePlugin.podAnnotations.owner=ops",
+        "devicePlugin.updateStrategy.type=OnDelete",
+        "devicePlugin.updateStrategy.rollingUpdate=null",
+        "devicePlugin.extraEnvs[0].name=HEALTH_RECOVERY_SECONDS",
+        "devicePlugin.extraEnvs[0].value=60",
+        "devicePlugin.extraEnvs[1].name=POD_IP",
+        "devicePlugin.extraEnvs[1].valueFrom.fieldRef.fieldPath=status.podIP",
+        "devicePlugin.monitor.extraEnvs[0].name=KUBECONFIG",
+        "devicePlugin.monitor.extraEnvs[0].value=/etc/kube/config",
+        "devicePlugin.nodeConfiguration.externalConfigName=gpu-node-config",
+        "devices.nvidia.gpuCorePolicy=force",
+        "devices.nvidia.libCudaLogLevel=4",
+        "devices.nvidia.memoryFactor=2",
     ),
 }
 
@@ -102,6 +139,12 @@ def render(value_set: str) -> Rendered:
     return Rendered(tuple(doc for doc in yaml.safe_load_all(out) if doc))
 
 
+def render_args(*args: str) -> Rendered:
+    """`helm template` with any arguments (--set, --set-string, --set-file, --kube-version)."""
+    out = helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE, *args)
+    return Rendered(tuple(doc for doc in yaml.safe_load_all(out) if doc))
+
+
 def values(value_set: str) -> Mapping[str, Any]:
     """The effective values (chart defaults merged with the set's overrides), from helm itself."""
     out = helm("show", "values", str(CHART))
@@ -114,5 +157,17 @@ def values(value_set: str) -> Mapping[str, Any]:
         *parents, leaf = key.split(".")
         for part in parents:
             node = node[part]
-        node[leaf] = yaml.safe_load(raw)
+        node[leaf] = set_value(raw)
     return merged
+
+
+def set_value(raw: str) -> Any:
+    """A `--set` value as helm types it: true/false, null, integers; all else a string
+    (`on` and `yes` stay strings, unlike YAML 1.1)."""
+    if raw in ("true", "false"):
+        return raw == "true"
+    if raw == "null":
+        return None
+    if raw.lstrip("-").isdigit():
+        return int(raw)
+    return raw

@@ -343,7 +343,9 @@ def test_cert_manager_replaces_the_job_and_injects_the_ca() -> None:
 # --- containers: arguments and the paths behind them -------------------------------------------
 
 
-@pytest.mark.parametrize("value_set", ["defaults", "custom-names", "leader-3-replicas"])
+@pytest.mark.parametrize(
+    "value_set", ["defaults", "custom-names", "leader-3-replicas", "hami-values"]
+)
 def test_every_pyhami_container_parses_and_its_paths_are_mounted(value_set: str) -> None:
     rendered = render(value_set)
     seen = set()
@@ -435,7 +437,7 @@ def test_klog_verbosity_takes_every_spelling_hamis_charts_use(
 # --- ConfigMaps -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value_set", ["defaults", "custom-names"])
+@pytest.mark.parametrize("value_set", ["defaults", "custom-names", "hami-values"])
 def test_device_configmap_loads_with_our_loader(value_set: str) -> None:
     vals = values(value_set)
     config = parse_device_config(
@@ -448,6 +450,18 @@ def test_device_configmap_loads_with_our_loader(value_set: str) -> None:
     assert nvidia.resource_core_name == vals["resourceCores"]
     assert nvidia.resource_priority_name == vals["resourcePriority"]
     assert nvidia.device_split_count == vals["devicePlugin"]["deviceSplitCount"]
+    assert nvidia.pre_configured_device_memory == vals["devicePlugin"]["preConfiguredDeviceMemory"]
+    assert nvidia.enable_numa_topology is vals["devicePlugin"]["enableNumaTopology"]
+    for key, field in (
+        ("memoryFactor", "memory_factor"),
+        ("gpuCorePolicy", "gpu_core_policy"),
+        ("libCudaLogLevel", "lib_cuda_log_level"),
+        ("defaultMemory", "default_memory"),
+        ("defaultCores", "default_cores"),
+        ("defaultGPUNum", "default_gpu_num"),
+    ):
+        assert getattr(nvidia, field) == vals["devices"]["nvidia"][key], key
+    assert nvidia.mig_profile_allowlist, "HAMi's MIG allowlist ships by default"
 
 
 def test_node_configmap_is_the_plugins_node_config_file() -> None:

@@ -10,6 +10,8 @@ import shlex
 import kubernetes_validate
 import yaml
 
+from pyhami.devices.config import parse_device_config
+
 from .render import ROOT, Rendered, helm
 
 GUIDE = (ROOT / "docs" / "operator-guide.md").read_text()
@@ -68,3 +70,18 @@ def test_the_migration_steps_install_what_the_text_says() -> None:
     assert cert_manager.one("Certificate") and not cert_manager.of_kind("Job")
     ha = next(r for line, r in by_line.items() if "replicas=3" in line)
     assert ha.one("PodDisruptionBudget")
+
+
+def test_the_core_policy_upgrade_reaches_the_device_config_and_rolls_the_pods() -> None:
+    commands = rendered_commands()
+    by_line = {" ".join(argv): rendered for argv, rendered in commands}
+    upgrade = next(r for line, r in by_line.items() if "gpuCorePolicy=force" in line)
+    text = upgrade.one("ConfigMap", "-device")["data"]["device-config.yaml"]
+    assert parse_device_config(text).nvidia.gpu_core_policy == "force"
+    install = next(
+        r for argv, r in commands if argv[1] == "install" and "scheduler.replicas=3" in argv
+    )
+    key = "checksum/hami-scheduler-device-config"
+    for kind in ("Deployment", "DaemonSet"):
+        before = install.one(kind)["spec"]["template"]["metadata"]["annotations"][key]
+        assert upgrade.one(kind)["spec"]["template"]["metadata"]["annotations"][key] != before

@@ -37,9 +37,44 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{- define "pyhami.pullSecrets" -}}
-{{- with .Values.imagePullSecrets }}
+{{- with .Values.global.imagePullSecrets }}
 imagePullSecrets: {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- end -}}
+
+{{/* A HAMi-style image map {registry, repository, tag, pullPolicy} as "registry/repository:tag";
+an empty tag falls back to .defaultTag. */}}
+{{- define "pyhami.imageRef" -}}
+{{- $tag := .image.tag | default .defaultTag -}}
+{{- if .image.registry -}}
+{{ printf "%s/%s:%s" .image.registry .image.repository $tag | quote }}
+{{- else -}}
+{{ printf "%s:%s" .image.repository $tag | quote }}
+{{- end -}}
+{{- end -}}
+
+{{/* kube-scheduler's tag when none is set: the cluster's version, any +suffix stripped. */}}
+{{- define "pyhami.kubeVersionTag" -}}
+{{- regexReplaceAll "\\+.*$" .Capabilities.KubeVersion.Version "" -}}
+{{- end -}}
+
+{{/* Env entries from a values list (extraEnvs): values become strings, as a container's env
+needs, even when `--set` made them numbers. */}}
+{{- define "pyhami.env" -}}
+{{- range . }}
+- name: {{ .name | quote }}
+  {{- if hasKey . "value" }}
+  value: {{ .value | toString | quote }}
+  {{- end }}
+  {{- with .valueFrom }}
+  valueFrom: {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* "true" or "false" from a bool or the strings "true"/"false" (HAMi's string defaults). */}}
+{{- define "pyhami.bool" -}}
+{{- if eq (toString .) "true" -}}true{{- else -}}false{{- end -}}
 {{- end -}}
 
 {{/* The scheduler's extender/webhook Service name and its TLS Secret. */}}
@@ -50,18 +85,29 @@ imagePullSecrets: {{- toYaml . | nindent 2 }}
 {{- define "pyhami.devicePlugin" -}}{{ include "pyhami.fullname" . }}-device-plugin{{- end -}}
 
 {{/* A webhook's namespaceSelector: namespaces labelled hami.io/webhook=ignore, the
-whitelisted ones and those in .also are never reviewed. */}}
+whitelisted ones and those in .also are never reviewed; the user's namespaceSelector terms are
+added. None at all when manageNamespaceSelector is false (HAMi's switch for AKS). */}}
 {{- define "pyhami.webhookNamespaces" -}}
+{{- $hook := .root.Values.scheduler.admissionWebhook -}}
+{{- if $hook.manageNamespaceSelector -}}
+{{- $user := $hook.namespaceSelector | default dict }}
 namespaceSelector:
+  {{- with $user.matchLabels }}
+  matchLabels: {{- toYaml . | nindent 4 }}
+  {{- end }}
   matchExpressions:
     - key: hami.io/webhook
       operator: NotIn
       values: ["ignore"]
-    {{- with concat (.root.Values.scheduler.admissionWebhook.whitelistNamespaces | default list) .also }}
+    {{- with concat ($hook.whitelistNamespaces | default list) .also }}
     - key: kubernetes.io/metadata.name
       operator: NotIn
       values: {{- toYaml . | nindent 8 }}
     {{- end }}
+    {{- with $user.matchExpressions }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+{{- end }}
 {{- end -}}
 
 {{/* A webhook's clientConfig: the scheduler Service (or customURL), at /webhook + suffix. */}}

@@ -3,8 +3,8 @@ per-node JSON (device-plugin.md §1.2).
 
 Deviations from HAMi, on purpose:
 - CLI flags take effect (HAMi parses `--device-split-count` & co. and ignores them); they act as
-  defaults that the config files override, so the chart's always-passed `--disable-core-limit=false`
-  cannot undo a `disableCoreLimit: true` in the YAML.
+  defaults that the config files override, so HAMi's chart, which always passes
+  `--disable-core-limit=false`, cannot undo a `disableCoreLimit: true` in the YAML.
 - A per-node JSON value that is present wins even when it is zero, false or empty (HAMi's mergo
   merge cannot turn `enablenumatopology` off or set `libcudaloglevel: ""` per node).
 - Knobs absent everywhere default to the chart's values instead of crashing.
