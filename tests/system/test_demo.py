@@ -101,15 +101,20 @@ async def test_many_nodes_cpu_pods_and_refusals() -> None:
     assert stray.message == 'API server: 404 NotFound: namespaces "nowhere" not found'
 
 
+def one_pod(name: str, limits: str) -> str:
+    """A one-container pod file with these resource limits (YAML flow mapping)."""
+    return (
+        f"kind: Pod\nmetadata: {{name: {name}}}\nspec: {{containers: [{{name: c, image: cuda, "
+        f"resources: {{limits: {limits}}}}}]}}\n"
+    )
+
+
 async def test_only_our_components_may_change_a_pods_allocation_record() -> None:
     """The chart's two webhooks on the demo stack: the scheduler and the device plugin move
     the pod through its states (UPDATE reviews, allowed), a user may not, and a user cannot
     slip a forged record past the webhook by labelling the pod `hami.io/webhook: ignore`."""
-    gpu_pod = (
-        "kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, image: cuda, "
-        "resources: {limits: {nvidia.com/gpu: 1, nvidia.com/gpumem: 1000}}}]}\n"
-    )
     async with DemoCluster(DemoSettings(nodes=1, gpus=1)) as cluster:
+        gpu_pod = one_pod("p", "{nvidia.com/gpu: 1, nvidia.com/gpumem: 1000}")
         (placed,) = await submit_all(cluster, parse_pods(gpu_pod, "pods.yaml"))
         assert placed.phase == "Running"
         updates = [
@@ -157,11 +162,8 @@ async def test_only_our_components_may_change_a_pods_allocation_record() -> None
 
 async def test_a_pod_asking_only_for_a_card_gets_it_whole() -> None:
     """ops.md §4.3's short form: `nvidia.com/gpu` alone means all its memory and cores."""
-    whole = (
-        "kind: Pod\nmetadata: {name: whole}\nspec: {containers: [{name: c, image: cuda, "
-        "resources: {limits: {nvidia.com/gpu: 1}}}]}\n"
-    )
     async with DemoCluster(DemoSettings(nodes=1, gpus=1)) as cluster:
+        whole = one_pod("whole", "{nvidia.com/gpu: 1}")
         (placed,) = await submit_all(cluster, parse_pods(whole, "pods.yaml"))
     assert placed.phase == "Running"
     (card,) = placed.cards
