@@ -13,6 +13,8 @@ from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.deviceplugin.config import ConfigError, VgpuConfig
 from pyhami.deviceplugin.service import DevicePlugin, PluginOptions
 from pyhami.kube import KubeClient
+from pyhami.model import DeviceInfo
+from pyhami.protocol import KEY_NODE_NVIDIA_REGISTER, decode_node_devices
 from pyhami.scheduler.runtime import SchedulerProcess, load_device_config
 from pyhami.scheduler.settings import SchedulerSettings
 from pyhami.testing import FakeKubeAPIServer, FakeKubelet, FakeNVML
@@ -144,6 +146,11 @@ class Node:
 
     def node_annotations(self) -> dict[str, str]:
         return dict(self.node()["metadata"].get("annotations") or {})
+
+    def registered(self) -> list[DeviceInfo]:
+        """The cards the node's register annotation lists (none while it is absent)."""
+        value = self.node_annotations().get(KEY_NODE_NVIDIA_REGISTER)
+        return [] if value is None else list(decode_node_devices(value))
 
     def pod(self, name: str, namespace: str = "default") -> dict[str, Any]:
         return self.api.store.get("pods", namespace, name)

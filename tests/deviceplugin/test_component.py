@@ -74,9 +74,7 @@ async def test_a_failed_patch_is_retried_with_the_new_value(gpu_node: Node) -> N
     gpu_node.api.faults.fail("patch", "nodes", status=500, times=3)
     gpu_node.nvml.fail("device_uuid", index=0)  # no recovery meanwhile
     gpu_node.nvml.inject_xid(0, 79)  # the value changes while patches fail
-    await gpu_node.eventually(
-        lambda: not decode_node_devices(gpu_node.node_annotations()[REGISTER])[0].health
-    )
+    await gpu_node.eventually(lambda: not gpu_node.registered()[0].health)
 
 
 async def test_survives_a_kubelet_restart(gpu_node: Node) -> None:
@@ -94,15 +92,11 @@ async def test_xid_marks_unhealthy_in_both_places_and_recovers(gpu_node: Node) -
     gpu_node.nvml.inject_xid(1, 79)
     await kubelet_plugin.wait_for_devices(lambda d: {x.health for x in d[4:]} == {UNHEALTHY})
     assert {d.health for d in kubelet_plugin.devices[:4]} == {HEALTHY}
-    await gpu_node.eventually(
-        lambda: not decode_node_devices(gpu_node.node_annotations()[REGISTER])[1].health
-    )
+    await gpu_node.eventually(lambda: not gpu_node.registered()[1].health)
     gpu_node.nvml.heal()
     # quiet for recovery_after (0.3 s) and NVML answers: healthy again everywhere
     await kubelet_plugin.wait_for_devices(lambda d: {x.health for x in d} == {HEALTHY})
-    await gpu_node.eventually(
-        lambda: decode_node_devices(gpu_node.node_annotations()[REGISTER])[1].health
-    )
+    await gpu_node.eventually(lambda: gpu_node.registered()[1].health)
 
 
 async def test_nvml_failure_on_one_card_publishes_it_unhealthy_and_keeps_serving(
@@ -110,10 +104,8 @@ async def test_nvml_failure_on_one_card_publishes_it_unhealthy_and_keeps_serving
 ) -> None:
     await started(gpu_node)
     gpu_node.nvml.fail("device_memory", index=0)
-    await gpu_node.eventually(
-        lambda: not decode_node_devices(gpu_node.node_annotations()[REGISTER])[0].health
-    )
-    devices = decode_node_devices(gpu_node.node_annotations()[REGISTER])
+    await gpu_node.eventually(lambda: not gpu_node.registered()[0].health)
+    devices = gpu_node.registered()
     assert devices[0].devmem == 81920  # last known size, not 0
     assert devices[1].health
 
@@ -337,9 +329,7 @@ async def test_asymmetric_links_score_zero_and_warn_on_the_node_once(gpu_node: N
     await gpu_node.eventually(lambda: bool(gpu_node.api.store.items("events")))
     gpu_node.nvml.fail("device_uuid", index=0)  # no recovery meanwhile
     gpu_node.nvml.inject_xid(0, 79)  # another scan, within the hour: no second event
-    await gpu_node.eventually(
-        lambda: not decode_node_devices(gpu_node.node_annotations()[REGISTER])[0].health
-    )
+    await gpu_node.eventually(lambda: not gpu_node.registered()[0].health)
     (event,) = gpu_node.api.store.items("events")
     assert (event["reason"], event["type"]) == ("AsymmetricGPUP2PLink", "Warning")
     assert event["involvedObject"] == {"kind": "Node", "name": NODE, "apiVersion": "v1"}

@@ -3,18 +3,10 @@ scheduler see it: the node annotation, ListAndWatch and the Allocate answer."""
 
 from pyhami.deviceplugin.config import VgpuConfig
 from pyhami.deviceplugin.toolkit import ToolkitFeatures
-from pyhami.protocol import decode_node_devices
 from pyhami.testing import FakeNVML
 from pyhami.testing.fake_nvml import a100_80g, gb10, v100_32g
 
 from .conftest import RESOURCE, Node
-
-REGISTER = "hami.io/node-nvidia-register"
-
-
-def registered(node: Node) -> list:  # type: ignore[type-arg]
-    value = node.node_annotations().get(REGISTER)
-    return [] if value is None else list(decode_node_devices(value))
 
 
 async def test_scaling_type_prefix_and_preconfigured_memory_reach_the_annotation(
@@ -29,8 +21,8 @@ async def test_scaling_type_prefix_and_preconfigured_memory_reach_the_annotation
     )
     await gpu_node.start()
     kubelet_plugin = await gpu_node.kubelet.wait_for_plugin(RESOURCE)
-    await gpu_node.eventually(lambda: len(registered(gpu_node)) == 3)
-    a100, v100, board = registered(gpu_node)
+    await gpu_node.eventually(lambda: len(gpu_node.registered()) == 3)
+    a100, v100, board = gpu_node.registered()
     assert (a100.type, a100.devmem, a100.devcore, a100.count) == (
         "NVIDIA A100-SXM4-80GB",
         122880,  # 81920 MiB x 1.5
@@ -48,8 +40,8 @@ async def test_scaling_type_prefix_and_preconfigured_memory_reach_the_annotation
 async def test_a_board_without_memory_or_preconfigured_size_is_left_out(gpu_node: Node) -> None:
     gpu_node.nvml = FakeNVML.with_gpus(a100_80g(), gb10())
     await gpu_node.start()
-    await gpu_node.eventually(lambda: len(registered(gpu_node)) == 1)
-    (only,) = registered(gpu_node)
+    await gpu_node.eventually(lambda: len(gpu_node.registered()) == 1)
+    (only,) = gpu_node.registered()
     assert only.id == gpu_node.nvml.device_uuid(0)
     # Still advertised to kubelet (spec §3.2): only the scheduler does not know of it.
     kubelet_plugin = await gpu_node.kubelet.wait_for_plugin(RESOURCE)

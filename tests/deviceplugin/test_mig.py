@@ -307,13 +307,8 @@ async def test_kubelet_hears_of_instances_published_after_start(gpu_node: Node) 
     await node.eventually(lambda: kubelet_plugin.updates >= 1)
     assert kubelet_plugin.devices == (), "nothing published yet: kubelet is offered no device"
     nvml.heal()
-
-    def registered() -> list[Any]:
-        value = node.node_annotations().get("hami.io/node-nvidia-register")
-        return [] if value is None else list(decode_node_devices(value))
-
-    await node.eventually(lambda: registered() != [])
-    (card,) = registered()
+    await node.eventually(lambda: node.registered() != [])
+    (card,) = node.registered()
     assert card.count == 7
     devices = await kubelet_plugin.wait_for_devices(lambda devices: len(devices) == card.count)
     assert {device.ID.rsplit("-", 1)[0] for device in devices} == {card.id}

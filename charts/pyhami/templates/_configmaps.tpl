@@ -49,7 +49,7 @@ device-config.yaml): device-config.content verbatim when set, else built from th
 apiVersion: v1
 kind: ConfigMap
 metadata:
-  name: {{ include "pyhami.fullname" . }}-device
+  name: {{ include "pyhami.deviceConfig" . }}
   namespace: {{ include "pyhami.namespace" . }}
   labels: {{- include "pyhami.labels" . | nindent 4 }}
 data:

@@ -81,6 +81,8 @@ needs, even when `--set` made them numbers. */}}
 {{- define "pyhami.scheduler" -}}{{ include "pyhami.fullname" . }}-scheduler{{- end -}}
 {{- define "pyhami.schedulerTLS" -}}{{ include "pyhami.fullname" . }}-scheduler-tls{{- end -}}
 {{- define "pyhami.webhook" -}}{{ include "pyhami.fullname" . }}-webhook{{- end -}}
+{{/* The device ConfigMap (HAMi's device-config.yaml) that the scheduler and the plugin mount. */}}
+{{- define "pyhami.deviceConfig" -}}{{ include "pyhami.fullname" . }}-device{{- end -}}
 {{/* The device plugin's DaemonSet, ServiceAccount and ConfigMap name. */}}
 {{- define "pyhami.devicePlugin" -}}{{ include "pyhami.fullname" . }}-device-plugin{{- end -}}
 

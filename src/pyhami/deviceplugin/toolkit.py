@@ -59,7 +59,8 @@ def imex_channels(
     for channel in ids:
         node = IMEX_CHANNEL_DIR / f"channel{channel}"
         host = dev_root / str(node).lstrip("/")
-        if present(Path(node)) or present(host):
+        # With the default dev root `/` both are one path: look once.
+        if any(present(path) for path in dict.fromkeys((Path(node), host))):
             found.append(channel)
             continue
         if required:
