@@ -7,6 +7,7 @@ import os
 import signal
 import struct
 import subprocess
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -209,8 +210,8 @@ def kill(process: subprocess.Popen[str]) -> None:
 
 
 def _make() -> None:
-    done = subprocess.run(["make", "-C", str(NATIVE), "all"], capture_output=True, text=True,
-                          check=False)
+    done = subprocess.run(["make", "-C", str(NATIVE), f"PYTHON={sys.executable}", "all"],
+                          capture_output=True, text=True, check=False)
     if done.returncode != 0:
         pytest.fail(f"make -C native/libvgpu all failed:\n{done.stdout}\n{done.stderr}")
 

@@ -1,6 +1,7 @@
 """The built libvgpu, its stub driver and the test driver program, made once per session."""
 
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +27,8 @@ class Native:
 @pytest.fixture(scope="session")
 def native() -> Native:
     done = subprocess.run(
-        ["make", "-C", str(NATIVE), *TARGETS], capture_output=True, text=True, check=False
+        ["make", "-C", str(NATIVE), f"PYTHON={sys.executable}", *TARGETS],
+        capture_output=True, text=True, check=False,
     )
     if done.returncode != 0:
         pytest.fail(f"make -C native/libvgpu failed:\n{done.stdout}\n{done.stderr}")
