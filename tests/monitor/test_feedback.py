@@ -1,13 +1,17 @@
-"""The feedback loop on real mapped files, driven tick by tick by direct calls."""
+"""The feedback loop on real region files, driven tick by tick by direct calls; the simulated
+workload maps its file MAP_SHARED as libvgpu does."""
 
-from collections.abc import Iterator
+import mmap
+import struct
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyhami.monitor.feedback import observe
+from pyhami.monitor import feedback
+from pyhami.monitor.feedback import Verdict
 from pyhami.monitor.region import Region
 
 from .regionfile import SPEC_V1, RegionSpec, read_i32, uuid_of, write_region
@@ -18,12 +22,13 @@ class SimulatedContainer:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._view = Region.open(path)  # libvgpu's own mapping of the same file
+        with path.open("r+b") as file:
+            self._view = mmap.mmap(file.fileno(), 0)  # libvgpu's own mapping of the same file
 
     def launch(self) -> bool:
-        if self._view.recent_kernel < 0:
+        if struct.unpack_from("<i", self._view, SPEC_V1["recent_kernel"])[0] < 0:
             return False  # libvgpu sleeps in 1 s steps while frozen
-        self._view.write_recent_kernel(2)
+        struct.pack_into("<i", self._view, SPEC_V1["recent_kernel"], 2)
         return True
 
     @property
@@ -58,6 +63,11 @@ def node(tmp_path: Path) -> Iterator[Node]:
         region.close()
     for container in containers.values():
         container.close()
+
+
+def observe(regions: Sequence[Region]) -> list[Verdict]:
+    """One tick as the service runs it: each region's fields read afresh."""
+    return feedback.observe([region.feedback() for region in regions])
 
 
 def _pick(
@@ -159,7 +169,7 @@ _CONTAINER = st.tuples(
 @given(st.lists(_CONTAINER, max_size=6))
 def test_feedback_matches_the_spec_text(containers: list[tuple[int, int, int, set[bytes]]]) -> None:
     targets = [_Target(rk, sw, p, tuple(sorted(keys))) for rk, sw, p, keys in containers]
-    observe(targets)
+    feedback.observe(targets)
     # The spec, read literally: decremented rk; active = still > 0 with priority >= 0.
     after = [rk - 1 if rk > 0 else rk for rk, _, _, _ in containers]
     active = [a > 0 and p >= 0 for a, (_, _, p, _) in zip(after, containers, strict=True)]

@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from pyhami.model import PodUID
+from pyhami.monitor.scan import ContainerKey
 from pyhami.nvml import RunningProcess, Utilization
 from pyhami.testing import FakeNVML
 from pyhami.testing.fake_nvml import gb10, t4
@@ -357,7 +359,83 @@ def test_sanity_alarms_are_counted_once_per_finding(tmp_path: Path) -> None:
     assert counts == {
         "negative_counter": 1,
         "above_physical": 1,  # 20000 MiB on a 15360 MiB T4
+        "limit_above_physical": 0,
         "impossible_utilization": 1,
         "unknown_pid": 2,  # pid 0, and hostpid 5555 that NVML does not list on the card
     }
-    assert scraper.samples("hami_vgpu_memory_used_bytes")[0][2] == 20_000 * MIB
+    assert scraper.samples("hami_vgpu_memory_used_bytes")[0][2] == 0, "refused: the allocation's"
+    assert scraper.samples("hami_vgpu_memory_limit_bytes")[0][2] == 3000 * MIB
+    assert scraper.samples("pyhami_monitor_regions_refused")[0][2] == 1
+
+
+ABSURD = 1 << 62  # 4.6e18 bytes in one slot; 100 such slots sum to 4.6e20
+
+
+@pytest.mark.parametrize("with_nvml", [True, False], ids=["nvml", "no-nvml"])
+@pytest.mark.parametrize(
+    "memory, slots, limit, kind",
+    [
+        pytest.param(Mem(total=ABSURD), 100, 0, "above_physical", id="used-summed"),
+        pytest.param(Mem(total=ABSURD), 1, 0, "above_physical", id="used"),
+        pytest.param(Mem(context=ABSURD, total=MIB), 1, 0, "above_physical", id="context"),
+        pytest.param(Mem(buffer=ABSURD, total=MIB), 1, 0, "above_physical", id="buffer"),
+        pytest.param(Mem(total=MIB), 1, 1 << 63, "limit_above_physical", id="limit"),
+    ],
+)
+def test_impossible_numbers_never_reach_metrics(
+    tmp_path: Path, with_nvml: bool, memory: Mem, slots: int, limit: int, kind: str
+) -> None:
+    """A container writes whatever it likes into its region: a number no card can hold is
+    refused with a reason (log, alarm counter, refused gauge), and the pod's series are the
+    allocation's, as for an unreadable region."""
+    pods = StaticPods([pod_object("gpu-pod", UID, allocated=f"{HOST_UUID},NVIDIA,3000,30:;")])
+    liar = RegionSpec(
+        uuids=(HOST_UUID,),
+        limits=(limit,),
+        procs=tuple(Proc(pid=7 + n, hostpid=4242, used={0: memory}) for n in range(slots)),
+    )
+    write_region(tmp_path / f"{UID}_main" / "a.cache", liar)
+    scraper = Scraper(tmp_path, pods, open_nvml=_nvml().open if with_nvml else None)
+    scraper.tick()
+    text = scraper.text()
+    assert "e+18" not in text and "e+20" not in text and str(ABSURD) not in text
+    for name in VGPU:
+        (sample,) = scraper.samples(name)
+        assert sample[2] == (3000 * MIB if name == "hami_vgpu_memory_limit_bytes" else 0), name
+    counts = {s[1]["kind"]: s[2] for s in scraper.samples("pyhami_monitor_sanity_alarms_total")}
+    assert counts[kind] == 1
+    assert scraper.samples("pyhami_monitor_regions_refused")[0][2] == 1
+
+
+def test_a_symlinked_region_of_another_pod_is_not_exported_as_ours(tmp_path: Path) -> None:
+    """An attacker's container links its region name to a neighbour's region file: the monitor
+    must neither follow the link nor publish the neighbour's usage under the attacker's pod."""
+    victim_uid = "5b1c5d2e-aaaa-bbbb-cccc-000000000002"
+    pods = StaticPods(
+        [
+            pod_object("attacker", UID, allocated=f"{HOST_UUID},NVIDIA,3000,30:;"),
+            pod_object("victim", victim_uid, allocated=f"{HOST_UUID},NVIDIA,3000,30:;"),
+        ]
+    )
+    victim = write_region(tmp_path / f"{victim_uid}_main" / "v.cache", _main_region())
+    (tmp_path / f"{UID}_main").mkdir()
+    (tmp_path / f"{UID}_main" / "a.cache").symlink_to(f"../{victim.parent.name}/{victim.name}")
+    scraper = Scraper(tmp_path, pods, open_nvml=_nvml().open)
+    scraper.tick()
+    used = {s[1]["pod"]: s[2] for s in scraper.samples("hami_vgpu_memory_used_bytes")}
+    assert used == {"attacker": 0, "victim": 250 * MIB}
+    assert scraper.samples("pyhami_monitor_regions_refused")[0][2] == 1
+    assert "symbolic link" in scraper.regions.refused[ContainerKey(PodUID(UID), "main")]
+
+
+def test_pids_linux_cannot_have_raise_an_alarm(tmp_path: Path) -> None:
+    pods = StaticPods([pod_object("gpu-pod", UID, allocated=f"{HOST_UUID},NVIDIA,3000,30:;")])
+    spec = RegionSpec(
+        uuids=(HOST_UUID,),
+        procs=(Proc(pid=1 << 30, hostpid=4242), Proc(pid=5, hostpid=(1 << 31) - 1)),
+    )
+    write_region(tmp_path / f"{UID}_main" / "a.cache", spec)
+    scraper = Scraper(tmp_path, pods)
+    scraper.tick()
+    counts = {s[1]["kind"]: s[2] for s in scraper.samples("pyhami_monitor_sanity_alarms_total")}
+    assert counts["unknown_pid"] == 2

@@ -1,6 +1,10 @@
 """The region reader on files written byte by byte from the spec's offsets."""
 
+import mmap
 import os
+import stat
+import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -79,14 +83,21 @@ def test_writes_land_on_the_spec_offsets_only(
     ), "nothing but the two writable int32 fields may change"
 
 
-def test_a_write_is_seen_by_another_mapping_at_once(tmp_path: Path) -> None:
-    """MAP_SHARED: libvgpu in another process sees the store without any flush."""
+def test_writes_and_libvgpus_mapping_see_each_other_at_once(tmp_path: Path) -> None:
+    """libvgpu maps the file MAP_SHARED; the monitor's pwrite lands in the same page cache, so
+    the library sees it without any flush, and the monitor reads the library's stores back."""
     path = write_region(tmp_path / "a.cache", _two_process_spec(1))
-    writer, reader = Region.open(path), Region.open(path)
-    writer.write_recent_kernel(-1)
-    assert reader.recent_kernel == -1
-    writer.close()
-    reader.close()
+    region = Region.open(path)
+    with path.open("r+b") as file, mmap.mmap(file.fileno(), 0) as libvgpu:
+        region.write_recent_kernel(-1)
+        region.write_utilization_switch(0)
+        assert struct.unpack_from("<i", libvgpu, SPEC_V1["recent_kernel"])[0] == -1
+        assert struct.unpack_from("<i", libvgpu, SPEC_V1["utilization_switch"])[0] == 0
+        struct.pack_into("<ii", libvgpu, SPEC_V1["recent_kernel"], 2, 7)
+        fields = region.feedback()
+        assert (fields.recent_kernel, fields.priority, fields.utilization_switch) == (2, 7, 0)
+        assert region.snapshot().recent_kernel == 2
+    region.close()
 
 
 def test_uuid_label_is_the_first_40_bytes_and_bad_uuids_are_skipped(tmp_path: Path) -> None:
@@ -114,7 +125,7 @@ def test_negative_counters_count_as_zero(tmp_path: Path) -> None:
 def test_device_keys_are_full_96_byte_uuids_of_all_16_slots(tmp_path: Path) -> None:
     spec = RegionSpec(uuids=(uuid_of(0), b"", uuid_of(2)), num=1)
     region = Region.open(write_region(tmp_path / "a.cache", spec))
-    keys = region.device_keys()
+    keys = region.feedback().device_keys()
     region.close()
     assert [len(k) for k in keys] == [96, 96]
     assert [k.rstrip(b"\x00").decode() for k in keys] == [uuid_of(0), uuid_of(2)]
@@ -163,18 +174,54 @@ def test_counts_out_of_range_are_refused(tmp_path: Path, spec: RegionSpec) -> No
     assert caught.value.reason is RejectReason.COUNT_OUT_OF_RANGE
 
 
-def test_a_file_truncated_while_mapped_is_refused_not_a_sigbus(tmp_path: Path) -> None:
+def test_a_file_truncated_after_open_is_refused_not_a_sigbus(tmp_path: Path) -> None:
     path = write_region(tmp_path / "a.cache", _two_process_spec(1))
     region = Region.open(path)
     os.truncate(path, 4096)
-    with pytest.raises(RegionError) as caught:
-        region.snapshot()
-    region.close()
-    assert caught.value.reason is RejectReason.SHRUNK
-
-
-def test_a_directory_or_missing_file_is_unreadable(tmp_path: Path) -> None:
-    for path in (tmp_path, tmp_path / "missing.cache"):
+    for action in (region.snapshot, region.feedback, lambda: region.write_recent_kernel(0)):
         with pytest.raises(RegionError) as caught:
-            Region.open(path)
-        assert caught.value.reason is RejectReason.UNREADABLE
+            action()
+        assert caught.value.reason is RejectReason.SHRUNK
+    region.close()
+    assert os.path.getsize(path) == 4096, "a refused write does not grow the file back"
+
+
+def test_a_missing_file_is_unreadable(tmp_path: Path) -> None:
+    with pytest.raises(RegionError) as caught:
+        Region.open(tmp_path / "missing.cache")
+    assert caught.value.reason is RejectReason.UNREADABLE
+
+
+def _symlink_to_a_region(path: Path) -> None:
+    path.symlink_to(write_region(path.parent / "elsewhere" / "real.cache", RegionSpec()))
+
+
+def _symlink_to_a_device(path: Path) -> None:
+    path.symlink_to("/dev/zero")
+
+
+def _character_device(path: Path) -> None:
+    os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 5))  # what /dev/zero is
+
+
+@pytest.mark.parametrize(
+    "make, kind",
+    [
+        pytest.param(_symlink_to_a_region, "a symbolic link", id="symlink-to-a-region"),
+        pytest.param(_symlink_to_a_device, "a symbolic link", id="symlink-to-a-device"),
+        pytest.param(os.mkfifo, "a FIFO", id="fifo"),
+        pytest.param(_character_device, "a character device", id="device"),
+        pytest.param(os.mkdir, "a directory", id="directory"),
+    ],
+)
+def test_anything_but_a_regular_file_is_refused_unopened(
+    tmp_path: Path, make: Callable[[Path], None], kind: str
+) -> None:
+    """The container owns the name: a link is not followed (its target may be another
+    container's region), a FIFO or device node is never opened, let alone read or written."""
+    path = tmp_path / "a.cache"
+    make(path)
+    with pytest.raises(RegionError) as caught:
+        Region.open(path)
+    assert caught.value.reason is RejectReason.NOT_REGULAR
+    assert f"is {kind}, not a regular file" in str(caught.value)

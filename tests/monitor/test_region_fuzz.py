@@ -1,5 +1,7 @@
 """Whatever a region file holds, the reader answers or refuses with RegionError: no crash."""
 
+import contextlib
+import os
 import struct
 import tempfile
 from pathlib import Path
@@ -70,3 +72,48 @@ def test_reader_never_crashes(
     assert len(snapshot.devices) <= 16
     assert all(d.used >= 0 and d.context >= 0 and d.sm_util >= 0 for d in snapshot.devices)
     assert len(snapshot.processes) <= 1024
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    proc_num=st.integers(0, 8),
+    cut=st.integers(0, SPEC_V1["size"] + 1),
+    regrow=st.one_of(st.none(), st.integers(0, SPEC_V1["size"] + 64)),
+    noise=st.lists(
+        st.tuples(st.integers(0, SPEC_V1["size"] - 8), st.binary(min_size=1, max_size=8)),
+        max_size=10,
+    ),
+)
+def test_a_file_changed_after_open_is_read_or_refused(
+    proc_num: int, cut: int, regrow: int | None, noise: list[tuple[int, bytes]]
+) -> None:
+    """What a container can do to its open region: cut it anywhere, grow it back (with zeros),
+    scribble on it. Every read and write answers or raises RegionError, and never grows a
+    shrunk file back."""
+    data = bytearray(BASE)
+    struct.pack_into("<i", data, SPEC_V1["proc_num"], proc_num)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "r.cache"
+        path.write_bytes(bytes(data))
+        region = Region.open(path)
+        try:
+            os.truncate(path, cut)
+            if regrow is not None:
+                os.truncate(path, regrow)
+            with path.open("r+b") as file:
+                for at, chunk in noise:
+                    if at < os.path.getsize(path):
+                        file.seek(at)
+                        file.write(chunk)
+            size = os.path.getsize(path)
+            for action in (
+                region.snapshot,
+                region.feedback,
+                lambda: region.write_recent_kernel(-1),
+                lambda: region.write_utilization_switch(0),
+            ):
+                with contextlib.suppress(RegionError):
+                    action()
+            assert os.path.getsize(path) == size
+        finally:
+            region.close()

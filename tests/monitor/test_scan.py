@@ -1,6 +1,8 @@
 """The directory scan: loading, late files, replaced files, bad names, orphans and grace."""
 
 import os
+import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -175,4 +177,49 @@ def test_a_loaded_region_truncated_in_place_is_unmapped_before_any_write(tmp_pat
     scan.update({POD}, now=1e10)
     key = ContainerKey(POD, "main")
     assert key not in scan.loaded and "truncated" in scan.refused[key]
+    scan.close()
+
+
+def _link_to_a_neighbours_region(path: Path) -> None:
+    neighbour = write_region(path.parent.parent / "other-pod_main" / "b.cache", RegionSpec())
+    path.symlink_to(f"../{neighbour.parent.name}/{neighbour.name}")
+
+
+@pytest.mark.parametrize(
+    "make, kind",
+    [
+        pytest.param(_link_to_a_neighbours_region, "a symbolic link", id="symlink"),
+        pytest.param(os.mkfifo, "a FIFO", id="fifo"),
+        pytest.param(
+            lambda path: os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 5)),
+            "a character device",
+            id="device",
+        ),
+        pytest.param(os.mkdir, "a directory", id="directory"),
+    ],
+)
+def test_a_region_name_that_is_not_a_regular_file_is_refused_with_a_reason(
+    tmp_path: Path, make: Callable[[Path], None], kind: str
+) -> None:
+    directory = _dir(tmp_path, f"{POD}_main")
+    make(directory / "a.cache")
+    scan = RegionDirectory(tmp_path, GRACE)
+    scan.update({POD}, now=1e10)
+    key = ContainerKey(POD, "main")
+    assert key not in scan.loaded
+    assert f"is {kind}, not a regular file" in scan.refused[key]
+    scan.close()
+
+
+def test_a_loaded_region_replaced_by_a_symlink_is_dropped(tmp_path: Path) -> None:
+    directory = _dir(tmp_path, f"{POD}_main")
+    path = write_region(directory / "a.cache", RegionSpec())
+    scan = RegionDirectory(tmp_path, GRACE)
+    scan.update({POD}, now=1e10)
+    key = ContainerKey(POD, "main")
+    assert key in scan.loaded
+    path.unlink()
+    _link_to_a_neighbours_region(path)
+    scan.update({POD}, now=1e10)
+    assert key not in scan.loaded and "symbolic link" in scan.refused[key]
     scan.close()

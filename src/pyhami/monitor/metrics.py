@@ -6,6 +6,9 @@ families of its own: `pyhami_monitor_sanity_alarms_total` and `pyhami_monitor_re
 
 Container series come from the region when it names a device, else from the pod's allocation
 annotation with zero usage, so an allocated container is visible before its first CUDA call.
+A region that cannot be read this scrape, or that holds impossible numbers (see `sanity`), is
+refused the same way: its numbers are not exported, it counts in
+`pyhami_monitor_regions_refused` and the reason is logged when it changes.
 """
 
 import platform
@@ -97,7 +100,7 @@ ALARMS = _Spec(
 )
 REFUSED = _Spec(
     "pyhami_monitor_regions_refused",
-    "Container directories whose region file is currently refused",
+    "Container directories whose region file is currently refused (unreadable or impossible)",
     (),
 )
 
@@ -147,24 +150,28 @@ class MonitorCollector(Collector):
         self.alarms = alarms
         self.wall_clock = wall_clock
         self.legacy = legacy
+        # Regions refused by the last scrape, with the reason, to log a reason once.
+        self._refused: dict[ContainerKey, str] = {}
 
     def collect(self) -> Iterator[Metric]:
         out = _Families()
         cards = self._host(out)
         by_uuid = {card.uuid: card for card in cards}
         now = self.wall_clock()
+        refused: dict[ContainerKey, str] = {}
         for pod in self.pods.pods():
-            for row in self._rows(pod, by_uuid):
+            for row in self._rows(pod, by_uuid, refused):
                 self._container(out, row, now)
             self._mig(out, pod)
+        self._note_refused(refused)
         yield from out
         alarms = CounterMetricFamily(ALARMS.name, ALARMS.help, labels=(*ALARMS.labels, "zone"))
         for kind in AlarmKind:
             alarms.add_metric((kind.value, ZONE), self.alarms.counts[kind])
         yield alarms
-        refused = GaugeMetricFamily(REFUSED.name, REFUSED.help, labels=("zone",))
-        refused.add_metric((ZONE,), len(self.regions.refused))
-        yield refused
+        refused_now = GaugeMetricFamily(REFUSED.name, REFUSED.help, labels=("zone",))
+        refused_now.add_metric((ZONE,), len(self.regions.refused) + len(refused))
+        yield refused_now
 
     # ----- host -----
 
@@ -186,7 +193,9 @@ class MonitorCollector(Collector):
 
     # ----- containers -----
 
-    def _rows(self, pod: PodView, cards: Mapping[str, HostCard]) -> Iterator[_Row]:
+    def _rows(
+        self, pod: PodView, cards: Mapping[str, HostCard], refused: dict[ContainerKey, str]
+    ) -> Iterator[_Row]:
         for container in pod.containers:
             key = ContainerKey(pod.uid, container)
             devices: tuple[VirtualDevice, ...] = ()
@@ -196,15 +205,29 @@ class MonitorCollector(Collector):
                 try:
                     snapshot = loaded.region.snapshot()
                 except RegionError as err:
-                    log.debug("region unreadable this scrape", error=str(err))
+                    refused[key] = str(err)
                 else:
-                    self.alarms.check(key, snapshot, cards)
-                    devices, last_kernel = snapshot.devices, snapshot.last_kernel_time
+                    impossible = self.alarms.check(key, snapshot, cards)
+                    if impossible:
+                        refused[key] = "; ".join(finding.detail for finding in impossible)
+                    else:
+                        devices, last_kernel = snapshot.devices, snapshot.last_kernel_time
             if not devices:
                 devices = _allocated_devices(pod, container)
             for device in devices:
                 labels = (pod.namespace, pod.name, container, str(device.index), device.uuid)
                 yield _Row(labels, device, last_kernel)
+
+    def _note_refused(self, refused: dict[ContainerKey, str]) -> None:
+        for key, reason in refused.items():
+            if self._refused.get(key) != reason:
+                log.warning(
+                    "region not exported; the allocation's series stand in",
+                    pod_uid=key.pod_uid,
+                    container=key.container,
+                    reason=reason,
+                )
+        self._refused = refused
 
     def _container(self, out: _Families, row: _Row, now: float) -> None:
         device, labels = row.device, row.labels

@@ -1,21 +1,27 @@
-"""One HAMi-core shared-region file, mapped with real `mmap` (ops.md §1.2, hami-core.md §4).
+"""One HAMi-core shared-region file (ops.md §1.2, hami-core.md §4), read and written by offset.
 
-The monitor keeps each file mapped read-write and shared for the container's lifetime: it
-reads usage from it and writes exactly two fields back, `recentKernel` and `utilizationSwitch`,
-with aligned 32-bit stores (atomic on x86-64, as libvgpu expects). Everything else is read-only.
+The file lives in a directory the container writes, so everything in it, its size included, is
+the container's to change at any moment. The monitor therefore never touches it through a
+mapping: a file shrunk under a mapping faults the reader (SIGBUS) on the next access, which
+no check beforehand can rule out. Reads copy bytes out with `pread` (a shrunk file is a short
+read, refused); the two fields the monitor writes back, `recentKernel` and `utilizationSwitch`,
+go in with `pwrite` at their fixed offsets, into the same page cache libvgpu's `MAP_SHARED`
+mapping sees, at once. The file is opened without following a link, and only when it is a
+regular file (a device node is never even opened).
 
 A file that cannot be used raises `RegionError` with a `RejectReason` and a sentence naming the
 file and the bad value; the caller logs it and tries again later, it never crashes the monitor.
 """
 
-import ctypes
 import enum
-import mmap
 import os
+import stat
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+import structlog
 
 from pyhami.monitor.layout import (
     HEADER_BYTES,
@@ -35,14 +41,17 @@ _U32 = struct.Struct("<I")
 _I64 = struct.Struct("<q")
 _U64 = struct.Struct("<Q")
 
+log = structlog.get_logger(__name__)
+
 
 class RejectReason(enum.StrEnum):
-    UNREADABLE = "unreadable"  # cannot open, stat or map
+    UNREADABLE = "unreadable"  # cannot open, stat or read
+    NOT_REGULAR = "not_regular"  # a symlink, directory, FIFO, socket or device node
     TOO_SMALL = "too_small"  # shorter than any known layout
     BAD_MAGIC = "bad_magic"  # initializedFlag is not 19920718
     BAD_VERSION = "bad_version"  # v1-sized but majorVersion is not 1
     COUNT_OUT_OF_RANGE = "count_out_of_range"  # device_num > 16 or proc_num outside 0..1024
-    SHRUNK = "shrunk"  # the file was truncated while mapped (reading on would SIGBUS)
+    SHRUNK = "shrunk"  # the file became shorter than its layout after it was opened
 
 
 class RegionError(Exception):
@@ -118,17 +127,15 @@ def choose_layout(path: Path, size: int, major_version: int) -> RegionLayout:
 
 
 class Region:
-    """A mapped region file. Not thread-safe; the monitor serialises access under one lock."""
+    """An open region file. Not thread-safe; the monitor serialises access under one lock."""
 
-    def __init__(self, path: Path, fd: int, mapped: mmap.mmap, layout: RegionLayout) -> None:
+    def __init__(
+        self, path: Path, fd: int, layout: RegionLayout, identity: tuple[int, int]
+    ) -> None:
         self.path = path
         self.layout = layout
+        self.identity = identity  # (st_dev, st_ino) of the file opened
         self._fd = fd
-        self._map = mapped
-        self._recent_kernel = ctypes.c_int32.from_buffer(mapped, layout.recent_kernel)
-        self._utilization_switch = ctypes.c_int32.from_buffer(mapped, layout.utilization_switch)
-        stat = os.fstat(fd)
-        self.identity = (stat.st_dev, stat.st_ino)
         used_stride, util_stride = layout.slot.used_stride // 8, layout.slot.device_util_stride // 8
         self._used = struct.Struct(f"<{MAX_DEVICES * used_stride}q")
         self._utils = struct.Struct(f"<{MAX_DEVICES * util_stride}q")
@@ -137,64 +144,73 @@ class Region:
 
     @classmethod
     def open(cls, path: Path) -> "Region":
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-        except OSError as err:
-            raise RegionError(path, RejectReason.UNREADABLE, f"cannot open: {err}") from err
+        fd = _open_regular(path)
         try:
             size = os.fstat(fd).st_size
             if size < HEADER_BYTES:
                 raise RegionError(
                     path, RejectReason.TOO_SMALL, f"{size} bytes cannot hold the 12-byte header"
                 )
-            magic, major = _I32.unpack(os.pread(fd, 4, 0))[0], _U32.unpack(os.pread(fd, 4, 4))[0]
+            magic, major = struct.unpack("<iI", os.pread(fd, 8, 0).ljust(8, b"\0"))
             if magic != MAGIC:
                 raise RegionError(
                     path, RejectReason.BAD_MAGIC, f"initializedFlag is {magic}, want {MAGIC}"
                 )
             layout = choose_layout(path, size, major)
-            mapped = mmap.mmap(fd, layout.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            stat_now = os.fstat(fd)
         except RegionError:
             os.close(fd)
             raise
-        except (OSError, ValueError) as err:
+        except OSError as err:
             os.close(fd)
-            raise RegionError(path, RejectReason.UNREADABLE, f"cannot map: {err}") from err
-        return cls(path, fd, mapped, layout)
+            raise RegionError(path, RejectReason.UNREADABLE, f"cannot read: {err}") from err
+        return cls(path, fd, layout, (stat_now.st_dev, stat_now.st_ino))
 
-    # ----- the two fields the monitor writes (and reads back) -----
+    # ----- raw access -----
 
-    @property
-    def recent_kernel(self) -> int:
-        return int(self._recent_kernel.value)
+    def _copy(self, target: memoryview, offset: int) -> None:
+        """Fill `target` from the file at `offset`; a short read means the file shrank."""
+        try:
+            got = os.preadv(self._fd, [target], offset)
+        except OSError as err:
+            raise RegionError(self.path, RejectReason.UNREADABLE, f"cannot read: {err}") from err
+        if got < len(target):
+            raise RegionError(
+                self.path,
+                RejectReason.SHRUNK,
+                f"shorter than its {self.layout.size}-byte layout since it was opened",
+            )
+
+    def _read(self, offset: int, length: int) -> bytes:
+        buffer = bytearray(length)
+        self._copy(memoryview(buffer), offset)
+        return bytes(buffer)
+
+    def _write_i32(self, offset: int, value: int) -> None:
+        # A file shrunk since the check is grown back by pwrite (a hole up to the field), never
+        # a fault; the next scan's `still_whole` then sees whatever the container left there.
+        self.still_whole()
+        try:
+            written = os.pwrite(self._fd, _I32.pack(value), offset)
+        except OSError as err:
+            raise RegionError(self.path, RejectReason.UNREADABLE, f"cannot write: {err}") from err
+        if written != _I32.size:
+            raise RegionError(
+                self.path, RejectReason.UNREADABLE, f"short write at offset {offset}: {written}"
+            )
+
+    # ----- the two fields the monitor writes -----
 
     def write_recent_kernel(self, value: int) -> None:
-        self._recent_kernel.value = value
-
-    @property
-    def utilization_switch(self) -> int:
-        return int(self._utilization_switch.value)
+        self._write_i32(self.layout.recent_kernel, value)
 
     def write_utilization_switch(self, value: int) -> None:
-        self._utilization_switch.value = value
+        self._write_i32(self.layout.utilization_switch, value)
 
     # ----- reads -----
 
-    @property
-    def priority(self) -> int:
-        return int(_I32.unpack_from(self._map, self.layout.priority)[0])
-
-    def device_keys(self) -> tuple[bytes, ...]:
-        """The full 96-byte UUID of every slot 0..15 that holds one (the feedback loop's key)."""
-        keys = []
-        for index in range(MAX_DEVICES):
-            start = self.layout.uuids + index * UUID_BYTES
-            if self._map[start] != 0:
-                keys.append(self._map[start : start + UUID_BYTES])
-        return tuple(keys)
-
     def still_whole(self) -> None:
-        """Raise if the file shrank below the mapped layout: touching those pages would SIGBUS."""
+        """Raise if the file is now shorter than its layout (a container truncated it)."""
         try:
             size = os.fstat(self._fd).st_size
         except OSError as err:
@@ -203,12 +219,29 @@ class Region:
             raise RegionError(
                 self.path,
                 RejectReason.SHRUNK,
-                f"truncated to {size} bytes while mapped ({self.layout.size} needed)",
+                f"truncated to {size} bytes after it was opened ({self.layout.size} needed)",
             )
 
+    def feedback(self) -> "FeedbackFields":
+        """The fields the feedback loop needs, read once (two small reads)."""
+        layout = self.layout
+        tail = self._read(layout.proc_num, layout.priority + 4 - layout.proc_num)
+        switch, recent, priority = struct.unpack_from("<iii", tail, 4)
+        uuids = self._read(layout.uuids, MAX_DEVICES * UUID_BYTES)
+        keys = tuple(
+            uuids[start : start + UUID_BYTES]
+            for start in range(0, len(uuids), UUID_BYTES)
+            if uuids[start] != 0
+        )
+        return FeedbackFields(self, priority, recent, switch, keys)
+
     def snapshot(self) -> RegionSnapshot:
-        self.still_whole()
-        layout, data = self.layout, self._map
+        """A private copy of the header, the tail and the live slot range, then parsed."""
+        layout = self.layout
+        data = bytearray(layout.size)
+        view = memoryview(data)
+        self._copy(view[: layout.procs], 0)
+        self._copy(view[layout.proc_num :], layout.proc_num)
         num = _U64.unpack_from(data, layout.device_num)[0]
         proc_num = _I32.unpack_from(data, layout.proc_num)[0]
         if num > MAX_DEVICES or not 0 <= proc_num <= MAX_PROCS:
@@ -217,14 +250,17 @@ class Region:
                 RejectReason.COUNT_OUT_OF_RANGE,
                 f"device_num {num} (at most {MAX_DEVICES}) / proc_num {proc_num} (0..{MAX_PROCS})",
             )
+        self._copy(view[layout.procs : layout.slot_offset(proc_num)], layout.procs)
         processes = tuple(
-            slot for slot in (self._slot(index) for index in range(proc_num)) if slot is not None
+            slot
+            for slot in (self._slot(data, index) for index in range(proc_num))
+            if slot is not None
         )
         limits = self._limits.unpack_from(data, layout.limit)
         sm_limits = self._limits.unpack_from(data, layout.sm_limit)
         devices, skipped = [], []
         for index in range(num):
-            uuid = self._uuid_label(index)
+            uuid = self._uuid_label(data, index)
             if uuid is None:
                 skipped.append(index)
                 continue
@@ -239,15 +275,15 @@ class Region:
             devices=tuple(devices),
             processes=processes,
             skipped_devices=tuple(skipped),
-            priority=self.priority,
-            recent_kernel=self.recent_kernel,
-            utilization_switch=self.utilization_switch,
+            priority=_I32.unpack_from(data, layout.priority)[0],
+            recent_kernel=_I32.unpack_from(data, layout.recent_kernel)[0],
+            utilization_switch=_I32.unpack_from(data, layout.utilization_switch)[0],
             last_kernel_time=last_kernel,
         )
 
-    def _uuid_label(self, index: int) -> str | None:
+    def _uuid_label(self, data: bytearray, index: int) -> str | None:
         start = self.layout.uuids + index * UUID_BYTES
-        raw = self._map[start : start + UUID_LABEL_BYTES]
+        raw = bytes(data[start : start + UUID_LABEL_BYTES])
         if raw[:1] == b"\x00":
             return None
         try:
@@ -257,17 +293,17 @@ class Region:
         except UnicodeDecodeError:
             return None
 
-    def _slot(self, index: int) -> ProcessSlot | None:
+    def _slot(self, data: bytearray, index: int) -> ProcessSlot | None:
         slot, base = self.layout.slot, self.layout.slot_offset(index)
-        status = _I32.unpack_from(self._map, base + slot.status)[0]
+        status = _I32.unpack_from(data, base + slot.status)[0]
         if status == 0:
             return None
-        used = self._used.unpack_from(self._map, base + slot.used)
-        utils = self._utils.unpack_from(self._map, base + slot.device_util)
+        used = self._used.unpack_from(data, base + slot.used)
+        utils = self._utils.unpack_from(data, base + slot.device_util)
         return ProcessSlot(
             slot=index,
-            pid=_I32.unpack_from(self._map, base + slot.pid)[0],
-            hostpid=_I32.unpack_from(self._map, base + slot.hostpid)[0],
+            pid=_I32.unpack_from(data, base + slot.pid)[0],
+            hostpid=_I32.unpack_from(data, base + slot.hostpid)[0],
             status=status,
             totals=used[slot.total // 8 :: self._used_stride],
             contexts=used[slot.context_size // 8 :: self._used_stride],
@@ -301,7 +337,77 @@ class Region:
         )
 
     def close(self) -> None:
-        # The ctypes views export the buffer; drop them before unmapping.
-        del self._recent_kernel, self._utilization_switch
-        self._map.close()
         os.close(self._fd)
+
+
+@dataclass(slots=True)
+class FeedbackFields:
+    """One region as the feedback loop sees it in one tick (a `FeedbackTarget`).
+
+    Values are read once; a write goes to the file and is remembered here. A write that fails
+    (the file shrank or cannot be written) is logged and skipped: the loop goes on for the
+    other containers, and the next scan refuses this file with its reason.
+    """
+
+    region: Region
+    priority: int
+    recent_kernel: int
+    utilization_switch: int
+    keys: tuple[bytes, ...]  # the full 96-byte UUID of every device slot that holds one
+
+    def device_keys(self) -> tuple[bytes, ...]:
+        return self.keys
+
+    def write_recent_kernel(self, value: int) -> None:
+        if self._write(self.region.write_recent_kernel, value):
+            self.recent_kernel = value
+
+    def write_utilization_switch(self, value: int) -> None:
+        if self._write(self.region.write_utilization_switch, value):
+            self.utilization_switch = value
+
+    @staticmethod
+    def _write(write: Callable[[int], None], value: int) -> bool:
+        try:
+            write(value)
+        except RegionError as err:
+            log.warning("feedback write skipped", error=str(err))
+            return False
+        return True
+
+
+_FILE_KINDS = (
+    (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def _open_regular(path: Path) -> int:
+    """Open `path` read-write only if it is a regular file itself, not a link to anything.
+
+    The container can put anything under that name, and swap it at any moment. `O_PATH`
+    opens the name without opening what it is (a device's open has effects of its own), and
+    `O_NOFOLLOW` makes a symlink the thing opened, not its target; once that inode is known to
+    be a regular file it is reopened through `/proc/self/fd`, which reaches that same inode
+    whatever the name points to by then.
+    """
+    try:
+        handle = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as err:
+        raise RegionError(path, RejectReason.UNREADABLE, f"cannot open: {err}") from err
+    try:
+        mode = os.fstat(handle).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a file")
+            raise RegionError(
+                path, RejectReason.NOT_REGULAR, f"is {kind}, not a regular file; not read"
+            )
+        return os.open(f"/proc/self/fd/{handle}", os.O_RDWR | os.O_CLOEXEC)
+    except OSError as err:
+        raise RegionError(path, RejectReason.UNREADABLE, f"cannot open: {err}") from err
+    finally:
+        os.close(handle)

@@ -1,8 +1,13 @@
-"""Impossible values in a region: logged once and counted, never a crash (issue 7).
+"""Impossible values in a region: logged once and counted, never a crash, never exported.
 
 Each distinct finding (container, kind, process slot, device) is reported when first seen;
 seeing it again on later scrapes does not count again, so the counter's rate is the rate of
 new problems. Findings of containers that are gone are forgotten.
+
+The region is written by the container, so its numbers are claims. Memory above what the card
+has, a limit above it, or a process above 100 % SM cannot be true: such a snapshot is refused
+(`AlarmKind.refuses`) and the container's series fall back to its allocation, so that a
+value like 4.6e20 never reaches `/metrics`. Negative counters only count as 0 in the sums.
 """
 
 import enum
@@ -12,19 +17,36 @@ from dataclasses import dataclass, field
 import structlog
 
 from pyhami.monitor.host import HostCard
-from pyhami.monitor.region import RegionSnapshot
+from pyhami.monitor.region import RegionSnapshot, VirtualDevice
 from pyhami.monitor.scan import ContainerKey
 
 log = structlog.get_logger(__name__)
 
 MAX_SM_UTIL = 100
+# The bound on a device's memory when NVML does not know the card (no NVML, a MIG device):
+# 16 TiB, far above any GPU's memory and far below a corrupted counter.
+PLAUSIBLE_MEMORY_BYTES = 1 << 44
+PID_MAX = 1 << 22  # the largest pid_max Linux accepts
 
 
 class AlarmKind(enum.StrEnum):
     NEGATIVE_COUNTER = "negative_counter"  # a usage counter below zero (an underflow)
     ABOVE_PHYSICAL = "above_physical"  # more memory in use than the card has
+    LIMIT_ABOVE_PHYSICAL = "limit_above_physical"  # a memory limit above what the card has
     IMPOSSIBLE_UTILIZATION = "impossible_utilization"  # a process above 100 % SM
-    UNKNOWN_PID = "unknown_pid"  # a live slot without a pid, or using a card NVML says it is not on
+    # A live slot without a pid or with one Linux cannot have, or using a card NVML says it is
+    # not on.
+    UNKNOWN_PID = "unknown_pid"
+
+    @property
+    def refuses(self) -> bool:
+        """True when a snapshot with this finding must not be exported."""
+        return self in _REFUSING
+
+
+_REFUSING = frozenset(
+    {AlarmKind.ABOVE_PHYSICAL, AlarmKind.LIMIT_ABOVE_PHYSICAL, AlarmKind.IMPOSSIBLE_UTILIZATION}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +62,7 @@ def findings(snapshot: RegionSnapshot, cards: Mapping[str, HostCard]) -> list[Fi
     """Everything impossible in one snapshot; `cards` by UUID (may be empty without NVML)."""
     found: list[Finding] = []
     for process in snapshot.processes:
-        if process.pid <= 0 or process.hostpid < 0:
+        if not 0 < process.pid <= PID_MAX or not 0 <= process.hostpid <= PID_MAX:
             found.append(
                 Finding(
                     AlarmKind.UNKNOWN_PID,
@@ -82,19 +104,8 @@ def findings(snapshot: RegionSnapshot, cards: Mapping[str, HostCard]) -> list[Fi
                 )
     for device in snapshot.devices:
         card = cards.get(device.uuid)
-        if card is None:
-            continue
-        if device.used > card.memory.total:
-            found.append(
-                Finding(
-                    AlarmKind.ABOVE_PHYSICAL,
-                    -1,
-                    device.index,
-                    0,
-                    f"{device.used} bytes used on a {card.memory.total}-byte card",
-                )
-            )
-        if card.pids is None:
+        found.extend(_memory_findings(device, card))
+        if card is None or card.pids is None:
             continue
         for process in snapshot.processes:
             uses = process.totals[device.index] > 0
@@ -111,6 +122,42 @@ def findings(snapshot: RegionSnapshot, cards: Mapping[str, HostCard]) -> list[Fi
     return found
 
 
+def _memory_findings(device: VirtualDevice, card: HostCard | None) -> list[Finding]:
+    capacity = PLAUSIBLE_MEMORY_BYTES if card is None else card.memory.total
+    what = "any GPU" if card is None else "the card"
+    found = []
+    usage = {
+        "used": device.used,
+        "context": device.context,
+        "module": device.module,
+        "buffer": device.buffer,
+    }
+    above = {name: value for name, value in usage.items() if value > capacity}
+    if above:
+        found.append(
+            Finding(
+                AlarmKind.ABOVE_PHYSICAL,
+                -1,
+                device.index,
+                0,
+                f"{', '.join(f'{name} {value}' for name, value in above.items())} bytes on "
+                f"{device.uuid}, more than the {capacity} bytes {what} has",
+            )
+        )
+    if device.limit > capacity:
+        found.append(
+            Finding(
+                AlarmKind.LIMIT_ABOVE_PHYSICAL,
+                -1,
+                device.index,
+                0,
+                f"limit {device.limit} bytes on {device.uuid}, above the {capacity} bytes "
+                f"{what} has",
+            )
+        )
+    return found
+
+
 class SanityAlarms:
     """Counts distinct findings per kind; `check` is called with each fresh snapshot."""
 
@@ -120,9 +167,13 @@ class SanityAlarms:
 
     def check(
         self, key: ContainerKey, snapshot: RegionSnapshot, cards: Mapping[str, HostCard]
-    ) -> None:
+    ) -> list[Finding]:
+        """Count and log what is new; returns the findings that refuse the snapshot."""
         seen = self._seen.setdefault(key, set())
+        refusing = []
         for finding in findings(snapshot, cards):
+            if finding.kind.refuses:
+                refusing.append(finding)
             if finding in seen:
                 continue
             seen.add(finding)
@@ -136,6 +187,7 @@ class SanityAlarms:
                 device=finding.device,
                 detail=finding.detail,
             )
+        return refusing
 
     def forget_all_but(self, keys: Iterable[ContainerKey]) -> None:
         keep = set(keys)

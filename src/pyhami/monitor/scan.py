@@ -9,6 +9,9 @@ Where we differ from HAMi, on purpose:
 * The grace period of an orphan runs from the newest change to the directory *or any file in
   it*, so a region that was just created in an old directory is not deleted under its writer.
 * Rejected files are reported once per distinct reason (then quietly retried), not every tick.
+* A `.cache` name that is not a regular file (a symlink, FIFO, device node, directory) is
+  refused with that reason, never followed or opened: the container owns its directory, and a
+  link to another container's region would otherwise be read and exported as its own.
 """
 
 import os
@@ -181,9 +184,12 @@ class RegionDirectory:
 
 
 def _cache_file(directory: Path) -> Path | None:
-    """HAMi's choice: the first `.cache` file; more than two library/cache names is an error."""
+    """HAMi's choice: the first `.cache` name; more than two library/cache names is an error.
+
+    Entries of every type count, so that a symlink or FIFO under the region's name is refused
+    by `Region.open` with a reason instead of being skipped without a word."""
     try:
-        names = sorted(entry.name for entry in os.scandir(directory) if entry.is_file())
+        names = sorted(entry.name for entry in os.scandir(directory))
     except OSError as err:
         raise DirectoryError(f"cannot list {directory}: {err}") from err
     matching = [n for n in names if _PLACEHOLDER in n or n.endswith(".cache")]
@@ -195,7 +201,7 @@ def _cache_file(directory: Path) -> Path | None:
 
 def _same_file(loaded: LoadedRegion, path: Path) -> bool:
     try:
-        stat = path.stat()
+        stat = path.stat(follow_symlinks=False)
     except OSError:
         return False
     return (stat.st_dev, stat.st_ino) == loaded.region.identity

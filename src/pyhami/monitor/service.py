@@ -22,6 +22,7 @@ from pyhami.monitor.feedback import Verdict, observe
 from pyhami.monitor.host import NvmlOpener
 from pyhami.monitor.metrics import MonitorCollector, monitor_registry
 from pyhami.monitor.pods import PodSource
+from pyhami.monitor.region import FeedbackFields, RegionError
 from pyhami.monitor.sanity import SanityAlarms
 from pyhami.monitor.scan import DirectoryError, RegionDirectory
 from pyhami.monitor.settings import MonitorSettings
@@ -80,9 +81,19 @@ class MonitorService:
         paused = self.mig_apply_lock.exists()
         verdicts: tuple[Verdict, ...] = ()
         if not paused:
-            verdicts = tuple(observe([loaded.region for loaded in self.regions.loaded.values()]))
+            verdicts = tuple(observe(self._feedback_targets()))
         self.last_good_tick = self.clock.monotonic()
         return TickResult(verdicts, paused)
+
+    def _feedback_targets(self) -> list[FeedbackFields]:
+        """Each loaded region's feedback fields; one that cannot be read sits this tick out."""
+        targets = []
+        for loaded in self.regions.loaded.values():
+            try:
+                targets.append(loaded.region.feedback())
+            except RegionError as err:
+                log.warning("region left out of the feedback loop this tick", error=str(err))
+        return targets
 
     async def run(self, stop: asyncio.Event) -> None:
         """Tick every period until `stop` is set; a failing tick is logged, never fatal."""
