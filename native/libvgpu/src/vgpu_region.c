@@ -53,6 +53,7 @@ static pid_t vgpu_own_pid;
 static int vgpu_proc_readable;  /* /proc tells liveness here; if not, never reap */
 static pthread_mutex_t vgpu_register_mutex = PTHREAD_MUTEX_INITIALIZER;
 static time_t vgpu_last_reap;
+static int vgpu_corruption_reported;  /* a corrupt count is logged once per process */
 
 struct vgpu_region *vgpu_region(void)
 {
@@ -113,14 +114,28 @@ static void vgpu_slot_clear(struct vgpu_slot *slot)
     __atomic_store_n(&slot->pid, 0, __ATOMIC_RELEASE);
 }
 
+/* The region's process count, or -1 when it is outside 0..VGPU_MAX_PROCS. Every process of
+ * the container can write the file, so the count is read once and checked before it bounds
+ * any slot access. */
+static int vgpu_proc_count(const struct vgpu_region_v1 *v1)
+{
+    int32_t count = __atomic_load_n(&v1->proc_num, __ATOMIC_ACQUIRE);
+    if (count >= 0 && count <= VGPU_MAX_PROCS)
+        return count;
+    if (!__atomic_exchange_n(&vgpu_corruption_reported, 1, __ATOMIC_RELAXED))
+        vgpu_error("the shared region's process count is %d, outside 0..%d: the region is "
+                   "corrupt; refusing device memory", (int)count, VGPU_MAX_PROCS);
+    return -1;
+}
+
 /* Caller holds the lock. Returns how many slots were freed. */
 static int vgpu_reap_locked(void)
 {
     if (!vgpu_proc_readable)
         return 0;
     int freed = 0;
-    int count = __atomic_load_n(&vgpu_shared->v1.proc_num, __ATOMIC_RELAXED);
-    for (int i = 0; i < count && i < VGPU_MAX_PROCS; i++) {
+    int count = vgpu_proc_count(&vgpu_shared->v1);
+    for (int i = 0; i < count; i++) {
         struct vgpu_slot *slot = &vgpu_shared->v1.procs[i];
         if (slot->status == VGPU_SLOT_FREE || i == vgpu_own_index)
             continue;
@@ -205,15 +220,42 @@ static void vgpu_compare_limits(const struct vgpu_region *region, const struct v
     }
 }
 
+/* Why an initialised region cannot be used, or NULL. Counts and values that bound an array
+ * or must be a percentage are checked here; the few read again later are checked again. */
+static const char *vgpu_region_problem(const struct vgpu_region *region, char *why, size_t size)
+{
+    const struct vgpu_region_v1 *v1 = &region->v1;
+    if (v1->major_version != VGPU_REGION_MAJOR || region->ext.magic != VGPU_EXT_MAGIC ||
+        region->ext.version != VGPU_EXT_VERSION)
+        snprintf(why, size, "was written by another library or version (v%u.%u)",
+                 v1->major_version, v1->minor_version);
+    else if (v1->proc_num < 0 || v1->proc_num > VGPU_MAX_PROCS)
+        snprintf(why, size, "has a process count of %d, outside 0..%d", (int)v1->proc_num,
+                 VGPU_MAX_PROCS);
+    else if (v1->device_num > VGPU_MAX_DEVICES)
+        snprintf(why, size, "has a device count of %llu, more than %d",
+                 (unsigned long long)v1->device_num, VGPU_MAX_DEVICES);
+    else
+        for (int i = 0; i < VGPU_MAX_DEVICES; i++)
+            if (v1->sm_limit[i] > 100) {
+                snprintf(why, size, "has an SM limit of %llu %% for device %d",
+                         (unsigned long long)v1->sm_limit[i], i);
+                return why;
+            }
+    return why[0] != '\0' ? why : NULL;
+}
+
 /* Caller holds the file lock. */
 static struct vgpu_region *vgpu_map(int fd, const struct vgpu_config *config)
 {
     struct stat st;
     if (fstat(fd, &st) != 0)
         return NULL;
-    if (st.st_size != 0 && st.st_size < (off_t)sizeof(struct vgpu_region)) {
-        vgpu_error("%s is %lld bytes, not a libvgpu region (%zu bytes); refusing to use it",
-                   config->cache_path, (long long)st.st_size, sizeof(struct vgpu_region));
+    if (!S_ISREG(st.st_mode) ||
+        (st.st_size != 0 && st.st_size != (off_t)sizeof(struct vgpu_region))) {
+        vgpu_error("%s is %lld bytes, not a libvgpu region (a regular file of %zu bytes); "
+                   "refusing to use it", config->cache_path, (long long)st.st_size,
+                   sizeof(struct vgpu_region));
         return NULL;
     }
     if (st.st_size == 0 && ftruncate(fd, (off_t)sizeof(struct vgpu_region)) != 0) {
@@ -226,14 +268,13 @@ static struct vgpu_region *vgpu_map(int fd, const struct vgpu_config *config)
         return NULL;
     }
     struct vgpu_region *region = map;
+    char why[160] = "";
     if (__atomic_load_n(&region->v1.initialized_flag, __ATOMIC_ACQUIRE) != VGPU_REGION_MAGIC) {
         if (vgpu_region_format(region, config) == 0)
             return region;
         vgpu_error("cannot initialise the locks of %s", config->cache_path);
-    } else if (region->v1.major_version != VGPU_REGION_MAJOR ||
-               region->ext.magic != VGPU_EXT_MAGIC || region->ext.version != VGPU_EXT_VERSION) {
-        vgpu_error("%s was written by another library or version (v%u.%u); refusing to use it",
-                   config->cache_path, region->v1.major_version, region->v1.minor_version);
+    } else if (vgpu_region_problem(region, why, sizeof why) != NULL) {
+        vgpu_error("%s %s; refusing to use it", config->cache_path, why);
     } else {
         vgpu_compare_limits(region, config);
         return region;
@@ -270,29 +311,38 @@ int vgpu_region_attach(const struct vgpu_config *config)
 uint64_t vgpu_container_used(int dev)
 {
     const struct vgpu_region_v1 *v1 = &vgpu_shared->v1;
-    int count = __atomic_load_n(&v1->proc_num, __ATOMIC_ACQUIRE);
+    int count = vgpu_proc_count(v1);
+    if (count < 0)
+        return UINT64_MAX;  /* a corrupt region: nothing is free */
     uint64_t used = 0;
-    for (int i = 0; i < count && i < VGPU_MAX_PROCS; i++)
-        if (__atomic_load_n(&v1->procs[i].status, __ATOMIC_ACQUIRE) != VGPU_SLOT_FREE)
-            used += __atomic_load_n(&v1->procs[i].used[dev].total, __ATOMIC_RELAXED);
+    for (int i = 0; i < count; i++) {
+        if (__atomic_load_n(&v1->procs[i].status, __ATOMIC_ACQUIRE) == VGPU_SLOT_FREE)
+            continue;
+        uint64_t total = __atomic_load_n(&v1->procs[i].used[dev].total, __ATOMIC_RELAXED);
+        used = total > UINT64_MAX - used ? UINT64_MAX : used + total;  /* never wraps to less */
+    }
     return used;
 }
 
+/* The index of the slot taken; -1 when all are taken, -2 when the region is corrupt. */
 static int vgpu_claim_slot_locked(void)
 {
     struct vgpu_region_v1 *v1 = &vgpu_shared->v1;
     pid_t pid = getpid();
+    int count = vgpu_proc_count(v1);
+    if (count < 0)
+        return -2;
     int free_index = -1;
-    for (int i = 0; i < v1->proc_num; i++)  /* a slot left by an earlier holder of our pid */
+    for (int i = 0; i < count; i++)  /* a slot left by an earlier holder of our pid */
         if (v1->procs[i].status != VGPU_SLOT_FREE && v1->procs[i].pid == pid)
             vgpu_slot_clear(&v1->procs[i]);
-    for (int i = 0; i < v1->proc_num && free_index < 0; i++)
+    for (int i = 0; i < count && free_index < 0; i++)
         if (v1->procs[i].status == VGPU_SLOT_FREE)
             free_index = i;
     if (free_index < 0) {
-        if (v1->proc_num >= VGPU_MAX_PROCS)
+        if (count >= VGPU_MAX_PROCS)
             return -1;
-        free_index = v1->proc_num;
+        free_index = count;
     }
     struct vgpu_slot *slot = &v1->procs[free_index];
     char state;
@@ -302,7 +352,7 @@ static int vgpu_claim_slot_locked(void)
     slot->start_time = start_time;
     slot->pid = pid;
     __atomic_store_n(&slot->status, VGPU_SLOT_RUNNING, __ATOMIC_RELEASE);
-    if (free_index == v1->proc_num)
+    if (free_index == count)
         __atomic_store_n(&v1->proc_num, free_index + 1, __ATOMIC_RELEASE);
     return free_index;
 }
@@ -320,7 +370,7 @@ struct vgpu_slot *vgpu_own_slot(void)
         vgpu_reap_locked();
         index = vgpu_claim_slot_locked();
         vgpu_region_unlock();
-        if (index < 0)
+        if (index == -1)
             vgpu_error("all %d process slots of the shared region are taken", VGPU_MAX_PROCS);
         vgpu_own_pid = getpid();
         __atomic_store_n(&vgpu_own_index, index, __ATOMIC_RELEASE);
