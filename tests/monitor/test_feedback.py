@@ -140,6 +140,25 @@ def test_negative_priority_is_never_counted_active(tmp_path: Path) -> None:
         region.close()
 
 
+def test_a_huge_priority_costs_nothing_and_ranks_last(tmp_path: Path) -> None:
+    """The priority is the container's to write: 2**31 - 1 once made the census allocate a
+    counter per level up to it (16 GiB), enough to get the monitor killed."""
+    paths = [
+        write_region(
+            tmp_path / "a.cache",
+            RegionSpec(uuids=(uuid_of(0),), priority=2**31 - 1, recent_kernel=5),
+        ),
+        write_region(
+            tmp_path / "b.cache", RegionSpec(uuids=(uuid_of(0),), priority=0, recent_kernel=5)
+        ),
+    ]
+    regions = [Region.open(p) for p in paths]
+    last, first = observe(regions)
+    assert last.active and last.blocked and not first.blocked
+    for region in regions:
+        region.close()
+
+
 class _Target:
     """An in-memory FeedbackTarget for the property test."""
 

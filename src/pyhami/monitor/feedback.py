@@ -10,6 +10,7 @@
 Devices are keyed by the full 96-byte UUID slot on both sides, as HAMi does.
 """
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -45,8 +46,10 @@ class Verdict:
     contended: bool
 
 
-# Per device UUID: how many active containers at each priority level (index = priority).
-Census = dict[bytes, list[int]]
+# Per device UUID: how many active containers at each priority level. A mapping, not a list
+# indexed by priority: the priority is the container's to write, and 2**31 - 1 must not make
+# the monitor allocate billions of counters.
+Census = dict[bytes, Counter[int]]
 
 
 def take_census(targets: Sequence[FeedbackTarget]) -> tuple[Census, list[bool]]:
@@ -61,26 +64,25 @@ def take_census(targets: Sequence[FeedbackTarget]) -> tuple[Census, list[bool]]:
             if recent > 0 and priority >= 0:
                 is_active = True
                 for key in target.device_keys():
-                    levels = census.setdefault(key, [])
-                    levels.extend([0] * (priority + 1 - len(levels)))
-                    levels[priority] += 1
+                    census.setdefault(key, Counter())[priority] += 1
             target.write_recent_kernel(recent)
         active.append(is_active)
     return census, active
 
 
 def _blocking(census: Census, keys: tuple[bytes, ...], priority: int) -> bool:
-    return any(any(count > 0 for count in census.get(key, [])[: max(priority, 0)]) for key in keys)
+    """A more urgent level (a smaller number) is active on one of the devices."""
+    return any(
+        level < priority and count > 0
+        for key in keys
+        for level, count in census.get(key, Counter()).items()
+    )
 
 
 def _shared_at_level(census: Census, keys: tuple[bytes, ...], priority: int) -> bool:
     if priority < 0:
         return False
-    for key in keys:
-        levels = census.get(key, [])
-        if priority < len(levels) and levels[priority] > 1:
-            return True
-    return False
+    return any(census.get(key, Counter())[priority] > 1 for key in keys)
 
 
 def observe(targets: Sequence[FeedbackTarget]) -> list[Verdict]:

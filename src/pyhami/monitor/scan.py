@@ -187,15 +187,23 @@ def _cache_file(directory: Path) -> Path | None:
     """HAMi's choice: the first `.cache` name; more than two library/cache names is an error.
 
     Entries of every type count, so that a symlink or FIFO under the region's name is refused
-    by `Region.open` with a reason instead of being skipped without a word."""
+    by `Region.open` with a reason instead of being skipped without a word. Only matching names
+    are kept, and the listing stops at the first one too many: the container fills this
+    directory, and a million names must not cost the monitor a million-entry list each tick."""
+    matching: list[str] = []
     try:
-        names = sorted(entry.name for entry in os.scandir(directory))
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if _PLACEHOLDER in entry.name or entry.name.endswith(".cache"):
+                    matching.append(entry.name)
+                    if len(matching) > _MAX_MATCHING_FILES:
+                        raise DirectoryError(
+                            f"{directory} holds more than {_MAX_MATCHING_FILES} region/library "
+                            f"files ({', '.join(sorted(matching))}, ...)"
+                        )
     except OSError as err:
         raise DirectoryError(f"cannot list {directory}: {err}") from err
-    matching = [n for n in names if _PLACEHOLDER in n or n.endswith(".cache")]
-    if len(matching) > _MAX_MATCHING_FILES:
-        raise DirectoryError(f"{directory} holds {len(matching)} region/library files, at most 2")
-    caches = [n for n in matching if n.endswith(".cache") and _PLACEHOLDER not in n]
+    caches = sorted(n for n in matching if n.endswith(".cache") and _PLACEHOLDER not in n)
     return directory / caches[0] if caches else None
 
 
