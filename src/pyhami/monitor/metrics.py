@@ -15,7 +15,6 @@ import platform
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
-import structlog
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -27,9 +26,7 @@ from pyhami.monitor.layout import UUID_LABEL_BYTES
 from pyhami.monitor.pods import PodSource, PodView
 from pyhami.monitor.region import RegionError, VirtualDevice
 from pyhami.monitor.sanity import AlarmKind, SanityAlarms
-from pyhami.monitor.scan import ContainerKey, RegionDirectory
-
-log = structlog.get_logger(__name__)
+from pyhami.monitor.scan import ContainerKey, RegionDirectory, report_refusal
 
 MIB = 1 << 20
 ZONE = "vGPU"
@@ -220,13 +217,9 @@ class MonitorCollector(Collector):
 
     def _note_refused(self, refused: dict[ContainerKey, str]) -> None:
         for key, reason in refused.items():
-            if self._refused.get(key) != reason:
-                log.warning(
-                    "region not exported; the allocation's series stand in",
-                    pod_uid=key.pod_uid,
-                    container=key.container,
-                    reason=reason,
-                )
+            report_refusal(
+                "region not exported; the allocation's series stand in", key, reason, self._refused
+            )
         self._refused = refused
 
     def _container(self, out: _Families, row: _Row, now: float) -> None:

@@ -16,6 +16,7 @@ Where we differ from HAMi, on purpose:
 
 import os
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -142,13 +143,7 @@ class RegionDirectory:
         )
 
     def _refuse(self, key: ContainerKey, reason: str) -> None:
-        if self.refused.get(key) != reason:
-            log.warning(
-                "region refused; retrying every tick",
-                pod_uid=key.pod_uid,
-                container=key.container,
-                reason=reason,
-            )
+        report_refusal("region refused; retrying every tick", key, reason, self.refused)
         self.refused[key] = reason
 
     def _forget(self, key: ContainerKey) -> None:
@@ -181,6 +176,14 @@ class RegionDirectory:
         if name not in self._warned_names:
             self._warned_names.add(name)
             log.warning("skipping directory not named <podUID>_<container>", name=name)
+
+
+def report_refusal(
+    event: str, key: ContainerKey, reason: str, reported: Mapping[ContainerKey, str]
+) -> None:
+    """Log a refused region, unless `reported` shows this reason was the last one logged."""
+    if reported.get(key) != reason:
+        log.warning(event, pod_uid=key.pod_uid, container=key.container, reason=reason)
 
 
 def _cache_file(directory: Path) -> Path | None:
