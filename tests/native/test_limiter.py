@@ -78,7 +78,7 @@ def test_switch_off_from_the_monitor_stops_throttling_but_still_reports_activity
         region.write_recent_kernel(0)
         series = launch_for(vgpu, env, 500)
         assert series[-1] >= 100 * CAPACITY, "switch 0: the container is alone on its GPU"
-        assert region.recent_kernel == 2, "HAMi-core latched here (hami-core.md §5.5)"
+        assert region.feedback().recent_kernel == 2, "HAMi-core latched here (hami-core.md §5.5)"
         region.write_utilization_switch(1)
         assert last_second(launch_for(vgpu, env, 1500)) <= TRICKLE
     finally:
@@ -97,7 +97,7 @@ def test_priority_freeze_holds_launches_until_lifted(each_vgpu: Harness) -> None
         region.write_recent_kernel(0)
         run = finish(process, timeout=10)
         assert run.one("launch").int("launches") == 1
-        assert region.recent_kernel == 2
+        assert region.feedback().recent_kernel == 2
     finally:
         region.close()
 
