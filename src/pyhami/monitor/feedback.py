@@ -19,7 +19,7 @@ FROZEN = -1
 
 
 class FeedbackTarget(Protocol):
-    """The part of a mapped region the loop reads and writes (`Region` is one)."""
+    """The part of a region the loop reads and writes (`FeedbackFields` is one)."""
 
     @property
     def recent_kernel(self) -> int: ...
@@ -86,7 +86,7 @@ def _shared_at_level(census: Census, keys: tuple[bytes, ...], priority: int) -> 
 
 
 def observe(targets: Sequence[FeedbackTarget]) -> list[Verdict]:
-    """One feedback tick over every mapped region; returns what it decided for each."""
+    """One feedback tick over every open region; returns what it decided for each."""
     census, active = take_census(targets)
     verdicts = []
     for target, was_active in zip(targets, active, strict=True):

@@ -1,11 +1,11 @@
 """The directory scan of `$HOOK_PATH/containers/<podUID>_<container>/` (ops.md §1.3).
 
-Each tick: map the region of every directory whose pod is on this node, drop the ones whose
+Each tick: open the region of every directory whose pod is on this node, drop the ones whose
 directory went away, and delete orphaned directories once their grace period is over.
 
 Where we differ from HAMi, on purpose:
 * A loaded directory is looked at again every tick: a `.cache` file that appears later, or one
-  replaced by a new file, is mapped (HAMi keeps the first mapping and never notices).
+  replaced by a new file, is opened (HAMi keeps the first mapping and never notices).
 * The grace period of an orphan runs from the newest change to the directory *or any file in
   it*, so a region that was just created in an old directory is not deleted under its writer.
 * Rejected files are reported once per distinct reason (then quietly retried), not every tick.
@@ -112,7 +112,7 @@ class RegionDirectory:
         current = self.loaded.get(key)
         if cache is None:
             if current is not None:
-                log.info("region gone; unmapped", pod_uid=key.pod_uid, container=key.container)
+                log.info("region gone; closed", pod_uid=key.pod_uid, container=key.container)
                 self._forget(key)
             return
         if current is not None and current.region.path == cache and _same_file(current, cache):
@@ -135,7 +135,7 @@ class RegionDirectory:
         self.refused.pop(key, None)
         self.loaded[key] = LoadedRegion(key, directory, region)
         log.info(
-            "mapped region",
+            "opened region",
             path=str(cache),
             layout=region.layout.version.name,
             pod_uid=key.pod_uid,

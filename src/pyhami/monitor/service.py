@@ -1,7 +1,7 @@
 """The monitor service: the 5 s scan + feedback loop and the HTTP server (`/metrics`, `/healthz`).
 
 Everything runs on one event loop, so scrapes and ticks never overlap and a region is never
-unmapped while a scrape reads it. Where we differ from HAMi: a `/healthz` endpoint (HAMi has
+closed while a scrape reads it. Where we differ from HAMi: a `/healthz` endpoint (HAMi has
 none), and while the device plugin's MIG-apply lock file exists the feedback step is skipped
 (HAMi stops its loop on the lock's inotify event; we look for the file each tick).
 """
