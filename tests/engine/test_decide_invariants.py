@@ -82,8 +82,9 @@ annotations = st.fixed_dictionaries(
 )
 
 
-def check_scheduled(ledger: Ledger, the_pod: dict[str, Any], node: NodeName,
-                    devices: tuple[tuple[Any, ...], ...]) -> None:
+def check_scheduled(
+    ledger: Ledger, the_pod: dict[str, Any], node: NodeName, devices: tuple[tuple[Any, ...], ...]
+) -> None:
     config = NvidiaConfig()
     plan = plan_pod(the_pod, EngineConfig(nvidia=config))
     ledger_node = ledger.node(node)
@@ -134,8 +135,14 @@ def test_a_scheduled_pod_gets_exactly_its_cards_and_each_fits(
             ledger.add_pod(alloc_of(f"{uuid}-user{n}", name, (used(uuid, mem, cores),)))
     the_pod = pod("p", *apps, init=tuple(init), annotations=notes)
     config = EngineConfig(nvidia=NvidiaConfig(), node_policy=node_policy, gpu_policy=gpu_policy)
-    decision = decide(the_pod, [name for name, _, _ in cluster], ledger, config=config,
-                      quotas=None, now=1755763200)
+    decision = decide(
+        the_pod,
+        [name for name, _, _ in cluster],
+        ledger,
+        config=config,
+        quotas=None,
+        now=1755763200,
+    )
     assert decision.outcome in (Outcome.SCHEDULED, Outcome.UNSCHEDULABLE), decision.error
     if decision.outcome is Outcome.SCHEDULED:
         assert decision.node is not None
@@ -153,11 +160,15 @@ def test_topology_aware_takes_the_best_pair_when_every_total_is_negative() -> No
     ledger = Ledger()
     uuids = ("a", "b", "c")
     scores = {"a": {"b": -30, "c": -5}, "b": {"a": -30, "c": -20}, "c": {"a": -5, "b": -20}}
-    ledger.upsert_node(NodeName("n"), NodeInventory(
-        tuple(card(u, index=i) for i, u in enumerate(uuids)), scores, frozenset()))
-    the_pod = pod("p", gpus(2, mem=10), annotations={"hami.io/gpu-scheduler-policy":
-                                                      "topology-aware"})
-    decision = decide(the_pod, [NodeName("n")], ledger, config=EngineConfig(), quotas=None,
-                      now=1755763200)
+    ledger.upsert_node(
+        NodeName("n"),
+        NodeInventory(tuple(card(u, index=i) for i, u in enumerate(uuids)), scores, frozenset()),
+    )
+    the_pod = pod(
+        "p", gpus(2, mem=10), annotations={"hami.io/gpu-scheduler-policy": "topology-aware"}
+    )
+    decision = decide(
+        the_pod, [NodeName("n")], ledger, config=EngineConfig(), quotas=None, now=1755763200
+    )
     assert decision.outcome is Outcome.SCHEDULED
     assert sorted(d.uuid for d in decision.devices[0]) == ["a", "c"]
