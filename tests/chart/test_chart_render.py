@@ -14,7 +14,8 @@ import typer
 import yaml
 
 from pyhami.devices.config import parse_device_config
-from pyhami.sim.demo.cluster import WEBHOOKS
+from pyhami.sim.demo.cluster import WEBHOOKS, trusted_writers_condition
+from pyhami.testing.fake_apiserver.cel import compile_expression
 from pyhami.testing.scheduler_harness.config import ExtenderConfig
 
 from .commands import parse_pyhami
@@ -264,11 +265,19 @@ def test_webhook_values_reach_the_webhook() -> None:
 
 def test_the_webhooks_are_the_demos() -> None:
     """The demo (and so the whole-system tests) registers what the chart installs."""
-    hooks = render("defaults").one("MutatingWebhookConfiguration")["webhooks"]
+    rendered = render("defaults")
+    hooks = rendered.one("MutatingWebhookConfiguration")["webhooks"]
     assert [
         (h["name"], h["clientConfig"]["service"]["path"], h["rules"], h.get("objectSelector"))
         for h in hooks
     ] == [(d.name, d.path, list(d.rules), d.object_selector) for d in WEBHOOKS]
+    # The same condition, built from the same list of trusted writers (the chart's own).
+    writers = parse_pyhami(pyhami_argv(extender_container(rendered)) or [])["trusted_writers"]
+    assert [h.get("matchConditions", []) for h in hooks] == [
+        [],
+        [trusted_writers_condition(writers)],
+    ]
+    assert [len(d.match_conditions) for d in WEBHOOKS] == [0, 1]
 
 
 def test_ownership_webhook_and_its_trusted_writers() -> None:
@@ -285,6 +294,28 @@ def test_ownership_webhook_and_its_trusted_writers() -> None:
         *(f"system:serviceaccount:{NAMESPACE}:{account}" for account in accounts),
         "ops-bot",
     ]
+    # Their updates skip the webhook (matchConditions), everyone else's and every create do not.
+    (condition,) = ownership["matchConditions"]
+    program = compile_expression(condition["expression"])
+
+    def reviewed(operation: str, username: str) -> bool:
+        request = {"operation": operation, "userInfo": {"username": username}}
+        decision = program.evaluate({"request": request, "object": {}, "oldObject": {}})
+        assert isinstance(decision, bool)
+        return decision
+
+    for writer in params["trusted_writers"]:
+        assert not reviewed("UPDATE", writer)
+        assert reviewed("CREATE", writer)
+    assert reviewed("UPDATE", "system:serviceaccount:tools:janitor")
+    prefixed = render_with(
+        "scheduler.admissionWebhook.trustedAnnotationWriters={system:serviceaccount:tools:}"
+    )
+    (condition,) = prefixed.one("MutatingWebhookConfiguration")["webhooks"][1]["matchConditions"]
+    program = compile_expression(condition["expression"])
+    assert not reviewed("UPDATE", "system:serviceaccount:tools:janitor")
+    for stranger in ("alice", "system:serviceaccount:tools", "ops-bot-2", ""):
+        assert reviewed("UPDATE", stranger)
     off = render_with("scheduler.admissionWebhook.protectSchedulerAnnotations=false")
     assert [h["name"] for h in off.one("MutatingWebhookConfiguration")["webhooks"]] == [
         "vgpu.hami.io"
@@ -415,6 +446,20 @@ def test_toolkit_feature_values_reach_the_plugin_as_hamis_env(value_set: str) ->
         setting = vals[f"{key}Enabled"]
         assert env.get(f"{name}_ENABLED") == (None if setting is None else str(setting).lower())
         assert params[f"{key}_enabled"] is bool(setting)
+
+
+def test_limit_control_namespaces_reach_the_webhook_and_the_plugin() -> None:
+    rendered = render_with(
+        "scheduler.admissionWebhook.allowLimitControlNamespaces={gpu-lab,research}"
+    )
+    scheduler = parse_pyhami(pyhami_argv(extender_container(rendered)) or [])
+    assert scheduler["limit_control_namespaces"] == ["gpu-lab", "research"]
+    spec = rendered.one("DaemonSet")["spec"]["template"]["spec"]
+    plugin = next(c for c in spec["containers"] if c["name"] == "device-plugin")
+    params = parse_pyhami(pyhami_argv(plugin) or [], env_of(plugin))
+    assert params["limit_control_namespaces"] == ["gpu-lab", "research"]
+    with pytest.raises(AssertionError, match="allowLimitControlNamespaces"):
+        render_with("scheduler.admissionWebhook.allowLimitControlNamespaces={Not_A_Namespace}")
 
 
 def test_monitor_rejects_what_the_chart_must_not_pass() -> None:

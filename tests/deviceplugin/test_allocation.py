@@ -63,11 +63,17 @@ def plan(
     settings: AllocationSettings,
     files: HostFiles | None = None,
     env: list[dict[str, str]] | None = None,
+    namespace: str = "team-a",
 ) -> ContainerPlan:
     subject = pod([], ["main"], {"main": env or []})
     slot = take_next(subject, [devices], ["k"] * len(devices))
     return plan_container(
-        slot, pod_uid="uid-1", cache_id="c0ffee", settings=settings, files=files or HostFiles()
+        slot,
+        pod_uid="uid-1",
+        namespace=namespace,
+        cache_id="c0ffee",
+        settings=settings,
+        files=files or HostFiles(),
     )
 
 
@@ -80,14 +86,22 @@ def test_spec_example_env_and_mounts() -> None:
         "CUDA_DEVICE_MEMORY_SHARED_CACHE": "/usr/local/vgpu/c0ffee.cache",
         "LIBCUDA_LOG_LEVEL": "1",
     }
+    # libvgpu's folder, with limits.env, is read-only; only the region file is writable.
     assert [(m.container_path, m.host_path, m.read_only) for m in result.mounts] == [
+        ("/usr/local/vgpu", "/usr/local/vgpu/containers/uid-1_main", True),
         ("/usr/local/vgpu/libvgpu.so", "/usr/local/vgpu/libvgpu.so", True),
-        ("/usr/local/vgpu", "/usr/local/vgpu/containers/uid-1_main", False),
+        (
+            "/usr/local/vgpu/c0ffee.cache",
+            "/usr/local/vgpu/containers/uid-1_main/c0ffee.cache",
+            False,
+        ),
         ("/tmp/vgpulock", "/tmp/vgpulock", False),
         ("/etc/ld.so.preload", "/usr/local/vgpu/ld.so.preload", True),
     ]
     assert result.cache_dir == PurePosixPath("/usr/local/vgpu/containers/uid-1_main")
     assert result.limits_file == result.cache_dir / "limits.env"
+    assert result.library_mount_point == result.cache_dir / "libvgpu.so"
+    assert result.region_file == result.cache_dir / "c0ffee.cache"
     assert result.limits_text == (
         "# written by pyhami device-plugin\n"
         "CUDA_DEVICE_MEMORY_LIMIT_0=3000m\nCUDA_DEVICE_SM_LIMIT=50\n"
@@ -112,26 +126,31 @@ def test_every_optional_variable_and_mount() -> None:
     assert result.envs["GPU_CORE_UTILIZATION_POLICY"] == "disable"
     assert "LIBCUDA_LOG_LEVEL" not in result.envs
     assert [m.container_path for m in result.mounts] == [
-        "/opt/h/vgpu/libvgpu.so",
         "/opt/h/vgpu",
+        "/opt/h/vgpu/libvgpu.so",
+        "/opt/h/vgpu/c0ffee.cache",
         "/tmp/vgpulock",
         "/etc/ld.so.preload",
         "/tmp/license",
         "/usr/bin/vgpuvalidator",
     ]
-    assert result.mounts[0].host_path == "/opt/h/vgpu/libvgpu.so.v9"
+    assert result.mounts[1].host_path == "/opt/h/vgpu/libvgpu.so.v9"
 
 
 @pytest.mark.parametrize(
     "value, preload", [("true", False), ("T", False), ("1", False), ("yes", True), ("false", True)]
 )
-def test_cuda_disable_control_drops_the_preload(value: str, preload: bool) -> None:
-    result = plan(
-        (dev(A, 1, 1),),
-        AllocationSettings(),
-        env=[{"name": "CUDA_DISABLE_CONTROL", "value": value}],
-    )
+def test_cuda_disable_control_drops_the_preload_in_an_allowed_namespace(
+    value: str, preload: bool
+) -> None:
+    allowed = AllocationSettings(limit_control_namespaces=frozenset({"team-a"}))
+    env = [{"name": "CUDA_DISABLE_CONTROL", "value": value}]
+    result = plan((dev(A, 1, 1),), allowed, env=env)
     assert ("/etc/ld.so.preload" in [m.container_path for m in result.mounts]) is preload
+    # Anywhere else a pod's CUDA_DISABLE_CONTROL changes nothing: libvgpu stays preloaded.
+    for settings, namespace in ((AllocationSettings(), "team-a"), (allowed, "team-b")):
+        elsewhere = plan((dev(A, 1, 1),), settings, env=env, namespace=namespace)
+        assert "/etc/ld.so.preload" in [m.container_path for m in elsewhere.mounts]
 
 
 def test_limits_file_keeps_the_webhooks_priority_and_policy() -> None:

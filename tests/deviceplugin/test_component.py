@@ -159,13 +159,19 @@ async def test_allocate_gives_exactly_the_spec_env_and_mounts(gpu_node: Node) ->
     }
     assert cache.startswith(f"{vgpu}/") and cache.endswith(".cache")
     cache_dir = vgpu / "containers" / f"{pod['metadata']['uid']}_main"
+    region = cache.rsplit("/", 1)[1]
     assert mounts(response) == [
+        (str(vgpu), str(cache_dir), True),
         (f"{vgpu}/libvgpu.so", f"{vgpu}/libvgpu.so", True),
-        (str(vgpu), str(cache_dir), False),
+        (cache, str(cache_dir / region), False),
         ("/tmp/vgpulock", str(gpu_node.hook / "lock"), False),
         ("/etc/ld.so.preload", f"{vgpu}/ld.so.preload", True),
     ]
     assert cache_dir.is_dir() and oct(cache_dir.stat().st_mode & 0o777) == "0o777"
+    # The mount points inside the read-only folder exist before the runtime mounts there.
+    assert (cache_dir / "libvgpu.so").is_file()
+    assert (cache_dir / region).stat().st_size == 0
+    assert oct((cache_dir / region).stat().st_mode & 0o777) == "0o666"
     assert (cache_dir / "limits.env").read_text() == (
         "# written by pyhami device-plugin\n"
         f"CUDA_DEVICE_MEMORY_LIMIT_0=3000m\nCUDA_DEVICE_SM_LIMIT=30\n"
@@ -197,21 +203,22 @@ async def test_init_and_multi_container_pods_map_each_container_to_its_entry(
     setup = await kubelet_plugin.admit_container(1)
     assert dict(setup.envs)["NVIDIA_VISIBLE_DEVICES"] == a
     assert dict(setup.envs)["CUDA_DEVICE_MEMORY_LIMIT_0"] == "2000m"
-    assert "_setup" in mounts(setup)[1][1]
+    assert "_setup" in mounts(setup)[0][1]
     assert gpu_node.pod_annotations("multi")["hami.io/bind-phase"] == "allocating"
     assert gpu_node.node_annotations()[LOCK].endswith(",default,multi")  # more to come
     main = await kubelet_plugin.admit_container(2)
     assert dict(main.envs)["NVIDIA_VISIBLE_DEVICES"] == f"{a},{b}"
     assert [dict(main.envs)[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] for i in range(2)] == ["1000m"] * 2
-    assert "_main" in mounts(main)[1][1]
+    assert "_main" in mounts(main)[0][1]
     tail = await kubelet_plugin.admit_container(1)
     assert dict(tail.envs)["CUDA_DEVICE_SM_LIMIT"] == "5"
-    assert "_tail" in mounts(tail)[1][1]
+    assert "_tail" in mounts(tail)[0][1]
     assert gpu_node.pod_annotations("multi")["hami.io/bind-phase"] == "success"
     assert LOCK not in gpu_node.node_annotations()
 
 
-async def test_cuda_disable_control_skips_the_preload_mount(gpu_node: Node) -> None:
+async def test_a_pods_cuda_disable_control_keeps_the_preload_mount(gpu_node: Node) -> None:
+    """A pod author cannot switch libvgpu off: the namespace is not allowed to."""
     kubelet_plugin = await started(gpu_node)
     uuid = gpu_node.nvml.device_uuid(0)
     gpu_node.bind(
@@ -222,7 +229,7 @@ async def test_cuda_disable_control_skips_the_preload_mount(gpu_node: Node) -> N
         )
     )
     response = await kubelet_plugin.admit_container(1)
-    assert "/etc/ld.so.preload" not in [m[0] for m in mounts(response)]
+    assert "/etc/ld.so.preload" in [m[0] for m in mounts(response)]
 
 
 async def allocate_error(kubelet_plugin, ids: list[str]) -> grpc.aio.AioRpcError:  # type: ignore[no-untyped-def]

@@ -52,9 +52,11 @@ async def test_scheduled_pod_gets_the_spec_env_and_mounts(gpu_node: Node, tmp_pa
     }
     assert cache.startswith(f"{vgpu}/") and cache.endswith(".cache")
     uid = gpu_node.pod("trainer")["metadata"]["uid"]
+    region = cache.rsplit("/", 1)[1]
     assert [(m.container_path, m.host_path, m.read_only) for m in response.mounts] == [
+        (str(vgpu), str(vgpu / "containers" / f"{uid}_main"), True),
         (f"{vgpu}/libvgpu.so", f"{vgpu}/libvgpu.so", True),
-        (str(vgpu), str(vgpu / "containers" / f"{uid}_main"), False),
+        (cache, str(vgpu / "containers" / f"{uid}_main" / region), False),
         ("/tmp/vgpulock", str(gpu_node.hook / "lock"), False),
         ("/etc/ld.so.preload", f"{vgpu}/ld.so.preload", True),
     ]

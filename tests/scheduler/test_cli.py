@@ -31,6 +31,7 @@ FLAGS = {
     "leader_elect_retry_period": "2s",
     "legacy_metrics": False,
     "trusted_writers": [],
+    "limit_control_namespaces": ["gpu-lab"],
     "explain_all": False,
 }
 
@@ -44,6 +45,7 @@ def test_the_lock_expiry_env_is_honoured_unless_the_flag_is_given(
     assert settings.node_lock_timeout == timedelta(minutes=10)
     assert settings.node_label_selector == {"gpu": "on"}
     assert settings.trusted_writers == ("system:serviceaccount:hami:",)
+    assert settings.limit_control_namespaces == ("gpu-lab",)
     assert _settings(**{**FLAGS, "node_lock_timeout": "1m"}).node_lock_timeout == timedelta(
         minutes=1
     )

@@ -131,15 +131,17 @@ def test_env_injection_priority_policy_and_runtime_class() -> None:
         ),
         pytest.param(
             _pod(_ctr(limits={"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "101"})),
-            500,
-            "must be an integer between 0 and 100",
+            403,
+            "container 'c': resources.limits[nvidia.com/gpumem-percentage] '101' is out of range: "
+            "it must be an integer from 0 to 100 (percent of each GPU's memory)",
             id="bad-percentage",
         ),
         pytest.param({"metadata": {}}, 500, "pod has no spec", id="no-spec"),
         pytest.param(
             _pod(_ctr(limits={"nvidia.com/gpu": "1", "nvidia.com/priority": "high"})),
-            500,
-            "container c: nvidia.com/priority: quantity 'high'",
+            403,
+            "container 'c': resources.limits[nvidia.com/priority] 'high' is not a number; it must "
+            "be an integer from 0 to 1 (0 high, 1 low)",
             id="bad-quantity",
         ),
         pytest.param(_pod("not-a-container"), 500, "must be a list of containers", id="bad-list"),
@@ -254,3 +256,47 @@ def test_patch_is_empty_when_nothing_changes() -> None:
     response, _ = _admit(_pod(_ctr()))
     assert response.allowed and list(response.patch) == []
     assert json.dumps(response.to_review(_review(_pod(_ctr())))["response"]).find("patch") == -1
+
+
+def test_the_webhooks_own_libvgpu_env_is_admitted_again_and_not_repeated() -> None:
+    """A pod copied from a running one carries the env the webhook wrote: it passes, once."""
+    nvidia = Nvidia(gpu_core_policy="force")
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/priority": "1"}
+    _, admitted = _admit(_pod(_ctr(limits=limits)), nvidia)
+    response, again = _admit(admitted, nvidia)
+    assert response.allowed
+    assert again["spec"]["containers"][0]["env"] == [
+        {"name": "CUDA_TASK_PRIORITY", "value": "1"},
+        {"name": "GPU_CORE_UTILIZATION_POLICY", "value": "force"},
+    ]
+    forged = copy.deepcopy(admitted)
+    forged["spec"]["containers"][0]["env"][1]["value"] = "disable"
+    refused, _ = _admit(forged, nvidia)
+    assert refused.code == 403
+    assert refused.message.startswith(
+        "container 'c': env GPU_CORE_UTILIZATION_POLICY controls libvgpu"
+    )
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "CUDA_DISABLE_CONTROL",
+        "CUDA_DEVICE_MEMORY_LIMIT",
+        "CUDA_DEVICE_MEMORY_LIMIT_3",
+        "CUDA_DEVICE_SM_LIMIT",
+        "CUDA_DEVICE_SM_LIMIT_0",
+        "CUDA_DEVICE_MEMORY_SHARED_CACHE",
+        "CUDA_OVERSUBSCRIBE",
+        "LIBCUDA_LOG_LEVEL",
+        "CUDA_TASK_PRIORITY",
+        "GPU_CORE_UTILIZATION_POLICY",
+    ],
+)
+def test_every_variable_that_controls_libvgpu_is_refused_in_a_gpu_container(name: str) -> None:
+    gpu = _ctr(limits={"nvidia.com/gpu": "1"}, env=[{"name": name, "value": "0"}])
+    response, _ = _admit(_pod(gpu))
+    assert response.code == 403
+    assert f"env {name} controls libvgpu" in response.message
+    allowed, _ = _admit(_pod(gpu), limit_control_namespaces=frozenset({"ns"}))
+    assert allowed.allowed

@@ -7,7 +7,7 @@ ledger and both services' metrics back to zero."""
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import aiohttp
 import pytest
@@ -134,9 +134,12 @@ async def test_pod_runs_capped_under_libvgpu_is_measured_and_returns_to_zero(
     assert main.envs["CUDA_DEVICE_SM_LIMIT"] == "30"
     uid = pod["metadata"]["uid"]
     cache_dir = node.hook / "vgpu" / "containers" / f"{uid}_main"
-    assert [(m.container_path, m.host_path) for m in main.mounts][:2] == [
-        (str(node.hook / "vgpu" / "libvgpu.so"), str(node.hook / "vgpu" / "libvgpu.so")),
-        (str(node.hook / "vgpu"), str(cache_dir)),
+    region = PurePosixPath(main.envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"]).name
+    # libvgpu's folder (limits.env) read-only; the library and the region file inside it.
+    assert [(m.container_path, m.host_path, m.read_only) for m in main.mounts][:3] == [
+        (str(node.hook / "vgpu"), str(cache_dir), True),
+        (str(node.hook / "vgpu" / "libvgpu.so"), str(node.hook / "vgpu" / "libvgpu.so"), True),
+        (str(node.hook / "vgpu" / region), str(cache_dir / region), False),
     ]
     assert f"CUDA_DEVICE_MEMORY_LIMIT_0={LIMIT_MIB}m\n" in (cache_dir / "limits.env").read_text()
 

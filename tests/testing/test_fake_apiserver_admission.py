@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from pyhami.kube import KubeClient
+from pyhami.kube import KubeClient, KubeError
+from pyhami.sim.demo.cluster import trusted_writers_condition
 from pyhami.testing import FakeKubeAPIServer
 from pyhami.testing.certs import ServingFiles, write_serving_certificate
 from pyhami.testing.fake_apiserver import service_account
@@ -442,3 +443,70 @@ async def test_a_write_landing_while_the_webhook_runs_redoes_the_patch_unless_pi
     status, body = await http.patch(f"{PODS}/a", pinned)
     assert (status, body["reason"]) == (409, "Conflict")
     assert "late" not in apiserver.store.get("pods", "default", "a")["metadata"]["labels"]
+
+
+DEVICE_PLUGIN = service_account("hami", "device-plugin")
+
+
+async def test_match_conditions_skip_the_webhook_for_trusted_writers_updates(
+    apiserver: FakeKubeAPIServer, webhook: Webhook
+) -> None:
+    """The chart's ownership condition: a trusted writer's update is never sent (so it passes
+    while the webhook is down); creates and everyone else's updates are."""
+    apiserver.admission.register(
+        "ownership.pyhami.io",
+        webhook.url,
+        ca_bundle=webhook.cert.ca_pem,
+        rules=POD_WRITE_RULES,
+        match_conditions=[trusted_writers_condition([DEVICE_PLUGIN, "system:serviceaccount:ci:"])],
+    )
+    note = {"metadata": {"annotations": {"hami.io/bind-phase": "success"}}}
+    async with (
+        KubeClient(apiserver.configuration(DEVICE_PLUGIN)) as plugin,
+        KubeClient(apiserver.configuration(service_account("ci", "bot"))) as bot,
+        KubeClient(apiserver.configuration("alice")) as alice,
+    ):
+        await plugin.create_pod("default", pod("a"))
+        await plugin.patch_pod("default", "a", note)
+        await bot.patch_pod("default", "a", note)
+        assert [r["request"]["operation"] for r in webhook.reviews] == ["CREATE"]
+        await alice.patch_pod("default", "a", note)
+        assert [r["request"]["userInfo"]["username"] for r in webhook.reviews] == [
+            DEVICE_PLUGIN,
+            "alice",
+        ]
+        await webhook.stop()  # down, with failurePolicy Fail
+        await plugin.patch_pod("default", "a", {"metadata": {"annotations": {"x": "1"}}})
+        with pytest.raises(KubeError, match=r'failed calling webhook "ownership\.pyhami\.io"'):
+            await alice.patch_pod("default", "a", {"metadata": {"annotations": {"x": "2"}}})
+
+
+@pytest.mark.parametrize("policy, created", [("Fail", False), ("Ignore", True)])
+async def test_a_condition_that_fails_to_evaluate_follows_the_failure_policy(
+    http: Http, apiserver: FakeKubeAPIServer, webhook: Webhook, policy: str, created: bool
+) -> None:
+    apiserver.admission.register(
+        "w",
+        webhook.url,
+        ca_bundle=webhook.cert.ca_pem,
+        failure_policy=policy,
+        match_conditions=[{"name": "typo", "expression": "request.userInfo.nmae == 'x'"}],
+    )
+    status, body = await http.post(PODS, pod("a"))
+    assert (status == 201) is created, body
+    if not created:
+        assert "matchCondition 'typo': no such key: nmae" in body["message"]
+    assert webhook.reviews == []
+
+
+def test_cel_this_double_cannot_evaluate_is_refused_at_registration(
+    apiserver: FakeKubeAPIServer,
+) -> None:
+    with pytest.raises(ValueError, match=r"matchCondition 'groups'.*unsupported function exists"):
+        apiserver.admission.register(
+            "w",
+            "https://127.0.0.1:1/webhook",
+            match_conditions=[
+                {"name": "groups", "expression": "request.userInfo.groups.exists(g, g == 'x')"}
+            ],
+        )

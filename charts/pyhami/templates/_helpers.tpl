@@ -86,6 +86,34 @@ needs, even when `--set` made them numbers. */}}
 {{/* The device plugin's DaemonSet, ServiceAccount and ConfigMap name. */}}
 {{- define "pyhami.devicePlugin" -}}{{ include "pyhami.fullname" . }}-device-plugin{{- end -}}
 
+{{/* Who may change the scheduler-owned pod annotations once a pod exists, as a JSON list: the
+scheduler's and the device plugin's ServiceAccounts, then trustedAnnotationWriters (a name
+ending in ':' is a prefix). The one source of the extender's --trusted-annotation-writer flags
+and of the ownership webhook's matchConditions. */}}
+{{- define "pyhami.trustedWriters" -}}
+{{- $ns := include "pyhami.namespace" . -}}
+{{- $ours := list
+  (printf "system:serviceaccount:%s:%s" $ns (include "pyhami.scheduler" .))
+  (printf "system:serviceaccount:%s:%s" $ns (include "pyhami.devicePlugin" .)) -}}
+{{- concat $ours (.Values.scheduler.admissionWebhook.trustedAnnotationWriters | default list) | toJson -}}
+{{- end -}}
+
+{{/* The ownership webhook's CEL condition: true (call the webhook) unless a trusted writer
+updates a pod. Strings are written as JSON, which is valid CEL. */}}
+{{- define "pyhami.ownershipCondition" -}}
+{{- $exact := list -}}
+{{- $trusted := list -}}
+{{- range include "pyhami.trustedWriters" . | fromJsonArray -}}
+{{- if hasSuffix ":" . -}}
+{{- $trusted = append $trusted (printf "request.userInfo.username.startsWith(%s)" (toJson .)) -}}
+{{- else -}}
+{{- $exact = append $exact . -}}
+{{- end -}}
+{{- end -}}
+{{- $trusted = prepend $trusted (printf "request.userInfo.username in %s" (toJson $exact)) -}}
+request.operation != 'UPDATE' || !({{ join " || " $trusted }})
+{{- end -}}
+
 {{/* A webhook's namespaceSelector: namespaces labelled hami.io/webhook=ignore, the
 whitelisted ones and those in .also are never reviewed; the user's namespaceSelector terms are
 added. None at all when manageNamespaceSelector is false (HAMi's switch for AKS). */}}

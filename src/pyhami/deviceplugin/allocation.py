@@ -2,7 +2,13 @@
 
 Nothing here touches the API, the disk or the clock: the service passes in the pod, what exists
 on the host and the fresh cache-file id, and performs the effects this module describes.
-Env and mounts follow device-plugin.md §4.3-4.5 in HAMi's order.
+Env and mounts follow device-plugin.md §4.3-4.5, with two differences that keep a container
+from lifting its own limits:
+* libvgpu's folder (`<hook>/vgpu` in the container, holding `limits.env`) is mounted
+  read-only; only the region file inside it is writable (HAMi mounts the folder read-write);
+* a container's `CUDA_DISABLE_CONTROL` drops the `ld.so.preload` mount only in a namespace the
+  operator allows (`--allow-limit-control-namespace`; HAMi honours it everywhere).
+The folder is mounted before the files inside it, so every runtime mounts them in that order.
 """
 
 from collections.abc import Mapping, Sequence
@@ -10,13 +16,18 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
+from pyhami.devices.nvidia.libvgpu_env import (
+    CORE_POLICY,
+    TASK_PRIORITY,
+    disables_control,
+    literal_env,
+)
 from pyhami.model import ContainerDevices, PodSingleDevice
 
-# Go strconv.ParseBool's spellings of true (CUDA_DISABLE_CONTROL is read with it).
-_GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 VGPU_LOCK_DIR = PurePosixPath("/tmp/vgpulock")  # HAMi-core's cross-process lock dir
 LIMITS_FILE_NAME = "limits.env"
 LIMITS_HEADER = "# written by pyhami device-plugin"
+LIBRARY_NAME = "libvgpu.so"
 
 
 class AllocationError(Exception):
@@ -51,6 +62,8 @@ class AllocationSettings:
     vgpu_lock_dir: PurePosixPath = VGPU_LOCK_DIR
     # NVIDIA container-toolkit variables every GPU container gets (`toolkit.ToolkitFeatures`).
     toolkit_env: tuple[tuple[str, str], ...] = ()
+    # Namespaces whose containers may switch libvgpu off with CUDA_DISABLE_CONTROL.
+    limit_control_namespaces: frozenset[str] = frozenset()
 
     @property
     def vgpu_dir(self) -> PurePosixPath:
@@ -75,6 +88,10 @@ class ContainerPlan:
     cache_dir: PurePosixPath  # host path, recreated empty (0777) before answering
     limits_file: PurePosixPath  # host path inside cache_dir
     limits_text: str
+    # Host paths inside cache_dir created empty before answering: the mount points of the
+    # files mounted into the read-only folder (a runtime cannot create them there).
+    library_mount_point: PurePosixPath
+    region_file: PurePosixPath  # created 0666: libvgpu sizes and formats it on first use
 
 
 def _containers(pod: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
@@ -159,20 +176,13 @@ def visible_devices(devices: ContainerDevices) -> str:
     return ",".join(dict.fromkeys(device.uuid for device in devices))
 
 
-def _control_disabled(container: Mapping[str, Any]) -> bool:
-    for item in container.get("env") or []:
-        if isinstance(item, Mapping) and item.get("name") == "CUDA_DISABLE_CONTROL":
-            return str(item.get("value", "")) in _GO_TRUE
-    return False
-
-
 def hami_core_env(
     devices: ContainerDevices, cache_id: str, settings: AllocationSettings
 ) -> dict[str, str]:
     """The HAMi-core variables (spec §4.5), in HAMi's order."""
     envs = {f"CUDA_DEVICE_MEMORY_LIMIT_{i}": f"{d.usedmem}m" for i, d in enumerate(devices)}
     envs["CUDA_DEVICE_SM_LIMIT"] = str(devices[0].usedcores)
-    envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = str(settings.vgpu_dir / f"{cache_id}.cache")
+    envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = str(settings.vgpu_dir / region_name(cache_id))
     if settings.oversubscribe:
         envs["CUDA_OVERSUBSCRIBE"] = "true"
     if settings.lib_cuda_log_level:
@@ -182,21 +192,32 @@ def hami_core_env(
     return envs
 
 
+def region_name(cache_id: str) -> str:
+    return f"{cache_id}.cache"
+
+
 def hami_core_mounts(
     cache_dir: PurePosixPath,
-    container: Mapping[str, Any],
+    cache_id: str,
+    control_off: bool,
     settings: AllocationSettings,
     files: HostFiles,
 ) -> tuple[Mount, ...]:
-    """Mounts 1-6 of spec §4.5, in order."""
+    """The mounts of spec §4.5, the folder read-only with its writable region file inside.
+
+    `control_off`: the container may run without libvgpu (no `ld.so.preload`)."""
     vgpu = settings.vgpu_dir
-    library = vgpu / (f"libvgpu.so.{settings.version}" if files.libvgpu_versioned else "libvgpu.so")
+    library = vgpu / (
+        f"{LIBRARY_NAME}.{settings.version}" if files.libvgpu_versioned else LIBRARY_NAME
+    )
+    region = region_name(cache_id)
     mounts = [
-        Mount(str(vgpu / "libvgpu.so"), str(library), read_only=True),
-        Mount(str(vgpu), str(cache_dir), read_only=False),
+        Mount(str(vgpu), str(cache_dir), read_only=True),
+        Mount(str(vgpu / LIBRARY_NAME), str(library), read_only=True),
+        Mount(str(vgpu / region), str(cache_dir / region), read_only=False),
         Mount(str(VGPU_LOCK_DIR), str(settings.vgpu_lock_dir), read_only=False),
     ]
-    if not _control_disabled(container):
+    if not control_off:
         mounts.append(Mount("/etc/ld.so.preload", str(vgpu / "ld.so.preload"), read_only=True))
     if files.license:
         mounts.append(Mount("/tmp/license", str(vgpu / "license"), read_only=True))
@@ -206,7 +227,7 @@ def hami_core_mounts(
 
 
 # Set by the webhook in the container spec, not by the plugin; kept in the limits file too.
-_SPEC_LIMIT_KEYS = ("CUDA_TASK_PRIORITY", "GPU_CORE_UTILIZATION_POLICY")
+_SPEC_LIMIT_KEYS = (TASK_PRIORITY, CORE_POLICY)
 
 
 def limits_text(core_env: Mapping[str, str], container: Mapping[str, Any]) -> str:
@@ -215,14 +236,11 @@ def limits_text(core_env: Mapping[str, str], container: Mapping[str, Any]) -> st
     environment (e.g. a login shell). The plugin's limits, plus the webhook's priority and
     core policy literally given in the container spec."""
     settings = dict(core_env)
-    for item in container.get("env") or []:
-        if not isinstance(item, Mapping):
-            continue
-        name, value = item.get("name"), item.get("value")
+    for name, value in literal_env(container):
         # The file format allows no whitespace at all; such a value stays env-only.
         usable = isinstance(value, str) and value != "" and not any(c.isspace() for c in value)
         if name in _SPEC_LIMIT_KEYS and usable and name not in settings:
-            settings[str(name)] = str(value)
+            settings[name] = str(value)
     lines = [LIMITS_HEADER, *(f"{key}={value}" for key, value in settings.items())]
     return "".join(f"{line}\n" for line in lines)
 
@@ -231,6 +249,7 @@ def plan_container(
     slot: ContainerSlot,
     *,
     pod_uid: str,
+    namespace: str,
     cache_id: str,
     settings: AllocationSettings,
     files: HostFiles,
@@ -240,10 +259,15 @@ def plan_container(
     cache_dir = settings.vgpu_dir / "containers" / f"{pod_uid}_{name}"
     core_env = hami_core_env(slot.devices, cache_id, settings)
     envs = {"NVIDIA_VISIBLE_DEVICES": visible_devices(slot.devices), **core_env}
+    control_off = (
+        namespace in settings.limit_control_namespaces and disables_control(slot.container)
+    )
     return ContainerPlan(
         envs=envs,
-        mounts=hami_core_mounts(cache_dir, slot.container, settings, files),
+        mounts=hami_core_mounts(cache_dir, cache_id, control_off, settings, files),
         cache_dir=cache_dir,
         limits_file=cache_dir / LIMITS_FILE_NAME,
         limits_text=limits_text(core_env, slot.container),
+        library_mount_point=cache_dir / LIBRARY_NAME,
+        region_file=cache_dir / region_name(cache_id),
     )

@@ -93,6 +93,10 @@ def prepare_host(plan: ContainerPlan, settings: AllocationSettings) -> None:
     limits = Path(plan.limits_file)
     limits.write_text(plan.limits_text)
     os.chmod(limits, 0o644)
+    Path(plan.library_mount_point).touch(mode=0o644)
+    region = Path(plan.region_file)
+    region.touch()
+    os.chmod(region, 0o666)  # any user of the container may join, whatever the umask
     _world_writable_dir(Path(settings.vgpu_lock_dir))
 
 
@@ -175,6 +179,7 @@ class Allocator:
             plan = plan_container(
                 slot,
                 pod_uid=metadata_field(pod, "uid"),
+                namespace=metadata_field(pod, "namespace"),
                 cache_id=self._new_cache_id(),
                 settings=self._settings,
                 files=files,

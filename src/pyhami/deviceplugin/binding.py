@@ -6,16 +6,23 @@ node, bind-phase `allocating`/`success`, not being deleted); a stale owner falls
 scan instead of handing out another pod's devices. The scan takes the oldest bind first.
 Releasing the lock is protocol.md §4.5 `ReleaseNodeLock` with the owner check, by
 `pyhami.kube.NodeLocker`.
+
+A bind-phase that cannot be written (the API server or an admission webhook is down) is not
+left behind: it is written again in the background, with backoff, until it lands or the pod is
+gone; the node lock is released at once either way. HAMi logs the failure and leaves the pod
+`allocating`.
 """
 
 import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from pyhami.deviceplugin.allocation import AllocationError, pod_ref
 from pyhami.deviceplugin.kubeapi import JsonObject, annotations, metadata_field
-from pyhami.kube import KubeClient, KubeError, NodeLocker, NodeLockError, SystemClock
+from pyhami.kube import KubeClient, KubeError, NodeLocker, NodeLockError, NotFound, SystemClock
+from pyhami.kube.tasks import cancel_and_wait, guarded_task
 from pyhami.protocol import (
     KEY_BIND_PHASE,
     KEY_BIND_TIME,
@@ -31,6 +38,9 @@ from pyhami.protocol import (
 log = logging.getLogger(__name__)
 
 _BINDING_PHASES = frozenset({BindPhase.ALLOCATING.value, BindPhase.SUCCESS.value})
+# Backoff between attempts to write a bind-phase that failed: from 0.5 s doubling to 30 s.
+REPAIR_FIRST_DELAY_S = 0.5
+REPAIR_MAX_DELAY_S = 30.0
 
 
 def _is_binding_here(pod: JsonObject, node: str) -> bool:
@@ -75,6 +85,9 @@ class PodBinding:
     ) -> None:
         self._kube = kube
         self._node = node_name
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self._repairs: dict[tuple[str, str], asyncio.Task[None]] = {}
         # Releasing never reads the clock; only taking the lock does.
         self._locker = NodeLocker(kube, now=SystemClock().now, sleep=sleep, rng=rng)
 
@@ -141,7 +154,8 @@ class PodBinding:
         return binding[0]
 
     async def finish(self, pod: JsonObject, phase: BindPhase) -> None:
-        """Mark the pod's bind-phase and release the node lock (errors are logged, not raised)."""
+        """Mark the pod's bind-phase and release the node lock (errors are logged, not raised;
+        a bind-phase that cannot be written now is written again in the background)."""
         namespace = metadata_field(pod, "namespace")
         name = metadata_field(pod, "name")
         body = {"metadata": {"annotations": {KEY_BIND_PHASE: phase.value}}}
@@ -149,14 +163,55 @@ class PodBinding:
             await self._kube.patch_pod(namespace, name, body)
         except KubeError as error:
             log.error(
-                "cannot set %s=%s on %s: %s", KEY_BIND_PHASE, phase.value, pod_ref(pod), error
+                "cannot set %s=%s on %s: %s; retrying in the background",
+                KEY_BIND_PHASE,
+                phase.value,
+                pod_ref(pod),
+                error,
             )
+            self._start_repair(namespace, name, body)
         try:
             await self.release_lock(namespace, name)
         except (KubeError, NodeLockError) as error:
             log.error(
                 "cannot release the node lock of %s on %s: %s", pod_ref(pod), self._node, error
             )
+
+    def _start_repair(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+        key = (namespace, name)
+        earlier = self._repairs.get(key)
+        if earlier is not None:
+            earlier.cancel()  # the newer phase wins
+        task = guarded_task(
+            self._repair(namespace, name, body), f"bind-phase {namespace}/{name}", may_finish=True
+        )
+        self._repairs[key] = task
+        task.add_done_callback(lambda done: self._forget(key, done))
+
+    def _forget(self, key: tuple[str, str], task: asyncio.Task[None]) -> None:
+        if self._repairs.get(key) is task:
+            del self._repairs[key]
+
+    async def _repair(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+        """Write `body` until it lands or the pod is gone, backing off with jitter."""
+        delay = REPAIR_FIRST_DELAY_S
+        while True:
+            await self._sleep(delay * (0.5 + self._rng.random() / 2))
+            try:
+                await self._kube.patch_pod(namespace, name, body)
+            except NotFound:
+                log.info("pod %s/%s is gone; its bind-phase needs no repair", namespace, name)
+                return
+            except KubeError as error:
+                log.warning("bind-phase of %s/%s still not written: %s", namespace, name, error)
+                delay = min(delay * 2, REPAIR_MAX_DELAY_S)
+                continue
+            log.info("bind-phase of %s/%s written after an earlier failure", namespace, name)
+            return
+
+    async def close(self) -> None:
+        """Stop the background repairs (a restarted plugin does not know about them)."""
+        await cancel_and_wait(*self._repairs.values())
 
     async def release_lock(self, namespace: str, name: str) -> None:
         """ReleaseNodeLock with the owner check: never removes another pod's lock."""

@@ -131,6 +131,14 @@ def device_plugin(
             help="host root of /dev (empty: the driver root), where IMEX channels are looked up",
         ),
     ] = "",
+    limit_control_namespaces: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-limit-control-namespace",
+            help="namespace whose containers may switch libvgpu off with CUDA_DISABLE_CONTROL "
+            "(repeatable)",
+        ),
+    ] = None,
     verbosity: KlogVerbosity = 0,
 ) -> None:
     """Run the NVIDIA device plugin on this node (kubelet gRPC, node registration, Allocate)."""
@@ -179,6 +187,7 @@ def device_plugin(
             hook_path=PurePosixPath(hook_path),
             version=libvgpu_version,
             toolkit_env=toolkit.env(),
+            limit_control_namespaces=frozenset(limit_control_namespaces or ()),
         ),
         topology_score=enable_topology_score == "true",
         xid_policy=XidPolicy.from_env(

@@ -89,7 +89,7 @@ class _Instance:
         self.gpus = gpus
         self.stopping = asyncio.Event()
         self.socket = options.plugin_dir / socket_name(config.resource_name)
-        binding = PodBinding(plugin.kube, options.node_name)
+        self.binding = binding = PodBinding(plugin.kube, options.node_name)
         settings = options.settings
         manager: MigManager | None = None
         self.mig: MigPods | None = None
@@ -151,6 +151,7 @@ class _Instance:
 
     async def stop(self) -> None:
         await cancel_and_wait(*self.tasks)
+        await self.binding.close()
         self.stopping.set()
         await self.server.stop()
 

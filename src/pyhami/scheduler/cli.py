@@ -35,6 +35,8 @@ def _settings(**flags: object) -> SchedulerSettings:
     namespace = os.environ.get("POD_NAMESPACE", "")
     writers = flags.pop("trusted_writers")
     trusted = tuple(str(t) for t in writers) if isinstance(writers, list) else ()
+    namespaces = flags.pop("limit_control_namespaces")
+    allowed = tuple(str(n) for n in namespaces) if isinstance(namespaces, list) else ()
     if not trusted and namespace:
         trusted = (f"system:serviceaccount:{namespace}:",)
     return SchedulerSettings(
@@ -71,6 +73,7 @@ def _settings(**flags: object) -> SchedulerSettings:
         identity=os.environ.get("POD_NAME") or socket.gethostname(),
         pod_namespace=namespace,
         trusted_writers=trusted,
+        limit_control_namespaces=allowed,
         explain_all=bool(flags["explain_all"]),
     )
 
@@ -117,6 +120,11 @@ def scheduler(  # noqa: PLR0917 - one typer option per HAMi flag
         [],
         "--trusted-annotation-writer",
         help="user (or prefix ending in ':') allowed to change scheduler-owned pod annotations",
+    ),
+    limit_control_namespaces: list[str] = typer.Option(  # noqa: B008
+        [],
+        "--allow-limit-control-namespace",
+        help="namespace whose pods may set the env that controls libvgpu (repeatable)",
     ),
     explain_all: bool = typer.Option(
         False, "--explain-all-nodes", help="evaluate every candidate per filter (slower)"

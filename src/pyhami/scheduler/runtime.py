@@ -141,6 +141,7 @@ class SchedulerProcess:
                 force_overwrite_default_scheduler=settings.force_overwrite_default_scheduler,
                 trusted_writers=settings.trusted_writers,
                 owned_annotations=OWNED_ANNOTATIONS,
+                limit_control_namespaces=frozenset(settings.limit_control_namespaces),
             ),
             device_config.nvidia,
             self.state.exceeds_quota,

@@ -73,6 +73,8 @@ class SchedulerSettings:
     identity: str = ""
     pod_namespace: str = ""
     trusted_writers: tuple[str, ...] = ()
+    # Namespaces whose pods may set the env that controls libvgpu (limits, CUDA_DISABLE_CONTROL).
+    limit_control_namespaces: tuple[str, ...] = ()
     # Evaluate every candidate on every filter, for complete events and /explain.
     explain_all: bool = False
     # How long /filter waits for the caches to sync before answering with an error.

@@ -19,6 +19,16 @@ HAMi's webhook configuration skips pods labelled `hami.io/webhook: ignore` (so t
 that label on a pod. So the rule alone is served on a second path, `review_ownership`, for a
 webhook the chart registers without that object selector (skipping the release namespace
 instead, so that our own pods still start).
+
+Two more refusals (pyhami, not HAMi), for the pods the webhook takes:
+* a GPU resource value nobody can honour (`nvidia.com/gpucores: 4294967246`, `gpumem: 16Gi`):
+  `check_resource_values`, the same check `/filter` runs;
+* in a container that asks for GPUs, an `env` entry that controls libvgpu
+  (`CUDA_DISABLE_CONTROL`, `CUDA_DEVICE_MEMORY_LIMIT_0`, …; `controls_libvgpu`), unless the
+  operator allows it for the pod's namespace. Values the webhook itself writes
+  (`CUDA_TASK_PRIORITY` from the priority resource, the configured core policy) pass, so a
+  pod copied from a running one is admitted again. `envFrom` is not seen: libvgpu takes its
+  limits from the file the device plugin writes, not from the environment.
 """
 
 from __future__ import annotations
@@ -29,6 +39,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyhami.devices.config import NvidiaConfig
+from pyhami.devices.nvidia.libvgpu_env import (
+    CORE_POLICY,
+    TASK_PRIORITY,
+    controls_libvgpu,
+    literal_env,
+)
+from pyhami.devices.nvidia.request import ContainerSpecError, check_resource_values
 from pyhami.devices.quantity import QuantityError, parse_quantity, value_ceil
 from pyhami.protocol import LABEL_VGPU_NODE
 from pyhami.scheduler.admission import AdmissionRequest, AdmissionResponse, json_patch
@@ -48,6 +65,8 @@ class WebhookConfig:
     trusted_writers: tuple[str, ...] = ()
     # Every annotation key the scheduler or device plugin owns (all vendors).
     owned_annotations: frozenset[str] = frozenset()
+    # Namespaces whose pods may set the env that controls libvgpu (--allow-limit-control-namespace).
+    limit_control_namespaces: frozenset[str] = frozenset()
 
 
 class AdmissionError(ValueError):
@@ -89,7 +108,39 @@ def _append_env(container: JsonObject, name: str, value: str) -> None:
     env = container.get("env")
     if not isinstance(env, list):
         env = container["env"] = []
-    env.append({"name": name, "value": value})
+    if {"name": name, "value": value} not in env:  # already there: a copied or re-admitted pod
+        env.append({"name": name, "value": value})
+
+
+def webhook_env(container: Mapping[str, Any], cfg: NvidiaConfig) -> dict[str, str]:
+    """The libvgpu settings the webhook itself writes into a container's env."""
+    env: dict[str, str] = {}
+    if _has_limit(container, cfg.resource_priority_name):
+        priority = container["resources"]["limits"][cfg.resource_priority_name]
+        where = f"container {container.get('name') or ''}: {cfg.resource_priority_name}"
+        env[TASK_PRIORITY] = str(quantity_value(priority, where))
+    if cfg.gpu_core_policy not in ("", "default"):
+        env[CORE_POLICY] = cfg.gpu_core_policy
+    return env
+
+
+def limit_control_refusal(
+    container: Mapping[str, Any], cfg: NvidiaConfig, namespace: str
+) -> str | None:
+    """Why the container may not carry its env (None: it may): a variable that controls
+    libvgpu, other than a value the webhook writes itself."""
+    own = webhook_env(container, cfg)
+    for name, value in literal_env(container):
+        written_by_us = name in own and own[name] == value
+        if controls_libvgpu(name) and not written_by_us:
+            return (
+                f"container {container.get('name') or ''!r}: env {name} controls libvgpu (the "
+                "GPU memory and core limits) and may not be set by a pod; the operator may "
+                f"allow it for namespace {namespace!r} (scheduler flag "
+                "--allow-limit-control-namespace, chart value "
+                "scheduler.admissionWebhook.allowLimitControlNamespaces)"
+            )
+    return None
 
 
 def mutate_nvidia_container(container: JsonObject, pod: JsonObject, cfg: NvidiaConfig) -> bool:
@@ -101,17 +152,8 @@ def mutate_nvidia_container(container: JsonObject, pod: JsonObject, cfg: NvidiaC
         percentage_value = quantity_value(
             percentage, f"container {cname}: {cfg.resource_memory_percentage_name}"
         )
-        if not 0 <= percentage_value <= 100:
-            raise AdmissionError(
-                f"invalid {cfg.resource_memory_percentage_name} value {percentage_value} in "
-                f"container {cname}: must be an integer between 0 and 100"
-            )
-    if _has_limit(container, cfg.resource_priority_name):
-        priority = container["resources"]["limits"][cfg.resource_priority_name]
-        where = f"container {cname}: {cfg.resource_priority_name}"
-        _append_env(container, "CUDA_TASK_PRIORITY", str(quantity_value(priority, where)))
-    if cfg.gpu_core_policy not in ("", "default"):
-        _append_env(container, "GPU_CORE_UTILIZATION_POLICY", cfg.gpu_core_policy)
+    for name, value in webhook_env(container, cfg).items():
+        _append_env(container, name, value)
 
     has_resource = _has_limit(container, cfg.resource_count_name)
     share_names = (
@@ -179,6 +221,10 @@ def _strip_owned(pod: JsonObject, owned: frozenset[str]) -> list[str]:
     return removed
 
 
+def _namespace_of(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("namespace") or "default")
+
+
 def _trusted(username: str, trusted: Sequence[str]) -> bool:
     return any(username.startswith(t) if t.endswith(":") else username == t for t in trusted)
 
@@ -206,7 +252,7 @@ class PodAdmission:
         pod = copy.deepcopy(before)
         warnings = self._strip_owned(pod)
         try:
-            decision = self._mutate(pod)
+            decision = self._mutate(pod, request.namespace or _namespace_of(pod))
         except AdmissionError as err:
             return AdmissionResponse.errored(500, str(err))
         if decision is not None and not decision.allowed:
@@ -245,7 +291,7 @@ class PodAdmission:
             )
         return AdmissionResponse.allow()
 
-    def _mutate(self, pod: JsonObject) -> AdmissionResponse | None:
+    def _mutate(self, pod: JsonObject, namespace: str) -> AdmissionResponse | None:
         """HAMi's procedure on the (already stripped) pod; None means allowed with the patch."""
         spec = pod.get("spec")
         if not isinstance(spec, dict):
@@ -267,9 +313,21 @@ class PodAdmission:
             ),
             None,
         )
-        has_resource = False
         for container in (*init, *app):
-            has_resource |= mutate_nvidia_container(container, pod, self.nvidia)
+            try:
+                check_resource_values(container, self.nvidia)
+            except ContainerSpecError as err:
+                return AdmissionResponse.deny(str(err))
+        has_resource = False
+        may_control = namespace in self.cfg.limit_control_namespaces
+        for container in (*init, *app):
+            # Read before the mutation adds the webhook's own env.
+            refusal = limit_control_refusal(container, self.nvidia, namespace)
+            if not mutate_nvidia_container(container, pod, self.nvidia):
+                continue
+            has_resource = True
+            if refusal is not None and not may_control:
+                return AdmissionResponse.deny(refusal)
         if privileged is not None and has_resource:
             return AdmissionResponse.deny(f"container {privileged.get('name', '')} is privileged")
         if has_resource and ours:

@@ -1,98 +1,148 @@
-"""One container's NVIDIA request, exactly as HAMi's `GenerateResourceRequests` computes it.
+"""One container's NVIDIA request, as HAMi's `GenerateResourceRequests` computes it.
 
-nvidia-fit-score.md §4. Quirks kept on purpose because they decide where pods go: a memory
-value that is not an integer MiB count (`16Gi`, `0.5`) or overflows int32 drops the whole
-request; percentages are clamped to 100 and 0 means "not given"; cores are not range-checked.
+nvidia-fit-score.md §4, with one deliberate difference: every GPU resource value is checked
+first (`check_resource_values`), and a value nobody can honour is an error naming the
+container, the resource, the value and the valid range. HAMi instead drops the whole request
+for a memory value that is not an integer MiB count (`16Gi`) or overflows int32, clamps a
+percentage, and lets cores wrap through int32 (`4294967246` became -50). The webhook refuses
+such pods at admission and `/filter` refuses pods the webhook never saw, both through this
+check. Kept from HAMi: a percentage of 0 means "not given".
 """
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from pyhami.devices.config import NvidiaConfig
-from pyhami.devices.quantity import QuantityError, as_int64, parse_quantity
+from pyhami.devices.quantity import QuantityError, parse_quantity
 from pyhami.model import ContainerDeviceRequest
 from pyhami.protocol import NVIDIA_VENDOR
 
 INT32_MAX = 2**31 - 1
 PERCENT_UNSET = 101  # HAMi's sentinel: no memory percentage was given
+MIB = 2**20
 
 
 class ContainerSpecError(ValueError):
     """A container's resources cannot be read; the message names the container and the key."""
 
 
-def _int32(value: int) -> int:
-    """Go's `int32(x)` conversion: keep the low 32 bits, signed."""
-    return (value + 2**31) % 2**32 - 2**31
+@dataclass(frozen=True, slots=True)
+class ValueRange:
+    """The integers a GPU resource may hold, and what one unit is."""
+
+    low: int
+    high: int
+    unit: str
+
+    def describe(self) -> str:
+        return f"an integer from {self.low} to {self.high} ({self.unit})"
 
 
-def lookup_quantity(container: Mapping[str, Any], name: str) -> int | None:
-    """`limits[name]`, else `requests[name]`, as an exact int64; None when absent or fractional.
+def value_ranges(config: NvidiaConfig) -> dict[str, ValueRange]:
+    """Every NVIDIA resource name pyhami reads, with the values it can honour.
 
-    HAMi looks in limits first and falls back to requests (device.go:520-600).
+    Memory is booked as int32 MiB after the memory factor; cores and the memory percentage
+    are percent of one card; the priority is libvgpu's task priority (0 high, 1 low).
     """
-    resources = container.get("resources") or {}
-    if not isinstance(resources, Mapping):
-        raise ContainerSpecError(f"container {_name(container)}: resources must be a mapping")
-    for section in ("limits", "requests"):
-        values = resources.get(section) or {}
-        if not isinstance(values, Mapping):
-            raise ContainerSpecError(
-                f"container {_name(container)}: resources.{section} must be a mapping"
-            )
-        if name in values:
-            try:
-                return as_int64(parse_quantity(values[name]))
-            except QuantityError as err:
-                raise ContainerSpecError(
-                    f"container {_name(container)}: resources.{section}[{name}]: {err}"
-                ) from err
-    return None
+    factor = max(config.memory_factor, 1)
+    memory_unit = "MiB per GPU" if factor == 1 else f"units of {factor} MiB per GPU"
+    ranges = {
+        config.resource_count_name: ValueRange(0, INT32_MAX, "GPUs"),
+        config.resource_memory_name: ValueRange(0, INT32_MAX // factor, memory_unit),
+        config.resource_memory_percentage_name: ValueRange(0, 100, "percent of each GPU's memory"),
+        config.resource_core_name: ValueRange(0, 100, "percent of each GPU's cores"),
+        config.resource_priority_name: ValueRange(0, 1, "0 high, 1 low"),
+    }
+    return {name: bounds for name, bounds in ranges.items() if name}
 
 
 def _name(container: Mapping[str, Any]) -> str:
     return repr(container.get("name", "<unnamed>"))
 
 
+def _sections(container: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    resources = container.get("resources") or {}
+    if not isinstance(resources, Mapping):
+        raise ContainerSpecError(f"container {_name(container)}: resources must be a mapping")
+    found = []
+    for section in ("limits", "requests"):
+        values = resources.get(section) or {}
+        if not isinstance(values, Mapping):
+            raise ContainerSpecError(
+                f"container {_name(container)}: resources.{section} must be a mapping"
+            )
+        found.append((section, values))
+    return found
+
+
+def _unit_hint(text: object, exact: Fraction) -> str:
+    """For a memory value written with a unit: the MiB count it probably meant."""
+    if isinstance(text, str) and not text.lstrip("+-").isdigit() and exact % MIB == 0:
+        return f"; write {text} as {exact // MIB} (a plain number of MiB, no unit)"
+    return ""
+
+
+def check_resource_values(container: Mapping[str, Any], config: NvidiaConfig) -> None:
+    """ContainerSpecError for the first GPU resource value that is unreadable or out of range.
+
+    The message names the container, the resource, the value as written and the valid range.
+    """
+    ranges = value_ranges(config)
+    for section, values in _sections(container):
+        for name, text in values.items():
+            bounds = ranges.get(name)
+            if bounds is None:
+                continue
+            where = f"container {_name(container)}: resources.{section}[{name}] {text!r}"
+            try:
+                exact = parse_quantity(text)
+            except QuantityError as err:
+                raise ContainerSpecError(
+                    f"{where} is not a number; it must be {bounds.describe()}"
+                ) from err
+            if exact.denominator != 1 or not bounds.low <= exact <= bounds.high:
+                hint = _unit_hint(text, exact) if name == config.resource_memory_name else ""
+                raise ContainerSpecError(
+                    f"{where} is out of range: it must be {bounds.describe()}{hint}"
+                )
+
+
+def _quantity(container: Mapping[str, Any], name: str) -> int | None:
+    """`limits[name]`, else `requests[name]` (HAMi's order), on a checked container."""
+    for _, values in _sections(container):
+        if name in values:
+            return int(parse_quantity(values[name]))
+    return None
+
+
 def container_request(
     container: Mapping[str, Any], config: NvidiaConfig
 ) -> ContainerDeviceRequest | None:
-    """The NVIDIA request of one container, or None when it asks for no NVIDIA GPU."""
-    nums = lookup_quantity(container, config.resource_count_name)
-    if nums is None:
+    """The NVIDIA request of one container, or None when it asks for no NVIDIA GPU.
+
+    ContainerSpecError when a GPU resource value is unreadable or out of range.
+    """
+    check_resource_values(container, config)
+    nums = _quantity(container, config.resource_count_name)
+    if not nums:
         return None
-    memnum = 0
-    memory = lookup_quantity(container, config.resource_memory_name)
-    if _present(container, config.resource_memory_name):
-        factor = max(config.memory_factor, 1)
-        if memory is None or memory < 0 or memory > INT32_MAX // factor:
-            return None
-        memnum = memory * factor
-    mempnum = PERCENT_UNSET
-    percentage = lookup_quantity(container, config.resource_memory_percentage_name)
-    if percentage is not None:
-        percentage = min(percentage, 100)
-        if percentage > 0:
-            mempnum = percentage
+    memnum = (_quantity(container, config.resource_memory_name) or 0) * max(
+        config.memory_factor, 1
+    )
+    percentage = _quantity(container, config.resource_memory_percentage_name)
+    mempnum = percentage if percentage else PERCENT_UNSET
     if mempnum == PERCENT_UNSET and memnum == 0:
         if config.default_memory != 0:
             memnum = config.default_memory
         else:
             mempnum = 100
-    corenum = config.default_cores
-    cores = lookup_quantity(container, config.resource_core_name)
-    if cores is not None:
-        corenum = _int32(cores)
-    request = ContainerDeviceRequest(
-        nums=_int32(nums),
+    cores = _quantity(container, config.resource_core_name)
+    return ContainerDeviceRequest(
+        nums=nums,
         type=NVIDIA_VENDOR,
-        memreq=_int32(memnum),
+        memreq=memnum,
         mem_percentage_req=mempnum,
-        coresreq=corenum,
+        coresreq=config.default_cores if cores is None else cores,
     )
-    return request if request.nums > 0 else None
-
-
-def _present(container: Mapping[str, Any], name: str) -> bool:
-    resources = container.get("resources") or {}
-    return any(name in (resources.get(section) or {}) for section in ("limits", "requests"))

@@ -28,15 +28,19 @@ def worst_single(candidates: Sequence[T], uuids: Sequence[str], scores: PairScor
 def best_combination(
     candidates: Sequence[T], uuids: Sequence[str], scores: PairScores, size: int
 ) -> list[T]:
-    """The `size` candidates with the highest summed pair score; the first maximum wins."""
+    """The `size` candidates with the highest summed pair score; the first maximum wins.
+
+    Scores may be negative (a hand-written or third-party score table): the best combination
+    is taken whatever its sign, so a fitting request always gets its `size` cards.
+    """
     best: tuple[int, ...] = ()
-    best_score = -1
+    best_score: int | None = None
     for combo in combinations(range(len(uuids)), size):
         score = 0
         for a_pos, a in enumerate(combo):
             row = scores.get(uuids[a], {})
             for b in combo[a_pos + 1 :]:
                 score += row.get(uuids[b], 0)
-        if score > best_score:
+        if best_score is None or score > best_score:
             best, best_score = combo, score
     return [candidates[i] for i in best]

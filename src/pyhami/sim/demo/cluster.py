@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
@@ -58,7 +59,31 @@ COMPONENT_NAMESPACE = "kube-system"
 SCHEDULER_USER = service_account(COMPONENT_NAMESPACE, "pyhami-scheduler")
 DEVICE_PLUGIN_USER = service_account(COMPONENT_NAMESPACE, "pyhami-device-plugin")
 KUBE_SCHEDULER_USER = "system:kube-scheduler"
+# Who may move a pod through its allocation states (the chart's pyhami.trustedWriters).
+TRUSTED_WRITERS = (SCHEDULER_USER, DEVICE_PLUGIN_USER)
 JsonObject = dict[str, Any]
+
+
+def trusted_writers_condition(writers: Sequence[str]) -> JsonObject:
+    """The ownership webhook's matchCondition exactly as the chart renders it
+    (pyhami.ownershipCondition): a trusted writer's update skips the webhook."""
+    exact = [writer for writer in writers if not writer.endswith(":")]
+    terms = [f"request.userInfo.username in {_go_json(exact)}"]
+    terms += [
+        f"request.userInfo.username.startsWith({_go_json(prefix)})"
+        for prefix in writers
+        if prefix.endswith(":")
+    ]
+    return {
+        "name": "not-a-trusted-writers-update",
+        "expression": f"request.operation != 'UPDATE' || !({' || '.join(terms)})",
+    }
+
+
+def _go_json(value: object) -> str:
+    """Helm's toJson (Go's encoding/json): compact, non-ASCII kept, <, > and & escaped."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +94,7 @@ class DemoWebhook:
     path: str
     operations: tuple[str, ...]
     object_selector: JsonObject | None
+    match_conditions: tuple[JsonObject, ...] = ()
 
     @property
     def rules(self) -> tuple[JsonObject, ...]:
@@ -83,7 +109,13 @@ NOT_IGNORED = {
 # two components may move a pod through its allocation states.
 WEBHOOKS = (
     DemoWebhook("vgpu.hami.io", "/webhook", ("CREATE",), NOT_IGNORED),
-    DemoWebhook("ownership.pyhami.io", "/webhook/ownership", ("CREATE", "UPDATE"), None),
+    DemoWebhook(
+        "ownership.pyhami.io",
+        "/webhook/ownership",
+        ("CREATE", "UPDATE"),
+        None,
+        (trusted_writers_condition(TRUSTED_WRITERS),),
+    ),
 )
 DEVICE_CONFIG = f"""\
 nvidia:
@@ -258,7 +290,7 @@ class DemoCluster(AsyncService):
             cert_file=str(self._tls.cert_file),
             key_file=str(self._tls.key_file),
             scheduler_name=SCHEDULER_NAME,
-            trusted_writers=(SCHEDULER_USER, DEVICE_PLUGIN_USER),
+            trusted_writers=TRUSTED_WRITERS,
         )
         self._scheduler = SchedulerProcess(
             settings, self._new_client(SCHEDULER_USER), load_device_config(str(config_file))
@@ -273,6 +305,7 @@ class DemoCluster(AsyncService):
                 failure_policy="Fail",
                 rules=hook.rules,
                 object_selector=hook.object_selector,
+                match_conditions=hook.match_conditions,
             )
         self.progress(f"scheduler         {self.scheduler_url} (extender + webhook, TLS)")
 

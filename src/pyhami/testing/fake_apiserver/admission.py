@@ -9,6 +9,9 @@ of the object itself), in order (configurations by name, webhooks in their order
 seeing the previous one's result.
 `failurePolicy: Fail` (the v1 default) turns a call failure into a 500; `Ignore` skips it.
 Reinvocation is not done (`reinvocationPolicy: Never`, HAMi's setting).
+`matchConditions` are evaluated (the CEL that `cel.py` supports; other CEL is refused when the
+webhook is registered or read) after the rules and selectors: a false one skips the webhook,
+an evaluation error counts as a call failure.
 """
 
 from __future__ import annotations
@@ -17,12 +20,18 @@ import base64
 import binascii
 import json
 import ssl
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 
+from pyhami.testing.fake_apiserver.cel import (
+    CelEvaluationError,
+    CelProgram,
+    CelUnsupportedError,
+    compile_expression,
+)
 from pyhami.testing.fake_apiserver.identity import UserInfo
 from pyhami.testing.fake_apiserver.patches import PatchApplyError, PatchFormatError, json_patch
 from pyhami.testing.fake_apiserver.resources import MUTATING_WEBHOOKS, NAMESPACES, ResourceType
@@ -53,6 +62,25 @@ class Webhook:
     object_selector: JsonObject | None = None
     # admissionReviewVersions: kube-apiserver sends the first one it speaks (v1, v1beta1).
     review_versions: tuple[str, ...] = ("v1",)
+    match_conditions: tuple[tuple[str, CelProgram], ...] = ()
+
+    def matches(self, request: JsonObject) -> bool:
+        """All matchConditions true for this AdmissionReview request (none: true)."""
+        variables = {
+            "request": request,
+            "object": request.get("object"),
+            "oldObject": request.get("oldObject"),
+        }
+        for name, program in self.match_conditions:
+            try:
+                value = program.evaluate(variables)
+            except CelEvaluationError as err:
+                raise _CallFailedError(f"matchCondition {name!r}: {err}") from err
+            if not isinstance(value, bool):
+                raise _CallFailedError(f"matchCondition {name!r} did not evaluate to a bool")
+            if not value:
+                return False
+        return True
 
     def review_version(self) -> str:
         for version in self.review_versions:
@@ -76,6 +104,20 @@ class Webhook:
             if scope == "*" or (scope == "Namespaced") == resource.namespaced:
                 return True
         return False
+
+
+def compile_conditions(
+    webhook: str, conditions: Sequence[Mapping[str, Any]] | None
+) -> tuple[tuple[str, CelProgram], ...]:
+    """A webhook's matchConditions, compiled; ValueError names the one that is refused."""
+    compiled = []
+    for condition in conditions or ():
+        name = str(condition.get("name", ""))
+        try:
+            compiled.append((name, compile_expression(str(condition.get("expression", "")))))
+        except CelUnsupportedError as err:
+            raise ValueError(f"webhook {webhook!r} matchCondition {name!r}: {err}") from err
+    return tuple(compiled)
 
 
 def _listed(values: Any, value: str) -> bool:
@@ -114,6 +156,7 @@ class AdmissionChain:
         object_selector: JsonObject | None = None,
         rules: tuple[JsonObject, ...] | None = None,
         review_versions: tuple[str, ...] = ("v1",),
+        match_conditions: Sequence[Mapping[str, Any]] | None = None,
     ) -> Webhook:
         """Add a webhook by URL (https only, like kube-apiserver) and CA bundle (PEM)."""
         if not url.startswith("https://"):
@@ -132,6 +175,7 @@ class AdmissionChain:
             namespace_selector,
             object_selector,
             review_versions,
+            compile_conditions(name, match_conditions),
         )
         self._registered.append(hook)
         return hook
@@ -174,7 +218,17 @@ class AdmissionChain:
             review_versions=tuple(entry.get("admissionReviewVersions") or ("v1",)),
             namespace_selector=entry.get("namespaceSelector"),
             object_selector=entry.get("objectSelector"),
+            match_conditions=self._conditions(entry),
         )
+
+    @staticmethod
+    def _conditions(entry: Mapping[str, Any]) -> tuple[tuple[str, CelProgram], ...]:
+        try:
+            return compile_conditions(str(entry.get("name", "")), entry.get("matchConditions"))
+        except ValueError as err:
+            # kube-apiserver refuses such a configuration when it is written; this double
+            # says so on the first admission that reads it.
+            raise internal(str(err)) from err
 
     async def close(self) -> None:
         if self._session is not None:
@@ -226,18 +280,30 @@ class AdmissionChain:
 
     async def _call(self, hook: Webhook, request: _Request, obj: JsonObject) -> JsonObject:
         call = AdmissionCall(hook.name, {})
+        try:
+            review = self._review_of(hook, request, obj)
+            if not hook.matches(review["request"]):
+                return obj  # skipped: no call is made
+        except _CallFailedError as err:
+            self.calls.append(call)
+            return self._failed(hook, call, err, obj)
         self.calls.append(call)
         try:
-            return await self._review(hook, request, obj, call)
+            return await self._review(hook, review, call)
         except _CallFailedError as err:
-            call.error = str(err)
-            if hook.failure_policy == "Ignore":
-                return obj
-            raise internal(f'failed calling webhook "{hook.name}": {err}') from err
+            return self._failed(hook, call, err, obj)
 
-    async def _review(
-        self, hook: Webhook, request: _Request, obj: JsonObject, call: AdmissionCall
+    @staticmethod
+    def _failed(
+        hook: Webhook, call: AdmissionCall, err: _CallFailedError, obj: JsonObject
     ) -> JsonObject:
+        """failurePolicy: Ignore goes on with the object unchanged, Fail refuses."""
+        call.error = str(err)
+        if hook.failure_policy == "Ignore":
+            return obj
+        raise internal(f'failed calling webhook "{hook.name}": {err}') from err
+
+    def _review_of(self, hook: Webhook, request: _Request, obj: JsonObject) -> JsonObject:
         version = hook.review_version()
         uid = self._store.new_uid()
         resource = request.resource
@@ -263,9 +329,13 @@ class AdmissionChain:
                 "options": {"apiVersion": "meta.k8s.io/v1", "kind": request.options_kind},
             },
         }
+        return review
+
+    async def _review(self, hook: Webhook, review: JsonObject, call: AdmissionCall) -> JsonObject:
         call.request = review
         answer = await self._post(hook, review)
         call.response = answer
+        uid = review["request"]["uid"]
         return self._apply(hook, uid, answer, review["request"]["object"], call)
 
     async def _post(self, hook: Webhook, review: JsonObject) -> JsonObject:

@@ -22,6 +22,7 @@ class Fault:
     latency_s: float
     times: int | None
     message: str
+    after: int = 0  # this many matching requests pass untouched first
 
     def matches(self, verb: str, resource: str) -> bool:
         return (self.verb in (None, verb)) and (self.resource in (None, resource))
@@ -47,8 +48,10 @@ class FaultInjector:
         status: int = 500,
         times: int | None = 1,
         message: str = "",
+        after: int = 0,
     ) -> Fault:
-        """Answer the next `times` matching requests with an error Status of `status`.
+        """Answer the next `times` matching requests with an error Status of `status`, once
+        `after` matching requests have been served.
 
         `resource` is the plural with any subresource (`pods`, `pods/binding`, `leases`)."""
         self._check_verb(verb)
@@ -61,6 +64,7 @@ class FaultInjector:
             0.0,
             times,
             message or f"injected failure for {verb or 'any verb'} on {resource or 'any resource'}",
+            after,
         )
         self._faults.append(fault)
         return fault
@@ -93,6 +97,9 @@ class FaultInjector:
         error = None
         for fault in list(self._faults):
             if not fault.matches(verb, resource):
+                continue
+            if fault.after > 0:
+                fault.after -= 1
                 continue
             if fault.times is not None:
                 fault.times -= 1

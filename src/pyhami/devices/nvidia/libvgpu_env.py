@@ -1,0 +1,51 @@
+"""The environment variables that control libvgpu, in one list.
+
+libvgpu reads its limits from the container's environment (native/libvgpu/README.md,
+"Configuration"), and the device plugin drops the `ld.so.preload` mount for a container whose
+spec sets `CUDA_DISABLE_CONTROL`. A pod author who sets any of them could lift or weaken the
+limits the scheduler booked, so the webhook refuses them (unless the operator allows it for the
+namespace) and the device plugin writes the limits itself.
+"""
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+MEMORY_LIMIT = "CUDA_DEVICE_MEMORY_LIMIT"  # also MEMORY_LIMIT_<i>
+SM_LIMIT = "CUDA_DEVICE_SM_LIMIT"  # also SM_LIMIT_<i>
+SHARED_CACHE = "CUDA_DEVICE_MEMORY_SHARED_CACHE"
+CORE_POLICY = "GPU_CORE_UTILIZATION_POLICY"
+TASK_PRIORITY = "CUDA_TASK_PRIORITY"
+OVERSUBSCRIBE = "CUDA_OVERSUBSCRIBE"
+LOG_LEVEL = "LIBCUDA_LOG_LEVEL"
+DISABLE_CONTROL = "CUDA_DISABLE_CONTROL"  # read by the device plugin: no ld.so.preload mount
+
+_EXACT = frozenset(
+    {SHARED_CACHE, CORE_POLICY, TASK_PRIORITY, OVERSUBSCRIBE, LOG_LEVEL, DISABLE_CONTROL}
+)
+_PER_DEVICE = re.compile(rf"(?:{MEMORY_LIMIT}|{SM_LIMIT})(?:_[0-9]+)?")
+
+# Go strconv.ParseBool's spellings of true (how HAMi reads CUDA_DISABLE_CONTROL).
+_GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+
+
+def controls_libvgpu(name: str) -> bool:
+    """Whether an environment variable of this name changes what libvgpu enforces."""
+    return name in _EXACT or _PER_DEVICE.fullmatch(name) is not None
+
+
+def literal_env(container: Mapping[str, Any]) -> list[tuple[str, object]]:
+    """(name, value) of the container's `env` entries; value None when it comes from
+    `valueFrom` (its name still counts)."""
+    found: list[tuple[str, object]] = []
+    for item in container.get("env") or []:
+        if isinstance(item, Mapping) and isinstance(item.get("name"), str):
+            found.append((item["name"], item.get("value") if "valueFrom" not in item else None))
+    return found
+
+
+def disables_control(container: Mapping[str, Any]) -> bool:
+    """The container's spec sets CUDA_DISABLE_CONTROL to a Go-true value."""
+    return any(
+        name == DISABLE_CONTROL and str(value) in _GO_TRUE for name, value in literal_env(container)
+    )
