@@ -100,11 +100,16 @@ class Cluster:
         self.api = api
         self.client = client
         self.tmp = tmp
-        self.ca = write_serving_certificate(tmp).ca_pem
+        self.tls = write_serving_certificate(tmp)
+        self.ca = self.tls.ca_pem
+        # kube-scheduler's: the extender answers /filter, /bind and /explain only with one.
+        self.client_certificate = self.tls.client_certificate()
         (tmp / "device-config.yaml").write_text(DEVICE_CONFIG)
         self.processes: list[SchedulerProcess] = []
-        insecure = ssl.create_default_context(cadata=self.ca.decode())
-        self.http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=insecure))
+        trusted = self.client_certificate.load_into(
+            ssl.create_default_context(cadata=self.ca.decode())
+        )
+        self.http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=trusted))
 
     def settings(self, **overrides: Any) -> SchedulerSettings:
         base = SchedulerSettings(
@@ -113,6 +118,7 @@ class Cluster:
             metrics_bind_address="127.0.0.1:0",
             cert_file=str(self.tmp / "tls.crt"),
             key_file=str(self.tmp / "tls.key"),
+            extender_client_ca=str(self.tls.ca_file),
             scheduler_name=SCHEDULER_NAME,
             trusted_writers=("system:serviceaccount:kube-system:",),
         )

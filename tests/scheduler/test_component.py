@@ -36,7 +36,9 @@ from .cluster import (
 
 def _harness(cluster, process) -> KubeSchedulerHarness:
     extender = ExtenderConfig.hami_chart(
-        f"https://127.0.0.1:{process.main_port}", ca_pem=cluster.ca
+        f"https://127.0.0.1:{process.main_port}",
+        ca_pem=cluster.ca,
+        client_certificate=cluster.client_certificate,
     )
     return KubeSchedulerHarness(
         cluster.client,
@@ -105,9 +107,11 @@ async def test_bad_bodies_unknown_pods_and_api_errors_get_error_answers(tmp_path
             "Error"
         ] == "extender args missing pod"
         bind = await cluster.post(
-            process, "/bind", {"PodName": "ghost", "PodNamespace": "default", "Node": "n1"}
+            process,
+            "/bind",
+            {"PodName": "ghost", "PodNamespace": "default", "PodUID": "u-1", "Node": "n1"},
         )
-        assert 'pod "default/ghost" not found' in bind["Error"]
+        assert "default/ghost (uid u-1) has no filter decision" in bind["Error"]
         assert "missing PodName" in (await cluster.post(process, "/bind", {}))["Error"]
         webhook = await cluster.post(process, "/webhook", b"")
         assert webhook["response"]["status"]["code"] == 400
@@ -204,7 +208,11 @@ async def test_restart_mid_run_rebuilds_the_same_ledger(tmp_path: Path) -> None:
         port = first.main_port
         plugin = DevicePluginDouble(cluster)
         plugin.start()
-        extender = ExtenderConfig.hami_chart(f"https://127.0.0.1:{port}", ca_pem=cluster.ca)
+        extender = ExtenderConfig.hami_chart(
+            f"https://127.0.0.1:{port}",
+            ca_pem=cluster.ca,
+            client_certificate=cluster.client_certificate,
+        )
         harness = KubeSchedulerHarness(
             cluster.client,
             extender,
