@@ -115,7 +115,7 @@ def _request(port: int, method: str, path: str, body: bytes, content_type: str) 
 
 
 def _check(status: int, content_type: str, body: bytes, path: str) -> None:
-    route = path.split("?")[0]
+    route = path.split("?", maxsplit=1)[0]
     if route in JSON_ROUTES or status >= 500:
         assert content_type.startswith("application/json"), (status, content_type, body[:200])
         assert status != 500 or b"internal error" in body

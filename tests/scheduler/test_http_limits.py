@@ -5,6 +5,7 @@ Loopback only, short limits (1 s), bounded loops: each wait below ends well afte
 it checks or fails the test."""
 
 import asyncio
+import contextlib
 import ssl
 from datetime import timedelta
 from pathlib import Path
@@ -44,18 +45,14 @@ async def _closed(reader: asyncio.StreamReader) -> bytes:
 async def _send(writer: asyncio.StreamWriter, data: bytes) -> None:
     """Write, whether or not the server has closed the connection already (cap reached)."""
     writer.write(data)
-    try:
+    with contextlib.suppress(ConnectionError, ssl.SSLError):
         await writer.drain()
-    except (ConnectionError, ssl.SSLError):
-        pass
 
 
 async def _drop(writer: asyncio.StreamWriter) -> None:
     writer.close()
-    try:
+    with contextlib.suppress(ConnectionError, ssl.SSLError):
         await writer.wait_closed()
-    except (ConnectionError, ssl.SSLError):
-        pass
 
 
 async def test_slow_tls_clients_are_dropped_and_the_connection_cap_holds(tmp_path: Path) -> None:
