@@ -38,8 +38,9 @@ from pyhami.protocol import (
 )
 from pyhami.scheduler.runtime import SchedulerProcess, load_device_config
 from pyhami.scheduler.settings import SchedulerSettings
-from pyhami.testing import FakeKubeAPIServer
+from pyhami.testing import FakeKubeAPIServer, KubeSchedulerHarness
 from pyhami.testing.certs import write_serving_certificate
+from pyhami.testing.scheduler_harness import ExtenderConfig
 
 DEVICE_CONFIG = """\
 nvidia:
@@ -132,6 +133,22 @@ class Cluster:
         await process.start()
         self.processes.append(process)
         return process
+
+    def harness(self, port: int) -> KubeSchedulerHarness:
+        """kube-scheduler as the chart configures it, with its client certificate, driving the
+        extender at `port`; it retries quickly."""
+        extender = ExtenderConfig.hami_chart(
+            f"https://127.0.0.1:{port}",
+            ca_pem=self.ca,
+            client_certificate=self.client_certificate,
+        )
+        return KubeSchedulerHarness(
+            self.client,
+            extender,
+            scheduler_name=SCHEDULER_NAME,
+            backoff_initial_s=0.01,
+            backoff_max_s=0.05,
+        )
 
     def register_webhook(self, process: SchedulerProcess) -> None:
         self.api.admission.register(

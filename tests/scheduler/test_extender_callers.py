@@ -15,13 +15,11 @@ import pytest
 
 from pyhami.protocol import KEY_BIND_PHASE, KEY_NVIDIA_ALLOCATED, KEY_VGPU_NODE
 from pyhami.scheduler.settings import SchedulerSettings, SettingsError
-from pyhami.testing import KubeSchedulerHarness
 from pyhami.testing.certs import write_serving_certificate
-from pyhami.testing.scheduler_harness import ExtenderConfig, Result
+from pyhami.testing.scheduler_harness import Result
 
 from .builders import card as gpu
 from .cluster import (
-    SCHEDULER_NAME,
     Cluster,
     DevicePluginDouble,
     node_object,
@@ -112,18 +110,7 @@ async def test_a_lagging_kube_scheduler_cannot_unbind_what_it_just_bound(tmp_pat
         cluster.register_webhook(process)
         plugin = DevicePluginDouble(cluster)
         plugin.start()
-        extender = ExtenderConfig.hami_chart(
-            f"https://127.0.0.1:{process.main_port}",
-            ca_pem=cluster.ca,
-            client_certificate=cluster.client_certificate,
-        )
-        harness = KubeSchedulerHarness(
-            cluster.client,
-            extender,
-            scheduler_name=SCHEDULER_NAME,
-            backoff_initial_s=0.01,
-            backoff_max_s=0.05,
-        )
+        harness = cluster.harness(process.main_port)
         try:
             async with harness:
                 unbound = await cluster.create_pod(pod_object("p", mem=3000, cores=None))
