@@ -4,14 +4,12 @@ certificate the chart makes really passes the extender's TLS check. No NodePort 
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import ssl
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from pyhami.scheduler.tls import ReloadingCertificate
-from pyhami.testing.certs import write_serving_certificate
+from pyhami.testing.certs import client_seen_by, write_serving_certificate
 from pyhami.testing.scheduler_harness.config import ExtenderConfig
 
 from .commands import scheduler_settings
@@ -34,22 +32,6 @@ def _secret_item(spec: dict[str, Any], container: dict[str, Any], path: str) -> 
             item = next(i for i in secret["items"] if i["path"] == target.name)
             return secret["secretName"], item["key"]
     raise AssertionError(f"{container['name']}: nothing mounted for {path}")
-
-
-async def _handshake(server: ssl.SSLContext, client: ssl.SSLContext) -> dict[str, Any]:
-    seen: list[dict[str, Any]] = []
-
-    async def serve(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        seen.append(writer.get_extra_info("peercert") or {})
-        writer.close()
-
-    listener = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=server)
-    port = listener.sockets[0].getsockname()[1]
-    async with listener:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client)
-        await reader.read()
-        writer.close()
-    return seen[0]
 
 
 async def test_kube_schedulers_certificate_from_the_chart_passes_the_extenders_check(
@@ -79,7 +61,7 @@ async def test_kube_schedulers_certificate_from_the_chart_passes_the_extenders_c
     harness = ExtenderConfig.from_kube_scheduler_config({**entry, "tlsConfig": {**tls, **local}})
     client = harness.ssl_context()
     assert client is not None
-    peer = await _handshake(extender_tls.context, client)
+    peer = await client_seen_by(extender_tls.context, client)
     assert dict(name[0] for name in peer["subject"])["commonName"] == "kube-scheduler"
 
 

@@ -7,11 +7,13 @@ Job. The extender in turn asks its callers for a client certificate signed by th
 trusted outside their own run.
 """
 
+import asyncio
 import datetime
 import ipaddress
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -77,6 +79,9 @@ class CertificateAuthority:
             .not_valid_after(now + _VALIDITY)
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
             .add_extension(_CA_KEY_USAGE, critical=True)
+            # Key identifiers, as Go's x509 (helm, cert-manager) writes them: every throwaway
+            # CA has the same name, and a verifier tells them apart by these.
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
             .sign(key, hashes.SHA256())
         )
         return cls(key, certificate)
@@ -108,6 +113,9 @@ class CertificateAuthority:
             .not_valid_before(now - datetime.timedelta(minutes=1))
             .not_valid_after(now + _VALIDITY)
             .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()), False
+            )
         )
         if alternative_names:
             builder = builder.add_extension(
@@ -186,3 +194,26 @@ def write_serving_certificate(
     ca_file = directory / "ca.crt"
     ca_file.write_bytes(authority.pem)
     return ServingFiles(authority, ca_file, pair.cert_file, pair.key_file, pair.serial)
+
+
+async def client_seen_by(server: ssl.SSLContext, client: ssl.SSLContext) -> dict[str, Any]:
+    """One TLS handshake over loopback: the client certificate the server side accepted (empty
+    when none was shown). A handshake the server refuses raises on the client side."""
+    seen: list[dict[str, Any]] = []
+
+    async def serve(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(writer.get_extra_info("peercert") or {})
+        writer.write(b"ok")
+        await writer.drain()
+        writer.close()
+
+    listener = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=server)
+    port = listener.sockets[0].getsockname()[1]
+    async with listener:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client)
+        try:
+            if await reader.read() != b"ok":
+                raise ConnectionError("the server closed the connection during the handshake")
+        finally:
+            writer.close()
+    return seen[0]
