@@ -261,6 +261,19 @@ async def test_bind_of_a_pod_or_node_not_filtered_here_is_refused_and_releases_n
     assert "has no filter decision" in again.error  # one bind per filter
 
 
+async def test_a_pod_asking_for_no_device_binds_where_kube_scheduler_chose() -> None:
+    kube = MemoryKube()
+    service = _service(kube)
+    plain = {
+        "metadata": {"name": "web", "namespace": "default", "uid": "uid-web"},
+        "spec": {"containers": [{"name": "c"}]},
+    }
+    assert (await _filter(service, plain, "n1", "n1-busy")).node_names == ("n1", "n1-busy")
+    result = await service.bind(ExtenderBindingArgs("web", "default", "uid-web", "n1-busy"))
+    assert result.error == "" and kube.lock is None
+    assert kube.bindings == [("default", "web", {"node": "n1-busy", "uid": "uid-web"})]
+
+
 async def test_a_bind_that_finds_the_pod_bound_keeps_its_charge_and_annotations() -> None:
     kube = MemoryKube()
     service = _service(kube)

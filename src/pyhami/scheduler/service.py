@@ -203,7 +203,7 @@ class FilterBind:
         self._remember(decision)
         if decision.outcome is Outcome.NO_DEVICE_REQUEST:
             self.metrics.decisions.labels(verb="filter", outcome="pass-through").inc()
-            self._claim(_Claim(key, namespace, name, frozenset(args.node_names), None))
+            self._claim(_Claim(key, namespace, name, None, None))
             return ExtenderFilterResult(node_names=args.node_names)
         if decision.outcome is Outcome.ERROR:
             self.metrics.decisions.labels(verb="filter", outcome="error").inc()
@@ -231,7 +231,7 @@ class FilterBind:
             return ExtenderFilterResult.failure(message)
         self.metrics.decisions.labels(verb="filter", outcome="scheduled").inc()
         chosen = str(decision.node)
-        self._claim(_Claim(key, namespace, name, frozenset({chosen}), decision.allocation))
+        self._claim(_Claim(key, namespace, name, chosen, decision.allocation))
         self.events.emit(pod, NORMAL, "FilteringSucceed", self._success_message(decision, args))
         # HAMi answers a fit with FailedNodes null; we also name every rejected node with its
         # reason (architecture.md), which kube-scheduler reads as those nodes not fitting.
@@ -439,11 +439,8 @@ class FilterBind:
                 f"pod {pod} (uid {args.pod_uid}) has no filter decision of this scheduler "
                 "waiting for a bind; filter it again"
             )
-        if args.node not in claim.nodes:
-            nodes = sorted(claim.nodes)
-            noun = "nodes" if len(nodes) > 1 else "node"
-            where = f"{noun} {', '.join(nodes)}" if nodes else "no node"
-            return f"pod {pod} was filtered for {where}, not {args.node}; filter it again"
+        if claim.node is not None and args.node != claim.node:
+            return f"pod {pod} was filtered for node {claim.node}, not {args.node}; filter it again"
         if claim.allocation is not None and not self.state.holds(claim.allocation):
             return f"pod {pod}: the reservation its filter made is gone; filter it again"
         return None
@@ -528,12 +525,13 @@ class FilterRefusedError(Exception):
 @dataclass(frozen=True, slots=True)
 class _Claim:
     """What a /filter of this process decided, which the next /bind of that pod must match:
-    the chosen node (every candidate for a pod that asks for no device) and the reservation."""
+    the chosen node and its reservation (neither for a pod that asks for no device: it may go
+    to any node kube-scheduler picks)."""
 
     key: PodKey
     namespace: str
     name: str
-    nodes: frozenset[str]
+    node: str | None
     allocation: PodAllocation | None
 
 
