@@ -293,6 +293,29 @@ async def test_a_bind_that_finds_the_pod_bound_keeps_its_charge_and_annotations(
     assert "already bound to n1" in refiltered.error
 
 
+async def test_a_pod_is_not_filtered_while_its_bind_is_in_flight() -> None:
+    kube = MemoryKube()
+    service = _service(kube)
+    pod = gpu_pod("p")
+    await _filtered(kube, service, pod)
+    release = asyncio.Event()
+    binding = kube.bind_pod
+
+    async def slow_bind(namespace: str, name: str, node: str, *, uid: str | None = None) -> None:
+        await release.wait()
+        await binding(namespace, name, node, uid=uid)
+
+    kube.bind_pod = slow_bind  # type: ignore[method-assign]
+    bind = asyncio.create_task(service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1")))
+    while not kube.pod_patches or "hami.io/bind-phase" not in str(kube.pod_patches[-1]):
+        await asyncio.sleep(0)
+    refused = await service.filter(_args(pod, "n1"))
+    assert "is being bound to n1" in refused.error
+    release.set()
+    assert (await bind).error == ""
+    assert "already bound to n1" in (await service.filter(_args(pod, "n1"))).error
+
+
 async def test_filter_reads_the_pod_from_the_cluster_not_from_the_body() -> None:
     kube = MemoryKube()
     service = _service(kube)

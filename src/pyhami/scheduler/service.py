@@ -270,10 +270,14 @@ class FilterBind:
         ):
             raise FilterRefusedError(f"pod {namespace}/{name} is finished or being deleted")
         bound = self.state.bound_node(uid, pod)
-        if bound is not None or uid in self._binding:
-            where = bound or self._binding[uid]
+        if bound is not None:
             raise FilterRefusedError(
-                f"pod {namespace}/{name} is already bound to {where}; it is not filtered again"
+                f"pod {namespace}/{name} is already bound to {bound}; it is not filtered again"
+            )
+        if uid in self._binding:
+            raise FilterRefusedError(
+                f"pod {namespace}/{name} is being bound to {self._binding[uid]}; "
+                "it is not filtered again"
             )
         return pod
 
