@@ -307,8 +307,9 @@ async def test_a_pod_is_not_filtered_while_its_bind_is_in_flight() -> None:
 
     kube.bind_pod = slow_bind  # type: ignore[method-assign]
     bind = asyncio.create_task(service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1")))
-    while not kube.pod_patches or "hami.io/bind-phase" not in str(kube.pod_patches[-1]):
-        await asyncio.sleep(0)
+    async with asyncio.timeout(5):
+        while "hami.io/bind-phase" not in str(kube.pod_patches[-1]):
+            await asyncio.sleep(0)
     refused = await service.filter(_args(pod, "n1"))
     assert "is being bound to n1" in refused.error
     release.set()
