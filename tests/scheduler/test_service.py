@@ -293,7 +293,7 @@ async def test_a_bind_that_finds_the_pod_bound_keeps_its_charge_and_annotations(
     assert "already bound to n1" in refiltered.error
 
 
-async def test_a_pod_is_not_filtered_while_its_bind_is_in_flight() -> None:
+async def test_a_pod_is_not_filtered_or_bound_again_while_its_bind_is_in_flight() -> None:
     kube = MemoryKube()
     service = _service(kube)
     pod = gpu_pod("p")
@@ -312,8 +312,11 @@ async def test_a_pod_is_not_filtered_while_its_bind_is_in_flight() -> None:
             await asyncio.sleep(0)
     refused = await service.filter(_args(pod, "n1"))
     assert "is being bound to n1" in refused.error
+    twice = await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))
+    assert "has no filter decision" in twice.error  # the decision is taken by the first
     release.set()
     assert (await bind).error == ""
+    assert len(kube.bindings) == 1
     assert "already bound to n1" in (await service.filter(_args(pod, "n1"))).error
 
 

@@ -391,13 +391,26 @@ class FilterBind:
             self.metrics.decisions.labels(verb="bind", outcome="not-filtered").inc()
             return ExtenderBindingResult(unclaimed)
         assert claim is not None  # _unclaimed said so
-        pod = self.state.pods.get((namespace, args.pod_name))
+        # One bind per filter, taken before the first await: a second bind of the same decision
+        # arriving meanwhile finds none.
+        del self._claims[claim.key]
+        self._binding[claim.key] = args.node
+        try:
+            return await self._bind_claimed(claim, args)
+        finally:
+            del self._binding[claim.key]
+
+    async def _bind_claimed(
+        self, claim: _Claim, args: ExtenderBindingArgs
+    ) -> ExtenderBindingResult:
+        namespace = claim.namespace
+        pod = self.state.pods.get((namespace, claim.name))
         if pod is None or _uid(pod) != claim.key:
             try:
-                pod = await self.kube.get_pod(namespace, args.pod_name)
+                pod = await self.kube.get_pod(namespace, claim.name)
             except Exception as err:
                 self.metrics.decisions.labels(verb="bind", outcome="unknown-pod").inc()
-                return ExtenderBindingResult(f'pod "{namespace}/{args.pod_name}" not found: {err}')
+                return ExtenderBindingResult(f'pod "{namespace}/{claim.name}" not found: {err}')
         try:
             plan = plan_pod(pod, self.state.config)
         except PodSpecError as err:
@@ -407,27 +420,22 @@ class FilterBind:
             return ExtenderBindingResult(f'node "{args.node}" not found')
         app_requests = plan.requests[plan.init_count :]
         needs_lock = any(request is not None for request in app_requests)
-        del self._claims[claim.key]  # one bind per filter
-        self._binding[claim.key] = args.node
-        try:
-            async with self.mutexes.hold(args.node):
-                try:
-                    if needs_lock:
-                        await self._lock(args.node, namespace, args.pod_name, pod)
-                    await self.kube.patch_pod(namespace, args.pod_name, self._bind_patch())
-                    await self.kube.bind_pod(namespace, args.pod_name, args.node, uid=claim.key)
-                except Exception as err:
-                    await self._bind_failed(claim, args.node, pod, locked=needs_lock, err=err)
-                    return ExtenderBindingResult(str(err))
-            self.state.mark_bound(claim.key, args.node)
-        finally:
-            del self._binding[claim.key]
+        async with self.mutexes.hold(args.node):
+            try:
+                if needs_lock:
+                    await self._lock(args.node, namespace, claim.name, pod)
+                await self.kube.patch_pod(namespace, claim.name, self._bind_patch())
+                await self.kube.bind_pod(namespace, claim.name, args.node, uid=claim.key)
+            except Exception as err:
+                await self._bind_failed(claim, args.node, pod, locked=needs_lock, err=err)
+                return ExtenderBindingResult(str(err))
+        self.state.mark_bound(claim.key, args.node)
         self.metrics.decisions.labels(verb="bind", outcome="bound").inc()
         self.events.emit(
             pod,
             NORMAL,
             "BindingSucceed",
-            f"Successfully binding node [{args.node}] to {namespace}/{args.pod_name}",
+            f"Successfully binding node [{args.node}] to {namespace}/{claim.name}",
         )
         return ExtenderBindingResult()
 
