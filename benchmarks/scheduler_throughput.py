@@ -109,7 +109,9 @@ async def run(nodes: int, pods: int, policy: str) -> None:
             url = f"https://127.0.0.1:{process.main_port}"
             harness = KubeSchedulerHarness(
                 cluster.client,
-                ExtenderConfig.hami_chart(url, ca_pem=cluster.ca),
+                ExtenderConfig.hami_chart(
+                    url, ca_pem=cluster.ca, client_certificate=cluster.client_certificate
+                ),
                 scheduler_name=SCHEDULER_NAME,
                 backoff_initial_s=0.01,
                 backoff_max_s=0.2,

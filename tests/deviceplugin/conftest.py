@@ -18,6 +18,7 @@ from pyhami.protocol import KEY_NODE_NVIDIA_REGISTER, decode_node_devices
 from pyhami.scheduler.runtime import SchedulerProcess, load_device_config
 from pyhami.scheduler.settings import SchedulerSettings
 from pyhami.testing import FakeKubeAPIServer, FakeKubelet, FakeNVML
+from pyhami.testing.certs import write_serving_certificate
 from pyhami.testing.fake_nvml import a100_80g
 from pyhami.testing.scheduler_harness import ExtenderConfig, KubeSchedulerHarness
 
@@ -205,19 +206,30 @@ async def our_scheduler(
     kube: KubeClient, device_config: str, workdir: Path
 ) -> AsyncIterator[KubeSchedulerHarness]:
     """Our scheduler on `device_config` (HAMi's YAML) with the kube-scheduler harness in front
-    of it, both on the node's API double, for pods that name `hami-scheduler`."""
+    of it, both on the node's API double, for pods that name `hami-scheduler`; HTTPS with
+    kube-scheduler's client certificate, as the chart wires them."""
     config_file = workdir / "device-config.yaml"
     config_file.write_text(device_config)
+    tls_dir = workdir / "scheduler-tls"
+    tls_dir.mkdir()
+    tls = write_serving_certificate(tls_dir)
     settings = SchedulerSettings(
         device_config_file=str(config_file),
         http_bind="127.0.0.1:0",
         metrics_bind_address="127.0.0.1:0",
+        cert_file=str(tls.cert_file),
+        key_file=str(tls.key_file),
+        extender_client_ca=str(tls.ca_file),
         scheduler_name="hami-scheduler",
     )
     scheduler = SchedulerProcess(settings, kube, load_device_config(str(config_file)))
     await scheduler.start()
     try:
-        extender = ExtenderConfig.hami_chart(f"http://127.0.0.1:{scheduler.main_port}")
+        extender = ExtenderConfig.hami_chart(
+            f"https://127.0.0.1:{scheduler.main_port}",
+            ca_pem=tls.ca_pem,
+            client_certificate=tls.client_certificate(),
+        )
         async with KubeSchedulerHarness(kube, extender, backoff_initial_s=0.1) as harness:
             yield harness
     finally:

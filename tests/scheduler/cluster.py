@@ -38,8 +38,9 @@ from pyhami.protocol import (
 )
 from pyhami.scheduler.runtime import SchedulerProcess, load_device_config
 from pyhami.scheduler.settings import SchedulerSettings
-from pyhami.testing import FakeKubeAPIServer
+from pyhami.testing import FakeKubeAPIServer, KubeSchedulerHarness
 from pyhami.testing.certs import write_serving_certificate
+from pyhami.testing.scheduler_harness import ExtenderConfig
 
 DEVICE_CONFIG = """\
 nvidia:
@@ -100,11 +101,16 @@ class Cluster:
         self.api = api
         self.client = client
         self.tmp = tmp
-        self.ca = write_serving_certificate(tmp).ca_pem
+        self.tls = write_serving_certificate(tmp)
+        self.ca = self.tls.ca_pem
+        # kube-scheduler's: the extender answers /filter, /bind and /explain only with one.
+        self.client_certificate = self.tls.client_certificate()
         (tmp / "device-config.yaml").write_text(DEVICE_CONFIG)
         self.processes: list[SchedulerProcess] = []
-        insecure = ssl.create_default_context(cadata=self.ca.decode())
-        self.http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=insecure))
+        trusted = self.client_certificate.load_into(
+            ssl.create_default_context(cadata=self.ca.decode())
+        )
+        self.http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=trusted))
 
     def settings(self, **overrides: Any) -> SchedulerSettings:
         base = SchedulerSettings(
@@ -113,6 +119,7 @@ class Cluster:
             metrics_bind_address="127.0.0.1:0",
             cert_file=str(self.tmp / "tls.crt"),
             key_file=str(self.tmp / "tls.key"),
+            extender_client_ca=str(self.tls.ca_file),
             scheduler_name=SCHEDULER_NAME,
             trusted_writers=("system:serviceaccount:kube-system:",),
         )
@@ -126,6 +133,22 @@ class Cluster:
         await process.start()
         self.processes.append(process)
         return process
+
+    def harness(self, port: int) -> KubeSchedulerHarness:
+        """kube-scheduler as the chart configures it, with its client certificate, driving the
+        extender at `port`; it retries quickly."""
+        extender = ExtenderConfig.hami_chart(
+            f"https://127.0.0.1:{port}",
+            ca_pem=self.ca,
+            client_certificate=self.client_certificate,
+        )
+        return KubeSchedulerHarness(
+            self.client,
+            extender,
+            scheduler_name=SCHEDULER_NAME,
+            backoff_initial_s=0.01,
+            backoff_max_s=0.05,
+        )
 
     def register_webhook(self, process: SchedulerProcess) -> None:
         self.api.admission.register(

@@ -33,6 +33,11 @@ FLAGS = {
     "trusted_writers": [],
     "limit_control_namespaces": ["gpu-lab"],
     "explain_all": False,
+    "extender_client_ca": "",
+    "extender_allow_any_caller": False,
+    "http_header_timeout": "30s",
+    "http_body_timeout": "10s",
+    "http_max_connections": 512,
 }
 
 

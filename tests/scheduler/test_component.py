@@ -20,8 +20,7 @@ from pyhami.protocol import (
     KEY_VGPU_NODE,
     decode_pod_single_device,
 )
-from pyhami.testing import KubeSchedulerHarness
-from pyhami.testing.scheduler_harness import ExtenderConfig, Result
+from pyhami.testing.scheduler_harness import Result
 
 from .builders import card as gpu
 from .cluster import (
@@ -32,19 +31,6 @@ from .cluster import (
     running_cluster,
     wait_for,
 )
-
-
-def _harness(cluster, process) -> KubeSchedulerHarness:
-    extender = ExtenderConfig.hami_chart(
-        f"https://127.0.0.1:{process.main_port}", ca_pem=cluster.ca
-    )
-    return KubeSchedulerHarness(
-        cluster.client,
-        extender,
-        scheduler_name=SCHEDULER_NAME,
-        backoff_initial_s=0.01,
-        backoff_max_s=0.05,
-    )
 
 
 async def test_pod_goes_webhook_filter_bind_to_bound_with_hami_annotations(tmp_path: Path) -> None:
@@ -63,7 +49,7 @@ async def test_pod_goes_webhook_filter_bind_to_bound_with_hami_annotations(tmp_p
         # The webhook took the pod over and removed the forged allocation.
         assert created["spec"]["schedulerName"] == SCHEDULER_NAME
         assert KEY_NVIDIA_ALLOCATED not in created["metadata"].get("annotations", {})
-        async with _harness(cluster, process) as harness:
+        async with cluster.harness(process.main_port) as harness:
             outcome = await harness.wait_for("default", "p", timeout_s=10)
             assert outcome.result is Result.BOUND and outcome.node == "n1"
         stored = cluster.api.store.get("pods", "default", "p")
@@ -105,9 +91,11 @@ async def test_bad_bodies_unknown_pods_and_api_errors_get_error_answers(tmp_path
             "Error"
         ] == "extender args missing pod"
         bind = await cluster.post(
-            process, "/bind", {"PodName": "ghost", "PodNamespace": "default", "Node": "n1"}
+            process,
+            "/bind",
+            {"PodName": "ghost", "PodNamespace": "default", "PodUID": "u-1", "Node": "n1"},
         )
-        assert 'pod "default/ghost" not found' in bind["Error"]
+        assert "default/ghost (uid u-1) has no filter decision" in bind["Error"]
         assert "missing PodName" in (await cluster.post(process, "/bind", {}))["Error"]
         webhook = await cluster.post(process, "/webhook", b"")
         assert webhook["response"]["status"]["code"] == 400
@@ -152,7 +140,7 @@ async def test_two_hundred_pods_on_twenty_nodes_no_card_overcommitted(tmp_path: 
         plugin = DevicePluginDouble(cluster)
         plugin.start()
         try:
-            async with _harness(cluster, process) as harness:
+            async with cluster.harness(process.main_port) as harness:
                 # 200 pods x 1500 MiB = 300,000 MiB asked; 20 x 2 x 8000 = 320,000 MiB there,
                 # but 4 slots per card cap it at 160 pods: the other 40 must stay pending.
                 await asyncio.gather(
@@ -204,14 +192,7 @@ async def test_restart_mid_run_rebuilds_the_same_ledger(tmp_path: Path) -> None:
         port = first.main_port
         plugin = DevicePluginDouble(cluster)
         plugin.start()
-        extender = ExtenderConfig.hami_chart(f"https://127.0.0.1:{port}", ca_pem=cluster.ca)
-        harness = KubeSchedulerHarness(
-            cluster.client,
-            extender,
-            scheduler_name=SCHEDULER_NAME,
-            backoff_initial_s=0.01,
-            backoff_max_s=0.05,
-        )
+        harness = cluster.harness(port)
         await harness.start()
         await asyncio.gather(
             *(cluster.create_pod(pod_object(f"p{i:02d}", mem=2000)) for i in range(30))
@@ -227,13 +208,7 @@ async def test_restart_mid_run_rebuilds_the_same_ledger(tmp_path: Path) -> None:
         await wait_for(second.synced.is_set, what="caches synced after restart")
         assert _ledger_view(second) == before
         assert before["pods"], "the run was not mid-way"
-        harness = KubeSchedulerHarness(
-            cluster.client,
-            extender,
-            scheduler_name=SCHEDULER_NAME,
-            backoff_initial_s=0.01,
-            backoff_max_s=0.05,
-        )
+        harness = cluster.harness(port)
         async with harness:
             await wait_for(
                 lambda: all(
@@ -285,7 +260,7 @@ async def test_a_failed_binding_releases_the_reservation_and_the_lock(tmp_path: 
         await wait_for(process.synced.is_set, what="caches synced")
         cluster.register_webhook(process)
         cluster.api.faults.fail("create", "pods/binding", status=500)
-        async with _harness(cluster, process) as harness:
+        async with cluster.harness(process.main_port) as harness:
             await cluster.create_pod(pod_object("p", mem=4000))
             await harness.wait_bound_count(1, timeout_s=10)
         first, *_, last = harness.outcomes_for("default", "p")

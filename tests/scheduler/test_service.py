@@ -11,7 +11,12 @@ from pyhami.kube import NodeLocker
 from pyhami.protocol import KEY_NODE_LOCK
 from pyhami.scheduler import service as service_module
 from pyhami.scheduler.events import EventRecorder
-from pyhami.scheduler.extender import ExtenderArgs, ExtenderBindingArgs, PodRef
+from pyhami.scheduler.extender import (
+    ExtenderArgs,
+    ExtenderBindingArgs,
+    ExtenderFilterResult,
+    PodRef,
+)
 from pyhami.scheduler.metrics import MetricsSnapshot, SchedulerMetrics
 from pyhami.scheduler.service import Decider, FilterBind
 from pyhami.scheduler.state import ClusterState, object_name
@@ -75,11 +80,17 @@ def _args(pod: dict[str, Any], *names: str) -> ExtenderArgs:
     return ExtenderArgs(pod=pod, node_names=names)
 
 
+async def _filter(service: FilterBind, pod: dict[str, Any], *names: str) -> ExtenderFilterResult:
+    """kube-scheduler's filter of a pod the scheduler's informer has seen."""
+    service.state.on_pod(pod)
+    return await service.filter(_args(pod, *names))
+
+
 async def test_filter_picks_a_node_records_the_decision_and_reserves() -> None:
     kube = MemoryKube()
     service = _service(kube)
     pod = gpu_pod("p", mem=3000, cores=30)
-    result = await service.filter(_args(pod, "n1", "n1-busy", "ghost"))
+    result = await _filter(service, pod, "n1", "n1-busy", "ghost")
     assert result.node_names == ["n1"]
     assert result.failed_nodes is not None and result.failed_nodes["ghost"] == "node unregistered"
     assert "CardInsufficientMemory" in result.failed_nodes["n1-busy"]
@@ -109,7 +120,7 @@ async def test_explanations_are_bounded_by_verdicts_kept(monkeypatch: pytest.Mon
     service = _service(kube)
     for name in ("a", "b", "c", "a"):  # three verdicts each; re-filtering "a" replaces it
         pod = gpu_pod(name, mem=1000, cores=1)
-        await service.filter(_args(pod, "n1", "n1-busy", "ghost"))
+        await _filter(service, pod, "n1", "n1-busy", "ghost")
     await service.events.drain()
     assert service.explain(PodRef("default", "b")) is None  # oldest of the six beyond 7 verdicts
     for name in ("c", "a"):
@@ -122,7 +133,7 @@ async def test_refiltering_drops_the_old_reservation_and_stale_keys() -> None:
     service = _service(kube)
     pod = gpu_pod("p", mem=7000, annotations={"hami.io/vgpu-mig-allocations": "[]"})
     for _ in range(3):  # 7000 of 8000 MiB: a pod that counted against itself would not fit
-        result = await service.filter(_args(pod, "n1"))
+        result = await _filter(service, pod, "n1")
         assert result.node_names == ["n1"]
     notes = kube.pod_patches[-1][2]["metadata"]["annotations"]
     assert notes["hami.io/vgpu-mig-allocations"] is None  # left over from an earlier attempt
@@ -131,10 +142,10 @@ async def test_refiltering_drops_the_old_reservation_and_stale_keys() -> None:
 async def test_pods_without_gpus_pass_through_and_bad_calls_get_errors() -> None:
     service = _service(MemoryKube())
     plain = {
-        "metadata": {"name": "web", "namespace": "default"},
+        "metadata": {"name": "web", "namespace": "default", "uid": "uid-web"},
         "spec": {"containers": [{"name": "c"}]},
     }
-    assert (await service.filter(_args(plain, "n1", "n9"))).node_names == ("n1", "n9")
+    assert (await _filter(service, plain, "n1", "n9")).node_names == ("n1", "n9")
     both_missing = await service.filter(ExtenderArgs(pod=gpu_pod("p")))
     assert "neither NodeNames nor Nodes" in both_missing.error
     no_name = await service.filter(_args({"metadata": {}}, "n1"))
@@ -144,7 +155,7 @@ async def test_pods_without_gpus_pass_through_and_bad_calls_get_errors() -> None
 async def test_unschedulable_answers_every_node_with_its_reason() -> None:
     kube = MemoryKube()
     service = _service(kube)
-    result = await service.filter(_args(gpu_pod("big", mem=9000), "n1", "n1-busy"))
+    result = await _filter(service, gpu_pod("big", mem=9000), "n1", "n1-busy")
     assert result.node_names is None
     assert result.failed_nodes is not None and set(result.failed_nodes) == {"n1", "n1-busy"}
     assert kube.pod_patches == []
@@ -157,7 +168,7 @@ async def test_patch_failure_rolls_the_reservation_back() -> None:
     kube = MemoryKube()
     kube.fail_pod_patch = True
     service = _service(kube)
-    result = await service.filter(_args(gpu_pod("p"), "n1"))
+    result = await _filter(service, gpu_pod("p"), "n1")
     assert "failed to record the decision" in result.error
     assert service.state.ledger.pod("uid-p") is None
 
@@ -166,7 +177,7 @@ async def test_followers_do_not_decide_and_say_so() -> None:
     leader = Leader()
     leader.leading = False
     service = _service(MemoryKube(), leader)
-    result = await service.filter(_args(gpu_pod("p"), "n1"))
+    result = await _filter(service, gpu_pod("p"), "n1")
     assert "not the leader (leader: other-replica)" in result.error
     bound = await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))
     assert "followers do not decide" in bound.error
@@ -176,7 +187,7 @@ async def test_followers_do_not_decide_and_say_so() -> None:
 async def _filtered(kube: MemoryKube, service: FilterBind, pod: dict[str, Any]) -> None:
     kube.pod_objects[("default", pod["metadata"]["name"])] = pod
     service.state.on_pod(pod)
-    assert (await service.filter(_args(pod, "n1"))).node_names == ["n1"]
+    assert (await _filter(service, pod, "n1")).node_names == ["n1"]
 
 
 async def test_bind_locks_the_node_sets_bind_phase_and_binds() -> None:
@@ -229,16 +240,108 @@ async def test_bind_contention_keeps_the_other_pods_lock() -> None:
     assert kube.lock == "2026-08-21T11:59:00Z,default,holder"
 
 
-async def test_bind_of_unknown_pod_or_node_is_an_error() -> None:
-    service = _service(MemoryKube())
-    result = await service.bind(ExtenderBindingArgs("ghost", "default", "uid-ghost", "n1"))
-    assert 'pod "default/ghost" not found' in result.error
+async def test_bind_of_a_pod_or_node_not_filtered_here_is_refused_and_releases_nothing() -> None:
     kube = MemoryKube()
     service = _service(kube)
     await _filtered(kube, service, gpu_pod("p"))
-    result = await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "nowhere"))
-    assert 'node "nowhere" not found' in result.error
-    assert service.state.ledger.pod("uid-p") is None
+    patches = len(kube.pod_patches)
+    ghost = await service.bind(ExtenderBindingArgs("ghost", "default", "uid-ghost", "n1"))
+    assert "default/ghost (uid uid-ghost) has no filter decision" in ghost.error
+    elsewhere = await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "nowhere"))
+    assert "was filtered for node n1, not nowhere" in elsewhere.error
+    other_uid = await service.bind(ExtenderBindingArgs("p", "default", "uid-other", "n1"))
+    assert "has no filter decision" in other_uid.error
+    no_uid = await service.bind(ExtenderBindingArgs("p", "default", "", "n1"))
+    assert "carries no PodUID" in no_uid.error
+    reserved = service.state.ledger.pod("uid-p")
+    assert reserved is not None and reserved.node == "n1"  # the real reservation stays
+    assert len(kube.pod_patches) == patches and kube.bindings == [] and kube.lock is None
+    assert (await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))).error == ""
+    again = await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))
+    assert "has no filter decision" in again.error  # one bind per filter
+
+
+async def test_a_pod_asking_for_no_device_binds_where_kube_scheduler_chose() -> None:
+    kube = MemoryKube()
+    service = _service(kube)
+    plain = {
+        "metadata": {"name": "web", "namespace": "default", "uid": "uid-web"},
+        "spec": {"containers": [{"name": "c"}]},
+    }
+    assert (await _filter(service, plain, "n1", "n1-busy")).node_names == ("n1", "n1-busy")
+    result = await service.bind(ExtenderBindingArgs("web", "default", "uid-web", "n1-busy"))
+    assert result.error == "" and kube.lock is None
+    assert kube.bindings == [("default", "web", {"node": "n1-busy", "uid": "uid-web"})]
+
+
+async def test_a_bind_that_finds_the_pod_bound_keeps_its_charge_and_annotations() -> None:
+    kube = MemoryKube()
+    service = _service(kube)
+    pod = gpu_pod("p")
+    await _filtered(kube, service, pod)
+    # The binding answers 409: the pod was bound meanwhile (kube-scheduler's cache lagged).
+    kube.pod_objects[("default", "p")] = {**pod, "spec": {**pod["spec"], "nodeName": "n1"}}
+    kube.fail_binding = True
+    result = await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))
+    assert "binding refused" in result.error
+    charged = service.state.ledger.pod("uid-p")
+    assert charged is not None and charged.node == "n1"
+    later = [body["metadata"]["annotations"] for _, _, body in kube.pod_patches[1:]]
+    assert all("hami.io/bind-phase" in notes for notes in later)  # nothing stripped
+    assert kube.lock is None  # our own lock is still given back
+    refiltered = await service.filter(_args(pod, "n1"))  # the informer lags: cache unbound
+    assert "already bound to n1" in refiltered.error
+
+
+async def test_a_pod_is_not_filtered_or_bound_again_while_its_bind_is_in_flight() -> None:
+    kube = MemoryKube()
+    service = _service(kube)
+    pod = gpu_pod("p")
+    await _filtered(kube, service, pod)
+    release = asyncio.Event()
+    binding = kube.bind_pod
+
+    async def slow_bind(namespace: str, name: str, node: str, *, uid: str | None = None) -> None:
+        await release.wait()
+        await binding(namespace, name, node, uid=uid)
+
+    kube.bind_pod = slow_bind  # type: ignore[method-assign]
+    bind = asyncio.create_task(service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1")))
+    async with asyncio.timeout(5):
+        while "hami.io/bind-phase" not in str(kube.pod_patches[-1]):
+            await asyncio.sleep(0)
+    refused = await service.filter(_args(pod, "n1"))
+    assert "is being bound to n1" in refused.error
+    twice = await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))
+    assert "has no filter decision" in twice.error  # the decision is taken by the first
+    release.set()
+    assert (await bind).error == ""
+    assert len(kube.bindings) == 1
+    assert "already bound to n1" in (await service.filter(_args(pod, "n1"))).error
+
+
+async def test_filter_reads_the_pod_from_the_cluster_not_from_the_body() -> None:
+    kube = MemoryKube()
+    service = _service(kube)
+    running = gpu_pod("running", mem=1000)
+    running["spec"]["nodeName"] = "n1"
+    service.state.on_pod(running)
+    forged = gpu_pod("running", mem=1)
+    assert "already bound to n1" in (await service.filter(_args(forged, "n1"))).error
+    stranger = gpu_pod("stranger")
+    assert "default/stranger does not exist" in (await service.filter(_args(stranger, "n1"))).error
+    kube.pod_objects[("default", "fresh")] = gpu_pod("fresh", mem=2000)
+    body = gpu_pod("fresh", mem=1)  # only its identity counts
+    assert (await service.filter(_args(body, "n1"))).node_names == ["n1"]
+    fresh = service.state.ledger.pod("uid-fresh")
+    assert fresh is not None and fresh.containers[0][0].usedmem == 2000
+    reborn = gpu_pod("fresh", uid="uid-old")
+    mismatch = await service.filter(_args(reborn, "n1"))
+    assert "has uid uid-fresh, not uid-old" in mismatch.error
+    anonymous = gpu_pod("fresh")
+    del anonymous["metadata"]["uid"]
+    assert "carries no metadata.uid" in (await service.filter(_args(anonymous, "n1"))).error
+    assert [name for _, name, _ in kube.pod_patches] == ["fresh"]
 
 
 @pytest.mark.parametrize("names", [("n1",), ("n1", "n1-busy")])
@@ -254,6 +357,6 @@ async def test_simulation_path_writes_nothing(names: tuple[str, ...]) -> None:
 
 async def test_filter_waits_for_sync_then_says_so() -> None:
     service = _service(MemoryKube(), synced=False)
-    result = await service.filter(_args(gpu_pod("p"), "n1"))
+    result = await _filter(service, gpu_pod("p"), "n1")
     assert result.error == "scheduler caches are not synced yet"
     assert service.readiness() == (False, "caches not synced")

@@ -8,7 +8,7 @@ from aiohttp import web
 from cryptography import x509
 
 from pyhami.scheduler.tls import CertificateError, ReloadingCertificate
-from pyhami.testing.certs import write_serving_certificate
+from pyhami.testing.certs import KeyPair, client_seen_by, write_serving_certificate
 
 
 async def _served_serial(port: int) -> int:
@@ -75,3 +75,31 @@ def test_missing_files_are_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "tls.key").write_text("not a key")
     with pytest.raises(CertificateError, match="cannot load certificate"):
         ReloadingCertificate(tmp_path / "tls.crt", tmp_path / "tls.key")
+
+
+def _client(ca_pem: bytes, certificate: KeyPair | None = None) -> ssl.SSLContext:
+    context = ssl.create_default_context(cadata=ca_pem.decode())
+    return context if certificate is None else certificate.load_into(context)
+
+
+async def test_client_certificates_are_checked_against_the_bundle_alone(tmp_path: Path) -> None:
+    serving = write_serving_certificate(tmp_path)
+    ours = serving.client_certificate("kube-scheduler")
+    bundle = tmp_path / "client-ca.crt"
+    bundle.write_bytes(serving.ca_pem)
+    cert = ReloadingCertificate(serving.cert_file, serving.key_file, bundle)
+    assert cert.context.cert_store_stats()["x509_ca"] == 1  # no system CA issues client certs
+    peer = await client_seen_by(cert.context, _client(serving.ca_pem, ours))
+    assert dict(name[0] for name in peer["subject"])["commonName"] == "kube-scheduler"
+    assert await client_seen_by(cert.context, _client(serving.ca_pem)) == {}  # none is allowed
+    other_dir = tmp_path / "other"
+    other_dir.mkdir()
+    other = write_serving_certificate(other_dir)
+    theirs = other.client_certificate("intruder")
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        await client_seen_by(cert.context, _client(serving.ca_pem, theirs))
+    # A rotated bundle: its new CA is trusted at the next poll, the old one until a restart.
+    bundle.write_bytes(other.ca_pem)
+    assert cert.reload_if_changed() is True
+    assert await client_seen_by(cert.context, _client(serving.ca_pem, theirs))
+    assert await client_seen_by(cert.context, _client(serving.ca_pem, ours))

@@ -33,6 +33,11 @@ data:
         enableHTTPS: true
         tlsConfig:
           insecure: true
+          {{- if .Values.scheduler.extender.clientAuth.enabled }}
+          # The extender answers only callers with a certificate from its client CA.
+          certFile: /extender-client/tls.crt
+          keyFile: /extender-client/tls.key
+          {{- end }}
         managedResources:
           {{- range (list .Values.resourceName .Values.resourceMem .Values.resourceMemPercentage .Values.resourceCores .Values.resourcePriority) }}
           - name: {{ . }}

@@ -75,6 +75,13 @@ def _settings(**flags: object) -> SchedulerSettings:
         trusted_writers=trusted,
         limit_control_namespaces=allowed,
         explain_all=bool(flags["explain_all"]),
+        extender_client_ca=str(flags["extender_client_ca"]),
+        extender_allow_any_caller=bool(flags["extender_allow_any_caller"]),
+        http_header_timeout=parse_go_duration(
+            str(flags["http_header_timeout"]), "--http-header-timeout"
+        ),
+        http_body_timeout=parse_go_duration(str(flags["http_body_timeout"]), "--http-body-timeout"),
+        http_max_connections=int(str(flags["http_max_connections"])),
     )
 
 
@@ -85,6 +92,24 @@ def scheduler(  # noqa: PLR0917 - one typer option per HAMi flag
     http_bind: str = typer.Option("127.0.0.1:8080", "--http_bind", help="main server address"),
     cert_file: str = typer.Option("", "--cert_file", help="TLS certificate (reloaded on change)"),
     key_file: str = typer.Option("", "--key_file", help="TLS key (reloaded on change)"),
+    extender_client_ca: str = typer.Option(
+        "",
+        "--extender-client-ca",
+        help="CA bundle: /filter, /bind and /explain answer only callers whose client "
+        "certificate it signed (kube-scheduler's tlsConfig certFile)",
+    ),
+    extender_allow_any_caller: bool = typer.Option(
+        False,
+        "--extender-allow-any-caller",
+        help="serve /filter and /bind beyond loopback without --extender-client-ca",
+    ),
+    http_header_timeout: str = typer.Option(
+        "30s", "--http-header-timeout", help="TLS handshake and each request head (and idle)"
+    ),
+    http_body_timeout: str = typer.Option("10s", "--http-body-timeout", help="each request body"),
+    http_max_connections: int = typer.Option(
+        512, "--http-max-connections", help="open connections per listener"
+    ),
     scheduler_name: str = typer.Option(
         "", "--scheduler-name", help="schedulerName the webhook sets"
     ),

@@ -32,6 +32,8 @@ def _loads_object(body: bytes, what: str) -> Mapping[str, Any]:
         value = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ExtenderDecodeError(f"{what}: invalid JSON: {err}") from err
+    except RecursionError as err:
+        raise ExtenderDecodeError(f"{what}: invalid JSON: nested too deeply") from err
     if not isinstance(value, dict):
         raise ExtenderDecodeError(f"{what}: expected a JSON object, got {type(value).__name__}")
     return value

@@ -42,11 +42,17 @@ from pyhami.kube import (
 from pyhami.protocol import LABEL_SCHEDULER_ROLE, SchedulerRole, pod_labels_patch
 from pyhami.scheduler.events import EventRecorder
 from pyhami.scheduler.leader import ElectionTiming, LeaderElector
+from pyhami.scheduler.listener import ConnectionGuard, ConnectionLimits
 from pyhami.scheduler.metrics import SchedulerMetrics
 from pyhami.scheduler.ownership import OWNED_ANNOTATIONS, inventory_of_node
 from pyhami.scheduler.server import build_app, build_metrics_app
 from pyhami.scheduler.service import Decider, FilterBind
-from pyhami.scheduler.settings import SchedulerSettings, SettingsError, split_host_port
+from pyhami.scheduler.settings import (
+    SchedulerSettings,
+    SettingsError,
+    is_loopback,
+    split_host_port,
+)
 from pyhami.scheduler.snapshot import metrics_snapshot
 from pyhami.scheduler.state import ClusterState
 from pyhami.scheduler.tls import ReloadingCertificate
@@ -161,9 +167,19 @@ class SchedulerProcess:
         self._metrics_route_on_main = metrics_route_on_main
         self.certificate: ReloadingCertificate | None = None
         if settings.tls:
+            client_ca = settings.extender_client_ca
             self.certificate = ReloadingCertificate(
-                Path(settings.cert_file), Path(settings.key_file)
+                Path(settings.cert_file),
+                Path(settings.key_file),
+                Path(client_ca) if client_ca else None,
             )
+        self.limits = ConnectionLimits(
+            header_timeout_s=settings.http_header_timeout.total_seconds(),
+            body_timeout_s=settings.http_body_timeout.total_seconds(),
+            max_connections=settings.http_max_connections,
+        )
+        self.guards: dict[str, ConnectionGuard] = {}
+        self._listeners: list[asyncio.Server] = []
         self._runners: list[web.AppRunner] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._stop = asyncio.Event()
@@ -234,33 +250,52 @@ class SchedulerProcess:
                     self.certificate.watch(CERT_POLL_SECONDS, self._stop), name="scheduler/tls"
                 )
             )
+        authenticated = bool(self.settings.extender_client_ca)
         main = build_app(
-            self.service, self.admission, self.metrics, metrics_route=self._metrics_route_on_main
+            self.service,
+            self.admission,
+            self.metrics,
+            metrics_route=self._metrics_route_on_main,
+            require_client_certificate=authenticated,
+            body_timeout_s=self.limits.body_timeout_s,
         )
         host, port = split_host_port(self.settings.http_bind, "--http_bind")
         ssl = self.certificate.context if self.certificate is not None else None
-        self.main_port = await self._serve(main, host, port, ssl)
+        self.main_port = await self._serve("main", main, host, port, ssl)
         if not self._metrics_route_on_main:
             mhost, mport = split_host_port(
                 self.settings.metrics_bind_address, "--metrics-bind-address"
             )
             self.metrics_port = await self._serve(
-                build_metrics_app(self.metrics), mhost, mport, None
+                "metrics", build_metrics_app(self.metrics), mhost, mport, None
+            )
+        if not authenticated and not is_loopback(host):
+            log.warning(
+                "extender callers are not authenticated: whoever reaches the port may call "
+                "/filter and /bind (set --extender-client-ca)",
+                http_bind=self.settings.http_bind,
             )
         log.info(
             "scheduler listening",
             port=self.main_port,
             tls=ssl is not None,
+            client_certificates=authenticated,
             metrics_port=self.metrics_port,
         )
 
-    async def _serve(self, app: web.Application, host: str, port: int, ssl: Any) -> int:
+    async def _serve(
+        self, name: str, app: web.Application, host: str, port: int, ssl: Any
+    ) -> int:
+        guard = ConnectionGuard(self.limits)
+        app.middlewares.insert(0, guard.middleware)  # outermost: it times the whole request
         runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
         await runner.setup()
-        site = web.TCPSite(runner, host, port, ssl_context=ssl)
-        await site.start()
+        assert runner.server is not None  # set by setup()
         self._runners.append(runner)
-        return int(runner.addresses[-1][1])
+        listener = await guard.listen(runner.server, host, port, ssl)
+        self._listeners.append(listener)
+        self.guards[name] = guard
+        return int(listener.sockets[0].getsockname()[1])
 
     async def _wait_synced(self) -> None:
         await asyncio.gather(*(i.synced.wait() for i in self.informers.values()))
@@ -284,6 +319,8 @@ class SchedulerProcess:
         self._stop.set()
         await asyncio.wait(self._tasks, timeout=5)  # the leader gives its lease up
         await cancel_and_wait(*self._tasks)
+        for listener in self._listeners:
+            listener.close()
         for runner in self._runners:
             await runner.cleanup()
         for informer in self.informers.values():

@@ -2,7 +2,16 @@
 
 Handlers only decode, call the service and encode. Every failure becomes the answer the
 spec gives for it (`{"Error": …}` with HTTP 200 for extender verbs, an AdmissionReview for
-the webhook); nothing a client sends can crash the process or drop the connection.
+the webhook); nothing a client sends can crash the process or drop the connection. Whatever
+goes wrong elsewhere (no such route, a body too slow, an unexpected exception, a caller
+refused) is answered in the same JSON shape of the route asked for, with the HTTP status
+that says what it was (`error_answer`); never a plain-text page.
+
+Callers: with `require_client_certificate`, `/filter`, `/bind` and `/explain` (which shows
+every recent decision) answer 401 to a connection that presented no client certificate; any
+certificate presented was already checked against the client-CA bundle during the TLS
+handshake (tls.py). `/webhook*` is kube-apiserver's and `/healthz`, `/readyz` the kubelet's:
+they need none.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from pyhami.scheduler.extender import (
     ExtenderFilterResult,
     PodRef,
 )
+from pyhami.scheduler.listener import BodyTimeoutError, Handler, read_body
 from pyhami.scheduler.metrics import SchedulerMetrics
 
 log = structlog.get_logger(__name__)
@@ -66,16 +76,64 @@ def _json(body: JsonObject, status: int = 200) -> web.Response:
     )
 
 
-async def _read_limited(request: web.Request, limit: int) -> bytes:
-    """The body, or limit+1 bytes when it is longer (the decoder then says so)."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.content.iter_chunked(1 << 16):
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > limit:
-            break
-    return b"".join(chunks)
+# Routes that only kube-scheduler (or an operator's tool with a client certificate) may call.
+CALLER_ROUTES = frozenset({"/filter", "/bind", "/explain"})
+JSON_CONTENT_TYPE = "application/json"
+
+
+def error_answer(path: str, status: int, message: str) -> web.Response:
+    """A failure in the JSON shape the route at `path` answers with."""
+    body: JsonObject
+    if path == "/filter":
+        body = ExtenderFilterResult.failure(message).to_json()
+    elif path == "/bind":
+        body = ExtenderBindingResult(message).to_json()
+    elif path.startswith("/webhook"):
+        body = AdmissionResponse.errored(status, message).to_bare_review()
+    else:
+        body = {"error": message}
+    return _json(body, status)
+
+
+def _presented_certificate(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is not None and bool(transport.get_extra_info("peercert"))
+
+
+def _middlewares(require_client_certificate: bool) -> list[Any]:
+    @web.middleware
+    async def answer_in_json(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except BodyTimeoutError as err:
+            response = error_answer(request.path, 408, str(err))
+            response.force_close()
+            return response
+        except web.HTTPException as err:  # aiohttp's own: no route (404), wrong method (405)
+            return error_answer(request.path, err.status, f"{err.reason}: {request.path}")
+        except Exception as err:
+            log.exception("request failed", path=request.path)
+            return error_answer(request.path, 500, f"internal error: {err}")
+
+    @web.middleware
+    async def known_callers(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in CALLER_ROUTES and not _presented_certificate(request):
+            log.warning("caller refused: no client certificate", path=request.path)
+            return error_answer(
+                request.path,
+                401,
+                f"{request.path} needs a client certificate signed by the extender's client "
+                "CA (kube-scheduler's tlsConfig certFile/keyFile)",
+            )
+        return await handler(request)
+
+    return [answer_in_json, known_callers] if require_client_certificate else [answer_in_json]
+
+
+def _content_type_error(request: web.Request, what: str) -> str | None:
+    if request.content_type == JSON_CONTENT_TYPE:
+        return None
+    return f"{what}: content type {request.content_type} is not {JSON_CONTENT_TYPE}"
 
 
 def build_app(
@@ -84,12 +142,17 @@ def build_app(
     metrics: SchedulerMetrics,
     *,
     metrics_route: bool = False,
+    require_client_certificate: bool = False,
+    body_timeout_s: float = 10.0,
 ) -> web.Application:
     """The main server's routes (and `/metrics` too when asked, e.g. for a single-port demo)."""
 
     async def filter_route(request: web.Request) -> web.Response:
-        body = await _read_limited(request, MAX_EXTENDER_BODY)
+        body = await read_body(request, MAX_EXTENDER_BODY, body_timeout_s)
         try:
+            wrong_type = _content_type_error(request, "ExtenderArgs")
+            if wrong_type:
+                raise ExtenderDecodeError(wrong_type)
             args = ExtenderArgs.from_json(body)
         except ExtenderDecodeError as err:
             metrics.decisions.labels(verb="filter", outcome="bad-request").inc()
@@ -107,8 +170,11 @@ def build_app(
         return _json(result.to_json())
 
     async def bind_route(request: web.Request) -> web.Response:
-        body = await _read_limited(request, MAX_EXTENDER_BODY)
+        body = await read_body(request, MAX_EXTENDER_BODY, body_timeout_s)
         try:
+            wrong_type = _content_type_error(request, "ExtenderBindingArgs")
+            if wrong_type:
+                raise ExtenderDecodeError(wrong_type)
             args = ExtenderBindingArgs.from_json(body)
         except ExtenderDecodeError as err:
             metrics.decisions.labels(verb="bind", outcome="bad-request").inc()
@@ -123,11 +189,14 @@ def build_app(
 
     def admission_route(decide: Decide) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def route(request: web.Request) -> web.Response:
-            body = await _read_limited(request, MAX_ADMISSION_BODY)
+            body = await read_body(request, MAX_ADMISSION_BODY, body_timeout_s)
             try:
                 review = AdmissionRequest.from_http(body, request.content_type)
             except AdmissionDecodeError as err:
                 return _json(AdmissionResponse.errored(err.code, str(err)).to_bare_review())
+            except RecursionError:
+                message = "couldn't decode AdmissionReview: JSON nested too deeply"
+                return _json(AdmissionResponse.errored(400, message).to_bare_review())
             try:
                 response = decide(review)
             except Exception as err:
@@ -154,7 +223,10 @@ def build_app(
             return _json({"error": f"no decision recorded for pod {ref}"}, status=404)
         return _json(found)
 
-    app = web.Application(client_max_size=MAX_ADMISSION_BODY + 1)
+    app = web.Application(
+        client_max_size=MAX_ADMISSION_BODY + 1,
+        middlewares=_middlewares(require_client_certificate),
+    )
     app.router.add_post("/filter", filter_route)
     app.router.add_post("/bind", bind_route)
     app.router.add_post("/webhook", admission_route(admission.review))

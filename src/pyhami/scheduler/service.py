@@ -8,9 +8,14 @@ Deliberate differences from HAMi, each a bug there (scheduler.md §10.1):
 * followers answer at once that they do not decide, instead of blocking for the whole
   extender timeout (item 6); a follower neither filters nor binds;
 * a fit names every rejected candidate with its reason in FailedNodes (HAMi: null);
-* bind checks that the node is the one the pod was filtered for (item 15), and a failed bind
-  releases its reservation (the pod's scheduler annotations are removed too, so an informer
-  echo cannot charge it again) as well as the lock;
+* filter reads nothing from the body but the pod's namespace, name and UID: the pod itself
+  comes from our informer (one GET when the informer has not seen it yet), and a pod that is
+  bound, finished, or another incarnation of that name is refused before anything changes;
+* bind acts only on a decision our own filter made for that pod UID and that node (item 15
+  asked for the node only), and a failed bind releases that reservation (the pod's scheduler
+  annotations are removed too, so an informer echo cannot charge it again) only while the pod
+  is still unbound: a 409 because kube-scheduler's lagging cache filtered a bound pod again
+  leaves the running pod's charge alone;
 * the filter patch also nulls scheduler annotations left from an earlier attempt (item 14);
 * neither NodeNames nor Nodes is an error answer, not a crash (item 11);
 * per-reason FilteringFailed events are sent even when a node fits, for every rejected
@@ -30,8 +35,18 @@ from typing import Any, Protocol
 
 import structlog
 
-from pyhami.engine import Decision, Ledger, Outcome, PodSpecError, decide, plan_pod, pod_identity
-from pyhami.kube import NodeLockContentionError, NodeLocker
+from pyhami.engine import (
+    Decision,
+    Ledger,
+    Outcome,
+    PodAllocation,
+    PodKey,
+    PodSpecError,
+    decide,
+    plan_pod,
+    pod_identity,
+)
+from pyhami.kube import NodeLockContentionError, NodeLocker, NotFound
 from pyhami.model import NodeName
 from pyhami.protocol import (
     KEY_BIND_PHASE,
@@ -53,7 +68,7 @@ from pyhami.scheduler.extender import (
 )
 from pyhami.scheduler.metrics import SchedulerMetrics
 from pyhami.scheduler.nodelock import NodeMutexes
-from pyhami.scheduler.state import ClusterState
+from pyhami.scheduler.state import TERMINAL_PHASES, ClusterState
 
 log = structlog.get_logger(__name__)
 
@@ -64,6 +79,9 @@ EXPLANATIONS_KEPT = 2048
 EXPLAINED_VERDICTS_KEPT = 100_000
 
 LOCK_RETRY_INTERVAL = 0.1
+# Filter decisions kept for their bind: kube-scheduler binds within seconds, so only pods that
+# were deleted or sent elsewhere in between are ever dropped from here, oldest first.
+CLAIMS_KEPT = 16384
 
 
 class SchedulerKube(Protocol):
@@ -122,6 +140,9 @@ class FilterBind:
         self._clock = engine_clock
         self.engine_seconds = 0.0  # time spent inside engine.decide (benchmarks read it)
         self._explanations: OrderedDict[tuple[str, str], Decision] = OrderedDict()
+        # Filter decisions waiting for their bind, by pod UID, and binds in progress.
+        self._claims: OrderedDict[PodKey, _Claim] = OrderedDict()
+        self._binding: dict[PodKey, str] = {}
         self._explained_verdicts = 0
 
     # ----- leadership ------------------------------------------------------------------------
@@ -157,7 +178,6 @@ class FilterBind:
             self.engine_seconds += self._clock() - started
 
     async def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
-        pod = args.pod or {}
         if args.nodes is not None:
             return self._simulate(args)
         if args.node_names is None:
@@ -172,14 +192,18 @@ class FilterBind:
             except TimeoutError:
                 return ExtenderFilterResult.failure("scheduler caches are not synced yet")
         try:
-            key, namespace, name = pod_identity(pod)
-        except PodSpecError as err:
+            pod = await self._trusted_pod(args.pod or {})
+        except FilterRefusedError as err:
+            self.metrics.decisions.labels(verb="filter", outcome="refused").inc()
             return ExtenderFilterResult.failure(str(err))
+        key, namespace, name = pod_identity(pod)
         self.state.release(key)  # a re-filtered pod must not compete with itself
+        self._claims.pop(key, None)
         decision = self._decide(pod, args.node_names, self._explain_all)
         self._remember(decision)
         if decision.outcome is Outcome.NO_DEVICE_REQUEST:
             self.metrics.decisions.labels(verb="filter", outcome="pass-through").inc()
+            self._claim(_Claim(key, namespace, name, None, None))
             return ExtenderFilterResult(node_names=args.node_names)
         if decision.outcome is Outcome.ERROR:
             self.metrics.decisions.labels(verb="filter", outcome="error").inc()
@@ -206,11 +230,62 @@ class FilterBind:
             self.events.emit(pod, WARNING, "FilteringFailed", message)
             return ExtenderFilterResult.failure(message)
         self.metrics.decisions.labels(verb="filter", outcome="scheduled").inc()
+        chosen = str(decision.node)
+        self._claim(_Claim(key, namespace, name, chosen, decision.allocation))
         self.events.emit(pod, NORMAL, "FilteringSucceed", self._success_message(decision, args))
         # HAMi answers a fit with FailedNodes null; we also name every rejected node with its
         # reason (architecture.md), which kube-scheduler reads as those nodes not fitting.
         failed = _named(decision.failed_nodes) or None
         return ExtenderFilterResult(node_names=[str(decision.node)], failed_nodes=failed)
+
+    async def _trusted_pod(self, claimed: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The pod the body names, as the API server has it: only its namespace, name and
+        UID are read from the body (a caller cannot make us decide for a pod it made up).
+
+        Our informer may not have seen a pod that kube-scheduler's has (it was just created),
+        or still hold an earlier pod of that name: then one GET settles it."""
+        try:
+            _, namespace, name = pod_identity(claimed)
+        except PodSpecError as err:
+            raise FilterRefusedError(f"ExtenderArgs.Pod: {err}") from err
+        uid = str((claimed.get("metadata") or {}).get("uid") or "")
+        if not uid:
+            raise FilterRefusedError(f"ExtenderArgs.Pod {namespace}/{name} carries no metadata.uid")
+        pod = self.state.pods.get((namespace, name))
+        if pod is None or _uid(pod) != uid:
+            try:
+                pod = await self.kube.get_pod(namespace, name)
+            except NotFound as err:
+                raise FilterRefusedError(f"pod {namespace}/{name} does not exist") from err
+            except Exception as err:
+                raise FilterRefusedError(f"cannot read pod {namespace}/{name}: {err}") from err
+        if _uid(pod) != uid:
+            raise FilterRefusedError(
+                f"pod {namespace}/{name} has uid {_uid(pod) or '(none)'}, not {uid}: "
+                "it was deleted and created again; nothing filtered"
+            )
+        meta = pod.get("metadata") or {}
+        if meta.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in (
+            TERMINAL_PHASES
+        ):
+            raise FilterRefusedError(f"pod {namespace}/{name} is finished or being deleted")
+        bound = self.state.bound_node(uid, pod)
+        if bound is not None:
+            raise FilterRefusedError(
+                f"pod {namespace}/{name} is already bound to {bound}; it is not filtered again"
+            )
+        if uid in self._binding:
+            raise FilterRefusedError(
+                f"pod {namespace}/{name} is being bound to {self._binding[uid]}; "
+                "it is not filtered again"
+            )
+        return pod
+
+    def _claim(self, claim: _Claim) -> None:
+        self._claims[claim.key] = claim
+        self._claims.move_to_end(claim.key)
+        while len(self._claims) > CLAIMS_KEPT:
+            self._claims.popitem(last=False)
 
     def _filter_patch(self, pod: Mapping[str, Any], decision: Decision) -> JsonObject:
         current = (pod.get("metadata") or {}).get("annotations") or {}
@@ -303,58 +378,84 @@ class FilterBind:
     # ----- bind ------------------------------------------------------------------------------
 
     async def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
+        """Bind only what this process filtered: that pod (by UID) to that node. Anything
+        else is refused before a single write, and releases nothing."""
         refusal = self._not_leader()
         if refusal is not None:
             self.metrics.decisions.labels(verb="bind", outcome="not-leader").inc()
             return ExtenderBindingResult(refusal)
         namespace = args.pod_namespace or "default"
-        key = args.pod_uid or f"{namespace}/{args.pod_name}"
-        pod = self.state.pods.get((namespace, args.pod_name))
-        if pod is None:
+        claim = self._claims.get(args.pod_uid) if args.pod_uid else None
+        unclaimed = self._unclaimed(claim, args, namespace)
+        if unclaimed is not None:
+            self.metrics.decisions.labels(verb="bind", outcome="not-filtered").inc()
+            return ExtenderBindingResult(unclaimed)
+        assert claim is not None  # _unclaimed said so
+        # One bind per filter, taken before the first await: a second bind of the same decision
+        # arriving meanwhile finds none.
+        del self._claims[claim.key]
+        self._binding[claim.key] = args.node
+        try:
+            return await self._bind_claimed(claim, args)
+        finally:
+            del self._binding[claim.key]
+
+    async def _bind_claimed(
+        self, claim: _Claim, args: ExtenderBindingArgs
+    ) -> ExtenderBindingResult:
+        namespace = claim.namespace
+        pod = self.state.pods.get((namespace, claim.name))
+        if pod is None or _uid(pod) != claim.key:
             try:
-                pod = await self.kube.get_pod(namespace, args.pod_name)
+                pod = await self.kube.get_pod(namespace, claim.name)
             except Exception as err:
-                self.state.release(key)
                 self.metrics.decisions.labels(verb="bind", outcome="unknown-pod").inc()
-                return ExtenderBindingResult(f'pod "{namespace}/{args.pod_name}" not found: {err}')
+                return ExtenderBindingResult(f'pod "{namespace}/{claim.name}" not found: {err}')
         try:
             plan = plan_pod(pod, self.state.config)
         except PodSpecError as err:
             return ExtenderBindingResult(str(err))
         if args.node not in self.state.nodes:
-            self.state.release(key)
             self.events.emit(pod, WARNING, "BindingFailed", f"failed to get node {args.node}")
             return ExtenderBindingResult(f'node "{args.node}" not found')
-        if plan.wants_devices:
-            reserved = self.state.ledger.pod(plan.key)
-            if reserved is None or reserved.node != args.node:
-                where = "no node" if reserved is None else f"node {reserved.node}"
-                self.metrics.decisions.labels(verb="bind", outcome="not-filtered").inc()
-                return ExtenderBindingResult(
-                    f"pod {namespace}/{args.pod_name} was filtered for {where}, "
-                    f"not {args.node}; filter it again"
-                )
         app_requests = plan.requests[plan.init_count :]
         needs_lock = any(request is not None for request in app_requests)
         async with self.mutexes.hold(args.node):
             try:
                 if needs_lock:
-                    await self._lock(args.node, namespace, args.pod_name, pod)
-                await self.kube.patch_pod(namespace, args.pod_name, self._bind_patch())
-                await self.kube.bind_pod(
-                    namespace, args.pod_name, args.node, uid=args.pod_uid or None
-                )
+                    await self._lock(args.node, namespace, claim.name, pod)
+                await self.kube.patch_pod(namespace, claim.name, self._bind_patch())
+                await self.kube.bind_pod(namespace, claim.name, args.node, uid=claim.key)
             except Exception as err:
-                await self._bind_failed(args, namespace, key, pod, locked=needs_lock, err=err)
+                await self._bind_failed(claim, args.node, pod, locked=needs_lock, err=err)
                 return ExtenderBindingResult(str(err))
+        self.state.mark_bound(claim.key, args.node)
         self.metrics.decisions.labels(verb="bind", outcome="bound").inc()
         self.events.emit(
             pod,
             NORMAL,
             "BindingSucceed",
-            f"Successfully binding node [{args.node}] to {namespace}/{args.pod_name}",
+            f"Successfully binding node [{args.node}] to {namespace}/{claim.name}",
         )
         return ExtenderBindingResult()
+
+    def _unclaimed(
+        self, claim: _Claim | None, args: ExtenderBindingArgs, namespace: str
+    ) -> str | None:
+        """Why this bind is not one this process's /filter asked for (None when it is)."""
+        pod = f"{namespace}/{args.pod_name}"
+        if not args.pod_uid:
+            return f"bind of pod {pod} carries no PodUID; nothing done"
+        if claim is None or (claim.namespace, claim.name) != (namespace, args.pod_name):
+            return (
+                f"pod {pod} (uid {args.pod_uid}) has no filter decision of this scheduler "
+                "waiting for a bind; filter it again"
+            )
+        if claim.node is not None and args.node != claim.node:
+            return f"pod {pod} was filtered for node {claim.node}, not {args.node}; filter it again"
+        if claim.allocation is not None and not self.state.holds(claim.allocation):
+            return f"pod {pod}: the reservation its filter made is gone; filter it again"
+        return None
 
     def _bind_patch(self) -> JsonObject:
         stamp = format_unix_seconds(self._now())
@@ -384,22 +485,42 @@ class FilterBind:
 
     async def _bind_failed(
         self,
-        args: ExtenderBindingArgs,
-        namespace: str,
-        key: str,
+        claim: _Claim,
+        node: str,
         pod: Mapping[str, Any],
         *,
         locked: bool,
         err: Exception,
     ) -> None:
+        """Undo this bind's own reservation, and only while the pod is unbound: a pod that is
+        bound (kube-scheduler's cache lagged and the binding answered 409) keeps its charge
+        and its annotations, since it is about to run with them."""
         self.metrics.decisions.labels(verb="bind", outcome="failed").inc()
         self.events.emit(pod, WARNING, "BindingFailed", str(err))
+        namespace, name = claim.namespace, claim.name
         if locked and not isinstance(err, NodeLockContentionError):
-            await _quietly(self.locker.release(args.node, namespace, args.pod_name), "lock release")
-        self.state.release(key)
+            await _quietly(self.locker.release(node, namespace, name), "lock release")
+        try:
+            current = await self.kube.get_pod(namespace, name)
+        except Exception as read_err:
+            log.warning(
+                "bind failed and the pod cannot be read; its reservation is kept",
+                pod=f"{namespace}/{name}",
+                error=str(read_err),
+            )
+            return
+        bound = (current.get("spec") or {}).get("nodeName")
+        if _uid(current) != claim.key:
+            return  # another pod of that name now: nothing of ours to undo
+        if bound:
+            self.state.mark_bound(claim.key, str(bound))
+            return
+        if claim.allocation is None or not self.state.holds(claim.allocation):
+            return
+        self.state.release(claim.key)
         body = remove_annotations_patch(self._owned)
         body["metadata"]["labels"] = {LABEL_VGPU_NODE: None}  # type: ignore[index]
-        await _quietly(self.kube.patch_pod(namespace, args.pod_name, body), "annotation cleanup")
+        await _quietly(self.kube.patch_pod(namespace, name, body), "annotation cleanup")
 
 
 async def _quietly(call: Awaitable[Any], what: str) -> None:
@@ -407,6 +528,27 @@ async def _quietly(call: Awaitable[Any], what: str) -> None:
         await call
     except Exception as err:
         log.warning("bind cleanup step failed", step=what, error=str(err))
+
+
+class FilterRefusedError(Exception):
+    """/filter will not decide for the pod the body names; the text says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Claim:
+    """What a /filter of this process decided, which the next /bind of that pod must match:
+    the chosen node and its reservation (neither for a pod that asks for no device: it may go
+    to any node kube-scheduler picks)."""
+
+    key: PodKey
+    namespace: str
+    name: str
+    node: str | None
+    allocation: PodAllocation | None
+
+
+def _uid(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("uid") or "")
 
 
 def _named(failed: Mapping[NodeName, str]) -> dict[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -43,6 +44,15 @@ def split_host_port(address: str, what: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 @dataclass(frozen=True, slots=True)
 class SchedulerSettings:
     """Everything `pyhami scheduler` is told; names follow HAMi's flags."""
@@ -79,6 +89,14 @@ class SchedulerSettings:
     explain_all: bool = False
     # How long /filter waits for the caches to sync before answering with an error.
     sync_wait: timedelta = timedelta(seconds=25)
+    # Callers of /filter, /bind and /explain must show a certificate signed by this bundle.
+    extender_client_ca: str = ""
+    # Serve those routes to anyone beyond loopback without a client CA (explicit opt-out).
+    extender_allow_any_caller: bool = False
+    # Per-connection limits of both listeners (scheduler/listener.py).
+    http_header_timeout: timedelta = timedelta(seconds=30)
+    http_body_timeout: timedelta = timedelta(seconds=10)
+    http_max_connections: int = 512
 
     def __post_init__(self) -> None:
         if not self.device_config_file:
@@ -90,8 +108,15 @@ class SchedulerSettings:
             )
         if bool(self.cert_file) != bool(self.key_file):
             raise SettingsError("--cert_file and --key_file must be given together")
-        split_host_port(self.http_bind, "--http_bind")
+        host, _ = split_host_port(self.http_bind, "--http_bind")
         split_host_port(self.metrics_bind_address, "--metrics-bind-address")
+        self._check_callers(host)
+        if self.http_header_timeout <= timedelta(0) or self.http_body_timeout <= timedelta(0):
+            raise SettingsError("--http-header-timeout and --http-body-timeout must be positive")
+        if self.http_max_connections < 1:
+            raise SettingsError(
+                f"--http-max-connections must be at least 1, got {self.http_max_connections}"
+            )
         if self.leader_elect:
             if not self.leader_elect_resource_name or not self.leader_elect_resource_namespace:
                 raise SettingsError(
@@ -100,6 +125,22 @@ class SchedulerSettings:
                 )
             if not self.identity:
                 raise SettingsError("--leader-elect needs an identity (hostname or POD_NAME)")
+
+    def _check_callers(self, host: str) -> None:
+        if self.extender_client_ca and not self.tls:
+            raise SettingsError(
+                "--extender-client-ca needs --cert_file and --key_file (client certificates "
+                "are only seen over TLS)"
+            )
+        if not self.extender_client_ca and not self.extender_allow_any_caller and not (
+            is_loopback(host)
+        ):
+            raise SettingsError(
+                f"--http_bind {self.http_bind} is reachable beyond this host, and nothing says "
+                "who may call /filter and /bind: give --extender-client-ca FILE (the CA of "
+                "kube-scheduler's client certificate), or --extender-allow-any-caller to "
+                "accept anyone who reaches the port"
+            )
 
     @property
     def tls(self) -> bool:

@@ -38,10 +38,13 @@ from pyhami.engine import (
 )
 from pyhami.model import ContainerDevices, NodeName
 from pyhami.protocol import (
+    KEY_BIND_PHASE,
     KEY_DEVICE_CORDON,
     KEY_NODE_NVIDIA_REGISTER,
     KEY_NODE_NVIDIA_SCORE,
+    KEY_VGPU_NODE,
     NVIDIA_VENDOR,
+    BindPhase,
 )
 
 log = structlog.get_logger(__name__)
@@ -84,6 +87,9 @@ class ClusterState:
         self.nodes: dict[str, JsonObject] = {}
         self.pods: dict[tuple[str, str], JsonObject] = {}
         self._reserved: dict[PodKey, PodAllocation] = {}
+        # Pods this process bound, until the pod is gone: the informer may not show the
+        # binding yet when kube-scheduler, whose cache lags too, filters the pod again.
+        self._bound: dict[PodKey, str] = {}
         self.quota_namespaces: set[str] = set()
         self._registrations: dict[str, tuple[str | None, ...]] = {}
         # Nodes whose registration annotation is there but cannot be read, and why (/explain).
@@ -180,6 +186,7 @@ class ClusterState:
 
     def _forget(self, key: PodKey) -> None:
         self._reserved.pop(key, None)
+        self._bound.pop(key, None)
         self.ledger.remove_pod(key)
 
     # ----- reservations made by /filter ------------------------------------------------------
@@ -191,6 +198,31 @@ class ClusterState:
     def release(self, key: PodKey) -> None:
         """Drop a pod's reservation or recorded allocation (idempotent)."""
         self._forget(key)
+
+    def holds(self, allocation: PodAllocation) -> bool:
+        """Whether the pod is charged exactly `allocation` now (same node, cards, amounts)."""
+        charged = self.ledger.pod(allocation.key)
+        return charged is not None and _same_choice(charged, allocation)
+
+    # ----- bindings --------------------------------------------------------------------------
+
+    def mark_bound(self, key: PodKey, node: str) -> None:
+        self._bound[key] = node
+
+    def bound_node(self, key: PodKey, pod: JsonObject) -> str | None:
+        """The node the pod is bound to, as far as this process knows: its own binding, the
+        pod's spec.nodeName, or a device plugin's bind-phase success on an allocated node."""
+        if key in self._bound:
+            return self._bound[key]
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node:
+            return str(node)
+        annotations = _meta(pod).get("annotations") or {}
+        if annotations.get(KEY_BIND_PHASE) == BindPhase.SUCCESS and annotations.get(
+            KEY_VGPU_NODE
+        ):
+            return str(annotations[KEY_VGPU_NODE])
+        return None
 
     # ----- quotas ----------------------------------------------------------------------------
 

@@ -4,6 +4,13 @@ One `ssl.SSLContext` serves the listener for its whole life; reloading calls
 `load_cert_chain` on it again, which OpenSSL applies to every handshake that follows. A
 half-written or mismatched pair (a Secret update lands as two files) keeps the old
 certificate and is retried on the next poll.
+
+With a client-CA bundle the context asks every caller for a certificate (optional at the TLS
+layer, so kube-apiserver and kubelet probes still connect without one) and checks any it gets
+against that bundle alone, never the system's CAs: a certificate from another CA fails the
+handshake, and the routes that need a caller (server.py) refuse a connection that showed
+none. A changed bundle is added to the trusted set; a CA removed from it stays trusted until
+the process restarts (OpenSSL cannot take a CA back out of a live context).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ class CertificateError(RuntimeError):
 class _Stamp:
     cert: tuple[int, int, int]
     key: tuple[int, int, int]
+    client_ca: tuple[int, int, int] | None
 
 
 def _stamp_of(path: Path) -> tuple[int, int, int]:
@@ -39,16 +47,26 @@ def _stamp_of(path: Path) -> tuple[int, int, int]:
 class ReloadingCertificate:
     """An SSL server context whose certificate follows `cert_file` and `key_file`."""
 
-    def __init__(self, cert_file: Path, key_file: Path) -> None:
+    def __init__(self, cert_file: Path, key_file: Path, client_ca: Path | None = None) -> None:
         self.cert_file = cert_file
         self.key_file = key_file
-        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.client_ca = client_ca
+        # Not create_default_context: for a server it loads the system CAs as trusted issuers
+        # of client certificates.
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        if client_ca is not None:
+            self.context.verify_mode = ssl.CERT_OPTIONAL
         self.reloads = 0
         self._stamp = self._load()
 
     def _stamps(self) -> _Stamp:
         try:
-            return _Stamp(cert=_stamp_of(self.cert_file), key=_stamp_of(self.key_file))
+            return _Stamp(
+                cert=_stamp_of(self.cert_file),
+                key=_stamp_of(self.key_file),
+                client_ca=None if self.client_ca is None else _stamp_of(self.client_ca),
+            )
         except OSError as err:
             raise CertificateError(f"cannot read certificate files: {err}") from err
 
@@ -60,6 +78,13 @@ class ReloadingCertificate:
             raise CertificateError(
                 f"cannot load certificate {self.cert_file} with key {self.key_file}: {err}"
             ) from err
+        if self.client_ca is not None:
+            try:
+                self.context.load_verify_locations(cafile=self.client_ca)
+            except (OSError, ssl.SSLError) as err:
+                raise CertificateError(
+                    f"cannot load the client CA bundle {self.client_ca}: {err}"
+                ) from err
         self.reloads += 1
         return stamp
 

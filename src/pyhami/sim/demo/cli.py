@@ -44,12 +44,14 @@ def _say(message: str) -> None:
 def _endpoints(cluster: DemoCluster, pods: list[JsonObject]) -> str:
     ca = cluster.workdir / "ca.crt"
     ca.write_bytes(cluster.ca_pem)
+    client = cluster.client_certificate
     last = pods[-1]["metadata"]
     lines = [
         "",
         "The cluster keeps running (Ctrl-C stops it):",
         f"  pods               curl -s {cluster.api.url}/api/v1/pods",
-        f"  explain            curl -s --cacert {ca} "
+        f"  explain            curl -s --cacert {ca} --cert {client.cert_file} "
+        f"--key {client.key_file} "
         f"'{cluster.scheduler_url}/explain?pod={last['namespace']}/{last['name']}'",
         f"  scheduler metrics  curl -s {cluster.scheduler_metrics_url}",
     ]

@@ -8,7 +8,8 @@ What runs, each over its real protocol:
 * `FakeKubeAPIServer` (HTTP), with the scheduler's webhook registered over HTTPS (throwaway CA);
 * `SchedulerProcess` (extender, webhook, `/explain`, `/metrics`), its own API client;
 * `KubeSchedulerHarness` playing kube-scheduler: the `hami-scheduler` profile against the
-  extender over HTTPS, and a `default-scheduler` profile for the pods that ask for no GPU;
+  extender over HTTPS with a client certificate from the same throwaway CA, and a
+  `default-scheduler` profile for the pods that ask for no GPU;
 * per node: a `DevicePlugin` on a `FakeNVML` registered with a `FakeKubelet` (gRPC on unix
   sockets), a `NodeAgent` (kubelet's pod lifecycle: Allocate per container, pod status) and a
   `MonitorService` reading the node's container regions, serving `/metrics`.
@@ -43,7 +44,7 @@ from pyhami.scheduler.runtime import SchedulerProcess, load_device_config
 from pyhami.scheduler.settings import SchedulerSettings
 from pyhami.sim.demo.settings import DemoSettings, node_name
 from pyhami.testing import FakeGpu, FakeKubeAPIServer, FakeKubelet, FakeNVML
-from pyhami.testing.certs import ServingFiles, write_serving_certificate
+from pyhami.testing.certs import KeyPair, ServingFiles, write_serving_certificate
 from pyhami.testing.fake_apiserver import ADMIN, service_account
 from pyhami.testing.node_agent import ContainerRuntime, NodeAgent
 from pyhami.testing.scheduler_harness import ExtenderConfig, KubeSchedulerHarness
@@ -186,6 +187,7 @@ class DemoCluster(AsyncService):
         self._harness: KubeSchedulerHarness | None = None
         self._default_scheduler: KubeSchedulerHarness | None = None
         self._tls: ServingFiles | None = None
+        self._client_certificate: KeyPair | None = None
 
     # ----- what callers use -----------------------------------------------------------------
 
@@ -206,6 +208,13 @@ class DemoCluster(AsyncService):
         if self._tls is None:
             raise RuntimeError("the demo cluster is not started")
         return self._tls.ca_pem
+
+    @property
+    def client_certificate(self) -> KeyPair:
+        """kube-scheduler's client certificate: /filter, /bind and /explain need one."""
+        if self._client_certificate is None:
+            raise RuntimeError("the demo cluster is not started")
+        return self._client_certificate
 
     @property
     def client(self) -> KubeClient:
@@ -256,7 +265,9 @@ class DemoCluster(AsyncService):
         for number, cards in enumerate(self.settings.node_cards(), start=1):
             self.nodes.append(await self._start_node(number, cards))
         await self._wait_nodes_known()
-        extender = ExtenderConfig.hami_chart(self.scheduler_url, ca_pem=self.ca_pem)
+        extender = ExtenderConfig.hami_chart(
+            self.scheduler_url, ca_pem=self.ca_pem, client_certificate=self.client_certificate
+        )
         self._harness = await self._start_profile(SCHEDULER_NAME, extender)
         # Pods that ask for no GPU keep kube-scheduler's own profile, without our extender.
         self._default_scheduler = await self._start_profile(DEFAULT_SCHEDULER_NAME, None)
@@ -281,6 +292,7 @@ class DemoCluster(AsyncService):
 
     async def _start_scheduler(self) -> None:
         self._tls = write_serving_certificate(self.workdir, datetime.now(UTC))
+        self._client_certificate = self._tls.client_certificate()
         config_file = self.workdir / "device-config.yaml"
         config_file.write_text(DEVICE_CONFIG)
         settings = SchedulerSettings(
@@ -289,6 +301,7 @@ class DemoCluster(AsyncService):
             metrics_bind_address="127.0.0.1:0",
             cert_file=str(self._tls.cert_file),
             key_file=str(self._tls.key_file),
+            extender_client_ca=str(self._tls.ca_file),
             scheduler_name=SCHEDULER_NAME,
             trusted_writers=TRUSTED_WRITERS,
         )

@@ -40,7 +40,9 @@ async def submit_all(
     on_result: Callable[[PodResult], None] = lambda _r: None,
 ) -> list[PodResult]:
     """Submit `pods` in order, each once the previous one settled (binpack depends on order)."""
-    context = ssl.create_default_context(cadata=cluster.ca_pem.decode())
+    context = cluster.client_certificate.load_into(
+        ssl.create_default_context(cadata=cluster.ca_pem.decode())
+    )
     results = []
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as http:
         for pod in pods:

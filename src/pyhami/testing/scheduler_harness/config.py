@@ -11,6 +11,7 @@ from typing import Any
 
 from pyhami.kube import JsonObject
 from pyhami.protocol.goparse import parse_duration
+from pyhami.testing.certs import KeyPair
 from pyhami.testing.scheduler_harness.predicates import requested
 
 # The resource names HAMi's chart lists under managedResources for NVIDIA (ops.md §3.4).
@@ -41,6 +42,9 @@ class ExtenderConfig:
     tls_insecure: bool = False
     tls_ca_pem: bytes | None = None
     tls_server_name: str | None = None
+    # `tlsConfig.certFile`/`keyFile`: the client certificate shown to the extender.
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
 
     def __post_init__(self) -> None:
         if not self.url_prefix.startswith(("http://", "https://")):
@@ -49,6 +53,8 @@ class ExtenderConfig:
             raise ValueError(f"extender httpTimeout must be > 0, got {self.http_timeout_s}")
         if not self.filter_verb:
             raise ValueError("this harness drives filter: set filterVerb")
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("extender tlsConfig needs certFile and keyFile together")
 
     @classmethod
     def from_kube_scheduler_config(cls, entry: Mapping[str, Any]) -> ExtenderConfig:
@@ -59,6 +65,8 @@ class ExtenderConfig:
             ca_pem = base64.b64decode(tls["caData"])
         elif tls.get("caFile"):
             ca_pem = Path(tls["caFile"]).read_bytes()
+        if tls.get("certData") or tls.get("keyData"):
+            raise ValueError("extender tlsConfig: this harness reads certFile/keyFile, not *Data")
         url = str(entry.get("urlPrefix", ""))
         if entry.get("enableHTTPS") and url.startswith("http://"):
             url = "https://" + url[len("http://") :]
@@ -77,13 +85,21 @@ class ExtenderConfig:
             tls_insecure=bool(tls.get("insecure", False)),
             tls_ca_pem=ca_pem,
             tls_server_name=tls.get("serverName") or None,
+            tls_cert_file=Path(tls["certFile"]) if tls.get("certFile") else None,
+            tls_key_file=Path(tls["keyFile"]) if tls.get("keyFile") else None,
         )
 
     @classmethod
     def hami_chart(
-        cls, url_prefix: str, *, ca_pem: bytes | None = None, http_timeout_s: float = 30.0
+        cls,
+        url_prefix: str,
+        *,
+        ca_pem: bytes | None = None,
+        client_certificate: KeyPair | None = None,
+        http_timeout_s: float = 30.0,
     ) -> ExtenderConfig:
-        """The extender HAMi's chart configures (NVIDIA resources), at `url_prefix`."""
+        """The extender HAMi's chart configures (NVIDIA resources), at `url_prefix`, showing
+        `client_certificate` to the extender as our chart's kube-scheduler does."""
         return cls(
             url_prefix=url_prefix,
             filter_verb="filter",
@@ -94,6 +110,8 @@ class ExtenderConfig:
             http_timeout_s=http_timeout_s,
             tls_insecure=ca_pem is None and url_prefix.startswith("https://"),
             tls_ca_pem=ca_pem,
+            tls_cert_file=None if client_certificate is None else client_certificate.cert_file,
+            tls_key_file=None if client_certificate is None else client_certificate.key_file,
         )
 
     def interested_in(self, pod: JsonObject) -> bool:
@@ -111,7 +129,10 @@ class ExtenderConfig:
             context = ssl.create_default_context()
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
-            return context
-        return ssl.create_default_context(
-            cadata=self.tls_ca_pem.decode() if self.tls_ca_pem else None
-        )
+        else:
+            context = ssl.create_default_context(
+                cadata=self.tls_ca_pem.decode() if self.tls_ca_pem else None
+            )
+        if self.tls_cert_file is not None and self.tls_key_file is not None:
+            context.load_cert_chain(self.tls_cert_file, self.tls_key_file)
+        return context

@@ -233,6 +233,24 @@ class KubeSchedulerHarness(AsyncService):
 
         return await asyncio.wait_for(first(), timeout_s)
 
+    async def schedule_again(self, pod: JsonObject, *, timeout_s: float = 10.0) -> ScheduleOutcome:
+        """Run one scheduling attempt for `pod` as given, whatever the informer shows now, and
+        return its outcome: kube-scheduler does this when its cache lags behind a binding
+        (it still sees the pod unbound and filters it again)."""
+        meta = pod["metadata"]
+        key = (str(meta.get("namespace", "")), str(meta["name"]))
+        seen = len(self.outcomes_for(*key))
+        self._pending.add(key)
+        await self._schedule_one(key, pod)
+
+        async def outcome() -> ScheduleOutcome:
+            while len(found := self.outcomes_for(*key)) <= seen:
+                self._changed.clear()
+                await self._changed.wait()
+            return found[seen]
+
+        return await asyncio.wait_for(outcome(), timeout_s)
+
     async def wait_bound_count(self, count: int, *, timeout_s: float = 30.0) -> None:
         async def reached() -> None:
             while self.metrics.results[Result.BOUND] < count:
