@@ -1,10 +1,12 @@
 """A hostile container against the node's monitor, on the demo's stack with real processes.
 
 Next to a victim pod that allocates under libvgpu, an attacker pod (a shell in its own mount
-namespace, with exactly the mounts Allocate gave it) works on its own cache directory: it links
-its region name to the victim's region, then writes a region claiming 2^62 bytes in use, then
-truncates and rewrites its region in a loop. Throughout, the monitor must keep answering, never
-publish the victim's usage or an impossible number under the attacker's pod, and say why."""
+namespace, with exactly the mounts Allocate gave it) works on its own cache directory: it tries
+to link a region name to the victim's region (the folder is mounted read-only, so it cannot),
+then writes a region claiming 2^62 bytes in use into its own region file, then truncates and
+rewrites that file in a loop. Throughout, the monitor must keep answering, never publish the
+victim's usage or an impossible number under the attacker's pod, and say why. (A link that does
+get into a region folder is refused by the monitor's scan: tests/monitor/test_scan.py.)"""
 
 import asyncio
 import shlex
@@ -49,22 +51,22 @@ def attacker(script: str) -> dict[str, object]:
 def attack_script(inside: Path, victim_region: Path, lying: Path, honest: Path, work: Path) -> str:
     """Run in the attacker's container: `inside` is its cache directory as it sees it."""
     q = {name: shlex.quote(str(path)) for name, path in {
-        "region": inside / "a.cache", "victim": victim_region, "lying": lying, "honest": honest,
+        "link": inside / "a.cache", "victim": victim_region, "lying": lying, "honest": honest,
         "work": work,
     }.items()}  # fmt: skip
     relative_victim = shlex.quote(f"../{victim_region.parent.name}/{victim_region.name}")
+    region = '"$CUDA_DEVICE_MEMORY_SHARED_CACHE"'  # its own region file, the one writable name
     return "\n".join([
         "set -e",
-        f"ln -s {relative_victim} {q['region']}",
-        f"touch {q['work']}/linked",
+        f"if ln -s {relative_victim} {q['link']}; then touch {q['work']}/linked;"
+        f" else touch {q['work']}/link-refused; fi",
         f"until [ -e {q['work']}/go-lying ]; do sleep 0.05; done",
-        f"rm {q['region']}",
-        f"cp {q['lying']} {q['region']}",
+        f"cat {q['lying']} > {region}",
         f"touch {q['work']}/lying",
         f"until [ -e {q['work']}/go-shrinking ]; do sleep 0.05; done",
         f"while [ ! -e {q['work']}/stop ]; do",
-        f"  truncate -s 100 {q['region']}",
-        f"  cp {q['honest']} {q['region']}",
+        f"  truncate -s 100 {region}",
+        f"  cat {q['honest']} > {region}",
         "done",
         f"touch {q['work']}/stopped",
         "exec sleep 1000",
@@ -107,15 +109,13 @@ async def test_a_hostile_container_cannot_crash_or_fool_the_monitor(
     await node.agent.wait_started("default", "mallory", timeout_s=20)
     used, limit = "hami_vgpu_memory_used_bytes", "hami_vgpu_memory_limit_bytes"
     async with aiohttp.ClientSession() as http:
-        # 1. A link to the victim's region is refused, not read as the attacker's.
-        await appears(work / "linked")
+        # 1. No link to the victim's region can be made: the region folder is read-only.
+        await appears(work / "link-refused")
+        assert not (work / "linked").exists()
         metrics = await whole.eventually_scraped(
             http,
             node.metrics_url,
-            lambda m: (
-                m["pyhami_monitor_regions_refused"][0][1] == 1
-                and whole.pod_samples(m, used, "trainer") == [whole.LIMIT_MIB * MiB]
-            ),
+            lambda m: whole.pod_samples(m, used, "trainer") == [whole.LIMIT_MIB * MiB],
         )
         assert mallory(metrics, used) == [0] and mallory(metrics, limit) == [ATTACKER_MIB * MiB]
 
