@@ -68,6 +68,13 @@ def simulate(  # noqa: PLR0917 (typer reads the options from the signature)
         cluster = load_cluster(file)
     except InputError as err:
         raise _fail(str(err)) from err
+    if cluster.finished or cluster.placed_without_record:
+        typer.echo(
+            f"note: left out {cluster.finished} finished pods (they hold nothing) and "
+            f"{cluster.placed_without_record} bound or running pods without a GPU allocation "
+            "record (no scheduler decides them again)",
+            err=True,
+        )
     for node in sorted(cluster.unreadable):
         # Left out as the live scheduler leaves it out, but the input is likely wrong: say so.
         typer.echo(f"warning: node {node} left out: {cluster.unregistered[node]}", err=True)
@@ -88,13 +95,26 @@ def explain(  # noqa: PLR0917 (typer reads the options from the signature)
     node_policy: NodePolicyOption = NodePolicy.BINPACK,
     gpu_policy: GpuPolicyOption = GpuPolicy.SPREAD,
     now: NowOption = None,
+    after_pending: Annotated[
+        bool,
+        typer.Option(
+            "--after-pending",
+            help="place the pending pods listed before POD first, as simulate does",
+        ),
+    ] = False,
 ) -> None:
-    """Show every node and card for one pending pod, and the check that rejected each."""
+    """Show every node and card for one pending pod, and the check that rejected each.
+
+    POD is judged against the existing allocations only, unless --after-pending is given."""
     engine_config = _engine_config(config, node_policy, gpu_policy)
     try:
         cluster = load_cluster(file)
         explanation = explain_pod(
-            cluster, engine_config, pod, int(time.time()) if now is None else now
+            cluster,
+            engine_config,
+            pod,
+            int(time.time()) if now is None else now,
+            after_pending=after_pending,
         )
     except InputError as err:
         raise _fail(str(err)) from err

@@ -1,7 +1,8 @@
 """`pyhami explain`: every node and every card for one pending pod, and the check that said no."""
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pyhami.devices.reasons import CardCheck
 from pyhami.engine import Decision, EngineConfig, NodeFailure, NodeVerdict, Outcome
@@ -16,31 +17,71 @@ class Explanation:
     decision: Decision
     cards: Mapping[NodeName, tuple[DeviceUsage, ...]]  # every node's cards as the pod saw them
     unregistered: Mapping[NodeName, str]  # why each node without cards has none
+    # The pending pods listed before this one: placed first (`after_pending`) or not.
+    earlier_pending: int = 0
+    after_pending: bool = False
 
 
-def explain(cluster: ClusterInput, config: EngineConfig, pod_ref: str, now: int) -> Explanation:
-    """Decide the pending pods before `pod_ref` as simulate would, then explain that one."""
+def _pod_key(pod: Mapping[str, Any]) -> str:
+    metadata = pod.get("metadata") or {}
+    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name')}"
+
+
+def find_pending(pending: Sequence[Mapping[str, Any]], pod_ref: str) -> int:
+    """The position of `pod_ref` (NAME or NAMESPACE/NAME) among the pending pods."""
+    keys = [_pod_key(pod) for pod in pending]
+    if "/" in pod_ref:
+        matches = [i for i, key in enumerate(keys) if key == pod_ref]
+    else:
+        matches = [i for i, key in enumerate(keys) if key.split("/", 1)[1] == pod_ref]
+    if len(matches) > 1:
+        candidates = ", ".join(keys[i] for i in matches)
+        raise InputError(f"pod name {pod_ref!r} is ambiguous: {candidates} (use NAMESPACE/NAME)")
+    if not matches:
+        raise InputError(f"no pending pod {pod_ref!r} in the input (use NAME or NAMESPACE/NAME)")
+    return matches[0]
+
+
+def explain(
+    cluster: ClusterInput,
+    config: EngineConfig,
+    pod_ref: str,
+    now: int,
+    *,
+    after_pending: bool = False,
+) -> Explanation:
+    """Explain `pod_ref` against the existing allocations, or, with `after_pending`, after
+    deciding the pending pods listed before it as simulate would."""
+    position = find_pending(cluster.pending, pod_ref)
     simulation = prepare(cluster, config)
-    for pod in cluster.pending:
-        metadata = pod.get("metadata") or {}
-        name = str(metadata.get("name"))
-        namespace = str(metadata.get("namespace") or "default")
-        if pod_ref in (name, f"{namespace}/{name}"):
-            ledger = simulation.ledger
-            cards = {node: ledger.device_usage(node) for node in ledger.node_names()}
-            decision = schedule(simulation, pod, now, explain=True)
-            return Explanation(decision, cards, cluster.unregistered)
-        schedule(simulation, pod, now)
-    raise InputError(f"no pending pod {pod_ref!r} in the input (use NAME or NAMESPACE/NAME)")
+    if after_pending:
+        for pod in cluster.pending[:position]:
+            schedule(simulation, pod, now)
+    ledger = simulation.ledger
+    cards = {node: ledger.device_usage(node) for node in ledger.node_names()}
+    decision = schedule(simulation, cluster.pending[position], now, explain=True)
+    return Explanation(decision, cards, cluster.unregistered, position, after_pending)
 
 
 def render(explanation: Explanation) -> str:
     decision = explanation.decision
     lines = [f"pod {decision.namespace}/{decision.name}"]
+    if explanation.earlier_pending:
+        count = explanation.earlier_pending
+        pods = "pod" if count == 1 else "pods"
+        lines.append(
+            f"(after placing the {count} pending {pods} listed before it, as simulate does)"
+            if explanation.after_pending
+            else f"(the {count} pending {pods} listed before it {'is' if count == 1 else 'are'} "
+            "not counted as placed; "
+            "--after-pending places them first)"
+        )
     if decision.outcome is Outcome.NO_DEVICE_REQUEST:
-        return lines[0] + ": asks for no GPU; every node passes the filter\n"
+        lines[0] += ": asks for no GPU; every node passes the filter"
+        return "\n".join(lines) + "\n"
     if decision.outcome is Outcome.ERROR:
-        return lines[0] + f": cannot be scheduled: {decision.error}\n"
+        lines[0] += f": cannot be scheduled: {decision.error}"
+        return "\n".join(lines) + "\n"
     lines.append(f"chosen node: {decision.node}" if decision.node else "no node fits")
     for verdict in decision.verdicts.values():
         lines.append("")

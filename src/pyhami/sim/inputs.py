@@ -1,9 +1,11 @@
 """Offline cluster state from `kubectl get nodes,pods -o yaml` style files.
 
-A file holds one object, a multi-document YAML stream, or a `List`/`NodeList`/`PodList`; JSON
-is YAML too. Pods bound to a node (`spec.nodeName` or `hami.io/vgpu-node`) that carry a devices
-annotation are existing allocations; every other pod is pending, in input order (a running
-pod without GPUs is decided too, as `/filter` would: it asks for nothing and passes).
+A file holds one object, a multi-document YAML stream, or a `List`/`NodeList`/`PodList` (as
+`kubectl get nodes,pods -A -o yaml` writes, or the API's own lists, whose items carry no `kind`:
+they are read by the list's kind); JSON is YAML too. Pods bound to a node (`spec.nodeName` or
+`hami.io/vgpu-node`) that carry a devices annotation are existing allocations; finished pods
+(Succeeded, Failed) hold nothing; pods bound or running without such a record are left out (no
+scheduler will decide them again); every other pod is pending, in input order.
 """
 
 from collections.abc import Iterable, Mapping
@@ -24,7 +26,9 @@ from pyhami.engine.pod import pod_annotations
 from pyhami.model import NodeName
 from pyhami.protocol import KEY_NODE_NVIDIA_REGISTER, KEY_NVIDIA_ALLOCATED, KEY_VGPU_NODE
 
-_LIST_KINDS = ("List", "NodeList", "PodList")
+# A typed list's items may omit `kind` (the API server leaves it out): they are of this kind.
+_LIST_KINDS: dict[str, str | None] = {"List": None, "NodeList": "Node", "PodList": "Pod"}
+_FINISHED_PHASES = ("Succeeded", "Failed")
 
 
 class InputError(ValueError):
@@ -39,6 +43,8 @@ class ClusterInput:
     existing: list[PodAllocation]
     pending: list[Mapping[str, Any]]
     quotas: list[tuple[str, str, Mapping[str, object]]]  # (key, namespace, spec.hard)
+    finished: int = 0  # Succeeded or Failed pods: they hold nothing and are never decided
+    placed_without_record: int = 0  # bound or running pods without a devices annotation
 
 
 def _objects(document: object, source: str) -> Iterable[Mapping[str, Any]]:
@@ -46,12 +52,15 @@ def _objects(document: object, source: str) -> Iterable[Mapping[str, Any]]:
         return
     if not isinstance(document, Mapping):
         raise InputError(f"{source}: expected Kubernetes objects, got {type(document).__name__}")
-    if document.get("kind") in _LIST_KINDS:
+    list_kind = document.get("kind")
+    if list_kind in _LIST_KINDS:
         items = document.get("items") or []
         if not isinstance(items, list):
-            raise InputError(f"{source}: {document['kind']}.items must be a list")
+            raise InputError(f"{source}: {list_kind}.items must be a list")
+        item_kind = _LIST_KINDS[str(list_kind)]
         for item in items:
-            yield from _objects(item, source)
+            kindless = item_kind is not None and isinstance(item, Mapping) and "kind" not in item
+            yield from _objects({**item, "kind": item_kind} if kindless else item, source)
         return
     yield document
 
@@ -79,6 +88,7 @@ def load_cluster(paths: Iterable[Path]) -> ClusterInput:
     existing: list[PodAllocation] = []
     pending: list[Mapping[str, Any]] = []
     quotas: list[tuple[str, str, Mapping[str, object]]] = []
+    finished = placed_without_record = 0
     for source, obj in read_objects(paths):
         kind = obj.get("kind")
         if kind == "Node":
@@ -98,20 +108,36 @@ def load_cluster(paths: Iterable[Path]) -> ClusterInput:
                 pod_identity(obj)  # a pod must at least be named
                 annotations = pod_annotations(obj)
                 spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
-                bound = annotations.get(KEY_VGPU_NODE) or spec.get("nodeName")  # type: ignore[union-attr]
-                if bound and KEY_NVIDIA_ALLOCATED in annotations:
+                status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
+                phase = status.get("phase")  # type: ignore[union-attr]
+                node_name = spec.get("nodeName")  # type: ignore[union-attr]
+                bound = annotations.get(KEY_VGPU_NODE) or node_name
+                if phase in _FINISHED_PHASES:
+                    finished += 1
+                elif bound and KEY_NVIDIA_ALLOCATED in annotations:
                     allocation = allocation_of(_with_node(obj, str(bound)))
-                    if allocation is not None:  # None: a finished pod holds nothing
+                    if allocation is not None:
                         existing.append(allocation)
+                elif node_name or phase == "Running":
+                    placed_without_record += 1  # kubelet runs it; no scheduler decides it again
                 else:
-                    pending.append(obj)  # the contract: every other pod is pending
+                    pending.append(obj)
             except PodSpecError as err:
                 raise InputError(f"{source}: {err}") from err
         elif kind == "ResourceQuota":
             quotas.append(_quota(obj, source))
         elif kind is None:
             raise InputError(f"{source}: an object without a kind")
-    return ClusterInput(nodes, unregistered, frozenset(unreadable), existing, pending, quotas)
+    return ClusterInput(
+        nodes,
+        unregistered,
+        frozenset(unreadable),
+        existing,
+        pending,
+        quotas,
+        finished,
+        placed_without_record,
+    )
 
 
 def _quota(obj: Mapping[str, Any], source: str) -> tuple[str, str, Mapping[str, object]]:

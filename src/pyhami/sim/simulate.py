@@ -77,11 +77,18 @@ def _pod_json(decision: Decision) -> dict[str, Any]:
     }
 
 
+NAMES_SHOWN = 5
+
+
 def as_table(decisions: list[Decision]) -> str:
     """A person's view: per pod the node and cards, or why no node took it."""
     lines = []
+    without_gpu = []
     for decision in decisions:
         head = f"{decision.namespace}/{decision.name}"
+        if decision.outcome is Outcome.NO_DEVICE_REQUEST:
+            without_gpu.append(head)  # one summary line for all, not one line each
+            continue
         if decision.outcome is Outcome.SCHEDULED:
             lines.append(f"{head}  ->  {decision.node}  (node score {decision.score:.2f})")
             lines.append(f"  {'container':<10} {'card':<44} {'memory MiB':>10} {'cores %':>8}")
@@ -95,9 +102,12 @@ def as_table(decisions: list[Decision]) -> str:
             lines.append(f"{head}  ->  no node fits")
             for node, reason in decision.failed_nodes.items():
                 lines.append(f"  {node:<30} {reason}")
-        elif decision.outcome is Outcome.NO_DEVICE_REQUEST:
-            lines.append(f"{head}  ->  asks for no GPU: every node passes")
         else:
             lines.append(f"{head}  ->  error: {decision.error}")
         lines.append("")
+    if without_gpu:
+        shown = ", ".join(without_gpu[:NAMES_SHOWN])
+        hidden = len(without_gpu) - NAMES_SHOWN
+        more = f" and {hidden} more" if hidden > 0 else ""
+        lines.extend((f"{len(without_gpu)} pending pods ask for no GPU: {shown}{more}", ""))
     return "\n".join(lines)
