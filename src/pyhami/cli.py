@@ -1,8 +1,15 @@
 """The one `pyhami` command. Each area registers its own sub-command group here."""
 
+import sys
+from collections.abc import Sequence
+
 import typer
 
+# typer (from 0.29) carries its own copy of click; its usage errors are these classes.
+from typer._click import exceptions as click_errors
+
 from pyhami.cli_annotations import annotations_app
+from pyhami.cli_errors import USAGE_EXIT
 from pyhami.deviceplugin.cli import device_plugin
 from pyhami.monitor.cli import MONITOR_CONTEXT, monitor
 from pyhami.scheduler.cli import scheduler
@@ -39,5 +46,22 @@ app.command("scheduler")(scheduler)
 app.add_typer(annotations_app)
 
 
-def main() -> None:
-    app()
+def main(argv: Sequence[str] | None = None, prog_name: str = "pyhami") -> None:
+    """The console script: a usage mistake (unknown flag, bad value) is one line, exit 2."""
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(args=argv, prog_name=prog_name, standalone_mode=False)
+    except click_errors.UsageError as err:
+        path = err.ctx.command_path if err.ctx is not None else prog_name
+        typer.echo(f"{path}: {err.format_message()} (`{path} -h` lists the flags)", err=True)
+        sys.exit(USAGE_EXIT)
+    except click_errors.ClickException as err:
+        typer.echo(f"{prog_name}: {err.format_message()}", err=True)
+        sys.exit(err.exit_code)
+    except typer.Abort:
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -18,6 +18,7 @@ from typing import Annotated
 
 import typer
 
+from pyhami.cli_errors import run_service
 from pyhami.cli_klog import DEBUG_VERBOSITY, KlogVerbosity
 from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.deviceplugin.api import DEVICE_PLUGIN_PATH
@@ -132,10 +133,13 @@ def device_plugin(
         ),
     ] = "",
     verbosity: KlogVerbosity = 0,
+    debug: Annotated[
+        bool, typer.Option("--debug", help="debug logs, and a traceback on failure")
+    ] = False,
 ) -> None:
     """Run the NVIDIA device plugin on this node (kubelet gRPC, node registration, Allocate)."""
     logging.basicConfig(
-        level=logging.DEBUG if verbosity >= DEBUG_VERBOSITY else logging.INFO,
+        level=logging.DEBUG if debug or verbosity >= DEBUG_VERBOSITY else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     _refuse("--mig-strategy", mig_strategy, "none")
@@ -196,13 +200,15 @@ def device_plugin(
         asyncio.run(_idle())
         return
     try:
-        asyncio.run(
+        run_service(
+            "device-plugin",
             _serve(
                 kubeconfig,
                 nvml,
                 options,
                 lambda: load_config(flags, config_file, node_config_file, node_name),
-            )
+            ),
+            debug=debug or verbosity >= DEBUG_VERBOSITY,
         )
     finally:
         nvml.close()

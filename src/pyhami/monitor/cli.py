@@ -7,7 +7,6 @@ serving container metrics without host metrics (HAMi's container exits).
 """
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -15,6 +14,7 @@ import signal
 import structlog
 import typer
 
+from pyhami.cli_errors import check_port_free, run_service
 from pyhami.kube import KubeClient, SystemClock
 from pyhami.monitor.host import NvmlOpener
 from pyhami.monitor.pods import InformerPodSource
@@ -25,6 +25,7 @@ from pyhami.nvml import NvmlUnavailableError, open_nvml
 log = structlog.get_logger("pyhami.monitor")
 
 SYNC_TIMEOUT_S = 60.0
+DEBUG_VERBOSITY = 5  # HAMi's monitor logs at debug from -v=5
 
 
 def _nvml_opener() -> NvmlOpener | None:
@@ -90,7 +91,7 @@ def monitor(ctx: typer.Context) -> None:
     except MonitorSettingsError as err:
         typer.echo(f"pyhami monitor: {err}", err=True)
         raise typer.Exit(2) from err
-    level = logging.DEBUG if flags.verbosity >= 5 else logging.INFO
+    level = logging.DEBUG if flags.verbosity >= DEBUG_VERBOSITY else logging.INFO
     logging.basicConfig(level=level)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(level))
     log.info(f'FLAG: --metrics-bind-address="{flags.metrics_bind_address}"')
@@ -100,9 +101,10 @@ def monitor(ctx: typer.Context) -> None:
         log.warning(warning)
     if flags.ignored:
         log.info("klog flags accepted and ignored", flags=list(flags.ignored))
-    with contextlib.suppress(KeyboardInterrupt):
-        try:
-            asyncio.run(run_monitor(settings, _nvml_opener()))
-        except Exception as err:  # startup failures: one clear line, exit 1
-            typer.echo(f"pyhami monitor: {err}", err=True)
-            raise typer.Exit(1) from err
+    check_port_free(settings.host, settings.port, "--metrics-bind-address", "monitor")
+    run_service(
+        "monitor",
+        run_monitor(settings, _nvml_opener()),
+        debug=flags.verbosity >= DEBUG_VERBOSITY,
+        debug_hint=f"-v={DEBUG_VERBOSITY}",
+    )

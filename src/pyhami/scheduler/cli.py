@@ -16,6 +16,7 @@ import sys
 
 import typer
 
+from pyhami.cli_errors import check_certificate, check_port_free, fail, run_service
 from pyhami.cli_klog import DEBUG_VERBOSITY, KlogVerbosity
 from pyhami.devices.config import DeviceConfigError
 from pyhami.scheduler.settings import (
@@ -23,6 +24,7 @@ from pyhami.scheduler.settings import (
     SettingsError,
     parse_go_duration,
     parse_label_selector,
+    split_host_port,
 )
 
 NODE_LOCK_ENV = "HAMI_NODELOCK_EXPIRE"
@@ -132,12 +134,20 @@ def scheduler(  # noqa: PLR0917 - one typer option per HAMi flag
         settings = _settings(
             **{k: v for k, v in locals().items() if k not in ("debug", "verbosity")}
         )
-        asyncio.run(_run(settings))
+        listen = {
+            "--http_bind": split_host_port(settings.http_bind, "--http_bind"),
+            "--metrics-bind-address": split_host_port(
+                settings.metrics_bind_address, "--metrics-bind-address"
+            ),
+        }
     except (SettingsError, DeviceConfigError) as err:
-        typer.echo(f"pyhami scheduler: {err}", err=True)
-        raise typer.Exit(2) from err
-    except KeyboardInterrupt:
-        pass
+        fail("scheduler", str(err))
+    check_certificate(settings.cert_file, settings.key_file, "--cert_file/--key_file", "scheduler")
+    for flag, (host, port) in listen.items():
+        check_port_free(host, port, flag, "scheduler")
+    run_service(
+        "scheduler", _run(settings), debug=debug, usage_errors=(SettingsError, DeviceConfigError)
+    )
 
 
 async def _run(settings: SchedulerSettings) -> None:
