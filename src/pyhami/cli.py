@@ -10,6 +10,7 @@ from typer._click import exceptions as click_errors
 
 from pyhami.cli_annotations import annotations_app
 from pyhami.cli_errors import USAGE_EXIT
+from pyhami.cli_habits import HELP_SETTINGS, PyhamiGroup, VersionOption
 from pyhami.deviceplugin.cli import device_plugin
 from pyhami.monitor.cli import MONITOR_CONTEXT, monitor
 from pyhami.scheduler.cli import scheduler
@@ -21,12 +22,16 @@ app = typer.Typer(
     help="GPU sharing for Kubernetes, wire-compatible with HAMi v2.10.",
     no_args_is_help=True,
     add_completion=False,
+    cls=PyhamiGroup,
+    rich_markup_mode=None,  # plain help: long flags in full, no <bool> metavars
+    context_settings=HELP_SETTINGS,
 )
 
 
 @app.callback()
-def _root() -> None:
-    """Keep `pyhami` a command group even while it has a single sub-command."""
+def _root(version: VersionOption = False) -> None:
+    """Keep `pyhami` a command group; `--version` works on it and on every sub-command."""
+    del version  # handled by its callback
 
 
 @app.command()

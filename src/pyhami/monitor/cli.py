@@ -76,10 +76,19 @@ MONITOR_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
 def monitor(ctx: typer.Context) -> None:
     """The vGPU monitor: container usage from the shared regions, priority feedback.
 
-    Flags, as HAMi's vGPUmonitor takes them: --metrics-bind-address ADDR (default :9394),
-    --legacy-metrics[=BOOL] (also emit the pre-v2.9 names), -v=N (5 or more: debug logs);
-    klog flags are accepted and ignored. Environment: HOOK_PATH and NODE_NAME (required),
-    KUBECONFIG, HAMI_RESYNC_INTERVAL (default 5m).
+    \b
+    Options (pflag syntax, as HAMi's vGPUmonitor takes them):
+      --metrics-bind-address ADDR   where /metrics listens  [default: :9394]
+      --legacy-metrics[=BOOL]       also export the pre-v2.9 metric names
+      -v=N                          log verbosity (5 or more: debug logs, tracebacks)
+      klog flags (--logtostderr, --log_file, ...) are accepted and ignored
+
+    \b
+    Environment:
+      HOOK_PATH              libvgpu's directory on the host (required)
+      NODE_NAME              this node (required)
+      KUBECONFIG             kubeconfig file (default: ~/.kube/config, else in-cluster)
+      HAMI_RESYNC_INTERVAL   pod cache resync  [default: 5m]
     """
     try:
         flags = parse_flags(ctx.args)

@@ -17,8 +17,10 @@ import sys
 import typer
 
 from pyhami.cli_errors import check_certificate, check_port_free, fail, run_service
+from pyhami.cli_habits import GPU_POLICY_METAVAR, parse_gpu_policy
 from pyhami.cli_klog import DEBUG_VERBOSITY, KlogVerbosity
 from pyhami.devices.config import DeviceConfigError
+from pyhami.protocol import NodePolicy
 from pyhami.scheduler.settings import (
     SchedulerSettings,
     SettingsError,
@@ -87,8 +89,16 @@ def scheduler(  # noqa: PLR0917 - one typer option per HAMi flag
     scheduler_name: str = typer.Option(
         "", "--scheduler-name", help="schedulerName the webhook sets"
     ),
-    node_scheduler_policy: str = typer.Option("binpack", "--node-scheduler-policy"),
-    gpu_scheduler_policy: str = typer.Option("spread", "--gpu-scheduler-policy"),
+    node_scheduler_policy: NodePolicy = typer.Option(  # noqa: B008 (an enum constant)
+        NodePolicy.BINPACK, "--node-scheduler-policy", help="default when a pod names none"
+    ),
+    gpu_scheduler_policy: str = typer.Option(
+        "spread",
+        "--gpu-scheduler-policy",
+        parser=parse_gpu_policy,
+        metavar=GPU_POLICY_METAVAR,
+        help="default when a pod names none; a chain such as binpack,numa is accepted",
+    ),
     metrics_bind_address: str = typer.Option(":9395", "--metrics-bind-address"),
     node_label_selector: str = typer.Option("", "--node-label-selector", help="k=v,k2=v2"),
     kube_qps: float = typer.Option(5.0, "--kube-qps", help="accepted for HAMi compatibility"),

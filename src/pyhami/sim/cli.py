@@ -2,34 +2,50 @@
 
 import sys
 import time
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from pyhami.cli_habits import (
+    GPU_POLICY_METAVAR,
+    NamespaceOption,
+    Output,
+    OutputOption,
+    as_data,
+    parse_gpu_policy,
+    qualified_pod,
+)
 from pyhami.devices.config import DeviceConfigError, NvidiaConfig, parse_device_config
 from pyhami.engine import EngineConfig, GpuPolicy, NodePolicy
 from pyhami.sim.explain import explain as explain_pod
-from pyhami.sim.explain import render
+from pyhami.sim.explain import explanation_data, render
 from pyhami.sim.inputs import InputError, load_cluster
-from pyhami.sim.simulate import as_json, as_table
+from pyhami.sim.simulate import as_json, as_table, pods_data
 from pyhami.sim.simulate import simulate as simulate_pods
 
-
-class Output(StrEnum):
-    JSON = "json"
-    TABLE = "table"
-
-
 FilesOption = Annotated[
-    list[Path], typer.Option("-f", "--file", help="YAML/JSON nodes and pods (repeatable)")
+    list[Path],
+    typer.Option(
+        "-f", "--file", metavar="FILE", help="YAML/JSON nodes and pods, - for stdin (repeatable)"
+    ),
 ]
 ConfigOption = Annotated[
-    Path | None, typer.Option("--config", help="HAMi device-config.yaml (default: chart values)")
+    Path | None,
+    typer.Option(
+        "--config", metavar="FILE", help="HAMi device-config.yaml (default: chart values)"
+    ),
 ]
 NodePolicyOption = Annotated[NodePolicy, typer.Option("--node-policy")]
-GpuPolicyOption = Annotated[GpuPolicy, typer.Option("--gpu-policy")]
+GpuPolicyOption = Annotated[
+    str,
+    typer.Option(
+        "--gpu-policy",
+        parser=parse_gpu_policy,
+        metavar=GPU_POLICY_METAVAR,
+        help="one policy or a chain, as hami.io/gpu-scheduler-policy takes it",
+    ),
+]
 NowOption = Annotated[
     int | None, typer.Option("--now", help="unix seconds for hami.io/vgpu-time (default: now)")
 ]
@@ -59,10 +75,14 @@ def simulate(  # noqa: PLR0917 (typer reads the options from the signature)
     config: ConfigOption = None,
     node_policy: NodePolicyOption = NodePolicy.BINPACK,
     gpu_policy: GpuPolicyOption = GpuPolicy.SPREAD,
-    output: Annotated[Output, typer.Option("--output", "-o")] = Output.JSON,
+    output: OutputOption = Output.JSON,
+    namespace: NamespaceOption = None,
     now: NowOption = None,
 ) -> None:
-    """Schedule the pending pods of FILEs as the live /filter would, in input order."""
+    """Schedule the pending pods of FILEs as the live /filter would, in input order.
+
+    With -n, every pending pod is still decided (they compete for the same cards), and only
+    those of that namespace are shown."""
     engine_config = _engine_config(config, node_policy, gpu_policy)
     try:
         cluster = load_cluster(file)
@@ -79,7 +99,14 @@ def simulate(  # noqa: PLR0917 (typer reads the options from the signature)
         # Left out as the live scheduler leaves it out, but the input is likely wrong: say so.
         typer.echo(f"warning: node {node} left out: {cluster.unregistered[node]}", err=True)
     decisions = simulate_pods(cluster, engine_config, int(time.time()) if now is None else now)
-    sys.stdout.write((as_json(decisions) + "\n") if output is Output.JSON else as_table(decisions))
+    if namespace is not None:
+        decisions = [d for d in decisions if d.namespace == namespace]
+    if output is Output.JSON:
+        sys.stdout.write(as_json(decisions) + "\n")
+    elif output is Output.YAML:
+        sys.stdout.write(as_data(pods_data(decisions), output))
+    else:
+        sys.stdout.write(as_table(decisions, wide=output is Output.WIDE))
     errors = [d for d in decisions if d.error]
     for decision in errors:
         typer.echo(f"error: pod {decision.namespace}/{decision.name}: {decision.error}", err=True)
@@ -89,7 +116,9 @@ def simulate(  # noqa: PLR0917 (typer reads the options from the signature)
 
 
 def explain(  # noqa: PLR0917 (typer reads the options from the signature)
-    pod: Annotated[str, typer.Argument(help="the pending pod: NAME or NAMESPACE/NAME")],
+    pod: Annotated[
+        str, typer.Argument(metavar="POD", help="the pending pod: NAME or NAMESPACE/NAME")
+    ],
     file: FilesOption,
     config: ConfigOption = None,
     node_policy: NodePolicyOption = NodePolicy.BINPACK,
@@ -102,6 +131,8 @@ def explain(  # noqa: PLR0917 (typer reads the options from the signature)
             help="place the pending pods listed before POD first, as simulate does",
         ),
     ] = False,
+    namespace: NamespaceOption = None,
+    output: OutputOption = Output.TABLE,
 ) -> None:
     """Show every node and card for one pending pod, and the check that rejected each.
 
@@ -112,10 +143,13 @@ def explain(  # noqa: PLR0917 (typer reads the options from the signature)
         explanation = explain_pod(
             cluster,
             engine_config,
-            pod,
+            qualified_pod(pod, namespace),
             int(time.time()) if now is None else now,
             after_pending=after_pending,
         )
     except InputError as err:
         raise _fail(str(err)) from err
-    sys.stdout.write(render(explanation))
+    if output in (Output.JSON, Output.YAML):
+        sys.stdout.write(as_data(explanation_data(explanation), output))
+    else:
+        sys.stdout.write(render(explanation, wide=output is Output.WIDE))

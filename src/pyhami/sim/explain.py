@@ -1,5 +1,6 @@
 """`pyhami explain`: every node and every card for one pending pod, and the check that said no."""
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -8,6 +9,7 @@ from pyhami.devices.reasons import CardCheck
 from pyhami.engine import Decision, EngineConfig, NodeFailure, NodeVerdict, Outcome
 from pyhami.model import DeviceUsage, NodeName
 from pyhami.protocol import NVIDIA_VENDOR
+from pyhami.scheduler.service import explanation_json
 from pyhami.sim.inputs import ClusterInput, InputError
 from pyhami.sim.simulate import prepare, schedule
 
@@ -20,6 +22,7 @@ class Explanation:
     # The pending pods listed before this one: placed first (`after_pending`) or not.
     earlier_pending: int = 0
     after_pending: bool = False
+    unreadable: frozenset[NodeName] = frozenset()  # nodes whose registration cannot be read
 
 
 def _pod_key(pod: Mapping[str, Any]) -> str:
@@ -60,10 +63,27 @@ def explain(
     ledger = simulation.ledger
     cards = {node: ledger.device_usage(node) for node in ledger.node_names()}
     decision = schedule(simulation, cluster.pending[position], now, explain=True)
-    return Explanation(decision, cards, cluster.unregistered, position, after_pending)
+    return Explanation(
+        decision, cards, cluster.unregistered, position, after_pending, cluster.unreadable
+    )
 
 
-def render(explanation: Explanation) -> str:
+def explanation_data(explanation: Explanation) -> dict[str, Any]:
+    """`explain -o json|yaml`: the scheduler's `/explain` answer, plus each node's cards as
+    the pod saw them and whether earlier pending pods were placed first."""
+    unreadable = {str(node): explanation.unregistered[node] for node in explanation.unreadable}
+    data = explanation_json(explanation.decision, unreadable)
+    for node in data["nodes"]:
+        cards = explanation.cards.get(NodeName(node["node"]), ())
+        node["cardStates"] = [dataclasses.asdict(card) for card in cards]
+        if node["node"] in explanation.unregistered:
+            node["notRegistered"] = explanation.unregistered[NodeName(node["node"])]
+    data["earlierPending"] = explanation.earlier_pending
+    data["afterPending"] = explanation.after_pending
+    return data
+
+
+def render(explanation: Explanation, *, wide: bool = False) -> str:
     decision = explanation.decision
     lines = [f"pod {decision.namespace}/{decision.name}"]
     if explanation.earlier_pending:
@@ -89,12 +109,13 @@ def render(explanation: Explanation) -> str:
             why = explanation.unregistered.get(verdict.node, "no usable GPU registration")
             lines.append(f"node {verdict.node}: not registered: {why}")
             continue
-        lines.extend(_node_lines(verdict, decision.node, explanation.cards.get(verdict.node, ())))
+        cards = explanation.cards.get(verdict.node, ())
+        lines.extend(_node_lines(verdict, decision.node, cards, wide))
     return "\n".join(lines) + "\n"
 
 
 def _node_lines(
-    verdict: NodeVerdict, chosen: NodeName | None, cards: tuple[DeviceUsage, ...]
+    verdict: NodeVerdict, chosen: NodeName | None, cards: tuple[DeviceUsage, ...], wide: bool
 ) -> list[str]:
     if verdict.fits:
         mark = "CHOSEN" if verdict.node == chosen else "fits"
@@ -103,16 +124,22 @@ def _node_lines(
         which = "" if verdict.container is None else f" (container {verdict.container})"
         lines = [f"node {verdict.node}: rejected{which}: {verdict.reason}"]
     checks: dict[tuple[int, str], CardCheck] = {}
+    tried: dict[tuple[int, str], int] = {}  # the policy's order: which card was tried first
     for check in verdict.checks:  # the last visit of a card is its verdict
         checks[(check.container, check.uuid)] = check
+        tried.setdefault((check.container, check.uuid), len(tried) + 1)
     containers = sorted({container for container, _ in checks}) or [verdict.container or 0]
     for container in containers:
         for card in cards:
             outcome = _outcome(checks.get((container, card.id)), verdict, card)
+            more = ""
+            if wide:
+                order = tried.get((container, card.id))
+                more = f", {card.type}, NUMA {card.numa}" + (f", tried #{order}" if order else "")
             lines.append(
                 f"    container {container} card {card.id} (index {card.index}, "
                 f"{card.used}/{card.count} tasks, {card.usedmem}/{card.totalmem} MiB, "
-                f"{card.usedcores}/{card.totalcore} % cores): {outcome}"
+                f"{card.usedcores}/{card.totalcore} % cores{more}): {outcome}"
             )
     for position, devices in enumerate(verdict.devices):
         for device in devices:

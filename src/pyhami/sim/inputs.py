@@ -8,6 +8,7 @@ they are read by the list's kind); JSON is YAML too. Pods bound to a node (`spec
 scheduler will decide them again); every other pod is pending, in input order.
 """
 
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,7 +70,7 @@ def read_objects(paths: Iterable[Path]) -> list[tuple[str, Mapping[str, Any]]]:
     objects: list[tuple[str, Mapping[str, Any]]] = []
     for path in paths:
         try:
-            text = path.read_text(encoding="utf-8")
+            text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as err:
             raise InputError(f"{path}: cannot read: {err}") from err
         try:

@@ -61,9 +61,13 @@ def simulate(cluster: ClusterInput, config: EngineConfig, now: int) -> list[Deci
     return [schedule(simulation, pod, now) for pod in cluster.pending]
 
 
+def pods_data(decisions: list[Decision]) -> dict[str, Any]:
+    """The `simulate --output json|yaml` contract."""
+    return {"pods": [_pod_json(d) for d in decisions]}
+
+
 def as_json(decisions: list[Decision]) -> str:
-    """The `simulate --output json` contract."""
-    return json.dumps({"pods": [_pod_json(d) for d in decisions]}, indent=2)
+    return json.dumps(pods_data(decisions), indent=2)
 
 
 def _pod_json(decision: Decision) -> dict[str, Any]:
@@ -80,8 +84,9 @@ def _pod_json(decision: Decision) -> dict[str, Any]:
 NAMES_SHOWN = 5
 
 
-def as_table(decisions: list[Decision]) -> str:
-    """A person's view: per pod the node and cards, or why no node took it."""
+def as_table(decisions: list[Decision], *, wide: bool = False) -> str:
+    """A person's view: per pod the node and cards, or why no node took it; `wide` adds the
+    annotations the scheduler would write."""
     lines = []
     without_gpu = []
     for decision in decisions:
@@ -98,6 +103,8 @@ def as_table(decisions: list[Decision]) -> str:
                         f"  {position:<10} {device.uuid:<44} {device.usedmem:>10} "
                         f"{device.usedcores:>8}"
                     )
+            if wide:
+                lines.extend(f"  {key}: {value}" for key, value in decision.annotations.items())
         elif decision.outcome is Outcome.UNSCHEDULABLE:
             lines.append(f"{head}  ->  no node fits")
             for node, reason in decision.failed_nodes.items():

@@ -89,7 +89,11 @@ def demo(
     gpus: Annotated[int, typer.Option("--gpus", help="GPUs per node (1-16)")] = 4,
     pods: Annotated[
         Path | None,
-        typer.Option("--pods", help="YAML file of pods to submit (default: the examples)"),
+        typer.Option(
+            "--pods",
+            metavar="FILE",
+            help="YAML file of pods to submit, - for stdin (default: the examples)",
+        ),
     ] = None,
     keep_running: Annotated[
         bool, typer.Option("--keep-running", help="leave the cluster up and print its URLs")

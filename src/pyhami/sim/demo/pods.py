@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ def load_pods(path: Path | None = None) -> list[JsonObject]:
         text = example_pods_text()
     else:
         try:
-            text = path.read_text(encoding="utf-8")
+            text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as err:
             raise PodFileError(f"{source}: cannot read: {err}") from err
     return parse_pods(text, source)
