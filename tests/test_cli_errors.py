@@ -54,7 +54,7 @@ def test_no_kubeconfig_and_no_in_cluster_config(
 ) -> None:
     code, err = run(capsys, *scheduler_args(no_cluster))
     assert code == 2
-    assert one_line(err).startswith("pyhami scheduler: no cluster to talk to: ")
+    assert one_line(err).startswith("pyhami scheduler: no cluster to talk to (")
     assert "set KUBECONFIG" in err and "in-cluster config" in err
 
 

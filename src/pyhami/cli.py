@@ -68,5 +68,10 @@ def main(argv: Sequence[str] | None = None, prog_name: str = "pyhami") -> None:
     sys.exit(code if isinstance(code, int) else 0)
 
 
+def kubectl_plugin() -> None:
+    """`kubectl-pyhami` on the PATH makes `kubectl pyhami explain POD`, `kubectl pyhami top`."""
+    main(prog_name="kubectl pyhami")
+
+
 if __name__ == "__main__":
     main()

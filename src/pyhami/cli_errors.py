@@ -6,6 +6,8 @@ Each check says what is wrong and what to do. A traceback is printed only with `
 
 import asyncio
 import errno
+import logging
+import os
 import socket
 import ssl
 from collections.abc import Coroutine
@@ -64,14 +66,41 @@ def check_certificate(cert_file: str, key_file: str, flags: str, command: str) -
         )
 
 
+def kubeconfig_problem(path: str | None) -> str | None:
+    """Why the kubeconfig named by `path` (else $KUBECONFIG, a list) cannot be read, or None."""
+    named = path or os.environ.get("KUBECONFIG", "")
+    for file in filter(None, named.split(os.pathsep)):
+        try:
+            with open(file, "rb"):
+                pass
+        except OSError as err:
+            why = err.strerror or err
+            return f"kubeconfig {file}: cannot read: {why}: check --kubeconfig or KUBECONFIG"
+    return None
+
+
+def check_kubeconfig(path: str | None, command: str) -> None:
+    """Refuse to start on a named kubeconfig that cannot be read; quiet the search otherwise."""
+    problem = kubeconfig_problem(path)
+    if problem is not None:
+        fail(command, problem)
+    quiet_kubeconfig_search()
+
+
+def quiet_kubeconfig_search() -> None:
+    """kubernetes-asyncio warns for each place it looks for a kubeconfig; the one-line error
+    that follows says what matters."""
+    logging.getLogger("kubernetes_asyncio.config.kube_config").setLevel(logging.ERROR)
+
+
 def startup_problem(err: BaseException) -> str | None:
     """The one-line description of a known startup failure, or None."""
     from kubernetes_asyncio.config import ConfigException
 
     if isinstance(err, ConfigException):
         return (
-            f"no cluster to talk to: {err}; set KUBECONFIG to a kubeconfig file, "
-            "or run in a pod with a service account (in-cluster config)"
+            f"no cluster to talk to ({str(err).rstrip('.')}): set KUBECONFIG to a kubeconfig "
+            "file, or run in a pod with a service account (in-cluster config)"
         )
     if isinstance(err, OSError) and err.errno in (errno.EADDRINUSE, errno.EACCES):
         return f"{err.strerror}: {_port_problem(err)}"

@@ -18,7 +18,7 @@ from typing import Annotated
 
 import typer
 
-from pyhami.cli_errors import run_service
+from pyhami.cli_errors import check_kubeconfig, run_service
 from pyhami.cli_klog import DEBUG_VERBOSITY, KlogVerbosity
 from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.deviceplugin.api import DEVICE_PLUGIN_PATH
@@ -191,6 +191,7 @@ def device_plugin(
         ),
         recovery_after=health_recovery_seconds if health_recovery_seconds >= 0 else None,
     )
+    check_kubeconfig(kubeconfig or None, "device-plugin")
     try:
         nvml = open_nvml()
     except NvmlUnavailableError as error:

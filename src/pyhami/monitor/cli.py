@@ -14,7 +14,7 @@ import signal
 import structlog
 import typer
 
-from pyhami.cli_errors import check_port_free, run_service
+from pyhami.cli_errors import check_kubeconfig, check_port_free, run_service
 from pyhami.kube import KubeClient, SystemClock
 from pyhami.monitor.host import NvmlOpener
 from pyhami.monitor.pods import InformerPodSource
@@ -111,6 +111,7 @@ def monitor(ctx: typer.Context) -> None:
     if flags.ignored:
         log.info("klog flags accepted and ignored", flags=list(flags.ignored))
     check_port_free(settings.host, settings.port, "--metrics-bind-address", "monitor")
+    check_kubeconfig(settings.kubeconfig, "monitor")
     run_service(
         "monitor",
         run_monitor(settings, _nvml_opener()),

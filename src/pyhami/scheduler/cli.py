@@ -16,7 +16,13 @@ import sys
 
 import typer
 
-from pyhami.cli_errors import check_certificate, check_port_free, fail, run_service
+from pyhami.cli_errors import (
+    check_certificate,
+    check_kubeconfig,
+    check_port_free,
+    fail,
+    run_service,
+)
 from pyhami.cli_habits import GPU_POLICY_METAVAR, parse_gpu_policy
 from pyhami.cli_klog import DEBUG_VERBOSITY, KlogVerbosity
 from pyhami.devices.config import DeviceConfigError
@@ -155,6 +161,7 @@ def scheduler(  # noqa: PLR0917 - one typer option per HAMi flag
     check_certificate(settings.cert_file, settings.key_file, "--cert_file/--key_file", "scheduler")
     for flag, (host, port) in listen.items():
         check_port_free(host, port, flag, "scheduler")
+    check_kubeconfig(settings.kubeconfig or None, "scheduler")
     run_service(
         "scheduler", _run(settings), debug=debug, usage_errors=(SettingsError, DeviceConfigError)
     )

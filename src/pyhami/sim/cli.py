@@ -1,12 +1,15 @@
 """The `simulate` and `explain` commands."""
 
+import asyncio
 import sys
 import time
 from pathlib import Path
 from typing import Annotated
 
+import aiohttp
 import typer
 
+from pyhami.cli_errors import kubeconfig_problem, quiet_kubeconfig_search, startup_problem
 from pyhami.cli_habits import (
     GPU_POLICY_METAVAR,
     NamespaceOption,
@@ -20,7 +23,7 @@ from pyhami.devices.config import DeviceConfigError, NvidiaConfig, parse_device_
 from pyhami.engine import EngineConfig, GpuPolicy, NodePolicy
 from pyhami.sim.explain import explain as explain_pod
 from pyhami.sim.explain import explanation_data, render
-from pyhami.sim.inputs import InputError, load_cluster
+from pyhami.sim.inputs import ClusterInput, InputError, cluster_of, load_cluster
 from pyhami.sim.simulate import as_json, as_table, pods_data
 from pyhami.sim.simulate import simulate as simulate_pods
 
@@ -115,11 +118,46 @@ def simulate(  # noqa: PLR0917 (typer reads the options from the signature)
         raise typer.Exit(2)
 
 
+def _live_cluster(kubeconfig: str | None) -> ClusterInput:
+    """The cluster through the kubeconfig (KUBECONFIG, ~/.kube/config, else in-cluster)."""
+    from kubernetes_asyncio.config import ConfigException
+
+    from pyhami.kube import KubeError
+    from pyhami.sim.live import read_cluster_objects
+
+    problem = kubeconfig_problem(kubeconfig)
+    if problem is not None:
+        raise _fail(problem)
+    quiet_kubeconfig_search()
+    try:
+        objects = asyncio.run(read_cluster_objects(kubeconfig))
+    except (ConfigException, KubeError, aiohttp.ClientError, OSError, TimeoutError) as err:
+        raise _fail(startup_problem(err) or f"cannot read the cluster: {err}") from err
+    return cluster_of(objects)
+
+
 def explain(  # noqa: PLR0917 (typer reads the options from the signature)
     pod: Annotated[
         str, typer.Argument(metavar="POD", help="the pending pod: NAME or NAMESPACE/NAME")
     ],
-    file: FilesOption,
+    file: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "-f",
+            "--file",
+            metavar="FILE",
+            help="YAML/JSON nodes and pods, - for stdin (repeatable); "
+            "without it the cluster is read through the kubeconfig",
+        ),
+    ] = None,
+    kubeconfig: Annotated[
+        str | None,
+        typer.Option(
+            "--kubeconfig",
+            metavar="FILE",
+            help="kubeconfig (default: $KUBECONFIG, ~/.kube/config, else in-cluster)",
+        ),
+    ] = None,
     config: ConfigOption = None,
     node_policy: NodePolicyOption = NodePolicy.BINPACK,
     gpu_policy: GpuPolicyOption = GpuPolicy.SPREAD,
@@ -136,10 +174,11 @@ def explain(  # noqa: PLR0917 (typer reads the options from the signature)
 ) -> None:
     """Show every node and card for one pending pod, and the check that rejected each.
 
-    POD is judged against the existing allocations only, unless --after-pending is given."""
+    POD is judged against the existing allocations only, unless --after-pending is given.
+    Without -f the cluster is read live through the kubeconfig, as kubectl does."""
     engine_config = _engine_config(config, node_policy, gpu_policy)
     try:
-        cluster = load_cluster(file)
+        cluster = load_cluster(file) if file else _live_cluster(kubeconfig)
         explanation = explain_pod(
             cluster,
             engine_config,

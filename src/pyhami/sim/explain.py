@@ -30,19 +30,25 @@ def _pod_key(pod: Mapping[str, Any]) -> str:
     return f"{metadata.get('namespace') or 'default'}/{metadata.get('name')}"
 
 
-def find_pending(pending: Sequence[Mapping[str, Any]], pod_ref: str) -> int:
-    """The position of `pod_ref` (NAME or NAMESPACE/NAME) among the pending pods."""
-    keys = [_pod_key(pod) for pod in pending]
+def _matching(keys: Sequence[str], pod_ref: str) -> list[str]:
     if "/" in pod_ref:
-        matches = [i for i, key in enumerate(keys) if key == pod_ref]
-    else:
-        matches = [i for i, key in enumerate(keys) if key.split("/", 1)[1] == pod_ref]
+        return [key for key in keys if key == pod_ref]
+    return [key for key in keys if key.split("/", 1)[1] == pod_ref]
+
+
+def find_pending(cluster: ClusterInput, pod_ref: str) -> int:
+    """The position of `pod_ref` (NAME or NAMESPACE/NAME) among the pending pods."""
+    keys = [_pod_key(pod) for pod in cluster.pending]
+    matches = _matching([*keys, *cluster.not_pending], pod_ref)
     if len(matches) > 1:
-        candidates = ", ".join(keys[i] for i in matches)
-        raise InputError(f"pod name {pod_ref!r} is ambiguous: {candidates} (use NAMESPACE/NAME)")
+        raise InputError(
+            f"pod name {pod_ref!r} is ambiguous: {', '.join(matches)} (use NAMESPACE/NAME)"
+        )
     if not matches:
         raise InputError(f"no pending pod {pod_ref!r} in the input (use NAME or NAMESPACE/NAME)")
-    return matches[0]
+    if matches[0] in cluster.not_pending:
+        raise InputError(f"pod {matches[0]} is not pending: {cluster.not_pending[matches[0]]}")
+    return keys.index(matches[0])
 
 
 def explain(
@@ -55,7 +61,7 @@ def explain(
 ) -> Explanation:
     """Explain `pod_ref` against the existing allocations, or, with `after_pending`, after
     deciding the pending pods listed before it as simulate would."""
-    position = find_pending(cluster.pending, pod_ref)
+    position = find_pending(cluster, pod_ref)
     simulation = prepare(cluster, config)
     if after_pending:
         for pod in cluster.pending[:position]:

@@ -10,7 +10,7 @@ scheduler will decide them again); every other pod is pending, in input order.
 
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,8 @@ from pyhami.protocol import KEY_NODE_NVIDIA_REGISTER, KEY_NVIDIA_ALLOCATED, KEY_
 # A typed list's items may omit `kind` (the API server leaves it out): they are of this kind.
 _LIST_KINDS: dict[str, str | None] = {"List": None, "NodeList": "Node", "PodList": "Pod"}
 _FINISHED_PHASES = ("Succeeded", "Failed")
+FINISHED = "it has finished"
+NO_RECORD = "without a GPU allocation record"
 
 
 class InputError(ValueError):
@@ -44,8 +46,16 @@ class ClusterInput:
     existing: list[PodAllocation]
     pending: list[Mapping[str, Any]]
     quotas: list[tuple[str, str, Mapping[str, object]]]  # (key, namespace, spec.hard)
-    finished: int = 0  # Succeeded or Failed pods: they hold nothing and are never decided
-    placed_without_record: int = 0  # bound or running pods without a devices annotation
+    # Every pod that is not pending, by NAMESPACE/NAME: why (finished, placed, running).
+    not_pending: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def finished(self) -> int:  # Succeeded or Failed: they hold nothing, are never decided
+        return sum(why.startswith(FINISHED) for why in self.not_pending.values())
+
+    @property
+    def placed_without_record(self) -> int:  # bound or running without a devices annotation
+        return sum(why.endswith(NO_RECORD) for why in self.not_pending.values())
 
 
 def _objects(document: object, source: str) -> Iterable[Mapping[str, Any]]:
@@ -83,14 +93,19 @@ def read_objects(paths: Iterable[Path]) -> list[tuple[str, Mapping[str, Any]]]:
 
 
 def load_cluster(paths: Iterable[Path]) -> ClusterInput:
+    return cluster_of(read_objects(paths))
+
+
+def cluster_of(objects: Iterable[tuple[str, Mapping[str, Any]]]) -> ClusterInput:
+    """The cluster from (source, object) pairs: files, or what the API server listed."""
     nodes: dict[NodeName, NodeInventory] = {}
     unregistered: dict[NodeName, str] = {}
     unreadable: set[NodeName] = set()
     existing: list[PodAllocation] = []
     pending: list[Mapping[str, Any]] = []
     quotas: list[tuple[str, str, Mapping[str, object]]] = []
-    finished = placed_without_record = 0
-    for source, obj in read_objects(paths):
+    not_pending: dict[str, str] = {}
+    for source, obj in objects:
         kind = obj.get("kind")
         if kind == "Node":
             name, annotations = _node(obj, source)
@@ -106,21 +121,25 @@ def load_cluster(paths: Iterable[Path]) -> ClusterInput:
                 unreadable.add(name)
         elif kind == "Pod":
             try:
-                pod_identity(obj)  # a pod must at least be named
+                _, namespace, pod_name = pod_identity(obj)  # a pod must at least be named
                 annotations = pod_annotations(obj)
                 spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
                 status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
                 phase = status.get("phase")  # type: ignore[union-attr]
                 node_name = spec.get("nodeName")  # type: ignore[union-attr]
                 bound = annotations.get(KEY_VGPU_NODE) or node_name
+                ref = f"{namespace}/{pod_name}"
                 if phase in _FINISHED_PHASES:
-                    finished += 1
+                    not_pending[ref] = f"{FINISHED} ({phase}) and holds nothing"
                 elif bound and KEY_NVIDIA_ALLOCATED in annotations:
                     allocation = allocation_of(_with_node(obj, str(bound)))
                     if allocation is not None:
                         existing.append(allocation)
+                        not_pending[ref] = f"its GPUs are allocated on node {bound}"
                 elif node_name or phase == "Running":
-                    placed_without_record += 1  # kubelet runs it; no scheduler decides it again
+                    # kubelet runs it; no scheduler decides it again
+                    where = f"it is {phase or 'bound'} on node {node_name or '?'}"
+                    not_pending[ref] = f"{where} {NO_RECORD}"
                 else:
                     pending.append(obj)
             except PodSpecError as err:
@@ -136,8 +155,7 @@ def load_cluster(paths: Iterable[Path]) -> ClusterInput:
         existing,
         pending,
         quotas,
-        finished,
-        placed_without_record,
+        not_pending,
     )
 
 
