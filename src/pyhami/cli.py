@@ -44,6 +44,7 @@ def version() -> None:
 
 app.command()(sim_cli.simulate)
 app.command()(sim_cli.explain)
+app.command()(sim_cli.top)
 app.command()(demo)
 app.command("device-plugin")(device_plugin)
 app.command("monitor", context_settings=MONITOR_CONTEXT)(monitor)

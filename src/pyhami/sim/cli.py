@@ -1,6 +1,7 @@
-"""The `simulate` and `explain` commands."""
+"""The `simulate`, `explain` and `top` commands."""
 
 import asyncio
+import ssl
 import sys
 import time
 from pathlib import Path
@@ -26,6 +27,8 @@ from pyhami.sim.explain import explanation_data, render
 from pyhami.sim.inputs import ClusterInput, InputError, cluster_of, load_cluster
 from pyhami.sim.simulate import as_json, as_table, pods_data
 from pyhami.sim.simulate import simulate as simulate_pods
+from pyhami.sim.top import TopError, View, as_records, rows_for, scrape
+from pyhami.sim.top import as_table as top_table
 
 FilesOption = Annotated[
     list[Path],
@@ -192,3 +195,67 @@ def explain(  # noqa: PLR0917 (typer reads the options from the signature)
         sys.stdout.write(as_data(explanation_data(explanation), output))
     else:
         sys.stdout.write(render(explanation, wide=output is Output.WIDE))
+
+
+def top(  # noqa: PLR0917 (typer reads the options from the signature)
+    view: Annotated[View, typer.Argument(metavar="nodes|pods|cards", help="what to list")],
+    scheduler: Annotated[
+        str,
+        typer.Option(
+            "--scheduler",
+            metavar="URL",
+            envvar="PYHAMI_SCHEDULER_METRICS",
+            help="the scheduler's /metrics (what is allocated)",
+        ),
+    ],
+    monitors: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--monitor",
+            metavar="URL",
+            envvar="PYHAMI_MONITOR_METRICS",
+            help="a node monitor's /metrics (what is used); repeatable",
+        ),
+    ] = None,
+    output: OutputOption = Output.TABLE,
+    namespace: NamespaceOption = None,
+    watch: Annotated[
+        bool, typer.Option("-w", "--watch", help="print again every --interval seconds")
+    ] = False,
+    interval: Annotated[float, typer.Option("--interval", metavar="SECONDS", min=0.1)] = 2.0,
+    times: Annotated[
+        int, typer.Option("--times", metavar="N", help="with --watch: stop after N (0: never)")
+    ] = 0,
+    cacert: Annotated[
+        Path | None,
+        typer.Option("--cacert", metavar="FILE", help="CA for https URLs (default: system)"),
+    ] = None,
+) -> None:
+    """Allocated against used GPU memory and cores per node, pod or card, like `kubectl top`.
+
+    Allocation comes from the scheduler's /metrics, use from the monitors' (pods without a
+    monitor show - as used). `pyhami demo --keep-running` prints this command for its cluster."""
+    urls = [scheduler, *(monitors or ())]
+    context = None
+    if cacert is not None:
+        try:
+            context = ssl.create_default_context(cafile=str(cacert))
+        except (OSError, ssl.SSLError) as err:
+            raise _fail(f"--cacert {cacert}: cannot use: {err}") from err
+    shown = 0
+    while True:
+        try:
+            samples = asyncio.run(scrape(urls, context))
+        except TopError as err:
+            raise _fail(str(err)) from err
+        rows = rows_for(view, samples, namespace)
+        if output in (Output.JSON, Output.YAML):
+            sys.stdout.write(as_data({view.value: as_records(rows)}, output))
+        else:
+            sys.stdout.write(top_table(view, rows, wide=output is Output.WIDE))
+        sys.stdout.flush()
+        shown += 1
+        if not watch or shown == times:
+            return
+        time.sleep(interval)
+        sys.stdout.write("\n")

@@ -54,6 +54,9 @@ def _endpoints(cluster: DemoCluster, pods: list[JsonObject]) -> str:
         f"  scheduler metrics  curl -s {cluster.scheduler_metrics_url}",
     ]
     lines.extend(f"  monitor {node.name:<10} curl -s {node.metrics_url}" for node in cluster.nodes)
+    monitors = " ".join(f"--monitor {node.metrics_url}" for node in cluster.nodes)
+    scheduler = f"--scheduler {cluster.scheduler_metrics_url}"
+    lines.append(f"  top                pyhami top pods {scheduler} {monitors}")
     return "\n".join(lines)
 
 
