@@ -8,6 +8,7 @@ import typer
 # typer (from 0.29) carries its own copy of click; its usage errors are these classes.
 from typer._click import exceptions as click_errors
 
+from pyhami.chart.cli import chart_app
 from pyhami.cli_annotations import annotations_app
 from pyhami.cli_errors import USAGE_EXIT
 from pyhami.cli_habits import HELP_SETTINGS, PyhamiGroup, VersionOption
@@ -50,6 +51,7 @@ app.command("device-plugin")(device_plugin)
 app.command("monitor", context_settings=MONITOR_CONTEXT)(monitor)
 app.command("scheduler")(scheduler)
 app.add_typer(annotations_app)
+app.add_typer(chart_app)
 
 
 def main(argv: Sequence[str] | None = None, prog_name: str = "pyhami") -> None:

@@ -45,6 +45,14 @@ def as_data(data: Any, output: Output) -> str:
 GPU_POLICY_METAVAR = "|".join(GpuPolicy) + "[,...]"
 
 
+def yaml_problem(err: yaml.YAMLError) -> str:
+    """A YAML parse error on one line: what is wrong, and where."""
+    if isinstance(err, yaml.MarkedYAMLError) and err.problem_mark is not None:
+        mark = err.problem_mark
+        return f"{err.problem} (line {mark.line + 1}, column {mark.column + 1})"
+    return " ".join(str(err).split())
+
+
 def parse_gpu_policy(text: str | GpuPolicy) -> str:
     """A GPU policy as `hami.io/gpu-scheduler-policy` takes it: one name, or a comma chain of
     them (`binpack,numa`), checked so that a typo is named rather than silently ignored."""

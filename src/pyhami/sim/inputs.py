@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from pyhami.cli_habits import yaml_problem
 from pyhami.devices.inventory import NodeInventory
 from pyhami.devices.nvidia.inventory import (
     InventoryError,
@@ -86,7 +87,7 @@ def read_objects(paths: Iterable[Path]) -> list[tuple[str, Mapping[str, Any]]]:
         try:
             documents = list(yaml.safe_load_all(text))
         except yaml.YAMLError as err:
-            raise InputError(f"{path}: not valid YAML or JSON: {err}") from err
+            raise InputError(f"{path}: not valid YAML or JSON: {yaml_problem(err)}") from err
         for document in documents:
             objects.extend((str(path), obj) for obj in _objects(document, str(path)))
     return objects
