@@ -18,7 +18,7 @@ import structlog
 import typer
 
 from pyhami.kube import JsonObject
-from pyhami.sim.demo.pods import PodFileError, load_pods
+from pyhami.sim.demo.pods import PodFileError, is_namespace, load_pods
 from pyhami.sim.demo.report import outcome_table, progress_line, summary_line
 from pyhami.sim.demo.settings import DemoSettings
 
@@ -44,7 +44,7 @@ def _say(message: str) -> None:
 def _endpoints(cluster: DemoCluster, pods: list[JsonObject]) -> str:
     ca = cluster.workdir / "ca.crt"
     ca.write_bytes(cluster.ca_pem)
-    last = pods[-1]["metadata"]
+    last = [obj for obj in pods if not is_namespace(obj)][-1]["metadata"]
     lines = [
         "",
         "The cluster keeps running (Ctrl-C stops it):",
@@ -75,9 +75,10 @@ async def run_demo(settings: DemoSettings, pods: list[JsonObject], keep_running:
 
     started = time.monotonic()
     _say(f"Starting a {settings.nodes}-node demo cluster on localhost (no Kubernetes, no GPU):")
+    count = sum(not is_namespace(obj) for obj in pods)
     async with DemoCluster(settings, progress=lambda line: _say(f"  {line}")) as cluster:
-        _say(f"Ready in {time.monotonic() - started:.1f}s. Submitting {len(pods)} pods in order:")
-        results = await submit_all(cluster, pods, lambda r: _say(progress_line(r)))
+        _say(f"Ready in {time.monotonic() - started:.1f}s. Submitting {count} pods in order:")
+        results = await submit_all(cluster, pods, lambda r: _say(progress_line(r)), _say)
         _say("")
         _say(outcome_table(results))
         _say(summary_line(results, time.monotonic() - started))
@@ -87,7 +88,7 @@ async def run_demo(settings: DemoSettings, pods: list[JsonObject], keep_running:
     return sum(1 for r in results if r.phase not in ("Running", "Pending"))
 
 
-def demo(
+def demo(  # noqa: PLR0917 (typer reads the options from the signature)
     nodes: Annotated[int, typer.Option("--nodes", help="simulated GPU nodes (1-64)")] = 3,
     gpus: Annotated[int, typer.Option("--gpus", help="GPUs per node (1-16)")] = 4,
     pods: Annotated[
@@ -102,6 +103,12 @@ def demo(
         bool, typer.Option("--keep-running", help="leave the cluster up and print its URLs")
     ] = False,
     verbose: Annotated[bool, typer.Option("--verbose", help="show the services' logs")] = False,
+    namespace: Annotated[
+        str,
+        typer.Option(
+            "-n", "--namespace", metavar="NAMESPACE", help="for the pods that name none"
+        ),
+    ] = "default",
 ) -> None:
     """Run the whole pyhami system on localhost with simulated GPU nodes and example pods.
 
@@ -110,7 +117,7 @@ def demo(
     """
     try:
         settings = DemoSettings(nodes=nodes, gpus=gpus)
-        pod_list = load_pods(pods)
+        pod_list = load_pods(pods, namespace)
     except (ValueError, PodFileError) as err:
         typer.echo(f"pyhami demo: {err}", err=True)
         raise typer.Exit(2) from err
