@@ -18,11 +18,16 @@ from pyhami.kube.errors import Forbidden
 from pyhami.kube.resources import NAMESPACES
 from pyhami.protocol import KEY_NVIDIA_ALLOCATED, KEY_NVIDIA_TO_ALLOCATE
 from pyhami.sim.demo import run as run_module
+from pyhami.sim.demo import usage as usage_module
 from pyhami.sim.demo.cluster import DEVICE_PLUGIN_USER, SCHEDULER_USER, DemoCluster
 from pyhami.sim.demo.pods import PodFileError, load_pods, parse_pods
 from pyhami.sim.demo.results import PodResult
 from pyhami.sim.demo.run import submit_all
 from pyhami.sim.demo.settings import DemoSettings, card_uuid
+from pyhami.sim.demo.usage import NATIVE_BUILD
+from pyhami.testing.namespace_runtime import NamespaceRuntime
+
+from .conftest import Native
 
 CARD_MIB = {"A100": 81920, "V100": 32768, "T4": 15360}
 
@@ -313,3 +318,35 @@ def test_demo_reads_stdin_into_a_new_namespace_and_says_when_it_waits(
         result.stdout)
     assert "  ok   team-b/p " in result.stdout
     assert "1 pods: 1 running" in result.stdout
+
+
+def test_demo_pods_run_under_libvgpu_and_the_table_shows_their_use(
+    native: Native, tmp_path: Path
+) -> None:
+    """With libvgpu built and private mount namespaces available, each pod runs a small CUDA
+    program under libvgpu on the stub driver; the monitors measure it, the table shows it."""
+    if (why := NamespaceRuntime.available()) is not None:
+        pytest.skip(why)
+    assert native.library.parent == NATIVE_BUILD, "the demo finds the build the tests made"
+    pods = tmp_path / "pods.yaml"
+    pods.write_text(one_pod("small", "{nvidia.com/gpu: 1, nvidia.com/gpumem: 3000}") + "---\n"
+                    + one_pod("pair", "{nvidia.com/gpu: 2, nvidia.com/gpumem: 1000}"))
+    result = CliRunner().invoke(app, ["demo", "--nodes", "1", "--gpus", "2", "--pods", str(pods)])
+    assert result.exit_code == 0, result.output
+    table = result.stdout.split("\nPOD ", 1)[1]
+    assert table.startswith(" ") and "STATUS   USED/LIMIT" in table.splitlines()[0]
+    rows = {line.split()[0]: line for line in table.splitlines()[1:] if line[:1].isalpha()}
+    assert rows["small"].endswith("Running  1500/3000 MiB")
+    assert rows["pair"].endswith("Running  1000/2000 MiB"), "half of 1000 MiB on each card"
+
+
+def test_demo_without_libvgpu_says_use_is_not_shown(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(usage_module, "NATIVE_BUILD", tmp_path)
+    pods = tmp_path / "pods.yaml"
+    pods.write_text(one_pod("small", "{nvidia.com/gpu: 1, nvidia.com/gpumem: 3000}"))
+    result = CliRunner().invoke(app, ["demo", "--nodes", "1", "--gpus", "1", "--pods", str(pods)])
+    assert result.exit_code == 0, result.output
+    assert "USED/LIMIT" not in result.stdout
+    assert "Use is not shown (the pods run no programs): " in result.stdout

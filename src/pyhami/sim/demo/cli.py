@@ -11,6 +11,7 @@ import logging
 import signal
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -72,19 +73,40 @@ async def run_demo(settings: DemoSettings, pods: list[JsonObject], keep_running:
     """The whole demo; returns how many pods ended neither Running nor unschedulable."""
     from pyhami.sim.demo.cluster import DemoCluster
     from pyhami.sim.demo.run import submit_all
+    from pyhami.sim.demo.usage import DemoWorkloads, find_native, measured_usage
 
     started = time.monotonic()
     _say(f"Starting a {settings.nodes}-node demo cluster on localhost (no Kubernetes, no GPU):")
     count = sum(not is_namespace(obj) for obj in pods)
-    async with DemoCluster(settings, progress=lambda line: _say(f"  {line}")) as cluster:
-        _say(f"Ready in {time.monotonic() - started:.1f}s. Submitting {count} pods in order:")
-        results = await submit_all(cluster, pods, lambda r: _say(progress_line(r)), _say)
-        _say("")
-        _say(outcome_table(results))
-        _say(summary_line(results, time.monotonic() - started))
-        if keep_running:
-            _say(_endpoints(cluster, pods))
-            await _wait_for_signal()
+    native = find_native()
+    if not isinstance(native, str):
+        settings = replace(settings, libvgpu=native.library)
+    cluster = DemoCluster(settings, progress=lambda line: _say(f"  {line}"))
+    workloads = None
+    if not isinstance(native, str):
+        card_bytes = {gpu.uuid: (gpu.memory_total_mib or 0) << 20 for cards in
+                      settings.node_cards() for gpu in cards}
+        workloads = cluster.runtime = DemoWorkloads(native, card_bytes, cluster.workdir)
+    async with cluster:
+        try:
+            _say(f"Ready in {time.monotonic() - started:.1f}s. Submitting {count} pods in order:")
+            results = await submit_all(cluster, pods, lambda r: _say(progress_line(r)), _say)
+            usage = None
+            if workloads is not None:
+                _say("Measuring what the pods use (their programs run under libvgpu) ...")
+                running = [(r.namespace, r.name) for r in results if r.ok and r.cards]
+                usage = await measured_usage([n.metrics_url for n in cluster.nodes], running)
+            _say("")
+            _say(outcome_table(results, usage))
+            if isinstance(native, str):
+                _say(f"Use is not shown (the pods run no programs): {native}.")
+            _say(summary_line(results, time.monotonic() - started))
+            if keep_running:
+                _say(_endpoints(cluster, pods))
+                await _wait_for_signal()
+        finally:
+            if workloads is not None:
+                await workloads.finish()
     return sum(1 for r in results if r.phase not in ("Running", "Pending"))
 
 
