@@ -13,6 +13,7 @@ import typer
 import yaml
 from typer.core import TyperGroup
 
+from pyhami.logs import LOG_FORMAT_ENV, LogFormat
 from pyhami.protocol import GpuPolicy
 
 HELP_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -31,6 +32,16 @@ OutputOption = Annotated[
 NamespaceOption = Annotated[
     str | None,
     typer.Option("-n", "--namespace", metavar="NAMESPACE", help="the namespace of the pods named"),
+]
+
+
+LogFormatOption = Annotated[
+    LogFormat,
+    typer.Option(
+        "--log-format",
+        envvar=LOG_FORMAT_ENV,
+        help="console (one line per record, key=value) or json (one object per line)",
+    ),
 ]
 
 

@@ -7,15 +7,15 @@ serving container metrics without host metrics (HAMi's container exits).
 """
 
 import asyncio
-import logging
 import os
 import signal
 
 import structlog
 import typer
 
-from pyhami.cli_errors import check_kubeconfig, check_port_free, run_service
+from pyhami.cli_errors import check_kubeconfig, check_port_free, fail, run_service
 from pyhami.kube import KubeClient, SystemClock
+from pyhami.logs import LOG_FORMAT_ENV, LogFormat, configure_logging
 from pyhami.monitor.host import NvmlOpener
 from pyhami.monitor.pods import InformerPodSource
 from pyhami.monitor.service import MonitorService
@@ -81,6 +81,7 @@ def monitor(ctx: typer.Context) -> None:
       --metrics-bind-address ADDR   where /metrics listens  [default: :9394]
       --legacy-metrics[=BOOL]       also export the pre-v2.9 metric names
       -v=N                          log verbosity (5 or more: debug logs, tracebacks)
+      --log-format=console|json     one line per record (default: $PYHAMI_LOG_FORMAT, console)
       klog flags (--logtostderr, --log_file, ...) are accepted and ignored
 
     \b
@@ -100,9 +101,10 @@ def monitor(ctx: typer.Context) -> None:
     except MonitorSettingsError as err:
         typer.echo(f"pyhami monitor: {err}", err=True)
         raise typer.Exit(2) from err
-    level = logging.DEBUG if flags.verbosity >= DEBUG_VERBOSITY else logging.INFO
-    logging.basicConfig(level=level)
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(level))
+    log_format = flags.log_format or os.environ.get(LOG_FORMAT_ENV) or LogFormat.CONSOLE
+    if log_format not in tuple(LogFormat):
+        fail("monitor", f"{LOG_FORMAT_ENV}: {log_format!r} is not console or json")
+    configure_logging(debug=flags.verbosity >= DEBUG_VERBOSITY, log_format=log_format)
     log.info(f'FLAG: --metrics-bind-address="{flags.metrics_bind_address}"')
     log.info(f'FLAG: --legacy-metrics="{str(flags.legacy_metrics).lower()}"')
     log.info(f'FLAG: --v="{flags.verbosity}"')

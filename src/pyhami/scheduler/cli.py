@@ -8,11 +8,9 @@ chart's command line works unchanged. One fix: `HAMI_NODELOCK_EXPIRE` is honoure
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import signal
 import socket
-import sys
 
 import typer
 
@@ -23,9 +21,10 @@ from pyhami.cli_errors import (
     fail,
     run_service,
 )
-from pyhami.cli_habits import GPU_POLICY_METAVAR, parse_gpu_policy
+from pyhami.cli_habits import GPU_POLICY_METAVAR, LogFormatOption, parse_gpu_policy
 from pyhami.cli_klog import DEBUG_VERBOSITY, KlogVerbosity
 from pyhami.devices.config import DeviceConfigError
+from pyhami.logs import LogFormat, configure_logging
 from pyhami.protocol import NodePolicy
 from pyhami.scheduler.settings import (
     SchedulerSettings,
@@ -139,16 +138,21 @@ def scheduler(  # noqa: PLR0917 - one typer option per HAMi flag
     explain_all: bool = typer.Option(
         False, "--explain-all-nodes", help="evaluate every candidate per filter (slower)"
     ),
-    debug: bool = typer.Option(False, "--debug", help="debug logging"),
+    debug: bool = typer.Option(False, "--debug", help="debug logs, and a traceback on failure"),
     verbosity: KlogVerbosity = 0,
+    log_format: LogFormatOption = LogFormat.CONSOLE,
 ) -> None:
     """Run the scheduler extender, admission webhook and metrics (HAMi's `scheduler`)."""
     debug = debug or verbosity >= DEBUG_VERBOSITY
-    logging.basicConfig(level=logging.DEBUG if debug else logging.INFO, stream=sys.stderr)
+    configure_logging(debug=debug, log_format=log_format)
     del kube_qps, kube_burst  # no client-side throttle: one process, one connection pool
     try:
         settings = _settings(
-            **{k: v for k, v in locals().items() if k not in ("debug", "verbosity")}
+            **{
+                k: v
+                for k, v in locals().items()
+                if k not in ("debug", "verbosity", "log_format")
+            }
         )
         listen = {
             "--http_bind": split_host_port(settings.http_bind, "--http_bind"),

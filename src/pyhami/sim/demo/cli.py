@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import logging
 import signal
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -19,6 +18,7 @@ import structlog
 import typer
 
 from pyhami.kube import JsonObject
+from pyhami.logs import configure_logging
 from pyhami.sim.demo.pods import PodFileError, is_namespace, load_pods
 from pyhami.sim.demo.report import outcome_table, progress_line, summary_line
 from pyhami.sim.demo.settings import DemoSettings
@@ -29,13 +29,10 @@ if TYPE_CHECKING:
 
 def _quiet_logs(verbose: bool) -> None:
     """The services log as they would in a cluster; the demo shows only its own lines."""
-    level = logging.INFO if verbose else logging.CRITICAL
-    logging.basicConfig(level=level, stream=sys.stderr)
-    logging.getLogger().setLevel(level)
-    structlog.configure(
-        wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-    )
+    configure_logging(debug=False)
+    if not verbose:
+        logging.getLogger().setLevel(logging.CRITICAL)
+        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
 
 
 def _say(message: str) -> None:
