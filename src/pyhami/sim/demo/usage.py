@@ -41,8 +41,10 @@ def find_native(build: Path | None = None) -> NativeBuild | str:
     build = build or NATIVE_BUILD
     native = NativeBuild(build / "libvgpu.so", build / "stub", build / "tests" / "vgpu_drive")
     needed = (native.library, native.stub_dir / "libcuda.so.1", native.drive)
+    if not build.parent.is_dir():
+        return "this install has no libvgpu (a checkout builds it: make -C native/libvgpu all)"
     if not all(path.is_file() for path in needed):
-        return f"libvgpu is not built in {build} (run make -C native/libvgpu all in a checkout)"
+        return f"libvgpu is not built in {build} (make -C native/libvgpu all)"
     return native
 
 
