@@ -1,7 +1,8 @@
 """`pyhami annotations decode|encode`: HAMi annotation values for people.
 
 `decode KEY VALUE` prints the structure as JSON (or a table with `--table`); `encode KEY
-JSON` reads that same JSON and prints the annotation value, so the two round-trip. A
+JSON` reads that same JSON and prints the annotation value. The two round-trip except for
+pod-devices values, whose decoding has HAMi's one extra empty container (see below). A
 VALUE or JSON of `-` is read from stdin. KEY is an annotation key (any vendor's register,
 to-allocate/allocated, pair-score, MIG, lock, handshake, bookkeeping, policy or selector
 key) or `reasons` for a filter-reason string. Pod-devices values decode as HAMi decodes them,

@@ -284,3 +284,25 @@ def test_an_ambiguous_pod_name_is_refused_with_the_candidates(tmp_path: Path) ->
     result = runner.invoke(app, ["explain", "second", "-f", str(_two_pending(tmp_path))])
     assert result.exit_code == 2
     assert "'second' is ambiguous: a/second, b/second (use NAMESPACE/NAME)" in result.stderr
+
+
+def test_a_full_card_is_not_called_not_needed(tmp_path: Path) -> None:
+    """The card the pod did not need to look at is labelled by what it is: a full card is full."""
+    register = (
+        '[{"id":"GPU-full","count":4,"devmem":16000,"devcore":100,"type":"NVIDIA-T4",'
+        '"health":true},{"id":"GPU-free","index":1,"count":4,"devmem":16000,"devcore":100,'
+        '"type":"NVIDIA-T4","health":true}]'
+    )
+    holder = _pod("holder", node="gpu-1", phase="Running")
+    holder["metadata"]["annotations"] = {
+        "hami.io/vgpu-node": "gpu-1",
+        "hami.io/vgpu-devices-allocated": "GPU-full,NVIDIA,16000,100:;",
+    }
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps({"kind": "List", "items": [
+        *_kinded("Node", [_node("gpu-1", register)]),
+        *_kinded("Pod", [holder, _pod("small", gpus=1)])]}))
+    result = runner.invoke(app, ["explain", "small", "-f", str(path)])
+    assert result.exit_code == 0, result.output
+    full = next(line for line in result.stdout.splitlines() if "card GPU-full" in line)
+    assert full.endswith("): not usable: full (no free memory)"), full

@@ -163,4 +163,17 @@ def _outcome(check: CardCheck | None, verdict: NodeVerdict, card: DeviceUsage) -
         return "not considered: its type does not name NVIDIA"
     if verdict.failure is NodeFailure.INSUFFICIENT_DEVICE:
         return "not checked: the node has fewer cards than requested"
+    full = _full(card)
+    if full is not None:  # never a candidate, whatever the order the policy tried cards in
+        return f"not usable: full ({full})"
     return "not needed: enough cards were found first"
+
+
+def _full(card: DeviceUsage) -> str | None:
+    if card.used >= card.count:
+        return f"all {card.count} task slots taken"
+    if card.usedmem >= card.totalmem:
+        return "no free memory"
+    if card.usedcores >= card.totalcore:
+        return "no free cores"
+    return None
