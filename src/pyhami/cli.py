@@ -11,22 +11,14 @@ from typer._click import exceptions as click_errors
 from pyhami.chart.cli import chart_app
 from pyhami.cli_annotations import annotations_app
 from pyhami.cli_errors import USAGE_EXIT
-from pyhami.cli_habits import HELP_SETTINGS, PyhamiGroup, VersionOption
+from pyhami.cli_habits import VersionOption, command_group
 from pyhami.deviceplugin.cli import device_plugin
 from pyhami.monitor.cli import MONITOR_CONTEXT, monitor
 from pyhami.scheduler.cli import scheduler
 from pyhami.sim import cli as sim_cli
 from pyhami.sim.demo.cli import demo
 
-app = typer.Typer(
-    name="pyhami",
-    help="GPU sharing for Kubernetes, wire-compatible with HAMi v2.10.",
-    no_args_is_help=True,
-    add_completion=False,
-    cls=PyhamiGroup,
-    rich_markup_mode=None,  # plain help: long flags in full, no <bool> metavars
-    context_settings=HELP_SETTINGS,
-)
+app = command_group("pyhami", "GPU sharing for Kubernetes, wire-compatible with HAMi v2.10.")
 
 
 @app.callback()

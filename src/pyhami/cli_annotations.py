@@ -21,18 +21,11 @@ from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints
 import typer
 
 from pyhami import protocol
-from pyhami.cli_habits import HELP_SETTINGS, Output, OutputOption, PyhamiGroup, as_data
+from pyhami.cli_habits import Output, OutputOption, as_data, command_group
 from pyhami.model import ContainerDevice, DeviceInfo, DevicePairScore, MigAllocation
 from pyhami.protocol import ProtocolError
 
-annotations_app = typer.Typer(
-    name="annotations",
-    help="Decode and encode HAMi annotation values.",
-    no_args_is_help=True,
-    cls=PyhamiGroup,
-    rich_markup_mode=None,
-    context_settings=HELP_SETTINGS,
-)
+annotations_app = command_group("annotations", "Decode and encode HAMi annotation values.")
 
 
 @dataclass(frozen=True, slots=True)

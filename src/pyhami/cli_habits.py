@@ -86,6 +86,20 @@ def qualified_pod(pod: str, namespace: str | None) -> str:
     return f"{namespace}/{pod}"
 
 
+def command_group(name: str, help_text: str) -> typer.Typer:
+    """A pyhami command group: plain help (long flags in full, no <bool> metavars), -h, and
+    `--version` on every sub-command."""
+    return typer.Typer(
+        name=name,
+        help=help_text,
+        no_args_is_help=True,
+        add_completion=False,
+        cls=PyhamiGroup,
+        rich_markup_mode=None,
+        context_settings=HELP_SETTINGS,
+    )
+
+
 class PyhamiGroup(TyperGroup):
     """A command group whose sub-commands also take the root's `--version`."""
 

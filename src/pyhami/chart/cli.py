@@ -9,16 +9,9 @@ import typer
 import yaml
 
 from pyhami.chart.convert import convert
-from pyhami.cli_habits import HELP_SETTINGS, PyhamiGroup, yaml_problem
+from pyhami.cli_habits import command_group, yaml_problem
 
-chart_app = typer.Typer(
-    name="chart",
-    help="pyhami's Helm chart: values from HAMi's.",
-    no_args_is_help=True,
-    cls=PyhamiGroup,
-    rich_markup_mode=None,
-    context_settings=HELP_SETTINGS,
-)
+chart_app = command_group("chart", "pyhami's Helm chart: values from HAMi's.")
 
 
 def _fail(message: str) -> typer.Exit:
