@@ -104,6 +104,8 @@ def monitor(ctx: typer.Context) -> None:
     log_format = flags.log_format or os.environ.get(LOG_FORMAT_ENV) or LogFormat.CONSOLE
     if log_format not in tuple(LogFormat):
         fail("monitor", f"{LOG_FORMAT_ENV}: {log_format!r} is not console or json")
+    check_port_free(settings.host, settings.port, "--metrics-bind-address", "monitor")
+    check_kubeconfig(settings.kubeconfig, "monitor")
     configure_logging(debug=flags.verbosity >= DEBUG_VERBOSITY, log_format=log_format)
     log.info(f'FLAG: --metrics-bind-address="{flags.metrics_bind_address}"')
     log.info(f'FLAG: --legacy-metrics="{str(flags.legacy_metrics).lower()}"')
@@ -112,8 +114,6 @@ def monitor(ctx: typer.Context) -> None:
         log.warning(warning)
     if flags.ignored:
         log.info("klog flags accepted and ignored", flags=list(flags.ignored))
-    check_port_free(settings.host, settings.port, "--metrics-bind-address", "monitor")
-    check_kubeconfig(settings.kubeconfig, "monitor")
     run_service(
         "monitor",
         run_monitor(settings, _nvml_opener()),
