@@ -1,25 +1,30 @@
 """The one `pyhami` command. Each area registers its own sub-command group here."""
 
+import sys
+from collections.abc import Sequence
+
 import typer
 
+# typer (from 0.29) carries its own copy of click; its usage errors are these classes.
+from typer._click import exceptions as click_errors
+
+from pyhami.chart.cli import chart_app
 from pyhami.cli_annotations import annotations_app
+from pyhami.cli_errors import USAGE_EXIT
+from pyhami.cli_habits import VersionOption, command_group
 from pyhami.deviceplugin.cli import device_plugin
 from pyhami.monitor.cli import MONITOR_CONTEXT, monitor
 from pyhami.scheduler.cli import scheduler
 from pyhami.sim import cli as sim_cli
 from pyhami.sim.demo.cli import demo
 
-app = typer.Typer(
-    name="pyhami",
-    help="GPU sharing for Kubernetes, wire-compatible with HAMi v2.10.",
-    no_args_is_help=True,
-    add_completion=False,
-)
+app = command_group("pyhami", "GPU sharing for Kubernetes, wire-compatible with HAMi v2.10.")
 
 
 @app.callback()
-def _root() -> None:
-    """Keep `pyhami` a command group even while it has a single sub-command."""
+def _root(version: VersionOption = False) -> None:
+    """Keep `pyhami` a command group; `--version` works on it and on every sub-command."""
+    del version  # handled by its callback
 
 
 @app.command()
@@ -32,12 +37,36 @@ def version() -> None:
 
 app.command()(sim_cli.simulate)
 app.command()(sim_cli.explain)
+app.command()(sim_cli.top)
 app.command()(demo)
 app.command("device-plugin")(device_plugin)
 app.command("monitor", context_settings=MONITOR_CONTEXT)(monitor)
 app.command("scheduler")(scheduler)
 app.add_typer(annotations_app)
+app.add_typer(chart_app)
 
 
-def main() -> None:
-    app()
+def main(argv: Sequence[str] | None = None, prog_name: str = "pyhami") -> None:
+    """The console script: a usage mistake (unknown flag, bad value) is one line, exit 2."""
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(args=argv, prog_name=prog_name, standalone_mode=False)
+    except click_errors.UsageError as err:
+        path = err.ctx.command_path if err.ctx is not None else prog_name
+        typer.echo(f"{path}: {err.format_message()} (`{path} -h` lists the flags)", err=True)
+        sys.exit(USAGE_EXIT)
+    except click_errors.ClickException as err:
+        typer.echo(f"{prog_name}: {err.format_message()}", err=True)
+        sys.exit(err.exit_code)
+    except typer.Abort:
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def kubectl_plugin() -> None:
+    """`kubectl-pyhami` on the PATH makes `kubectl pyhami explain POD`, `kubectl pyhami top`."""
+    main(prog_name="kubectl pyhami")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,7 +1,8 @@
 """`pyhami annotations decode|encode`: HAMi annotation values for people.
 
 `decode KEY VALUE` prints the structure as JSON (or a table with `--table`); `encode KEY
-JSON` reads that same JSON and prints the annotation value, so the two round-trip. A
+JSON` reads that same JSON and prints the annotation value. The two round-trip except for
+pod-devices values, whose decoding has HAMi's one extra empty container (see below). A
 VALUE or JSON of `-` is read from stdin. KEY is an annotation key (any vendor's register,
 to-allocate/allocated, pair-score, MIG, lock, handshake, bookkeeping, policy or selector
 key) or `reasons` for a filter-reason string. Pod-devices values decode as HAMi decodes them,
@@ -20,14 +21,11 @@ from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints
 import typer
 
 from pyhami import protocol
+from pyhami.cli_habits import Output, OutputOption, as_data, command_group
 from pyhami.model import ContainerDevice, DeviceInfo, DevicePairScore, MigAllocation
 from pyhami.protocol import ProtocolError
 
-annotations_app = typer.Typer(
-    name="annotations",
-    help="Decode and encode HAMi annotation values.",
-    no_args_is_help=True,
-)
+annotations_app = command_group("annotations", "Decode and encode HAMi annotation values.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,9 +290,15 @@ def _format_for(key: str) -> Format:
 
 @annotations_app.command("decode")
 def decode(
-    key: Annotated[str, typer.Argument(help="Annotation key, e.g. hami.io/node-nvidia-register.")],
-    value: Annotated[str, typer.Argument(help="The annotation value, or - for stdin.")],
-    table: Annotated[bool, typer.Option("--table", help="Print a table instead of JSON.")] = False,
+    key: Annotated[
+        str,
+        typer.Argument(metavar="KEY", help="Annotation key, e.g. hami.io/node-nvidia-register."),
+    ],
+    value: Annotated[
+        str, typer.Argument(metavar="VALUE", help="The annotation value, or - for stdin.")
+    ],
+    table: Annotated[bool, typer.Option("--table", help="The same as -o table.")] = False,
+    output: OutputOption = Output.JSON,
 ) -> None:
     """Print the structure of an annotation value."""
     chosen = _format_for(key)
@@ -303,15 +307,22 @@ def decode(
     except ProtocolError as err:
         typer.echo(f"error: {key}: {err}", err=True)
         raise typer.Exit(1) from None
-    typer.echo(_table(_rows(data)) if table else json.dumps(data, indent=2, ensure_ascii=False))
+    if table or output in (Output.TABLE, Output.WIDE):
+        typer.echo(_table(_rows(data)))
+    else:
+        typer.echo(as_data(data, output), nl=False)
 
 
 @annotations_app.command("encode")
 def encode(
     key: Annotated[
-        str, typer.Argument(help="Annotation key, e.g. hami.io/vgpu-devices-allocated.")
+        str,
+        typer.Argument(metavar="KEY", help="Annotation key, e.g. hami.io/vgpu-devices-allocated."),
     ],
-    data: Annotated[str, typer.Argument(help="The structure as JSON (as decode prints it), or -.")],
+    data: Annotated[
+        str,
+        typer.Argument(metavar="JSON", help="The structure as JSON (as decode prints it), or -."),
+    ],
 ) -> None:
     """Print the annotation value for a structure."""
     chosen = _format_for(key)

@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from pyhami.kube import KubeError
-from pyhami.testing import KubeSchedulerHarness
-from pyhami.testing.scheduler_harness import ExtenderConfig, Result
+from pyhami.testing.scheduler_harness import Result
 
 from .builders import card as gpu
 from .cluster import SCHEDULER_NAME, node_object, pod_object, running_cluster, wait_for
@@ -44,12 +43,7 @@ async def test_a_value_nobody_can_honour_is_refused_at_admission_and_at_filter(
         hidden = with_cores(pod_object("q"), "4294967246")
         hidden["spec"]["schedulerName"] = SCHEDULER_NAME
         cluster.api.store.create("pods", "default", hidden)
-        extender = ExtenderConfig.hami_chart(
-            f"https://127.0.0.1:{process.main_port}", ca_pem=cluster.ca
-        )
-        async with KubeSchedulerHarness(
-            cluster.client, extender, scheduler_name=SCHEDULER_NAME, backoff_initial_s=0.01
-        ) as harness:
+        async with cluster.harness(process.main_port) as harness:
             outcome = await harness.wait_for("default", "q", result=Result.FILTER_ERROR)
         assert WRAPPED_CORES in outcome.error
         assert "nodeName" not in cluster.api.store.get("pods", "default", "q")["spec"]

@@ -114,6 +114,26 @@ async def test_filter_picks_a_node_records_the_decision_and_reserves() -> None:
     assert "CardInsufficientMemory" in reasons["n1-busy"]
 
 
+async def test_explain_gives_card_detail_for_one_pod_without_explain_all() -> None:
+    service = _service(MemoryKube(), explain_all=False)
+    fits, too_big = gpu_pod("fits", mem=3000), gpu_pod("too-big", mem=9000)
+    for pod in (fits, too_big):
+        service.state.on_pod(pod)
+        await service.filter(_args(pod, "n1", "n1-busy"))
+    await service.events.drain()
+    for name, reason in (("fits", None), ("too-big", "CardInsufficientMemory")):
+        explained = service.explain(PodRef("default", name))
+        assert explained is not None
+        checks = {n["node"]: n["checks"] for n in explained["nodes"]}
+        assert checks["n1"], "the cards of n1 were checked"
+        assert [c["reason"] for c in checks["n1-busy"]] == ["CardInsufficientMemory"]
+        if reason is None:
+            assert explained["node"] == "n1"
+            assert any(c["reason"] is None for c in checks["n1"])
+    reserved = service.state.ledger.pod("uid-fits")
+    assert reserved is not None and reserved.node == "n1", "the reservation is kept"
+
+
 async def test_explanations_are_bounded_by_verdicts_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(service_module, "EXPLAINED_VERDICTS_KEPT", 7)
     kube = MemoryKube()

@@ -22,14 +22,11 @@ def simulate(*args: str) -> dict:  # type: ignore[type-arg]
 def test_simulate_json_contract() -> None:
     pods = simulate()["pods"]
     assert [(p["namespace"], p["name"]) for p in pods] == [
-        ("kube-system", "coredns-7db6d8ff4d-abcde"),
         ("ml", "notebook"),
         ("default", "pair"),
         ("default", "too-big"),
-    ], "every pod that is not an existing allocation is decided, in input order"
-    coredns, notebook, pair, too_big = pods
-    assert coredns == {"namespace": "kube-system", "name": "coredns-7db6d8ff4d-abcde",
-                       "node": None, "score": None, "annotations": {}, "failedNodes": {}}
+    ], "the pending pods are decided in input order (running coredns and a finished job are not)"
+    notebook, pair, too_big = pods
     assert notebook["node"] == "gpu-b"  # binpack: the busier node (score 4.24 vs 3.22)
     assert notebook["score"] == pytest.approx(4.236, abs=1e-3)
     assert notebook["annotations"] == {
@@ -58,8 +55,8 @@ def test_simulate_json_contract() -> None:
 
 def test_policies_from_the_command_line() -> None:
     pods = simulate("--node-policy", "spread", "--gpu-policy", "binpack")["pods"]
-    assert pods[1]["node"] == "gpu-a"
-    assert pods[1]["annotations"]["hami.io/vgpu-devices-allocated"] == (
+    assert pods[0]["node"] == "gpu-a"
+    assert pods[0]["annotations"]["hami.io/vgpu-devices-allocated"] == (
         "GPU-a100-0,NVIDIA,10000,20:;")  # binpack: the card that already holds a task
 
 
@@ -148,7 +145,7 @@ def test_device_config_is_applied(tmp_path: Path) -> None:
     result = runner.invoke(app, ["simulate", "-f", CLUSTER, "--config", str(config),
                                  "--now", "1"])
     assert result.exit_code == 0, result.output
-    notebook = json.loads(result.stdout)["pods"][1]
+    notebook = json.loads(result.stdout)["pods"][0]
     # 10000 requested × factor 2 no longer fits a 15 GB T4; the idle A100 takes it (spread)
     assert notebook["annotations"]["hami.io/vgpu-devices-allocated"] == (
         "GPU-a100-1,NVIDIA,20000,20:;")
@@ -179,3 +176,133 @@ def test_a_node_whose_registration_cannot_be_read_is_left_out_and_named(tmp_path
         explained.stdout
     )
     assert "node empty: not registered: no gpu found on node" in explained.stdout
+
+
+REGISTER_ONE_CARD = (
+    '[{"id":"GPU-only","count":4,"devmem":16000,"devcore":100,"type":"NVIDIA-T4","health":true}]'
+)
+
+
+def _pod(name: str, *, gpus: int = 0, node: str | None = None, phase: str = "Pending",
+         namespace: str = "default") -> dict:  # type: ignore[type-arg]
+    limits = {"nvidia.com/gpu": str(gpus)} if gpus else {"cpu": "100m"}
+    spec: dict = {"containers": [{"name": "c", "resources": {"limits": limits}}]}  # type: ignore[type-arg]
+    if node:
+        spec["nodeName"] = node
+    return {"metadata": {"name": name, "namespace": namespace}, "spec": spec,
+            "status": {"phase": phase}}
+
+
+def _node(name: str, register: str | None = None) -> dict:  # type: ignore[type-arg]
+    annotations = {"hami.io/node-nvidia-register": register} if register else {}
+    return {"metadata": {"name": name, "annotations": annotations}}
+
+
+def _kinded(kind: str, objects: list[dict]) -> list[dict]:  # type: ignore[type-arg]
+    return [{"apiVersion": "v1", "kind": kind, **obj} for obj in objects]
+
+
+def test_a_kubectl_dump_of_a_200_node_cluster(tmp_path: Path) -> None:
+    """`kubectl get nodes,pods -A -o yaml`: one List of mixed kinds, mostly running pods that
+    no scheduler decides again, and finished GPU jobs that hold nothing."""
+    nodes = [_node("gpu-1", REGISTER_ONE_CARD)] + [_node(f"cpu-{i}") for i in range(199)]
+    running = [_pod(f"web-{i}", node=f"cpu-{i % 199}", phase="Running", namespace="apps")
+               for i in range(1300)]
+    finished = [_pod(f"job-{i}", gpus=1, node="gpu-1", phase=phase)
+                for i, phase in enumerate(("Succeeded", "Failed"))]
+    # the whole card: it fits only if the finished jobs are not counted
+    wanted = _pod("train")
+    wanted["spec"]["containers"][0]["resources"]["limits"] = {
+        "nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "100"}
+    dump = {"apiVersion": "v1", "kind": "List", "items": [
+        *_kinded("Node", nodes), *_kinded("Pod", [*running, *finished, wanted])]}
+    path = tmp_path / "dump.yaml"
+    path.write_text(json.dumps(dump))
+    result = runner.invoke(app, ["simulate", "-f", str(path), "-o", "table"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("default/train  ->  gpu-1"), result.stdout
+    assert len(result.stdout.splitlines()) < 10, "no line per running pod"
+    assert "left out 2 finished pods (they hold nothing) and 1300 bound or running pods" in (
+        result.stderr)
+    pods = json.loads(runner.invoke(app, ["simulate", "-f", str(path)]).stdout)["pods"]
+    assert [p["name"] for p in pods] == ["train"]
+
+
+def test_the_api_s_own_lists_whose_items_have_no_kind(tmp_path: Path) -> None:
+    """GET /api/v1/nodes and /api/v1/pods answer a NodeList and a PodList: items carry no kind."""
+    (tmp_path / "nodes.json").write_text(json.dumps(
+        {"kind": "NodeList", "apiVersion": "v1", "items": [_node("gpu-1", REGISTER_ONE_CARD)]}))
+    (tmp_path / "pods.json").write_text(json.dumps(
+        {"kind": "PodList", "apiVersion": "v1", "items": [_pod("p", gpus=1)]}))
+    result = runner.invoke(app, ["simulate", "-f", str(tmp_path / "nodes.json"),
+                                 "-f", str(tmp_path / "pods.json")])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["pods"][0]["node"] == "gpu-1"
+    # in a plain List an item still needs its kind
+    (tmp_path / "list.json").write_text(json.dumps({"kind": "List", "items": [_pod("p")]}))
+    result = runner.invoke(app, ["simulate", "-f", str(tmp_path / "list.json")])
+    assert result.exit_code == 2 and "without a kind" in result.stderr
+
+
+def test_pending_pods_without_a_gpu_request_are_one_line(tmp_path: Path) -> None:
+    pods = [_pod(f"plain-{i}") for i in range(8)]
+    path = tmp_path / "pods.json"
+    path.write_text(json.dumps({"kind": "List", "items": [
+        *_kinded("Node", [_node("gpu-1", REGISTER_ONE_CARD)]), *_kinded("Pod", pods)]}))
+    result = runner.invoke(app, ["simulate", "-f", str(path), "-o", "table"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == (
+        "8 pending pods ask for no GPU: default/plain-0, default/plain-1, default/plain-2, "
+        "default/plain-3, default/plain-4 and 3 more")
+
+
+def _two_pending(tmp_path: Path) -> Path:
+    whole = {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "100"}
+    first, second = _pod("first", namespace="a"), _pod("second", namespace="a")
+    for pod in (first, second):
+        pod["spec"]["containers"][0]["resources"]["limits"] = whole
+    path = tmp_path / "pods.json"
+    path.write_text(json.dumps({"kind": "List", "items": [
+        *_kinded("Node", [_node("gpu-1", REGISTER_ONE_CARD)]), *_kinded("Pod", [first, second]),
+        *_kinded("Pod", [_pod("second", namespace="b", gpus=1)])]}))
+    return path
+
+
+def test_explain_places_earlier_pending_pods_only_when_asked(tmp_path: Path) -> None:
+    path = str(_two_pending(tmp_path))
+    alone = runner.invoke(app, ["explain", "a/second", "-f", path])
+    assert alone.exit_code == 0, alone.output
+    assert "chosen node: gpu-1" in alone.stdout
+    assert "the 1 pending pod listed before it is not counted as placed" in alone.stdout
+    after = runner.invoke(app, ["explain", "a/second", "-f", path, "--after-pending"])
+    assert after.exit_code == 0, after.output
+    assert "no node fits" in after.stdout
+    assert "after placing the 1 pending pod listed before it" in after.stdout
+
+
+def test_an_ambiguous_pod_name_is_refused_with_the_candidates(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["explain", "second", "-f", str(_two_pending(tmp_path))])
+    assert result.exit_code == 2
+    assert "'second' is ambiguous: a/second, b/second (use NAMESPACE/NAME)" in result.stderr
+
+
+def test_a_full_card_is_not_called_not_needed(tmp_path: Path) -> None:
+    """The card the pod did not need to look at is labelled by what it is: a full card is full."""
+    register = (
+        '[{"id":"GPU-full","count":4,"devmem":16000,"devcore":100,"type":"NVIDIA-T4",'
+        '"health":true},{"id":"GPU-free","index":1,"count":4,"devmem":16000,"devcore":100,'
+        '"type":"NVIDIA-T4","health":true}]'
+    )
+    holder = _pod("holder", node="gpu-1", phase="Running")
+    holder["metadata"]["annotations"] = {
+        "hami.io/vgpu-node": "gpu-1",
+        "hami.io/vgpu-devices-allocated": "GPU-full,NVIDIA,16000,100:;",
+    }
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps({"kind": "List", "items": [
+        *_kinded("Node", [_node("gpu-1", register)]),
+        *_kinded("Pod", [holder, _pod("small", gpus=1)])]}))
+    result = runner.invoke(app, ["explain", "small", "-f", str(path)])
+    assert result.exit_code == 0, result.output
+    full = next(line for line in result.stdout.splitlines() if "card GPU-full" in line)
+    assert full.endswith("): not usable: full (no free memory)"), full

@@ -15,12 +15,19 @@ from typer.testing import CliRunner
 from pyhami.cli import app
 from pyhami.kube import KubeClient
 from pyhami.kube.errors import Forbidden
+from pyhami.kube.resources import NAMESPACES
 from pyhami.protocol import KEY_NVIDIA_ALLOCATED, KEY_NVIDIA_TO_ALLOCATE
+from pyhami.sim.demo import run as run_module
+from pyhami.sim.demo import usage as usage_module
 from pyhami.sim.demo.cluster import DemoCluster
 from pyhami.sim.demo.pods import PodFileError, load_pods, parse_pods
 from pyhami.sim.demo.results import PodResult
 from pyhami.sim.demo.run import submit_all
 from pyhami.sim.demo.settings import DemoSettings, card_uuid
+from pyhami.sim.demo.usage import NATIVE_BUILD
+from pyhami.testing.namespace_runtime import NamespaceRuntime
+
+from .conftest import Native
 
 CARD_MIB = {"A100": 81920, "V100": 32768, "T4": 15360}
 
@@ -81,24 +88,33 @@ async def test_example_pods_end_as_their_stories_say() -> None:
         assert all(w.counts == {reason: w.cards} for w in why), why
 
 
-async def test_many_nodes_cpu_pods_and_refusals() -> None:
+async def test_many_nodes_cpu_pods_namespaces_and_refusals() -> None:
     """More nodes than the default thread pool has workers (each plugin's XID wait holds one),
-    a pod without GPUs (the default-scheduler profile places it), and one the API refuses."""
+    a pod without GPUs (the default-scheduler profile places it), pods in namespaces the cluster
+    did not have (declared by a Namespace document, or not), and one the API refuses."""
     pods = parse_pods(
         "kind: Pod\nmetadata: {name: gpu}\nspec: {containers: [{name: c, image: cuda, "
         "resources: {limits: {nvidia.com/gpu: 1, nvidia.com/gpumem: 1000}}}]}\n---\n"
         "kind: Pod\nmetadata: {name: web}\nspec: {containers: [{name: c, image: nginx}]}\n---\n"
-        "kind: Pod\nmetadata: {name: x, namespace: nowhere}\n"
-        "spec: {containers: [{name: c, image: i}]}\n",
+        "kind: Namespace\nmetadata: {name: team-a, labels: {team: a}}\n---\n"
+        "kind: Pod\nmetadata: {name: x, namespace: team-a}\n"
+        "spec: {containers: [{name: c, image: i, "
+        "resources: {limits: {nvidia.com/gpu: 1, nvidia.com/gpumem: 1000}}}]}\n---\n"
+        "kind: Pod\nmetadata: {name: y, namespace: nowhere}\n"
+        "spec: {containers: [{name: c, image: i}]}\n---\n"
+        "kind: Pod\nmetadata: {name: no-image}\nspec: {containers: [{name: c}]}\n",
         "pods.yaml",
     )
     async with DemoCluster(DemoSettings(nodes=8, gpus=1)) as cluster:
-        gpu, web, stray = await submit_all(cluster, pods)
+        gpu, web, declared, undeclared, refused = await submit_all(cluster, pods)
         assert cluster.harness.outcomes_for("default", "web") == [], "not our scheduler's pod"
+        team = await cluster.client.get(NAMESPACES, "team-a")
     assert gpu.phase == "Running" and len(gpu.cards) == 1
     assert web.phase == "Running" and web.node.startswith("gpu-node-") and web.cards == ()
-    assert stray.phase == "Refused"
-    assert stray.message == 'API server: 404 NotFound: namespaces "nowhere" not found'
+    assert declared.phase == "Running" and len(declared.cards) == 1
+    assert team["metadata"]["labels"]["team"] == "a"
+    assert undeclared.phase == "Running"
+    assert refused.phase == "Refused" and "image: Required value" in refused.message
 
 
 def one_pod(name: str, limits: str) -> str:
@@ -253,7 +269,7 @@ def test_demo_command_refuses_bad_input(args: list[str], message: str) -> None:
         pytest.param("a: [", "not valid YAML", id="yaml"),
         pytest.param("", "no pods in the file", id="empty"),
         pytest.param(
-            "kind: Service\nmetadata: {name: s}", "kind 'Service' is not a Pod", id="kind"
+            "kind: Service\nmetadata: {name: s}", "kind 'Service' is neither a Pod nor a", id="kind"
         ),
         pytest.param("kind: Pod\nspec: {containers: []}", "metadata.name is missing", id="name"),
         pytest.param("kind: Pod\nmetadata: {name: p}", "has no spec.containers", id="spec"),
@@ -286,3 +302,50 @@ def test_pod_file_takes_a_list_and_stores_quantities_as_strings() -> None:
     )
     assert pods[0]["metadata"] == {"name": "p", "namespace": "team-a"}
     assert pods[0]["spec"]["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": "2"}}
+
+
+def test_demo_reads_stdin_into_a_new_namespace_and_says_when_it_waits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(run_module, "SLOW_S", 0.0)  # every pod is "slow": the line shows
+    pod = one_pod("p", "{nvidia.com/gpu: 1, nvidia.com/gpumem: 1000}")
+    result = CliRunner().invoke(
+        app, ["demo", "--nodes", "1", "--gpus", "1", "--pods", "-", "-n", "team-b"], input=pod
+    )
+    assert result.exit_code == 0, result.output
+    assert "  ..   p                      still waiting for kube-scheduler and kubelet" in (
+        result.stdout)
+    assert "  ok   team-b/p " in result.stdout
+    assert "1 pods: 1 running" in result.stdout
+
+
+def test_demo_pods_run_under_libvgpu_and_the_table_shows_their_use(
+    native: Native, tmp_path: Path
+) -> None:
+    """With libvgpu built and private mount namespaces available, each pod runs a small CUDA
+    program under libvgpu on the stub driver; the monitors measure it, the table shows it."""
+    if (why := NamespaceRuntime.available()) is not None:
+        pytest.skip(why)
+    assert native.library.parent == NATIVE_BUILD, "the demo finds the build the tests made"
+    pods = tmp_path / "pods.yaml"
+    pods.write_text(one_pod("small", "{nvidia.com/gpu: 1, nvidia.com/gpumem: 3000}") + "---\n"
+                    + one_pod("pair", "{nvidia.com/gpu: 2, nvidia.com/gpumem: 1000}"))
+    result = CliRunner().invoke(app, ["demo", "--nodes", "1", "--gpus", "2", "--pods", str(pods)])
+    assert result.exit_code == 0, result.output
+    table = result.stdout.split("\nPOD ", 1)[1]
+    assert table.startswith(" ") and "STATUS   USED/LIMIT" in table.splitlines()[0]
+    rows = {line.split()[0]: line for line in table.splitlines()[1:] if line[:1].isalpha()}
+    assert rows["small"].endswith("Running  1500/3000 MiB")
+    assert rows["pair"].endswith("Running  1000/2000 MiB"), "half of 1000 MiB on each card"
+
+
+def test_demo_without_libvgpu_says_use_is_not_shown(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(usage_module, "NATIVE_BUILD", tmp_path)
+    pods = tmp_path / "pods.yaml"
+    pods.write_text(one_pod("small", "{nvidia.com/gpu: 1, nvidia.com/gpumem: 3000}"))
+    result = CliRunner().invoke(app, ["demo", "--nodes", "1", "--gpus", "1", "--pods", str(pods)])
+    assert result.exit_code == 0, result.output
+    assert "USED/LIMIT" not in result.stdout
+    assert "Use is not shown (the pods run no programs): " in result.stdout

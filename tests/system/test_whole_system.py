@@ -17,11 +17,11 @@ from pyhami.kube import RESOURCE_QUOTAS
 from pyhami.sim.demo.cluster import DemoCluster
 from pyhami.sim.demo.settings import DemoSettings
 from pyhami.testing import FakeGpu
+from pyhami.testing.namespace_runtime import NamespaceRuntime
 from pyhami.testing.scheduler_harness import Result
 
 from .conftest import ROOT, Native
 from .promql import evaluate, legend_labels, series_from
-from .runtime import NamespaceRuntime
 
 MiB = 1 << 20
 # The stub driver's card 0 (stub_uuid(): byte i is 0x10 * i): the node's only card has the same

@@ -18,6 +18,8 @@ from typing import Annotated
 
 import typer
 
+from pyhami.cli_errors import check_kubeconfig, run_service
+from pyhami.cli_habits import LogFormatOption
 from pyhami.cli_klog import DEBUG_VERBOSITY, KlogVerbosity
 from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.deviceplugin.api import DEVICE_PLUGIN_PATH
@@ -37,6 +39,7 @@ from pyhami.deviceplugin.toolkit import (
     parse_imex_channel_ids,
 )
 from pyhami.kube import KubeClient
+from pyhami.logs import LogFormat, configure_logging
 from pyhami.nvml import Nvml, NvmlUnavailableError, open_nvml
 
 log = logging.getLogger("pyhami.deviceplugin")
@@ -140,12 +143,13 @@ def device_plugin(
         ),
     ] = None,
     verbosity: KlogVerbosity = 0,
+    debug: Annotated[
+        bool, typer.Option("--debug", help="debug logs, and a traceback on failure")
+    ] = False,
+    log_format: LogFormatOption = LogFormat.CONSOLE,
 ) -> None:
     """Run the NVIDIA device plugin on this node (kubelet gRPC, node registration, Allocate)."""
-    logging.basicConfig(
-        level=logging.DEBUG if verbosity >= DEBUG_VERBOSITY else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(debug=debug or verbosity >= DEBUG_VERBOSITY, log_format=log_format)
     _refuse("--mig-strategy", mig_strategy, "none")
     _refuse("--device-list-strategy", device_list_strategy, "envvar")
     _refuse("--device-id-strategy", device_id_strategy, "uuid")
@@ -196,6 +200,7 @@ def device_plugin(
         ),
         recovery_after=health_recovery_seconds if health_recovery_seconds >= 0 else None,
     )
+    check_kubeconfig(kubeconfig or None, "device-plugin")
     try:
         nvml = open_nvml()
     except NvmlUnavailableError as error:
@@ -205,13 +210,15 @@ def device_plugin(
         asyncio.run(_idle())
         return
     try:
-        asyncio.run(
+        run_service(
+            "device-plugin",
             _serve(
                 kubeconfig,
                 nvml,
                 options,
                 lambda: load_config(flags, config_file, node_config_file, node_name),
-            )
+            ),
+            debug=debug or verbosity >= DEBUG_VERBOSITY,
         )
     finally:
         nvml.close()

@@ -7,15 +7,15 @@ serving container metrics without host metrics (HAMi's container exits).
 """
 
 import asyncio
-import contextlib
-import logging
 import os
 import signal
 
 import structlog
 import typer
 
+from pyhami.cli_errors import check_kubeconfig, check_port_free, fail, run_service
 from pyhami.kube import KubeClient, SystemClock
+from pyhami.logs import LOG_FORMAT_ENV, LogFormat, configure_logging
 from pyhami.monitor.host import NvmlOpener
 from pyhami.monitor.pods import InformerPodSource
 from pyhami.monitor.service import MonitorService
@@ -25,6 +25,7 @@ from pyhami.nvml import NvmlUnavailableError, open_nvml
 log = structlog.get_logger("pyhami.monitor")
 
 SYNC_TIMEOUT_S = 60.0
+DEBUG_VERBOSITY = 5  # HAMi's monitor logs at debug from -v=5
 
 
 def _nvml_opener() -> NvmlOpener | None:
@@ -75,10 +76,20 @@ MONITOR_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
 def monitor(ctx: typer.Context) -> None:
     """The vGPU monitor: container usage from the shared regions, priority feedback.
 
-    Flags, as HAMi's vGPUmonitor takes them: --metrics-bind-address ADDR (default :9394),
-    --legacy-metrics[=BOOL] (also emit the pre-v2.9 names), -v=N (5 or more: debug logs);
-    klog flags are accepted and ignored. Environment: HOOK_PATH and NODE_NAME (required),
-    KUBECONFIG, HAMI_RESYNC_INTERVAL (default 5m).
+    \b
+    Options (pflag syntax, as HAMi's vGPUmonitor takes them):
+      --metrics-bind-address ADDR   where /metrics listens  [default: :9394]
+      --legacy-metrics[=BOOL]       also export the pre-v2.9 metric names
+      -v=N                          log verbosity (5 or more: debug logs, tracebacks)
+      --log-format=console|json     one line per record (default: $PYHAMI_LOG_FORMAT, console)
+      klog flags (--logtostderr, --log_file, ...) are accepted and ignored
+
+    \b
+    Environment:
+      HOOK_PATH              libvgpu's directory on the host (required)
+      NODE_NAME              this node (required)
+      KUBECONFIG             kubeconfig file (default: ~/.kube/config, else in-cluster)
+      HAMI_RESYNC_INTERVAL   pod cache resync  [default: 5m]
     """
     try:
         flags = parse_flags(ctx.args)
@@ -90,9 +101,12 @@ def monitor(ctx: typer.Context) -> None:
     except MonitorSettingsError as err:
         typer.echo(f"pyhami monitor: {err}", err=True)
         raise typer.Exit(2) from err
-    level = logging.DEBUG if flags.verbosity >= 5 else logging.INFO
-    logging.basicConfig(level=level)
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(level))
+    log_format = flags.log_format or os.environ.get(LOG_FORMAT_ENV) or LogFormat.CONSOLE
+    if log_format not in tuple(LogFormat):
+        fail("monitor", f"{LOG_FORMAT_ENV}: {log_format!r} is not console or json")
+    check_port_free(settings.host, settings.port, "--metrics-bind-address", "monitor")
+    check_kubeconfig(settings.kubeconfig, "monitor")
+    configure_logging(debug=flags.verbosity >= DEBUG_VERBOSITY, log_format=log_format)
     log.info(f'FLAG: --metrics-bind-address="{flags.metrics_bind_address}"')
     log.info(f'FLAG: --legacy-metrics="{str(flags.legacy_metrics).lower()}"')
     log.info(f'FLAG: --v="{flags.verbosity}"')
@@ -100,9 +114,9 @@ def monitor(ctx: typer.Context) -> None:
         log.warning(warning)
     if flags.ignored:
         log.info("klog flags accepted and ignored", flags=list(flags.ignored))
-    with contextlib.suppress(KeyboardInterrupt):
-        try:
-            asyncio.run(run_monitor(settings, _nvml_opener()))
-        except Exception as err:  # startup failures: one clear line, exit 1
-            typer.echo(f"pyhami monitor: {err}", err=True)
-            raise typer.Exit(1) from err
+    run_service(
+        "monitor",
+        run_monitor(settings, _nvml_opener()),
+        debug=flags.verbosity >= DEBUG_VERBOSITY,
+        debug_hint=f"-v={DEBUG_VERBOSITY}",
+    )

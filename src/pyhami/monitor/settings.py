@@ -38,7 +38,7 @@ KLOG_FLAGS = frozenset(
         "one_output",
     }
 )
-_VALUE_FLAGS = frozenset({"metrics-bind-address", "v"})
+_VALUE_FLAGS = frozenset({"metrics-bind-address", "v", "log-format"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +47,7 @@ class MonitorFlags:
     legacy_metrics: bool = False
     verbosity: int = 0
     ignored: tuple[str, ...] = ()  # klog flags given (accepted for HAMi charts, not used)
+    log_format: str = ""  # pyhami's own: console or json (empty: $PYHAMI_LOG_FORMAT, console)
 
 
 def parse_flags(args: Sequence[str]) -> MonitorFlags:
@@ -83,11 +84,15 @@ def parse_flags(args: Sequence[str]) -> MonitorFlags:
         verbosity = atoi(values.get("v", "0"))
     except GoNumError as err:
         raise MonitorSettingsError(f"-v: {err}") from err
+    log_format = values.get("log-format", "")
+    if log_format not in ("", "console", "json"):
+        raise MonitorSettingsError(f"--log-format: {log_format!r} is not console or json")
     return MonitorFlags(
         metrics_bind_address=values.get("metrics-bind-address", ":9394"),
         legacy_metrics=legacy,
         verbosity=verbosity,
         ignored=tuple(ignored),
+        log_format=log_format,
     )
 
 

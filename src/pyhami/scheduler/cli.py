@@ -8,21 +8,30 @@ chart's command line works unchanged. One fix: `HAMI_NODELOCK_EXPIRE` is honoure
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import signal
 import socket
-import sys
 
 import typer
 
+from pyhami.cli_errors import (
+    check_certificate,
+    check_kubeconfig,
+    check_port_free,
+    fail,
+    run_service,
+)
+from pyhami.cli_habits import GPU_POLICY_METAVAR, LogFormatOption, parse_gpu_policy
 from pyhami.cli_klog import DEBUG_VERBOSITY, KlogVerbosity
 from pyhami.devices.config import DeviceConfigError
+from pyhami.logs import LogFormat, configure_logging
+from pyhami.protocol import NodePolicy
 from pyhami.scheduler.settings import (
     SchedulerSettings,
     SettingsError,
     parse_go_duration,
     parse_label_selector,
+    split_host_port,
 )
 
 NODE_LOCK_ENV = "HAMI_NODELOCK_EXPIRE"
@@ -113,8 +122,16 @@ def scheduler(  # noqa: PLR0917 - one typer option per HAMi flag
     scheduler_name: str = typer.Option(
         "", "--scheduler-name", help="schedulerName the webhook sets"
     ),
-    node_scheduler_policy: str = typer.Option("binpack", "--node-scheduler-policy"),
-    gpu_scheduler_policy: str = typer.Option("spread", "--gpu-scheduler-policy"),
+    node_scheduler_policy: NodePolicy = typer.Option(  # noqa: B008 (an enum constant)
+        NodePolicy.BINPACK, "--node-scheduler-policy", help="default when a pod names none"
+    ),
+    gpu_scheduler_policy: str = typer.Option(
+        "spread",
+        "--gpu-scheduler-policy",
+        parser=parse_gpu_policy,
+        metavar=GPU_POLICY_METAVAR,
+        help="default when a pod names none; a chain such as binpack,numa is accepted",
+    ),
     metrics_bind_address: str = typer.Option(":9395", "--metrics-bind-address"),
     node_label_selector: str = typer.Option("", "--node-label-selector", help="k=v,k2=v2"),
     kube_qps: float = typer.Option(5.0, "--kube-qps", help="accepted for HAMi compatibility"),
@@ -154,23 +171,37 @@ def scheduler(  # noqa: PLR0917 - one typer option per HAMi flag
     explain_all: bool = typer.Option(
         False, "--explain-all-nodes", help="evaluate every candidate per filter (slower)"
     ),
-    debug: bool = typer.Option(False, "--debug", help="debug logging"),
+    debug: bool = typer.Option(False, "--debug", help="debug logs, and a traceback on failure"),
     verbosity: KlogVerbosity = 0,
+    log_format: LogFormatOption = LogFormat.CONSOLE,
 ) -> None:
     """Run the scheduler extender, admission webhook and metrics (HAMi's `scheduler`)."""
     debug = debug or verbosity >= DEBUG_VERBOSITY
-    logging.basicConfig(level=logging.DEBUG if debug else logging.INFO, stream=sys.stderr)
+    configure_logging(debug=debug, log_format=log_format)
     del kube_qps, kube_burst  # no client-side throttle: one process, one connection pool
     try:
         settings = _settings(
-            **{k: v for k, v in locals().items() if k not in ("debug", "verbosity")}
+            **{
+                k: v
+                for k, v in locals().items()
+                if k not in ("debug", "verbosity", "log_format")
+            }
         )
-        asyncio.run(_run(settings))
+        listen = {
+            "--http_bind": split_host_port(settings.http_bind, "--http_bind"),
+            "--metrics-bind-address": split_host_port(
+                settings.metrics_bind_address, "--metrics-bind-address"
+            ),
+        }
     except (SettingsError, DeviceConfigError) as err:
-        typer.echo(f"pyhami scheduler: {err}", err=True)
-        raise typer.Exit(2) from err
-    except KeyboardInterrupt:
-        pass
+        fail("scheduler", str(err))
+    check_certificate(settings.cert_file, settings.key_file, "--cert_file/--key_file", "scheduler")
+    for flag, (host, port) in listen.items():
+        check_port_free(host, port, flag, "scheduler")
+    check_kubeconfig(settings.kubeconfig or None, "scheduler")
+    run_service(
+        "scheduler", _run(settings), debug=debug, usage_errors=(SettingsError, DeviceConfigError)
+    )
 
 
 async def _run(settings: SchedulerSettings) -> None:

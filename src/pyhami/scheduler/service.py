@@ -373,7 +373,27 @@ class FilterBind:
         decision = self._explanations.get((pod.namespace, pod.name))
         if decision is None:
             return None
-        return explanation_json(decision, self.state.registration_errors)
+        return explanation_json(self._with_card_checks(decision), self.state.registration_errors)
+
+    def _with_card_checks(self, decision: Decision) -> Decision:
+        """Per-card detail for the one pod asked about: `/filter` keeps card checks only with
+        `explain_all`, so the pod is decided again with them, on the same candidates and
+        today's usage, its own reservation set aside (nothing awaits in between)."""
+        wanted = (Outcome.SCHEDULED, Outcome.UNSCHEDULABLE)
+        pod = self.state.pods.get((decision.namespace, decision.name))
+        if pod is None or decision.outcome not in wanted:
+            return decision
+        if any(verdict.checks for verdict in decision.verdicts.values()):
+            return decision
+        ledger = self.state.ledger
+        own = ledger.pod(decision.key)
+        if own is not None:
+            ledger.remove_pod(decision.key)
+        try:
+            return self._decide(pod, tuple(decision.verdicts), explain=True)
+        finally:
+            if own is not None:
+                ledger.add_pod(own)
 
     # ----- bind ------------------------------------------------------------------------------
 

@@ -1,35 +1,57 @@
-"""The `simulate` and `explain` commands."""
+"""The `simulate`, `explain` and `top` commands."""
 
+import asyncio
+import ssl
 import sys
 import time
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
+import aiohttp
 import typer
 
+from pyhami.cli_errors import kubeconfig_problem, quiet_kubeconfig_search, startup_problem
+from pyhami.cli_habits import (
+    GPU_POLICY_METAVAR,
+    NamespaceOption,
+    Output,
+    OutputOption,
+    as_data,
+    parse_gpu_policy,
+    qualified_pod,
+)
 from pyhami.devices.config import DeviceConfigError, NvidiaConfig, parse_device_config
 from pyhami.engine import EngineConfig, GpuPolicy, NodePolicy
 from pyhami.sim.explain import explain as explain_pod
-from pyhami.sim.explain import render
-from pyhami.sim.inputs import InputError, load_cluster
-from pyhami.sim.simulate import as_json, as_table
+from pyhami.sim.explain import explanation_data, render
+from pyhami.sim.inputs import ClusterInput, InputError, cluster_of, load_cluster
+from pyhami.sim.simulate import as_json, as_table, pods_data
 from pyhami.sim.simulate import simulate as simulate_pods
-
-
-class Output(StrEnum):
-    JSON = "json"
-    TABLE = "table"
-
+from pyhami.sim.top import TopError, View, as_records, rows_for, scrape
+from pyhami.sim.top import as_table as top_table
 
 FilesOption = Annotated[
-    list[Path], typer.Option("-f", "--file", help="YAML/JSON nodes and pods (repeatable)")
+    list[Path],
+    typer.Option(
+        "-f", "--file", metavar="FILE", help="YAML/JSON nodes and pods, - for stdin (repeatable)"
+    ),
 ]
 ConfigOption = Annotated[
-    Path | None, typer.Option("--config", help="HAMi device-config.yaml (default: chart values)")
+    Path | None,
+    typer.Option(
+        "--config", metavar="FILE", help="HAMi device-config.yaml (default: chart values)"
+    ),
 ]
 NodePolicyOption = Annotated[NodePolicy, typer.Option("--node-policy")]
-GpuPolicyOption = Annotated[GpuPolicy, typer.Option("--gpu-policy")]
+GpuPolicyOption = Annotated[
+    str,
+    typer.Option(
+        "--gpu-policy",
+        parser=parse_gpu_policy,
+        metavar=GPU_POLICY_METAVAR,
+        help="one policy or a chain, as hami.io/gpu-scheduler-policy takes it",
+    ),
+]
 NowOption = Annotated[
     int | None, typer.Option("--now", help="unix seconds for hami.io/vgpu-time (default: now)")
 ]
@@ -59,20 +81,38 @@ def simulate(  # noqa: PLR0917 (typer reads the options from the signature)
     config: ConfigOption = None,
     node_policy: NodePolicyOption = NodePolicy.BINPACK,
     gpu_policy: GpuPolicyOption = GpuPolicy.SPREAD,
-    output: Annotated[Output, typer.Option("--output", "-o")] = Output.JSON,
+    output: OutputOption = Output.JSON,
+    namespace: NamespaceOption = None,
     now: NowOption = None,
 ) -> None:
-    """Schedule the pending pods of FILEs as the live /filter would, in input order."""
+    """Schedule the pending pods of FILEs as the live /filter would, in input order.
+
+    With -n, every pending pod is still decided (they compete for the same cards), and only
+    those of that namespace are shown."""
     engine_config = _engine_config(config, node_policy, gpu_policy)
     try:
         cluster = load_cluster(file)
     except InputError as err:
         raise _fail(str(err)) from err
+    if cluster.finished or cluster.placed_without_record:
+        typer.echo(
+            f"note: left out {cluster.finished} finished pods (they hold nothing) and "
+            f"{cluster.placed_without_record} bound or running pods without a GPU allocation "
+            "record (no scheduler decides them again)",
+            err=True,
+        )
     for node in sorted(cluster.unreadable):
         # Left out as the live scheduler leaves it out, but the input is likely wrong: say so.
         typer.echo(f"warning: node {node} left out: {cluster.unregistered[node]}", err=True)
     decisions = simulate_pods(cluster, engine_config, int(time.time()) if now is None else now)
-    sys.stdout.write((as_json(decisions) + "\n") if output is Output.JSON else as_table(decisions))
+    if namespace is not None:
+        decisions = [d for d in decisions if d.namespace == namespace]
+    if output is Output.JSON:
+        sys.stdout.write(as_json(decisions) + "\n")
+    elif output is Output.YAML:
+        sys.stdout.write(as_data(pods_data(decisions), output))
+    else:
+        sys.stdout.write(as_table(decisions, wide=output is Output.WIDE))
     errors = [d for d in decisions if d.error]
     for decision in errors:
         typer.echo(f"error: pod {decision.namespace}/{decision.name}: {decision.error}", err=True)
@@ -81,21 +121,141 @@ def simulate(  # noqa: PLR0917 (typer reads the options from the signature)
         raise typer.Exit(2)
 
 
+def _live_cluster(kubeconfig: str | None) -> ClusterInput:
+    """The cluster through the kubeconfig (KUBECONFIG, ~/.kube/config, else in-cluster)."""
+    from kubernetes_asyncio.config import ConfigException
+
+    from pyhami.kube import KubeError
+    from pyhami.sim.live import read_cluster_objects
+
+    problem = kubeconfig_problem(kubeconfig)
+    if problem is not None:
+        raise _fail(problem)
+    quiet_kubeconfig_search()
+    try:
+        objects = asyncio.run(read_cluster_objects(kubeconfig))
+    except (ConfigException, KubeError, aiohttp.ClientError, OSError, TimeoutError) as err:
+        raise _fail(startup_problem(err) or f"cannot read the cluster: {err}") from err
+    return cluster_of(objects)
+
+
 def explain(  # noqa: PLR0917 (typer reads the options from the signature)
-    pod: Annotated[str, typer.Argument(help="the pending pod: NAME or NAMESPACE/NAME")],
-    file: FilesOption,
+    pod: Annotated[
+        str, typer.Argument(metavar="POD", help="the pending pod: NAME or NAMESPACE/NAME")
+    ],
+    file: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "-f",
+            "--file",
+            metavar="FILE",
+            help="YAML/JSON nodes and pods, - for stdin (repeatable); "
+            "without it the cluster is read through the kubeconfig",
+        ),
+    ] = None,
+    kubeconfig: Annotated[
+        str | None,
+        typer.Option(
+            "--kubeconfig",
+            metavar="FILE",
+            help="kubeconfig (default: $KUBECONFIG, ~/.kube/config, else in-cluster)",
+        ),
+    ] = None,
     config: ConfigOption = None,
     node_policy: NodePolicyOption = NodePolicy.BINPACK,
     gpu_policy: GpuPolicyOption = GpuPolicy.SPREAD,
     now: NowOption = None,
+    after_pending: Annotated[
+        bool,
+        typer.Option(
+            "--after-pending",
+            help="place the pending pods listed before POD first, as simulate does",
+        ),
+    ] = False,
+    namespace: NamespaceOption = None,
+    output: OutputOption = Output.TABLE,
 ) -> None:
-    """Show every node and card for one pending pod, and the check that rejected each."""
+    """Show every node and card for one pending pod, and the check that rejected each.
+
+    POD is judged against the existing allocations only, unless --after-pending is given.
+    Without -f the cluster is read live through the kubeconfig, as kubectl does."""
     engine_config = _engine_config(config, node_policy, gpu_policy)
     try:
-        cluster = load_cluster(file)
+        cluster = load_cluster(file) if file else _live_cluster(kubeconfig)
         explanation = explain_pod(
-            cluster, engine_config, pod, int(time.time()) if now is None else now
+            cluster,
+            engine_config,
+            qualified_pod(pod, namespace),
+            int(time.time()) if now is None else now,
+            after_pending=after_pending,
         )
     except InputError as err:
         raise _fail(str(err)) from err
-    sys.stdout.write(render(explanation))
+    if output in (Output.JSON, Output.YAML):
+        sys.stdout.write(as_data(explanation_data(explanation), output))
+    else:
+        sys.stdout.write(render(explanation, wide=output is Output.WIDE))
+
+
+def top(  # noqa: PLR0917 (typer reads the options from the signature)
+    view: Annotated[View, typer.Argument(metavar="nodes|pods|cards", help="what to list")],
+    scheduler: Annotated[
+        str,
+        typer.Option(
+            "--scheduler",
+            metavar="URL",
+            envvar="PYHAMI_SCHEDULER_METRICS",
+            help="the scheduler's /metrics (what is allocated)",
+        ),
+    ],
+    monitors: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--monitor",
+            metavar="URL",
+            envvar="PYHAMI_MONITOR_METRICS",
+            help="a node monitor's /metrics (what is used); repeatable",
+        ),
+    ] = None,
+    output: OutputOption = Output.TABLE,
+    namespace: NamespaceOption = None,
+    watch: Annotated[
+        bool, typer.Option("-w", "--watch", help="print again every --interval seconds")
+    ] = False,
+    interval: Annotated[float, typer.Option("--interval", metavar="SECONDS", min=0.1)] = 2.0,
+    times: Annotated[
+        int, typer.Option("--times", metavar="N", help="with --watch: stop after N (0: never)")
+    ] = 0,
+    cacert: Annotated[
+        Path | None,
+        typer.Option("--cacert", metavar="FILE", help="CA for https URLs (default: system)"),
+    ] = None,
+) -> None:
+    """Allocated against used GPU memory and cores per node, pod or card, like `kubectl top`.
+
+    Allocation comes from the scheduler's /metrics, use from the monitors' (pods without a
+    monitor show - as used). `pyhami demo --keep-running` prints this command for its cluster."""
+    urls = [scheduler, *(monitors or ())]
+    context = None
+    if cacert is not None:
+        try:
+            context = ssl.create_default_context(cafile=str(cacert))
+        except (OSError, ssl.SSLError) as err:
+            raise _fail(f"--cacert {cacert}: cannot use: {err}") from err
+    shown = 0
+    while True:
+        try:
+            samples = asyncio.run(scrape(urls, context))
+        except TopError as err:
+            raise _fail(str(err)) from err
+        rows = rows_for(view, samples, namespace)
+        if output in (Output.JSON, Output.YAML):
+            sys.stdout.write(as_data({view.value: as_records(rows)}, output))
+        else:
+            sys.stdout.write(top_table(view, rows, wide=output is Output.WIDE))
+        sys.stdout.flush()
+        shown += 1
+        if not watch or shown == times:
+            return
+        time.sleep(interval)
+        sys.stdout.write("\n")

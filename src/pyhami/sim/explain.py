@@ -1,12 +1,15 @@
 """`pyhami explain`: every node and every card for one pending pod, and the check that said no."""
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pyhami.devices.reasons import CardCheck
 from pyhami.engine import Decision, EngineConfig, NodeFailure, NodeVerdict, Outcome
 from pyhami.model import DeviceUsage, NodeName
 from pyhami.protocol import NVIDIA_VENDOR
+from pyhami.scheduler.service import explanation_json
 from pyhami.sim.inputs import ClusterInput, InputError
 from pyhami.sim.simulate import prepare, schedule
 
@@ -16,31 +19,95 @@ class Explanation:
     decision: Decision
     cards: Mapping[NodeName, tuple[DeviceUsage, ...]]  # every node's cards as the pod saw them
     unregistered: Mapping[NodeName, str]  # why each node without cards has none
+    # The pending pods listed before this one: placed first (`after_pending`) or not.
+    earlier_pending: int = 0
+    after_pending: bool = False
+    unreadable: frozenset[NodeName] = frozenset()  # nodes whose registration cannot be read
 
 
-def explain(cluster: ClusterInput, config: EngineConfig, pod_ref: str, now: int) -> Explanation:
-    """Decide the pending pods before `pod_ref` as simulate would, then explain that one."""
+def _pod_key(pod: Mapping[str, Any]) -> str:
+    metadata = pod.get("metadata") or {}
+    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name')}"
+
+
+def _matching(keys: Sequence[str], pod_ref: str) -> list[str]:
+    if "/" in pod_ref:
+        return [key for key in keys if key == pod_ref]
+    return [key for key in keys if key.split("/", 1)[1] == pod_ref]
+
+
+def find_pending(cluster: ClusterInput, pod_ref: str) -> int:
+    """The position of `pod_ref` (NAME or NAMESPACE/NAME) among the pending pods."""
+    keys = [_pod_key(pod) for pod in cluster.pending]
+    matches = _matching([*keys, *cluster.not_pending], pod_ref)
+    if len(matches) > 1:
+        raise InputError(
+            f"pod name {pod_ref!r} is ambiguous: {', '.join(matches)} (use NAMESPACE/NAME)"
+        )
+    if not matches:
+        raise InputError(f"no pending pod {pod_ref!r} in the input (use NAME or NAMESPACE/NAME)")
+    if matches[0] in cluster.not_pending:
+        raise InputError(f"pod {matches[0]} is not pending: {cluster.not_pending[matches[0]]}")
+    return keys.index(matches[0])
+
+
+def explain(
+    cluster: ClusterInput,
+    config: EngineConfig,
+    pod_ref: str,
+    now: int,
+    *,
+    after_pending: bool = False,
+) -> Explanation:
+    """Explain `pod_ref` against the existing allocations, or, with `after_pending`, after
+    deciding the pending pods listed before it as simulate would."""
+    position = find_pending(cluster, pod_ref)
     simulation = prepare(cluster, config)
-    for pod in cluster.pending:
-        metadata = pod.get("metadata") or {}
-        name = str(metadata.get("name"))
-        namespace = str(metadata.get("namespace") or "default")
-        if pod_ref in (name, f"{namespace}/{name}"):
-            ledger = simulation.ledger
-            cards = {node: ledger.device_usage(node) for node in ledger.node_names()}
-            decision = schedule(simulation, pod, now, explain=True)
-            return Explanation(decision, cards, cluster.unregistered)
-        schedule(simulation, pod, now)
-    raise InputError(f"no pending pod {pod_ref!r} in the input (use NAME or NAMESPACE/NAME)")
+    if after_pending:
+        for pod in cluster.pending[:position]:
+            schedule(simulation, pod, now)
+    ledger = simulation.ledger
+    cards = {node: ledger.device_usage(node) for node in ledger.node_names()}
+    decision = schedule(simulation, cluster.pending[position], now, explain=True)
+    return Explanation(
+        decision, cards, cluster.unregistered, position, after_pending, cluster.unreadable
+    )
 
 
-def render(explanation: Explanation) -> str:
+def explanation_data(explanation: Explanation) -> dict[str, Any]:
+    """`explain -o json|yaml`: the scheduler's `/explain` answer, plus each node's cards as
+    the pod saw them and whether earlier pending pods were placed first."""
+    unreadable = {str(node): explanation.unregistered[node] for node in explanation.unreadable}
+    data = explanation_json(explanation.decision, unreadable)
+    for node in data["nodes"]:
+        cards = explanation.cards.get(NodeName(node["node"]), ())
+        node["cardStates"] = [dataclasses.asdict(card) for card in cards]
+        if node["node"] in explanation.unregistered:
+            node["notRegistered"] = explanation.unregistered[NodeName(node["node"])]
+    data["earlierPending"] = explanation.earlier_pending
+    data["afterPending"] = explanation.after_pending
+    return data
+
+
+def render(explanation: Explanation, *, wide: bool = False) -> str:
     decision = explanation.decision
     lines = [f"pod {decision.namespace}/{decision.name}"]
+    if explanation.earlier_pending:
+        count = explanation.earlier_pending
+        pods = "pod" if count == 1 else "pods"
+        lines.append(
+            f"(after placing the {count} pending {pods} listed before it, as simulate does)"
+            if explanation.after_pending
+            else f"(the {count} pending {pods} listed before it {'is' if count == 1 else 'are'} "
+            "not counted as placed; "
+            "--after-pending places them first)"
+        )
     if decision.outcome is Outcome.NO_DEVICE_REQUEST:
-        return lines[0] + ": asks for no GPU; every node passes the filter\n"
+        lines[0] += ": asks for no GPU; every node passes the filter"
+        return "\n".join(lines) + "\n"
     if decision.outcome is Outcome.ERROR:
-        return lines[0] + f": cannot be scheduled: {decision.error}\n"
+        lines[0] += f": cannot be scheduled: {decision.error}"
+        return "\n".join(lines) + "\n"
     lines.append(f"chosen node: {decision.node}" if decision.node else "no node fits")
     for verdict in decision.verdicts.values():
         lines.append("")
@@ -48,12 +115,13 @@ def render(explanation: Explanation) -> str:
             why = explanation.unregistered.get(verdict.node, "no usable GPU registration")
             lines.append(f"node {verdict.node}: not registered: {why}")
             continue
-        lines.extend(_node_lines(verdict, decision.node, explanation.cards.get(verdict.node, ())))
+        cards = explanation.cards.get(verdict.node, ())
+        lines.extend(_node_lines(verdict, decision.node, cards, wide))
     return "\n".join(lines) + "\n"
 
 
 def _node_lines(
-    verdict: NodeVerdict, chosen: NodeName | None, cards: tuple[DeviceUsage, ...]
+    verdict: NodeVerdict, chosen: NodeName | None, cards: tuple[DeviceUsage, ...], wide: bool
 ) -> list[str]:
     if verdict.fits:
         mark = "CHOSEN" if verdict.node == chosen else "fits"
@@ -62,16 +130,22 @@ def _node_lines(
         which = "" if verdict.container is None else f" (container {verdict.container})"
         lines = [f"node {verdict.node}: rejected{which}: {verdict.reason}"]
     checks: dict[tuple[int, str], CardCheck] = {}
+    tried: dict[tuple[int, str], int] = {}  # the policy's order: which card was tried first
     for check in verdict.checks:  # the last visit of a card is its verdict
         checks[(check.container, check.uuid)] = check
+        tried.setdefault((check.container, check.uuid), len(tried) + 1)
     containers = sorted({container for container, _ in checks}) or [verdict.container or 0]
     for container in containers:
         for card in cards:
             outcome = _outcome(checks.get((container, card.id)), verdict, card)
+            more = ""
+            if wide:
+                order = tried.get((container, card.id))
+                more = f", {card.type}, NUMA {card.numa}" + (f", tried #{order}" if order else "")
             lines.append(
                 f"    container {container} card {card.id} (index {card.index}, "
                 f"{card.used}/{card.count} tasks, {card.usedmem}/{card.totalmem} MiB, "
-                f"{card.usedcores}/{card.totalcore} % cores): {outcome}"
+                f"{card.usedcores}/{card.totalcore} % cores{more}): {outcome}"
             )
     for position, devices in enumerate(verdict.devices):
         for device in devices:
@@ -89,4 +163,17 @@ def _outcome(check: CardCheck | None, verdict: NodeVerdict, card: DeviceUsage) -
         return "not considered: its type does not name NVIDIA"
     if verdict.failure is NodeFailure.INSUFFICIENT_DEVICE:
         return "not checked: the node has fewer cards than requested"
+    full = _full(card)
+    if full is not None:  # never a candidate, whatever the order the policy tried cards in
+        return f"not usable: full ({full})"
     return "not needed: enough cards were found first"
+
+
+def _full(card: DeviceUsage) -> str | None:
+    if card.used >= card.count:
+        return f"all {card.count} task slots taken"
+    if card.usedmem >= card.totalmem:
+        return "no free memory"
+    if card.usedcores >= card.totalcore:
+        return "no free cores"
+    return None

@@ -1,18 +1,22 @@
 """Offline cluster state from `kubectl get nodes,pods -o yaml` style files.
 
-A file holds one object, a multi-document YAML stream, or a `List`/`NodeList`/`PodList`; JSON
-is YAML too. Pods bound to a node (`spec.nodeName` or `hami.io/vgpu-node`) that carry a devices
-annotation are existing allocations; every other pod is pending, in input order (a running
-pod without GPUs is decided too, as `/filter` would: it asks for nothing and passes).
+A file holds one object, a multi-document YAML stream, or a `List`/`NodeList`/`PodList` (as
+`kubectl get nodes,pods -A -o yaml` writes, or the API's own lists, whose items carry no `kind`:
+they are read by the list's kind); JSON is YAML too. Pods bound to a node (`spec.nodeName` or
+`hami.io/vgpu-node`) that carry a devices annotation are existing allocations; finished pods
+(Succeeded, Failed) hold nothing; pods bound or running without such a record are left out (no
+scheduler will decide them again); every other pod is pending, in input order.
 """
 
+import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from pyhami.cli_habits import yaml_problem
 from pyhami.devices.inventory import NodeInventory
 from pyhami.devices.nvidia.inventory import (
     InventoryError,
@@ -24,7 +28,11 @@ from pyhami.engine.pod import pod_annotations
 from pyhami.model import NodeName
 from pyhami.protocol import KEY_NODE_NVIDIA_REGISTER, KEY_NVIDIA_ALLOCATED, KEY_VGPU_NODE
 
-_LIST_KINDS = ("List", "NodeList", "PodList")
+# A typed list's items may omit `kind` (the API server leaves it out): they are of this kind.
+_LIST_KINDS: dict[str, str | None] = {"List": None, "NodeList": "Node", "PodList": "Pod"}
+_FINISHED_PHASES = ("Succeeded", "Failed")
+FINISHED = "it has finished"
+NO_RECORD = "without a GPU allocation record"
 
 
 class InputError(ValueError):
@@ -39,6 +47,16 @@ class ClusterInput:
     existing: list[PodAllocation]
     pending: list[Mapping[str, Any]]
     quotas: list[tuple[str, str, Mapping[str, object]]]  # (key, namespace, spec.hard)
+    # Every pod that is not pending, by NAMESPACE/NAME: why (finished, placed, running).
+    not_pending: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def finished(self) -> int:  # Succeeded or Failed: they hold nothing, are never decided
+        return sum(why.startswith(FINISHED) for why in self.not_pending.values())
+
+    @property
+    def placed_without_record(self) -> int:  # bound or running without a devices annotation
+        return sum(why.endswith(NO_RECORD) for why in self.not_pending.values())
 
 
 def _objects(document: object, source: str) -> Iterable[Mapping[str, Any]]:
@@ -46,12 +64,15 @@ def _objects(document: object, source: str) -> Iterable[Mapping[str, Any]]:
         return
     if not isinstance(document, Mapping):
         raise InputError(f"{source}: expected Kubernetes objects, got {type(document).__name__}")
-    if document.get("kind") in _LIST_KINDS:
+    list_kind = document.get("kind")
+    if list_kind in _LIST_KINDS:
         items = document.get("items") or []
         if not isinstance(items, list):
-            raise InputError(f"{source}: {document['kind']}.items must be a list")
+            raise InputError(f"{source}: {list_kind}.items must be a list")
+        item_kind = _LIST_KINDS[str(list_kind)]
         for item in items:
-            yield from _objects(item, source)
+            kindless = item_kind is not None and isinstance(item, Mapping) and "kind" not in item
+            yield from _objects({**item, "kind": item_kind} if kindless else item, source)
         return
     yield document
 
@@ -60,26 +81,32 @@ def read_objects(paths: Iterable[Path]) -> list[tuple[str, Mapping[str, Any]]]:
     objects: list[tuple[str, Mapping[str, Any]]] = []
     for path in paths:
         try:
-            text = path.read_text(encoding="utf-8")
+            text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as err:
             raise InputError(f"{path}: cannot read: {err}") from err
         try:
             documents = list(yaml.safe_load_all(text))
         except yaml.YAMLError as err:
-            raise InputError(f"{path}: not valid YAML or JSON: {err}") from err
+            raise InputError(f"{path}: not valid YAML or JSON: {yaml_problem(err)}") from err
         for document in documents:
             objects.extend((str(path), obj) for obj in _objects(document, str(path)))
     return objects
 
 
 def load_cluster(paths: Iterable[Path]) -> ClusterInput:
+    return cluster_of(read_objects(paths))
+
+
+def cluster_of(objects: Iterable[tuple[str, Mapping[str, Any]]]) -> ClusterInput:
+    """The cluster from (source, object) pairs: files, or what the API server listed."""
     nodes: dict[NodeName, NodeInventory] = {}
     unregistered: dict[NodeName, str] = {}
     unreadable: set[NodeName] = set()
     existing: list[PodAllocation] = []
     pending: list[Mapping[str, Any]] = []
     quotas: list[tuple[str, str, Mapping[str, object]]] = []
-    for source, obj in read_objects(paths):
+    not_pending: dict[str, str] = {}
+    for source, obj in objects:
         kind = obj.get("kind")
         if kind == "Node":
             name, annotations = _node(obj, source)
@@ -95,23 +122,42 @@ def load_cluster(paths: Iterable[Path]) -> ClusterInput:
                 unreadable.add(name)
         elif kind == "Pod":
             try:
-                pod_identity(obj)  # a pod must at least be named
+                _, namespace, pod_name = pod_identity(obj)  # a pod must at least be named
                 annotations = pod_annotations(obj)
                 spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
-                bound = annotations.get(KEY_VGPU_NODE) or spec.get("nodeName")  # type: ignore[union-attr]
-                if bound and KEY_NVIDIA_ALLOCATED in annotations:
+                status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
+                phase = status.get("phase")  # type: ignore[union-attr]
+                node_name = spec.get("nodeName")  # type: ignore[union-attr]
+                bound = annotations.get(KEY_VGPU_NODE) or node_name
+                ref = f"{namespace}/{pod_name}"
+                if phase in _FINISHED_PHASES:
+                    not_pending[ref] = f"{FINISHED} ({phase}) and holds nothing"
+                elif bound and KEY_NVIDIA_ALLOCATED in annotations:
                     allocation = allocation_of(_with_node(obj, str(bound)))
-                    if allocation is not None:  # None: a finished pod holds nothing
+                    if allocation is not None:
                         existing.append(allocation)
+                        not_pending[ref] = f"its GPUs are allocated on node {bound}"
+                elif node_name or phase == "Running":
+                    # kubelet runs it; no scheduler decides it again
+                    where = f"it is {phase or 'bound'} on node {node_name or '?'}"
+                    not_pending[ref] = f"{where} {NO_RECORD}"
                 else:
-                    pending.append(obj)  # the contract: every other pod is pending
+                    pending.append(obj)
             except PodSpecError as err:
                 raise InputError(f"{source}: {err}") from err
         elif kind == "ResourceQuota":
             quotas.append(_quota(obj, source))
         elif kind is None:
             raise InputError(f"{source}: an object without a kind")
-    return ClusterInput(nodes, unregistered, frozenset(unreadable), existing, pending, quotas)
+    return ClusterInput(
+        nodes,
+        unregistered,
+        frozenset(unreadable),
+        existing,
+        pending,
+        quotas,
+        not_pending,
+    )
 
 
 def _quota(obj: Mapping[str, Any], source: str) -> tuple[str, str, Mapping[str, object]]:

@@ -61,9 +61,13 @@ def simulate(cluster: ClusterInput, config: EngineConfig, now: int) -> list[Deci
     return [schedule(simulation, pod, now) for pod in cluster.pending]
 
 
+def pods_data(decisions: list[Decision]) -> dict[str, Any]:
+    """The `simulate --output json|yaml` contract."""
+    return {"pods": [_pod_json(d) for d in decisions]}
+
+
 def as_json(decisions: list[Decision]) -> str:
-    """The `simulate --output json` contract."""
-    return json.dumps({"pods": [_pod_json(d) for d in decisions]}, indent=2)
+    return json.dumps(pods_data(decisions), indent=2)
 
 
 def _pod_json(decision: Decision) -> dict[str, Any]:
@@ -77,11 +81,19 @@ def _pod_json(decision: Decision) -> dict[str, Any]:
     }
 
 
-def as_table(decisions: list[Decision]) -> str:
-    """A person's view: per pod the node and cards, or why no node took it."""
+NAMES_SHOWN = 5
+
+
+def as_table(decisions: list[Decision], *, wide: bool = False) -> str:
+    """A person's view: per pod the node and cards, or why no node took it; `wide` adds the
+    annotations the scheduler would write."""
     lines = []
+    without_gpu = []
     for decision in decisions:
         head = f"{decision.namespace}/{decision.name}"
+        if decision.outcome is Outcome.NO_DEVICE_REQUEST:
+            without_gpu.append(head)  # one summary line for all, not one line each
+            continue
         if decision.outcome is Outcome.SCHEDULED:
             lines.append(f"{head}  ->  {decision.node}  (node score {decision.score:.2f})")
             lines.append(f"  {'container':<10} {'card':<44} {'memory MiB':>10} {'cores %':>8}")
@@ -91,13 +103,18 @@ def as_table(decisions: list[Decision]) -> str:
                         f"  {position:<10} {device.uuid:<44} {device.usedmem:>10} "
                         f"{device.usedcores:>8}"
                     )
+            if wide:
+                lines.extend(f"  {key}: {value}" for key, value in decision.annotations.items())
         elif decision.outcome is Outcome.UNSCHEDULABLE:
             lines.append(f"{head}  ->  no node fits")
             for node, reason in decision.failed_nodes.items():
                 lines.append(f"  {node:<30} {reason}")
-        elif decision.outcome is Outcome.NO_DEVICE_REQUEST:
-            lines.append(f"{head}  ->  asks for no GPU: every node passes")
         else:
             lines.append(f"{head}  ->  error: {decision.error}")
         lines.append("")
+    if without_gpu:
+        shown = ", ".join(without_gpu[:NAMES_SHOWN])
+        hidden = len(without_gpu) - NAMES_SHOWN
+        more = f" and {hidden} more" if hidden > 0 else ""
+        lines.extend((f"{len(without_gpu)} pending pods ask for no GPU: {shown}{more}", ""))
     return "\n".join(lines)

@@ -9,8 +9,8 @@ import asyncio
 import contextlib
 import logging
 import signal
-import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -18,7 +18,8 @@ import structlog
 import typer
 
 from pyhami.kube import JsonObject
-from pyhami.sim.demo.pods import PodFileError, load_pods
+from pyhami.logs import configure_logging
+from pyhami.sim.demo.pods import PodFileError, is_namespace, load_pods
 from pyhami.sim.demo.report import outcome_table, progress_line, summary_line
 from pyhami.sim.demo.settings import DemoSettings
 
@@ -28,13 +29,10 @@ if TYPE_CHECKING:
 
 def _quiet_logs(verbose: bool) -> None:
     """The services log as they would in a cluster; the demo shows only its own lines."""
-    level = logging.INFO if verbose else logging.CRITICAL
-    logging.basicConfig(level=level, stream=sys.stderr)
-    logging.getLogger().setLevel(level)
-    structlog.configure(
-        wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-    )
+    configure_logging(debug=False)
+    if not verbose:
+        logging.getLogger().setLevel(logging.CRITICAL)
+        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
 
 
 def _say(message: str) -> None:
@@ -45,7 +43,7 @@ def _endpoints(cluster: DemoCluster, pods: list[JsonObject]) -> str:
     ca = cluster.workdir / "ca.crt"
     ca.write_bytes(cluster.ca_pem)
     client = cluster.client_certificate
-    last = pods[-1]["metadata"]
+    last = [obj for obj in pods if not is_namespace(obj)][-1]["metadata"]
     lines = [
         "",
         "The cluster keeps running (Ctrl-C stops it):",
@@ -56,6 +54,9 @@ def _endpoints(cluster: DemoCluster, pods: list[JsonObject]) -> str:
         f"  scheduler metrics  curl -s {cluster.scheduler_metrics_url}",
     ]
     lines.extend(f"  monitor {node.name:<10} curl -s {node.metrics_url}" for node in cluster.nodes)
+    monitors = " ".join(f"--monitor {node.metrics_url}" for node in cluster.nodes)
+    scheduler = f"--scheduler {cluster.scheduler_metrics_url}"
+    lines.append(f"  top                pyhami top pods {scheduler} {monitors}")
     return "\n".join(lines)
 
 
@@ -71,32 +72,64 @@ async def run_demo(settings: DemoSettings, pods: list[JsonObject], keep_running:
     """The whole demo; returns how many pods ended neither Running nor unschedulable."""
     from pyhami.sim.demo.cluster import DemoCluster
     from pyhami.sim.demo.run import submit_all
+    from pyhami.sim.demo.usage import DemoWorkloads, find_native, measured_usage
 
     started = time.monotonic()
     _say(f"Starting a {settings.nodes}-node demo cluster on localhost (no Kubernetes, no GPU):")
-    async with DemoCluster(settings, progress=lambda line: _say(f"  {line}")) as cluster:
-        _say(f"Ready in {time.monotonic() - started:.1f}s. Submitting {len(pods)} pods in order:")
-        results = await submit_all(cluster, pods, lambda r: _say(progress_line(r)))
-        _say("")
-        _say(outcome_table(results))
-        _say(summary_line(results, time.monotonic() - started))
-        if keep_running:
-            _say(_endpoints(cluster, pods))
-            await _wait_for_signal()
+    count = sum(not is_namespace(obj) for obj in pods)
+    native = find_native()
+    if not isinstance(native, str):
+        settings = replace(settings, libvgpu=native.library)
+    cluster = DemoCluster(settings, progress=lambda line: _say(f"  {line}"))
+    workloads = None
+    if not isinstance(native, str):
+        card_bytes = {gpu.uuid: (gpu.memory_total_mib or 0) << 20 for cards in
+                      settings.node_cards() for gpu in cards}
+        workloads = cluster.runtime = DemoWorkloads(native, card_bytes, cluster.workdir)
+    async with cluster:
+        try:
+            _say(f"Ready in {time.monotonic() - started:.1f}s. Submitting {count} pods in order:")
+            results = await submit_all(cluster, pods, lambda r: _say(progress_line(r)), _say)
+            usage = None
+            if workloads is not None:
+                _say("Measuring what the pods use (their programs run under libvgpu) ...")
+                running = [(r.namespace, r.name) for r in results if r.ok and r.cards]
+                usage = await measured_usage([n.metrics_url for n in cluster.nodes], running)
+            _say("")
+            _say(outcome_table(results, usage))
+            if isinstance(native, str):
+                _say(f"Use is not shown (the pods run no programs): {native}.")
+            _say(summary_line(results, time.monotonic() - started))
+            if keep_running:
+                _say(_endpoints(cluster, pods))
+                await _wait_for_signal()
+        finally:
+            if workloads is not None:
+                await workloads.finish()
     return sum(1 for r in results if r.phase not in ("Running", "Pending"))
 
 
-def demo(
+def demo(  # noqa: PLR0917 (typer reads the options from the signature)
     nodes: Annotated[int, typer.Option("--nodes", help="simulated GPU nodes (1-64)")] = 3,
     gpus: Annotated[int, typer.Option("--gpus", help="GPUs per node (1-16)")] = 4,
     pods: Annotated[
         Path | None,
-        typer.Option("--pods", help="YAML file of pods to submit (default: the examples)"),
+        typer.Option(
+            "--pods",
+            metavar="FILE",
+            help="YAML file of pods to submit, - for stdin (default: the examples)",
+        ),
     ] = None,
     keep_running: Annotated[
         bool, typer.Option("--keep-running", help="leave the cluster up and print its URLs")
     ] = False,
     verbose: Annotated[bool, typer.Option("--verbose", help="show the services' logs")] = False,
+    namespace: Annotated[
+        str,
+        typer.Option(
+            "-n", "--namespace", metavar="NAMESPACE", help="for the pods that name none"
+        ),
+    ] = "default",
 ) -> None:
     """Run the whole pyhami system on localhost with simulated GPU nodes and example pods.
 
@@ -105,7 +138,7 @@ def demo(
     """
     try:
         settings = DemoSettings(nodes=nodes, gpus=gpus)
-        pod_list = load_pods(pods)
+        pod_list = load_pods(pods, namespace)
     except (ValueError, PodFileError) as err:
         typer.echo(f"pyhami demo: {err}", err=True)
         raise typer.Exit(2) from err

@@ -1,7 +1,11 @@
-"""The pods the demo submits: the packaged examples, or a user's YAML file of the same shape."""
+"""The pods the demo submits: the packaged examples, or a user's YAML file of the same shape.
+
+A file may also hold Namespace documents; they are created, in file order, before the pods that
+follow (a pod's namespace that no document declares is created too)."""
 
 from __future__ import annotations
 
+import sys
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -21,20 +25,21 @@ def example_pods_text() -> str:
     return resources.files(__package__).joinpath(EXAMPLES).read_text(encoding="utf-8")
 
 
-def load_pods(path: Path | None = None) -> list[JsonObject]:
-    """Pods from `path` (a YAML stream of Pods, or a `List` of them); the examples when None."""
+def load_pods(path: Path | None = None, namespace: str = "default") -> list[JsonObject]:
+    """Pods (and Namespaces) from `path` (a YAML stream or a `List`); the examples when None."""
     source = EXAMPLES if path is None else str(path)
     if path is None:
         text = example_pods_text()
     else:
         try:
-            text = path.read_text(encoding="utf-8")
+            text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as err:
             raise PodFileError(f"{source}: cannot read: {err}") from err
-    return parse_pods(text, source)
+    return parse_pods(text, source, namespace)
 
 
-def parse_pods(text: str, source: str) -> list[JsonObject]:
+def parse_pods(text: str, source: str, namespace: str = "default") -> list[JsonObject]:
+    """The file's Pods (in `namespace` when they name none) and Namespaces, in file order."""
     try:
         documents = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as err:
@@ -46,26 +51,45 @@ def parse_pods(text: str, source: str) -> list[JsonObject]:
             if not isinstance(items, list):
                 raise PodFileError(f"{source}: document {number}: a List needs items: [...]")
             pods.extend(
-                _pod(item, f"{source}: document {number} item {i}")
+                _object(item, f"{source}: document {number} item {i}", namespace)
                 for i, item in enumerate(items, start=1)
             )
         else:
-            pods.append(_pod(document, f"{source}: document {number}"))
-    if not pods:
+            pods.append(_object(document, f"{source}: document {number}", namespace))
+    only_pods = [p for p in pods if not is_namespace(p)]
+    if not only_pods:
         raise PodFileError(f"{source}: no pods in the file")
-    names = [(p["metadata"]["namespace"], p["metadata"]["name"]) for p in pods]
+    names = [(p["metadata"]["namespace"], p["metadata"]["name"]) for p in only_pods]
     duplicates = sorted({f"{ns}/{n}" for ns, n in names if names.count((ns, n)) > 1})
     if duplicates:
         raise PodFileError(f"{source}: pod names repeat: {', '.join(duplicates)}")
     return pods
 
 
-def _pod(document: Any, where: str) -> JsonObject:
+def is_namespace(obj: JsonObject) -> bool:
+    return obj.get("kind") == "Namespace"
+
+
+def _object(document: Any, where: str, namespace: str) -> JsonObject:
     if not isinstance(document, dict):
         raise PodFileError(f"{where}: expected a Pod mapping, got {type(document).__name__}")
     kind = document.get("kind", "Pod")
+    if kind == "Namespace":
+        return _namespace(document, where)
     if kind != "Pod":
-        raise PodFileError(f"{where}: kind {kind!r} is not a Pod")
+        raise PodFileError(f"{where}: kind {kind!r} is neither a Pod nor a Namespace")
+    return _pod(document, where, namespace)
+
+
+def _namespace(document: JsonObject, where: str) -> JsonObject:
+    metadata = document.get("metadata")
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("name"), str):
+        raise PodFileError(f"{where}: Namespace metadata.name is missing")
+    kept = {k: metadata[k] for k in ("name", "labels", "annotations") if k in metadata}
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": kept}
+
+
+def _pod(document: JsonObject, where: str, namespace: str) -> JsonObject:
     metadata = document.get("metadata")
     if not isinstance(metadata, dict) or not isinstance(metadata.get("name"), str):
         raise PodFileError(f"{where}: metadata.name is missing")
@@ -75,7 +99,7 @@ def _pod(document: Any, where: str) -> JsonObject:
     pod = dict(document)
     pod["apiVersion"] = pod.get("apiVersion", "v1")
     pod["kind"] = "Pod"
-    pod["metadata"] = {**metadata, "namespace": str(metadata.get("namespace") or "default")}
+    pod["metadata"] = {**metadata, "namespace": str(metadata.get("namespace") or namespace)}
     pod["spec"] = {**spec, "containers": [_container(c, where) for c in spec["containers"]]}
     if spec.get("initContainers"):
         pod["spec"]["initContainers"] = [_container(c, where) for c in spec["initContainers"]]

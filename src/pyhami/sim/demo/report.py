@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from pyhami.sim.demo.results import CardShare, NodeWhy, PodResult
+
+if TYPE_CHECKING:
+    from pyhami.sim.demo.usage import PodUsage
 
 # HAMi's reason words (nvidia-fit-score.md §5) in a sentence a user can act on.
 REASON_WORDS = {
@@ -60,9 +64,17 @@ def _why(why: NodeWhy) -> str:
     return f"      {why.node:<12} " + "; ".join(parts)
 
 
-def outcome_table(results: Sequence[PodResult]) -> str:
+def _used(usage: PodUsage | None) -> str:
+    return "-" if usage is None else f"{usage.used_mib}/{usage.limit_mib} MiB"
+
+
+def outcome_table(
+    results: Sequence[PodResult], usage: Mapping[tuple[str, str], PodUsage] | None = None
+) -> str:
+    """The pods and their cards; with `usage`, each running pod's measured use / limit."""
     width = max([len("POD"), *(len(r.name) for r in results)])
-    lines = [f"{'POD':<{width}}  {'NODE':<12} {'CARD':<20} {'MEMORY':>10} {'CORES':>5}  STATUS"]
+    head = f"{'POD':<{width}}  {'NODE':<12} {'CARD':<20} {'MEMORY':>10} {'CORES':>5}  STATUS"
+    lines = [head if usage is None else f"{head:<{len(head) + 3}}USED/LIMIT"]
     for result in results:
         if result.ok and result.cards:
             for position, share in enumerate(result.cards):
@@ -70,6 +82,8 @@ def outcome_table(results: Sequence[PodResult]) -> str:
                 name = result.name if first else ""
                 node = share.node if first else ""
                 status = result.phase if first else ""
+                if usage is not None and first:
+                    status = f"{status:<9}{_used(usage.get((result.namespace, result.name)))}"
                 lines.append(f"{name:<{width}}  {node:<12} {_share(share)}  {status}")
         elif result.ok:
             lines.append(f"{result.name:<{width}}  {result.node:<12} {'(no GPU)':<37}  Running")

@@ -8,6 +8,7 @@ scheduler's `/explain` endpoint is asked why, over HTTPS as any client would.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -17,12 +18,16 @@ from typing import Any
 import aiohttp
 
 from pyhami.kube import JsonObject, KubeError
+from pyhami.kube.errors import AlreadyExists
+from pyhami.kube.resources import NAMESPACES
 from pyhami.protocol import KEY_NVIDIA_ALLOCATED, ProtocolError, decode_pod_single_device
 from pyhami.sim.demo.cluster import DemoCluster
+from pyhami.sim.demo.pods import is_namespace
 from pyhami.sim.demo.results import CardInfo, CardShare, NodeWhy, PodResult
 from pyhami.testing.scheduler_harness import Result
 
 SETTLE_TIMEOUT_S = 20.0
+SLOW_S = 2.0  # a pod that takes longer gets a progress line
 
 
 def card_directory(cluster: DemoCluster) -> dict[str, CardInfo]:
@@ -34,26 +39,45 @@ def card_directory(cluster: DemoCluster) -> dict[str, CardInfo]:
     }
 
 
+async def create_namespace(cluster: DemoCluster, namespace: JsonObject) -> None:
+    """Create a Namespace unless it exists (a file may name one the cluster already has)."""
+    with contextlib.suppress(AlreadyExists):
+        await cluster.client.create(NAMESPACES, namespace)
+
+
 async def submit_all(
     cluster: DemoCluster,
-    pods: Sequence[JsonObject],
+    objects: Sequence[JsonObject],
     on_result: Callable[[PodResult], None] = lambda _r: None,
+    on_progress: Callable[[str], None] = lambda _line: None,
 ) -> list[PodResult]:
-    """Submit `pods` in order, each once the previous one settled (binpack depends on order)."""
+    """Submit the pods of `objects` in order, each once the previous one settled (binpack
+    depends on order); Namespace objects, and the namespace of each pod, are created first."""
     context = cluster.client_certificate.load_into(
         ssl.create_default_context(cadata=cluster.ca_pem.decode())
     )
     results = []
+    known: set[str] = set()
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as http:
-        for pod in pods:
-            result = await submit_one(cluster, pod, http)
+        for obj in objects:
+            name = str(obj["metadata"].get("namespace") or obj["metadata"]["name"])
+            if name not in known:
+                known.add(name)
+                body = obj if is_namespace(obj) else {"metadata": {"name": name}}
+                await create_namespace(cluster, {"apiVersion": "v1", "kind": "Namespace", **body})
+            if is_namespace(obj):
+                continue
+            result = await submit_one(cluster, obj, http, on_progress)
             on_result(result)
             results.append(result)
     return results
 
 
 async def submit_one(
-    cluster: DemoCluster, pod: JsonObject, http: aiohttp.ClientSession
+    cluster: DemoCluster,
+    pod: JsonObject,
+    http: aiohttp.ClientSession,
+    on_progress: Callable[[str], None] = lambda _line: None,
 ) -> PodResult:
     namespace = str(pod["metadata"]["namespace"])
     name = str(pod["metadata"]["name"])
@@ -62,15 +86,24 @@ async def submit_one(
         await cluster.client.create_pod(namespace, pod)
     except KubeError as err:
         return PodResult(namespace, name, "Refused", message=f"API server: {err}")
-    result = await _settle(cluster, namespace, name, http)
+    result = await _settle(cluster, namespace, name, http, on_progress)
     return replace(result, seconds=time.monotonic() - started)
 
 
 async def _settle(
-    cluster: DemoCluster, namespace: str, name: str, http: aiohttp.ClientSession
+    cluster: DemoCluster,
+    namespace: str,
+    name: str,
+    http: aiohttp.ClientSession,
+    on_progress: Callable[[str], None],
 ) -> PodResult:
-    until = time.monotonic() + SETTLE_TIMEOUT_S
+    started = time.monotonic()
+    until = started + SETTLE_TIMEOUT_S
+    said = False
     while time.monotonic() < until:
+        if not said and time.monotonic() - started > SLOW_S:
+            said = True  # say once that the demo is waiting, and for what
+            on_progress(f"  ..   {name:<22} still waiting for kube-scheduler and kubelet")
         pod = await cluster.client.get_pod(namespace, name)
         status = pod.get("status") or {}
         phase = str(status.get("phase", "Pending"))

@@ -1,5 +1,5 @@
-"""A container runtime for the system tests: the pod's command as a real process, with the env
-and the mounts kubelet got from Allocate, in a private mount namespace.
+"""A container runtime for the system tests and the demo: the pod's command as a real process,
+with the env and the mounts kubelet got from Allocate, in a private mount namespace.
 
 Mounts are applied like containerd does: sorted by container path depth (so the per-container
 cache directory lands on `<hook>/vgpu` before the library file on top of it, whose empty mount
@@ -96,6 +96,11 @@ class NamespaceRuntime:
             return "private mount namespaces need root here"
         return None
 
+    def command(self, spec: JsonObject, container: StartedContainer) -> list[str]:
+        """What runs: the container's `command` and `args`."""
+        del container
+        return [*spec.get("command", ()), *spec.get("args", ())]
+
     def environment(self, spec: JsonObject, container: StartedContainer) -> dict[str, str]:
         env = {
             str(item["name"]): str(item.get("value", ""))
@@ -127,7 +132,7 @@ class NamespaceRuntime:
             for c in [*pod["spec"].get("initContainers", ()), *pod["spec"]["containers"]]
             if c["name"] == container.name
         )
-        command = [*spec.get("command", ()), *spec.get("args", ())]
+        command = self.command(spec, container)
         env = self.environment(spec, container)
         staging = self.staging / f"{pod['metadata']['uid']}_{container.name}"
         handle = await self._spawn(staging, container, env, command)

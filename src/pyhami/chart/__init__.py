@@ -1,0 +1,1 @@
+"""pyhami's Helm chart seen from the command line: converting HAMi's values."""

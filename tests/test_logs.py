@@ -1,0 +1,123 @@
+"""One log format for every component: structlog's and the standard library's records (aiohttp's
+access log included) on one handler, console or JSON, one line each, no Python reprs."""
+
+import asyncio
+import io
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import structlog
+from typer.testing import CliRunner
+
+from pyhami.cli import app
+from pyhami.logs import LogFormat, configure_logging
+from pyhami.testing import FakeKubeAPIServer
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    structlog.reset_defaults()
+
+
+def emit() -> None:
+    structlog.get_logger("pyhami.test").info("region refused", detail='it\'s "odd" = bad', n=3)
+    logging.getLogger("aiohttp.access").info('127.0.0.1 "GET /metrics HTTP/1.1" 200')
+    structlog.get_logger("pyhami.test").debug("only with debug")
+    logging.getLogger("kubernetes_asyncio.rest").debug("a response body")
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        logging.getLogger("pyhami.test").exception("failed")
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_json_lines_from_structlog_and_the_standard_library() -> None:
+    out = io.StringIO()
+    configure_logging(debug=True, log_format=LogFormat.JSON, stream=out)
+    emit()
+    records = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [(r["logger"], r["level"], r["event"]) for r in records] == [
+        ("pyhami.test", "info", "region refused"),
+        ("aiohttp.access", "info", '127.0.0.1 "GET /metrics HTTP/1.1" 200'),
+        ("pyhami.test", "debug", "only with debug"),
+        ("pyhami.test", "error", "failed"),
+    ], "kubernetes-asyncio's debug stays off"
+    assert records[0]["detail"] == 'it\'s "odd" = bad' and records[0]["n"] == 3
+    assert records[0]["timestamp"].endswith("Z")
+    assert "ValueError: boom" in records[3]["exception"]
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_console_lines_quote_like_json_not_like_python() -> None:
+    out = io.StringIO()
+    configure_logging(debug=False, stream=out)
+    emit()
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3, "no debug records without debug, and the traceback is one field"
+    first = lines[0].split(" ", 1)[1]
+    assert first == (
+        'INFO    pyhami.test: region refused detail="it\'s \\"odd\\" = bad" n=3'
+    )
+    assert lines[1].split(" ", 1)[1] == (
+        'INFO    aiohttp.access: 127.0.0.1 "GET /metrics HTTP/1.1" 200')
+    assert lines[2].split(" ", 1)[1].startswith("ERROR   pyhami.test: failed exception=")
+
+
+def test_bad_log_formats_are_refused() -> None:
+    result = CliRunner().invoke(app, ["scheduler", "--log-format", "xml"])
+    assert result.exit_code == 2 and "--log-format" in result.output
+    monitor = CliRunner().invoke(app, ["monitor", "--log-format=xml"],
+                                 env={"HOOK_PATH": "/h", "NODE_NAME": "n"})
+    assert monitor.exit_code == 2 and "--log-format: 'xml' is not console or json" in (
+        monitor.output)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def test_the_scheduler_process_logs_json_lines(tmp_path: Path) -> None:
+    config = tmp_path / "device-config.yaml"
+    config.write_text("nvidia:\n  resourceCountName: nvidia.com/gpu\n")
+    async with FakeKubeAPIServer() as api:
+        env = {**os.environ, "KUBECONFIG": str(api.write_kubeconfig(tmp_path / "kubeconfig")),
+               "PYHAMI_LOG_FORMAT": "json"}
+        port = _free_port()
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", "from pyhami.cli import main; main()", "scheduler",
+            "--device-config-file", str(config), "--http_bind", f"127.0.0.1:{port}",
+            "--metrics-bind-address", f"127.0.0.1:{_free_port()}", "-v=4", env=env,
+            stderr=asyncio.subprocess.PIPE)
+        lines: list[str] = []
+        try:
+            assert process.stderr is not None
+            async with asyncio.timeout(120):  # a cold interpreter on a loaded 2-core machine
+                while not any("scheduler listening" in line for line in lines):
+                    lines.append((await process.stderr.readline()).decode())
+                    assert lines[-1], f"the scheduler exited: {lines}"
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            await reader.read()
+            writer.close()
+            async with asyncio.timeout(30):
+                while not any('"aiohttp.access"' in line for line in lines):
+                    lines.append((await process.stderr.readline()).decode())
+        finally:
+            process.send_signal(signal.SIGTERM)
+            await process.wait()
+    records = [json.loads(line) for line in lines]  # every line is one JSON record
+    assert {"pyhami.scheduler.runtime", "aiohttp.access"} <= {r["logger"] for r in records}
