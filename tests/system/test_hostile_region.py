@@ -16,10 +16,10 @@ from pathlib import Path
 import aiohttp
 
 from pyhami.sim.demo.cluster import DemoCluster
+from pyhami.testing.namespace_runtime import NamespaceRuntime
 
 from . import test_whole_system as whole
 from .conftest import Native
-from .runtime import NamespaceRuntime
 
 cluster = whole.cluster  # the demo stack, one 80 GiB card, with the namespace runtime
 MiB = whole.MiB
