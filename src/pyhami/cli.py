@@ -3,6 +3,7 @@
 import typer
 
 from pyhami.cli_annotations import annotations_app
+from pyhami.controlplane.cli import control_plane_app
 from pyhami.deviceplugin.cli import device_plugin
 from pyhami.monitor.cli import MONITOR_CONTEXT, monitor
 from pyhami.scheduler.cli import scheduler
@@ -37,6 +38,7 @@ app.command("device-plugin")(device_plugin)
 app.command("monitor", context_settings=MONITOR_CONTEXT)(monitor)
 app.command("scheduler")(scheduler)
 app.add_typer(annotations_app)
+app.add_typer(control_plane_app)
 
 
 def main() -> None:
