@@ -121,7 +121,9 @@ def test_the_wrapper_pins_every_staging_module_to_the_matching_release() -> None
     # only the staging replaces: the fork is Kubernetes' business, not a module to pin
     assert "github.com/example/forked" not in gomod
     assert staging_modules(KUBERNETES_GOMOD) == [
-        "k8s.io/api", "k8s.io/client-go", "k8s.io/kube-scheduler"
+        "k8s.io/api",
+        "k8s.io/client-go",
+        "k8s.io/kube-scheduler",
     ]
 
 

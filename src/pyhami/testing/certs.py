@@ -1,4 +1,4 @@
-"""A throwaway certificate authority: one CA and one serving certificate it signed.
+"""A throwaway certificate authority: a CA and the serving and client certificates it signs.
 
 The API double checks a webhook's certificate against the CA bundle it was given, and the
 kube-scheduler harness checks the extender's, as in a cluster with cert-manager or HAMi's cert
@@ -45,8 +45,107 @@ class ServingFiles:
         return context
 
 
-def _name(common_name: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+def _name(common_name: str, organizations: tuple[str, ...] = ()) -> x509.Name:
+    # Kubernetes reads a client certificate's CN as the user and each O as a group.
+    return x509.Name(
+        [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+        + [x509.NameAttribute(NameOID.ORGANIZATION_NAME, group) for group in organizations]
+    )
+
+
+def write_private_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
+    """A private key as PEM, readable by its owner only."""
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    path.chmod(0o600)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyPair:
+    """A certificate and its key on disk."""
+
+    cert_file: Path
+    key_file: Path
+    serial: int
+
+
+class CertificateAuthority:
+    """A throwaway CA that signs serving and client certificates into one directory."""
+
+    def __init__(
+        self,
+        directory: Path,
+        now: datetime.datetime | None = None,
+        name: str = "pyhami throwaway CA",
+    ) -> None:
+        self.directory = directory
+        self.now = now or datetime.datetime.now(datetime.UTC)
+        self._key = ec.generate_private_key(ec.SECP256R1())
+        self._name = _name(name)
+        self._cert = (
+            self._builder(self._name, self._key.public_key())
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(_CA_KEY_USAGE, critical=True)
+            .sign(self._key, hashes.SHA256())
+        )
+        self.pem = self._cert.public_bytes(serialization.Encoding.PEM)
+        self.cert_file = directory / "ca.crt"
+        self.cert_file.write_bytes(self.pem)
+
+    def _builder(
+        self, subject: x509.Name, public_key: ec.EllipticCurvePublicKey
+    ) -> x509.CertificateBuilder:
+        return (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(self._name)
+            .public_key(public_key)
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(self.now - datetime.timedelta(minutes=1))
+            .not_valid_after(self.now + _VALIDITY)
+        )
+
+    def _issue(
+        self,
+        stem: str,
+        subject: x509.Name,
+        usage: x509.ObjectIdentifier,
+        names: list[x509.GeneralName],
+    ) -> KeyPair:
+        key = ec.generate_private_key(ec.SECP256R1())
+        builder = self._builder(subject, key.public_key()).add_extension(
+            x509.ExtendedKeyUsage([usage]), critical=False
+        )
+        if names:
+            builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+        cert = builder.sign(self._key, hashes.SHA256())
+        pair = KeyPair(
+            self.directory / f"{stem}.crt", self.directory / f"{stem}.key", cert.serial_number
+        )
+        write_private_key(pair.key_file, key)
+        pair.cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        return pair
+
+    def serving(
+        self,
+        stem: str,
+        dns_names: tuple[str, ...] = ("localhost",),
+        ips: tuple[str, ...] = ("127.0.0.1",),
+    ) -> KeyPair:
+        """A server certificate for `dns_names` and `ips`."""
+        names: list[x509.GeneralName] = [x509.DNSName(name) for name in dns_names]
+        names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
+        subject = _name(dns_names[0] if dns_names else ips[0])
+        return self._issue(stem, subject, ExtendedKeyUsageOID.SERVER_AUTH, names)
+
+    def client(self, stem: str, user: str, groups: tuple[str, ...] = ()) -> KeyPair:
+        """A client certificate Kubernetes reads as `user` in `groups`."""
+        return self._issue(stem, _name(user, groups), ExtendedKeyUsageOID.CLIENT_AUTH, [])
 
 
 def write_serving_certificate(
@@ -55,46 +154,6 @@ def write_serving_certificate(
     dns_names: tuple[str, ...] = ("localhost",),
 ) -> ServingFiles:
     """A fresh CA and a certificate for 127.0.0.1 and `dns_names`, written under `directory`."""
-    now = now or datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = _name("pyhami throwaway CA")
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + _VALIDITY)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(_CA_KEY_USAGE, critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    names: list[x509.GeneralName] = [x509.DNSName(name) for name in dns_names]
-    names.append(x509.IPAddress(ipaddress.IPv4Address("127.0.0.1")))
-    serial = x509.random_serial_number()
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(_name(dns_names[0] if dns_names else "127.0.0.1"))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(serial)
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + _VALIDITY)
-        .add_extension(x509.SubjectAlternativeName(names), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key_file = directory / "tls.key"
-    cert_file = directory / "tls.crt"
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    key_file.chmod(0o600)
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    return ServingFiles(ca.public_bytes(serialization.Encoding.PEM), cert_file, key_file, serial)
+    ca = CertificateAuthority(directory, now)
+    pair = ca.serving("tls", dns_names)
+    return ServingFiles(ca.pem, pair.cert_file, pair.key_file, pair.serial)

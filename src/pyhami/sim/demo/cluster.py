@@ -9,6 +9,10 @@ What runs, each over its real protocol:
 * `SchedulerProcess` (extender, webhook, `/explain`, `/metrics`), its own API client;
 * `KubeSchedulerHarness` playing kube-scheduler: the `hami-scheduler` profile against the
   extender over HTTPS, and a `default-scheduler` profile for the pods that ask for no GPU;
+* or, given built Kubernetes binaries (`pyhami control-plane build`), Kubernetes' own etcd,
+  kube-apiserver, kube-controller-manager and kube-scheduler in place of the double and the
+  harness (`RealControlPlane`): the webhooks as a MutatingWebhookConfiguration, every component
+  with its own credentials (ServiceAccount tokens; nodes as `system:node:<name>`);
 * per node: a `DevicePlugin` on a `FakeNVML` registered with a `FakeKubelet` (gRPC on unix
   sockets), a `NodeAgent` (kubelet's pod lifecycle: Allocate per container, pod status) and a
   `MonitorService` reading the node's container regions, serving `/metrics`.
@@ -19,6 +23,7 @@ The tests in `tests/system` start this same stack.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import shutil
 import tempfile
@@ -29,10 +34,19 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from pyhami.controlplane import BuiltBinaries
 from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.deviceplugin.config import VgpuConfig
 from pyhami.deviceplugin.service import DevicePlugin, PluginOptions
-from pyhami.kube import AsyncService, KubeClient, SystemClock, cancel_and_wait, guarded_task
+from pyhami.kube import (
+    MUTATING_WEBHOOK_CONFIGURATIONS,
+    NODES,
+    AsyncService,
+    KubeClient,
+    SystemClock,
+    cancel_and_wait,
+    guarded_task,
+)
 from pyhami.model import NodeName
 from pyhami.monitor.pods import InformerPodSource
 from pyhami.monitor.service import MonitorService
@@ -45,7 +59,9 @@ from pyhami.testing import FakeGpu, FakeKubeAPIServer, FakeKubelet, FakeNVML
 from pyhami.testing.certs import ServingFiles, write_serving_certificate
 from pyhami.testing.fake_apiserver import ADMIN, service_account
 from pyhami.testing.node_agent import ContainerRuntime, NodeAgent
+from pyhami.testing.real_cluster import ExtenderTarget, RealControlPlane
 from pyhami.testing.scheduler_harness import ExtenderConfig, KubeSchedulerHarness
+from pyhami.testing.scheduler_harness.config import HAMI_NVIDIA_RESOURCES
 
 SCHEDULER_NAME = "hami-scheduler"
 DEFAULT_SCHEDULER_NAME = "default-scheduler"
@@ -74,6 +90,25 @@ class DemoWebhook:
     def rules(self) -> tuple[JsonObject, ...]:
         pods = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "*"}
         return ({"operations": list(self.operations), **pods},)
+
+    def configuration(self, base_url: str, ca_pem: bytes) -> JsonObject:
+        """The entry of a MutatingWebhookConfiguration, as the chart writes it."""
+        webhook: JsonObject = {
+            "name": self.name,
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": "Fail",
+            "matchPolicy": "Equivalent",
+            "timeoutSeconds": 10,
+            "clientConfig": {
+                "url": f"{base_url}{self.path}",
+                "caBundle": base64.b64encode(ca_pem).decode(),
+            },
+            "rules": list(self.rules),
+        }
+        if self.object_selector is not None:
+            webhook["objectSelector"] = self.object_selector
+        return webhook
 
 
 NOT_IGNORED = {
@@ -139,6 +174,7 @@ class DemoCluster(AsyncService):
         *,
         progress: Progress = _quiet,
         runtime: ContainerRuntime | None = None,
+        kubernetes: BuiltBinaries | None = None,
     ) -> None:
         self.settings = settings
         # unix socket paths are limited to ~107 bytes: keep the root short.
@@ -146,7 +182,10 @@ class DemoCluster(AsyncService):
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="pyhami-demo-", dir="/tmp"))
         self.progress = progress
         self.runtime = runtime
-        self.api = FakeKubeAPIServer(bookmark_interval_s=0.5)
+        self._api = FakeKubeAPIServer(bookmark_interval_s=0.5) if kubernetes is None else None
+        self.real = (
+            None if kubernetes is None else RealControlPlane(kubernetes, self.workdir / "k8s")
+        )
         self.nodes: list[DemoNode] = []
         self._stop = asyncio.Event()
         self._clients: list[KubeClient] = []
@@ -156,6 +195,16 @@ class DemoCluster(AsyncService):
         self._tls: ServingFiles | None = None
 
     # ----- what callers use -----------------------------------------------------------------
+
+    @property
+    def api(self) -> FakeKubeAPIServer:
+        if self._api is None:
+            raise RuntimeError("this demo cluster runs Kubernetes' own control plane, no double")
+        return self._api
+
+    @property
+    def api_url(self) -> str:
+        return self.real.url if self.real is not None else self.api.url
 
     @property
     def scheduler(self) -> SchedulerProcess:
@@ -196,8 +245,11 @@ class DemoCluster(AsyncService):
 
     # ----- lifecycle ------------------------------------------------------------------------
 
-    def _new_client(self, user: str) -> KubeClient:
-        client = KubeClient(self.api.configuration(user))
+    async def _new_client(self, user: str) -> KubeClient:
+        if self.real is not None:
+            client = await KubeClient.from_kubeconfig(str(await self.real.kubeconfig_of(user)))
+        else:
+            client = KubeClient(self.api.configuration(user))
         self._clients.append(client)
         return client
 
@@ -217,13 +269,27 @@ class DemoCluster(AsyncService):
         asyncio.get_running_loop().set_default_executor(
             ThreadPoolExecutor(max_workers=workers, thread_name_prefix="demo")
         )
-        await self.api.start()
-        self._new_client(ADMIN)  # the user's
-        self.progress(f"API server        {self.api.url}")
+        if self.real is not None:
+            await self.real.start()
+            # Until the chart's own RBAC is applied here, our components are cluster admins.
+            for user in (SCHEDULER_USER, DEVICE_PLUGIN_USER):
+                await self.real.grant("cluster-admin", user)
+            self.progress(
+                f"API server        {self.real.url} (kube-apiserver "
+                f"{self.real.binaries.kubernetes_version}, etcd, kube-controller-manager; "
+                f"up in {self.real.started_in_s:.1f}s)"
+            )
+        else:
+            await self.api.start()
+            self.progress(f"API server        {self.api.url}")
+        await self._new_client(ADMIN)  # the user's
         await self._start_scheduler()
         for number, cards in enumerate(self.settings.node_cards(), start=1):
             self.nodes.append(await self._start_node(number, cards))
         await self._wait_nodes_known()
+        if self.real is not None:
+            await self._start_kube_scheduler(self.real)
+            return
         extender = ExtenderConfig.hami_chart(self.scheduler_url, ca_pem=self.ca_pem)
         self._harness = await self._start_profile(SCHEDULER_NAME, extender)
         # Pods that ask for no GPU keep kube-scheduler's own profile, without our extender.
@@ -233,12 +299,23 @@ class DemoCluster(AsyncService):
             f"and {DEFAULT_SCHEDULER_NAME}"
         )
 
+    async def _start_kube_scheduler(self, real: RealControlPlane) -> None:
+        ca_file = self.workdir / "scheduler-ca.crt"
+        ca_file.write_bytes(self.ca_pem)
+        await real.start_kube_scheduler(
+            ExtenderTarget(self.scheduler_url, ca_file, HAMI_NVIDIA_RESOURCES, SCHEDULER_NAME)
+        )
+        self.progress(
+            f"kube-scheduler    profiles {SCHEDULER_NAME} (our /filter, /bind over HTTPS) "
+            f"and {DEFAULT_SCHEDULER_NAME} (Kubernetes' own kube-scheduler)"
+        )
+
     async def _start_profile(
         self, name: str, extender: ExtenderConfig | None
     ) -> KubeSchedulerHarness:
         initial, maximum = self.settings.harness_backoff_s
         harness = KubeSchedulerHarness(
-            self._new_client(KUBE_SCHEDULER_USER),
+            await self._new_client(KUBE_SCHEDULER_USER),
             extender,
             scheduler_name=name,
             backoff_initial_s=initial,
@@ -261,20 +338,34 @@ class DemoCluster(AsyncService):
             trusted_writers=(SCHEDULER_USER, DEVICE_PLUGIN_USER),
         )
         self._scheduler = SchedulerProcess(
-            settings, self._new_client(SCHEDULER_USER), load_device_config(str(config_file))
+            settings, await self._new_client(SCHEDULER_USER), load_device_config(str(config_file))
         )
         await self._scheduler.start()
         await asyncio.wait_for(self._scheduler.synced.wait(), 30)
-        for hook in WEBHOOKS:
-            self.api.admission.register(
-                hook.name,
-                f"{self.scheduler_url}{hook.path}",
-                ca_bundle=self._tls.ca_pem,
-                failure_policy="Fail",
-                rules=hook.rules,
-                object_selector=hook.object_selector,
-            )
+        await self._register_webhooks(self._tls.ca_pem)
         self.progress(f"scheduler         {self.scheduler_url} (extender + webhook, TLS)")
+
+    async def _register_webhooks(self, ca_pem: bytes) -> None:
+        if self.real is None:
+            for hook in WEBHOOKS:
+                self.api.admission.register(
+                    hook.name,
+                    f"{self.scheduler_url}{hook.path}",
+                    ca_bundle=ca_pem,
+                    failure_policy="Fail",
+                    rules=hook.rules,
+                    object_selector=hook.object_selector,
+                )
+            return
+        configuration = {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": "pyhami-webhook"},
+            "webhooks": [hook.configuration(self.scheduler_url, ca_pem) for hook in WEBHOOKS],
+        }
+        await self.client.request(
+            "POST", MUTATING_WEBHOOK_CONFIGURATIONS.path(), body=configuration
+        )
 
     async def _start_node(self, number: int, cards: Sequence[FakeGpu]) -> DemoNode:
         name = node_name(number)
@@ -283,22 +374,14 @@ class DemoCluster(AsyncService):
         (hook / "vgpu" / "containers").mkdir(parents=True)
         if self.settings.libvgpu is not None:
             install_libvgpu(self.settings.libvgpu, hook / "vgpu")
-        await self.client.request(
-            "POST",
-            "/api/v1/nodes",
-            body={
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {"name": name, "labels": {"gpu": "on"}},
-                "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-            },
-        )
         nvml = FakeNVML.with_gpus(*cards)
         kubelet = FakeKubelet(root / "kubelet")
+        agent_client = await self._new_client(f"system:node:{name}")
+        agent = NodeAgent(agent_client, name, kubelet, resource=RESOURCE, runtime=self.runtime)
+        await agent.register_node({"gpu": "on"})  # kubelet registers its own Node
         await kubelet.start()
-        plugin_client = self._new_client(DEVICE_PLUGIN_USER)
-        monitor_client = self._new_client(DEVICE_PLUGIN_USER)
-        agent_client = self._new_client(f"system:node:{name}")
+        plugin_client = await self._new_client(DEVICE_PLUGIN_USER)
+        monitor_client = await self._new_client(DEVICE_PLUGIN_USER)
         mig_apply_lock = root / "hami" / "hami-mig-apply.lock"  # the node's /tmp/hami
         options = PluginOptions(
             node_name=name,
@@ -325,7 +408,6 @@ class DemoCluster(AsyncService):
             SystemClock(),
             mig_apply_lock=mig_apply_lock,
         )
-        agent = NodeAgent(agent_client, name, kubelet, resource=RESOURCE, runtime=self.runtime)
         node = DemoNode(name, nvml, hook, kubelet, plugin, agent, monitor, pods)
         node.tasks.append(
             guarded_task(plugin.run(self._stop), f"demo/{name}/device-plugin", may_finish=True)
@@ -353,7 +435,7 @@ class DemoCluster(AsyncService):
             while True:
                 registered = {
                     str(node["metadata"]["name"])
-                    for node in self.api.store.items("nodes")
+                    for node in (await self.client.list(NODES)).items
                     if KEY_NODE_NVIDIA_REGISTER in (node["metadata"].get("annotations") or {})
                 }
                 ledger = {str(n) for n in self.scheduler.state.ledger.node_names()}
@@ -383,6 +465,9 @@ class DemoCluster(AsyncService):
             await self._scheduler.stop()
         for client in self._clients:
             await client.close()
-        await self.api.stop()
+        if self.real is not None:
+            await self.real.stop()
+        else:
+            await self.api.stop()
         if self._owns_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
