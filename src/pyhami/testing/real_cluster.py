@@ -64,8 +64,11 @@ SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 SERVICE_CIDR = "10.96.0.0/16"
 # kube-controller-manager's controllers the tests rely on: ServiceAccounts (pods need their
 # namespace's `default` one), namespace deletion, ResourceQuota status, ownerReference cleanup,
-# and the aggregation that fills the admin, edit and view ClusterRoles.
+# the aggregation that fills the admin, edit and view ClusterRoles, and node lifecycle (a new
+# Node is tainted not-ready at admission; this lifts the taint once the node reports Ready and
+# renews its Lease, and taints it again when the heartbeat stops).
 CONTROLLERS = (
+    "nodelifecycle",
     "serviceaccount",
     "namespace",
     "resourcequota",
@@ -315,6 +318,7 @@ class RealControlPlane(AsyncService):
 
     async def start(self) -> None:
         started = time.monotonic()
+        self.workdir.mkdir(parents=True, exist_ok=True)
         try:
             self._ca = CertificateAuthority(self.workdir, name="pyhami control-plane CA")
             await self._start_etcd()
@@ -445,6 +449,7 @@ class RealControlPlane(AsyncService):
                 f"--secure-port={port}",
                 f"--controllers={','.join(CONTROLLERS)}",
                 "--use-service-account-credentials=true",
+                "--node-monitor-period=1s",  # a new node is schedulable within a second
                 f"--root-ca-file={self.ca.cert_file}",
                 "--leader-elect=false",
                 "--profiling=false",

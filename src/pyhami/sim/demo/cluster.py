@@ -137,6 +137,13 @@ def _quiet(_message: str) -> None:
     return None
 
 
+def _unschedulable(node: JsonObject) -> bool:
+    """A NoSchedule taint: on Kubernetes' own control plane a new Node carries `not-ready`
+    until the node lifecycle controller sees it Ready."""
+    taints = (node.get("spec") or {}).get("taints") or ()
+    return any(taint.get("effect") == "NoSchedule" for taint in taints)
+
+
 def install_libvgpu(library: Path, vgpu_dir: Path) -> None:
     """What HAMi's device-plugin container does at start: the library and the preload file
     (naming the library where containers see it) into `<hook path>/vgpu`."""
@@ -428,7 +435,8 @@ class DemoCluster(AsyncService):
         return node
 
     async def _wait_nodes_known(self) -> None:
-        """Until every node's GPUs are registered and the scheduler has them in its ledger."""
+        """Until every node's GPUs are registered, the scheduler has them in its ledger, and
+        kube-scheduler may place pods there."""
         names = {node.name for node in self.nodes}
 
         async def known() -> None:
@@ -437,6 +445,7 @@ class DemoCluster(AsyncService):
                     str(node["metadata"]["name"])
                     for node in (await self.client.list(NODES)).items
                     if KEY_NODE_NVIDIA_REGISTER in (node["metadata"].get("annotations") or {})
+                    and not _unschedulable(node)
                 }
                 ledger = {str(n) for n in self.scheduler.state.ledger.node_names()}
                 if names <= registered and names <= ledger:
