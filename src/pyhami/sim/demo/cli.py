@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import signal
 import sys
@@ -23,6 +24,7 @@ from pyhami.sim.demo.report import outcome_table, progress_line, summary_line
 from pyhami.sim.demo.settings import DemoSettings
 
 if TYPE_CHECKING:
+    from pyhami.controlplane import BuiltBinaries
     from pyhami.sim.demo.cluster import DemoCluster
 
 
@@ -45,10 +47,18 @@ def _endpoints(cluster: DemoCluster, pods: list[JsonObject]) -> str:
     ca = cluster.workdir / "ca.crt"
     ca.write_bytes(cluster.ca_pem)
     last = pods[-1]["metadata"]
+    if cluster.real is not None:
+        kubectl = f"{cluster.real.kubectl} --kubeconfig={cluster.real.admin_kubeconfig}"
+        access = [
+            f"  admin kubeconfig   {cluster.real.admin_kubeconfig}",
+            f"  pods               {kubectl} get pods -A -o wide",
+        ]
+    else:
+        access = [f"  pods               curl -s {cluster.api.url}/api/v1/pods"]
     lines = [
         "",
         "The cluster keeps running (Ctrl-C stops it):",
-        f"  pods               curl -s {cluster.api.url}/api/v1/pods",
+        *access,
         f"  explain            curl -s --cacert {ca} "
         f"'{cluster.scheduler_url}/explain?pod={last['namespace']}/{last['name']}'",
         f"  scheduler metrics  curl -s {cluster.scheduler_metrics_url}",
@@ -65,14 +75,27 @@ async def _wait_for_signal() -> None:
     await stop.wait()
 
 
-async def run_demo(settings: DemoSettings, pods: list[JsonObject], keep_running: bool) -> int:
-    """The whole demo; returns how many pods ended neither Running nor unschedulable."""
+async def run_demo(
+    settings: DemoSettings,
+    pods: list[JsonObject],
+    keep_running: bool,
+    kubernetes: BuiltBinaries | None = None,
+) -> int:
+    """The whole demo; returns how many pods ended neither Running nor unschedulable.
+    With `kubernetes`, on Kubernetes' own control plane built from those binaries."""
     from pyhami.sim.demo.cluster import DemoCluster
     from pyhami.sim.demo.run import submit_all
 
     started = time.monotonic()
-    _say(f"Starting a {settings.nodes}-node demo cluster on localhost (no Kubernetes, no GPU):")
-    async with DemoCluster(settings, progress=lambda line: _say(f"  {line}")) as cluster:
+    plane = (
+        "Kubernetes' own control plane, no GPU"
+        if kubernetes is not None
+        else "no Kubernetes, no GPU"
+    )
+    _say(f"Starting a {settings.nodes}-node demo cluster on localhost ({plane}):")
+    async with DemoCluster(
+        settings, progress=lambda line: _say(f"  {line}"), kubernetes=kubernetes
+    ) as cluster:
         _say(f"Ready in {time.monotonic() - started:.1f}s. Submitting {len(pods)} pods in order:")
         results = await submit_all(cluster, pods, lambda r: _say(progress_line(r)))
         _say("")
@@ -82,6 +105,22 @@ async def run_demo(settings: DemoSettings, pods: list[JsonObject], keep_running:
             _say(_endpoints(cluster, pods))
             await _wait_for_signal()
     return sum(1 for r in results if r.phase not in ("Running", "Pending"))
+
+
+class ControlPlane(enum.StrEnum):
+    EMBEDDED = "embedded"
+    REAL = "real"
+
+
+def _built_kubernetes() -> BuiltBinaries:
+    """The pinned release's binaries, built first when they are not (progress on stdout)."""
+    from pyhami.controlplane import BuildError, build_control_plane
+
+    try:
+        return build_control_plane(progress=lambda line: _say(f"  control-plane build: {line}"))
+    except BuildError as err:
+        typer.echo(f"pyhami demo: {err}", err=True)
+        raise typer.Exit(2) from err
 
 
 def demo(
@@ -95,11 +134,21 @@ def demo(
         bool, typer.Option("--keep-running", help="leave the cluster up and print its URLs")
     ] = False,
     verbose: Annotated[bool, typer.Option("--verbose", help="show the services' logs")] = False,
+    *,
+    control_plane: Annotated[
+        ControlPlane,
+        typer.Option(
+            "--control-plane",
+            help="embedded: an API server double and a kube-scheduler harness (no Go needed); "
+            "real: Kubernetes' own binaries (built by `pyhami control-plane build` on first use)",
+        ),
+    ] = ControlPlane.EMBEDDED,
 ) -> None:
     """Run the whole pyhami system on localhost with simulated GPU nodes and example pods.
 
     Exit status: 0 when every pod ran or was explained as unschedulable, 1 when one was refused
-    or failed, 2 for bad options or an unusable pod file.
+    or failed, 2 for bad options, an unusable pod file, or Kubernetes' binaries that cannot be
+    built (`--control-plane real`).
     """
     try:
         settings = DemoSettings(nodes=nodes, gpus=gpus)
@@ -108,7 +157,8 @@ def demo(
         typer.echo(f"pyhami demo: {err}", err=True)
         raise typer.Exit(2) from err
     _quiet_logs(verbose)
+    kubernetes = _built_kubernetes() if control_plane is ControlPlane.REAL else None
     with contextlib.suppress(KeyboardInterrupt):
-        failed = asyncio.run(run_demo(settings, pod_list, keep_running))
+        failed = asyncio.run(run_demo(settings, pod_list, keep_running, kubernetes))
         if failed:
             raise typer.Exit(1)

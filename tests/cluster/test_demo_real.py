@@ -1,0 +1,81 @@
+"""`pyhami demo --control-plane real`: the demo's pods on Kubernetes' own control plane land
+where they land on the embedded one, and `--keep-running` hands the user a kubeconfig."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+from typer.testing import CliRunner
+
+from pyhami.cli import app
+from pyhami.controlplane import BuiltBinaries
+
+TIMING = re.compile(r" \(\d+\.\d+s\)$")
+
+
+def placements(output: str) -> list[str]:
+    """Each pod's progress line without its timing, and the table's pod and card rows."""
+    lines = output.splitlines()
+    progress = [TIMING.sub("", line) for line in lines if line.startswith(("  ok ", "  -- "))]
+    table = lines[lines.index(next(line for line in lines if line.startswith("POD "))) :]
+    rows = [line for line in table if line.strip() and not line.startswith("      ")]
+    return progress + rows[: rows.index(next(r for r in rows if r.startswith("15 pods")))]
+
+
+def test_the_demo_places_every_pod_as_on_the_embedded_control_plane(
+    kubernetes: BuiltBinaries,
+) -> None:
+    real = CliRunner().invoke(app, ["demo", "--control-plane", "real"])
+    assert real.exit_code == 0, real.output
+    assert "Kubernetes' own control plane" in real.output
+    assert "15 pods: 13 running, 2 not schedulable" in real.output
+    # the reason comes from Kubernetes' kube-scheduler, carrying our words
+    assert "kube-scheduler: 0/3 nodes are available: 3 4/4 CardInsufficientMemory." in real.output
+    embedded = CliRunner().invoke(app, ["demo"])
+    assert embedded.exit_code == 0, embedded.output
+    assert placements(real.output) == placements(embedded.output)
+
+
+def test_keep_running_prints_the_admin_kubeconfig_for_kubectl(kubernetes: BuiltBinaries) -> None:
+    command = [
+        sys.executable, "-c", "from pyhami.cli import main; main()",
+        "demo", "--nodes", "1", "--control-plane", "real", "--keep-running",
+    ]  # fmt: skip
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment
+    ) as demo:
+        assert demo.stdout is not None
+        try:
+            kubeconfig = _kubeconfig_line(demo.stdout)
+            done = subprocess.run(
+                [str(kubernetes.path("kubectl")), f"--kubeconfig={kubeconfig}", "get", "pods"],
+                capture_output=True, text=True, check=False, timeout=60,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            assert "slice-3g-30pct" in done.stdout
+        finally:
+            demo.send_signal(signal.SIGINT)
+            demo.wait(timeout=60)
+    assert demo.returncode == 0
+    assert not kubeconfig.exists()  # Ctrl-C removed the cluster and its folder
+
+
+def _kubeconfig_line(output: IO[str], timeout_s: float = 120) -> Path:
+    """The path on the first output line that names the kubeconfig."""
+    deadline = time.monotonic() + timeout_s
+    seen = []
+    while time.monotonic() < deadline:
+        line = output.readline()
+        assert line, "the demo ended early:\n" + "".join(seen)
+        seen.append(line)
+        if "kubeconfig" in line:
+            path = Path(line.split()[-1])
+            assert path.is_file(), "".join(seen)
+            return path
+    raise AssertionError("no kubeconfig line:\n" + "".join(seen))
