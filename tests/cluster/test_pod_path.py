@@ -9,7 +9,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from pyhami.controlplane import BuiltBinaries
-from pyhami.kube import EVENTS, Forbidden, JsonObject, KubeClient, KubeError, NotFound
+from pyhami.kube import (
+    EVENTS,
+    RESOURCE_QUOTAS,
+    Forbidden,
+    JsonObject,
+    KubeClient,
+    KubeError,
+    NotFound,
+)
 from pyhami.protocol import KEY_NVIDIA_ALLOCATED, KEY_VGPU_NODE
 from pyhami.sim.demo.cluster import SCHEDULER_NAME, DemoCluster
 from pyhami.sim.demo.settings import DemoSettings, card_uuid
@@ -205,3 +213,34 @@ async def test_pods_asking_for_no_gpu_keep_the_default_scheduler(cluster: DemoCl
     bound = await running(cluster.client, "web")
     assert bound["spec"]["nodeName"] in {"gpu-node-1", "gpu-node-2"}
     assert KEY_NVIDIA_ALLOCATED not in (bound["metadata"].get("annotations") or {})
+
+
+async def test_a_resource_quota_on_gpu_memory_refuses_what_it_cannot_hold(
+    cluster: DemoCluster,
+) -> None:
+    quota = {"metadata": {"name": "gpu"}, "spec": {"hard": {"limits.nvidia.com/gpumem": "4000"}}}
+    created = await cluster.client.create(RESOURCE_QUOTAS, quota, NS)
+    # the real API server keeps the HAMi-style key (a qualified name is a valid quota resource)
+    # and writes the quantity in canonical form
+    assert created["spec"]["hard"] == {"limits.nvidia.com/gpumem": "4k"}
+    async with asyncio.timeout(10):
+        while cluster.scheduler.state.quotas.limit(NS) is None:
+            await asyncio.sleep(0.05)
+
+    await cluster.client.create_pod(NS, pod("first", gpu_container("main", 3000)))
+    await running(cluster.client, "first")
+    # our webhook refuses what the quota cannot hold, through the real admission chain
+    second = pod("second", gpu_container("main", 2000))
+    with pytest.raises(
+        Forbidden, match=r'webhook "vgpu\.hami\.io" denied .* exceeding resource quota'
+    ):
+        await cluster.client.create_pod(NS, second)
+
+    # once the first pod is gone its memory is back in the quota
+    await cluster.client.delete_pod(NS, "first")
+    await gone(cluster.client, "first")
+    async with asyncio.timeout(10):
+        while cluster.scheduler.state.ledger.namespace_usage(NS) != (0, 0):
+            await asyncio.sleep(0.05)
+    await cluster.client.create_pod(NS, second)
+    await running(cluster.client, "second")
