@@ -1,11 +1,21 @@
-"""The real-control-plane tier: Kubernetes' own binaries, built (or reused) once per session.
+"""The real-control-plane tier: Kubernetes' own binaries, built (or reused) once per session,
+and the chart's RBAC that our components run under there.
 
 Never skipped: without the binaries the session builds them with `pyhami control-plane build`
 (which needs Go and the Go module proxy the first time); a build that fails fails the tests."""
 
+import subprocess
+from pathlib import Path
+from typing import Any
+
 import pytest
+import yaml
 
 from pyhami.controlplane import BuildError, BuiltBinaries, build_control_plane
+from pyhami.sim.demo.cluster import COMPONENT_NAMESPACE
+
+CHART = Path(__file__).resolve().parents[2] / "charts" / "pyhami"
+RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 
 
 @pytest.fixture(scope="session")
@@ -15,3 +25,19 @@ def kubernetes() -> BuiltBinaries:
         return build_control_plane(progress=lines.append)
     except BuildError as err:
         pytest.fail(f"pyhami control-plane build failed: {err}\n" + "\n".join(lines))
+
+
+def render_chart(*values: str) -> list[dict[str, Any]]:
+    """The chart as helm renders it into the demo's component namespace; its accounts are
+    named as the demo's components (pyhami-scheduler, pyhami-device-plugin)."""
+    sets = [flag for value in ("fullnameOverride=pyhami", *values) for flag in ("--set", value)]
+    command = ["helm", "template", "pyhami", str(CHART), "--namespace", COMPONENT_NAMESPACE]
+    done = subprocess.run([*command, *sets], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        pytest.fail(f"helm template failed:\n{done.stderr}")
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+@pytest.fixture(scope="session")
+def chart_rbac() -> list[dict[str, Any]]:
+    return [obj for obj in render_chart() if obj["kind"] in RBAC_KINDS]

@@ -61,6 +61,11 @@ async def test_it_starts_judges_identities_and_stops_cleanly(kubernetes: BuiltBi
         )
         with pytest.raises(Forbidden, match="system:serviceaccount:kube-system:pyhami-scheduler"):
             await account.list(PODS)
+        # the audit log shows the refusal (the cluster tier holds our components to it)
+        [refused] = plane.refused_requests({"system:serviceaccount:kube-system:pyhami-scheduler"})
+        assert refused.startswith(
+            "system:serviceaccount:kube-system:pyhami-scheduler list /api/v1/pods?limit=500 -> 403"
+        )
         await plane.grant("view", "system:serviceaccount:kube-system:pyhami-scheduler")
         listed = await eventually_allowed(lambda: account.list(PODS))
         assert [p["metadata"]["name"] for p in listed.items] == ["anywhere"]

@@ -19,16 +19,29 @@ from pyhami.kube import (
     NotFound,
 )
 from pyhami.protocol import KEY_NVIDIA_ALLOCATED, KEY_VGPU_NODE
-from pyhami.sim.demo.cluster import SCHEDULER_NAME, DemoCluster
+from pyhami.sim.demo.cluster import (
+    DEVICE_PLUGIN_USER,
+    SCHEDULER_NAME,
+    SCHEDULER_USER,
+    DemoCluster,
+)
 from pyhami.sim.demo.settings import DemoSettings, card_uuid
 
 NS = "default"
 
 
 @pytest.fixture
-async def cluster(kubernetes: BuiltBinaries) -> AsyncIterator[DemoCluster]:
-    async with DemoCluster(DemoSettings(nodes=2, gpus=2), kubernetes=kubernetes) as demo:
+async def cluster(
+    kubernetes: BuiltBinaries, chart_rbac: list[JsonObject]
+) -> AsyncIterator[DemoCluster]:
+    """The demo's stack on the real control plane, our components under the chart's RBAC:
+    any request of theirs that the real authorizer refuses fails the test."""
+    settings = DemoSettings(nodes=2, gpus=2)
+    async with DemoCluster(settings, kubernetes=kubernetes, rbac=chart_rbac) as demo:
         yield demo
+        assert demo.real is not None
+        refused = demo.real.refused_requests({SCHEDULER_USER, DEVICE_PLUGIN_USER})
+        assert refused == [], "our components were refused:\n" + "\n".join(refused)
 
 
 def gpu_container(name: str, memory_mib: int, gpus: int = 1) -> JsonObject:
@@ -129,10 +142,14 @@ async def test_a_pod_that_cannot_fit_gets_kube_schedulers_event_with_our_reason(
     assert event["type"] == "Warning"
     assert "0/2 nodes are available" in event["message"]
     assert "CardInsufficientMemory" in event["message"]
+    async with asyncio.timeout(10):  # the condition is written apart from the event
+        while not (await cluster.client.get_pod(NS, "too-big"))["status"].get("conditions"):
+            await asyncio.sleep(0.05)
     current = await cluster.client.get_pod(NS, "too-big")
     assert not current["spec"].get("nodeName")
     [condition] = [c for c in current["status"]["conditions"] if c["type"] == "PodScheduled"]
     assert (condition["status"], condition["reason"]) == ("False", "Unschedulable")
+    assert "CardInsufficientMemory" in condition["message"]
 
 
 async def test_init_and_app_containers_each_get_their_own_allocation(

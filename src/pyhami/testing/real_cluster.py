@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -37,7 +38,7 @@ import socket
 import ssl
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,6 +76,14 @@ CONTROLLERS = (
     "garbagecollector",
     "clusterrole-aggregation",
 )
+# Every request's who, what and answer code (no bodies), once it is answered: the tests hold
+# our components' requests against RBAC with it.
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived", "ResponseStarted"],
+    "rules": [{"level": "Metadata"}],
+}
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 10.0
 LOG_TAIL_LINES = 15
@@ -224,6 +233,45 @@ class RealControlPlane(AsyncService):
     @property
     def kubectl(self) -> Path:
         return self.binaries.path("kubectl")
+
+    @property
+    def audit_log(self) -> Path:
+        return self.workdir / "audit.log"
+
+    def audit_events(self) -> list[JsonObject]:
+        """Every request kube-apiserver answered so far, as audit events."""
+        try:
+            text = self.audit_log.read_text()
+        except FileNotFoundError:
+            return []
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    def refused_requests(self, users: Collection[str]) -> list[str]:
+        """`user verb uri -> code message` of each request of `users` that RBAC or admission
+        refused with 403."""
+        return [
+            f"{e['user']['username']} {e['verb']} {e['requestURI']} -> 403 "
+            f"{(e.get('responseStatus') or {}).get('message', '')}"
+            for e in self.audit_events()
+            if e["user"]["username"] in users and (e.get("responseStatus") or {}).get("code") == 403
+        ]
+
+    async def apply(self, objects: Sequence[JsonObject], *, dry_run: bool = False) -> str:
+        """`kubectl apply` of `objects` as the admin (server-side dry run when asked); raises
+        ControlPlaneError with kubectl's message when the API server refuses one."""
+        args = ["apply", "-f", "-"] + (["--dry-run=server"] if dry_run else [])
+        process = await asyncio.create_subprocess_exec(
+            str(self.kubectl),
+            f"--kubeconfig={self.admin_kubeconfig}",
+            *args,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await process.communicate(yaml.safe_dump_all(objects).encode())
+        if process.returncode != 0:
+            raise ControlPlaneError(f"kubectl {' '.join(args)} failed: {err.decode().strip()}")
+        return out.decode()
 
     def kubeconfig_for(self, user: str, groups: tuple[str, ...] = ()) -> Path:
         """A kubeconfig with a client certificate for `user` in `groups` (written once)."""
@@ -408,6 +456,8 @@ class RealControlPlane(AsyncService):
         signing_key = self.workdir / "sa.key"
         public_key = self.workdir / "sa.pub"
         _write_signing_key(signing_key, public_key)
+        audit_policy = self.workdir / "audit-policy.yaml"
+        audit_policy.write_text(yaml.safe_dump(AUDIT_POLICY))
         port = self.ports.apiserver
         process = await self._spawn(
             "kube-apiserver",
@@ -426,8 +476,12 @@ class RealControlPlane(AsyncService):
                 f"--service-account-key-file={public_key}",
                 f"--service-account-signing-key-file={signing_key}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--allow-privileged=true",  # as kubeadm sets it: the device plugin runs privileged
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",
+                f"--audit-policy-file={audit_policy}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-mode=blocking",  # a request is in the log before it is answered
             ],
             ports=(port,),
         )

@@ -182,6 +182,7 @@ class DemoCluster(AsyncService):
         progress: Progress = _quiet,
         runtime: ContainerRuntime | None = None,
         kubernetes: BuiltBinaries | None = None,
+        rbac: Sequence[JsonObject] = (),
     ) -> None:
         self.settings = settings
         # unix socket paths are limited to ~107 bytes: keep the root short.
@@ -190,6 +191,7 @@ class DemoCluster(AsyncService):
         self.progress = progress
         self.runtime = runtime
         self._api = FakeKubeAPIServer(bookmark_interval_s=0.5) if kubernetes is None else None
+        self._rbac = tuple(rbac)  # objects to apply on the real control plane (the chart's RBAC)
         self.real = (
             None if kubernetes is None else RealControlPlane(kubernetes, self.workdir / "k8s")
         )
@@ -278,9 +280,11 @@ class DemoCluster(AsyncService):
         )
         if self.real is not None:
             await self.real.start()
-            # Until the chart's own RBAC is applied here, our components are cluster admins.
-            for user in (SCHEDULER_USER, DEVICE_PLUGIN_USER):
-                await self.real.grant("cluster-admin", user)
+            if self._rbac:
+                await self.real.apply(self._rbac)
+            else:  # without the chart's rules (the tests render them), they are cluster admins
+                for user in (SCHEDULER_USER, DEVICE_PLUGIN_USER):
+                    await self.real.grant("cluster-admin", user)
             self.progress(
                 f"API server        {self.real.url} (kube-apiserver "
                 f"{self.real.binaries.kubernetes_version}, etcd, kube-controller-manager; "
