@@ -11,11 +11,31 @@ from typing import Any
 import pytest
 import yaml
 
-from pyhami.controlplane import BuildError, BuiltBinaries, build_control_plane
+from pyhami.controlplane import (
+    KUBERNETES_VERSION,
+    BuildError,
+    BuiltBinaries,
+    build_control_plane,
+    default_cache_root,
+    find_built,
+)
 from pyhami.sim.demo.cluster import COMPONENT_NAMESPACE
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "pyhami"
+HERE = Path(__file__).resolve().parent
+FIRST_BUILD_TIMEOUT_S = 3600  # a cold build is minutes of compiling (13 on 2 cores)
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """When the binaries are not built yet, the first test of this tier builds them in its
+    setup: that test alone gets the time a cold build takes."""
+    if find_built(KUBERNETES_VERSION, default_cache_root()) is not None:
+        return
+    for item in items:
+        if HERE in item.path.parents and "kubernetes" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.timeout(FIRST_BUILD_TIMEOUT_S))
+            return
 
 
 @pytest.fixture(scope="session")
