@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -39,7 +40,7 @@ import ssl
 import tempfile
 import time
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -120,11 +121,26 @@ class _Process:
         return "\n".join(lines[-LOG_TAIL_LINES:])
 
 
+def _ephemeral_floor() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    """A port nothing listens on now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port nothing listens on now, below the ephemeral range: the processes bind it a few
+    seconds later, and a port the OS hands out as a connection's source meanwhile is taken."""
+    floor = _ephemeral_floor()
+    for _ in range(100):
+        port = random.randrange(max(1024, floor - 12000), floor)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise ControlPlaneError("no free port below the ephemeral range")
 
 
 def port_is_open(port: int) -> bool:
@@ -195,13 +211,20 @@ def scheduler_configuration(
     }
 
 
-@dataclass
 class _Ports:
-    etcd_client: int = field(default_factory=free_port)
-    etcd_peer: int = field(default_factory=free_port)
-    apiserver: int = field(default_factory=free_port)
-    controller_manager: int = field(default_factory=free_port)
-    scheduler: int = field(default_factory=free_port)
+    """The control plane's ports, all different."""
+
+    def __init__(self) -> None:
+        picked: set[int] = set()
+        while len(picked) < 5:
+            picked.add(free_port())
+        (
+            self.etcd_client,
+            self.etcd_peer,
+            self.apiserver,
+            self.controller_manager,
+            self.scheduler,
+        ) = sorted(picked)
 
 
 class RealControlPlane(AsyncService):
