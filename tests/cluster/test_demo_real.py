@@ -1,8 +1,7 @@
-"""`pyhami demo --control-plane real`: the demo's pods on Kubernetes' own control plane land
-where they land on the embedded one, and `--keep-running` hands the user a kubeconfig."""
+"""`pyhami demo --control-plane real`: the demo's pods on Kubernetes' own control plane, and
+`--keep-running` hands the user a kubeconfig for the built kubectl."""
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -15,30 +14,19 @@ from typer.testing import CliRunner
 from pyhami.cli import app
 from pyhami.controlplane import BuiltBinaries
 
-TIMING = re.compile(r" \(\d+\.\d+s\)$")
 
-
-def placements(output: str) -> list[str]:
-    """Each pod's progress line without its timing, and the table's pod and card rows."""
-    lines = output.splitlines()
-    progress = [TIMING.sub("", line) for line in lines if line.startswith(("  ok ", "  -- "))]
-    table = lines[lines.index(next(line for line in lines if line.startswith("POD "))) :]
-    rows = [line for line in table if line.strip() and not line.startswith("      ")]
-    return progress + rows[: rows.index(next(r for r in rows if r.startswith("15 pods")))]
-
-
-def test_the_demo_places_every_pod_as_on_the_embedded_control_plane(
+def test_the_demo_runs_its_pods_on_kubernetes_own_control_plane(
     kubernetes: BuiltBinaries,
 ) -> None:
+    """(test_parity.py holds each pod's outcome equal to the embedded control plane's.)"""
     real = CliRunner().invoke(app, ["demo", "--control-plane", "real"])
     assert real.exit_code == 0, real.output
     assert "Kubernetes' own control plane" in real.output
+    assert "(kube-apiserver v1.37.2, etcd, kube-controller-manager;" in real.output
+    assert "  ok   two-whole-cards        -> gpu-node-2, 2 cards" in real.output
     assert "15 pods: 13 running, 2 not schedulable" in real.output
     # the reason comes from Kubernetes' kube-scheduler, carrying our words
     assert "kube-scheduler: 0/3 nodes are available: 3 4/4 CardInsufficientMemory." in real.output
-    embedded = CliRunner().invoke(app, ["demo"])
-    assert embedded.exit_code == 0, embedded.output
-    assert placements(real.output) == placements(embedded.output)
 
 
 def test_keep_running_prints_the_admin_kubeconfig_for_kubectl(kubernetes: BuiltBinaries) -> None:
