@@ -60,7 +60,7 @@ elif args[:2] == ["mod", "download"]:
     if fail == "fetch":
         print(json.dumps({{"Path": "k8s.io/kubernetes", "Error": "k8s.io/kubernetes@v1.37.2: "
               "reading https://proxy.golang.org/k8s.io/kubernetes/@v/v1.37.2.info: "
-              "404 Not Found"}}))
+              "404 Not Found\\n\\tserver response: not found"}}))
         sys.exit(1)
     print(json.dumps({{"Path": "k8s.io/kubernetes", "GoMod": os.environ["FAKE_GO_GOMOD"]}}))
 elif args[:1] == ["build"]:
@@ -219,7 +219,7 @@ def test_a_module_the_proxy_cannot_give_is_named(fake_go: dict[str, str]) -> Non
     assert line.startswith(
         "pyhami control-plane build: cannot fetch module k8s.io/kubernetes@v1.37.2: "
     )
-    assert "404 Not Found" in line
+    assert line.endswith("404 Not Found server response: not found")
 
 
 def test_a_dependency_the_build_cannot_download_is_named(fake_go: dict[str, str]) -> None:

@@ -254,7 +254,7 @@ def _fetch_kubernetes_gomod(go: str, kubernetes_version: str, workdir: Path) -> 
         answer = {}
     if answer.get("Error") or done.returncode != 0 or not answer.get("GoMod"):
         why = answer.get("Error") or _error_line(done.stderr)
-        raise BuildError(f"cannot fetch module {module}: {why}")
+        raise BuildError(f"cannot fetch module {module}: {' '.join(str(why).split())}")
     return Path(answer["GoMod"]).read_text()
 
 
