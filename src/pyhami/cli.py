@@ -12,6 +12,7 @@ from pyhami.chart.cli import chart_app
 from pyhami.cli_annotations import annotations_app
 from pyhami.cli_errors import USAGE_EXIT
 from pyhami.cli_habits import VersionOption, command_group
+from pyhami.controlplane.cli import control_plane_app
 from pyhami.deviceplugin.cli import device_plugin
 from pyhami.monitor.cli import MONITOR_CONTEXT, monitor
 from pyhami.scheduler.cli import scheduler
@@ -44,6 +45,7 @@ app.command("monitor", context_settings=MONITOR_CONTEXT)(monitor)
 app.command("scheduler")(scheduler)
 app.add_typer(annotations_app)
 app.add_typer(chart_app)
+app.add_typer(control_plane_app)
 
 
 def main(argv: Sequence[str] | None = None, prog_name: str = "pyhami") -> None:

@@ -21,6 +21,7 @@ from pyhami.kube import (
     PatchType,
     ServerError,
 )
+from pyhami.kube.client import proxy_from_environment
 from pyhami.testing import FakeKubeAPIServer
 
 from .builders import pod
@@ -209,3 +210,36 @@ async def test_patch_bodies_are_checked_before_sending(kube: KubeClient) -> None
         await kube.patch(NODES, "n1", {"a": 1}, patch_type=PatchType.JSON)
     with pytest.raises(TypeError, match="JSON object"):
         await kube.patch(NODES, "n1", [{"op": "remove", "path": "/a"}])
+
+
+async def test_proxy_settings_are_read_once_not_on_every_request(
+    apiserver: FakeKubeAPIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aiohttp with trust_env looks up proxies and ~/.netrc in a worker thread on every call;
+    like client-go, the client reads the environment once, when it is made."""
+    import aiohttp.client
+
+    lookups: list[str] = []
+    real_lookup = aiohttp.client.get_env_proxy_for_url
+
+    def counted(url: object) -> object:
+        lookups.append(str(url))
+        return real_lookup(url)
+
+    monkeypatch.setattr(aiohttp.client, "get_env_proxy_for_url", counted)
+    async with KubeClient(apiserver.configuration(), timeout_s=5) as client:
+        for name in ("a", "b", "c"):
+            await client.create_pod("default", pod(name))
+        await client.list_pods()
+    assert lookups == []
+
+
+def test_the_environment_proxy_is_taken_at_start_and_no_proxy_honoured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    monkeypatch.setenv("NO_PROXY", "internal.example")
+    assert proxy_from_environment("https://api.example:6443") == "http://proxy.example:3128"
+    assert proxy_from_environment("https://kube.internal.example:6443") is None
+    monkeypatch.delenv("HTTPS_PROXY")
+    assert proxy_from_environment("https://api.example:6443") is None

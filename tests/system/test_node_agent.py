@@ -3,6 +3,7 @@
 Running, refused as kubelet refuses it, and on deletion stopped, its devices freed, removed."""
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -13,7 +14,7 @@ import pytest
 from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.deviceplugin.config import VgpuConfig
 from pyhami.deviceplugin.service import DevicePlugin, PluginOptions
-from pyhami.kube import JsonObject, KubeClient, cancel_and_wait, guarded_task
+from pyhami.kube import JsonObject, KubeClient, NotFound, cancel_and_wait, guarded_task
 from pyhami.testing import FakeKubeAPIServer, FakeKubelet, FakeNVML
 from pyhami.testing.fake_nvml import a100_80g
 from pyhami.testing.node_agent import (
@@ -232,3 +233,41 @@ def test_device_count_refuses_what_kubelet_refuses(value: str) -> None:
         device_count(
             {"name": "c", "resources": {"limits": {"nvidia.com/gpu": value}}}, "nvidia.com/gpu"
         )
+
+
+async def test_the_agent_registers_its_node_and_renews_its_lease() -> None:
+    async with (
+        FakeKubeAPIServer() as api,
+        FakeKubelet() as kubelet,
+        KubeClient(api.configuration(f"system:node:{NODE}")) as client,
+    ):
+        agent = NodeAgent(client, NODE, kubelet, lease_renew_s=0.05)
+        await agent.register_node({"gpu": "on"})
+        again = await agent.register_node({"gpu": "on"})  # a restart keeps the Node
+        node = api.store.get("nodes", None, NODE)
+        assert node["metadata"]["uid"] == again["metadata"]["uid"]
+        assert node["metadata"]["labels"]["gpu"] == "on"
+        assert node["metadata"]["labels"]["kubernetes.io/hostname"] == NODE
+        assert node["status"]["allocatable"]["pods"] == "110"
+        async with agent:
+            first = await _renewed(agent, "")
+            second = await _renewed(agent, first["spec"]["renewTime"])
+        assert second["spec"]["holderIdentity"] == NODE
+        assert second["spec"]["leaseDurationSeconds"] == 40
+        [owner] = second["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"], owner["uid"]) == (
+            "Node",
+            NODE,
+            node["metadata"]["uid"],
+        )
+
+
+async def _renewed(agent: NodeAgent, after: str) -> JsonObject:
+    """The node's Lease once its renewTime is later than `after`."""
+    async with asyncio.timeout(5):
+        while True:
+            with contextlib.suppress(NotFound):
+                lease = await agent.lease()
+                if lease["spec"]["renewTime"] > after:
+                    return lease
+            await asyncio.sleep(0.02)

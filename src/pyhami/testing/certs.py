@@ -1,10 +1,11 @@
-"""A throwaway certificate authority, the serving certificate it signs, and client certificates.
+"""A throwaway certificate authority: a CA and the serving and client certificates it signs.
 
 The API double checks a webhook's certificate against the CA bundle it was given, and the
 kube-scheduler harness checks the extender's, as in a cluster with cert-manager or HAMi's cert
 Job. The extender in turn asks its callers for a client certificate signed by the same CA
-(kube-scheduler's `tlsConfig.certFile`). The demo and the HTTPS tests use it; nothing here is
-trusted outside their own run.
+(kube-scheduler's `tlsConfig.certFile`), and the real control plane signs its serving and
+client certificates with one. The demo and the HTTPS tests use it; nothing here is trusted
+outside their own run.
 """
 
 import asyncio
@@ -36,12 +37,24 @@ _CA_KEY_USAGE = x509.KeyUsage(
 KUBE_SCHEDULER_CLIENT = "kube-scheduler"
 
 
-def _name(common_name: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+def _name(common_name: str, organizations: tuple[str, ...] = ()) -> x509.Name:
+    # Kubernetes reads a client certificate's CN as the user and each O as a group.
+    return x509.Name(
+        [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+        + [x509.NameAttribute(NameOID.ORGANIZATION_NAME, group) for group in organizations]
+    )
 
 
-def _now(now: datetime.datetime | None) -> datetime.datetime:
-    return now or datetime.datetime.now(datetime.UTC)
+def write_private_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
+    """A private key as PEM, readable by its owner only."""
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    path.chmod(0o600)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,106 +70,101 @@ class KeyPair:
         return context
 
 
-@dataclass(frozen=True, slots=True)
 class CertificateAuthority:
-    """A self-signed CA that issues serving and client certificates."""
+    """A throwaway CA, written as `ca.crt` in `directory`, that signs serving and client
+    certificates into the same directory."""
 
-    key: ec.EllipticCurvePrivateKey
-    certificate: x509.Certificate
-
-    @classmethod
-    def create(cls, now: datetime.datetime | None = None) -> "CertificateAuthority":
-        now = _now(now)
-        key = ec.generate_private_key(ec.SECP256R1())
-        name = _name("pyhami throwaway CA")
-        certificate = (
-            x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=1))
-            .not_valid_after(now + _VALIDITY)
+    def __init__(
+        self,
+        directory: Path,
+        now: datetime.datetime | None = None,
+        name: str = "pyhami throwaway CA",
+    ) -> None:
+        self.directory = directory
+        self.now = now or datetime.datetime.now(datetime.UTC)
+        self._key = ec.generate_private_key(ec.SECP256R1())
+        self._name = _name(name)
+        self._cert = (
+            self._builder(self._name, self._key.public_key())
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
             .add_extension(_CA_KEY_USAGE, critical=True)
             # Key identifiers, as Go's x509 (helm, cert-manager) writes them: every throwaway
             # CA has the same name, and a verifier tells them apart by these.
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
-            .sign(key, hashes.SHA256())
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(self._key.public_key()), False)
+            .sign(self._key, hashes.SHA256())
         )
-        return cls(key, certificate)
+        self.pem = self._cert.public_bytes(serialization.Encoding.PEM)
+        self.cert_file = directory / "ca.crt"
+        self.cert_file.write_bytes(self.pem)
 
-    @property
-    def pem(self) -> bytes:
-        return self.certificate.public_bytes(serialization.Encoding.PEM)
-
-    def issue(
-        self,
-        directory: Path,
-        stem: str,
-        common_name: str,
-        *,
-        usage: x509.ObjectIdentifier,
-        alternative_names: tuple[x509.GeneralName, ...] = (),
-        now: datetime.datetime | None = None,
-    ) -> KeyPair:
-        """A fresh key and a certificate for it, written as `<stem>.crt` and `<stem>.key`."""
-        now = _now(now)
-        key = ec.generate_private_key(ec.SECP256R1())
-        serial = x509.random_serial_number()
-        builder = (
+    def _builder(
+        self, subject: x509.Name, public_key: ec.EllipticCurvePublicKey
+    ) -> x509.CertificateBuilder:
+        return (
             x509.CertificateBuilder()
-            .subject_name(_name(common_name))
-            .issuer_name(self.certificate.subject)
-            .public_key(key.public_key())
-            .serial_number(serial)
-            .not_valid_before(now - datetime.timedelta(minutes=1))
-            .not_valid_after(now + _VALIDITY)
+            .subject_name(subject)
+            .issuer_name(self._name)
+            .public_key(public_key)
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(self.now - datetime.timedelta(minutes=1))
+            .not_valid_after(self.now + _VALIDITY)
+        )
+
+    def _issue(
+        self,
+        stem: str,
+        subject: x509.Name,
+        usage: x509.ObjectIdentifier,
+        names: list[x509.GeneralName],
+    ) -> KeyPair:
+        key = ec.generate_private_key(ec.SECP256R1())
+        builder = (
+            self._builder(subject, key.public_key())
             .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
             .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()), False
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(self._key.public_key()), False
             )
         )
-        if alternative_names:
-            builder = builder.add_extension(
-                x509.SubjectAlternativeName(list(alternative_names)), critical=False
-            )
-        cert = builder.sign(self.key, hashes.SHA256())
-        key_file = directory / f"{stem}.key"
-        cert_file = directory / f"{stem}.crt"
-        key_file.write_bytes(
-            key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
+        if names:
+            builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+        cert = builder.sign(self._key, hashes.SHA256())
+        pair = KeyPair(
+            self.directory / f"{stem}.crt", self.directory / f"{stem}.key", cert.serial_number
         )
-        key_file.chmod(0o600)
-        cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        return KeyPair(cert_file, key_file, serial)
+        write_private_key(pair.key_file, key)
+        pair.cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        return pair
 
-    def client_certificate(
+    def serving(
         self,
-        directory: Path,
-        common_name: str = KUBE_SCHEDULER_CLIENT,
-        now: datetime.datetime | None = None,
+        stem: str,
+        dns_names: tuple[str, ...] = ("localhost",),
+        ips: tuple[str, ...] = ("127.0.0.1",),
     ) -> KeyPair:
-        """A client certificate (`client.crt`/`client.key`), e.g. kube-scheduler's."""
-        return self.issue(
-            directory, "client", common_name, usage=ExtendedKeyUsageOID.CLIENT_AUTH, now=now
-        )
+        """A server certificate for `dns_names` and `ips`."""
+        names: list[x509.GeneralName] = [x509.DNSName(name) for name in dns_names]
+        names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
+        subject = _name(dns_names[0] if dns_names else ips[0])
+        return self._issue(stem, subject, ExtendedKeyUsageOID.SERVER_AUTH, names)
+
+    def client(self, stem: str, user: str, groups: tuple[str, ...] = ()) -> KeyPair:
+        """A client certificate Kubernetes reads as `user` in `groups`."""
+        return self._issue(stem, _name(user, groups), ExtendedKeyUsageOID.CLIENT_AUTH, [])
 
 
 @dataclass(frozen=True, slots=True)
 class ServingFiles:
-    """`tls.crt`/`tls.key` as a Secret would mount them, the CA that signed them (also written
-    as `ca.crt`, the bundle clients trust and the extender's client-CA file)."""
+    """`tls.crt`/`tls.key` as a Secret would mount them, and the CA that signed them (written
+    as `ca.crt`: the bundle clients trust and the extender's client-CA file)."""
 
     authority: CertificateAuthority
-    ca_file: Path
     cert_file: Path
     key_file: Path
     serial: int
+
+    @property
+    def ca_file(self) -> Path:
+        return self.authority.cert_file
 
     @property
     def ca_pem(self) -> bytes:
@@ -167,11 +175,10 @@ class ServingFiles:
         context.load_cert_chain(self.cert_file, self.key_file)
         return context
 
-    def client_certificate(
-        self, common_name: str = KUBE_SCHEDULER_CLIENT, now: datetime.datetime | None = None
-    ) -> KeyPair:
-        """A client certificate from the same CA, next to the serving files."""
-        return self.authority.client_certificate(self.ca_file.parent, common_name, now)
+    def client_certificate(self, common_name: str = KUBE_SCHEDULER_CLIENT) -> KeyPair:
+        """A client certificate from the same CA (`client.crt`/`client.key`), e.g.
+        kube-scheduler's."""
+        return self.authority.client("client", common_name)
 
 
 def write_serving_certificate(
@@ -180,20 +187,9 @@ def write_serving_certificate(
     dns_names: tuple[str, ...] = ("localhost",),
 ) -> ServingFiles:
     """A fresh CA and a certificate for 127.0.0.1 and `dns_names`, written under `directory`."""
-    authority = CertificateAuthority.create(now)
-    names: list[x509.GeneralName] = [x509.DNSName(name) for name in dns_names]
-    names.append(x509.IPAddress(ipaddress.IPv4Address("127.0.0.1")))
-    pair = authority.issue(
-        directory,
-        "tls",
-        dns_names[0] if dns_names else "127.0.0.1",
-        usage=ExtendedKeyUsageOID.SERVER_AUTH,
-        alternative_names=tuple(names),
-        now=now,
-    )
-    ca_file = directory / "ca.crt"
-    ca_file.write_bytes(authority.pem)
-    return ServingFiles(authority, ca_file, pair.cert_file, pair.key_file, pair.serial)
+    authority = CertificateAuthority(directory, now)
+    pair = authority.serving("tls", dns_names)
+    return ServingFiles(authority, pair.cert_file, pair.key_file, pair.serial)
 
 
 async def client_seen_by(server: ssl.SSLContext, client: ssl.SSLContext) -> dict[str, Any]:

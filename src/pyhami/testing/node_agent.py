@@ -13,6 +13,9 @@ so a pod goes from bound to Running the way it does on a real node:
 * a failed `Allocate` fails the pod as kubelet does (`Failed`, `UnexpectedAdmissionError`);
 * a pod being deleted has its containers stopped and devices freed, then kubelet's final
   delete (grace 0) removes it; `finish()` ends a pod `Succeeded` (or `Failed`);
+* `register_node()` creates the Node as kubelet registers itself (with its own credentials:
+  on a real API server the Node authorizer and NodeRestriction judge it), with room for pods;
+* a Lease in `kube-node-lease` is renewed every `lease_renew_s`, kubelet's heartbeat;
 * the node's `status.capacity` / `allocatable` of the resource follow the plugin's
   ListAndWatch list (all devices / healthy ones), as kubelet's node status does.
 
@@ -37,7 +40,10 @@ import grpc.aio
 import structlog
 
 from pyhami.kube import (
+    LEASES,
+    NODES,
     PODS,
+    AlreadyExists,
     AsyncService,
     EventHandlers,
     Informer,
@@ -112,8 +118,44 @@ class RecordingRuntime:
         return None
 
 
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+NODE_LEASE_DURATION_S = 40  # kubelet's default; it renews at a quarter of it
+# What a simulated node offers besides its devices: kube-scheduler checks pods, CPU and memory.
+NODE_CAPACITY = {"cpu": "64", "memory": "512Gi", "pods": "110"}
+
+
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _micro_now() -> str:
+    """A MicroTime, as a Lease's renewTime is written."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def node_object(name: str, labels: Mapping[str, str]) -> JsonObject:
+    """The Node kubelet registers: its hostname label, Ready, room for pods."""
+    now = _now()
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", **labels},
+        },
+        "status": {
+            "capacity": dict(NODE_CAPACITY),
+            "allocatable": dict(NODE_CAPACITY),
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "simulated kubelet is posting ready status",
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                }
+            ],
+        },
+    }
 
 
 def _key(pod: Mapping[str, Any]) -> PodKey:
@@ -214,8 +256,10 @@ class NodeAgent(AsyncService):
         resource: str = "nvidia.com/gpu",
         runtime: ContainerRuntime | None = None,
         status_poll_s: float = 0.2,
+        lease_renew_s: float = NODE_LEASE_DURATION_S / 4,
     ) -> None:
         self._status_poll_s = status_poll_s
+        self._lease_renew_s = lease_renew_s
         self._client = client
         self.node_name = node_name
         self.kubelet = kubelet
@@ -245,6 +289,7 @@ class NodeAgent(AsyncService):
         self._tasks.append(
             guarded_task(self._node_status_loop(), f"kubelet/{self.node_name}/node-status")
         )
+        self._tasks.append(guarded_task(self._lease_loop(), f"kubelet/{self.node_name}/lease"))
 
     async def stop(self) -> None:
         await cancel_and_wait(*self._tasks)
@@ -264,6 +309,56 @@ class NodeAgent(AsyncService):
 
     def devices_in_use(self) -> int:
         return sum(len(ids) for ids in self._held.values())
+
+    # ----- the node and its heartbeat -------------------------------------------------------
+
+    async def register_node(self, labels: Mapping[str, str] | None = None) -> JsonObject:
+        """Create this node's Node object (kept as it is when it exists already)."""
+        try:
+            return await self._client.create(NODES, node_object(self.node_name, labels or {}))
+        except AlreadyExists:
+            return await self._client.get(NODES, self.node_name)
+
+    async def _lease_loop(self) -> None:
+        while True:
+            try:
+                await self._renew_lease()
+            except KubeError as err:
+                log.warning("node lease not renewed", node=self.node_name, error=str(err))
+            await asyncio.sleep(self._lease_renew_s)
+
+    async def _renew_lease(self) -> None:
+        spec = {
+            "holderIdentity": self.node_name,
+            "leaseDurationSeconds": NODE_LEASE_DURATION_S,
+            "renewTime": _micro_now(),
+        }
+        try:
+            lease = await self._client.get(LEASES, self.node_name, NODE_LEASE_NAMESPACE)
+        except NotFound:
+            node = await self._client.get(NODES, self.node_name)
+            # owned by the Node, as kubelet's: deleting the Node removes its lease
+            owner = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "name": self.node_name,
+                "uid": node["metadata"]["uid"],
+            }
+            metadata = {
+                "name": self.node_name,
+                "namespace": NODE_LEASE_NAMESPACE,
+                "ownerReferences": [owner],
+            }
+            await self._client.create(
+                LEASES, {"metadata": metadata, "spec": spec}, NODE_LEASE_NAMESPACE
+            )
+            return
+        lease["spec"] = {**(lease.get("spec") or {}), **spec}
+        await self._client.replace(LEASES, self.node_name, lease, NODE_LEASE_NAMESPACE)
+
+    async def lease(self) -> JsonObject:
+        """The node's Lease as the API server has it."""
+        return await self._client.get(LEASES, self.node_name, NODE_LEASE_NAMESPACE)
 
     # ----- node status ----------------------------------------------------------------------
 

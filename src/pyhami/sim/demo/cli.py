@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import signal
 import time
@@ -24,6 +25,7 @@ from pyhami.sim.demo.report import outcome_table, progress_line, summary_line
 from pyhami.sim.demo.settings import DemoSettings
 
 if TYPE_CHECKING:
+    from pyhami.controlplane import BuiltBinaries
     from pyhami.sim.demo.cluster import DemoCluster
 
 
@@ -44,10 +46,18 @@ def _endpoints(cluster: DemoCluster, pods: list[JsonObject]) -> str:
     ca.write_bytes(cluster.ca_pem)
     client = cluster.client_certificate
     last = [obj for obj in pods if not is_namespace(obj)][-1]["metadata"]
+    if cluster.real is not None:
+        kubectl = f"{cluster.real.kubectl} --kubeconfig={cluster.real.admin_kubeconfig}"
+        access = [
+            f"  admin kubeconfig   {cluster.real.admin_kubeconfig}",
+            f"  pods               {kubectl} get pods -A -o wide",
+        ]
+    else:
+        access = [f"  pods               curl -s {cluster.api.url}/api/v1/pods"]
     lines = [
         "",
         "The cluster keeps running (Ctrl-C stops it):",
-        f"  pods               curl -s {cluster.api.url}/api/v1/pods",
+        *access,
         f"  explain            curl -s --cacert {ca} --cert {client.cert_file} "
         f"--key {client.key_file} "
         f"'{cluster.scheduler_url}/explain?pod={last['namespace']}/{last['name']}'",
@@ -68,19 +78,30 @@ async def _wait_for_signal() -> None:
     await stop.wait()
 
 
-async def run_demo(settings: DemoSettings, pods: list[JsonObject], keep_running: bool) -> int:
-    """The whole demo; returns how many pods ended neither Running nor unschedulable."""
+async def run_demo(
+    settings: DemoSettings,
+    pods: list[JsonObject],
+    keep_running: bool,
+    kubernetes: BuiltBinaries | None = None,
+) -> int:
+    """The whole demo; returns how many pods ended neither Running nor unschedulable.
+    With `kubernetes`, on Kubernetes' own control plane built from those binaries."""
     from pyhami.sim.demo.cluster import DemoCluster
     from pyhami.sim.demo.run import submit_all
     from pyhami.sim.demo.usage import DemoWorkloads, find_native, measured_usage
 
     started = time.monotonic()
-    _say(f"Starting a {settings.nodes}-node demo cluster on localhost (no Kubernetes, no GPU):")
+    plane = (
+        "Kubernetes' own control plane, no GPU"
+        if kubernetes is not None
+        else "no Kubernetes, no GPU"
+    )
+    _say(f"Starting a {settings.nodes}-node demo cluster on localhost ({plane}):")
     count = sum(not is_namespace(obj) for obj in pods)
     native = find_native()
     if not isinstance(native, str):
         settings = replace(settings, libvgpu=native.library)
-    cluster = DemoCluster(settings, progress=lambda line: _say(f"  {line}"))
+    cluster = DemoCluster(settings, progress=lambda line: _say(f"  {line}"), kubernetes=kubernetes)
     workloads = None
     if not isinstance(native, str):
         card_bytes = {gpu.uuid: (gpu.memory_total_mib or 0) << 20 for cards in
@@ -109,7 +130,23 @@ async def run_demo(settings: DemoSettings, pods: list[JsonObject], keep_running:
     return sum(1 for r in results if r.phase not in ("Running", "Pending"))
 
 
-def demo(  # noqa: PLR0917 (typer reads the options from the signature)
+class ControlPlane(enum.StrEnum):
+    EMBEDDED = "embedded"
+    REAL = "real"
+
+
+def _built_kubernetes() -> BuiltBinaries:
+    """The pinned release's binaries, built first when they are not (progress on stdout)."""
+    from pyhami.controlplane import BuildError, build_control_plane
+
+    try:
+        return build_control_plane(progress=lambda line: _say(f"  control-plane build: {line}"))
+    except BuildError as err:
+        typer.echo(f"pyhami demo: {err}", err=True)
+        raise typer.Exit(2) from err
+
+
+def demo(
     nodes: Annotated[int, typer.Option("--nodes", help="simulated GPU nodes (1-64)")] = 3,
     gpus: Annotated[int, typer.Option("--gpus", help="GPUs per node (1-16)")] = 4,
     pods: Annotated[
@@ -120,6 +157,7 @@ def demo(  # noqa: PLR0917 (typer reads the options from the signature)
             help="YAML file of pods to submit, - for stdin (default: the examples)",
         ),
     ] = None,
+    *,
     keep_running: Annotated[
         bool, typer.Option("--keep-running", help="leave the cluster up and print its URLs")
     ] = False,
@@ -130,11 +168,20 @@ def demo(  # noqa: PLR0917 (typer reads the options from the signature)
             "-n", "--namespace", metavar="NAMESPACE", help="for the pods that name none"
         ),
     ] = "default",
+    control_plane: Annotated[
+        ControlPlane,
+        typer.Option(
+            "--control-plane",
+            help="embedded: an API server double and a kube-scheduler harness (no Go needed); "
+            "real: Kubernetes' own binaries (built by `pyhami control-plane build` on first use)",
+        ),
+    ] = ControlPlane.EMBEDDED,
 ) -> None:
     """Run the whole pyhami system on localhost with simulated GPU nodes and example pods.
 
     Exit status: 0 when every pod ran or was explained as unschedulable, 1 when one was refused
-    or failed, 2 for bad options or an unusable pod file.
+    or failed, 2 for bad options, an unusable pod file, or Kubernetes' binaries that cannot be
+    built (`--control-plane real`).
     """
     try:
         settings = DemoSettings(nodes=nodes, gpus=gpus)
@@ -143,7 +190,8 @@ def demo(  # noqa: PLR0917 (typer reads the options from the signature)
         typer.echo(f"pyhami demo: {err}", err=True)
         raise typer.Exit(2) from err
     _quiet_logs(verbose)
+    kubernetes = _built_kubernetes() if control_plane is ControlPlane.REAL else None
     with contextlib.suppress(KeyboardInterrupt):
-        failed = asyncio.run(run_demo(settings, pod_list, keep_running))
+        failed = asyncio.run(run_demo(settings, pod_list, keep_running, kubernetes))
         if failed:
             raise typer.Exit(1)

@@ -10,6 +10,10 @@ What runs, each over its real protocol:
 * `KubeSchedulerHarness` playing kube-scheduler: the `hami-scheduler` profile against the
   extender over HTTPS with a client certificate from the same throwaway CA, and a
   `default-scheduler` profile for the pods that ask for no GPU;
+* or, given built Kubernetes binaries (`pyhami control-plane build`), Kubernetes' own etcd,
+  kube-apiserver, kube-controller-manager and kube-scheduler in place of the double and the
+  harness (`RealControlPlane`): the webhooks as a MutatingWebhookConfiguration, every component
+  with its own credentials (ServiceAccount tokens; nodes as `system:node:<name>`);
 * per node: a `DevicePlugin` on a `FakeNVML` registered with a `FakeKubelet` (gRPC on unix
   sockets), a `NodeAgent` (kubelet's pod lifecycle: Allocate per container, pod status) and a
   `MonitorService` reading the node's container regions, serving `/metrics`.
@@ -20,6 +24,7 @@ The tests in `tests/system` start this same stack.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import shutil
@@ -31,10 +36,19 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from pyhami.controlplane import BuiltBinaries
 from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.deviceplugin.config import VgpuConfig
 from pyhami.deviceplugin.service import DevicePlugin, PluginOptions
-from pyhami.kube import AsyncService, KubeClient, SystemClock, cancel_and_wait, guarded_task
+from pyhami.kube import (
+    MUTATING_WEBHOOK_CONFIGURATIONS,
+    NODES,
+    AsyncService,
+    KubeClient,
+    SystemClock,
+    cancel_and_wait,
+    guarded_task,
+)
 from pyhami.model import NodeName
 from pyhami.monitor.pods import InformerPodSource
 from pyhami.monitor.service import MonitorService
@@ -47,7 +61,9 @@ from pyhami.testing import FakeGpu, FakeKubeAPIServer, FakeKubelet, FakeNVML
 from pyhami.testing.certs import KeyPair, ServingFiles, write_serving_certificate
 from pyhami.testing.fake_apiserver import ADMIN, service_account
 from pyhami.testing.node_agent import ContainerRuntime, NodeAgent
+from pyhami.testing.real_cluster import ExtenderTarget, RealControlPlane
 from pyhami.testing.scheduler_harness import ExtenderConfig, KubeSchedulerHarness
+from pyhami.testing.scheduler_harness.config import HAMI_NVIDIA_RESOURCES
 
 SCHEDULER_NAME = "hami-scheduler"
 DEFAULT_SCHEDULER_NAME = "default-scheduler"
@@ -102,6 +118,27 @@ class DemoWebhook:
         pods = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "*"}
         return ({"operations": list(self.operations), **pods},)
 
+    def configuration(self, base_url: str, ca_pem: bytes) -> JsonObject:
+        """The entry of a MutatingWebhookConfiguration, as the chart writes it."""
+        webhook: JsonObject = {
+            "name": self.name,
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": "Fail",
+            "matchPolicy": "Equivalent",
+            "timeoutSeconds": 10,
+            "clientConfig": {
+                "url": f"{base_url}{self.path}",
+                "caBundle": base64.b64encode(ca_pem).decode(),
+            },
+            "rules": list(self.rules),
+        }
+        if self.object_selector is not None:
+            webhook["objectSelector"] = self.object_selector
+        if self.match_conditions:
+            webhook["matchConditions"] = list(self.match_conditions)
+        return webhook
+
 
 NOT_IGNORED = {
     "matchExpressions": [{"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}]
@@ -133,6 +170,13 @@ Progress = Callable[[str], None]
 
 def _quiet(_message: str) -> None:
     return None
+
+
+def _unschedulable(node: JsonObject) -> bool:
+    """A NoSchedule taint: on Kubernetes' own control plane a new Node carries `not-ready`
+    until the node lifecycle controller sees it Ready."""
+    taints = (node.get("spec") or {}).get("taints") or ()
+    return any(taint.get("effect") == "NoSchedule" for taint in taints)
 
 
 def install_libvgpu(library: Path, vgpu_dir: Path) -> None:
@@ -172,6 +216,8 @@ class DemoCluster(AsyncService):
         *,
         progress: Progress = _quiet,
         runtime: ContainerRuntime | None = None,
+        kubernetes: BuiltBinaries | None = None,
+        rbac: Sequence[JsonObject] = (),
     ) -> None:
         self.settings = settings
         # unix socket paths are limited to ~107 bytes: keep the root short.
@@ -179,7 +225,11 @@ class DemoCluster(AsyncService):
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="pyhami-demo-", dir="/tmp"))
         self.progress = progress
         self.runtime = runtime
-        self.api = FakeKubeAPIServer(bookmark_interval_s=0.5)
+        self._api = FakeKubeAPIServer(bookmark_interval_s=0.5) if kubernetes is None else None
+        self._rbac = tuple(rbac)  # objects to apply on the real control plane (the chart's RBAC)
+        self.real = (
+            None if kubernetes is None else RealControlPlane(kubernetes, self.workdir / "k8s")
+        )
         self.nodes: list[DemoNode] = []
         self._stop = asyncio.Event()
         self._clients: list[KubeClient] = []
@@ -190,6 +240,16 @@ class DemoCluster(AsyncService):
         self._client_certificate: KeyPair | None = None
 
     # ----- what callers use -----------------------------------------------------------------
+
+    @property
+    def api(self) -> FakeKubeAPIServer:
+        if self._api is None:
+            raise RuntimeError("this demo cluster runs Kubernetes' own control plane, no double")
+        return self._api
+
+    @property
+    def api_url(self) -> str:
+        return self.real.url if self.real is not None else self.api.url
 
     @property
     def scheduler(self) -> SchedulerProcess:
@@ -237,8 +297,11 @@ class DemoCluster(AsyncService):
 
     # ----- lifecycle ------------------------------------------------------------------------
 
-    def _new_client(self, user: str) -> KubeClient:
-        client = KubeClient(self.api.configuration(user))
+    async def _new_client(self, user: str) -> KubeClient:
+        if self.real is not None:
+            client = await KubeClient.from_kubeconfig(str(await self.real.kubeconfig_of(user)))
+        else:
+            client = KubeClient(self.api.configuration(user))
         self._clients.append(client)
         return client
 
@@ -258,13 +321,29 @@ class DemoCluster(AsyncService):
         asyncio.get_running_loop().set_default_executor(
             ThreadPoolExecutor(max_workers=workers, thread_name_prefix="demo")
         )
-        await self.api.start()
-        self._new_client(ADMIN)  # the user's
-        self.progress(f"API server        {self.api.url}")
+        if self.real is not None:
+            await self.real.start()
+            if self._rbac:
+                await self.real.apply(self._rbac)
+            else:  # without the chart's rules (the tests render them), they are cluster admins
+                for user in (SCHEDULER_USER, DEVICE_PLUGIN_USER):
+                    await self.real.grant("cluster-admin", user)
+            self.progress(
+                f"API server        {self.real.url} (kube-apiserver "
+                f"{self.real.binaries.kubernetes_version}, etcd, kube-controller-manager; "
+                f"up in {self.real.started_in_s:.1f}s)"
+            )
+        else:
+            await self.api.start()
+            self.progress(f"API server        {self.api.url}")
+        await self._new_client(ADMIN)  # the user's
         await self._start_scheduler()
         for number, cards in enumerate(self.settings.node_cards(), start=1):
             self.nodes.append(await self._start_node(number, cards))
         await self._wait_nodes_known()
+        if self.real is not None:
+            await self._start_kube_scheduler(self.real)
+            return
         extender = ExtenderConfig.hami_chart(
             self.scheduler_url, ca_pem=self.ca_pem, client_certificate=self.client_certificate
         )
@@ -276,12 +355,29 @@ class DemoCluster(AsyncService):
             f"and {DEFAULT_SCHEDULER_NAME}"
         )
 
+    async def _start_kube_scheduler(self, real: RealControlPlane) -> None:
+        ca_file = self.workdir / "scheduler-ca.crt"
+        ca_file.write_bytes(self.ca_pem)
+        await real.start_kube_scheduler(
+            ExtenderTarget(
+                self.scheduler_url,
+                ca_file,
+                HAMI_NVIDIA_RESOURCES,
+                self.client_certificate,
+                SCHEDULER_NAME,
+            )
+        )
+        self.progress(
+            f"kube-scheduler    profiles {SCHEDULER_NAME} (our /filter, /bind over HTTPS) "
+            f"and {DEFAULT_SCHEDULER_NAME} (Kubernetes' own kube-scheduler)"
+        )
+
     async def _start_profile(
         self, name: str, extender: ExtenderConfig | None
     ) -> KubeSchedulerHarness:
         initial, maximum = self.settings.harness_backoff_s
         harness = KubeSchedulerHarness(
-            self._new_client(KUBE_SCHEDULER_USER),
+            await self._new_client(KUBE_SCHEDULER_USER),
             extender,
             scheduler_name=name,
             backoff_initial_s=initial,
@@ -306,21 +402,35 @@ class DemoCluster(AsyncService):
             trusted_writers=TRUSTED_WRITERS,
         )
         self._scheduler = SchedulerProcess(
-            settings, self._new_client(SCHEDULER_USER), load_device_config(str(config_file))
+            settings, await self._new_client(SCHEDULER_USER), load_device_config(str(config_file))
         )
         await self._scheduler.start()
         await asyncio.wait_for(self._scheduler.synced.wait(), 30)
-        for hook in WEBHOOKS:
-            self.api.admission.register(
-                hook.name,
-                f"{self.scheduler_url}{hook.path}",
-                ca_bundle=self._tls.ca_pem,
-                failure_policy="Fail",
-                rules=hook.rules,
-                object_selector=hook.object_selector,
-                match_conditions=hook.match_conditions,
-            )
+        await self._register_webhooks(self._tls.ca_pem)
         self.progress(f"scheduler         {self.scheduler_url} (extender + webhook, TLS)")
+
+    async def _register_webhooks(self, ca_pem: bytes) -> None:
+        if self.real is None:
+            for hook in WEBHOOKS:
+                self.api.admission.register(
+                    hook.name,
+                    f"{self.scheduler_url}{hook.path}",
+                    ca_bundle=ca_pem,
+                    failure_policy="Fail",
+                    rules=hook.rules,
+                    object_selector=hook.object_selector,
+                    match_conditions=hook.match_conditions,
+                )
+            return
+        configuration = {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": "pyhami-webhook"},
+            "webhooks": [hook.configuration(self.scheduler_url, ca_pem) for hook in WEBHOOKS],
+        }
+        await self.client.request(
+            "POST", MUTATING_WEBHOOK_CONFIGURATIONS.path(), body=configuration
+        )
 
     async def _start_node(self, number: int, cards: Sequence[FakeGpu]) -> DemoNode:
         name = node_name(number)
@@ -329,22 +439,14 @@ class DemoCluster(AsyncService):
         (hook / "vgpu" / "containers").mkdir(parents=True)
         if self.settings.libvgpu is not None:
             install_libvgpu(self.settings.libvgpu, hook / "vgpu")
-        await self.client.request(
-            "POST",
-            "/api/v1/nodes",
-            body={
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {"name": name, "labels": {"gpu": "on"}},
-                "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-            },
-        )
         nvml = FakeNVML.with_gpus(*cards)
         kubelet = FakeKubelet(root / "kubelet")
+        agent_client = await self._new_client(f"system:node:{name}")
+        agent = NodeAgent(agent_client, name, kubelet, resource=RESOURCE, runtime=self.runtime)
+        await agent.register_node({"gpu": "on"})  # kubelet registers its own Node
         await kubelet.start()
-        plugin_client = self._new_client(DEVICE_PLUGIN_USER)
-        monitor_client = self._new_client(DEVICE_PLUGIN_USER)
-        agent_client = self._new_client(f"system:node:{name}")
+        plugin_client = await self._new_client(DEVICE_PLUGIN_USER)
+        monitor_client = await self._new_client(DEVICE_PLUGIN_USER)
         mig_apply_lock = root / "hami" / "hami-mig-apply.lock"  # the node's /tmp/hami
         options = PluginOptions(
             node_name=name,
@@ -371,7 +473,6 @@ class DemoCluster(AsyncService):
             SystemClock(),
             mig_apply_lock=mig_apply_lock,
         )
-        agent = NodeAgent(agent_client, name, kubelet, resource=RESOURCE, runtime=self.runtime)
         node = DemoNode(name, nvml, hook, kubelet, plugin, agent, monitor, pods)
         node.tasks.append(
             guarded_task(plugin.run(self._stop), f"demo/{name}/device-plugin", may_finish=True)
@@ -392,15 +493,17 @@ class DemoCluster(AsyncService):
         return node
 
     async def _wait_nodes_known(self) -> None:
-        """Until every node's GPUs are registered and the scheduler has them in its ledger."""
+        """Until every node's GPUs are registered, the scheduler has them in its ledger, and
+        kube-scheduler may place pods there."""
         names = {node.name for node in self.nodes}
 
         async def known() -> None:
             while True:
                 registered = {
                     str(node["metadata"]["name"])
-                    for node in self.api.store.items("nodes")
+                    for node in (await self.client.list(NODES)).items
                     if KEY_NODE_NVIDIA_REGISTER in (node["metadata"].get("annotations") or {})
+                    and not _unschedulable(node)
                 }
                 ledger = {str(n) for n in self.scheduler.state.ledger.node_names()}
                 if names <= registered and names <= ledger:
@@ -429,6 +532,9 @@ class DemoCluster(AsyncService):
             await self._scheduler.stop()
         for client in self._clients:
             await client.close()
-        await self.api.stop()
+        if self.real is not None:
+            await self.real.stop()
+        else:
+            await self.api.stop()
         if self._owns_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)

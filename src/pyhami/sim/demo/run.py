@@ -1,7 +1,8 @@
 """Submit pods to a running demo cluster one by one and collect what became of each.
 
 A pod is created through the API (so the webhook sees it), then followed until kubelet started
-it (Running), refused it, or kube-scheduler's first attempt found no node; for those the
+it (Running), refused it, or kube-scheduler's first attempt found no node (its PodScheduled=False
+condition, written by Kubernetes' kube-scheduler and by the harness alike); for those the
 scheduler's `/explain` endpoint is asked why, over HTTPS as any client would.
 """
 
@@ -24,7 +25,6 @@ from pyhami.protocol import KEY_NVIDIA_ALLOCATED, ProtocolError, decode_pod_sing
 from pyhami.sim.demo.cluster import DemoCluster
 from pyhami.sim.demo.pods import is_namespace
 from pyhami.sim.demo.results import CardInfo, CardShare, NodeWhy, PodResult
-from pyhami.testing.scheduler_harness import Result
 
 SETTLE_TIMEOUT_S = 20.0
 SLOW_S = 2.0  # a pod that takes longer gets a progress line
@@ -112,15 +112,22 @@ async def _settle(
             message = str(status.get("message", ""))
             node = str((pod.get("spec") or {}).get("nodeName", ""))
             return PodResult(namespace, name, phase, node, cards, message)
-        failed = [
-            o for o in cluster.harness.outcomes_for(namespace, name) if o.result is not Result.BOUND
-        ]
-        if failed and not (pod.get("spec") or {}).get("nodeName"):
+        unscheduled = _unscheduled(status)
+        if unscheduled is not None and not (pod.get("spec") or {}).get("nodeName"):
             why = await explain(cluster, http, namespace, name)
-            message = f"kube-scheduler: {failed[0].error}"
+            message = f"kube-scheduler: {unscheduled}"
             return PodResult(namespace, name, "Pending", message=message, why=why)
         await asyncio.sleep(0.02)
     return PodResult(namespace, name, "Pending", message="not settled within the demo's timeout")
+
+
+def _unscheduled(status: Mapping[str, Any]) -> str | None:
+    """kube-scheduler's message when its last attempt found no node (the PodScheduled=False
+    condition it writes), else None."""
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return str(condition.get("message", ""))
+    return None
 
 
 def allocated_cards(pod: JsonObject, cards: Mapping[str, CardInfo]) -> tuple[CardShare, ...]:

@@ -1,0 +1,620 @@
+"""RealControlPlane: Kubernetes' own etcd, kube-apiserver, kube-controller-manager and
+kube-scheduler as local processes, for the tests and the demo.
+
+    binaries = build_control_plane()           # pyhami control-plane build, cached
+    async with RealControlPlane(binaries) as plane:
+        admin = await plane.client(plane.admin_kubeconfig)
+        ...                                     # start pyhami's scheduler, then:
+        await plane.start_kube_scheduler(extender)
+
+What runs, on 127.0.0.1 and free ports, everything under one temporary folder:
+* etcd on a temporary data dir (no fsync: nothing here outlives the run);
+* kube-apiserver with its own CA (`plane.ca`, which signs its serving certificate and the
+  client certificates of the cluster's users), `--authorization-mode=Node,RBAC`, the default
+  admission plugins (webhooks, ResourceQuota, ServiceAccount ...) plus NodeRestriction, and
+  service-account
+  tokens signed by a key of its own;
+* kube-controller-manager with the controllers the tests need (service accounts, namespaces,
+  resource quotas, garbage collection), each as its own service account;
+* kube-scheduler (started by `start_kube_scheduler` once the extender listens) with the
+  profiles `hami-scheduler` and `default-scheduler` and pyhami's extender: `filter`, `bind`,
+  `nodeCacheCapable`, every resource name pyhami owns as a managed resource ignored by
+  kube-scheduler, HTTPS with the CA and a client certificate.
+
+Identities: the admin (`system:admin` in `system:masters`) and the components get client
+certificates (`kubeconfig_for`), pyhami's components ServiceAccount tokens from the
+TokenRequest API (`service_account_kubeconfig`). `stop()` ends every process and removes the
+folder; a process that exits early fails `start` with the end of its log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import ssl
+import tempfile
+import time
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import yaml
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from pyhami.controlplane import BuiltBinaries
+from pyhami.kube import (
+    AsyncService,
+    Conflict,
+    JsonObject,
+    KubeClient,
+    NotFound,
+)
+from pyhami.testing.certs import CertificateAuthority, KeyPair, write_private_key
+from pyhami.testing.fake_apiserver.identity import ADMIN, SERVICE_ACCOUNT_PREFIX
+
+NODE_PREFIX = "system:node:"
+KUBE_SCHEDULER_USER = "system:kube-scheduler"
+CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
+SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+SERVICE_CIDR = "10.96.0.0/16"
+# kube-controller-manager's controllers the tests rely on: ServiceAccounts (pods need their
+# namespace's `default` one), namespace deletion, ResourceQuota status, ownerReference cleanup,
+# the aggregation that fills the admin, edit and view ClusterRoles, and node lifecycle (a new
+# Node is tainted not-ready at admission; this lifts the taint once the node reports Ready and
+# renews its Lease, and taints it again when the heartbeat stops).
+CONTROLLERS = (
+    "nodelifecycle",
+    "serviceaccount",
+    "namespace",
+    "resourcequota",
+    "garbagecollector",
+    "clusterrole-aggregation",
+)
+# Every request's who, what and answer code (no bodies), once it is answered: the tests hold
+# our components' requests against RBAC with it.
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived", "ResponseStarted"],
+    "rules": [{"level": "Metadata"}],
+}
+START_TIMEOUT_S = 90.0
+STOP_TIMEOUT_S = 10.0
+LOG_TAIL_LINES = 15
+
+
+class ControlPlaneError(Exception):
+    """A control-plane process could not start; the message ends with its log's last lines."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderTarget:
+    """pyhami's scheduler as kube-scheduler's extender sees it."""
+
+    url_prefix: str  # https://127.0.0.1:<port>
+    ca_file: Path  # the CA that signed the extender's serving certificate
+    managed_resources: tuple[str, ...]
+    # kube-scheduler's client certificate: the extender authenticates its caller by it
+    client_certificate: KeyPair
+    scheduler_name: str = "hami-scheduler"
+    http_timeout: str = "30s"
+
+
+@dataclass
+class _Process:
+    name: str
+    log: Path
+    process: asyncio.subprocess.Process
+    ports: tuple[int, ...] = ()
+
+    def tail(self) -> str:
+        try:
+            lines = self.log.read_text(errors="replace").splitlines()
+        except OSError:
+            return "(no log)"
+        return "\n".join(lines[-LOG_TAIL_LINES:])
+
+
+def _ephemeral_floor() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_port() -> int:
+    """A port nothing listens on now, below the ephemeral range: the processes bind it a few
+    seconds later, and a port the OS hands out as a connection's source meanwhile is taken."""
+    floor = _ephemeral_floor()
+    for _ in range(100):
+        port = random.randrange(max(1024, floor - 12000), floor)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise ControlPlaneError("no free port below the ephemeral range")
+
+
+def port_is_open(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def kubeconfig(
+    server: str, ca_file: Path, *, pair: KeyPair | None = None, token: str | None = None
+) -> JsonObject:
+    """A kubeconfig for one identity: a client certificate or a bearer token."""
+    user: JsonObject = {}
+    if pair is not None:
+        user = {"client-certificate": str(pair.cert_file), "client-key": str(pair.key_file)}
+    if token is not None:
+        user = {"token": token}
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "pyhami", "cluster": {"server": server, "certificate-authority": str(ca_file)}}
+        ],
+        "users": [{"name": "pyhami", "user": user}],
+        "contexts": [{"name": "pyhami", "context": {"cluster": "pyhami", "user": "pyhami"}}],
+        "current-context": "pyhami",
+    }
+
+
+def scheduler_configuration(
+    kubeconfig_file: Path,
+    extender: ExtenderTarget,
+    *,
+    client: KeyPair,
+) -> JsonObject:
+    """kube-scheduler's configuration: our profile and the default one, our extender (kube-
+    scheduler asks an extender only about pods that request one of its managed resources)."""
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": str(kubeconfig_file), "qps": 200, "burst": 400},
+        "leaderElection": {"leaderElect": False},
+        "profiles": [
+            {"schedulerName": extender.scheduler_name},
+            {"schedulerName": "default-scheduler"},
+        ],
+        "extenders": [
+            {
+                "urlPrefix": extender.url_prefix,
+                "filterVerb": "filter",
+                "bindVerb": "bind",
+                "nodeCacheCapable": True,
+                "weight": 1,
+                "httpTimeout": extender.http_timeout,
+                "enableHTTPS": True,
+                "tlsConfig": {
+                    "caFile": str(extender.ca_file),
+                    "certFile": str(client.cert_file),
+                    "keyFile": str(client.key_file),
+                },
+                "managedResources": [
+                    {"name": name, "ignoredByScheduler": True}
+                    for name in extender.managed_resources
+                ],
+                "ignorable": False,
+            }
+        ],
+    }
+
+
+class _Ports:
+    """The control plane's ports, all different."""
+
+    def __init__(self) -> None:
+        picked: set[int] = set()
+        while len(picked) < 5:
+            picked.add(free_port())
+        (
+            self.etcd_client,
+            self.etcd_peer,
+            self.apiserver,
+            self.controller_manager,
+            self.scheduler,
+        ) = sorted(picked)
+
+
+class RealControlPlane(AsyncService):
+    """Start with `async with`; stop ends every process and removes the folder."""
+
+    def __init__(self, binaries: BuiltBinaries, workdir: Path | None = None) -> None:
+        self.binaries = binaries
+        self._owns_workdir = workdir is None
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="pyhami-k8s-", dir="/tmp"))
+        self.ports = _Ports()
+        self.url = f"https://127.0.0.1:{self.ports.apiserver}"
+        self._processes: list[_Process] = []
+        self._clients: list[KubeClient] = []
+        self._ca: CertificateAuthority | None = None
+        self.started_in_s = 0.0
+
+    # ----- what callers use -------------------------------------------------------------------
+
+    @property
+    def ca(self) -> CertificateAuthority:
+        if self._ca is None:
+            raise RuntimeError("the control plane is not started")
+        return self._ca
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        return self.workdir / "admin.kubeconfig"
+
+    @property
+    def kubectl(self) -> Path:
+        return self.binaries.path("kubectl")
+
+    @property
+    def audit_log(self) -> Path:
+        return self.workdir / "audit.log"
+
+    def audit_events(self) -> list[JsonObject]:
+        """Every request kube-apiserver answered so far, as audit events."""
+        try:
+            text = self.audit_log.read_text()
+        except FileNotFoundError:
+            return []
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    def refused_requests(self, users: Collection[str]) -> list[str]:
+        """`user verb uri -> code message` of each request of `users` that RBAC or admission
+        refused with 403."""
+        return [
+            f"{e['user']['username']} {e['verb']} {e['requestURI']} -> 403 "
+            f"{(e.get('responseStatus') or {}).get('message', '')}"
+            for e in self.audit_events()
+            if e["user"]["username"] in users and (e.get("responseStatus") or {}).get("code") == 403
+        ]
+
+    async def apply(self, objects: Sequence[JsonObject], *, dry_run: bool = False) -> str:
+        """`kubectl apply` of `objects` as the admin (server-side dry run when asked); raises
+        ControlPlaneError with kubectl's message when the API server refuses one."""
+        args = ["apply", "-f", "-"] + (["--dry-run=server"] if dry_run else [])
+        process = await asyncio.create_subprocess_exec(
+            str(self.kubectl),
+            f"--kubeconfig={self.admin_kubeconfig}",
+            *args,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await process.communicate(yaml.safe_dump_all(objects).encode())
+        if process.returncode != 0:
+            raise ControlPlaneError(f"kubectl {' '.join(args)} failed: {err.decode().strip()}")
+        return out.decode()
+
+    def kubeconfig_for(self, user: str, groups: tuple[str, ...] = ()) -> Path:
+        """A kubeconfig with a client certificate for `user` in `groups` (written once)."""
+        stem = user.replace(":", "-")
+        path = self.workdir / f"{stem}.kubeconfig"
+        if not path.exists():
+            pair = self.ca.client(f"client-{stem}", user, groups)
+            path.write_text(yaml.safe_dump(kubeconfig(self.url, self.ca.cert_file, pair=pair)))
+        return path
+
+    def node_kubeconfig(self, node: str) -> Path:
+        """kubelet's identity on `node`: the Node authorizer and NodeRestriction judge it."""
+        return self.kubeconfig_for(f"{NODE_PREFIX}{node}", ("system:nodes",))
+
+    async def service_account_kubeconfig(
+        self, namespace: str, name: str, expiration_s: int = 86400
+    ) -> Path:
+        """The ServiceAccount (made if missing) and a token for it from the TokenRequest API."""
+        admin = await self.client(self.admin_kubeconfig)
+        base = f"/api/v1/namespaces/{namespace}/serviceaccounts"
+        with contextlib.suppress(Conflict):
+            await admin.request(
+                "POST",
+                base,
+                body={
+                    "apiVersion": "v1",
+                    "kind": "ServiceAccount",
+                    "metadata": {"name": name, "namespace": namespace},
+                },
+            )
+        answer = await admin.request(
+            "POST",
+            f"{base}/{name}/token",
+            body={
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": expiration_s},
+            },
+        )
+        path = self.workdir / f"sa-{namespace}-{name}.kubeconfig"
+        token = str(answer["status"]["token"])
+        path.write_text(yaml.safe_dump(kubeconfig(self.url, self.ca.cert_file, token=token)))
+        return path
+
+    async def kubeconfig_of(self, user: str) -> Path:
+        """A kubeconfig for a Kubernetes user name, as the fake API server takes them: the admin,
+        a ServiceAccount (a token), a node (in `system:nodes`), anyone else (no groups)."""
+        if user == ADMIN:
+            return self.admin_kubeconfig
+        if user.startswith(SERVICE_ACCOUNT_PREFIX):
+            namespace, _, name = user.removeprefix(SERVICE_ACCOUNT_PREFIX).partition(":")
+            return await self.service_account_kubeconfig(namespace, name)
+        if user.startswith(NODE_PREFIX):
+            return self.node_kubeconfig(user.removeprefix(NODE_PREFIX))
+        return self.kubeconfig_for(user)
+
+    async def grant(self, cluster_role: str, user: str) -> None:
+        """A ClusterRoleBinding of `cluster_role` to `user` (a ServiceAccount or a user)."""
+        if user.startswith(SERVICE_ACCOUNT_PREFIX):
+            namespace, _, name = user.removeprefix(SERVICE_ACCOUNT_PREFIX).partition(":")
+            subject = {"kind": "ServiceAccount", "name": name, "namespace": namespace}
+        else:
+            subject = {"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}
+        admin = await self.client(self.admin_kubeconfig)
+        binding = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": f"{cluster_role}:{user}".replace(":", "-")},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": cluster_role,
+            },
+            "subjects": [subject],
+        }
+        with contextlib.suppress(Conflict):
+            await admin.request(
+                "POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", body=binding
+            )
+
+    async def client(self, kubeconfig_file: Path) -> KubeClient:
+        """A client for that identity, closed by `stop()`."""
+        client = await KubeClient.from_kubeconfig(str(kubeconfig_file))
+        self._clients.append(client)
+        return client
+
+    def processes(self) -> dict[str, int]:
+        """name -> pid of every process started and not stopped."""
+        return {p.name: p.process.pid for p in self._processes}
+
+    # ----- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        started = time.monotonic()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        try:
+            self._ca = CertificateAuthority(self.workdir, name="pyhami control-plane CA")
+            await self._start_etcd()
+            await self._start_apiserver()
+            await self._start_controller_manager()
+            await self._wait_default_service_accounts()
+        except BaseException:
+            await self.stop()
+            raise
+        self.started_in_s = time.monotonic() - started
+
+    async def start_kube_scheduler(self, extender: ExtenderTarget) -> None:
+        """kube-scheduler, its extender pyhami's scheduler at `extender.url_prefix`; it shows
+        the extender `extender.client_certificate`, which the extender's client CA signed."""
+        config = scheduler_configuration(
+            self.kubeconfig_for(KUBE_SCHEDULER_USER),
+            extender,
+            client=extender.client_certificate,
+        )
+        config_file = self.workdir / "kube-scheduler.yaml"
+        config_file.write_text(yaml.safe_dump(config))
+        port = self.ports.scheduler
+        process = await self._spawn(
+            "kube-scheduler",
+            [f"--config={config_file}", "--bind-address=127.0.0.1", f"--secure-port={port}"],
+            ports=(port,),
+        )
+        await self._wait_healthy(process, f"https://127.0.0.1:{port}/healthz", self._insecure())
+
+    async def stop(self) -> None:
+        for client in self._clients:
+            await client.close()
+        self._clients.clear()
+        # the reverse of the start order: etcd last
+        for process in reversed(self._processes):
+            await _end(process.process)
+        self._processes.clear()
+        if self._owns_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # ----- the processes ----------------------------------------------------------------------
+
+    async def _spawn(self, name: str, args: Sequence[str], ports: tuple[int, ...]) -> _Process:
+        logs = self.workdir / "logs"
+        logs.mkdir(exist_ok=True)
+        log = logs / f"{name}.log"
+        with log.open("ab") as out:
+            process = await asyncio.create_subprocess_exec(
+                str(self.binaries.path("etcd" if name == "etcd" else name)),
+                *args,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,  # its own group: a Ctrl-C in a terminal is ours to pass
+            )
+        running = _Process(name, log, process, ports)
+        self._processes.append(running)
+        return running
+
+    async def _start_etcd(self) -> None:
+        client = f"http://127.0.0.1:{self.ports.etcd_client}"
+        peer = f"http://127.0.0.1:{self.ports.etcd_peer}"
+        process = await self._spawn(
+            "etcd",
+            [
+                "--name=pyhami",
+                f"--data-dir={self.workdir / 'etcd'}",
+                f"--listen-client-urls={client}",
+                f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=pyhami={peer}",
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ],
+            ports=(self.ports.etcd_client, self.ports.etcd_peer),
+        )
+        await self._wait_healthy(process, f"{client}/health", None)
+
+    async def _start_apiserver(self) -> None:
+        ca = self.ca
+        serving = ca.serving(
+            "apiserver",
+            dns_names=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"),
+            ips=("127.0.0.1", "10.96.0.1"),
+        )
+        signing_key = self.workdir / "sa.key"
+        public_key = self.workdir / "sa.pub"
+        _write_signing_key(signing_key, public_key)
+        audit_policy = self.workdir / "audit-policy.yaml"
+        audit_policy.write_text(yaml.safe_dump(AUDIT_POLICY))
+        port = self.ports.apiserver
+        process = await self._spawn(
+            "kube-apiserver",
+            [
+                f"--etcd-servers=http://127.0.0.1:{self.ports.etcd_client}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={self.workdir / 'apiserver'}",
+                f"--tls-cert-file={serving.cert_file}",
+                f"--tls-private-key-file={serving.key_file}",
+                f"--client-ca-file={ca.cert_file}",
+                "--authorization-mode=Node,RBAC",
+                "--enable-admission-plugins=NodeRestriction",
+                f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+                f"--service-account-key-file={public_key}",
+                f"--service-account-signing-key-file={signing_key}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--allow-privileged=true",  # as kubeadm sets it: the device plugin runs privileged
+                "--endpoint-reconciler-type=none",
+                "--profiling=false",
+                f"--audit-policy-file={audit_policy}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-mode=blocking",  # a request is in the log before it is answered
+            ],
+            ports=(port,),
+        )
+        admin = ca.client("admin", ADMIN, ("system:masters",))
+        self.admin_kubeconfig.write_text(
+            yaml.safe_dump(kubeconfig(self.url, ca.cert_file, pair=admin))
+        )
+        context = ssl.create_default_context(cafile=str(ca.cert_file))
+        context.load_cert_chain(admin.cert_file, admin.key_file)
+        await self._wait_healthy(process, f"{self.url}/readyz", context)
+
+    async def _start_controller_manager(self) -> None:
+        port = self.ports.controller_manager
+        process = await self._spawn(
+            "kube-controller-manager",
+            [
+                f"--kubeconfig={self.kubeconfig_for(CONTROLLER_MANAGER_USER)}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--controllers={','.join(CONTROLLERS)}",
+                "--use-service-account-credentials=true",
+                "--node-monitor-period=1s",  # a new node is schedulable within a second
+                f"--root-ca-file={self.ca.cert_file}",
+                "--leader-elect=false",
+                "--profiling=false",
+            ],
+            ports=(port,),
+        )
+        await self._wait_healthy(process, f"https://127.0.0.1:{port}/healthz", self._insecure())
+
+    async def _wait_default_service_accounts(self) -> None:
+        """Pods are refused until their namespace's `default` ServiceAccount exists."""
+        admin = await self.client(self.admin_kubeconfig)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        for namespace in ("default", "kube-system"):
+            while True:
+                try:
+                    await admin.request(
+                        "GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/default"
+                    )
+                    break
+                except NotFound:
+                    if time.monotonic() > deadline:
+                        raise ControlPlaneError(
+                            f"no ServiceAccount {namespace}/default after {START_TIMEOUT_S:.0f}s"
+                        ) from None
+                    await asyncio.sleep(0.2)
+
+    @staticmethod
+    def _insecure() -> ssl.SSLContext:
+        # kube-scheduler and kube-controller-manager serve /healthz with a certificate they
+        # make up at start; only whether they answer matters here.
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
+
+    async def _wait_healthy(
+        self, process: _Process, url: str, context: ssl.SSLContext | None
+    ) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        last = ""
+        async with aiohttp.ClientSession() as session:
+            while True:
+                if process.process.returncode is not None:
+                    raise ControlPlaneError(
+                        f"{process.name} exited with status {process.process.returncode} "
+                        f"while starting; its log ends:\n{process.tail()}"
+                    )
+                try:
+                    async with session.get(
+                        url,
+                        ssl=context if context is not None else False,
+                        timeout=aiohttp.ClientTimeout(total=5),
+                    ) as answer:
+                        if answer.status == 200:
+                            return
+                        last = f"{answer.status} {await answer.text()}"
+                except (aiohttp.ClientError, TimeoutError, OSError) as err:
+                    last = str(err) or type(err).__name__
+                if time.monotonic() > deadline:
+                    raise ControlPlaneError(
+                        f"{process.name} not healthy after {START_TIMEOUT_S:.0f}s ({url}: {last}); "
+                        f"its log ends:\n{process.tail()}"
+                    )
+                await asyncio.sleep(0.2)
+
+
+def _write_signing_key(private_file: Path, public_file: Path) -> None:
+    """The key kube-apiserver signs ServiceAccount tokens with, and its public half."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    write_private_key(private_file, key)
+    public_file.write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+
+
+async def _end(process: asyncio.subprocess.Process) -> None:
+    """SIGTERM, then SIGKILL after STOP_TIMEOUT_S; the whole process group either way."""
+    if process.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        await asyncio.wait_for(process.wait(), STOP_TIMEOUT_S)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        await process.wait()

@@ -1,0 +1,63 @@
+"""Keep the double honest: the demo's example pods on Kubernetes' own control plane and on the
+embedded API server double with the kube-scheduler harness give the same observable outcome:
+each pod's phase, node, cards, allocation annotations, and the event reasons written about it
+(by our scheduler and by kube-scheduler), and each unschedulable pod's per-node reasons."""
+
+from typing import Any
+
+from pyhami.controlplane import BuiltBinaries
+from pyhami.kube import EVENTS, JsonObject
+from pyhami.protocol import KEY_NVIDIA_ALLOCATED, KEY_NVIDIA_TO_ALLOCATE, KEY_VGPU_NODE
+from pyhami.sim.demo.cluster import DemoCluster
+from pyhami.sim.demo.pods import load_pods
+from pyhami.sim.demo.run import submit_all
+from pyhami.sim.demo.settings import DemoSettings
+
+ANNOTATIONS = (KEY_VGPU_NODE, KEY_NVIDIA_ALLOCATED, KEY_NVIDIA_TO_ALLOCATE)
+# Written once per pod by either kube-scheduler or by our scheduler on its behalf; repeated
+# attempts (FailedScheduling, FilteringFailed) may differ in count, not in kind.
+REASONS = {"Scheduled", "FailedScheduling", "FilteringSucceed", "FilteringFailed",
+           "BindingSucceed", "BindingFailed"}  # fmt: skip
+
+
+async def outcome(cluster: DemoCluster, pods: list[JsonObject]) -> dict[str, Any]:
+    results = await submit_all(cluster, pods)
+    events = (await cluster.client.list(EVENTS, "default")).items
+    seen: dict[str, Any] = {}
+    for result in results:
+        pod = await cluster.client.get_pod(result.namespace, result.name)
+        annotations = pod["metadata"].get("annotations") or {}
+        seen[result.name] = {
+            "phase": result.phase,
+            "node": result.node,
+            "cards": sorted((c.container, c.uuid, c.memory_mib, c.cores) for c in result.cards),
+            "annotations": {key: annotations.get(key) for key in ANNOTATIONS},
+            "reasons": sorted(
+                {
+                    e["reason"]
+                    for e in events
+                    if e["involvedObject"]["name"] == result.name and e["reason"] in REASONS
+                }
+            ),
+            "why": sorted((w.node, w.reason, tuple(sorted(w.counts.items()))) for w in result.why),
+        }
+    return seen
+
+
+async def test_the_example_pods_end_the_same_on_the_real_control_plane_and_the_double(
+    kubernetes: BuiltBinaries,
+) -> None:
+    pods = load_pods()
+    async with DemoCluster(DemoSettings()) as embedded:
+        expected = await outcome(embedded, pods)
+    async with DemoCluster(DemoSettings(), kubernetes=kubernetes) as real:
+        observed = await outcome(real, pods)
+    assert sum(1 for pod in expected.values() if pod["phase"] == "Running") == 13
+    assert expected["slice-3g-30pct"]["reasons"] == [
+        "BindingSucceed",
+        "FilteringSucceed",
+        "Scheduled",
+    ]
+    assert expected["too-big-200g"]["reasons"] == ["FailedScheduling", "FilteringFailed"]
+    for name in expected:
+        assert observed[name] == expected[name], name
