@@ -7,6 +7,7 @@
 #include "vgpu_devices.h"
 #include "vgpu_hooks.h"
 #include "vgpu_init.h"
+#include "vgpu_pool.h"
 #include "vgpu_region.h"
 
 static pthread_mutex_t vgpu_context_mutex = PTHREAD_MUTEX_INITIALIZER;
@@ -71,8 +72,10 @@ VGPU_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice device)
     VGPU_ENTER(cuDevicePrimaryCtxReset_v2, device);
     CUresult rc = vgpu_real.cuDevicePrimaryCtxReset_v2(device);
     int index = vgpu_index_of(device);
-    if (rc == CUDA_SUCCESS && index >= 0 && vgpu_memory_mode() == VGPU_MEMORY_ACCOUNT)
+    if (rc == CUDA_SUCCESS && index >= 0 && vgpu_memory_mode() == VGPU_MEMORY_ACCOUNT) {
         vgpu_refund(index, vgpu_alloc_drop_device(index), VGPU_KIND_DATA);
+        vgpu_pools_refresh(index);  /* the pools gave their memory back too */
+    }
     return rc;
 }
 

@@ -7,15 +7,14 @@
 #include "vgpu_devices.h"
 #include "vgpu_hooks.h"
 #include "vgpu_init.h"
+#include "vgpu_log.h"
+#include "vgpu_memory.h"
+#include "vgpu_pool.h"
 #include "vgpu_region.h"
 
-struct vgpu_ticket {
-    int index;       /* NVML index charged, or -1 when nothing was charged */
-    uint64_t bytes;
-};
+static int vgpu_refused_unknown_device;
 
-/* Reserve `bytes` on `index` before the driver call. */
-static CUresult vgpu_reserve(struct vgpu_ticket *ticket, int index, uint64_t bytes)
+CUresult vgpu_reserve(struct vgpu_ticket *ticket, int index, uint64_t bytes)
 {
     ticket->index = -1;
     ticket->bytes = bytes;
@@ -24,24 +23,30 @@ static CUresult vgpu_reserve(struct vgpu_ticket *ticket, int index, uint64_t byt
         vgpu_report_refusal();
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    if (mode == VGPU_MEMORY_PASS || index < 0)
-        return CUDA_SUCCESS;  /* without a device the driver itself refuses */
-    if (vgpu_charge(index, bytes, VGPU_KIND_DATA, 0) != 0)
+    if (mode == VGPU_MEMORY_PASS || index == VGPU_NOT_DEVICE)
+        return CUDA_SUCCESS;
+    if (index == VGPU_NO_CONTEXT)
+        return CUDA_ERROR_INVALID_CONTEXT;  /* what the driver answers without a context */
+    if (index < 0) {  /* fail closed: memory on a device we cannot name cannot be counted */
+        if (!__atomic_exchange_n(&vgpu_refused_unknown_device, 1, __ATOMIC_RELAXED))
+            vgpu_error("refusing device memory on a device libvgpu cannot identify");
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    /* A pool may have given memory back since its reservation was last read. */
+    if (vgpu_charge(index, bytes, VGPU_KIND_DATA, 0) != 0 &&
+        (vgpu_pools_refresh(index) == 0 || vgpu_charge(index, bytes, VGPU_KIND_DATA, 0) != 0))
         return CUDA_ERROR_OUT_OF_MEMORY;
     ticket->index = index;
     return CUDA_SUCCESS;
 }
 
-typedef CUresult (*vgpu_undo)(uint64_t key);
-
-/* After the driver call: keep the charge and remember the object, or give the charge back. */
-static CUresult vgpu_settle(const struct vgpu_ticket *ticket, CUresult rc,
-                            enum vgpu_object_kind kind, uint64_t key, vgpu_undo undo)
+CUresult vgpu_settle(const struct vgpu_ticket *ticket, CUresult rc, enum vgpu_object_kind kind,
+                     uint64_t key, uint64_t link, vgpu_undo undo)
 {
     if (ticket->index < 0)
         return rc;
     if (rc == CUDA_SUCCESS &&
-        vgpu_alloc_add(kind, key, ticket->index, ticket->bytes) == 0)
+        vgpu_alloc_add(kind, key, ticket->index, ticket->bytes, link) == 0)
         return CUDA_SUCCESS;
     if (rc == CUDA_SUCCESS) {  /* cannot remember it, so cannot account for its free */
         undo(key);
@@ -60,28 +65,16 @@ static CUresult vgpu_release(enum vgpu_object_kind kind, uint64_t key, CUresult 
     if (rc_of_real == CUDA_SUCCESS)
         vgpu_refund(dev, bytes, VGPU_KIND_DATA);
     else
-        vgpu_alloc_add(kind, key, dev, bytes);  /* still alive: keep accounting for it */
+        vgpu_alloc_add(kind, key, dev, bytes, 0);  /* still alive: keep accounting for it */
     return rc_of_real;
 }
-
-/* Reserve `bytes` on `index`, make the driver call, then keep or refund the charge. */
-#define VGPU_CHARGED(index, bytes, kind, key, undo, call)                                    \
-    do {                                                                                   \
-        struct vgpu_ticket ticket_;                                                        \
-        CUresult rc_ = vgpu_reserve(&ticket_, (index), (bytes));                           \
-        if (rc_ != CUDA_SUCCESS)                                                           \
-            return rc_;                                                                    \
-        rc_ = (call);                                                                      \
-        return vgpu_settle(&ticket_, rc_, (kind), rc_ == CUDA_SUCCESS ? (uint64_t)(key) : 0, \
-                           (undo));                                                        \
-    } while (0)
 
 /* Forget the object, make the driver's release call, refund on success. */
 #define VGPU_RELEASED(kind, key, call)                                           \
     do {                                                                       \
         int dev_ = 0;                                                          \
         uint64_t bytes_ = 0, key_ = (uint64_t)(key);                           \
-        int had_ = key_ != 0 && vgpu_alloc_take((kind), key_, &dev_, &bytes_) == 0; \
+        int had_ = key_ != 0 && vgpu_alloc_take((kind), key_, &dev_, &bytes_, NULL) == 0; \
         return vgpu_release((kind), key_, (call), had_, dev_, bytes_);         \
     } while (0)
 
@@ -140,49 +133,65 @@ VGPU_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t
         }
         ticket.bytes += extra;
     }
-    return vgpu_settle(&ticket, rc, VGPU_OBJECT_POINTER, rc == CUDA_SUCCESS ? *dptr : 0,
+    return vgpu_settle(&ticket, rc, VGPU_OBJECT_POINTER, rc == CUDA_SUCCESS ? *dptr : 0, 0,
                        vgpu_undo_pointer);
+}
+
+typedef CUresult (*vgpu_free_call)(CUdeviceptr dptr, CUstream stream);
+
+/* Free a pointer of ours: a plain allocation gives its charge back, a pooled one leaves its
+ * memory in the pool, whose reservation is then re-read. */
+static CUresult vgpu_free_pointer(CUdeviceptr dptr, CUstream stream, vgpu_free_call call)
+{
+    int dev = 0;
+    uint64_t bytes = 0, pool = 0;
+    if (dptr == 0)
+        return call(dptr, stream);
+    if (vgpu_alloc_take(VGPU_OBJECT_POINTER, dptr, &dev, &bytes, NULL) == 0)
+        return vgpu_release(VGPU_OBJECT_POINTER, dptr, call(dptr, stream), 1, dev, bytes);
+    if (vgpu_alloc_take(VGPU_OBJECT_POOLED, dptr, &dev, &bytes, &pool) != 0)
+        return call(dptr, stream);  /* not ours: forwarded untouched */
+    CUresult rc = call(dptr, stream);
+    if (rc == CUDA_SUCCESS)
+        vgpu_pool_settle((CUmemoryPool)(uintptr_t)pool, 0);
+    else
+        vgpu_alloc_add(VGPU_OBJECT_POOLED, dptr, dev, 0, pool);
+    return rc;
+}
+
+static CUresult vgpu_real_free(CUdeviceptr dptr, CUstream stream)
+{
+    (void)stream;
+    return vgpu_real.cuMemFree_v2(dptr);
+}
+
+static CUresult vgpu_real_free_async(CUdeviceptr dptr, CUstream stream)
+{
+    return vgpu_real.cuMemFreeAsync(dptr, stream);
+}
+
+static CUresult vgpu_real_free_async_ptsz(CUdeviceptr dptr, CUstream stream)
+{
+    return vgpu_real.cuMemFreeAsync_ptsz(dptr, stream);
 }
 
 VGPU_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
     VGPU_ENTER(cuMemFree_v2, dptr);
-    VGPU_RELEASED(VGPU_OBJECT_POINTER, dptr, vgpu_real.cuMemFree_v2(dptr));
+    return vgpu_free_pointer(dptr, NULL, vgpu_real_free);
 }
 
-/* Stream-ordered allocations are charged at their exact size, like cuMemAlloc. */
-#define VGPU_ASYNC_ALLOC(name, ...)                                                    \
-    {                                                                                  \
-        VGPU_ENTER(name, __VA_ARGS__);                                                 \
-        VGPU_CHARGED(vgpu_current_index(), bytes, VGPU_OBJECT_POINTER, *dptr,          \
-                     vgpu_undo_pointer, vgpu_real.name(__VA_ARGS__));                  \
-    }
-
-VGPU_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes, CUstream stream)
-VGPU_ASYNC_ALLOC(cuMemAllocAsync, dptr, bytes, stream)
-
-VGPU_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUstream stream)
-VGPU_ASYNC_ALLOC(cuMemAllocAsync_ptsz, dptr, bytes, stream)
-
-VGPU_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
-                                             CUstream stream)
-VGPU_ASYNC_ALLOC(cuMemAllocFromPoolAsync, dptr, bytes, pool, stream)
-
-VGPU_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytes,
-                                                  CUmemoryPool pool, CUstream stream)
-VGPU_ASYNC_ALLOC(cuMemAllocFromPoolAsync_ptsz, dptr, bytes, pool, stream)
-
-#define VGPU_ASYNC_FREE(name)                                                    \
-    {                                                                            \
-        VGPU_ENTER(name, dptr, stream);                                          \
-        VGPU_RELEASED(VGPU_OBJECT_POINTER, dptr, vgpu_real.name(dptr, stream));  \
-    }
-
 VGPU_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream)
-VGPU_ASYNC_FREE(cuMemFreeAsync)
+{
+    VGPU_ENTER(cuMemFreeAsync, dptr, stream);
+    return vgpu_free_pointer(dptr, stream, vgpu_real_free_async);
+}
 
 VGPU_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream)
-VGPU_ASYNC_FREE(cuMemFreeAsync_ptsz)
+{
+    VGPU_ENTER(cuMemFreeAsync_ptsz, dptr, stream);
+    return vgpu_free_pointer(dptr, stream, vgpu_real_free_async_ptsz);
+}
 
 VGPU_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t bytes,
                                  const CUmemAllocationProp *prop, unsigned long long flags)
@@ -191,15 +200,67 @@ VGPU_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t by
     /* The physical location names the device, context or not. Host memory is not charged. */
     int index = prop != NULL && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE
                     ? vgpu_index_of(prop->location.id)
-                    : -1;
-    VGPU_CHARGED(index, bytes, VGPU_OBJECT_HANDLE, *handle, vgpu_undo_handle,
-                 vgpu_real.cuMemCreate(handle, bytes, prop, flags));
+                    : VGPU_NOT_DEVICE;
+    struct vgpu_ticket ticket;
+    CUresult rc = vgpu_reserve(&ticket, index, bytes);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    rc = vgpu_real.cuMemCreate(handle, bytes, prop, flags);
+    /* One reference: the handle's own. Mappings and retains add theirs. */
+    return vgpu_settle(&ticket, rc, VGPU_OBJECT_HANDLE, rc == CUDA_SUCCESS ? *handle : 0, 1,
+                       vgpu_undo_handle);
+}
+
+/* The driver frees a handle's memory when its last reference goes: the handle's own (released
+ * by cuMemRelease), each mapping's (cuMemUnmap) and each cuMemRetainAllocationHandle's. */
+static void vgpu_handle_unref(uint64_t handle)
+{
+    int dev = 0;
+    uint64_t bytes = 0;
+    if (vgpu_alloc_ref(handle, -1, &dev, &bytes) == 0)
+        vgpu_refund(dev, bytes, VGPU_KIND_DATA);
 }
 
 VGPU_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
     VGPU_ENTER(cuMemRelease, handle);
-    VGPU_RELEASED(VGPU_OBJECT_HANDLE, handle, vgpu_real.cuMemRelease(handle));
+    CUresult rc = vgpu_real.cuMemRelease(handle);
+    if (rc == CUDA_SUCCESS)
+        vgpu_handle_unref(handle);
+    return rc;
+}
+
+VGPU_EXPORT CUresult cuMemMap(CUdeviceptr dptr, size_t size, size_t offset,
+                              CUmemGenericAllocationHandle handle, unsigned long long flags)
+{
+    VGPU_ENTER(cuMemMap, dptr, size, offset, handle, flags);
+    CUresult rc = vgpu_real.cuMemMap(dptr, size, offset, handle, flags);
+    int dev;
+    uint64_t bytes;
+    if (rc == CUDA_SUCCESS && vgpu_alloc_ref(handle, 1, &dev, &bytes) > 0 &&
+        vgpu_mapping_add(dptr, size, handle) != 0)
+        vgpu_error("cannot record a mapping; its memory stays charged until exit");
+    return rc;
+}
+
+VGPU_EXPORT CUresult cuMemUnmap(CUdeviceptr dptr, size_t size)
+{
+    VGPU_ENTER(cuMemUnmap, dptr, size);
+    CUresult rc = vgpu_real.cuMemUnmap(dptr, size);
+    if (rc == CUDA_SUCCESS)
+        vgpu_mapping_remove(dptr, size, vgpu_handle_unref);
+    return rc;
+}
+
+VGPU_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+    VGPU_ENTER(cuMemRetainAllocationHandle, handle, addr);
+    CUresult rc = vgpu_real.cuMemRetainAllocationHandle(handle, addr);
+    int dev;
+    uint64_t bytes;
+    if (rc == CUDA_SUCCESS && handle != NULL)
+        vgpu_alloc_ref(*handle, 1, &dev, &bytes);
+    return rc;
 }
 
 /* Bytes per channel of an array format; 8 (the widest) for formats not listed. */

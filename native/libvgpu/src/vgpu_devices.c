@@ -85,8 +85,33 @@ int vgpu_current_index(void)
 {
     CUdevice device;
     if (vgpu_real.cuCtxGetDevice == NULL || vgpu_real.cuCtxGetDevice(&device) != CUDA_SUCCESS)
-        return -1;
+        return VGPU_NO_CONTEXT;
     return vgpu_index_of(device);
+}
+
+/* Drivers before CUDA 12.8 lack cuStreamGetDevice: ask the stream's context instead. */
+static CUresult vgpu_stream_context_device(CUstream stream, CUdevice *device)
+{
+    CUcontext context, popped;
+    CUresult rc = vgpu_real.cuStreamGetCtx == NULL ? CUDA_ERROR_NOT_SUPPORTED
+                                                   : vgpu_real.cuStreamGetCtx(stream, &context);
+    if (rc != CUDA_SUCCESS || vgpu_real.cuCtxPushCurrent_v2 == NULL ||
+        vgpu_real.cuCtxPopCurrent_v2 == NULL)
+        return rc != CUDA_SUCCESS ? rc : CUDA_ERROR_NOT_SUPPORTED;
+    if ((rc = vgpu_real.cuCtxPushCurrent_v2(context)) != CUDA_SUCCESS)
+        return rc;
+    rc = vgpu_real.cuCtxGetDevice(device);
+    vgpu_real.cuCtxPopCurrent_v2(&popped);
+    return rc;
+}
+
+int vgpu_stream_device(CUstream stream, CUdevice *device)
+{
+    CUresult rc = vgpu_real.cuStreamGetDevice != NULL ? vgpu_real.cuStreamGetDevice(stream, device)
+                                                      : vgpu_stream_context_device(stream, device);
+    if (rc == CUDA_ERROR_INVALID_CONTEXT)
+        return VGPU_NO_CONTEXT;
+    return rc == CUDA_SUCCESS ? vgpu_index_of(*device) : -1;
 }
 
 nvmlDevice_t vgpu_nvml_handle(int index)

@@ -20,15 +20,18 @@
     X(cuMemAllocAsync) X(cuMemAllocAsync_ptsz)                                                \
     X(cuMemAllocFromPoolAsync) X(cuMemAllocFromPoolAsync_ptsz)                                \
     X(cuMemFreeAsync) X(cuMemFreeAsync_ptsz)                                                  \
-    X(cuMemCreate) X(cuMemRelease)                                                            \
+    X(cuMemCreate) X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemRetainAllocationHandle)   \
+    X(cuMemPoolCreate) X(cuMemPoolDestroy) X(cuMemPoolTrimTo) X(cuMemPoolSetAttribute)        \
     X(cuArrayCreate_v2) X(cuArray3DCreate_v2) X(cuArrayDestroy)                               \
     X(cuMipmappedArrayCreate) X(cuMipmappedArrayDestroy)                                      \
     X(cuLaunchKernel) X(cuLaunchKernel_ptsz) X(cuLaunchKernelEx) X(cuLaunchKernelEx_ptsz)     \
     X(cuLaunchCooperativeKernel) X(cuLaunchCooperativeKernel_ptsz)                            \
     X(cuGraphLaunch) X(cuGraphLaunch_ptsz)
 
-#define VGPU_CUDA_USED(X) \
-    X(cuCtxGetDevice) X(cuDeviceGetCount) X(cuDeviceGetUuid_v2) X(cuDeviceGetAttribute)
+#define VGPU_CUDA_USED(X)                                                                     \
+    X(cuCtxGetDevice) X(cuDeviceGetCount) X(cuDeviceGetUuid_v2) X(cuDeviceGetAttribute)       \
+    X(cuStreamGetDevice) X(cuStreamGetCtx) X(cuCtxPushCurrent_v2) X(cuCtxPopCurrent_v2)      \
+    X(cuDeviceGetMemPool) X(cuDeviceGetDefaultMemPool) X(cuMemPoolGetAttribute)
 
 #define VGPU_NVML_HOOKED(X) X(nvmlDeviceGetMemoryInfo) X(nvmlDeviceGetMemoryInfo_v2)
 

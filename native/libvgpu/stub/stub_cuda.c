@@ -13,13 +13,32 @@
 #define STUB_MAX_DEVICES 16
 #define STUB_MAX_OBJECTS 65536
 
-enum stub_kind { STUB_POINTER, STUB_HANDLE, STUB_ARRAY, STUB_MIPMAP };
+/* STUB_POOLED: a stream-ordered allocation, carved from its pool's reservation (the pool, not
+ * the pointer, holds device memory). STUB_MAPPING: a VMM mapping, holding a reference on its
+ * handle. STUB_HANDLE: physical VMM memory, freed when the last reference goes. */
+enum stub_kind { STUB_POINTER, STUB_HANDLE, STUB_ARRAY, STUB_MIPMAP, STUB_POOLED, STUB_MAPPING };
 
 struct stub_object {
     uint64_t key;
     uint64_t bytes;
     int physical;
     enum stub_kind kind;
+    int refs;      /* STUB_HANDLE: creation + mappings + retains */
+    uint64_t link; /* STUB_POOLED: pool index; STUB_MAPPING: handle key */
+};
+
+/* A stream-ordered memory pool: `reserved` is device memory the pool holds, `in_use` what is
+ * handed out. Frees return memory to the pool; synchronisation trims the pool down to its
+ * release threshold, cuMemPoolTrimTo to what the caller asks. */
+#define STUB_MAX_POOLS 64
+#define STUB_POOL_GRANULE (2ull << 20)
+
+struct stub_pool {
+    int live;
+    int physical;
+    uint64_t reserved;
+    uint64_t in_use;
+    uint64_t threshold;
 };
 
 static pthread_mutex_t stub_mutex = PTHREAD_MUTEX_INITIALIZER;
@@ -30,6 +49,9 @@ static uint64_t stub_used[STUB_MAX_DEVICES];
 static int stub_contexts[STUB_MAX_DEVICES];
 static unsigned long long stub_frees, stub_launch_count, stub_block_count, stub_ptsz_count;
 static __thread int stub_current = -1; /* CUDA ordinal of the current context */
+static struct stub_pool stub_pools[STUB_MAX_POOLS]; /* [0..15]: each device's default pool */
+static int stub_current_pool[STUB_MAX_DEVICES];      /* per physical device; -1: the default */
+static uint64_t stub_next_va = 0x7f0000000000ull;
 static struct stub_ledger *stub_shared_ledger;
 static int stub_ledger_index = -1;
 
@@ -169,39 +191,82 @@ static void stub_ledger_account(int physical, int64_t delta)
 
 /* --- objects ----------------------------------------------------------------------------- */
 
+/* Device memory really taken (or given back) on `physical`; caller holds stub_mutex. */
+static int stub_take_memory(int physical, uint64_t bytes)
+{
+    if (stub_device_used(physical) + bytes > stub_device_total())
+        return -1;
+    stub_used[physical] += bytes;
+    return 0;
+}
+
+static int stub_add_object(struct stub_object object)
+{
+    if (stub_object_count == STUB_MAX_OBJECTS)
+        return -1;
+    stub_objects[stub_object_count++] = object;
+    return 0;
+}
+
+static uint64_t stub_new_address(uint64_t bytes)
+{
+    uint64_t key = stub_next_address;
+    stub_next_address += ((bytes + 511) & ~511ull) + 512;
+    return key;
+}
+
 static CUresult stub_create(enum stub_kind kind, int physical, uint64_t bytes, uint64_t *key)
 {
     pthread_mutex_lock(&stub_mutex);
-    if (stub_device_used(physical) + bytes > stub_device_total() ||
-        stub_object_count == STUB_MAX_OBJECTS) {
+    if (stub_object_count == STUB_MAX_OBJECTS || stub_take_memory(physical, bytes) != 0) {
         pthread_mutex_unlock(&stub_mutex);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    *key = stub_next_address;
-    stub_next_address += ((bytes + 511) & ~511ull) + 512;
-    stub_objects[stub_object_count++] = (struct stub_object){*key, bytes, physical, kind};
-    stub_used[physical] += bytes;
+    *key = stub_new_address(bytes);
+    stub_add_object((struct stub_object){*key, bytes, physical, kind, 1, 0});
     pthread_mutex_unlock(&stub_mutex);
     stub_ledger_account(physical, (int64_t)bytes);
     return CUDA_SUCCESS;
+}
+
+static int stub_find(enum stub_kind kind, uint64_t key)
+{
+    for (int i = stub_object_count - 1; i >= 0; i--)
+        if (stub_objects[i].key == key && stub_objects[i].kind == kind)
+            return i;
+    return -1;
+}
+
+/* Drop one reference of object `i`; at the last, free it. Caller holds stub_mutex. Returns the
+ * device bytes freed (the caller accounts them in the ledger after unlocking). */
+static uint64_t stub_unref(int i, int *physical)
+{
+    *physical = stub_objects[i].physical;
+    if (--stub_objects[i].refs > 0)
+        return 0;
+    struct stub_object gone = stub_objects[i];
+    stub_objects[i] = stub_objects[--stub_object_count];
+    if (gone.kind == STUB_POOLED) {
+        stub_pools[gone.link].in_use -= gone.bytes;  /* back to the pool, still reserved */
+        return 0;
+    }
+    if (gone.kind == STUB_MAPPING)
+        return 0;
+    stub_used[gone.physical] -= gone.bytes;
+    return gone.bytes;
 }
 
 static CUresult stub_destroy(enum stub_kind kind, uint64_t key)
 {
     pthread_mutex_lock(&stub_mutex);
     stub_frees++;
-    for (int i = stub_object_count - 1; i >= 0; i--) {
-        if (stub_objects[i].key == key && stub_objects[i].kind == kind) {
-            struct stub_object gone = stub_objects[i];
-            stub_objects[i] = stub_objects[--stub_object_count];
-            stub_used[gone.physical] -= gone.bytes;
-            pthread_mutex_unlock(&stub_mutex);
-            stub_ledger_account(gone.physical, -(int64_t)gone.bytes);
-            return CUDA_SUCCESS;
-        }
-    }
+    int i = stub_find(kind, key), physical = 0;
+    uint64_t freed = i >= 0 ? stub_unref(i, &physical) : 0;
     pthread_mutex_unlock(&stub_mutex);
-    return CUDA_ERROR_INVALID_VALUE;
+    if (i < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    stub_ledger_account(physical, -(int64_t)freed);
+    return CUDA_SUCCESS;
 }
 
 int stub_owns(CUdeviceptr pointer)
@@ -233,6 +298,8 @@ CUdeviceptr stub_untracked_alloc(size_t bytes)
     stub_alloc_current(&pointer, bytes);
     return pointer;
 }
+
+static uint64_t stub_pool_trim(struct stub_pool *pool, uint64_t keep);
 
 /* --- the driver API ---------------------------------------------------------------------- */
 
@@ -305,14 +372,27 @@ CUresult cuDevicePrimaryCtxReset_v2(CUdevice device)
     if (!stub_valid_device(device))
         return CUDA_ERROR_INVALID_DEVICE;
     int physical = stub_physical(device);
+    int64_t freed = 0;
     pthread_mutex_lock(&stub_mutex);
+    /* VMM handles and their mappings outlive the context; everything else goes. */
     for (int i = stub_object_count - 1; i >= 0; i--) {
-        if (stub_objects[i].physical == physical && stub_objects[i].kind != STUB_HANDLE) {
+        enum stub_kind kind = stub_objects[i].kind;
+        if (stub_objects[i].physical != physical || kind == STUB_HANDLE || kind == STUB_MAPPING)
+            continue;
+        if (kind != STUB_POOLED)
+            freed += (int64_t)stub_objects[i].bytes;
+        if (kind != STUB_POOLED)
             stub_used[physical] -= stub_objects[i].bytes;
-            stub_objects[i] = stub_objects[--stub_object_count];
+        stub_objects[i] = stub_objects[--stub_object_count];
+    }
+    for (int i = 0; i < STUB_MAX_POOLS; i++) {
+        if (stub_pools[i].live && stub_pools[i].physical == physical) {
+            stub_pools[i].in_use = 0;
+            freed += (int64_t)stub_pool_trim(&stub_pools[i], 0);
         }
     }
     pthread_mutex_unlock(&stub_mutex);
+    stub_ledger_account(physical, -freed);
     return CUDA_SUCCESS;
 }
 
@@ -364,13 +444,130 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *pointer, size_t *pitch, size_t width, s
 
 CUresult cuMemFree_v2(CUdeviceptr pointer)
 {
-    return pointer == 0 ? CUDA_SUCCESS : stub_destroy(STUB_POINTER, pointer);
+    if (pointer == 0)
+        return CUDA_SUCCESS;
+    pthread_mutex_lock(&stub_mutex);
+    int pooled = stub_find(STUB_POOLED, pointer) >= 0;
+    pthread_mutex_unlock(&stub_mutex);
+    return stub_destroy(pooled ? STUB_POOLED : STUB_POINTER, pointer);
+}
+
+/* --- streams and stream-ordered pools ----------------------------------------------------- */
+
+#define STUB_STREAM_BASE 0x3000u
+
+/* The CUDA ordinal a stream belongs to: its creator's context, or for the default streams the
+ * current context. */
+static CUresult stub_stream_ordinal(CUstream stream, int *ordinal)
+{
+    uintptr_t value = (uintptr_t)stream;
+    if (value == 0 || value == (uintptr_t)CU_STREAM_LEGACY || value == (uintptr_t)CU_STREAM_PER_THREAD) {
+        if (stub_current < 0)
+            return CUDA_ERROR_INVALID_CONTEXT;
+        *ordinal = stub_current;
+        return CUDA_SUCCESS;
+    }
+    if (value < STUB_STREAM_BASE || !stub_valid_device((CUdevice)(value - STUB_STREAM_BASE)))
+        return CUDA_ERROR_INVALID_HANDLE;
+    *ordinal = (int)(value - STUB_STREAM_BASE);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamCreate(CUstream *stream, unsigned int flags)
+{
+    (void)flags;
+    if (stub_current < 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *stream = (CUstream)(uintptr_t)(STUB_STREAM_BASE + (unsigned)stub_current);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamDestroy_v2(CUstream stream) { (void)stream; return CUDA_SUCCESS; }
+
+CUresult cuStreamGetDevice(CUstream stream, CUdevice *device)
+{
+    int ordinal;
+    CUresult rc = stub_stream_ordinal(stream, &ordinal);
+    if (rc == CUDA_SUCCESS)
+        *device = ordinal;
+    return rc;
+}
+
+CUresult cuStreamGetCtx(CUstream stream, CUcontext *context)
+{
+    int ordinal;
+    CUresult rc = stub_stream_ordinal(stream, &ordinal);
+    if (rc == CUDA_SUCCESS)
+        *context = (CUcontext)(uintptr_t)(0x1000 + ordinal);
+    return rc;
+}
+
+static int stub_pool_index(CUmemoryPool pool)
+{
+    uintptr_t at = (uintptr_t)pool, base = (uintptr_t)stub_pools;
+    if (at < base || at >= base + sizeof stub_pools || (at - base) % sizeof stub_pools[0] != 0)
+        return -1;
+    int index = (int)((at - base) / sizeof stub_pools[0]);
+    return stub_pools[index].live ? index : -1;
+}
+
+static struct stub_pool *stub_default_pool(int physical)
+{
+    struct stub_pool *pool = &stub_pools[physical];
+    if (!pool->live)
+        *pool = (struct stub_pool){.live = 1, .physical = physical};
+    return pool;
+}
+
+/* Give back what the pool holds beyond max(in use, keep); caller holds stub_mutex. */
+static uint64_t stub_pool_trim(struct stub_pool *pool, uint64_t keep)
+{
+    uint64_t least = (pool->in_use + STUB_POOL_GRANULE - 1) / STUB_POOL_GRANULE * STUB_POOL_GRANULE;
+    uint64_t target = keep > least ? keep : least;
+    if (pool->reserved <= target)
+        return 0;
+    uint64_t freed = pool->reserved - target;
+    pool->reserved = target;
+    stub_used[pool->physical] -= freed;
+    return freed;
+}
+
+/* Carve `bytes` out of the pool, growing its reservation by whole granules when it lacks room. */
+static CUresult stub_pool_alloc(struct stub_pool *pool, CUdeviceptr *pointer, uint64_t bytes)
+{
+    if (pointer == NULL || bytes == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&stub_mutex);
+    uint64_t cached = pool->reserved - pool->in_use, grow = 0;
+    if (cached < bytes)
+        grow = (bytes - cached + STUB_POOL_GRANULE - 1) / STUB_POOL_GRANULE * STUB_POOL_GRANULE;
+    if (stub_object_count == STUB_MAX_OBJECTS || stub_take_memory(pool->physical, grow) != 0) {
+        pthread_mutex_unlock(&stub_mutex);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pool->reserved += grow;
+    pool->in_use += bytes;
+    *pointer = stub_new_address(bytes);
+    stub_add_object((struct stub_object){*pointer, bytes, pool->physical, STUB_POOLED, 1,
+                                         (uint64_t)(pool - stub_pools)});
+    pthread_mutex_unlock(&stub_mutex);
+    stub_ledger_account(pool->physical, (int64_t)grow);
+    return CUDA_SUCCESS;
+}
+
+static struct stub_pool *stub_current_pool_of(int physical)
+{
+    int chosen = stub_current_pool[physical];
+    return chosen > 0 ? &stub_pools[chosen] : stub_default_pool(physical);
 }
 
 CUresult cuMemAllocAsync(CUdeviceptr *pointer, size_t bytes, CUstream stream)
 {
-    (void)stream;
-    return stub_alloc_current(pointer, bytes);
+    int ordinal;
+    CUresult rc = stub_stream_ordinal(stream, &ordinal);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    return stub_pool_alloc(stub_current_pool_of(stub_physical(ordinal)), pointer, bytes);
 }
 
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr *pointer, size_t bytes, CUstream stream)
@@ -382,8 +579,13 @@ CUresult cuMemAllocAsync_ptsz(CUdeviceptr *pointer, size_t bytes, CUstream strea
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *pointer, size_t bytes, CUmemoryPool pool,
                                  CUstream stream)
 {
-    (void)pool;
-    return cuMemAllocAsync(pointer, bytes, stream);
+    int ordinal, index = stub_pool_index(pool);
+    CUresult rc = stub_stream_ordinal(stream, &ordinal);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (index < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    return stub_pool_alloc(&stub_pools[index], pointer, bytes);
 }
 
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *pointer, size_t bytes, CUmemoryPool pool,
@@ -405,6 +607,145 @@ CUresult cuMemFreeAsync_ptsz(CUdeviceptr pointer, CUstream stream)
     return cuMemFreeAsync(pointer, stream);
 }
 
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice device)
+{
+    if (!stub_valid_device(device))
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&stub_mutex);
+    *pool = (CUmemoryPool)stub_default_pool(stub_physical(device));
+    pthread_mutex_unlock(&stub_mutex);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice device)
+{
+    if (!stub_valid_device(device))
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&stub_mutex);
+    *pool = (CUmemoryPool)stub_current_pool_of(stub_physical(device));
+    pthread_mutex_unlock(&stub_mutex);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceSetMemPool(CUdevice device, CUmemoryPool pool)
+{
+    int index = stub_pool_index(pool);
+    if (!stub_valid_device(device) || index < 0 ||
+        stub_pools[index].physical != stub_physical(device))
+        return CUDA_ERROR_INVALID_VALUE;
+    stub_current_pool[stub_physical(device)] = index;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
+{
+    if (props == NULL || props->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+        !stub_valid_device(props->location.id))
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&stub_mutex);
+    for (int i = STUB_MAX_DEVICES; i < STUB_MAX_POOLS; i++) {
+        if (!stub_pools[i].live) {
+            stub_pools[i] = (struct stub_pool){.live = 1, .physical = stub_physical(props->location.id)};
+            *pool = (CUmemoryPool)&stub_pools[i];
+            pthread_mutex_unlock(&stub_mutex);
+            return CUDA_SUCCESS;
+        }
+    }
+    pthread_mutex_unlock(&stub_mutex);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+    int index = stub_pool_index(pool);
+    if (index < STUB_MAX_DEVICES)  /* default pools cannot be destroyed */
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&stub_mutex);
+    struct stub_pool *gone = &stub_pools[index];
+    uint64_t freed = gone->reserved;
+    stub_used[gone->physical] -= freed;
+    for (int i = stub_object_count - 1; i >= 0; i--)
+        if (stub_objects[i].kind == STUB_POOLED && stub_objects[i].link == (uint64_t)index)
+            stub_objects[i] = stub_objects[--stub_object_count];
+    if (stub_current_pool[gone->physical] == index)
+        stub_current_pool[gone->physical] = 0;
+    int physical = gone->physical;
+    *gone = (struct stub_pool){0};
+    pthread_mutex_unlock(&stub_mutex);
+    stub_ledger_account(physical, -(int64_t)freed);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep)
+{
+    int index = stub_pool_index(pool);
+    if (index < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&stub_mutex);
+    uint64_t freed = stub_pool_trim(&stub_pools[index], keep);
+    pthread_mutex_unlock(&stub_mutex);
+    stub_ledger_account(stub_pools[index].physical, -(int64_t)freed);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attribute, void *value)
+{
+    int index = stub_pool_index(pool);
+    if (index < 0 || value == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (attribute != CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)
+        return CUDA_SUCCESS;
+    stub_pools[index].threshold = *(cuuint64_t *)value;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attribute, void *value)
+{
+    int index = stub_pool_index(pool);
+    if (index < 0 || value == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&stub_mutex);
+    struct stub_pool *chosen = &stub_pools[index];
+    cuuint64_t answer = attribute == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD       ? chosen->threshold
+                        : attribute == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT ? chosen->reserved
+                        : attribute == CU_MEMPOOL_ATTR_USED_MEM_CURRENT     ? chosen->in_use
+                                                                            : 0;
+    pthread_mutex_unlock(&stub_mutex);
+    *(cuuint64_t *)value = answer;
+    return CUDA_SUCCESS;
+}
+
+/* Synchronisation: every pool of the device gives back what it holds beyond its threshold. */
+static void stub_trim_device(int physical)
+{
+    uint64_t freed = 0;
+    pthread_mutex_lock(&stub_mutex);
+    for (int i = 0; i < STUB_MAX_POOLS; i++)
+        if (stub_pools[i].live && stub_pools[i].physical == physical)
+            freed += stub_pool_trim(&stub_pools[i], stub_pools[i].threshold);
+    pthread_mutex_unlock(&stub_mutex);
+    stub_ledger_account(physical, -(int64_t)freed);
+}
+
+CUresult cuCtxSynchronize(void)
+{
+    if (stub_current < 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    stub_trim_device(stub_physical(stub_current));
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamSynchronize(CUstream stream)
+{
+    int ordinal;
+    CUresult rc = stub_stream_ordinal(stream, &ordinal);
+    if (rc == CUDA_SUCCESS)
+        stub_trim_device(stub_physical(ordinal));
+    return rc;
+}
+
+/* --- virtual memory management: physical handles live while referenced ------------------- */
+
 CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t bytes,
                      const CUmemAllocationProp *prop, unsigned long long flags)
 {
@@ -420,6 +761,92 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t bytes,
 }
 
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle) { return stub_destroy(STUB_HANDLE, handle); }
+
+CUresult cuMemAddressReserve(CUdeviceptr *pointer, size_t size, size_t alignment, CUdeviceptr addr,
+                             unsigned long long flags)
+{
+    (void)alignment, (void)addr, (void)flags;
+    pthread_mutex_lock(&stub_mutex);
+    *pointer = stub_next_va;
+    stub_next_va += (size + STUB_POOL_GRANULE - 1) / STUB_POOL_GRANULE * STUB_POOL_GRANULE;
+    pthread_mutex_unlock(&stub_mutex);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemAddressFree(CUdeviceptr pointer, size_t size)
+{
+    (void)pointer, (void)size;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemMap(CUdeviceptr pointer, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                  unsigned long long flags)
+{
+    (void)offset, (void)flags;
+    pthread_mutex_lock(&stub_mutex);
+    int i = stub_find(STUB_HANDLE, handle);
+    CUresult rc = CUDA_ERROR_INVALID_VALUE;
+    if (i >= 0 && stub_add_object((struct stub_object){pointer, size, stub_objects[i].physical,
+                                                       STUB_MAPPING, 1, handle}) == 0) {
+        stub_objects[i].refs++;
+        rc = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&stub_mutex);
+    return rc;
+}
+
+/* Every mapping starting inside [pointer, pointer + size) goes, and with it one reference of
+ * its handle; a handle with no reference left frees its memory. */
+CUresult cuMemUnmap(CUdeviceptr pointer, size_t size)
+{
+    int64_t freed[STUB_MAX_DEVICES] = {0};
+    int found = 0;
+    pthread_mutex_lock(&stub_mutex);
+    for (int i = stub_object_count - 1; i >= 0; i--) {
+        struct stub_object mapping = stub_objects[i];
+        if (mapping.kind != STUB_MAPPING || mapping.key < pointer || mapping.key >= pointer + size)
+            continue;
+        found = 1;
+        int physical;
+        stub_unref(i, &physical);
+        int handle = stub_find(STUB_HANDLE, mapping.link);
+        if (handle >= 0)
+            freed[physical] += (int64_t)stub_unref(handle, &physical);
+        i = stub_object_count;  /* the table moved under us: look again from the end */
+    }
+    pthread_mutex_unlock(&stub_mutex);
+    for (int d = 0; d < STUB_MAX_DEVICES; d++)
+        if (freed[d])
+            stub_ledger_account(d, -freed[d]);
+    return found ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *address)
+{
+    uint64_t at = (uint64_t)(uintptr_t)address;
+    pthread_mutex_lock(&stub_mutex);
+    CUresult rc = CUDA_ERROR_INVALID_VALUE;
+    for (int i = 0; i < stub_object_count; i++) {
+        struct stub_object *mapping = &stub_objects[i];
+        if (mapping->kind == STUB_MAPPING && at >= mapping->key && at < mapping->key + mapping->bytes) {
+            int owner = stub_find(STUB_HANDLE, mapping->link);
+            if (owner >= 0) {
+                stub_objects[owner].refs++;
+                *handle = mapping->link;
+                rc = CUDA_SUCCESS;
+            }
+            break;
+        }
+    }
+    pthread_mutex_unlock(&stub_mutex);
+    return rc;
+}
+
+CUresult cuMemSetAccess(CUdeviceptr pointer, size_t size, const CUmemAccessDesc *desc, size_t count)
+{
+    (void)pointer, (void)size, (void)desc, (void)count;
+    return CUDA_SUCCESS;
+}
 
 static CUresult stub_array(enum stub_kind kind, uint64_t bytes, uint64_t *key)
 {
@@ -596,6 +1023,25 @@ static const struct stub_entry stub_table[] = {
     STUB_ENTRY("cuMemFreeAsync", 11020, cuMemFreeAsync, cuMemFreeAsync_ptsz),
     STUB_ENTRY("cuMemCreate", 10020, cuMemCreate, NULL),
     STUB_ENTRY("cuMemRelease", 10020, cuMemRelease, NULL),
+    STUB_ENTRY("cuMemMap", 10020, cuMemMap, NULL),
+    STUB_ENTRY("cuMemUnmap", 10020, cuMemUnmap, NULL),
+    STUB_ENTRY("cuMemRetainAllocationHandle", 11000, cuMemRetainAllocationHandle, NULL),
+    STUB_ENTRY("cuMemAddressReserve", 10020, cuMemAddressReserve, NULL),
+    STUB_ENTRY("cuMemAddressFree", 10020, cuMemAddressFree, NULL),
+    STUB_ENTRY("cuMemSetAccess", 10020, cuMemSetAccess, NULL),
+    STUB_ENTRY("cuMemPoolCreate", 11020, cuMemPoolCreate, NULL),
+    STUB_ENTRY("cuMemPoolDestroy", 11020, cuMemPoolDestroy, NULL),
+    STUB_ENTRY("cuMemPoolTrimTo", 11020, cuMemPoolTrimTo, NULL),
+    STUB_ENTRY("cuMemPoolSetAttribute", 11020, cuMemPoolSetAttribute, NULL),
+    STUB_ENTRY("cuMemPoolGetAttribute", 11020, cuMemPoolGetAttribute, NULL),
+    STUB_ENTRY("cuDeviceGetDefaultMemPool", 11020, cuDeviceGetDefaultMemPool, NULL),
+    STUB_ENTRY("cuDeviceGetMemPool", 11020, cuDeviceGetMemPool, NULL),
+    STUB_ENTRY("cuDeviceSetMemPool", 11020, cuDeviceSetMemPool, NULL),
+    STUB_ENTRY("cuStreamCreate", 2000, cuStreamCreate, NULL),
+    STUB_ENTRY("cuStreamGetDevice", 12080, cuStreamGetDevice, NULL),
+    STUB_ENTRY("cuStreamGetCtx", 9020, cuStreamGetCtx, NULL),
+    STUB_ENTRY("cuStreamSynchronize", 2000, cuStreamSynchronize, NULL),
+    STUB_ENTRY("cuCtxSynchronize", 2000, cuCtxSynchronize, NULL),
     STUB_ENTRY("cuArrayCreate", 3020, cuArrayCreate_v2, NULL),
     STUB_ENTRY("cuArray3DCreate", 3020, cuArray3DCreate_v2, NULL),
     STUB_ENTRY("cuArrayDestroy", 2000, cuArrayDestroy, NULL),

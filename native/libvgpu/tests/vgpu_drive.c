@@ -17,12 +17,15 @@
 #include "stub.h"
 #include "vgpu_nvml.h"
 
-enum kind { K_POINTER, K_ASYNC, K_HANDLE, K_ARRAY, K_MIPMAP };
+enum kind { K_POINTER, K_ASYNC, K_HANDLE, K_ARRAY, K_MIPMAP, K_MAPPING };
 
 static struct {
     enum kind kind;
     uint64_t key;
+    uint64_t bytes;
 } objects[100000];
+static CUstream current_stream;  /* what `async` allocates on (`stream` sets it) */
+static CUmemoryPool chosen_pool;  /* what `pool` allocates from (`mkpool`/`defaultpool` set it) */
 static int object_count;
 static int in_child;
 
@@ -53,7 +56,17 @@ static int keep(enum kind kind, uint64_t key)
 {
     objects[object_count].kind = kind;
     objects[object_count].key = key;
+    objects[object_count].bytes = 0;
     return object_count++;
+}
+
+static CUmemoryPool pool_to_use(void)
+{
+    CUdevice device = 0;
+    CUmemoryPool pool = chosen_pool;
+    if (pool == NULL && cuCtxGetDevice(&device) == CUDA_SUCCESS)
+        cuDeviceGetDefaultMemPool(&pool, device);
+    return pool;
 }
 
 static void report_alloc(const char *name, CUresult rc, enum kind kind, uint64_t key)
@@ -73,6 +86,7 @@ static CUresult release(int id)
     case K_HANDLE: return cuMemRelease(key);
     case K_ARRAY: return cuArrayDestroy((CUarray)(uintptr_t)key);
     case K_MIPMAP: return cuMipmappedArrayDestroy((CUmipmappedArray)(uintptr_t)key);
+    case K_MAPPING: return cuMemUnmap(key, objects[id].bytes);
     }
     return CUDA_ERROR_UNKNOWN;
 }
@@ -161,13 +175,53 @@ int main(int argc, char **argv)
         } else if (strcmp(cmd, "async") == 0 || strcmp(cmd, "asyncptsz") == 0) {
             CUdeviceptr p;
             size_t bytes = number(argv[++i]);
-            CUresult rc = cmd[5] ? cuMemAllocAsync_ptsz(&p, bytes, NULL)
-                                 : cuMemAllocAsync(&p, bytes, NULL);
+            CUresult rc = cmd[5] ? cuMemAllocAsync_ptsz(&p, bytes, current_stream)
+                                 : cuMemAllocAsync(&p, bytes, current_stream);
             report_alloc(cmd, rc, K_ASYNC, p);
         } else if (strcmp(cmd, "pool") == 0) {
             CUdeviceptr p;
-            CUresult rc = cuMemAllocFromPoolAsync(&p, number(argv[++i]), NULL, NULL);
+            CUresult rc = cuMemAllocFromPoolAsync(&p, number(argv[++i]), pool_to_use(),
+                                                  current_stream);
             report_alloc(cmd, rc, K_ASYNC, p);
+        } else if (strcmp(cmd, "mkpool") == 0) {
+            CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE,
+                                                 .id = (int)number(argv[++i])}};
+            say("mkpool rc=%d", (int)cuMemPoolCreate(&chosen_pool, &props));
+        } else if (strcmp(cmd, "defaultpool") == 0) {
+            say("defaultpool rc=%d",
+                (int)cuDeviceGetDefaultMemPool(&chosen_pool, (CUdevice)number(argv[++i])));
+        } else if (strcmp(cmd, "threshold") == 0) {
+            cuuint64_t keep_bytes = number(argv[++i]);
+            say("threshold rc=%d", (int)cuMemPoolSetAttribute(
+                pool_to_use(), CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep_bytes));
+        } else if (strcmp(cmd, "trim") == 0) {
+            say("trim rc=%d", (int)cuMemPoolTrimTo(pool_to_use(), number(argv[++i])));
+        } else if (strcmp(cmd, "destroypool") == 0) {
+            say("destroypool rc=%d", (int)cuMemPoolDestroy(pool_to_use()));
+            chosen_pool = NULL;
+        } else if (strcmp(cmd, "sync") == 0) {
+            say("sync rc=%d", (int)cuCtxSynchronize());
+        } else if (strcmp(cmd, "stream") == 0) {
+            say("stream rc=%d", (int)cuStreamCreate(&current_stream, 0));
+        } else if (strcmp(cmd, "noctx") == 0) {
+            say("noctx rc=%d", (int)cuCtxSetCurrent(NULL));
+        } else if (strcmp(cmd, "held") == 0) {
+            say("held bytes=%llu", stub_device_used((int)number(argv[++i])));
+        } else if (strcmp(cmd, "map") == 0) {  /* map a whole handle at a fresh address */
+            int id = (int)number(argv[++i]);
+            CUdeviceptr va = 0;
+            uint64_t size = objects[id].bytes;
+            cuMemAddressReserve(&va, size, 0, 0, 0);
+            CUresult rc = cuMemMap(va, size, 0, objects[id].key, 0);
+            report_alloc(cmd, rc, K_MAPPING, va);
+            if (rc == CUDA_SUCCESS)
+                objects[object_count - 1].bytes = size;
+        } else if (strcmp(cmd, "retain") == 0) {  /* the handle behind a mapping, once more */
+            int id = (int)number(argv[++i]);
+            CUmemGenericAllocationHandle handle = 0;
+            CUresult rc = cuMemRetainAllocationHandle(&handle, (void *)(uintptr_t)objects[id].key);
+            report_alloc(cmd, rc, K_HANDLE, handle);
         } else if (strcmp(cmd, "pitch") == 0) {
             CUdeviceptr p;
             size_t pitch = 0, width = number(argv[i + 1]), height = number(argv[i + 2]);
@@ -180,9 +234,12 @@ int main(int argc, char **argv)
                                         .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE,
                                                      .id = (int)number(argv[i + 1])}};
             CUmemGenericAllocationHandle handle = 0;
-            CUresult rc = cuMemCreate(&handle, number(argv[i + 2]), &prop, 0);
+            uint64_t size = number(argv[i + 2]);
+            CUresult rc = cuMemCreate(&handle, size, &prop, 0);
             i += 2;
             report_alloc(cmd, rc, K_HANDLE, handle);
+            if (rc == CUDA_SUCCESS)
+                objects[object_count - 1].bytes = size;
         } else if (strcmp(cmd, "array") == 0) {
             CUDA_ARRAY_DESCRIPTOR desc = {.Width = number(argv[i + 1]), .Height = number(argv[i + 2]),
                                           .Format = CU_AD_FORMAT_UNSIGNED_INT8, .NumChannels = 1};

@@ -1,0 +1,128 @@
+"""Ways to take device memory past the limit that the everyday paths do not cover, each driven
+through LD_PRELOAD on the stub driver, which behaves as the real one does here: VMM memory is
+freed at its last reference, stream-ordered pools keep freed memory until trimmed, and
+stream-ordered allocations land on the stream's (or pool's) device. `held` is what the stub
+device really holds."""
+
+from __future__ import annotations
+
+from .conftest import GiB, Harness, MiB
+
+LIMIT_1G = {"CUDA_DEVICE_MEMORY_LIMIT_0": "1g"}
+
+
+def rcs(run_lines: list[object], field: str = "rc") -> list[int]:
+    return [line.int(field) for line in run_lines]  # type: ignore[attr-defined]
+
+
+# --- VMM: memory lives until the last reference (handle, mapping, retain) goes ------------------
+
+
+def test_vmm_memory_stays_charged_while_mapped_after_release(each_vgpu: Harness) -> None:
+    """The documented idiom: create, map, release the handle, keep using the mapping. The
+    driver frees only at the last unmap, so the charge must stay until then."""
+    words: list[str] = ["ctx", "0"]
+    for n in range(4):  # handle ids 0, 2, 4, 6; mapping ids 1, 3, 5, 7
+        words += ["vmm", "0", "512m", "map", str(2 * n), "free", str(2 * n)]
+    run = each_vgpu.run(*words, "held", "0", "meminfo", env=LIMIT_1G)
+    assert rcs(run.named("vmm")) == [0, 0, 2, 2]
+    assert run.one("held").int("bytes") <= GiB, "the device never holds more than the limit"
+    assert run.one("meminfo").int("free") == 0
+
+
+def test_vmm_memory_is_given_back_at_the_last_unmap(each_vgpu: Harness) -> None:
+    run = each_vgpu.run("ctx", "0", "vmm", "0", "512m", "map", "0", "free", "0", "meminfo",
+                        "free", "1", "meminfo", "held", "0", env=LIMIT_1G)
+    mapped, unmapped = run.named("meminfo")
+    assert mapped.int("free") == GiB - 512 * MiB
+    assert unmapped.int("free") == GiB
+    assert run.one("held").int("bytes") == 0
+
+
+def test_retained_handle_keeps_the_memory_charged(vgpu: Harness) -> None:
+    # create (0), map (1), retain (2), release the retained one, release the original:
+    # the mapping still holds the memory; unmapping gives it back.
+    run = vgpu.run("ctx", "0", "vmm", "0", "600m", "map", "0", "retain", "1", "free", "2",
+                   "free", "0", "alloc", "600m", "free", "1", "alloc", "600m", env=LIMIT_1G)
+    assert run.one("retain").int("rc") == 0
+    assert rcs(run.named("alloc")) == [2, 0]
+
+
+# --- stream-ordered pools: the reservation is what the device holds ----------------------------
+
+
+def test_pool_memory_kept_after_async_free_stays_charged(each_vgpu: Harness) -> None:
+    """A pool whose release threshold keeps everything: after cuMemFreeAsync the device still
+    holds the memory, so another allocation must not get it."""
+    run = each_vgpu.run("ctx", "0", "threshold", str(2 * GiB), "async", "1g", "free", "0",
+                        "alloc", "512m", "held", "0", env=LIMIT_1G)
+    assert run.one("async").int("rc") == 0
+    assert run.one("alloc").int("rc") == 2
+    assert run.one("held").int("bytes") <= GiB
+
+
+def test_pool_memory_is_reused_without_a_second_charge(vgpu: Harness) -> None:
+    run = vgpu.run("ctx", "0", "threshold", str(2 * GiB), "async", "1g", "free", "0",
+                   "async", "1g", "free", "1", "async", "1g", env=LIMIT_1G)
+    assert rcs(run.named("async")) == [0, 0, 0], "the pool's cached memory is already paid for"
+
+
+def test_trimmed_or_synchronised_pool_memory_is_given_back(vgpu: Harness) -> None:
+    run = vgpu.run("ctx", "0", "threshold", str(2 * GiB), "async", "1g", "free", "0",
+                   "trim", "0", "alloc", "1g", "free", "1",
+                   "threshold", "0", "async", "1g", "free", "2", "sync", "alloc", "1g",
+                   env=LIMIT_1G)
+    assert rcs(run.named("async")) == [0, 0]
+    assert rcs(run.named("alloc")) == [0, 0]
+
+
+def test_pool_reservation_rounding_is_charged(vgpu: Harness) -> None:
+    # The stub's pools grow by 2 MiB granules: 1 byte reserves 2 MiB of the device.
+    run = vgpu.run("ctx", "0", "async", "1", "meminfo", "held", "0", env=LIMIT_1G)
+    assert run.one("meminfo").int("free") == GiB - 2 * MiB
+    assert run.one("held").int("bytes") == 2 * MiB
+
+
+def test_destroying_a_pool_gives_its_reservation_back(vgpu: Harness) -> None:
+    run = vgpu.run("ctx", "0", "mkpool", "0", "threshold", str(2 * GiB), "pool", "1g",
+                   "free", "0", "alloc", "1", "destroypool", "alloc", "1g", env=LIMIT_1G)
+    assert run.one("pool").int("rc") == 0
+    assert rcs(run.named("alloc")) == [2, 0]
+
+
+# --- the device charged is the pool's or the stream's, never just the current context's --------
+
+
+def test_pool_of_another_device_is_charged_to_that_device(each_vgpu: Harness) -> None:
+    env = {"CUDA_DEVICE_MEMORY_LIMIT_1": "1g"}
+    run = each_vgpu.run("ctx", "1", "ctx", "0", "defaultpool", "1", "pool", "600m",
+                        "pool", "600m", "held", "1", env=env)
+    assert rcs(run.named("pool")) == [0, 2]
+    assert run.one("held").int("bytes") <= GiB
+
+
+def test_created_pool_is_charged_to_its_location(vgpu: Harness) -> None:
+    env = {"CUDA_DEVICE_MEMORY_LIMIT_1": "1g"}
+    run = vgpu.run("ctx", "0", "mkpool", "1", "pool", "600m", "pool", "600m", env=env)
+    assert rcs(run.named("pool")) == [0, 2]
+
+
+def test_stream_of_another_device_is_charged_to_that_device(vgpu: Harness) -> None:
+    env = {"CUDA_DEVICE_MEMORY_LIMIT_1": "1g"}
+    run = vgpu.run("ctx", "1", "stream", "ctx", "0", "async", "600m", "async", "600m",
+                   "held", "1", env=env)
+    assert rcs(run.named("async")) == [0, 2]
+
+
+def test_stream_allocation_without_a_current_context_is_charged(each_vgpu: Harness) -> None:
+    run = each_vgpu.run("ctx", "0", "stream", "noctx", "async", "1g", "async", "1g",
+                        "async", "1g", "async", "1g", "held", "0", env=LIMIT_1G)
+    assert rcs(run.named("async")) == [0, 2, 2, 2]
+    assert run.one("held").int("bytes") <= GiB
+
+
+def test_allocation_without_a_context_answers_as_the_driver_does(vgpu: Harness) -> None:
+    plain = vgpu.run("alloc", "1m", "async", "1m", preload=False)
+    hooked = vgpu.run("alloc", "1m", "async", "1m", env=LIMIT_1G)
+    assert rcs(hooked.named("alloc")) == rcs(plain.named("alloc")) == [201]
+    assert rcs(hooked.named("async")) == rcs(plain.named("async")) == [201]
