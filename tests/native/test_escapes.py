@@ -6,6 +6,8 @@ device really holds."""
 
 from __future__ import annotations
 
+import pytest
+
 from .conftest import GiB, Harness, MiB
 
 LIMIT_1G = {"CUDA_DEVICE_MEMORY_LIMIT_0": "1g"}
@@ -126,3 +128,112 @@ def test_allocation_without_a_context_answers_as_the_driver_does(vgpu: Harness) 
     hooked = vgpu.run("alloc", "1m", "async", "1m", env=LIMIT_1G)
     assert rcs(hooked.named("alloc")) == rcs(plain.named("alloc")) == [201]
     assert rcs(hooked.named("async")) == rcs(plain.named("async")) == [201]
+
+
+# --- paths that were not hooked at all ----------------------------------------------------------
+
+
+CONTEXT_COST = {"STUB_CONTEXT_BYTES": str(300 * MiB), "STUB_PID_OFFSET": "100000"}
+
+
+@pytest.mark.parametrize("version", ["1", "2", "3", "4"])
+def test_created_contexts_are_charged_and_refused_past_the_limit(vgpu: Harness,
+                                                                 version: str) -> None:
+    # The primary context (300 MiB) plus two created ones fit 1 GiB; a third does not.
+    run = vgpu.run("ctx", "0", "ctxcreate", "0", version, "ctxcreate", "0", version,
+                   "ctxcreate", "0", version, "held", "0", env={**LIMIT_1G, **CONTEXT_COST})
+    assert rcs(run.named("ctxcreate")) == [0, 0, 2]
+    assert run.one("held").int("bytes") <= GiB
+
+
+def test_destroyed_context_gives_its_memory_back(vgpu: Harness) -> None:
+    run = vgpu.run("ctx", "0", "ctxcreate", "0", "2", "ctx", "0", "alloc", "500m", "free", "0",
+                   "ctx", "0", "alloc", "500m", env={**LIMIT_1G, **CONTEXT_COST})
+    assert rcs(run.named("alloc")) == [2, 0]
+
+
+@pytest.mark.parametrize(
+    "create",
+    [
+        pytest.param(["v1alloc", "600m"], id="cuMemAlloc"),
+        pytest.param(["v1pitch", "600000", "1024"], id="cuMemAllocPitch"),
+        pytest.param(["v1array", "600000", "1024"], id="cuArrayCreate"),
+        pytest.param(["v1array3d", "60000", "1024", "10"], id="cuArray3DCreate"),
+    ],
+)
+def test_pre_3_2_entry_points_are_charged(each_vgpu: Harness, create: list[str]) -> None:
+    """cuGetProcAddress(name, 2000) hands out the unsuffixed entries with 32-bit sizes."""
+    run = each_vgpu.run("ctx", "0", *create, *create, "held", "0", "free", "0", *create,
+                        env=LIMIT_1G)
+    made = [line for line in run.lines if line.name == create[0]]
+    assert rcs(made) == [0, 2, 0]
+    assert run.one("held").int("bytes") <= GiB
+
+
+@pytest.mark.parametrize(
+    "create",
+    [
+        pytest.param(["ipc", "600m"], id="cuIpcOpenMemHandle"),
+        pytest.param(["poolimport", "600m"], id="cuMemPoolImportPointer"),
+        pytest.param(["external", "600m"], id="cuImportExternalMemory"),
+        pytest.param(["vmmimport", "600m"], id="cuMemImportFromShareableHandle"),
+    ],
+)
+def test_imports_are_charged_until_released(each_vgpu: Harness, create: list[str]) -> None:
+    run = each_vgpu.run("ctx", "0", *create, "alloc", "600m", "free", "0", "alloc", "600m",
+                        env=LIMIT_1G)
+    assert rcs([line for line in run.lines if line.name == create[0]]) == [0]
+    assert rcs(run.named("alloc")) == [2, 0]
+    assert run.one("free").int("rc") == 0
+
+
+def test_import_past_the_limit_is_refused_and_undone(vgpu: Harness) -> None:
+    run = vgpu.run("ctx", "0", "alloc", "600m", "ipc", "600m", "held", "0", env=LIMIT_1G)
+    assert run.one("ipc").int("rc") == 2
+
+
+def test_graph_memory_nodes_are_refused_or_charged(each_vgpu: Harness) -> None:
+    run = each_vgpu.run("ctx", "0", "graphmem", "0", "2g", "graphmem", "0", "600m",
+                        "alloc", "600m", "graphtrim", "0", "alloc", "600m", env=LIMIT_1G)
+    too_big, fits = run.named("graphmem")
+    assert too_big.int("added") == 2, "a node that cannot fit is refused when it is added"
+    assert (fits.int("added"), fits.int("launched")) == (0, 0)
+    assert rcs(run.named("alloc")) == [2, 0], "graph memory counts until it is trimmed"
+
+
+@pytest.mark.parametrize(("limit", "value"), [("heap", "600m"), ("fifo", "600m"),
+                                              ("stack", "40000")])
+def test_context_limits_that_reserve_memory_are_charged(vgpu: Harness, limit: str,
+                                                        value: str) -> None:
+    # A stack of 40,000 bytes per thread on 10 SMs x 2048 threads reserves ~780 MiB.
+    run = vgpu.run("ctx", "0", "setlimit", limit, value, "alloc", "600m", "held", "0",
+                   "setlimit", limit, "1024", "alloc", "600m", env=LIMIT_1G)
+    assert rcs(run.named("setlimit")) == [0, 0]
+    assert rcs(run.named("alloc")) == [2, 0]
+
+
+def test_context_limit_past_the_limit_is_refused(vgpu: Harness) -> None:
+    run = vgpu.run("ctx", "0", "setlimit", "heap", "2g", "held", "0", env=LIMIT_1G)
+    assert run.one("setlimit").int("rc") == 2
+    assert run.one("held").int("bytes") < GiB
+
+
+def test_memory_taken_behind_libvgpus_back_is_reconciled(each_vgpu: Harness) -> None:
+    """What NVML says the process holds beyond libvgpu's count (here: the stub driver called
+    directly, past the hooks) is charged, and further allocations are refused."""
+    run = each_vgpu.run("ctx", "0", "foreignalloc", "600m",
+                        "waitfree", str(GiB - 600 * MiB), "5000", "alloc", "600m", "meminfo",
+                        env={**LIMIT_1G, "STUB_PID_OFFSET": "7"})
+    assert rcs(run.named("alloc")) == [2]
+    assert run.one("meminfo").int("free") <= GiB - 600 * MiB
+
+
+def test_deepbind_library_is_reconciled(vgpu: Harness) -> None:
+    """A library loaded with RTLD_DEEPBIND binds to the driver before the preload. (Plain build
+    only: the sanitizer runtime refuses RTLD_DEEPBIND.)"""
+    run = vgpu.run("ctx", "0", "alloc", "1m", "deepbind", "600m",
+                        "waitfree", str(GiB - 600 * MiB), "5000", "alloc", "600m", "meminfo",
+                        env={**LIMIT_1G, "STUB_PID_OFFSET": "7"})
+    assert run.one("deepbind").int("rc") == 0, "the library's own allocation bypasses the hooks"
+    assert rcs(run.named("alloc")) == [0, 2]
+    assert run.one("meminfo").int("free") < GiB - 600 * MiB

@@ -15,11 +15,6 @@ struct vgpu_entry {
     enum vgpu_object_kind kind;
 };
 
-struct vgpu_mapping {
-    uint64_t va;
-    uint64_t size;
-    uint64_t handle;
-};
 
 static struct vgpu_entry *vgpu_buckets[VGPU_BUCKETS];
 static pthread_mutex_t vgpu_table_mutex = PTHREAD_MUTEX_INITIALIZER;
@@ -112,7 +107,7 @@ static size_t vgpu_mapping_at(uint64_t va)
     return low;
 }
 
-int vgpu_mapping_add(uint64_t va, uint64_t size, uint64_t handle)
+int vgpu_mapping_add(const struct vgpu_mapping *mapping)
 {
     pthread_mutex_lock(&vgpu_table_mutex);
     if (vgpu_mapping_count == vgpu_mapping_room) {
@@ -125,32 +120,32 @@ int vgpu_mapping_add(uint64_t va, uint64_t size, uint64_t handle)
         vgpu_mappings = grown;
         vgpu_mapping_room = room;
     }
-    size_t at = vgpu_mapping_at(va);
+    size_t at = vgpu_mapping_at(mapping->va);
     memmove(&vgpu_mappings[at + 1], &vgpu_mappings[at],
             (vgpu_mapping_count - at) * sizeof *vgpu_mappings);
-    vgpu_mappings[at] = (struct vgpu_mapping){va, size, handle};
+    vgpu_mappings[at] = *mapping;
     vgpu_mapping_count++;
     pthread_mutex_unlock(&vgpu_table_mutex);
     return 0;
 }
 
-void vgpu_mapping_remove(uint64_t va, uint64_t size, void (*each)(uint64_t handle))
+void vgpu_mapping_remove(uint64_t va, uint64_t size, void (*each)(const struct vgpu_mapping *))
 {
     pthread_mutex_lock(&vgpu_table_mutex);
     size_t first = vgpu_mapping_at(va), last = first;
     while (last < vgpu_mapping_count && vgpu_mappings[last].va - va < size)
         last++;
     size_t gone = last - first;
-    uint64_t *handles = gone ? malloc(gone * sizeof *handles) : NULL;
-    for (size_t i = 0; handles != NULL && i < gone; i++)
-        handles[i] = vgpu_mappings[first + i].handle;
+    struct vgpu_mapping *removed = gone ? malloc(gone * sizeof *removed) : NULL;
+    if (removed != NULL)
+        memcpy(removed, &vgpu_mappings[first], gone * sizeof *removed);
     memmove(&vgpu_mappings[first], &vgpu_mappings[last],
             (vgpu_mapping_count - last) * sizeof *vgpu_mappings);
     vgpu_mapping_count -= gone;
     pthread_mutex_unlock(&vgpu_table_mutex);
-    for (size_t i = 0; handles != NULL && i < gone; i++)
-        each(handles[i]);
-    free(handles);
+    for (size_t i = 0; removed != NULL && i < gone; i++)
+        each(&removed[i]);
+    free(removed);
 }
 
 uint64_t vgpu_alloc_drop_device(int dev)
@@ -160,7 +155,10 @@ uint64_t vgpu_alloc_drop_device(int dev)
     for (int i = 0; i < VGPU_BUCKETS; i++) {
         for (struct vgpu_entry **link = &vgpu_buckets[i]; *link != NULL;) {
             struct vgpu_entry *entry = *link;
-            if (entry->dev != dev || entry->kind == VGPU_OBJECT_HANDLE) {
+            /* VMM handles outlive contexts; created contexts and their limits are not the
+             * primary context's. */
+            if (entry->dev != dev || entry->kind == VGPU_OBJECT_HANDLE ||
+                entry->kind == VGPU_OBJECT_CONTEXT || entry->kind == VGPU_OBJECT_LIMIT) {
                 link = &entry->next;
                 continue;
             }

@@ -2,6 +2,7 @@
 #include "vgpu_hooks.h"
 #include "vgpu_init.h"
 #include "vgpu_limiter.h"
+#include "vgpu_pool.h"
 
 static uint64_t vgpu_blocks(unsigned x, unsigned y, unsigned z)
 {
@@ -50,13 +51,15 @@ VGPU_LAUNCH_EX(cuLaunchKernelEx)
 VGPU_LAUNCH_EX(cuLaunchKernelEx_ptsz)
 
 /* A graph's kernels are not visible here: it waits like any launch while the bucket is empty,
- * and costs one block. */
+ * and costs one block. Its memory nodes may have grown the device's graph memory. */
 #define VGPU_GRAPH_LAUNCH(name)                                         \
     VGPU_EXPORT CUresult name(CUgraphExec graph, CUstream stream)       \
     {                                                                   \
         VGPU_ENTER(name, graph, stream);                                \
         vgpu_kernel_gate(1);                                            \
-        return vgpu_real.name(graph, stream);                           \
+        CUresult rc = vgpu_real.name(graph, stream);                    \
+        vgpu_graph_memory_settle();                                     \
+        return rc;                                                      \
     }
 
 VGPU_GRAPH_LAUNCH(cuGraphLaunch)

@@ -7,6 +7,7 @@
 #include "vgpu_devices.h"
 #include "vgpu_hooks.h"
 #include "vgpu_init.h"
+#include "vgpu_limiter.h"
 #include "vgpu_log.h"
 #include "vgpu_memory.h"
 #include "vgpu_pool.h"
@@ -32,6 +33,7 @@ CUresult vgpu_reserve(struct vgpu_ticket *ticket, int index, uint64_t bytes)
             vgpu_error("refusing device memory on a device libvgpu cannot identify");
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    vgpu_watcher_ensure();  /* reconciles what NVML sees this process hold */
     /* A pool may have given memory back since its reservation was last read. */
     if (vgpu_charge(index, bytes, VGPU_KIND_DATA, 0) != 0 &&
         (vgpu_pools_refresh(index) == 0 || vgpu_charge(index, bytes, VGPU_KIND_DATA, 0) != 0))
@@ -56,8 +58,7 @@ CUresult vgpu_settle(const struct vgpu_ticket *ticket, CUresult rc, enum vgpu_ob
     return rc;
 }
 
-/* Forward a release; give back what the object was charged once the driver has freed it. */
-static CUresult vgpu_release(enum vgpu_object_kind kind, uint64_t key, CUresult rc_of_real,
+CUresult vgpu_release(enum vgpu_object_kind kind, uint64_t key, CUresult rc_of_real,
                              int had, int dev, uint64_t bytes)
 {
     if (!had)
@@ -80,6 +81,9 @@ static CUresult vgpu_release(enum vgpu_object_kind kind, uint64_t key, CUresult 
 
 static CUresult vgpu_undo_pointer(uint64_t key)
 {
+    /* A pre-3.2 allocation has a 32-bit address; its own free takes it. */
+    if (key <= UINT32_MAX && vgpu_real.cuMemFree != NULL)
+        return vgpu_real.cuMemFree((CUdeviceptr_v1)key);
     return vgpu_real.cuMemFree_v2((CUdeviceptr)key);
 }
 
@@ -112,22 +116,36 @@ VGPU_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned
                  vgpu_real.cuMemAllocManaged(dptr, bytes, flags));
 }
 
-VGPU_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width,
-                                        size_t height, unsigned int element_bytes)
+/* The pitch is at least the width: that much is charged before the call, the padding the
+ * driver chose after it. `legacy` picks the pre-3.2 entry (32-bit sizes). */
+static CUresult vgpu_pitched(uint64_t *dptr, uint64_t *pitch, uint64_t width, uint64_t height,
+                             unsigned element_bytes, int legacy)
 {
-    VGPU_ENTER(cuMemAllocPitch_v2, dptr, pitch, width, height, element_bytes);
-    uint64_t least;  /* the pitch is at least the width; the driver tells the rest */
-    if (__builtin_mul_overflow((uint64_t)width, (uint64_t)height, &least))
+    uint64_t least;
+    if (__builtin_mul_overflow(width, height, &least))
         return CUDA_ERROR_OUT_OF_MEMORY;
     struct vgpu_ticket ticket;
     CUresult rc = vgpu_reserve(&ticket, vgpu_current_index(), least);
     if (rc != CUDA_SUCCESS)
         return rc;
-    rc = vgpu_real.cuMemAllocPitch_v2(dptr, pitch, width, height, element_bytes);
+    if (legacy) {
+        CUdeviceptr_v1 small = 0;
+        unsigned int small_pitch = 0;
+        rc = vgpu_real.cuMemAllocPitch(&small, &small_pitch, (unsigned)width, (unsigned)height,
+                                       element_bytes);
+        *dptr = small;
+        *pitch = small_pitch;
+    } else {
+        CUdeviceptr wide = 0;
+        size_t wide_pitch = 0;
+        rc = vgpu_real.cuMemAllocPitch_v2(&wide, &wide_pitch, width, height, element_bytes);
+        *dptr = wide;
+        *pitch = wide_pitch;
+    }
     if (rc == CUDA_SUCCESS && ticket.index >= 0 && *pitch > width) {
-        uint64_t extra = (uint64_t)(*pitch - width) * height;
+        uint64_t extra = (*pitch - width) * height;
         if (vgpu_charge(ticket.index, extra, VGPU_KIND_DATA, 0) != 0) {
-            vgpu_real.cuMemFree_v2(*dptr);
+            vgpu_undo_pointer(*dptr);
             vgpu_refund(ticket.index, least, VGPU_KIND_DATA);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
@@ -135,6 +153,42 @@ VGPU_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t
     }
     return vgpu_settle(&ticket, rc, VGPU_OBJECT_POINTER, rc == CUDA_SUCCESS ? *dptr : 0, 0,
                        vgpu_undo_pointer);
+}
+
+VGPU_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width,
+                                        size_t height, unsigned int element_bytes)
+{
+    VGPU_ENTER(cuMemAllocPitch_v2, dptr, pitch, width, height, element_bytes);
+    uint64_t pointer = 0, got = 0;
+    CUresult rc = vgpu_pitched(&pointer, &got, width, height, element_bytes, 0);
+    if (rc == CUDA_SUCCESS) {
+        *dptr = pointer;
+        *pitch = got;
+    }
+    return rc;
+}
+
+/* Pre-3.2 entry points (32-bit sizes), handed out by cuGetProcAddress for versions below
+ * 3020: charged like their successors. */
+VGPU_EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytes)
+{
+    VGPU_ENTER(cuMemAlloc, dptr, bytes);
+    VGPU_CHARGED(vgpu_current_index(), bytes, VGPU_OBJECT_POINTER, *dptr, vgpu_undo_pointer,
+                 vgpu_real.cuMemAlloc(dptr, bytes));
+}
+
+VGPU_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pitch,
+                                     unsigned int width, unsigned int height,
+                                     unsigned int element_bytes)
+{
+    VGPU_ENTER(cuMemAllocPitch, dptr, pitch, width, height, element_bytes);
+    uint64_t pointer = 0, got = 0;
+    CUresult rc = vgpu_pitched(&pointer, &got, width, height, element_bytes, 1);
+    if (rc == CUDA_SUCCESS) {
+        *dptr = (CUdeviceptr_v1)pointer;
+        *pitch = (unsigned int)got;
+    }
+    return rc;
 }
 
 typedef CUresult (*vgpu_free_call)(CUdeviceptr dptr, CUstream stream);
@@ -149,6 +203,8 @@ static CUresult vgpu_free_pointer(CUdeviceptr dptr, CUstream stream, vgpu_free_c
         return call(dptr, stream);
     if (vgpu_alloc_take(VGPU_OBJECT_POINTER, dptr, &dev, &bytes, NULL) == 0)
         return vgpu_release(VGPU_OBJECT_POINTER, dptr, call(dptr, stream), 1, dev, bytes);
+    if (vgpu_alloc_take(VGPU_OBJECT_IMPORT, dptr, &dev, &bytes, NULL) == 0)  /* pool imports */
+        return vgpu_release(VGPU_OBJECT_IMPORT, dptr, call(dptr, stream), 1, dev, bytes);
     if (vgpu_alloc_take(VGPU_OBJECT_POOLED, dptr, &dev, &bytes, &pool) != 0)
         return call(dptr, stream);  /* not ours: forwarded untouched */
     CUresult rc = call(dptr, stream);
@@ -179,6 +235,18 @@ VGPU_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
     VGPU_ENTER(cuMemFree_v2, dptr);
     return vgpu_free_pointer(dptr, NULL, vgpu_real_free);
+}
+
+static CUresult vgpu_real_free_v1(CUdeviceptr dptr, CUstream stream)
+{
+    (void)stream;
+    return vgpu_real.cuMemFree((CUdeviceptr_v1)dptr);
+}
+
+VGPU_EXPORT CUresult cuMemFree(CUdeviceptr_v1 dptr)
+{
+    VGPU_ENTER(cuMemFree, dptr);
+    return vgpu_free_pointer(dptr, NULL, vgpu_real_free_v1);
 }
 
 VGPU_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream)
@@ -221,6 +289,14 @@ static void vgpu_handle_unref(uint64_t handle)
         vgpu_refund(dev, bytes, VGPU_KIND_DATA);
 }
 
+static void vgpu_mapping_gone(const struct vgpu_mapping *mapping)
+{
+    if (mapping->charged != 0)
+        vgpu_refund(mapping->index, mapping->charged, VGPU_KIND_DATA);
+    else
+        vgpu_handle_unref(mapping->handle);
+}
+
 VGPU_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
     VGPU_ENTER(cuMemRelease, handle);
@@ -230,6 +306,17 @@ VGPU_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
     return rc;
 }
 
+/* The device of a handle imported from another process (cuMemImportFromShareableHandle). */
+static int vgpu_handle_index(CUmemGenericAllocationHandle handle)
+{
+    CUmemAllocationProp prop;
+    if (vgpu_real.cuMemGetAllocationPropertiesFromHandle == NULL ||
+        vgpu_real.cuMemGetAllocationPropertiesFromHandle(&prop, handle) != CUDA_SUCCESS)
+        return -1;
+    return prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE ? vgpu_index_of(prop.location.id)
+                                                            : VGPU_NOT_DEVICE;
+}
+
 VGPU_EXPORT CUresult cuMemMap(CUdeviceptr dptr, size_t size, size_t offset,
                               CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
@@ -237,8 +324,21 @@ VGPU_EXPORT CUresult cuMemMap(CUdeviceptr dptr, size_t size, size_t offset,
     CUresult rc = vgpu_real.cuMemMap(dptr, size, offset, handle, flags);
     int dev;
     uint64_t bytes;
-    if (rc == CUDA_SUCCESS && vgpu_alloc_ref(handle, 1, &dev, &bytes) > 0 &&
-        vgpu_mapping_add(dptr, size, handle) != 0)
+    if (rc != CUDA_SUCCESS || vgpu_memory_mode() == VGPU_MEMORY_PASS)
+        return rc;
+    struct vgpu_mapping mapping = {.va = dptr, .size = size, .handle = handle};
+    if (vgpu_alloc_ref(handle, 1, &dev, &bytes) < 0) {
+        /* Not a handle of ours: memory another process exported, charged as mapped here. */
+        struct vgpu_ticket ticket;
+        rc = vgpu_reserve(&ticket, vgpu_handle_index(handle), size);
+        if (rc != CUDA_SUCCESS) {
+            vgpu_real.cuMemUnmap(dptr, size);
+            return rc;
+        }
+        mapping.charged = ticket.index >= 0 ? size : 0;
+        mapping.index = ticket.index;
+    }
+    if (vgpu_mapping_add(&mapping) != 0)
         vgpu_error("cannot record a mapping; its memory stays charged until exit");
     return rc;
 }
@@ -248,7 +348,7 @@ VGPU_EXPORT CUresult cuMemUnmap(CUdeviceptr dptr, size_t size)
     VGPU_ENTER(cuMemUnmap, dptr, size);
     CUresult rc = vgpu_real.cuMemUnmap(dptr, size);
     if (rc == CUDA_SUCCESS)
-        vgpu_mapping_remove(dptr, size, vgpu_handle_unref);
+        vgpu_mapping_remove(dptr, size, vgpu_mapping_gone);
     return rc;
 }
 
@@ -307,6 +407,29 @@ VGPU_EXPORT CUresult cuArray3DCreate_v2(CUarray *array, const CUDA_ARRAY3D_DESCR
                                   desc->NumChannels),
                  VGPU_OBJECT_ARRAY, (uintptr_t)*array, vgpu_undo_array,
                  vgpu_real.cuArray3DCreate_v2(array, desc));
+}
+
+VGPU_EXPORT CUresult cuArrayCreate(CUarray *array, const CUDA_ARRAY_DESCRIPTOR_v1 *desc)
+{
+    VGPU_ENTER(cuArrayCreate, array, desc);
+    if (desc == NULL)
+        return vgpu_real.cuArrayCreate(array, desc);
+    VGPU_CHARGED(vgpu_current_index(),
+                 vgpu_array_bytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels),
+                 VGPU_OBJECT_ARRAY, (uintptr_t)*array, vgpu_undo_array,
+                 vgpu_real.cuArrayCreate(array, desc));
+}
+
+VGPU_EXPORT CUresult cuArray3DCreate(CUarray *array, const CUDA_ARRAY3D_DESCRIPTOR_v1 *desc)
+{
+    VGPU_ENTER(cuArray3DCreate, array, desc);
+    if (desc == NULL)
+        return vgpu_real.cuArray3DCreate(array, desc);
+    VGPU_CHARGED(vgpu_current_index(),
+                 vgpu_array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format,
+                                  desc->NumChannels),
+                 VGPU_OBJECT_ARRAY, (uintptr_t)*array, vgpu_undo_array,
+                 vgpu_real.cuArray3DCreate(array, desc));
 }
 
 VGPU_EXPORT CUresult cuArrayDestroy(CUarray array)

@@ -25,6 +25,11 @@ static pthread_mutex_t vgpu_pool_mutex = PTHREAD_MUTEX_INITIALIZER;
 static struct vgpu_pool vgpu_pools[VGPU_MAX_POOLS];
 static int vgpu_pool_count;
 static int vgpu_pools_on[VGPU_MAX_DEVICES];
+/* Graph memory nodes draw from a per-device pool of the driver's: its reservation is charged
+ * like a pool's. CUDA ordinal + 1 of each device a memory node was added for, else 0. */
+static int vgpu_graph_device[VGPU_MAX_DEVICES];
+static uint64_t vgpu_graph_charged[VGPU_MAX_DEVICES];
+static int vgpu_graph_memory_seen;
 
 /* Caller holds vgpu_pool_mutex. */
 static struct vgpu_pool *vgpu_pool_entry(CUmemoryPool pool)
@@ -106,13 +111,41 @@ void vgpu_pool_settle(CUmemoryPool pool, uint64_t ticket)
     pthread_mutex_unlock(&vgpu_pool_mutex);
 }
 
+/* Caller holds vgpu_pool_mutex. */
+static int vgpu_graph_settle_locked(int index)
+{
+    cuuint64_t reserved = 0;
+    CUdevice device = vgpu_graph_device[index] - 1;
+    if (device < 0 || vgpu_real.cuDeviceGetGraphMemAttribute == NULL ||
+        vgpu_real.cuDeviceGetGraphMemAttribute(device, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT,
+                                               &reserved) != CUDA_SUCCESS)
+        return 0;
+    if (reserved > vgpu_graph_charged[index])
+        vgpu_charge(index, reserved - vgpu_graph_charged[index], VGPU_KIND_DATA, 1);
+    else
+        vgpu_refund(index, vgpu_graph_charged[index] - reserved, VGPU_KIND_DATA);
+    vgpu_graph_charged[index] = reserved;
+    return 1;
+}
+
+void vgpu_graph_memory_settle(void)
+{
+    if (!__atomic_load_n(&vgpu_graph_memory_seen, __ATOMIC_ACQUIRE))
+        return;
+    pthread_mutex_lock(&vgpu_pool_mutex);
+    for (int index = 0; index < VGPU_MAX_DEVICES; index++)
+        vgpu_graph_settle_locked(index);
+    pthread_mutex_unlock(&vgpu_pool_mutex);
+}
+
 int vgpu_pools_refresh(int index)
 {
     if (index < 0 || index >= VGPU_MAX_DEVICES ||
-        __atomic_load_n(&vgpu_pools_on[index], __ATOMIC_RELAXED) == 0)
+        (__atomic_load_n(&vgpu_pools_on[index], __ATOMIC_RELAXED) == 0 &&
+         __atomic_load_n(&vgpu_graph_device[index], __ATOMIC_RELAXED) == 0))
         return 0;
-    int settled = 0;
     pthread_mutex_lock(&vgpu_pool_mutex);
+    int settled = vgpu_graph_settle_locked(index);
     for (int i = 0; i < vgpu_pool_count; i++) {
         if (vgpu_pools[i].index == index) {
             vgpu_settle_locked(&vgpu_pools[i], 0);
@@ -127,8 +160,12 @@ void vgpu_pools_forget(void)
 {
     pthread_mutex_init(&vgpu_pool_mutex, NULL);
     vgpu_pool_count = 0;
-    for (int i = 0; i < VGPU_MAX_DEVICES; i++)
+    vgpu_graph_memory_seen = 0;
+    for (int i = 0; i < VGPU_MAX_DEVICES; i++) {
         vgpu_pools_on[i] = 0;
+        vgpu_graph_device[i] = 0;
+        vgpu_graph_charged[i] = 0;
+    }
 }
 
 /* What of `bytes` the pool cannot hand out from memory it already holds unused: what an
@@ -261,5 +298,37 @@ VGPU_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribut
     VGPU_ENTER(cuMemPoolSetAttribute, pool, attribute, value);
     CUresult rc = vgpu_real.cuMemPoolSetAttribute(pool, attribute, value);
     vgpu_pool_settle(pool, 0);
+    return rc;
+}
+
+/* A memory node is not memory yet (the graph's launch allocates it), but one that cannot fit
+ * under the limit now is refused here, where the application can still handle the error. */
+VGPU_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph graph,
+                                            const CUgraphNode *dependencies, size_t count,
+                                            CUDA_MEM_ALLOC_NODE_PARAMS *params)
+{
+    VGPU_ENTER(cuGraphAddMemAllocNode, node, graph, dependencies, count, params);
+    int index = params != NULL && params->poolProps.location.type == CU_MEM_LOCATION_TYPE_DEVICE
+                    ? vgpu_index_of(params->poolProps.location.id)
+                    : VGPU_NOT_DEVICE;
+    struct vgpu_ticket ticket;
+    CUresult rc = vgpu_reserve(&ticket, index, params != NULL ? params->bytesize : 0);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (ticket.index >= 0) {
+        vgpu_refund(ticket.index, ticket.bytes, VGPU_KIND_DATA);  /* a check, not a charge */
+        pthread_mutex_lock(&vgpu_pool_mutex);
+        vgpu_graph_device[ticket.index] = params->poolProps.location.id + 1;
+        __atomic_store_n(&vgpu_graph_memory_seen, 1, __ATOMIC_RELEASE);
+        pthread_mutex_unlock(&vgpu_pool_mutex);
+    }
+    return vgpu_real.cuGraphAddMemAllocNode(node, graph, dependencies, count, params);
+}
+
+VGPU_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device)
+{
+    VGPU_ENTER(cuDeviceGraphMemTrim, device);
+    CUresult rc = vgpu_real.cuDeviceGraphMemTrim(device);
+    vgpu_graph_memory_settle();
     return rc;
 }

@@ -156,6 +156,8 @@ static void *vgpu_watch(void *unused)
                 vgpu_refill(bucket, (int64_t)v1->sm_limit[index], used);
         }
         vgpu_last_sample_us = now;
+        if (tick % VGPU_OBSERVE_TICKS == 0 && vgpu_memory_mode() == VGPU_MEMORY_ACCOUNT)
+            vgpu_reconcile();
         vgpu_reap_dead(0);
     }
     return NULL;
@@ -201,20 +203,27 @@ static struct vgpu_bucket *vgpu_bucket_for(int index, uint64_t limit)
     return bucket;
 }
 
+void vgpu_watcher_ensure(void)
+{
+    if (__atomic_load_n(&vgpu_watcher_started, __ATOMIC_ACQUIRE))
+        return;
+    vgpu_own_slot();  /* the watcher sums utilisation over the container's slots */
+    pthread_mutex_lock(&vgpu_bucket_mutex);
+    if (!vgpu_watcher_started) {
+        vgpu_last_sample_us = vgpu_now_us();
+        vgpu_start_watcher();
+        __atomic_store_n(&vgpu_watcher_started, 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&vgpu_bucket_mutex);
+}
+
 /* Measure `index` from now on (and start the watcher the first time). */
 static void vgpu_observe(int index)
 {
     if (__atomic_load_n(&vgpu_observed[index], __ATOMIC_ACQUIRE))
         return;
-    vgpu_own_slot();  /* the watcher sums utilisation over the container's slots */
-    pthread_mutex_lock(&vgpu_bucket_mutex);
+    vgpu_watcher_ensure();
     __atomic_store_n(&vgpu_observed[index], 1, __ATOMIC_RELEASE);
-    if (!vgpu_watcher_started) {
-        vgpu_watcher_started = 1;
-        vgpu_last_sample_us = vgpu_now_us();
-        vgpu_start_watcher();
-    }
-    pthread_mutex_unlock(&vgpu_bucket_mutex);
 }
 
 static int vgpu_switch_on(const struct vgpu_region_v1 *v1, enum vgpu_policy policy)

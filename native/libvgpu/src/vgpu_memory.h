@@ -22,6 +22,11 @@ CUresult vgpu_reserve(struct vgpu_ticket *ticket, int index, uint64_t bytes);
 CUresult vgpu_settle(const struct vgpu_ticket *ticket, CUresult rc, enum vgpu_object_kind kind,
                      uint64_t key, uint64_t link, vgpu_undo undo);
 
+/* After the driver's release call: give back what the object was charged, or (the call failed)
+ * keep accounting for it. `had`: the object was ours. */
+CUresult vgpu_release(enum vgpu_object_kind kind, uint64_t key, CUresult rc_of_real, int had,
+                      int dev, uint64_t bytes);
+
 /* Reserve, make the driver call, then keep or refund the charge. */
 #define VGPU_CHARGED(index, bytes, kind, key, undo, call)                                    \
     do {                                                                                   \

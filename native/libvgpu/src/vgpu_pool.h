@@ -16,6 +16,8 @@ int vgpu_pool_index(CUmemoryPool pool);
 void vgpu_pool_settle(CUmemoryPool pool, uint64_t ticket);
 /* Settle every pool on `index`: the number of pools there. */
 int vgpu_pools_refresh(int index);
+/* Charge what graph memory nodes hold on each device (after a graph launch). */
+void vgpu_graph_memory_settle(void);
 /* After fork, in the child: the parent's pools are not ours. */
 void vgpu_pools_forget(void);
 

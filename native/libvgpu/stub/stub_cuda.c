@@ -46,7 +46,10 @@ static struct stub_object stub_objects[STUB_MAX_OBJECTS];
 static int stub_object_count;
 static uint64_t stub_next_address = 0x700000000000ull;
 static uint64_t stub_used[STUB_MAX_DEVICES];
-static int stub_contexts[STUB_MAX_DEVICES];
+static int stub_contexts[STUB_MAX_DEVICES];     /* primary context retains */
+static int stub_created[STUB_MAX_DEVICES];      /* contexts from cuCtxCreate, each its own cost */
+static unsigned stub_context_serial;
+static uint64_t stub_graph_reserved[STUB_MAX_DEVICES]; /* graph memory nodes' pool */
 static unsigned long long stub_frees, stub_launch_count, stub_block_count, stub_ptsz_count;
 static __thread int stub_current = -1; /* CUDA ordinal of the current context */
 static struct stub_pool stub_pools[STUB_MAX_POOLS]; /* [0..15]: each device's default pool */
@@ -72,11 +75,13 @@ unsigned long long stub_free_calls(void) { return stub_frees; }
 unsigned long long stub_launches(void) { return stub_launch_count; }
 unsigned long long stub_launched_blocks(void) { return stub_block_count; }
 unsigned long long stub_ptsz_launches(void) { return stub_ptsz_count; }
-int stub_has_context(int physical) { return stub_contexts[physical] > 0; }
+int stub_has_context(int physical) { return stub_contexts[physical] > 0 || stub_created[physical] > 0; }
 
 unsigned long long stub_device_used(int physical)
 {
-    return stub_used[physical] + (stub_has_context(physical) ? stub_env("STUB_CONTEXT_BYTES", 0) : 0);
+    unsigned long long contexts = (stub_contexts[physical] > 0) + (unsigned)stub_created[physical];
+    return stub_used[physical] + stub_graph_reserved[physical] +
+           contexts * (unsigned long long)stub_env("STUB_CONTEXT_BYTES", 0);
 }
 
 int stub_utilisation(void)
@@ -398,7 +403,102 @@ CUresult cuDevicePrimaryCtxReset_v2(CUdevice device)
 
 CUresult cuCtxSetCurrent(CUcontext context)
 {
-    stub_current = context ? (int)((uintptr_t)context - 0x1000) : -1;
+    stub_current = context ? (int)(((uintptr_t)context - 0x1000) & 0xff) : -1;
+    return CUDA_SUCCESS;
+}
+
+/* Contexts of our own: 0x1000 + ordinal + 0x100 * serial (primary ones have serial 0). */
+CUresult cuCtxCreate_v2(CUcontext *context, unsigned int flags, CUdevice device)
+{
+    (void)flags;
+    if (!stub_valid_device(device))
+        return CUDA_ERROR_INVALID_DEVICE;
+    int physical = stub_physical(device);
+    pthread_mutex_lock(&stub_mutex);
+    unsigned long long cost = (unsigned long long)stub_env("STUB_CONTEXT_BYTES", 0);
+    if (stub_device_used(physical) + cost > stub_device_total()) {
+        pthread_mutex_unlock(&stub_mutex);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    stub_created[physical]++;
+    unsigned serial = ++stub_context_serial;
+    pthread_mutex_unlock(&stub_mutex);
+    *context = (CUcontext)(uintptr_t)(0x1000 + (unsigned)device + 0x100 * serial);
+    stub_current = device;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxCreate(CUcontext *context, unsigned int flags, CUdevice device)
+{
+    return cuCtxCreate_v2(context, flags, device);
+}
+
+CUresult cuCtxCreate_v3(CUcontext *context, CUexecAffinityParam *params, int count,
+                        unsigned int flags, CUdevice device)
+{
+    (void)params, (void)count;
+    return cuCtxCreate_v2(context, flags, device);
+}
+
+CUresult cuCtxCreate_v4(CUcontext *context, CUctxCreateParams *params, unsigned int flags,
+                        CUdevice device)
+{
+    (void)params;
+    return cuCtxCreate_v2(context, flags, device);
+}
+
+CUresult cuCtxDestroy_v2(CUcontext context)
+{
+    uintptr_t value = (uintptr_t)context;
+    if (value < 0x1100)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    int ordinal = (int)((value - 0x1000) & 0xff);
+    pthread_mutex_lock(&stub_mutex);
+    stub_created[stub_physical(ordinal)]--;
+    pthread_mutex_unlock(&stub_mutex);
+    if (stub_current == ordinal)
+        stub_current = -1;
+    return CUDA_SUCCESS;
+}
+
+/* Per-context limits that reserve device memory: heap and printf FIFO bytes, stack bytes per
+ * thread for every resident thread (threads per SM x SMs). */
+static size_t stub_limits[3] = {1024, 1u << 20, 8u << 20};
+
+static uint64_t stub_limit_bytes(CUlimit limit, size_t value)
+{
+    if (limit == CU_LIMIT_STACK_SIZE)
+        return (uint64_t)value * 2048 * (uint64_t)stub_env("STUB_SM_COUNT", 10);
+    return value;
+}
+
+CUresult cuCtxSetLimit(CUlimit limit, size_t value)
+{
+    if (stub_current < 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if ((int)limit < 0 || (int)limit > 2)
+        return CUDA_SUCCESS;
+    int physical = stub_physical(stub_current);
+    int64_t delta = (int64_t)stub_limit_bytes(limit, value) -
+                    (int64_t)stub_limit_bytes(limit, stub_limits[limit]);
+    pthread_mutex_lock(&stub_mutex);
+    if (delta > 0 && stub_take_memory(physical, (uint64_t)delta) != 0) {
+        pthread_mutex_unlock(&stub_mutex);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (delta < 0)
+        stub_used[physical] -= (uint64_t)-delta;
+    stub_limits[limit] = value;
+    pthread_mutex_unlock(&stub_mutex);
+    stub_ledger_account(physical, delta);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetLimit(size_t *value, CUlimit limit)
+{
+    if (stub_current < 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *value = (int)limit >= 0 && (int)limit <= 2 ? stub_limits[limit] : 0;
     return CUDA_SUCCESS;
 }
 
@@ -447,9 +547,13 @@ CUresult cuMemFree_v2(CUdeviceptr pointer)
     if (pointer == 0)
         return CUDA_SUCCESS;
     pthread_mutex_lock(&stub_mutex);
-    int pooled = stub_find(STUB_POOLED, pointer) >= 0;
+    /* Stream-ordered allocations, and pointers imported from another process's pool, are
+     * freed like any pointer. */
+    enum stub_kind kind = stub_find(STUB_POOLED, pointer) >= 0    ? STUB_POOLED
+                          : stub_find(STUB_MAPPING, pointer) >= 0 ? STUB_MAPPING
+                                                                  : STUB_POINTER;
     pthread_mutex_unlock(&stub_mutex);
-    return stub_destroy(pooled ? STUB_POOLED : STUB_POINTER, pointer);
+    return stub_destroy(kind, pointer);
 }
 
 /* --- streams and stream-ordered pools ----------------------------------------------------- */
@@ -881,9 +985,12 @@ CUresult cuArrayDestroy(CUarray array) { return stub_destroy(STUB_ARRAY, (uint64
 CUresult cuMipmappedArrayCreate(CUmipmappedArray *mipmap, const CUDA_ARRAY3D_DESCRIPTOR *desc,
                                 unsigned int levels)
 {
-    uint64_t key;
-    CUresult rc = stub_array(STUB_MIPMAP, (uint64_t)desc->Width * (desc->Height ? desc->Height : 1) *
-                                              desc->NumChannels * levels, &key);
+    uint64_t key, bytes = 0;  /* each level halves every dimension, down to 1 */
+    for (unsigned level = 0; level < levels; level++) {
+        uint64_t width = desc->Width >> level, height = desc->Height >> level;
+        bytes += (width ? width : 1) * (height ? height : 1) * desc->NumChannels;
+    }
+    CUresult rc = stub_array(STUB_MIPMAP, bytes, &key);
     if (rc == CUDA_SUCCESS)
         *mipmap = (CUmipmappedArray)(uintptr_t)key;
     return rc;
@@ -892,6 +999,304 @@ CUresult cuMipmappedArrayCreate(CUmipmappedArray *mipmap, const CUDA_ARRAY3D_DES
 CUresult cuMipmappedArrayDestroy(CUmipmappedArray mipmap)
 {
     return stub_destroy(STUB_MIPMAP, (uint64_t)(uintptr_t)mipmap);
+}
+
+/* --- pre-3.2 entry points: 32-bit sizes and pointers, reached through cuGetProcAddress with a
+ * version below 3020 ------------------------------------------------------------------------- */
+
+static uint64_t stub_next_low = 0x10000000ull;
+
+static CUresult stub_alloc_low(unsigned int *pointer, uint64_t bytes)
+{
+    CUdeviceptr key;
+    CUresult rc = stub_alloc_current(&key, bytes);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&stub_mutex);
+    stub_objects[stub_find(STUB_POINTER, key)].key = stub_next_low;  /* a 32-bit address */
+    *pointer = (unsigned int)stub_next_low;
+    stub_next_low += ((bytes + 511) & ~511ull) + 512;
+    pthread_mutex_unlock(&stub_mutex);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemAlloc(CUdeviceptr_v1 *pointer, unsigned int bytes)
+{
+    return stub_alloc_low(pointer, bytes);
+}
+
+CUresult cuMemAllocPitch(CUdeviceptr_v1 *pointer, unsigned int *pitch, unsigned int width,
+                         unsigned int height, unsigned int element_bytes)
+{
+    if (element_bytes != 4 && element_bytes != 8 && element_bytes != 16)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pitch = (width + 511) & ~511u;
+    return stub_alloc_low(pointer, (uint64_t)*pitch * height);
+}
+
+CUresult cuMemFree(CUdeviceptr_v1 pointer) { return cuMemFree_v2(pointer); }
+
+CUresult cuArrayCreate(CUarray *array, const CUDA_ARRAY_DESCRIPTOR_v1 *desc)
+{
+    CUDA_ARRAY_DESCRIPTOR wide = {desc->Width, desc->Height, desc->Format, desc->NumChannels};
+    return cuArrayCreate_v2(array, &wide);
+}
+
+CUresult cuArray3DCreate(CUarray *array, const CUDA_ARRAY3D_DESCRIPTOR_v1 *desc)
+{
+    CUDA_ARRAY3D_DESCRIPTOR wide = {desc->Width, desc->Height, desc->Depth, desc->Format,
+                                    desc->NumChannels, desc->Flags};
+    return cuArray3DCreate_v2(array, &wide);
+}
+
+/* --- imports: memory another process allocated. The stub reads the size from the first 8
+ * bytes of the opaque handle data (its "exporter" put it there). -------------------------- */
+
+static CUresult stub_import(const void *data, CUdeviceptr *pointer)
+{
+    uint64_t bytes;
+    memcpy(&bytes, data, sizeof bytes);
+    if (stub_current < 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&stub_mutex);
+    *pointer = stub_new_address(bytes);
+    int rc = stub_add_object((struct stub_object){*pointer, bytes, stub_physical(stub_current),
+                                                  STUB_MAPPING, 1, 0});
+    pthread_mutex_unlock(&stub_mutex);
+    return rc == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pointer, CUipcMemHandle handle, unsigned int flags)
+{
+    (void)flags;
+    return stub_import(handle.reserved, pointer);
+}
+
+CUresult cuIpcCloseMemHandle(CUdeviceptr pointer) { return stub_destroy(STUB_MAPPING, pointer); }
+
+CUresult cuMemPoolImportPointer(CUdeviceptr *pointer, CUmemoryPool pool,
+                                CUmemPoolPtrExportData *data)
+{
+    (void)pool;
+    return stub_import(data->reserved, pointer);
+}
+
+CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr pointer)
+{
+    pthread_mutex_lock(&stub_mutex);
+    CUresult rc = CUDA_ERROR_NOT_FOUND;
+    for (int i = 0; i < stub_object_count; i++) {
+        struct stub_object *object = &stub_objects[i];
+        if (pointer >= object->key && pointer < object->key + (object->bytes ? object->bytes : 1) &&
+            object->kind != STUB_HANDLE && object->kind != STUB_ARRAY && object->kind != STUB_MIPMAP) {
+            if (base)
+                *base = object->key;
+            if (size)
+                *size = object->bytes;
+            rc = CUDA_SUCCESS;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&stub_mutex);
+    return rc;
+}
+
+CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr pointer)
+{
+    if (attribute != CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&stub_mutex);
+    int found = -1;
+    for (int i = 0; i < stub_object_count && found < 0; i++)
+        if (pointer >= stub_objects[i].key && pointer < stub_objects[i].key + stub_objects[i].bytes)
+            found = stub_objects[i].physical;
+    pthread_mutex_unlock(&stub_mutex);
+    if (found < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (int ordinal = 0; ordinal < stub_device_count(); ordinal++)
+        if (stub_physical(ordinal) == found)
+            *(int *)data = ordinal;
+    return CUDA_SUCCESS;
+}
+
+/* A handle imported from another process: no memory of ours; its size is its mapping's. */
+CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *os_handle,
+                                        CUmemAllocationHandleType type)
+{
+    (void)os_handle, (void)type;
+    if (stub_current < 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&stub_mutex);
+    *handle = stub_new_address(0);
+    int rc = stub_add_object((struct stub_object){*handle, 0, stub_physical(stub_current),
+                                                  STUB_HANDLE, 1, 0});
+    pthread_mutex_unlock(&stub_mutex);
+    return rc == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop,
+                                                CUmemGenericAllocationHandle handle)
+{
+    pthread_mutex_lock(&stub_mutex);
+    int i = stub_find(STUB_HANDLE, handle);
+    int physical = i >= 0 ? stub_objects[i].physical : -1;
+    pthread_mutex_unlock(&stub_mutex);
+    if (physical < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    *prop = (CUmemAllocationProp){.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                  .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+    for (int ordinal = 0; ordinal < stub_device_count(); ordinal++)
+        if (stub_physical(ordinal) == physical)
+            prop->location.id = ordinal;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuImportExternalMemory(CUexternalMemory *memory, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *desc)
+{
+    CUdeviceptr key;
+    uint64_t bytes = desc->size;
+    CUresult rc = stub_import(&bytes, &key);
+    if (rc == CUDA_SUCCESS)
+        *memory = (CUexternalMemory)(uintptr_t)key;
+    return rc;
+}
+
+CUresult cuDestroyExternalMemory(CUexternalMemory memory)
+{
+    return stub_destroy(STUB_MAPPING, (uint64_t)(uintptr_t)memory);
+}
+
+/* --- graphs: kernel nodes and memory-allocation nodes. Graph memory is held by a per-device
+ * pool that grows at launch to what the graph allocates and shrinks at cuDeviceGraphMemTrim. */
+
+#define STUB_MAX_GRAPHS 256
+#define STUB_MAX_NODES 64
+
+struct stub_kernel {
+    CUfunction function;
+    uint64_t blocks;
+};
+
+struct stub_graph {
+    int live;
+    int physical;
+    uint64_t alloc_bytes;
+    int kernels;
+    struct stub_kernel kernel[STUB_MAX_NODES];
+};
+
+static struct stub_graph stub_graphs[STUB_MAX_GRAPHS]; /* graphs and executable graphs alike */
+
+static struct stub_graph *stub_graph_new(void)
+{
+    for (int i = 0; i < STUB_MAX_GRAPHS; i++)
+        if (!stub_graphs[i].live) {
+            stub_graphs[i] = (struct stub_graph){.live = 1, .physical = -1};
+            return &stub_graphs[i];
+        }
+    return NULL;
+}
+
+CUresult cuGraphCreate(CUgraph *graph, unsigned int flags)
+{
+    (void)flags;
+    pthread_mutex_lock(&stub_mutex);
+    struct stub_graph *made = stub_graph_new();
+    pthread_mutex_unlock(&stub_mutex);
+    *graph = (CUgraph)made;
+    return made ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult cuGraphDestroy(CUgraph graph)
+{
+    ((struct stub_graph *)graph)->live = 0;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphAddKernelNode_v2(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps,
+                                 size_t count, const CUDA_KERNEL_NODE_PARAMS *params)
+{
+    (void)deps, (void)count;
+    struct stub_graph *target = (struct stub_graph *)graph;
+    if (target->kernels == STUB_MAX_NODES)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    target->kernel[target->kernels++] = (struct stub_kernel){
+        params->func, (uint64_t)params->gridDimX * params->gridDimY * params->gridDimZ};
+    *node = (CUgraphNode)(uintptr_t)target->kernels;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps,
+                                size_t count, CUDA_MEM_ALLOC_NODE_PARAMS *params)
+{
+    (void)deps, (void)count;
+    struct stub_graph *target = (struct stub_graph *)graph;
+    if (!stub_valid_device(params->poolProps.location.id))
+        return CUDA_ERROR_INVALID_VALUE;
+    target->physical = stub_physical(params->poolProps.location.id);
+    target->alloc_bytes += params->bytesize;
+    pthread_mutex_lock(&stub_mutex);
+    params->dptr = stub_new_address(params->bytesize);
+    pthread_mutex_unlock(&stub_mutex);
+    *node = (CUgraphNode)(uintptr_t)(1000 + target->kernels);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags)
+{
+    (void)flags;
+    pthread_mutex_lock(&stub_mutex);
+    struct stub_graph *made = stub_graph_new();
+    if (made)
+        *made = *(struct stub_graph *)graph;
+    pthread_mutex_unlock(&stub_mutex);
+    *exec = (CUgraphExec)made;
+    return made ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult cuGraphExecDestroy(CUgraphExec exec)
+{
+    ((struct stub_graph *)exec)->live = 0;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGraphMemTrim(CUdevice device)
+{
+    if (!stub_valid_device(device))
+        return CUDA_ERROR_INVALID_DEVICE;
+    int physical = stub_physical(device);
+    pthread_mutex_lock(&stub_mutex);
+    uint64_t freed = stub_graph_reserved[physical];
+    stub_graph_reserved[physical] = 0;
+    pthread_mutex_unlock(&stub_mutex);
+    stub_ledger_account(physical, -(int64_t)freed);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attribute, void *value)
+{
+    if (!stub_valid_device(device))
+        return CUDA_ERROR_INVALID_DEVICE;
+    (void)attribute;
+    *(cuuint64_t *)value = stub_graph_reserved[stub_physical(device)];
+    return CUDA_SUCCESS;
+}
+
+/* Graph memory for a launch: the device's graph pool grows to what the graph allocates. */
+static CUresult stub_graph_memory(const struct stub_graph *exec)
+{
+    if (exec->physical < 0 || stub_graph_reserved[exec->physical] >= exec->alloc_bytes)
+        return CUDA_SUCCESS;
+    pthread_mutex_lock(&stub_mutex);
+    uint64_t grow = exec->alloc_bytes - stub_graph_reserved[exec->physical];
+    int fits = stub_device_used(exec->physical) + grow <= stub_device_total();
+    if (fits)
+        stub_graph_reserved[exec->physical] += grow;
+    pthread_mutex_unlock(&stub_mutex);
+    if (!fits)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    stub_ledger_account(exec->physical, (int64_t)grow);
+    return CUDA_SUCCESS;
 }
 
 static CUresult stub_launch(uint64_t blocks)
@@ -950,8 +1355,14 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned 
 
 CUresult cuGraphLaunch(CUgraphExec graph, CUstream stream)
 {
-    (void)graph, (void)stream;
-    return stub_launch(1);
+    (void)stream;
+    const struct stub_graph *exec = (const struct stub_graph *)graph;
+    if (exec == NULL)
+        return stub_launch(1);  /* the drive's "graph" launches: an empty graph */
+    CUresult rc = stub_graph_memory(exec);
+    for (int k = 0; k < exec->kernels && rc == CUDA_SUCCESS; k++)
+        rc = stub_launch(exec->kernel[k].blocks);
+    return rc;
 }
 
 CUresult cuGraphLaunch_ptsz(CUgraphExec graph, CUstream stream)
@@ -1013,8 +1424,32 @@ static const struct stub_entry stub_table[] = {
     STUB_ENTRY("cuCtxSetCurrent", 4000, cuCtxSetCurrent, NULL),
     STUB_ENTRY("cuCtxGetDevice", 2000, cuCtxGetDevice, NULL),
     STUB_ENTRY("cuMemGetInfo", 3020, cuMemGetInfo_v2, NULL),
+    STUB_ENTRY("cuMemAlloc", 2000, cuMemAlloc, NULL),
     STUB_ENTRY("cuMemAlloc", 3020, cuMemAlloc_v2, NULL),
+    STUB_ENTRY("cuMemAllocPitch", 2000, cuMemAllocPitch, NULL),
     STUB_ENTRY("cuMemAllocPitch", 3020, cuMemAllocPitch_v2, NULL),
+    STUB_ENTRY("cuMemFree", 2000, cuMemFree, NULL),
+    STUB_ENTRY("cuArrayCreate", 2000, cuArrayCreate, NULL),
+    STUB_ENTRY("cuArray3DCreate", 2000, cuArray3DCreate, NULL),
+    STUB_ENTRY("cuCtxCreate", 2000, cuCtxCreate, NULL),
+    STUB_ENTRY("cuCtxCreate", 3020, cuCtxCreate_v2, NULL),
+    STUB_ENTRY("cuCtxCreate", 11040, cuCtxCreate_v3, NULL),
+    STUB_ENTRY("cuCtxCreate", 12050, cuCtxCreate_v4, NULL),
+    STUB_ENTRY("cuCtxDestroy", 4000, cuCtxDestroy_v2, NULL),
+    STUB_ENTRY("cuCtxSetLimit", 3010, cuCtxSetLimit, NULL),
+    STUB_ENTRY("cuCtxGetLimit", 3010, cuCtxGetLimit, NULL),
+    STUB_ENTRY("cuIpcOpenMemHandle", 11000, cuIpcOpenMemHandle_v2, NULL),
+    STUB_ENTRY("cuIpcCloseMemHandle", 4010, cuIpcCloseMemHandle, NULL),
+    STUB_ENTRY("cuMemImportFromShareableHandle", 10020, cuMemImportFromShareableHandle, NULL),
+    STUB_ENTRY("cuMemPoolImportPointer", 11020, cuMemPoolImportPointer, NULL),
+    STUB_ENTRY("cuImportExternalMemory", 10000, cuImportExternalMemory, NULL),
+    STUB_ENTRY("cuDestroyExternalMemory", 10000, cuDestroyExternalMemory, NULL),
+    STUB_ENTRY("cuGraphCreate", 10000, cuGraphCreate, NULL),
+    STUB_ENTRY("cuGraphAddKernelNode", 12000, cuGraphAddKernelNode_v2, NULL),
+    STUB_ENTRY("cuGraphAddMemAllocNode", 11040, cuGraphAddMemAllocNode, NULL),
+    STUB_ENTRY("cuGraphInstantiateWithFlags", 11040, cuGraphInstantiateWithFlags, NULL),
+    STUB_ENTRY("cuDeviceGraphMemTrim", 11040, cuDeviceGraphMemTrim, NULL),
+    STUB_ENTRY("cuDeviceGetGraphMemAttribute", 11040, cuDeviceGetGraphMemAttribute, NULL),
     STUB_ENTRY("cuMemAllocManaged", 6000, cuMemAllocManaged, NULL),
     STUB_ENTRY("cuMemFree", 3020, cuMemFree_v2, NULL),
     STUB_ENTRY("cuMemAllocAsync", 11020, cuMemAllocAsync, cuMemAllocAsync_ptsz),
