@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import GiB, Harness, MiB
+from .conftest import GiB, Harness, MiB, Slot, finish, read_region
 
 LIMIT_1G = {"CUDA_DEVICE_MEMORY_LIMIT_0": "1g"}
 
@@ -237,3 +237,45 @@ def test_deepbind_library_is_reconciled(vgpu: Harness) -> None:
     assert run.one("deepbind").int("rc") == 0, "the library's own allocation bypasses the hooks"
     assert rcs(run.named("alloc")) == [0, 2]
     assert run.one("meminfo").int("free") < GiB - 600 * MiB
+
+
+# --- host pid: told by a probe only this process makes, never guessed from a list diff ---------
+
+
+def started_slot(harness: Harness, env: dict[str, str]) -> tuple[int, Slot, str]:
+    """Start a process that takes a context and waits: its pid, its slot, its stderr."""
+    process = harness.start("pid", "ctx", "0", "touch", str(harness.tmp / "ready"),
+                            "waitfile", str(harness.tmp / "go"), env=env)
+    try:
+        while not (harness.tmp / "ready").exists():
+            assert process.poll() is None, process.communicate()
+        (slot,) = read_region(harness.cache).live()
+    finally:
+        (harness.tmp / "go").touch()
+    run = finish(process)
+    return run.one("pid").int("value"), slot, run.stderr
+
+
+HOST_PID = {**CONTEXT_COST, **LIMIT_1G}
+
+
+def test_another_containers_new_process_is_not_taken_for_ours(each_vgpu: Harness) -> None:
+    """Our context shows up in NVML late; another container's new process (5,000 MiB) shows
+    up first. A list diff took its pid and charged its memory to us."""
+    pid, slot, _ = started_slot(each_vgpu, {**HOST_PID, "STUB_OWN_FROM": "3",
+                                            "STUB_FOREIGN": "4242:5000:2"})
+    assert slot.hostpid == pid + 100000
+    assert slot.context[0] == 300 * MiB
+
+
+def test_our_process_never_listed_leaves_the_host_pid_unknown(vgpu: Harness) -> None:
+    _, slot, stderr = started_slot(vgpu, {**HOST_PID, "STUB_OWN_FROM": "1000",
+                                          "STUB_FOREIGN": "4242:5000:2"})
+    assert (slot.hostpid, slot.context[0]) == (0, 0)
+    assert "host pid not found" in stderr
+
+
+def test_two_processes_growing_as_ours_is_refused_as_ambiguous(vgpu: Harness) -> None:
+    _, slot, stderr = started_slot(vgpu, {**HOST_PID, "STUB_FOREIGN": "4242:5000:3"})
+    assert slot.hostpid == 0
+    assert "not guessing" in stderr

@@ -32,10 +32,11 @@ static int vgpu_measure_start(int index)
 }
 
 /* After it: the bytes the new context took (0 when it failed or cannot be told). */
-static uint64_t vgpu_measure_end(int serialised, int index, CUresult rc)
+static uint64_t vgpu_measure_end(int serialised, int index, CUresult rc, CUcontext context)
 {
-    uint64_t bytes = rc == CUDA_SUCCESS && serialised ? vgpu_discover_context(index, &vgpu_before)
-                                                      : 0;
+    uint64_t bytes = rc == CUDA_SUCCESS && serialised
+                         ? vgpu_discover_context(index, &vgpu_before, context)
+                         : 0;
     if (serialised)
         vgpu_discovery_unlock();
     return bytes;
@@ -64,7 +65,7 @@ static CUresult vgpu_first_retain(CUcontext *context, CUdevice device, int index
 {
     int serialised = vgpu_measure_start(index);
     CUresult rc = vgpu_real.cuDevicePrimaryCtxRetain(context, device);
-    uint64_t bytes = vgpu_measure_end(serialised, index, rc);
+    uint64_t bytes = vgpu_measure_end(serialised, index, rc, rc == CUDA_SUCCESS ? *context : NULL);
     if (rc == CUDA_SUCCESS) {
         /* The primary context is forced: refusing it would leave the process no device. */
         if (bytes != 0 && vgpu_charge(index, bytes, VGPU_KIND_CONTEXT, 1) == 0)
@@ -156,7 +157,8 @@ static CUresult vgpu_context_made(CUresult rc, CUcontext *context, int index, ui
         pthread_mutex_lock(&vgpu_context_mutex);                                          \
         int serialised = vgpu_measure_start(index);                                       \
         CUresult rc = vgpu_real.name(__VA_ARGS__);                                        \
-        uint64_t bytes = vgpu_measure_end(serialised, index, rc);                         \
+        uint64_t bytes = vgpu_measure_end(serialised, index, rc,                          \
+                                          rc == CUDA_SUCCESS ? *pctx : NULL);             \
         pthread_mutex_unlock(&vgpu_context_mutex);                                        \
         return vgpu_context_made(rc, pctx, index, bytes);                                 \
     }

@@ -32,10 +32,11 @@ nvmlDevice_t vgpu_nvml_handle(int index);
 
 /* Processes NVML sees on a device (empty without NVML). */
 void vgpu_processes(int index, struct vgpu_snapshot *snapshot);
-/* After this process's first context on `index` appeared: find our host pid (when not known
- * yet) from what is new since `before`, record it in our slot, and return the device memory
- * the context took, as NVML reports it for that pid (0 when it cannot be told). */
-uint64_t vgpu_discover_context(int index, const struct vgpu_snapshot *before);
+/* After this process created `context` on `index`: find our host pid (when not known yet; see
+ * vgpu_devices.c, a probe allocation tells ours from other new processes), record it in our
+ * slot, and return the device memory the context took, as NVML reports it for that pid (0 when
+ * it cannot be told). */
+uint64_t vgpu_discover_context(int index, const struct vgpu_snapshot *before, CUcontext context);
 
 /* After fork, in the child: no contexts of its own yet. */
 void vgpu_contexts_forget(void);

@@ -401,6 +401,8 @@ CUresult cuDevicePrimaryCtxReset_v2(CUdevice device)
     return CUDA_SUCCESS;
 }
 
+CUresult cuCtxGetCurrent(CUcontext *context);
+
 CUresult cuCtxSetCurrent(CUcontext context)
 {
     stub_current = context ? (int)(((uintptr_t)context - 0x1000) & 0xff) : -1;
@@ -499,6 +501,25 @@ CUresult cuCtxGetLimit(size_t *value, CUlimit limit)
     if (stub_current < 0)
         return CUDA_ERROR_INVALID_CONTEXT;
     *value = (int)limit >= 0 && (int)limit <= 2 ? stub_limits[limit] : 0;
+    return CUDA_SUCCESS;
+}
+
+static __thread int stub_pushed[8], stub_push_depth;
+
+CUresult cuCtxPushCurrent_v2(CUcontext context)
+{
+    if (stub_push_depth == 8)
+        return CUDA_ERROR_INVALID_VALUE;
+    stub_pushed[stub_push_depth++] = stub_current;
+    return cuCtxSetCurrent(context);
+}
+
+CUresult cuCtxPopCurrent_v2(CUcontext *context)
+{
+    if (stub_push_depth == 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    cuCtxGetCurrent(context);
+    stub_current = stub_pushed[--stub_push_depth];
     return CUDA_SUCCESS;
 }
 

@@ -1,6 +1,7 @@
 /* The fake NVML: per-device memory and a process table taken from the CUDA stub of this
  * process, utilisation from STUB_UTIL_FILE. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -70,19 +71,43 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *me
     return NVML_SUCCESS;
 }
 
+/* Other containers' processes on the card: STUB_FOREIGN="pid:MiB:from,...", each listed from
+ * this process's `from`-th query of the process list on. Our own process is listed (with its
+ * context) from the STUB_OWN_FROM-th query on (1): NVML may show a new context late. */
+static unsigned stub_process_queries;
+
+static long stub_number(const char *name, long fallback)
+{
+    const char *text = getenv(name);
+    return text && *text ? strtol(text, NULL, 0) : fallback;
+}
+
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *count,
                                                   nvmlProcessInfo_v1_t *infos)
 {
-    unsigned have = stub_has_context((int)device->index) ? 1 : 0;
+    nvmlProcessInfo_v1_t found[16];
+    unsigned have = 0, query = __atomic_add_fetch(&stub_process_queries, 1, __ATOMIC_RELAXED);
+    if (stub_has_context((int)device->index) && query >= (unsigned)stub_number("STUB_OWN_FROM", 1))
+        found[have++] = (nvmlProcessInfo_v1_t){(unsigned)(getpid() + stub_pid_offset()),
+                                               stub_device_used((int)device->index)};
+    const char *foreign = getenv("STUB_FOREIGN");
+    while (foreign && *foreign && have < 16) {
+        unsigned long pid = strtoul(foreign, (char **)&foreign, 10), mib = 0, from = 1;
+        if (*foreign == ':')
+            mib = strtoul(foreign + 1, (char **)&foreign, 10);
+        if (*foreign == ':')
+            from = strtoul(foreign + 1, (char **)&foreign, 10);
+        if (query >= from)
+            found[have++] = (nvmlProcessInfo_v1_t){(unsigned)pid, (unsigned long long)mib << 20};
+        if (*foreign == ',')
+            foreign++;
+    }
     if (*count < have) {
         *count = have;
         return NVML_ERROR_INSUFFICIENT_SIZE;
     }
     *count = have;
-    if (have) {
-        infos[0].pid = (unsigned)(getpid() + stub_pid_offset());
-        infos[0].usedGpuMemory = stub_device_used((int)device->index);
-    }
+    memcpy(infos, found, have * sizeof *found);
     return NVML_SUCCESS;
 }
 
