@@ -32,14 +32,16 @@
     X(cuMipmappedArrayCreate) X(cuMipmappedArrayDestroy)                                      \
     X(cuLaunchKernel) X(cuLaunchKernel_ptsz) X(cuLaunchKernelEx) X(cuLaunchKernelEx_ptsz)     \
     X(cuLaunchCooperativeKernel) X(cuLaunchCooperativeKernel_ptsz)                            \
-    X(cuGraphLaunch) X(cuGraphLaunch_ptsz)
+    X(cuGraphLaunch) X(cuGraphLaunch_ptsz)                                                    \
+    X(cuGraphInstantiateWithFlags) X(cuGraphInstantiateWithParams) X(cuGraphExecDestroy)
 
 #define VGPU_CUDA_USED(X)                                                                     \
     X(cuCtxGetDevice) X(cuDeviceGetCount) X(cuDeviceGetUuid_v2) X(cuDeviceGetAttribute)       \
     X(cuStreamGetDevice) X(cuStreamGetCtx) X(cuCtxPushCurrent_v2) X(cuCtxPopCurrent_v2)      \
     X(cuDeviceGetMemPool) X(cuDeviceGetDefaultMemPool) X(cuMemPoolGetAttribute)              \
     X(cuCtxGetCurrent) X(cuCtxGetLimit) X(cuPointerGetAttribute) X(cuMemGetAddressRange_v2)   \
-    X(cuMemGetAllocationPropertiesFromHandle) X(cuDeviceGetGraphMemAttribute)
+    X(cuMemGetAllocationPropertiesFromHandle) X(cuDeviceGetGraphMemAttribute)                \
+    X(cuGraphGetNodes) X(cuGraphNodeGetType) X(cuGraphKernelNodeGetParams_v2)
 
 #define VGPU_NVML_HOOKED(X) X(nvmlDeviceGetMemoryInfo) X(nvmlDeviceGetMemoryInfo_v2)
 

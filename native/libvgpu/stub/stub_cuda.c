@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "stub.h"
@@ -1193,17 +1194,18 @@ CUresult cuDestroyExternalMemory(CUexternalMemory memory)
 #define STUB_MAX_GRAPHS 256
 #define STUB_MAX_NODES 64
 
-struct stub_kernel {
-    CUfunction function;
-    uint64_t blocks;
+/* A graph node: a kernel (its launch parameters) or a memory allocation. */
+struct stub_node {
+    CUgraphNodeType type;
+    CUDA_KERNEL_NODE_PARAMS kernel;
 };
 
 struct stub_graph {
     int live;
     int physical;
     uint64_t alloc_bytes;
-    int kernels;
-    struct stub_kernel kernel[STUB_MAX_NODES];
+    int nodes;
+    struct stub_node node[STUB_MAX_NODES];
 };
 
 static struct stub_graph stub_graphs[STUB_MAX_GRAPHS]; /* graphs and executable graphs alike */
@@ -1239,11 +1241,10 @@ CUresult cuGraphAddKernelNode_v2(CUgraphNode *node, CUgraph graph, const CUgraph
 {
     (void)deps, (void)count;
     struct stub_graph *target = (struct stub_graph *)graph;
-    if (target->kernels == STUB_MAX_NODES)
+    if (target->nodes == STUB_MAX_NODES)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    target->kernel[target->kernels++] = (struct stub_kernel){
-        params->func, (uint64_t)params->gridDimX * params->gridDimY * params->gridDimZ};
-    *node = (CUgraphNode)(uintptr_t)target->kernels;
+    target->node[target->nodes] = (struct stub_node){CU_GRAPH_NODE_TYPE_KERNEL, *params};
+    *node = (CUgraphNode)&target->node[target->nodes++];
     return CUDA_SUCCESS;
 }
 
@@ -1252,14 +1253,40 @@ CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph graph, const CUgraphN
 {
     (void)deps, (void)count;
     struct stub_graph *target = (struct stub_graph *)graph;
-    if (!stub_valid_device(params->poolProps.location.id))
+    if (!stub_valid_device(params->poolProps.location.id) || target->nodes == STUB_MAX_NODES)
         return CUDA_ERROR_INVALID_VALUE;
+    target->node[target->nodes].type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+    *node = (CUgraphNode)&target->node[target->nodes++];
     target->physical = stub_physical(params->poolProps.location.id);
     target->alloc_bytes += params->bytesize;
     pthread_mutex_lock(&stub_mutex);
     params->dptr = stub_new_address(params->bytesize);
     pthread_mutex_unlock(&stub_mutex);
-    *node = (CUgraphNode)(uintptr_t)(1000 + target->kernels);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphGetNodes(CUgraph graph, CUgraphNode *nodes, size_t *count)
+{
+    struct stub_graph *target = (struct stub_graph *)graph;
+    if (nodes != NULL)
+        for (size_t i = 0; i < *count && i < (size_t)target->nodes; i++)
+            nodes[i] = (CUgraphNode)&target->node[i];
+    *count = (size_t)target->nodes;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType *type)
+{
+    *type = ((struct stub_node *)node)->type;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS *params)
+{
+    const struct stub_node *kernel = (const struct stub_node *)node;
+    if (kernel->type != CU_GRAPH_NODE_TYPE_KERNEL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *params = kernel->kernel;
     return CUDA_SUCCESS;
 }
 
@@ -1320,12 +1347,110 @@ static CUresult stub_graph_memory(const struct stub_graph *exec)
     return CUDA_SUCCESS;
 }
 
-static CUresult stub_launch(uint64_t blocks)
+/* --- the simulated GPU ---------------------------------------------------------------------
+ * A kernel's duration is its CUfunction's value in microseconds (the test programs launch
+ * "functions" 1..2^32; NULL runs in no time). Kernels of a device run one after another on
+ * the real clock; with STUB_QUEUE launches pending the launching thread waits, as on the real
+ * driver's queue. NVML reads utilisation from the busy intervals, in sample periods of
+ * STUB_NVML_PERIOD_MS (167, about NVML's own). */
+#define STUB_QUEUE 1024
+#define STUB_INTERVALS 65536
+
+struct stub_gpu {
+    uint64_t busy_until;
+    uint64_t ends[STUB_QUEUE]; /* end times of pending kernels, oldest first (a ring) */
+    unsigned first_end, pending;
+    struct {
+        uint64_t start, end;
+    } busy[STUB_INTERVALS]; /* merged busy intervals, a ring */
+    unsigned first_busy, busy_count;
+};
+
+static struct stub_gpu stub_gpus[STUB_MAX_DEVICES];
+static pthread_mutex_t stub_gpu_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+uint64_t stub_now_us(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return (uint64_t)now.tv_sec * 1000000u + (uint64_t)now.tv_nsec / 1000u;
+}
+
+static uint64_t stub_kernel_us(CUfunction function)
+{
+    uintptr_t value = (uintptr_t)function;
+    return value <= UINT32_MAX ? value : 0;
+}
+
+static void stub_retire(struct stub_gpu *gpu, uint64_t now)
+{
+    while (gpu->pending > 0 && gpu->ends[gpu->first_end] <= now) {
+        gpu->first_end = (gpu->first_end + 1) % STUB_QUEUE;
+        gpu->pending--;
+    }
+}
+
+/* Queue a kernel of `us` microseconds on `physical`. */
+static void stub_run(int physical, uint64_t us)
+{
+    if (us == 0)
+        return;
+    struct stub_gpu *gpu = &stub_gpus[physical];
+    pthread_mutex_lock(&stub_gpu_mutex);
+    stub_retire(gpu, stub_now_us());
+    while (gpu->pending == STUB_QUEUE) {
+        uint64_t wait = gpu->ends[gpu->first_end] - stub_now_us();
+        pthread_mutex_unlock(&stub_gpu_mutex);
+        usleep((useconds_t)(wait < 1000000 ? wait : 1000000) + 1);
+        pthread_mutex_lock(&stub_gpu_mutex);
+        stub_retire(gpu, stub_now_us());
+    }
+    uint64_t now = stub_now_us();
+    uint64_t start = gpu->busy_until > now ? gpu->busy_until : now, end = start + us;
+    gpu->busy_until = end;
+    gpu->ends[(gpu->first_end + gpu->pending++) % STUB_QUEUE] = end;
+    unsigned last = (gpu->first_busy + gpu->busy_count + STUB_INTERVALS - 1) % STUB_INTERVALS;
+    if (gpu->busy_count > 0 && gpu->busy[last].end == start) {
+        gpu->busy[last].end = end;
+    } else {
+        if (gpu->busy_count == STUB_INTERVALS) {
+            gpu->first_busy = (gpu->first_busy + 1) % STUB_INTERVALS;
+            gpu->busy_count--;
+        }
+        unsigned next = (gpu->first_busy + gpu->busy_count++) % STUB_INTERVALS;
+        gpu->busy[next].start = start;
+        gpu->busy[next].end = end;
+    }
+    pthread_mutex_unlock(&stub_gpu_mutex);
+}
+
+uint64_t stub_busy_us(int physical, uint64_t from, uint64_t to)
+{
+    struct stub_gpu *gpu = &stub_gpus[physical];
+    uint64_t busy = 0;
+    pthread_mutex_lock(&stub_gpu_mutex);
+    for (unsigned k = gpu->busy_count; k > 0; k--) {
+        unsigned i = (gpu->first_busy + k - 1) % STUB_INTERVALS;
+        uint64_t start = gpu->busy[i].start, end = gpu->busy[i].end;
+        if (end <= from)
+            break;
+        start = start > from ? start : from;
+        end = end < to ? end : to;
+        busy += end > start ? end - start : 0;
+    }
+    pthread_mutex_unlock(&stub_gpu_mutex);
+    return busy;
+}
+
+int stub_physical_of(int ordinal) { return stub_physical(ordinal); }
+
+static CUresult stub_launch(CUfunction function, uint64_t blocks)
 {
     if (stub_current < 0)
         return CUDA_ERROR_INVALID_CONTEXT;
     __atomic_add_fetch(&stub_launch_count, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&stub_block_count, blocks, __ATOMIC_RELAXED);
+    stub_run(stub_physical(stub_current), stub_kernel_us(function));
     return CUDA_SUCCESS;
 }
 
@@ -1333,8 +1458,8 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
                         unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
                         CUstream stream, void **params, void **extra)
 {
-    (void)f, (void)bx, (void)by, (void)bz, (void)shared, (void)stream, (void)params, (void)extra;
-    return stub_launch((uint64_t)gx * gy * gz);
+    (void)bx, (void)by, (void)bz, (void)shared, (void)stream, (void)params, (void)extra;
+    return stub_launch(f, (uint64_t)gx * gy * gz);
 }
 
 CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
@@ -1347,8 +1472,8 @@ CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, uns
 
 CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
 {
-    (void)f, (void)params, (void)extra;
-    return stub_launch((uint64_t)config->gridDimX * config->gridDimY * config->gridDimZ);
+    (void)params, (void)extra;
+    return stub_launch(f, (uint64_t)config->gridDimX * config->gridDimY * config->gridDimZ);
 }
 
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **params,
@@ -1379,10 +1504,14 @@ CUresult cuGraphLaunch(CUgraphExec graph, CUstream stream)
     (void)stream;
     const struct stub_graph *exec = (const struct stub_graph *)graph;
     if (exec == NULL)
-        return stub_launch(1);  /* the drive's "graph" launches: an empty graph */
+        return stub_launch(NULL, 1);  /* the drive's "graph" launches: an empty graph */
     CUresult rc = stub_graph_memory(exec);
-    for (int k = 0; k < exec->kernels && rc == CUDA_SUCCESS; k++)
-        rc = stub_launch(exec->kernel[k].blocks);
+    for (int k = 0; k < exec->nodes && rc == CUDA_SUCCESS; k++) {
+        const CUDA_KERNEL_NODE_PARAMS *kernel = &exec->node[k].kernel;
+        if (exec->node[k].type == CU_GRAPH_NODE_TYPE_KERNEL)
+            rc = stub_launch(kernel->func, (uint64_t)kernel->gridDimX * kernel->gridDimY *
+                                               kernel->gridDimZ);
+    }
     return rc;
 }
 
@@ -1469,6 +1598,11 @@ static const struct stub_entry stub_table[] = {
     STUB_ENTRY("cuGraphAddKernelNode", 12000, cuGraphAddKernelNode_v2, NULL),
     STUB_ENTRY("cuGraphAddMemAllocNode", 11040, cuGraphAddMemAllocNode, NULL),
     STUB_ENTRY("cuGraphInstantiateWithFlags", 11040, cuGraphInstantiateWithFlags, NULL),
+    STUB_ENTRY("cuGraphGetNodes", 10000, cuGraphGetNodes, NULL),
+    STUB_ENTRY("cuGraphExecDestroy", 10000, cuGraphExecDestroy, NULL),
+    STUB_ENTRY("cuGraphDestroy", 10000, cuGraphDestroy, NULL),
+    STUB_ENTRY("cuGraphNodeGetType", 10000, cuGraphNodeGetType, NULL),
+    STUB_ENTRY("cuGraphKernelNodeGetParams", 12000, cuGraphKernelNodeGetParams_v2, NULL),
     STUB_ENTRY("cuDeviceGraphMemTrim", 11040, cuDeviceGraphMemTrim, NULL),
     STUB_ENTRY("cuDeviceGetGraphMemAttribute", 11040, cuDeviceGetGraphMemAttribute, NULL),
     STUB_ENTRY("cuMemAllocManaged", 6000, cuMemAllocManaged, NULL),

@@ -111,32 +111,52 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned 
     return NVML_SUCCESS;
 }
 
+/* Sample periods end at multiples of the period on the real clock. A sample's utilisation is
+ * the busy share of the period that ends at its timestamp (STUB_UTIL_FILE overrides it). */
+static uint64_t stub_period_us(void)
+{
+    return (uint64_t)stub_number("STUB_NVML_PERIOD_MS", 167) * 1000u;
+}
+
+static unsigned stub_sample(int physical, uint64_t end)
+{
+    if (getenv("STUB_UTIL_FILE") != NULL)
+        return (unsigned)stub_utilisation();
+    uint64_t period = stub_period_us();
+    return (unsigned)((stub_busy_us(physical, end - period, end) * 100 + period / 2) / period);
+}
+
 nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
                                              nvmlProcessUtilizationSample_t *samples,
                                              unsigned int *count,
                                              unsigned long long last_seen)
 {
-    (void)last_seen;
     if (!stub_has_context((int)device->index))
         return NVML_ERROR_NOT_FOUND;
-    if (samples == NULL || *count < 1) {
-        *count = 1;
+    uint64_t period = stub_period_us(), last = stub_now_us() / period * period;
+    unsigned have = 0;  /* NVML keeps a short history; the newest first here */
+    for (uint64_t end = last; end > last_seen && have < 8 && end > period; end -= period)
+        have++;
+    if (have == 0)
+        return NVML_ERROR_NOT_FOUND;
+    if (samples == NULL || *count < have) {
+        *count = have;
         return NVML_ERROR_INSUFFICIENT_SIZE;
     }
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    *count = 1;
-    samples[0] = (nvmlProcessUtilizationSample_t){
-        .pid = (unsigned)(getpid() + stub_pid_offset()),
-        .timeStamp = (unsigned long long)now.tv_sec * 1000000ull + (unsigned long long)now.tv_nsec / 1000,
-        .smUtil = (unsigned)stub_utilisation()};
+    for (unsigned i = 0; i < have; i++) {
+        uint64_t end = last - (uint64_t)i * period;
+        samples[i] = (nvmlProcessUtilizationSample_t){
+            .pid = (unsigned)(getpid() + stub_pid_offset()), .timeStamp = end,
+            .smUtil = stub_sample((int)device->index, end)};
+    }
+    *count = have;
     return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
 {
-    (void)device;
-    utilization->gpu = (unsigned)stub_utilisation();
+    uint64_t period = stub_period_us();
+    utilization->gpu = stub_sample((int)device->index, stub_now_us() / period * period);
     utilization->memory = 0;
     return NVML_SUCCESS;
 }

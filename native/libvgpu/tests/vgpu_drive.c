@@ -135,6 +135,35 @@ static CUresult launch_once(const char *how, unsigned grid)
     return cuLaunchKernelEx(&config, NULL, NULL, NULL);
 }
 
+/* One launch of a kernel running `us` microseconds on the stub's simulated GPU (its CUfunction
+ * is its duration), or of `graph`. */
+static CUresult simulated_launch(const char *how, unsigned grid, uint64_t us, CUgraphExec graph)
+{
+    CUfunction kernel = (CUfunction)(uintptr_t)us;
+    if (strcmp(how, "graph") == 0)
+        return cuGraphLaunch(graph, NULL);
+    if (strcmp(how, "coop") == 0)
+        return cuLaunchCooperativeKernel(kernel, grid, 1, 1, 256, 1, 1, 0, NULL, NULL);
+    return cuLaunchKernel(kernel, grid, 1, 1, 256, 1, 1, 0, NULL, NULL, NULL);
+}
+
+/* An executable graph of `count` kernel nodes of `us` microseconds each. */
+static CUgraphExec simulated_graph(int count, unsigned grid, uint64_t us)
+{
+    CUgraph graph;
+    CUgraphExec exec = NULL;
+    cuGraphCreate(&graph, 0);
+    for (int k = 0; k < count; k++) {
+        CUDA_KERNEL_NODE_PARAMS params = {.func = (CUfunction)(uintptr_t)us, .gridDimX = grid,
+                                          .gridDimY = 1, .gridDimZ = 1, .blockDimX = 256,
+                                          .blockDimY = 1, .blockDimZ = 1};
+        CUgraphNode node;
+        cuGraphAddKernelNode_v2(&node, graph, NULL, 0, &params);
+    }
+    cuGraphInstantiateWithFlags(&exec, graph, 0);
+    return exec;
+}
+
 static void symbol_line(const char *what, CUresult rc, void *address, int status)
 {
     Dl_info info;
@@ -494,6 +523,31 @@ int main(int argc, char **argv)
                 }
             }
             say("launchfor blocks=%llu series=%s", stub_launched_blocks(), series[0] ? series : "0");
+        } else if (strcmp(cmd, "simulate") == 0) {
+            /* simulate HOW MS GRID KERNEL_US FROM_MS: launch for MS ms; print the share of
+             * [FROM_MS, MS] the simulated GPU was busy, in percent. A graph is 10 kernels. */
+            const char *how = argv[i + 1];
+            double start = now_ms(), until = start + (double)number(argv[i + 2]);
+            unsigned grid = (unsigned)number(argv[i + 3]);
+            uint64_t us = number(argv[i + 4]);
+            double from = start + (double)number(argv[i + 5]);
+            i += 5;
+            CUdevice device = 0;
+            cuCtxGetDevice(&device);
+            CUgraphExec graph = strcmp(how, "graph") == 0 ? simulated_graph(10, grid, us / 10) : NULL;
+            unsigned long long launches = 0, began = 0;
+            while (now_ms() < until) {
+                if (began == 0 && now_ms() >= from)
+                    began = stub_now_us();
+                simulated_launch(how, grid, us, graph);
+                launches++;
+            }
+            unsigned long long ended = stub_now_us();
+            if (began == 0)
+                began = ended;
+            double busy = (double)stub_busy_us(stub_physical_of(device), began, ended);
+            say("simulate util=%.1f launches=%llu", ended > began ? 100.0 * busy / (double)(ended - began) : 0.0,
+                launches);
         } else if (strcmp(cmd, "gpa") == 0 || strcmp(cmd, "gpa1") == 0) {
             const char *name = argv[i + 1];
             int version = (int)number(argv[i + 2]);
