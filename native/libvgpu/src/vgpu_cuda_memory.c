@@ -386,51 +386,25 @@ static uint64_t vgpu_array_bytes(uint64_t width, uint64_t height, uint64_t depth
     return bytes;
 }
 
-VGPU_EXPORT CUresult cuArrayCreate_v2(CUarray *array, const CUDA_ARRAY_DESCRIPTOR *desc)
-{
-    VGPU_ENTER(cuArrayCreate_v2, array, desc);
-    if (desc == NULL)
-        return vgpu_real.cuArrayCreate_v2(array, desc);
-    VGPU_CHARGED(vgpu_current_index(),
-                 vgpu_array_bytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels),
-                 VGPU_OBJECT_ARRAY, (uintptr_t)*array, vgpu_undo_array,
-                 vgpu_real.cuArrayCreate_v2(array, desc));
-}
+/* An array of the descriptor's size (depth 1 for a 2D descriptor), charged before it is made;
+ * the pre-3.2 entries take the 32-bit descriptors. */
+#define VGPU_ARRAY_CREATE(name, descriptor, depth)                                          \
+    VGPU_EXPORT CUresult name(CUarray *array, const descriptor *desc)                      \
+    {                                                                                       \
+        VGPU_ENTER(name, array, desc);                                                      \
+        if (desc == NULL)                                                                   \
+            return vgpu_real.name(array, desc);                                             \
+        VGPU_CHARGED(vgpu_current_index(),                                                  \
+                     vgpu_array_bytes(desc->Width, desc->Height, (depth), desc->Format,     \
+                                      desc->NumChannels),                                   \
+                     VGPU_OBJECT_ARRAY, (uintptr_t)*array, vgpu_undo_array,                 \
+                     vgpu_real.name(array, desc));                                          \
+    }
 
-VGPU_EXPORT CUresult cuArray3DCreate_v2(CUarray *array, const CUDA_ARRAY3D_DESCRIPTOR *desc)
-{
-    VGPU_ENTER(cuArray3DCreate_v2, array, desc);
-    if (desc == NULL)
-        return vgpu_real.cuArray3DCreate_v2(array, desc);
-    VGPU_CHARGED(vgpu_current_index(),
-                 vgpu_array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format,
-                                  desc->NumChannels),
-                 VGPU_OBJECT_ARRAY, (uintptr_t)*array, vgpu_undo_array,
-                 vgpu_real.cuArray3DCreate_v2(array, desc));
-}
-
-VGPU_EXPORT CUresult cuArrayCreate(CUarray *array, const CUDA_ARRAY_DESCRIPTOR_v1 *desc)
-{
-    VGPU_ENTER(cuArrayCreate, array, desc);
-    if (desc == NULL)
-        return vgpu_real.cuArrayCreate(array, desc);
-    VGPU_CHARGED(vgpu_current_index(),
-                 vgpu_array_bytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels),
-                 VGPU_OBJECT_ARRAY, (uintptr_t)*array, vgpu_undo_array,
-                 vgpu_real.cuArrayCreate(array, desc));
-}
-
-VGPU_EXPORT CUresult cuArray3DCreate(CUarray *array, const CUDA_ARRAY3D_DESCRIPTOR_v1 *desc)
-{
-    VGPU_ENTER(cuArray3DCreate, array, desc);
-    if (desc == NULL)
-        return vgpu_real.cuArray3DCreate(array, desc);
-    VGPU_CHARGED(vgpu_current_index(),
-                 vgpu_array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format,
-                                  desc->NumChannels),
-                 VGPU_OBJECT_ARRAY, (uintptr_t)*array, vgpu_undo_array,
-                 vgpu_real.cuArray3DCreate(array, desc));
-}
+VGPU_ARRAY_CREATE(cuArrayCreate_v2, CUDA_ARRAY_DESCRIPTOR, 1)
+VGPU_ARRAY_CREATE(cuArray3DCreate_v2, CUDA_ARRAY3D_DESCRIPTOR, desc->Depth)
+VGPU_ARRAY_CREATE(cuArrayCreate, CUDA_ARRAY_DESCRIPTOR_v1, 1)
+VGPU_ARRAY_CREATE(cuArray3DCreate, CUDA_ARRAY3D_DESCRIPTOR_v1, desc->Depth)
 
 VGPU_EXPORT CUresult cuArrayDestroy(CUarray array)
 {

@@ -21,14 +21,30 @@
 #define VGPU_PRIOR_NS (20 * 1000 * 1000LL)
 #define VGPU_LEAST_NS 1000LL               /* bounds of a learned duration per wave */
 #define VGPU_MOST_NS (10 * 1000 * 1000 * 1000LL)
-#define VGPU_LEARN_US (300 * 1000)         /* NVML time a correction is based on, at least */
+/* NVML time a correction is based on: a large error is corrected after VGPU_LEARN_US, a small
+ * one (within 25 %) only after VGPU_SETTLE_US, where the lag between launches and their
+ * measurement weighs less. */
+#define VGPU_LEARN_US (300 * 1000)
+#define VGPU_SETTLE_US (1000 * 1000)
 
 /* A kernel (CUfunction, or a graph without visible kernels) and what one wave of it lasts. */
 struct vgpu_function {
     uintptr_t key;       /* 0: a free entry */
     int index;           /* the device it runs on */
     int64_t ns_per_wave; /* learned */
-    int64_t pending_ns;  /* estimated device time launched since the last correction */
+    int64_t pending_ns;  /* non-zero: launched since the last correction */
+    int measured;        /* corrected at least once */
+};
+
+/* Estimated device busy time per 10 ms of the clock: each launch is placed where it would run
+ * (after the kernels launched before it, by their estimates), so that what NVML measured over
+ * its sample periods is compared with what was estimated to run in the very same time. */
+#define VGPU_SLOT_MS 10
+#define VGPU_SLOTS 512 /* 5 s of history */
+
+struct vgpu_spent {
+    int64_t epoch; /* the 10 ms period this slot holds */
+    int64_t ns;
 };
 
 /* Per device: a budget of device time (ns), refilled every tick at the limit's share of the
@@ -40,10 +56,12 @@ struct vgpu_bucket {
     double share;   /* this process's part of the container's limit, from NVML */
     int sms, threads_per_sm;
     int ready;
-    /* NVML since the last correction: time covered and this process's busy time in it */
+    /* NVML since the last correction: from when, up to which sample, this process's busy time */
+    unsigned long long window_from_us;
     unsigned long long last_seen_us;
-    uint64_t covered_us;
     uint64_t busy_us;
+    int64_t queue_end_ns; /* when the launched kernels would be done, by their estimates */
+    struct vgpu_spent spent[VGPU_SLOTS];
 };
 
 static struct vgpu_bucket vgpu_buckets[VGPU_MAX_DEVICES];
@@ -145,33 +163,103 @@ static int64_t vgpu_waves(const struct vgpu_bucket *bucket, uint64_t blocks, uin
     return waves ? (int64_t)waves : 1;
 }
 
-/* The estimated device time of one launch, noted for the next correction. */
+static int64_t vgpu_epoch(unsigned long long us)
+{
+    return (int64_t)(us / (VGPU_SLOT_MS * 1000));
+}
+
+static void vgpu_add_spent(struct vgpu_bucket *bucket, int64_t epoch, int64_t ns)
+{
+    struct vgpu_spent *slot = &bucket->spent[epoch % VGPU_SLOTS];
+    int64_t seen = __atomic_load_n(&slot->epoch, __ATOMIC_ACQUIRE);
+    if (seen != epoch && __atomic_compare_exchange_n(&slot->epoch, &seen, epoch, 0,
+                                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        __atomic_store_n(&slot->ns, 0, __ATOMIC_RELEASE);  /* a period long gone */
+    __atomic_add_fetch(&slot->ns, ns, __ATOMIC_RELAXED);
+}
+
+static int64_t vgpu_now_ns(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME_COARSE, &now);
+    return (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec;
+}
+
+/* Place a launch of `cost` ns on the estimated timeline of the device. */
+static void vgpu_note_spent(struct vgpu_bucket *bucket, int64_t cost)
+{
+    const int64_t slot_ns = VGPU_SLOT_MS * 1000000LL;
+    int64_t now = vgpu_now_ns(), start = __atomic_load_n(&bucket->queue_end_ns, __ATOMIC_RELAXED);
+    int64_t from;
+    do
+        from = start > now ? start : now;
+    while (!__atomic_compare_exchange_n(&bucket->queue_end_ns, &start, from + cost, 1,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    int64_t to = from + cost;
+    if (to - from > (int64_t)VGPU_SLOTS * slot_ns)
+        from = to - (int64_t)VGPU_SLOTS * slot_ns;  /* beyond the history kept */
+    while (from < to) {
+        int64_t epoch = from / slot_ns, end = (epoch + 1) * slot_ns;
+        int64_t part = (end < to ? end : to) - from;
+        vgpu_add_spent(bucket, epoch, part);
+        from += part;
+    }
+}
+
+/* Estimated device time launched in (from, to], microseconds of the clock. */
+static int64_t vgpu_spent_between(const struct vgpu_bucket *bucket, unsigned long long from,
+                                  unsigned long long to)
+{
+    int64_t spent = 0, last = vgpu_epoch(to), first = vgpu_epoch(from) + 1;
+    if (last - first >= VGPU_SLOTS)
+        first = last - VGPU_SLOTS + 1;
+    for (int64_t epoch = first; epoch <= last; epoch++) {
+        const struct vgpu_spent *slot = &bucket->spent[epoch % VGPU_SLOTS];
+        if (__atomic_load_n(&slot->epoch, __ATOMIC_ACQUIRE) == epoch)
+            spent += __atomic_load_n(&slot->ns, __ATOMIC_RELAXED);
+    }
+    return spent;
+}
+
+/* The estimated device time of one kernel launch; `*unmeasured` is set when its duration is
+ * still the prior. */
 static int64_t vgpu_cost(struct vgpu_bucket *bucket, int index, uintptr_t key, uint64_t blocks,
-                         uint64_t threads)
+                         uint64_t threads, int *unmeasured)
 {
     struct vgpu_function *function = vgpu_function_of(key, index);
-    int64_t cost = vgpu_waves(bucket, blocks, threads) *
-                   __atomic_load_n(&function->ns_per_wave, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&function->pending_ns, cost, __ATOMIC_RELAXED);
-    return cost;
+    __atomic_store_n(&function->pending_ns, 1, __ATOMIC_RELAXED);  /* launched lately */
+    *unmeasured |= !__atomic_load_n(&function->measured, __ATOMIC_RELAXED);
+    return vgpu_waves(bucket, blocks, threads) *
+           __atomic_load_n(&function->ns_per_wave, __ATOMIC_RELAXED);
 }
 
-/* Start counting launches afresh (when the measurement starts afresh). */
-static void vgpu_forget_pending(int index)
+static int vgpu_switch_on(const struct vgpu_region_v1 *v1, enum vgpu_policy policy);
+
+/* Wait for device time, then spend `cost` of it, placed on the estimated timeline. A launch
+ * whose kernels are not measured yet costs at most one tick's budget: the prior errs long, and
+ * a single launch must not hold the gate shut for many ticks before the first measurement. */
+static void vgpu_spend(struct vgpu_bucket *bucket, int64_t cost, int unmeasured)
 {
-    for (int i = 0; i < VGPU_FUNCTIONS; i++)
-        if (vgpu_functions[i].key != 0 && vgpu_functions[i].index == index)
-            __atomic_store_n(&vgpu_functions[i].pending_ns, 0, __ATOMIC_RELAXED);
+    const struct vgpu_region_v1 *v1 = &vgpu_region()->v1;
+    enum vgpu_policy policy = vgpu_settings()->policy;
+    if (unmeasured && cost > bucket->refill)
+        cost = bucket->refill;
+    vgpu_note_spent(bucket, cost);
+    while (__atomic_load_n(&bucket->tokens, __ATOMIC_RELAXED) <= 0) {
+        vgpu_pause(VGPU_TICK_NS / 50);
+        if (!vgpu_switch_on(v1, policy))
+            return;
+    }
+    __atomic_sub_fetch(&bucket->tokens, cost, __ATOMIC_RELAXED);
 }
 
-/* NVML measured `busy_us` of this process's kernels over `covered_us`: scale the durations of
- * the kernels launched meanwhile by measured / estimated. */
-static void vgpu_correct(int index, uint64_t busy_us, uint64_t covered_us)
+/* NVML measured `busy_us` of this process's kernels over `covered_us`, in which its launches
+ * were estimated to take `spent` ns: scale the durations of the kernels launched lately by
+ * measured / estimated. A small error waits for `settled` (more time covered). 1 when
+ * corrected. */
+static int vgpu_correct(struct vgpu_bucket *bucket, int index, uint64_t busy_us,
+                        uint64_t covered_us, int64_t spent, int settled)
 {
-    int64_t spent = 0;
-    for (int i = 0; i < VGPU_FUNCTIONS; i++)
-        if (vgpu_functions[i].key != 0 && vgpu_functions[i].index == index)
-            spent += __atomic_load_n(&vgpu_functions[i].pending_ns, __ATOMIC_RELAXED);
     double ratio = spent > 0 ? (double)busy_us * 1000.0 / (double)spent : 1.0;
     /* A saturated device says only "at least": never shorten on it. */
     if (busy_us * 100 >= covered_us * 99 && ratio < 1.0)
@@ -180,21 +268,47 @@ static void vgpu_correct(int index, uint64_t busy_us, uint64_t covered_us)
      * one close to right only half way (the measurement lags the launches). */
     if (spent < (int64_t)covered_us * 10)  /* under 1 % of the time */
         ratio = 1.0;
-    ratio = ratio < 1.0 / 64 ? 1.0 / 64 : ratio > 64 ? 64 : ratio;
-    if (ratio > 0.8 && ratio < 1.25)
+    /* NVML's whole percents cannot tell how short a barely measurable kernel is. */
+    double least = busy_us * 50 < covered_us ? 1.0 / 16 : 1.0 / 64;
+    ratio = ratio < least ? least : ratio > 64 ? 64 : ratio;
+    if (ratio > 0.8 && ratio < 1.25) {
+        if (!settled)
+            return 0;
         ratio = (1.0 + ratio) / 2.0;
+    }
+    vgpu_debug("device %d: measured %llu us busy in %llu us, estimated %lld us: durations x %.3f",
+               index, (unsigned long long)busy_us, (unsigned long long)covered_us,
+               (long long)(spent / 1000), ratio);
+    /* What is still queued by the old estimates is queued by the new ones. */
+    const int64_t slot_ns = VGPU_SLOT_MS * 1000000LL;
+    int64_t now = vgpu_now_ns(), queued = __atomic_load_n(&bucket->queue_end_ns, __ATOMIC_RELAXED);
+    if (queued > now) {
+        __atomic_store_n(&bucket->queue_end_ns, now + (int64_t)((double)(queued - now) * ratio),
+                         __ATOMIC_RELAXED);
+        for (int64_t epoch = now / slot_ns + 1, last = queued / slot_ns;
+             epoch <= last && epoch < now / slot_ns + VGPU_SLOTS; epoch++) {
+            struct vgpu_spent *slot = &bucket->spent[epoch % VGPU_SLOTS];
+            if (__atomic_load_n(&slot->epoch, __ATOMIC_ACQUIRE) == epoch)
+                __atomic_store_n(&slot->ns,
+                                 (int64_t)((double)__atomic_load_n(&slot->ns, __ATOMIC_RELAXED) *
+                                           ratio),
+                                 __ATOMIC_RELAXED);
+        }
+    }
     for (int i = 0; i < VGPU_FUNCTIONS; i++) {
         struct vgpu_function *function = &vgpu_functions[i];
         if (function->key == 0 || function->index != index ||
             __atomic_exchange_n(&function->pending_ns, 0, __ATOMIC_RELAXED) == 0)
-            continue;
+            continue;  /* not launched since the last correction */
         double next = (double)__atomic_load_n(&function->ns_per_wave, __ATOMIC_RELAXED) * ratio;
+        __atomic_store_n(&function->measured, 1, __ATOMIC_RELAXED);
         __atomic_store_n(&function->ns_per_wave,
                          next < VGPU_LEAST_NS   ? VGPU_LEAST_NS
                          : next > VGPU_MOST_NS ? VGPU_MOST_NS
                                                : (int64_t)next,
                          __ATOMIC_RELAXED);
     }
+    return 1;
 }
 
 /* --- measuring --------------------------------------------------------------------------- */
@@ -259,17 +373,20 @@ static struct vgpu_reading vgpu_measure(int index, struct vgpu_region_v1 *v1,
  * process's share of the limit (processes of one container share it). */
 static void vgpu_learn(int index, struct vgpu_bucket *bucket, const struct vgpu_reading *reading)
 {
-    if (bucket->last_seen_us == 0)
-        vgpu_forget_pending(index);  /* what ran before the first sample is not in the next */
-    else if (reading->newest_us > bucket->last_seen_us) {
+    if (bucket->last_seen_us == 0) {
+        bucket->window_from_us = reading->newest_us;  /* the first sample starts a window */
+    } else if (reading->newest_us > bucket->last_seen_us) {
         uint64_t covered = reading->newest_us - bucket->last_seen_us;
-        bucket->covered_us += covered;
         bucket->busy_us += covered * (uint64_t)reading->own / 100;
     }
     bucket->last_seen_us = reading->newest_us;
-    if (bucket->covered_us >= VGPU_LEARN_US) {
-        vgpu_correct(index, bucket->busy_us, bucket->covered_us);
-        bucket->covered_us = bucket->busy_us = 0;
+    uint64_t covered = bucket->last_seen_us - bucket->window_from_us;
+    if (covered >= VGPU_LEARN_US &&
+        vgpu_correct(bucket, index, bucket->busy_us, covered,
+                     vgpu_spent_between(bucket, bucket->window_from_us, bucket->last_seen_us),
+                     covered >= VGPU_SETTLE_US)) {
+        bucket->window_from_us = bucket->last_seen_us;
+        bucket->busy_us = 0;
     }
     double target = reading->container > 0 ? (double)reading->own / (double)reading->container
                                            : 1.0;
@@ -420,25 +537,15 @@ static struct vgpu_bucket *vgpu_gate_open(int *index_out)
     return vgpu_bucket_for(index, limit);
 }
 
-/* Wait for device time, then spend `cost` of it. */
-static void vgpu_spend(struct vgpu_bucket *bucket, int64_t cost)
-{
-    const struct vgpu_region_v1 *v1 = &vgpu_region()->v1;
-    enum vgpu_policy policy = vgpu_settings()->policy;
-    while (__atomic_load_n(&bucket->tokens, __ATOMIC_RELAXED) <= 0) {
-        vgpu_pause(VGPU_TICK_NS / 50);
-        if (!vgpu_switch_on(v1, policy))
-            return;
-    }
-    __atomic_sub_fetch(&bucket->tokens, cost, __ATOMIC_RELAXED);
-}
-
 void vgpu_kernel_gate(CUfunction function, uint64_t blocks, uint64_t threads)
 {
     int index = 0;
     struct vgpu_bucket *bucket = vgpu_gate_open(&index);
+    int unmeasured = 0;
     if (bucket != NULL)
-        vgpu_spend(bucket, vgpu_cost(bucket, index, (uintptr_t)function, blocks, threads));
+        vgpu_spend(bucket, vgpu_cost(bucket, index, (uintptr_t)function, blocks, threads,
+                                     &unmeasured),
+                   unmeasured);
 }
 
 /* --- graphs: the kernels of each executable graph, read at instantiation ------------------ */
@@ -516,7 +623,7 @@ void vgpu_graph_gate(CUgraphExec exec)
     if (bucket == NULL)
         return;
     int64_t cost = 0;
-    int known = 0;
+    int known = 0, unmeasured = 0;
     pthread_mutex_lock(&vgpu_graph_mutex);
     for (struct vgpu_graph *entry = vgpu_graphs; entry != NULL && !known; entry = entry->next) {
         if (entry->exec != exec)
@@ -524,12 +631,12 @@ void vgpu_graph_gate(CUgraphExec exec)
         known = 1;
         for (size_t k = 0; k < entry->count; k++)
             cost += vgpu_cost(bucket, index, (uintptr_t)entry->kernels[k].function,
-                              entry->kernels[k].blocks, entry->kernels[k].threads);
+                              entry->kernels[k].blocks, entry->kernels[k].threads, &unmeasured);
     }
     pthread_mutex_unlock(&vgpu_graph_mutex);
     if (!known)
-        cost = vgpu_cost(bucket, index, (uintptr_t)exec, 1, 1);
-    vgpu_spend(bucket, cost);
+        cost = vgpu_cost(bucket, index, (uintptr_t)exec, 1, 1, &unmeasured);
+    vgpu_spend(bucket, cost, unmeasured);
 }
 
 void vgpu_limiter_forget(void)

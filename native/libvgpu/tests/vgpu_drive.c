@@ -545,9 +545,18 @@ int main(int argc, char **argv)
             unsigned long long ended = stub_now_us();
             if (began == 0)
                 began = ended;
-            double busy = (double)stub_busy_us(stub_physical_of(device), began, ended);
-            say("simulate util=%.1f launches=%llu", ended > began ? 100.0 * busy / (double)(ended - began) : 0.0,
-                launches);
+            int physical = stub_physical_of(device);
+            double busy = (double)stub_busy_us(physical, began, ended);
+            char series[4096] = "";  /* percent busy in each 250 ms of the whole run */
+            size_t used = 0;
+            unsigned long long first = ended - (unsigned long long)((until - start) * 1000.0);
+            for (unsigned long long at = first; at + 250000 <= ended && used < sizeof series - 8;
+                 at += 250000)
+                used += (size_t)snprintf(series + used, sizeof series - used, "%s%llu",
+                                         used ? "," : "",
+                                         (unsigned long long)(stub_busy_us(physical, at, at + 250000) / 2500));
+            say("simulate util=%.1f launches=%llu series=%s",
+                ended > began ? 100.0 * busy / (double)(ended - began) : 0.0, launches, series);
         } else if (strcmp(cmd, "gpa") == 0 || strcmp(cmd, "gpa1") == 0) {
             const char *name = argv[i + 1];
             int version = (int)number(argv[i + 2]);
