@@ -128,7 +128,11 @@ int main(int argc, char **argv) {
         int created = 0;
         for (int i = 0; i < 32; i++) {
             CUcontext c;
+#if CUDA_VERSION >= 13000
+            if (cuCtxCreate(&c, nullptr, 0, dev) != CUDA_SUCCESS) break;
+#else
             if (cuCtxCreate(&c, 0, dev) != CUDA_SUCCESS) break;
+#endif
             created++;
         }
         printf("contexts_created=%d\n", created);

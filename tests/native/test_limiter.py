@@ -162,3 +162,16 @@ def test_limit_holds_between_slow_nvml_samples(vgpu: Harness, how: str, grid_per
     utilisation = simulated(vgpu, how, 132, grid_per_sm, kernel_us, 6000, 3000,
                             nvml_period_ms=1000)
     assert 25 <= utilisation <= 35, utilisation
+
+
+def test_processes_of_one_container_share_the_limit(vgpu: Harness) -> None:
+    """Two processes on one card (a shared simulated GPU) under the container's 30 %: each
+    scales its budget by its share of the container's measured utilisation."""
+    env = {"CUDA_DEVICE_SM_LIMIT": "30", "GPU_CORE_UTILIZATION_POLICY": "force",
+           "STUB_PID_OFFSET": "5", "STUB_GPU_FILE": str(vgpu.tmp / "gpu")}
+    words = ["ctx", "0", "simulate", "kernel", "4000", "40", "10000", "2000"]
+    processes = [vgpu.start(*words, env=env) for _ in range(2)]
+    # Each reports the whole card's busy share over its last two seconds.
+    for run in [finish(process) for process in processes]:
+        utilisation = float(run.one("simulate").fields["util"])
+        assert 25 <= utilisation <= 35, utilisation

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -306,6 +307,29 @@ CUdeviceptr stub_untracked_alloc(size_t bytes)
 }
 
 static uint64_t stub_pool_trim(struct stub_pool *pool, uint64_t keep);
+
+/* A fork child holds no device memory and no context of its parent's (as with the real
+ * driver, where the child cannot use them at all). */
+static void stub_forget_parent(void)
+{
+    pthread_mutex_init(&stub_mutex, NULL);
+    stub_object_count = 0;
+    stub_ledger_index = -1;
+    for (int i = 0; i < STUB_MAX_DEVICES; i++) {
+        stub_used[i] = 0;
+        stub_contexts[i] = 0;
+        stub_created[i] = 0;
+        stub_graph_reserved[i] = 0;
+        stub_current_pool[i] = 0;
+    }
+    for (int i = 0; i < STUB_MAX_POOLS; i++)
+        stub_pools[i] = (struct stub_pool){0};
+}
+
+__attribute__((constructor)) static void stub_start(void)
+{
+    pthread_atfork(NULL, NULL, stub_forget_parent);
+}
 
 /* --- the driver API ---------------------------------------------------------------------- */
 
@@ -1351,10 +1375,12 @@ static CUresult stub_graph_memory(const struct stub_graph *exec)
  * A kernel's duration is its CUfunction's value in microseconds (the test programs launch
  * "functions" 1..2^32; NULL runs in no time). Kernels of a device run one after another on
  * the real clock; with STUB_QUEUE launches pending the launching thread waits, as on the real
- * driver's queue. NVML reads utilisation from the busy intervals, in sample periods of
- * STUB_NVML_PERIOD_MS (167, about NVML's own). */
+ * driver's queue. NVML reads utilisation from the busy intervals, per process, in sample
+ * periods of STUB_NVML_PERIOD_MS (167, about NVML's own). With STUB_GPU_FILE the devices are
+ * shared by every process that names the file, as one card is by a container's processes. */
 #define STUB_QUEUE 1024
-#define STUB_INTERVALS 65536
+#define STUB_INTERVALS 16384
+#define STUB_GPU_MAGIC 0x53475055u
 
 struct stub_gpu {
     uint64_t busy_until;
@@ -1362,12 +1388,53 @@ struct stub_gpu {
     unsigned first_end, pending;
     struct {
         uint64_t start, end;
+        unsigned pid; /* NVML's pid of the process whose kernel ran */
     } busy[STUB_INTERVALS]; /* merged busy intervals, a ring */
     unsigned first_busy, busy_count;
 };
 
-static struct stub_gpu stub_gpus[STUB_MAX_DEVICES];
-static pthread_mutex_t stub_gpu_mutex = PTHREAD_MUTEX_INITIALIZER;
+struct stub_gpus {
+    uint32_t ready;
+    pthread_mutex_t mutex;
+    struct stub_gpu gpu[STUB_MAX_DEVICES];
+};
+
+static struct stub_gpus stub_private_gpus = {.mutex = PTHREAD_MUTEX_INITIALIZER};
+static struct stub_gpus *stub_gpu_state;
+
+static struct stub_gpus *stub_gpus(void)
+{
+    struct stub_gpus *state = __atomic_load_n(&stub_gpu_state, __ATOMIC_ACQUIRE);
+    if (state != NULL)
+        return state;
+    const char *path = getenv("STUB_GPU_FILE");
+    state = &stub_private_gpus;
+    if (path != NULL && *path) {
+        int fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0666), creator = fd >= 0;
+        if (!creator)
+            fd = open(path, O_RDWR);
+        if (fd < 0 || (creator && ftruncate(fd, sizeof *state) != 0))
+            abort();
+        struct stat st;
+        while (!creator && fstat(fd, &st) == 0 && st.st_size < (off_t)sizeof *state)
+            usleep(1000);
+        state = mmap(NULL, sizeof *state, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        close(fd);
+        if (state == MAP_FAILED)
+            abort();
+        if (creator) {
+            pthread_mutexattr_t attr;
+            pthread_mutexattr_init(&attr);
+            pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+            pthread_mutex_init(&state->mutex, &attr);
+            __atomic_store_n(&state->ready, STUB_GPU_MAGIC, __ATOMIC_RELEASE);
+        }
+        while (__atomic_load_n(&state->ready, __ATOMIC_ACQUIRE) != STUB_GPU_MAGIC)
+            usleep(1000);
+    }
+    __atomic_store_n(&stub_gpu_state, state, __ATOMIC_RELEASE);
+    return state;
+}
 
 uint64_t stub_now_us(void)
 {
@@ -1395,14 +1462,16 @@ static void stub_run(int physical, uint64_t us)
 {
     if (us == 0)
         return;
-    struct stub_gpu *gpu = &stub_gpus[physical];
-    pthread_mutex_lock(&stub_gpu_mutex);
+    struct stub_gpus *state = stub_gpus();
+    struct stub_gpu *gpu = &state->gpu[physical];
+    unsigned pid = (unsigned)(getpid() + stub_pid_offset());
+    pthread_mutex_lock(&state->mutex);
     stub_retire(gpu, stub_now_us());
     while (gpu->pending == STUB_QUEUE) {
         uint64_t wait = gpu->ends[gpu->first_end] - stub_now_us();
-        pthread_mutex_unlock(&stub_gpu_mutex);
+        pthread_mutex_unlock(&state->mutex);
         usleep((useconds_t)(wait < 1000000 ? wait : 1000000) + 1);
-        pthread_mutex_lock(&stub_gpu_mutex);
+        pthread_mutex_lock(&state->mutex);
         stub_retire(gpu, stub_now_us());
     }
     uint64_t now = stub_now_us();
@@ -1410,7 +1479,7 @@ static void stub_run(int physical, uint64_t us)
     gpu->busy_until = end;
     gpu->ends[(gpu->first_end + gpu->pending++) % STUB_QUEUE] = end;
     unsigned last = (gpu->first_busy + gpu->busy_count + STUB_INTERVALS - 1) % STUB_INTERVALS;
-    if (gpu->busy_count > 0 && gpu->busy[last].end == start) {
+    if (gpu->busy_count > 0 && gpu->busy[last].end == start && gpu->busy[last].pid == pid) {
         gpu->busy[last].end = end;
     } else {
         if (gpu->busy_count == STUB_INTERVALS) {
@@ -1420,26 +1489,54 @@ static void stub_run(int physical, uint64_t us)
         unsigned next = (gpu->first_busy + gpu->busy_count++) % STUB_INTERVALS;
         gpu->busy[next].start = start;
         gpu->busy[next].end = end;
+        gpu->busy[next].pid = pid;
     }
-    pthread_mutex_unlock(&stub_gpu_mutex);
+    pthread_mutex_unlock(&state->mutex);
 }
 
-uint64_t stub_busy_us(int physical, uint64_t from, uint64_t to)
+uint64_t stub_busy_pid_us(int physical, unsigned pid, uint64_t from, uint64_t to)
 {
-    struct stub_gpu *gpu = &stub_gpus[physical];
+    struct stub_gpus *state = stub_gpus();
+    struct stub_gpu *gpu = &state->gpu[physical];
     uint64_t busy = 0;
-    pthread_mutex_lock(&stub_gpu_mutex);
+    pthread_mutex_lock(&state->mutex);
     for (unsigned k = gpu->busy_count; k > 0; k--) {
         unsigned i = (gpu->first_busy + k - 1) % STUB_INTERVALS;
         uint64_t start = gpu->busy[i].start, end = gpu->busy[i].end;
         if (end <= from)
             break;
+        if (pid != 0 && gpu->busy[i].pid != pid)
+            continue;
         start = start > from ? start : from;
         end = end < to ? end : to;
         busy += end > start ? end - start : 0;
     }
-    pthread_mutex_unlock(&stub_gpu_mutex);
+    pthread_mutex_unlock(&state->mutex);
     return busy;
+}
+
+uint64_t stub_busy_us(int physical, uint64_t from, uint64_t to)
+{
+    return stub_busy_pid_us(physical, 0, from, to);
+}
+
+unsigned stub_busy_pids(int physical, uint64_t from, unsigned *pids, unsigned room)
+{
+    struct stub_gpus *state = stub_gpus();
+    struct stub_gpu *gpu = &state->gpu[physical];
+    unsigned found = 0;
+    pthread_mutex_lock(&state->mutex);
+    for (unsigned k = gpu->busy_count; k > 0; k--) {
+        unsigned i = (gpu->first_busy + k - 1) % STUB_INTERVALS, seen = 0;
+        if (gpu->busy[i].end <= from)
+            break;
+        for (unsigned j = 0; j < found; j++)
+            seen |= pids[j] == gpu->busy[i].pid;
+        if (!seen && found < room)
+            pids[found++] = gpu->busy[i].pid;
+    }
+    pthread_mutex_unlock(&state->mutex);
+    return found;
 }
 
 int stub_physical_of(int ordinal) { return stub_physical(ordinal); }

@@ -118,36 +118,45 @@ static uint64_t stub_period_us(void)
     return (uint64_t)stub_number("STUB_NVML_PERIOD_MS", 167) * 1000u;
 }
 
-static unsigned stub_sample(int physical, uint64_t end)
+static unsigned stub_sample(int physical, unsigned pid, uint64_t end)
 {
     if (getenv("STUB_UTIL_FILE") != NULL)
         return (unsigned)stub_utilisation();
     uint64_t period = stub_period_us();
-    return (unsigned)((stub_busy_us(physical, end - period, end) * 100 + period / 2) / period);
+    return (unsigned)((stub_busy_pid_us(physical, pid, end - period, end) * 100 + period / 2) /
+                      period);
 }
 
+/* A sample per period and process that ran kernels on the device (ours always). */
 nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
                                              nvmlProcessUtilizationSample_t *samples,
                                              unsigned int *count,
                                              unsigned long long last_seen)
 {
-    if (!stub_has_context((int)device->index))
+    int physical = (int)device->index;
+    if (!stub_has_context(physical))
         return NVML_ERROR_NOT_FOUND;
     uint64_t period = stub_period_us(), last = stub_now_us() / period * period;
-    unsigned have = 0;  /* NVML keeps a short history; the newest first here */
-    for (uint64_t end = last; end > last_seen && have < 8 && end > period; end -= period)
-        have++;
+    unsigned periods = 0;  /* NVML keeps a short history */
+    for (uint64_t end = last; end > last_seen && periods < 8 && end > period; end -= period)
+        periods++;
+    unsigned pids[16] = {(unsigned)(getpid() + stub_pid_offset())}, others[16];
+    unsigned processes = 1, found = stub_busy_pids(physical, last - periods * period, others, 16);
+    for (unsigned i = 0; i < found && processes < 16; i++)
+        if (others[i] != pids[0])
+            pids[processes++] = others[i];
+    unsigned have = periods * processes;
     if (have == 0)
         return NVML_ERROR_NOT_FOUND;
     if (samples == NULL || *count < have) {
         *count = have;
         return NVML_ERROR_INSUFFICIENT_SIZE;
     }
-    for (unsigned i = 0; i < have; i++) {
+    for (unsigned i = 0; i < periods; i++) {
         uint64_t end = last - (uint64_t)i * period;
-        samples[i] = (nvmlProcessUtilizationSample_t){
-            .pid = (unsigned)(getpid() + stub_pid_offset()), .timeStamp = end,
-            .smUtil = stub_sample((int)device->index, end)};
+        for (unsigned p = 0; p < processes; p++)
+            samples[i * processes + p] = (nvmlProcessUtilizationSample_t){
+                .pid = pids[p], .timeStamp = end, .smUtil = stub_sample(physical, pids[p], end)};
     }
     *count = have;
     return NVML_SUCCESS;
@@ -156,7 +165,7 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
 {
     uint64_t period = stub_period_us();
-    utilization->gpu = stub_sample((int)device->index, stub_now_us() / period * period);
+    utilization->gpu = stub_sample((int)device->index, 0, stub_now_us() / period * period);
     utilization->memory = 0;
     return NVML_SUCCESS;
 }
