@@ -405,10 +405,14 @@ static void vgpu_refill(struct vgpu_bucket *bucket)
                                         __ATOMIC_RELAXED));
 }
 
+/* Set by the watcher once its thread is fully set up (see vgpu_start_watcher). */
+static int vgpu_watcher_running;
+
 static void *vgpu_watch(void *unused)
 {
     (void)unused;
     vgpu_inside = 1;  /* the watcher's own NVML and CUDA calls pass straight through */
+    __atomic_store_n(&vgpu_watcher_running, 1, __ATOMIC_RELEASE);
     struct vgpu_region_v1 *v1 = &vgpu_region()->v1;
     for (unsigned tick = 1;; tick++) {
         vgpu_pause(VGPU_TICK_NS);
@@ -447,6 +451,14 @@ static void vgpu_start_watcher(void)
     if (pthread_create(&thread, NULL, vgpu_watch, NULL) == 0) {
         pthread_setname_np(thread, "vgpu-limiter");
         pthread_detach(thread);
+        /* Return only once the thread runs its own code: a fork() right after the first limited
+         * call must not catch it inside the thread library's (or a sanitizer's) start-up, which
+         * allocates; a child forked then could inherit that allocator's lock held. */
+        for (int waited_ms = 0; waited_ms < 1000; waited_ms++) {
+            if (__atomic_load_n(&vgpu_watcher_running, __ATOMIC_ACQUIRE))
+                break;
+            vgpu_pause(1000000);
+        }
     } else {
         vgpu_error("cannot start the SM limiter thread; launches on limited devices will wait");
     }
@@ -644,6 +656,7 @@ void vgpu_limiter_forget(void)
     pthread_mutex_init(&vgpu_bucket_mutex, NULL);
     pthread_mutex_init(&vgpu_graph_mutex, NULL);
     vgpu_watcher_started = 0;
+    vgpu_watcher_running = 0;
     for (int i = 0; i < VGPU_MAX_DEVICES; i++) {
         vgpu_buckets[i] = (struct vgpu_bucket){0};
         vgpu_observed[i] = 0;
