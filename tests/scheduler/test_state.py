@@ -122,6 +122,22 @@ def test_quota_precheck_counts_usage_and_the_new_pod() -> None:
     assert not state.exceeds_quota(gpu_pod("over", mem=1500))
 
 
+def test_quota_precheck_adds_a_native_sidecar_to_the_app_container() -> None:
+    """The webhook's pre-check: a sidecar runs beside the app, a classic init container before."""
+    state, _ = _state()
+    state.on_quota({
+        "metadata": {"name": "q", "namespace": "default", "uid": "q1"},
+        "spec": {"hard": {"limits.nvidia.com/gpumem": "4000"}},
+    })
+    with_init = gpu_pod("p", mem=2500)
+    init = {"name": "helper", "resources": {"limits": {"nvidia.com/gpu": "1",
+                                                       "nvidia.com/gpumem": "2500"}}}
+    with_init["spec"]["initContainers"] = [init]
+    assert not state.exceeds_quota(with_init)
+    with_init["spec"]["initContainers"] = [{**init, "restartPolicy": "Always"}]
+    assert state.exceeds_quota(with_init), "2500 + 2500 > 4000"
+
+
 def test_an_unreadable_registration_keeps_the_last_one_and_is_remembered_until_fixed() -> None:
     state, _ = _state()
     node = node_object("n1", [card("GPU-a")])

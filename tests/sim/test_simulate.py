@@ -306,3 +306,40 @@ def test_a_full_card_is_not_called_not_needed(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     full = next(line for line in result.stdout.splitlines() if "card GPU-full" in line)
     assert full.endswith("): not usable: full (no free memory)"), full
+
+
+def _t4_dump(path: Path, cards: int) -> str:
+    register = [{"id": f"GPU-t4-{n}", "index": n, "count": 4, "devmem": 16384, "devcore": 100,
+                 "type": "NVIDIA-Tesla T4", "mode": "hami-core", "health": True}
+                for n in range(cards)]
+    gpu = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10000"}
+    items = [
+        {"apiVersion": "v1", "kind": "Node",
+         "metadata": {"name": "t4", "annotations": {
+             "hami.io/node-nvidia-register": json.dumps(register)}}},
+        {"apiVersion": "v1", "kind": "Pod",
+         "metadata": {"name": "with-sidecar", "namespace": "default", "uid": "u1"},
+         "spec": {"schedulerName": "hami-scheduler",
+                  "initContainers": [{"name": "proxy", "restartPolicy": "Always",
+                                      "resources": {"limits": gpu}}],
+                  "containers": [{"name": "app", "resources": {"limits": gpu}}]},
+         "status": {"phase": "Pending"}},
+    ]
+    dump = path / f"t4-{cards}.json"
+    dump.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    return str(dump)
+
+
+def test_simulate_counts_a_native_sidecar_beside_the_app_container(tmp_path: Path) -> None:
+    """The issue's example: sidecar 10000 MiB + app 10000 MiB never land on one 16384 MiB T4."""
+    for cards, expected in ((1, None), (2, "t4")):
+        result = runner.invoke(app, ["simulate", "-f", _t4_dump(tmp_path, cards)])
+        assert result.exit_code == 0, result.output
+        (decided,) = json.loads(result.stdout)["pods"]
+        assert decided["node"] == expected
+        if expected is None:
+            assert decided["failedNodes"] == {"t4": "1/1 CardInsufficientMemory"}
+        else:
+            sidecar, app_container, _ = decided["annotations"][
+                "hami.io/vgpu-devices-allocated"].split(";")
+            assert sidecar.split(",")[0] != app_container.split(",")[0]

@@ -50,8 +50,11 @@ class PodAllocation:
     containers: PodSingleDevice
     init_count: int = 0
     mig_allocations: tuple[MigAllocation, ...] = ()
-    # Every init container terminated with exit code 0: only app usage remains (§6.1).
+    # Every classic init container terminated with exit code 0: only the sidecars' and the
+    # app containers' usage remains (§6.1).
     init_finished: bool = False
+    # Positions of the native sidecars among the init containers: held for the pod's life.
+    sidecars: frozenset[int] = frozenset()
 
 
 class LedgerCard:
@@ -291,10 +294,10 @@ class Ledger:
         shrunk = allocation.init_finished or (previous is not None and previous.shrunk)
         if previous is not None:
             self.remove_pod(allocation.key)
-        if shrunk:
-            usage = app_only_usage(allocation.containers, allocation.init_count, NVIDIA_VENDOR)
-        else:
-            usage = collapse_init_usage(allocation.containers, allocation.init_count, NVIDIA_VENDOR)
+        collapse = app_only_usage if shrunk else collapse_init_usage
+        usage = collapse(
+            allocation.containers, allocation.init_count, NVIDIA_VENDOR, allocation.sidecars
+        )
         record = _PodRecord(allocation, usage, shrunk)
         self._pods[allocation.key] = record
         self._pods_by_node.setdefault(allocation.node, set()).add(allocation.key)

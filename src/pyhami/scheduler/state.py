@@ -33,6 +33,7 @@ from pyhami.engine import (
     QuotaBook,
     allocation_of,
     collapse_init_usage,
+    container_phases,
     plan_pod,
     pod_identity,
 )
@@ -228,21 +229,17 @@ class ClusterState:
 
     def exceeds_quota(self, pod: JsonObject) -> bool:
         """The webhook's pre-check (scheduler.md §7.2 step 8): the pod's NVIDIA memory and
-        cores (sum over app containers, peak over init containers) against its namespace's
+        cores (the peak over the pod's phases: each classic init container with the sidecars
+        started before it, then every sidecar with every app container) against its namespace's
         ResourceQuota limits and the ledger's usage there."""
         try:
             plan = plan_pod(pod, self.config)
         except PodSpecError:
             return False  # the filter answers the bad spec with its reason
-        app = [r for r in plan.requests[plan.init_count :] if r is not None]
-        init = [r for r in plan.requests[: plan.init_count] if r is not None]
-        memory = max(
-            sum(r.memreq * r.nums for r in app), max((r.memreq * r.nums for r in init), default=0)
-        )
-        cores = max(
-            sum(r.coresreq * r.nums for r in app),
-            max((r.coresreq * r.nums for r in init), default=0),
-        )
+        phases = container_phases(len(plan.requests), plan.init_count, plan.sidecars)
+        phase_requests = [[plan.requests[n] for n in phase] for phase in phases]
+        memory = max(sum(r.memreq * r.nums for r in group if r) for group in phase_requests)
+        cores = max(sum(r.coresreq * r.nums for r in group if r) for group in phase_requests)
         limit = self.quotas.limit(plan.namespace)
         if limit is None or (memory == 0 and cores == 0):
             return False
@@ -271,4 +268,6 @@ def _same_choice(seen: PodAllocation, reserved: PodAllocation) -> bool:
 
 
 def _usage(allocation: PodAllocation) -> ContainerDevices:
-    return collapse_init_usage(allocation.containers, allocation.init_count, NVIDIA_VENDOR)
+    return collapse_init_usage(
+        allocation.containers, allocation.init_count, NVIDIA_VENDOR, allocation.sidecars
+    )
