@@ -13,7 +13,7 @@ a decision can visit candidate nodes best-first without sorting them.
 import copy as _copy
 from bisect import bisect_left, insort
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pyhami.devices.inventory import NodeInventory
 from pyhami.devices.nvidia.fit import HAMI_CORE_MODE, MIG_MODE
@@ -333,6 +333,18 @@ class Ledger:
 
     def pod_keys(self) -> list[PodKey]:
         return list(self._pods)
+
+    def pods_on(self, node: NodeName) -> list[PodAllocation]:
+        """The allocations charged to `node`, each as the ledger counts it (a pod once shrunk
+        to app-only usage says its init containers finished)."""
+        found = []
+        for key in sorted(self._pods_by_node.get(node, ())):
+            record = self._pods[key]
+            allocation = record.allocation
+            if record.shrunk and not allocation.init_finished:
+                allocation = replace(allocation, init_finished=True)
+            found.append(allocation)
+        return found
 
     def namespace_usage(self, namespace: str) -> tuple[int, int]:
         """(memory MiB, cores) the namespace's pods hold, for ResourceQuota checks."""
