@@ -88,6 +88,8 @@ class ClusterState:
         self.nodes: dict[str, JsonObject] = {}
         self.pods: dict[tuple[str, str], JsonObject] = {}
         self._reserved: dict[PodKey, PodAllocation] = {}
+        # Claims offered by /preempt, per pod and node: held while the pod is nominated there.
+        self._nominations: dict[PodKey, dict[NodeName, PodAllocation]] = {}
         # Pods this process bound, until the pod is gone: the informer may not show the
         # binding yet when kube-scheduler, whose cache lags too, filters the pod again.
         self._bound: dict[PodKey, str] = {}
@@ -171,6 +173,8 @@ class ClusterState:
                 self.ledger.add_pod(allocation)
             return  # a view from before our patch landed
         if allocation is None:
+            allocation = self._nominated_claim(key, pod)
+        if allocation is None:
             self.ledger.remove_pod(key)
         elif _meta(pod).get("deletionTimestamp") and self.ledger.pod(key) is None:
             return  # HAMi: a terminating pod is not charged anew (e.g. after a restart)
@@ -186,9 +190,25 @@ class ClusterState:
         self._forget(key)
 
     def _forget(self, key: PodKey) -> None:
+        self._nominations.pop(key, None)
         self._reserved.pop(key, None)
         self._bound.pop(key, None)
         self.ledger.remove_pod(key)
+
+    # ----- claims of preempting pods ---------------------------------------------------------
+
+    def offer_nomination(self, key: PodKey, claims: Mapping[NodeName, PodAllocation]) -> None:
+        """Remember what /preempt found for the pod on each node it kept; kube-scheduler
+        nominates one of them, and the pod's next event there makes the claim count."""
+        self._nominations[key] = dict(claims)
+
+    def _nominated_claim(self, key: PodKey, pod: JsonObject) -> PodAllocation | None:
+        """The claim of a pending pod nominated to a node (`status.nominatedNodeName`), while
+        its victims terminate; the pod's own /filter releases it before deciding."""
+        node = (pod.get("status") or {}).get("nominatedNodeName")
+        if not node or (pod.get("spec") or {}).get("nodeName"):
+            return None
+        return self._nominations.get(key, {}).get(NodeName(str(node)))
 
     # ----- reservations made by /filter ------------------------------------------------------
 
