@@ -2,7 +2,8 @@
 
 from typing import Any
 
-from pyhami.engine import EngineConfig
+from pyhami.engine import EngineConfig, PodAllocation
+from pyhami.model import ContainerDevice, NodeName
 from pyhami.protocol import KEY_DEVICE_CORDON, KEY_NODE_LOCK, KEY_NVIDIA_ALLOCATED, KEY_VGPU_NODE
 from pyhami.scheduler.ownership import inventory_of_node
 from pyhami.scheduler.state import ClusterState
@@ -136,6 +137,27 @@ def test_quota_precheck_adds_a_native_sidecar_to_the_app_container() -> None:
     assert not state.exceeds_quota(with_init)
     with_init["spec"]["initContainers"] = [{**init, "restartPolicy": "Always"}]
     assert state.exceeds_quota(with_init), "2500 + 2500 > 4000"
+
+
+def test_a_nominated_preemptor_holds_its_claim_until_it_is_filtered_again() -> None:
+    """/preempt offers a claim per node; it counts while status.nominatedNodeName names it."""
+    state, _ = _state()
+    state.on_node(node_object("n1", [card("GPU-a")]))
+    claim = PodAllocation("uid-hi", "default", "hi", NodeName("n1"),
+                          ((ContainerDevice("GPU-a", "NVIDIA", 5000, 0),),))
+    state.offer_nomination("uid-hi", {NodeName("n1"): claim})
+    pending = gpu_pod("hi", mem=5000)
+    state.on_pod(pending)
+    assert [c.usedmem for c in state.ledger.device_usage("n1")] == [0], "not nominated yet"
+    pending["status"]["nominatedNodeName"] = "n1"
+    state.on_pod(pending)
+    assert [c.usedmem for c in state.ledger.device_usage("n1")] == [5000]
+    state.release("uid-hi")  # its own /filter: it must not compete with itself
+    assert [c.usedmem for c in state.ledger.device_usage("n1")] == [0]
+    state.offer_nomination("uid-hi", {NodeName("n1"): claim})
+    pending["status"]["nominatedNodeName"] = "n2"  # nominated elsewhere: no claim here
+    state.on_pod(pending)
+    assert state.ledger.pod("uid-hi") is None
 
 
 def test_an_unreadable_registration_keeps_the_last_one_and_is_remembered_until_fixed() -> None:
