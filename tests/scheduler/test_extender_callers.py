@@ -1,9 +1,9 @@
 """Who may call the extender, and what a call may touch, over real sockets.
 
-/filter, /bind, /preempt and /explain answer only callers with a client certificate from the extender's
-client CA (kube-scheduler's); kube-apiserver reaches /webhook and the kubelet /healthz with
-none. A caller that does get through still cannot make /filter decide for a pod it describes
-itself, nor /bind undo a charge this scheduler did not make for that bind.
+/filter, /bind, /preempt and /explain answer only callers with a client certificate from the
+extender's client CA (kube-scheduler's); kube-apiserver reaches /webhook and the kubelet
+/healthz with none. A caller that does get through still cannot make /filter decide for a pod
+it describes itself, nor /bind undo a charge this scheduler did not make for that bind.
 """
 
 import ssl
