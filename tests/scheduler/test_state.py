@@ -154,9 +154,14 @@ def test_a_nominated_preemptor_holds_its_claim_until_it_is_filtered_again() -> N
     assert [c.usedmem for c in state.ledger.device_usage("n1")] == [5000]
     state.release("uid-hi")  # its own /filter: it must not compete with itself
     assert [c.usedmem for c in state.ledger.device_usage("n1")] == [0]
-    state.offer_nomination("uid-hi", {NodeName("n1"): claim})
+    state.on_pod(pending)  # that filter did not place it: held again
+    assert [c.usedmem for c in state.ledger.device_usage("n1")] == [5000]
     pending["status"]["nominatedNodeName"] = "n2"  # nominated elsewhere: no claim here
     state.on_pod(pending)
+    assert state.ledger.pod("uid-hi") is None
+    pending["status"]["nominatedNodeName"] = "n1"
+    state.on_pod_deleted(pending)
+    state.on_pod(pending)  # a pod of that UID seen again later holds nothing
     assert state.ledger.pod("uid-hi") is None
 
 

@@ -156,6 +156,7 @@ class ClusterState:
         phase = (pod.get("status") or {}).get("phase")
         if phase in TERMINAL_PHASES:
             self.pods.pop((namespace, name), None)
+            self._nominations.pop(key, None)
             self._forget(key)
             return
         self.pods[(namespace, name)] = pod
@@ -172,7 +173,9 @@ class ClusterState:
                 del self._reserved[key]
                 self.ledger.add_pod(allocation)
             return  # a view from before our patch landed
-        if allocation is None:
+        if allocation is not None:
+            self._nominations.pop(key, None)  # placed: a preemption claim has served
+        else:
             allocation = self._nominated_claim(key, pod)
         if allocation is None:
             self.ledger.remove_pod(key)
@@ -187,10 +190,10 @@ class ClusterState:
         except PodSpecError:
             return
         self.pods.pop((namespace, name), None)
+        self._nominations.pop(key, None)
         self._forget(key)
 
     def _forget(self, key: PodKey) -> None:
-        self._nominations.pop(key, None)
         self._reserved.pop(key, None)
         self._bound.pop(key, None)
         self.ledger.remove_pod(key)
@@ -204,7 +207,8 @@ class ClusterState:
 
     def _nominated_claim(self, key: PodKey, pod: JsonObject) -> PodAllocation | None:
         """The claim of a pending pod nominated to a node (`status.nominatedNodeName`), while
-        its victims terminate; the pod's own /filter releases it before deciding."""
+        its victims terminate. The pod's own /filter releases it before deciding; the pod's
+        next event holds it again if that filter did not place the pod."""
         node = (pod.get("status") or {}).get("nominatedNodeName")
         if not node or (pod.get("spec") or {}).get("nodeName"):
             return None
