@@ -2,12 +2,13 @@
 container's `restartPolicy: Always`, the real kube-scheduler asks our extender, and the card
 must hold the sidecar and the app container together."""
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
 
 from pyhami.controlplane import BuiltBinaries
-from pyhami.kube import JsonObject
+from pyhami.kube import RESOURCE_QUOTAS, Forbidden, JsonObject
 from pyhami.protocol import KEY_NVIDIA_ALLOCATED
 from pyhami.sim.demo.cluster import DemoCluster
 from pyhami.sim.demo.settings import DemoSettings, card_uuid
@@ -60,3 +61,21 @@ async def test_a_gpu_sidecar_and_the_app_container_are_placed_so_the_card_holds_
     classic = pod("classic", gpu_container("app", 100), init=(gpu_container("setup", 3000),))
     await cluster.client.create_pod(NS, classic)
     await running(cluster.client, "classic")
+
+
+async def test_the_quota_counts_the_sidecar_and_the_app_container(cluster: DemoCluster) -> None:
+    quota = {"metadata": {"name": "gpu"}, "spec": {"hard": {"limits.nvidia.com/gpumem": "11000"}}}
+    await cluster.client.create(RESOURCE_QUOTAS, quota, NS)
+    async with asyncio.timeout(10):
+        while cluster.scheduler.state.quotas.limit(NS) is None:
+            await asyncio.sleep(0.05)
+    # 6000 + 6000 run side by side: over the 11000 MiB quota, refused by our webhook
+    with pytest.raises(
+        Forbidden, match=r'webhook "vgpu\.hami\.io" denied .* exceeding resource quota'
+    ):
+        await cluster.client.create_pod(NS, with_sidecar("over", 6000, 6000))
+    # as a classic init container the 6000 ends before the app's 6000 starts: it fits
+    classic = pod("classic", gpu_container("app", 6000), init=(gpu_container("setup", 6000),))
+    await cluster.client.create_pod(NS, classic)
+    await running(cluster.client, "classic")
+    assert cluster.scheduler.state.ledger.namespace_usage(NS) == (6000, 0)
