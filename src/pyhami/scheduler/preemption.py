@@ -42,6 +42,7 @@ from pyhami.scheduler.service import FilterBind, FilterRefusedError
 log = structlog.get_logger(__name__)
 
 WHAT = "ExtenderPreemptionArgs"
+ANSWERS_KEPT = 256  # the latest answers kept for inspection, oldest dropped first
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +121,8 @@ class Preemption:
 
     def __init__(self, service: FilterBind) -> None:
         self.service = service
-        self.last: dict[str, dict[NodeName, NodePreemption]] = {}  # per pod, for /explain
+        # The latest answers per namespace/name, for logs and tests to inspect.
+        self.last: dict[str, dict[NodeName, NodePreemption]] = {}
 
     async def answer(self, args: PreemptionArgs) -> dict[NodeName, NodePreemption]:
         service = self.service
@@ -160,7 +162,10 @@ class Preemption:
                 if answer.kept and answer.allocation is not None
             },
         )
+        self.last.pop(f"{namespace}/{name}", None)
         self.last[f"{namespace}/{name}"] = answers
+        while len(self.last) > ANSWERS_KEPT:
+            del self.last[next(iter(self.last))]
         for node, answer in answers.items():
             log.info("preemption", pod=f"{namespace}/{name}", node=node, answer=answer.reason)
         return answers
