@@ -123,10 +123,12 @@ holding = st.tuples(st.integers(0, 2), st.integers(500, 9000), st.integers(0, 3)
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(holding, max_size=8), st.integers(1, 2), st.integers(1000, 16000),
-       st.sampled_from(["binpack", "spread"]), st.integers(1, 3))
+       st.sampled_from(["binpack", "spread"]), st.integers(1, 3), st.sampled_from([400, 2]))
 def test_an_answer_never_names_a_victim_that_is_not_needed(
     holders: list[tuple[int, int, int]], count: int, memory: int, policy: str, priority: int,
+    exact_tries: int,
 ) -> None:
+    """Both searches: by size (exact), and greedy (where the exact one would take too long)."""
     inv = inventory(*(card(f"c{n}", 16000, count=3, index=n) for n in range(3)))
     ledger = Ledger()
     ledger.upsert_node(N("n1"), inv)
@@ -138,7 +140,7 @@ def test_an_answer_never_names_a_victim_that_is_not_needed(
                   annotations={"hami.io/gpu-scheduler-policy": policy})
     answer = preempt(question(the_pod, priority, priorities),
                      {N("n1"): Proposal(frozenset(priorities))}, ledger, config=CONFIG,
-                     quotas=None, now=0)[N("n1")]
+                     quotas=None, now=0, exact_tries=exact_tries)[N("n1")]
 
     def fits_without(victims: set[str]) -> bool:
         rest = Ledger()

@@ -91,10 +91,22 @@ def preempt(
     config: EngineConfig,
     quotas: QuotaBook | None,
     now: datetime | int,
+    exact_tries: int = MAX_EXACT_TRIES,
 ) -> dict[NodeName, NodePreemption]:
-    """The answer for every proposed node (kept or dropped, each with its reason)."""
+    """The answer for every proposed node (kept or dropped, each with its reason).
+
+    `exact_tries` bounds the search by size before it turns greedy (tests lower it)."""
     return {
-        node: _node_answer(question, node, proposal, ledger, config=config, quotas=quotas, now=now)
+        node: _node_answer(
+            question,
+            node,
+            proposal,
+            ledger,
+            config=config,
+            quotas=quotas,
+            now=now,
+            exact_tries=exact_tries,
+        )
         for node, proposal in proposals.items()
     }
 
@@ -149,6 +161,7 @@ def _node_answer(
     config: EngineConfig,
     quotas: QuotaBook | None,
     now: datetime | int,
+    exact_tries: int,
 ) -> NodePreemption:
     if ledger.node(node) is None:
         return NodePreemption(node, (), 0, "dropped: the node has no registered GPUs")
@@ -182,7 +195,7 @@ def _node_answer(
             f"dropped: even without all {len(pool)} lower-priority pods holding GPUs "
             f"here the pod does not fit ({why})",
         )
-    victims = _fewest(pool, attempt)
+    victims = _fewest(pool, attempt, exact_tries)
     chosen = attempt(victims)
     outside = sum(1 for victim in victims if victim not in proposal.victims)
     inside = len(victims) - outside
@@ -216,15 +229,15 @@ def _pool(question: PreemptionInput, scratch: _Scratch, proposal: Proposal) -> t
 Attempt = Callable[[Sequence[PodKey]], Decision]
 
 
-def _fewest(pool: Sequence[PodKey], attempt: Attempt) -> tuple[PodKey, ...]:
-    """The first fitting set by size, then preference; past MAX_EXACT_TRIES, the greedy
+def _fewest(pool: Sequence[PodKey], attempt: Attempt, exact_tries: int) -> tuple[PodKey, ...]:
+    """The first fitting set by size, then preference; past `exact_tries`, the greedy
     search: all gone, then each given back (most important first) while the pod still fits.
     Either way no victim can be given back."""
     tries = 0
     for size in range(1, len(pool) + 1):
         for victims in combinations(pool, size):
             tries += 1
-            if tries > MAX_EXACT_TRIES:
+            if tries > exact_tries:
                 return _greedy(pool, attempt)
             if attempt(victims).outcome is Outcome.SCHEDULED:
                 return victims
