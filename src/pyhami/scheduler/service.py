@@ -438,8 +438,7 @@ class FilterBind:
         if args.node not in self.state.nodes:
             self.events.emit(pod, WARNING, "BindingFailed", f"failed to get node {args.node}")
             return ExtenderBindingResult(f'node "{args.node}" not found')
-        app_requests = plan.requests[plan.init_count :]
-        needs_lock = any(request is not None for request in app_requests)
+        needs_lock = bool(plan.lasting_requests)
         async with self.mutexes.hold(args.node):
             try:
                 if needs_lock:
