@@ -260,9 +260,10 @@ def _chosen_reason(
     as_is: Decision,
     node: NodeName,
 ) -> str:
-    named = ", ".join(
+    described = (
         f"{question.names.get(v, v)} (priority {question.priorities.get(v, 0)})" for v in victims
     )
+    named = ", ".join(sorted(described))  # by name: the same victims always read the same
     cards = sorted({d.uuid for devices in chosen.devices for d in devices})
     fewest = "the only victim" if len(victims) == 1 else f"the fewest {len(victims)} victims"
     return (
