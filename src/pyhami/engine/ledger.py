@@ -51,7 +51,7 @@ class PodAllocation:
     init_count: int = 0
     mig_allocations: tuple[MigAllocation, ...] = ()
     # Every classic init container terminated with exit code 0: only the sidecars' and the
-    # app containers' usage remains (§6.1).
+    # app containers' usage remains, as HAMi's pod informer counts it.
     init_finished: bool = False
     # Positions of the native sidecars among the init containers: held for the pod's life.
     sidecars: frozenset[int] = frozenset()
