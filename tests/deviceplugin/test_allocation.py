@@ -64,8 +64,11 @@ def plan(
     files: HostFiles | None = None,
     env: list[dict[str, str]] | None = None,
     namespace: str = "team-a",
+    limits: dict[str, str] | None = None,
 ) -> ContainerPlan:
     subject = pod([], ["main"], {"main": env or []})
+    if limits:
+        subject["spec"]["containers"][0]["resources"] = {"limits": limits}
     slot = take_next(subject, [devices], ["k"] * len(devices))
     return plan_container(
         slot,
@@ -106,6 +109,7 @@ def test_spec_example_env_and_mounts() -> None:
         "# written by pyhami device-plugin\n"
         "CUDA_DEVICE_MEMORY_LIMIT_0=3000m\nCUDA_DEVICE_SM_LIMIT=50\n"
         "CUDA_DEVICE_MEMORY_SHARED_CACHE=/usr/local/vgpu/c0ffee.cache\nLIBCUDA_LOG_LEVEL=1\n"
+        "CUDA_TASK_PRIORITY=1\n"
     )
 
 
@@ -153,21 +157,46 @@ def test_cuda_disable_control_drops_the_preload_in_an_allowed_namespace(
         assert "/etc/ld.so.preload" in [m.container_path for m in elsewhere.mounts]
 
 
-def test_limits_file_keeps_the_webhooks_priority_and_policy() -> None:
-    env = [
-        {"name": "CUDA_TASK_PRIORITY", "value": "0"},
-        {"name": "GPU_CORE_UTILIZATION_POLICY", "value": "force"},
-        {"name": "OTHER", "value": "x"},
-        {"name": "CUDA_TASK_PRIORITY", "value": "1 2"},  # has a space: left out of the file
-        {"name": "FROM_SECRET", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
-    ]
-    result = plan((dev(A, 100, 10),), AllocationSettings(), env=env)
-    assert result.limits_text.splitlines()[-2:] == [
-        "CUDA_TASK_PRIORITY=0",
-        "GPU_CORE_UTILIZATION_POLICY=force",
-    ]
-    disabled = plan((dev(A, 100, 10),), AllocationSettings(disable_core_limit=True), env=env)
-    assert "GPU_CORE_UTILIZATION_POLICY=disable" in disabled.limits_text.splitlines()
+FORGED_ENV = [
+    {"name": "CUDA_TASK_PRIORITY", "value": "0"},
+    {"name": "GPU_CORE_UTILIZATION_POLICY", "value": "disable"},
+    {"name": "OTHER", "value": "x"},
+    {"name": "FROM_SECRET", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+]
+
+
+def file_settings(result: ContainerPlan) -> dict[str, str]:
+    lines = result.limits_text.splitlines()[1:]
+    return dict(line.split("=", 1) for line in lines)
+
+
+def test_limits_file_derives_priority_and_policy_and_ignores_a_forged_env() -> None:
+    """A pod that bypassed the webhook (its ignore label) and wrote a high priority and the
+    core limit off into its env gets neither: the file says the default priority, and what the
+    file says the env can only tighten."""
+    forged = file_settings(plan((dev(A, 100, 10),), AllocationSettings(), env=FORGED_ENV))
+    assert forged["CUDA_TASK_PRIORITY"] == "1"
+    assert "GPU_CORE_UTILIZATION_POLICY" not in forged
+    asked = plan(
+        (dev(A, 100, 10),),
+        AllocationSettings(core_policy="force"),
+        env=FORGED_ENV,
+        limits={"nvidia.com/gpu": "1", "nvidia.com/priority": "0"},
+    )
+    assert file_settings(asked)["CUDA_TASK_PRIORITY"] == "0"  # the resource it was admitted with
+    assert file_settings(asked)["GPU_CORE_UTILIZATION_POLICY"] == "force"
+    disabled = plan((dev(A, 100, 10),), AllocationSettings(disable_core_limit=True), env=FORGED_ENV)
+    assert file_settings(disabled)["GPU_CORE_UTILIZATION_POLICY"] == "disable"
+
+
+def test_limits_file_takes_the_specs_values_in_a_namespace_allowed_to_control_libvgpu() -> None:
+    allowed = AllocationSettings(limit_control_namespaces=frozenset({"team-a"}))
+    env = [*FORGED_ENV, {"name": "CUDA_TASK_PRIORITY", "value": "1 2"}]  # spaces: env-only
+    result = file_settings(plan((dev(A, 100, 10),), allowed, env=env, namespace="team-a"))
+    assert (result["CUDA_TASK_PRIORITY"], result["GPU_CORE_UTILIZATION_POLICY"]) == (
+        "0",
+        "disable",
+    )
 
 
 def gpu_pod(init: list[tuple[str, int]], regular: list[tuple[str, int]]) -> dict[str, Any]:

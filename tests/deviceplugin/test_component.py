@@ -176,6 +176,7 @@ async def test_allocate_gives_exactly_the_spec_env_and_mounts(gpu_node: Node) ->
         "# written by pyhami device-plugin\n"
         f"CUDA_DEVICE_MEMORY_LIMIT_0=3000m\nCUDA_DEVICE_SM_LIMIT=30\n"
         f"CUDA_DEVICE_MEMORY_SHARED_CACHE={cache}\n"
+        "CUDA_TASK_PRIORITY=1\n"
     )
     notes = gpu_node.pod_annotations("gpu-pod")
     assert notes[TO_ALLOCATE] == ";;"

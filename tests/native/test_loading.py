@@ -73,7 +73,7 @@ def test_a_process_without_any_cuda_environment_gets_the_device_plugins_limits(
 ) -> None:
     """The escape HAMi-core left open: `env -i` (or a login shell) drops the variables and the
     process saw the whole card. The device plugin's limits.env in /usr/local/vgpu closes it."""
-    from pyhami.deviceplugin.allocation import limits_text
+    from pyhami.deviceplugin.allocation import AllocationSettings, limits_text
 
     upper = plain_only.tmp / "usr-local"
     (upper / "vgpu").mkdir(parents=True)
@@ -81,7 +81,9 @@ def test_a_process_without_any_cuda_environment_gets_the_device_plugins_limits(
     (upper / "vgpu" / "limits.env").write_text(limits_text(
         {"CUDA_DEVICE_MEMORY_LIMIT_0": "1000m", "CUDA_DEVICE_SM_LIMIT": "30",
          "CUDA_DEVICE_MEMORY_SHARED_CACHE": cache},
-        {"env": [{"name": "CUDA_TASK_PRIORITY", "value": "0"}]},
+        {"resources": {"limits": {"nvidia.com/priority": "0"}}},
+        AllocationSettings(),
+        may_control=False,
     ))
     drive = [str(plain_only.native.drive), "ctx", "0", "alloc", "1000m", "alloc", "1"]
     done = in_mount_namespace(plain_only, {"/usr/local": upper}, drive,

@@ -18,10 +18,13 @@ from typing import Any
 
 from pyhami.devices.nvidia.libvgpu_env import (
     CORE_POLICY,
+    DEFAULT_TASK_PRIORITY,
     TASK_PRIORITY,
+    derived_env,
     disables_control,
     literal_env,
 )
+from pyhami.devices.quantity import QuantityError
 from pyhami.model import ContainerDevices, PodSingleDevice
 
 VGPU_LOCK_DIR = PurePosixPath("/tmp/vgpulock")  # HAMi-core's cross-process lock dir
@@ -58,6 +61,10 @@ class AllocationSettings:
     oversubscribe: bool = False  # effective deviceMemoryScaling > 1
     lib_cuda_log_level: str = ""
     disable_core_limit: bool = False
+    # The container resource giving CUDA_TASK_PRIORITY, and the cluster's core policy: what the
+    # webhook writes into the env, repeated in the limits file so the env cannot loosen it.
+    priority_resource: str = "nvidia.com/priority"
+    core_policy: str = "default"
     # Where this plugin creates the lock dir; equals the host path in the DaemonSet (host /tmp).
     vgpu_lock_dir: PurePosixPath = VGPU_LOCK_DIR
     # NVIDIA container-toolkit variables every GPU container gets (`toolkit.ToolkitFeatures`).
@@ -227,22 +234,40 @@ def hami_core_mounts(
     return tuple(mounts)
 
 
-# Set by the webhook in the container spec, not by the plugin; kept in the limits file too.
-_SPEC_LIMIT_KEYS = (TASK_PRIORITY, CORE_POLICY)
-
-
-def limits_text(core_env: Mapping[str, str], container: Mapping[str, Any]) -> str:
+def limits_text(
+    core_env: Mapping[str, str],
+    container: Mapping[str, Any],
+    settings: AllocationSettings,
+    *,
+    may_control: bool,
+) -> str:
     """`limits.env` (native/libvgpu README, "Limits file"): the HAMi-core settings as
-    `KEY=VALUE` lines, same keys and syntax as the env, read by libvgpu when a process lost its
-    environment (e.g. a login shell). The plugin's limits, plus the webhook's priority and
-    core policy literally given in the container spec."""
-    settings = dict(core_env)
-    for name, value in literal_env(container):
-        # The file format allows no whitespace at all; such a value stays env-only.
-        usable = isinstance(value, str) and value != "" and not any(c.isspace() for c in value)
-        if name in _SPEC_LIMIT_KEYS and usable and name not in settings:
-            settings[name] = str(value)
-    lines = [LIMITS_HEADER, *(f"{key}={value}" for key, value in settings.items())]
+    `KEY=VALUE` lines, same keys and syntax as the env, read by libvgpu whatever the env says.
+
+    Beside the plugin's limits it always carries a task priority and the core policy where one
+    is configured, derived as the webhook derives them (never copied from the pod's env): the
+    file's values can only be tightened by the env, so a pod that bypassed the webhook cannot
+    raise its priority or switch the core limit off through its spec or an `export`. Only in
+    the namespaces allowed to control libvgpu do the spec's literal values count."""
+    values = dict(core_env)
+    try:
+        derived = derived_env(
+            container,
+            priority_resource=settings.priority_resource,
+            core_policy=settings.core_policy,
+        )
+    except QuantityError:
+        derived = {}  # refused at admission and /filter; the default priority holds
+    for name, value in derived.items():
+        values.setdefault(name, value)
+    values.setdefault(TASK_PRIORITY, DEFAULT_TASK_PRIORITY)
+    if may_control:
+        for name, value in literal_env(container):
+            # The file format allows no whitespace at all; such a value stays env-only.
+            usable = isinstance(value, str) and value != "" and not any(c.isspace() for c in value)
+            if name in (TASK_PRIORITY, CORE_POLICY) and usable and name not in core_env:
+                values[name] = str(value)
+    lines = [LIMITS_HEADER, *(f"{key}={value}" for key, value in values.items())]
     return "".join(f"{line}\n" for line in lines)
 
 
@@ -260,15 +285,14 @@ def plan_container(
     cache_dir = settings.vgpu_dir / "containers" / f"{pod_uid}_{name}"
     core_env = hami_core_env(slot.devices, cache_id, settings)
     envs = {"NVIDIA_VISIBLE_DEVICES": visible_devices(slot.devices), **core_env}
-    control_off = (
-        namespace in settings.limit_control_namespaces and disables_control(slot.container)
-    )
+    may_control = namespace in settings.limit_control_namespaces
+    control_off = may_control and disables_control(slot.container)
     return ContainerPlan(
         envs=envs,
         mounts=hami_core_mounts(cache_dir, cache_id, control_off, settings, files),
         cache_dir=cache_dir,
         limits_file=cache_dir / LIMITS_FILE_NAME,
-        limits_text=limits_text(core_env, slot.container),
+        limits_text=limits_text(core_env, slot.container, settings, may_control=may_control),
         library_mount_point=cache_dir / LIBRARY_NAME,
         region_file=cache_dir / region_name(cache_id),
     )

@@ -62,6 +62,9 @@ class VgpuConfig:
     lib_cuda_log_level: str = ""
     enable_numa_topology: bool = False
     disable_core_limit: bool = False
+    # The webhook's knobs the limits file repeats (device-config YAML only, as in the webhook).
+    priority_resource: str = "nvidia.com/priority"
+    core_policy: str = "default"
     operating_mode: str = OperatingMode.HAMI_CORE.value  # other strings behave like hami-core
     device_filter: DeviceFilter = field(default_factory=DeviceFilter)
     enable_preferred_allocation: bool = False
@@ -118,6 +121,8 @@ _YAML_FIELDS = {
     "lib_cuda_log_level": "lib_cuda_log_level",
     "enable_numa_topology": "enable_numa_topology",
     "disable_core_limit": "disable_core_limit",
+    "resource_priority_name": "priority_resource",
+    "gpu_core_policy": "core_policy",
     "mig_profile_allowlist": "mig_profile_allowlist",
 }
 

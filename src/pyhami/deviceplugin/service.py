@@ -106,6 +106,8 @@ class _Instance:
                 oversubscribe=config.device_memory_scaling > 1,
                 lib_cuda_log_level=config.lib_cuda_log_level,
                 disable_core_limit=config.disable_core_limit,
+                priority_resource=config.priority_resource,
+                core_policy=config.core_policy,
             ),
             resource_name=config.resource_name,
             follow_kubelet_choice=config.enable_preferred_allocation,

@@ -39,12 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyhami.devices.config import NvidiaConfig
-from pyhami.devices.nvidia.libvgpu_env import (
-    CORE_POLICY,
-    TASK_PRIORITY,
-    controls_libvgpu,
-    literal_env,
-)
+from pyhami.devices.nvidia.libvgpu_env import controls_libvgpu, derived_env, literal_env
 from pyhami.devices.nvidia.request import ContainerSpecError, check_resource_values
 from pyhami.devices.quantity import QuantityError, parse_quantity, value_ceil
 from pyhami.protocol import LABEL_VGPU_NODE
@@ -114,14 +109,15 @@ def _append_env(container: JsonObject, name: str, value: str) -> None:
 
 def webhook_env(container: Mapping[str, Any], cfg: NvidiaConfig) -> dict[str, str]:
     """The libvgpu settings the webhook itself writes into a container's env."""
-    env: dict[str, str] = {}
-    if _has_limit(container, cfg.resource_priority_name):
-        priority = container["resources"]["limits"][cfg.resource_priority_name]
+    try:
+        return derived_env(
+            container,
+            priority_resource=cfg.resource_priority_name,
+            core_policy=cfg.gpu_core_policy,
+        )
+    except QuantityError as err:
         where = f"container {container.get('name') or ''}: {cfg.resource_priority_name}"
-        env[TASK_PRIORITY] = str(quantity_value(priority, where))
-    if cfg.gpu_core_policy not in ("", "default"):
-        env[CORE_POLICY] = cfg.gpu_core_policy
-    return env
+        raise AdmissionError(f"{where}: {err}") from err
 
 
 def limit_control_refusal(

@@ -11,6 +11,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from pyhami.devices.quantity import parse_quantity, value_ceil
+
 MEMORY_LIMIT = "CUDA_DEVICE_MEMORY_LIMIT"  # also MEMORY_LIMIT_<i>
 SM_LIMIT = "CUDA_DEVICE_SM_LIMIT"  # also SM_LIMIT_<i>
 SHARED_CACHE = "CUDA_DEVICE_MEMORY_SHARED_CACHE"
@@ -24,6 +26,9 @@ _EXACT = frozenset(
     {SHARED_CACHE, CORE_POLICY, TASK_PRIORITY, OVERSUBSCRIBE, LOG_LEVEL, DISABLE_CONTROL}
 )
 _PER_DEVICE = re.compile(rf"(?:{MEMORY_LIMIT}|{SM_LIMIT})(?:_[0-9]+)?")
+
+# libvgpu's priority when none is set: the lower of HAMi's two (0 is high, 1 is low).
+DEFAULT_TASK_PRIORITY = "1"
 
 # Go strconv.ParseBool's spellings of true (how HAMi reads CUDA_DISABLE_CONTROL).
 _GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
@@ -49,3 +54,19 @@ def disables_control(container: Mapping[str, Any]) -> bool:
     return any(
         name == DISABLE_CONTROL and str(value) in _GO_TRUE for name, value in literal_env(container)
     )
+
+
+def derived_env(
+    container: Mapping[str, Any], *, priority_resource: str, core_policy: str
+) -> dict[str, str]:
+    """The libvgpu settings pyhami derives itself for a GPU container: `CUDA_TASK_PRIORITY`
+    from the container's priority resource limit (a value it asked and was admitted for), and
+    the configured core policy when it is not the default. A malformed priority raises
+    `QuantityError`."""
+    env: dict[str, str] = {}
+    limits = (container.get("resources") or {}).get("limits") or {}
+    if priority_resource and priority_resource in limits:
+        env[TASK_PRIORITY] = str(value_ceil(parse_quantity(limits[priority_resource])))
+    if core_policy not in ("", "default"):
+        env[CORE_POLICY] = core_policy
+    return env
