@@ -13,6 +13,7 @@ from pyhami.kube import KubeClient
 from pyhami.monitor.pods import InformerPodSource, PodView, pod_view
 from pyhami.monitor.service import MonitorService
 from pyhami.monitor.settings import MonitorSettings
+from pyhami.serving import ConnectionLimits
 from pyhami.testing import FakeKubeAPIServer, FakeNVML
 from pyhami.testing.fake_nvml import t4
 
@@ -223,3 +224,32 @@ def test_feedback_pauses_while_the_mig_apply_lock_exists(tmp_path: Path) -> None
     result = service.tick()
     assert not result.feedback_paused and len(result.verdicts) == 1
     service.close()
+
+
+async def test_metrics_port_closes_silent_clients_and_caps_connections(tmp_path: Path) -> None:
+    """The metrics port is reachable from every pod on the node: a client that connects and
+    says nothing is cut off after the head timeout, and past the cap a connection is closed at
+    once, so scrapes still get through afterwards."""
+    (tmp_path / "containers").mkdir()
+    limits = ConnectionLimits(header_timeout_s=0.3, max_connections=2)
+    settings = MonitorSettings(
+        hook_path=tmp_path, node_name=NODE, host="127.0.0.1", port=0, connection_limits=limits
+    )
+    service = MonitorService(settings, _Pods(), None, FakeClock(), mig_apply_lock=tmp_path / "x")
+    port = await service.start_http()
+    try:
+        silent = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        assert await asyncio.wait_for(reader.read(), 5) == b"", "the third is closed at once"
+        writer.close()
+        for silent_reader, silent_writer in silent:
+            assert await asyncio.wait_for(silent_reader.read(), 5) == b"", "cut off when late"
+            silent_writer.close()
+        async with (
+            aiohttp.ClientSession(f"http://127.0.0.1:{port}") as http,
+            http.get("/metrics") as response,
+        ):
+            assert response.status == 200
+    finally:
+        await service.stop_http()
+        service.close()

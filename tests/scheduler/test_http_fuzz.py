@@ -22,13 +22,13 @@ from pyhami.engine import EngineConfig
 from pyhami.kube import NodeLocker
 from pyhami.scheduler.events import EventRecorder
 from pyhami.scheduler.extender import MAX_EXTENDER_BODY
-from pyhami.scheduler.listener import ConnectionGuard, ConnectionLimits
 from pyhami.scheduler.metrics import MetricsSnapshot, SchedulerMetrics
 from pyhami.scheduler.ownership import OWNED_ANNOTATIONS
 from pyhami.scheduler.server import build_app
 from pyhami.scheduler.service import FilterBind
 from pyhami.scheduler.state import ClusterState, object_name
 from pyhami.scheduler.webhook import PodAdmission, WebhookConfig
+from pyhami.serving import ConnectionGuard, ConnectionLimits
 
 from .builders import card, gpu_pod, inventory, node
 from .memory_kube import MemoryKube

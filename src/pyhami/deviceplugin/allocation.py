@@ -258,8 +258,8 @@ def limits_text(
         )
     except QuantityError:
         derived = {}  # refused at admission and /filter; the default priority holds
-    for name, value in derived.items():
-        values.setdefault(name, value)
+    for key, derived_value in derived.items():
+        values.setdefault(key, derived_value)
     values.setdefault(TASK_PRIORITY, DEFAULT_TASK_PRIORITY)
     if may_control:
         for name, value in literal_env(container):

@@ -27,6 +27,7 @@ from pyhami.monitor.sanity import SanityAlarms
 from pyhami.monitor.scan import DirectoryError, RegionDirectory
 from pyhami.monitor.settings import MonitorSettings
 from pyhami.protocol.host_files import MIG_APPLY_LOCK
+from pyhami.serving import ConnectionGuard
 
 log = structlog.get_logger(__name__)
 
@@ -68,6 +69,7 @@ class MonitorService:
         self.last_good_tick: float | None = None  # monotonic
         self.last_error = "no scan yet"
         self._runner: web.AppRunner | None = None
+        self._listener: asyncio.Server | None = None
 
     def _wall(self) -> float:
         return self.clock.now().timestamp()
@@ -140,13 +142,21 @@ class MonitorService:
 
     async def start_http(self) -> int:
         """Serve on the configured address; returns the bound port (useful with port 0)."""
-        self._runner = web.AppRunner(self.app(), access_log=None)
+        app = self.app()
+        guard = ConnectionGuard(self.settings.connection_limits)
+        app.middlewares.insert(0, guard.middleware)  # outermost: it times the whole request
+        self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
-        await site.start()
-        return int(self._runner.addresses[0][1])
+        assert self._runner.server is not None  # set by setup()
+        self._listener = await guard.listen(
+            self._runner.server, self.settings.host, self.settings.port, None
+        )
+        return int(self._listener.sockets[0].getsockname()[1])
 
     async def stop_http(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

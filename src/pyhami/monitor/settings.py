@@ -1,11 +1,12 @@
 """`pyhami monitor` settings from HAMi's flags and environment (ops.md §1.1), checked once."""
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyhami.model import NodeName
 from pyhami.protocol.goparse import GoDurationError, GoNumError, atoi, parse_bool, parse_duration
+from pyhami.serving import ConnectionLimits
 
 DEFAULT_RESYNC_S = 300.0  # HAMI_RESYNC_INTERVAL default 5m
 TICK_S = 5.0  # HAMi's scan + feedback period
@@ -106,6 +107,8 @@ class MonitorSettings:
     kubeconfig: str | None = None
     resync_interval_s: float = DEFAULT_RESYNC_S
     tick_interval_s: float = TICK_S
+    # A node port any pod can reach: slow or numerous clients must not take it over.
+    connection_limits: ConnectionLimits = field(default_factory=ConnectionLimits)
 
     @property
     def containers_dir(self) -> Path:

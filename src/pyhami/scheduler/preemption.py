@@ -36,8 +36,8 @@ from pyhami.scheduler.extender import (
     _field,
     _loads_object,
 )
-from pyhami.scheduler.listener import read_body
 from pyhami.scheduler.service import FilterBind, FilterRefusedError
+from pyhami.serving import read_body
 
 log = structlog.get_logger(__name__)
 

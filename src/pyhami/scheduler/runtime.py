@@ -42,7 +42,6 @@ from pyhami.kube import (
 from pyhami.protocol import LABEL_SCHEDULER_ROLE, SchedulerRole, pod_labels_patch
 from pyhami.scheduler.events import EventRecorder
 from pyhami.scheduler.leader import ElectionTiming, LeaderElector
-from pyhami.scheduler.listener import ConnectionGuard, ConnectionLimits
 from pyhami.scheduler.metrics import SchedulerMetrics
 from pyhami.scheduler.ownership import OWNED_ANNOTATIONS, inventory_of_node
 from pyhami.scheduler.preemption import Preemption, preempt_route
@@ -58,6 +57,7 @@ from pyhami.scheduler.snapshot import metrics_snapshot
 from pyhami.scheduler.state import ClusterState
 from pyhami.scheduler.tls import ReloadingCertificate
 from pyhami.scheduler.webhook import PodAdmission, WebhookConfig
+from pyhami.serving import ConnectionGuard, ConnectionLimits
 
 log = structlog.get_logger(__name__)
 

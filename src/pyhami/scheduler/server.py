@@ -39,8 +39,8 @@ from pyhami.scheduler.extender import (
     ExtenderFilterResult,
     PodRef,
 )
-from pyhami.scheduler.listener import BodyTimeoutError, Handler, read_body
 from pyhami.scheduler.metrics import SchedulerMetrics
+from pyhami.serving import BodyTimeoutError, Handler, read_body
 
 log = structlog.get_logger(__name__)
 

@@ -93,7 +93,7 @@ class SchedulerSettings:
     extender_client_ca: str = ""
     # Serve those routes to anyone beyond loopback without a client CA (explicit opt-out).
     extender_allow_any_caller: bool = False
-    # Per-connection limits of both listeners (scheduler/listener.py).
+    # Per-connection limits of both listeners (serving/listener.py).
     http_header_timeout: timedelta = timedelta(seconds=30)
     http_body_timeout: timedelta = timedelta(seconds=10)
     http_max_connections: int = 512
