@@ -235,12 +235,17 @@ def test_malformed_non_limit_settings_fall_back_loudly(vgpu: Harness, key: str, 
     assert read_region(vgpu.cache).priority == 1, "the default priority"
 
 
-def test_later_processes_use_the_regions_limits(vgpu: Harness) -> None:
+def test_later_processes_use_the_stricter_of_the_regions_limits_and_their_own(
+    vgpu: Harness,
+) -> None:
     vgpu.run("ctx", "0", env={"CUDA_DEVICE_MEMORY_LIMIT_0": "1g"})
     run = vgpu.run("ctx", "0", "alloc", "2g", "alloc", "1g",
                    env={"CUDA_DEVICE_MEMORY_LIMIT_0": "4g"})
     assert [a.int("rc") for a in run.named("alloc")] == [2, 0]
-    assert "using the region's" in run.stderr
+    assert "using the stricter of each" in run.stderr
+    run = vgpu.run("ctx", "0", "alloc", "600m", "alloc", "500m",
+                   env={"CUDA_DEVICE_MEMORY_LIMIT_0": "1000m"})
+    assert [a.int("rc") for a in run.named("alloc")] == [0, 2]
 
 
 def test_device_reset_gives_back_what_the_context_held(each_vgpu: Harness) -> None:

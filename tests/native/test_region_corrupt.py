@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import REGION_V1_SIZE, Harness, finish
+from .test_limiter import TRICKLE
 from .test_region import wait_for
 
 LIMIT = {"CUDA_DEVICE_MEMORY_LIMIT_0": "1g"}
@@ -118,3 +119,35 @@ def test_huge_slot_counters_do_not_wrap_the_sum(each_vgpu: Harness) -> None:
     run = each_vgpu.run("ctx", "0", "alloc", "2m", "meminfo", env=LIMIT)
     assert run.one("alloc").int("rc") == OOM
     assert run.one("meminfo").int("free") == 0
+
+
+LIMIT_AT = 1600  # limit[16], bytes
+
+
+@pytest.mark.parametrize("raised", [0, 64 << 30], ids=["unlimited", "64g"])
+def test_a_peer_raising_the_regions_memory_limit_lifts_nothing(
+    each_vgpu: Harness, raised: int
+) -> None:
+    """Every process of the container can write the region; a process keeps its own limits
+    (from the limits file and its environment) and enforces the stricter."""
+    process = each_vgpu.start("nvml", "0", "touch", str(each_vgpu.tmp / "ready"),
+                              "waitfile", str(each_vgpu.tmp / "go"),
+                              "ctx", "0", "alloc", "1g", "alloc", "1", "meminfo", env=LIMIT)
+    wait_for(each_vgpu.tmp / "ready", process)
+    patch(each_vgpu.cache, LIMIT_AT, "<Q", raised)
+    (each_vgpu.tmp / "go").touch()
+    run = finish(process)
+    assert [line.int("rc") for line in run.named("alloc")] == [0, OOM]
+    assert run.one("meminfo").int("total") == 1 << 30
+
+
+def test_a_process_joining_a_region_with_looser_sm_limits_keeps_its_own(vgpu: Harness) -> None:
+    make_region(vgpu)
+    patch(vgpu.cache, SM_LIMIT_AT, "<Q", 100)  # a peer lifted device 0's SM limit
+    util_file = vgpu.tmp / "util"
+    util_file.write_text("90")
+    env = {**LIMIT, "CUDA_DEVICE_SM_LIMIT": "30", "GPU_CORE_UTILIZATION_POLICY": "force",
+           "STUB_UTIL_FILE": str(util_file), "STUB_SM_COUNT": "10"}
+    run = vgpu.run("ctx", "0", "launchfor", "kernel", "1500", "1024", env=env)
+    series = [int(value) for value in run.one("launchfor").fields["series"].split(",")]
+    assert series[-1] - series[-11] <= TRICKLE, series

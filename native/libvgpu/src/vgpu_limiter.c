@@ -535,8 +535,8 @@ static struct vgpu_bucket *vgpu_gate_open(int *index_out)
         return NULL;  /* no context: the driver refuses the launch itself */
     }
     vgpu_observe(index);
-    uint64_t limit = v1->sm_limit[index];
-    if (limit == 0 || limit >= 100 || policy == VGPU_POLICY_DISABLE) {
+    uint64_t limit = vgpu_sm_limit(index);
+    if (limit >= 100 || policy == VGPU_POLICY_DISABLE) {
         vgpu_note_kernel(v1);
         return NULL;
     }

@@ -54,6 +54,10 @@ static int vgpu_proc_readable;  /* /proc tells liveness here; if not, never reap
 static pthread_mutex_t vgpu_register_mutex = PTHREAD_MUTEX_INITIALIZER;
 static time_t vgpu_last_reap;
 static int vgpu_corruption_reported;  /* a corrupt count is logged once per process */
+/* This process's own limits (limits file and environment), kept at attach: every process of
+ * the container can write the region, so the region's limits alone could be raised by one. */
+static uint64_t vgpu_own_memory_limit[VGPU_MAX_DEVICES];
+static uint64_t vgpu_own_sm_limit[VGPU_MAX_DEVICES];
 
 struct vgpu_region *vgpu_region(void)
 {
@@ -212,7 +216,7 @@ static void vgpu_compare_limits(const struct vgpu_region *region, const struct v
         if (region->v1.limit[i] != config->memory_limit[i] ||
             region->v1.sm_limit[i] != config->sm_limit[i])
             vgpu_warn("device %d: this process asks for memory limit %llu and SM limit %llu, "
-                      "the container's region has %llu and %llu; using the region's",
+                      "the container's region has %llu and %llu; using the stricter of each",
                       i, (unsigned long long)config->memory_limit[i],
                       (unsigned long long)config->sm_limit[i],
                       (unsigned long long)region->v1.limit[i],
@@ -304,8 +308,30 @@ int vgpu_region_attach(const struct vgpu_config *config)
     close(fd);  /* also drops the record lock; the mapping stays */
     if (region == NULL)
         return -1;
+    memcpy(vgpu_own_memory_limit, config->memory_limit, sizeof(vgpu_own_memory_limit));
+    memcpy(vgpu_own_sm_limit, config->sm_limit, sizeof(vgpu_own_sm_limit));
     __atomic_store_n(&vgpu_shared, region, __ATOMIC_RELEASE);
     return 0;
+}
+
+uint64_t vgpu_memory_limit(int dev)
+{
+    uint64_t shared = __atomic_load_n(&vgpu_shared->v1.limit[dev], __ATOMIC_RELAXED);
+    uint64_t own = vgpu_own_memory_limit[dev];
+    if (shared == 0 || own == 0)  /* 0: no limit */
+        return shared | own;
+    return shared < own ? shared : own;
+}
+
+uint64_t vgpu_sm_limit(int dev)
+{
+    uint64_t shared = __atomic_load_n(&vgpu_shared->v1.sm_limit[dev], __ATOMIC_RELAXED);
+    uint64_t own = vgpu_own_sm_limit[dev];
+    if (shared == 0 || shared > 100)  /* 0: no limit; above 100 only when written after attach */
+        shared = 100;
+    if (own == 0)
+        own = 100;
+    return shared < own ? shared : own;
 }
 
 uint64_t vgpu_container_used(int dev)
@@ -389,7 +415,7 @@ int vgpu_charge(int dev, uint64_t bytes, enum vgpu_kind kind, int force)
     struct vgpu_slot *slot = vgpu_own_slot();
     if (slot == NULL || vgpu_region_lock() != 0)
         return -1;
-    uint64_t limit = vgpu_shared->v1.limit[dev];
+    uint64_t limit = vgpu_memory_limit(dev);
     if (!force && limit != 0) {
         uint64_t used = vgpu_container_used(dev);
         if ((bytes > limit || used > limit - bytes) && vgpu_reap_locked() > 0)
@@ -499,7 +525,7 @@ int vgpu_memory_view(int index, uint64_t real_total, uint64_t real_free, uint64_
     *free = real_free;
     if (vgpu_shared == NULL || index < 0 || index >= VGPU_MAX_DEVICES)
         return 0;
-    uint64_t limit = __atomic_load_n(&vgpu_shared->v1.limit[index], __ATOMIC_RELAXED);
+    uint64_t limit = vgpu_memory_limit(index);
     if (limit == 0)
         return 0;
     uint64_t used = vgpu_container_used(index);

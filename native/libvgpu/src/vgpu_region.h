@@ -91,6 +91,12 @@ int vgpu_region_attach(const struct vgpu_config *config);
 /* The mapped region, or NULL when none could be attached. */
 struct vgpu_region *vgpu_region(void);
 
+/* The limits this process enforces on device `dev` (0 <= dev < VGPU_MAX_DEVICES, region
+ * attached): the stricter of the region's and its own. Memory in bytes, 0 = no limit; SM in
+ * percent, 100 = no limit. */
+uint64_t vgpu_memory_limit(int dev);
+uint64_t vgpu_sm_limit(int dev);
+
 /* Check-and-charge `bytes` on device `dev` (NVML index) atomically across processes:
  * 0 when charged, -1 when it would pass the limit (or there is no slot). `force` charges
  * memory that already exists (context overhead) without the check. */
