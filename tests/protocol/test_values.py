@@ -1,4 +1,4 @@
-"""Selection, policy, reason, weight, handshake, time and patch values (protocol.md §3.7-3.11)."""
+"""Selection, policy, reason, weight, handshake, time and patch values."""
 
 from datetime import UTC, datetime, timedelta
 
