@@ -185,7 +185,7 @@ def gpu_pod(init: list[tuple[str, int]], regular: list[tuple[str, int]]) -> dict
 
 
 def test_hami_dense_values_map_to_the_containers_that_asked() -> None:
-    # HAMi HEAD lists only GPU containers for NVIDIA (protocol.md A1): [A] for [init, main].
+    # HAMi HEAD lists only GPU containers for NVIDIA: [A] for [init, main].
     subject = gpu_pod([("setup", 0)], [("main", 1), ("side", 0), ("tail", 1)])
     dense: list[ContainerDevices] = [(dev(A, 1, 1),), (dev(B, 2, 2),), ()]
     assigned = tuple(dense)

@@ -1,5 +1,6 @@
 """A pod scheduled by our scheduler (through the kube-scheduler harness) gets, from Allocate,
-exactly the env and mounts of device-plugin.md §4.5 — on the GPU the scheduler chose."""
+exactly the env and mounts HAMi's plugin gives (libvgpu limits, preload, cache) — on the GPU the
+scheduler chose."""
 
 from pathlib import Path
 
