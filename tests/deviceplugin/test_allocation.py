@@ -77,7 +77,7 @@ def plan(
     )
 
 
-def test_spec_example_env_and_mounts() -> None:
+def test_hamis_example_env_and_mounts() -> None:
     result = plan((dev(A, 3000, 50),), AllocationSettings(lib_cuda_log_level="1"))
     assert result.envs == {
         "NVIDIA_VISIBLE_DEVICES": A,

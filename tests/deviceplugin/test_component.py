@@ -143,7 +143,7 @@ def mounts(response) -> list[tuple[str, str, bool]]:  # type: ignore[no-untyped-
     return [(m.container_path, m.host_path, m.read_only) for m in response.mounts]
 
 
-async def test_allocate_gives_exactly_the_spec_env_and_mounts(gpu_node: Node) -> None:
+async def test_allocate_gives_exactly_hamis_env_and_mounts(gpu_node: Node) -> None:
     kubelet_plugin = await started(gpu_node)
     uuid = gpu_node.nvml.device_uuid(1)
     pod = gpu_node.bind(gpu_node.scheduled_pod("gpu-pod", [("main", [(uuid, 3000, 30)])]))

@@ -134,7 +134,7 @@ def test_app_containers_accumulate() -> None:
 
 
 def test_gpu_less_containers_keep_their_segment() -> None:
-    """Fix for HAMi ambiguity A1: one segment per container, init containers first."""
+    """HAMi fix "one segment per container": one segment per container, init containers first."""
     ledger = Ledger()
     ledger.upsert_node(N("node1"), inventory(card("g0", type_="NVIDIA-A100")))
     mixed = pod("p", {}, gpus(1, mem=100), init=({},))

@@ -189,7 +189,7 @@ def test_device_plugin_erase_example() -> None:
     assert encode_pod_single_device(served) == ";;;"
 
 
-def test_a1_placeholders_ours_per_container_and_hamis_dense_both_decode() -> None:
+def test_placeholders_ours_per_container_and_hamis_dense_both_decode() -> None:
     """A GPU-less init container, then a GPU app container (one segment per container)."""
     gpu = dev("GPU-a", 3000, 30)
     ours = encode_pod_single_device(pod_single_device(2, {1: (gpu,)}))
