@@ -1,5 +1,6 @@
 """The whole plugin on one simulated node: FakeNVML, FakeKubelet and the fake API server."""
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -84,6 +85,9 @@ async def test_survives_a_kubelet_restart(gpu_node: Node) -> None:
     devices = await again.wait_for_devices(lambda d: len(d) == 8)
     assert {d.health for d in devices} == {HEALTHY}
     await gpu_node.eventually(lambda: gpu_node.plugin is not None and gpu_node.plugin.starts == 2)
+    loops = sorted(t.get_name() for t in asyncio.all_tasks() if not t.done())
+    for loop in ("node-registration", "xid-health"):
+        assert loops.count(loop) == 1, f"the first instance's {loop} stops with it (HAMi leaks it)"
 
 
 async def test_xid_marks_unhealthy_in_both_places_and_recovers(gpu_node: Node) -> None:
