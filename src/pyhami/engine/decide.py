@@ -198,7 +198,7 @@ def _error_decision(pod: Mapping[str, Any], message: str) -> Decision:
 
 
 def _annotations(winner: NodeVerdict, now: datetime | int) -> dict[str, str]:
-    """What HAMi's Filter patches onto the pod (node, time, to-allocate), time from `now`."""
+    """What HAMi's Filter patches onto the pod (node, time, devices), time from `now`."""
     moment = datetime.fromtimestamp(now, UTC) if isinstance(now, int) else now
     encoded = encode_pod_single_device(winner.devices)
     annotations = {
