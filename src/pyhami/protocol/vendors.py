@@ -1,4 +1,4 @@
-"""The annotation keys of every HAMi vendor backend as one table.
+"""The annotation keys of every HAMi vendor backend, as one table.
 
 Irregular spellings are HAMi's and copied exactly: `hami.io/Biren-…` and
 `hami.io/Vastai-…` are capitalised, XPU registers under `hami.io/node-register-xpu`,
