@@ -9,14 +9,16 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
+from importlib import import_module
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
 from typer.testing import CliRunner
 
-from pyhami.cli import app
+from pyhami.cli import app, main
 from pyhami.logs import LogFormat, configure_logging
 from pyhami.testing import FakeKubeAPIServer
 
@@ -121,3 +123,58 @@ async def test_the_scheduler_process_logs_json_lines(tmp_path: Path) -> None:
             await process.wait()
     records = [json.loads(line) for line in lines]  # every line is one JSON record
     assert {"pyhami.scheduler.runtime", "aiohttp.access"} <= {r["logger"] for r in records}
+
+
+def _run_cli(argv: list[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(argv)
+
+
+def _log_one_debug_and_one_info_line() -> None:
+    structlog.get_logger("pyhami.test").debug("a debug line")
+    structlog.get_logger("pyhami.test").info("an info line")
+
+
+def test_commands_without_a_verbosity_flag_log_info_on_stderr_not_debug(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _run_cli(["version"])
+    _log_one_debug_and_one_info_line()
+    out, err = capsys.readouterr()
+    assert "an info line" in err and "a debug line" not in out + err, (out, err)
+    assert "INFO    pyhami.test: an info line" in err, "the one console format"
+
+
+@pytest.mark.parametrize(
+    ("argv", "shown"),
+    [
+        pytest.param(["scheduler"], False, id="scheduler"),
+        pytest.param(["scheduler", "-v=4"], True, id="scheduler -v=4"),
+        pytest.param(["scheduler", "--debug"], True, id="scheduler --debug"),
+        pytest.param(["monitor"], False, id="monitor"),
+        pytest.param(["monitor", "-v=5"], True, id="monitor -v=5"),
+    ],
+)
+def test_the_services_show_debug_lines_only_with_v_or_debug(
+    argv: list[str], shown: bool, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str], tmp_path: Path,
+) -> None:
+    module = import_module(f"pyhami.{argv[0]}.cli")
+    if argv[0] == "scheduler":
+        config = tmp_path / "device-config.yaml"
+        config.write_text("nvidia:\n  resourceCountName: nvidia.com/gpu\n")
+        argv = [*argv, "--device-config-file", str(config)]
+
+    def run_service(_command: str, main: Coroutine[Any, Any, None], **_: Any) -> None:
+        main.close()  # the service itself is not what this test is about
+        _log_one_debug_and_one_info_line()
+
+    for check in ("check_certificate", "check_port_free", "check_kubeconfig"):
+        monkeypatch.setattr(module, check, lambda *_: None, raising=False)
+    monkeypatch.setattr(module, "run_service", run_service)
+    monkeypatch.setenv("HOOK_PATH", "/h")
+    monkeypatch.setenv("NODE_NAME", "n")
+    _run_cli(argv)
+    out, err = capsys.readouterr()
+    assert "an info line" in err
+    assert ("a debug line" in err) is shown and "a debug line" not in out, (out, err)

@@ -14,6 +14,7 @@ from pyhami.cli_errors import USAGE_EXIT
 from pyhami.cli_habits import VersionOption, command_group
 from pyhami.controlplane.cli import control_plane_app
 from pyhami.deviceplugin.cli import device_plugin
+from pyhami.logs import configure_logging
 from pyhami.monitor.cli import MONITOR_CONTEXT, monitor
 from pyhami.scheduler.cli import scheduler
 from pyhami.sim import cli as sim_cli
@@ -24,8 +25,13 @@ app = command_group("pyhami", "GPU sharing for Kubernetes, wire-compatible with 
 
 @app.callback()
 def _root(version: VersionOption = False) -> None:
-    """Keep `pyhami` a command group; `--version` works on it and on every sub-command."""
+    """Keep `pyhami` a command group; `--version` works on it and on every sub-command.
+
+    Every command logs in the one format on stderr at INFO (unconfigured, structlog would print
+    debug lines on stdout); the services set the level again from their `-v`/`--debug`.
+    """
     del version  # handled by its callback
+    configure_logging(debug=False)
 
 
 @app.command()

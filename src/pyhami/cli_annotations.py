@@ -6,7 +6,7 @@ pod-devices values, whose decoding has HAMi's one extra empty container (see bel
 VALUE or JSON of `-` is read from stdin. KEY is an annotation key (any vendor's register,
 to-allocate/allocated, pair-score, MIG, lock, handshake, bookkeeping, policy or selector
 key) or `reasons` for a filter-reason string. Pod-devices values decode as HAMi decodes them,
-so the trailing `;` shows as one more, empty, container (protocol.md A2).
+so the trailing `;` shows as one more, empty, container (as HAMi decodes it).
 """
 
 import dataclasses

@@ -1,4 +1,4 @@
-"""The chart's values as HAMi names them (ops.md §3.2–3.10): each one reaches what our code
+"""The chart's values as HAMi names them: each one reaches what our code
 reads (CLI flags and env parsed by the real commands, the device config by our loaders), keys the
 chart does not know are refused by name, and config changes roll the pods (checksums)."""
 

@@ -40,7 +40,7 @@ def scheduled_pod(
     *,
     env: dict[str, list[dict[str, str]]] | None = None,
 ) -> dict[str, Any]:
-    """A pod exactly as our scheduler leaves it at bind time (protocol.md §3.11, §4.4, §4.5):
+    """A pod exactly as our scheduler leaves it at bind time (to-allocate, bind-phase, node lock):
     one `;` segment per container, init containers first."""
     init = init or []
     env = env or {}

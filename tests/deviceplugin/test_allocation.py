@@ -80,7 +80,7 @@ def plan(
     )
 
 
-def test_spec_example_env_and_mounts() -> None:
+def test_hamis_example_env_and_mounts() -> None:
     result = plan((dev(A, 3000, 50),), AllocationSettings(lib_cuda_log_level="1"))
     assert result.envs == {
         "NVIDIA_VISIBLE_DEVICES": A,
@@ -214,7 +214,7 @@ def gpu_pod(init: list[tuple[str, int]], regular: list[tuple[str, int]]) -> dict
 
 
 def test_hami_dense_values_map_to_the_containers_that_asked() -> None:
-    # HAMi HEAD lists only GPU containers for NVIDIA (protocol.md A1): [A] for [init, main].
+    # HAMi HEAD lists only GPU containers for NVIDIA: [A] for [init, main].
     subject = gpu_pod([("setup", 0)], [("main", 1), ("side", 0), ("tail", 1)])
     dense: list[ContainerDevices] = [(dev(A, 1, 1),), (dev(B, 2, 2),), ()]
     assigned = tuple(dense)

@@ -1,5 +1,6 @@
 """The whole plugin on one simulated node: FakeNVML, FakeKubelet and the fake API server."""
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -84,6 +85,9 @@ async def test_survives_a_kubelet_restart(gpu_node: Node) -> None:
     devices = await again.wait_for_devices(lambda d: len(d) == 8)
     assert {d.health for d in devices} == {HEALTHY}
     await gpu_node.eventually(lambda: gpu_node.plugin is not None and gpu_node.plugin.starts == 2)
+    loops = sorted(t.get_name() for t in asyncio.all_tasks() if not t.done())
+    for loop in ("node-registration", "xid-health"):
+        assert loops.count(loop) == 1, f"the first instance's {loop} stops with it (HAMi leaks it)"
 
 
 async def test_xid_marks_unhealthy_in_both_places_and_recovers(gpu_node: Node) -> None:
@@ -143,7 +147,7 @@ def mounts(response) -> list[tuple[str, str, bool]]:  # type: ignore[no-untyped-
     return [(m.container_path, m.host_path, m.read_only) for m in response.mounts]
 
 
-async def test_allocate_gives_exactly_the_spec_env_and_mounts(gpu_node: Node) -> None:
+async def test_allocate_gives_exactly_hamis_env_and_mounts(gpu_node: Node) -> None:
     kubelet_plugin = await started(gpu_node)
     uuid = gpu_node.nvml.device_uuid(1)
     pod = gpu_node.bind(gpu_node.scheduled_pod("gpu-pod", [("main", [(uuid, 3000, 30)])]))

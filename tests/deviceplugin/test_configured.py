@@ -43,7 +43,7 @@ async def test_a_board_without_memory_or_preconfigured_size_is_left_out(gpu_node
     await gpu_node.eventually(lambda: len(gpu_node.registered()) == 1)
     (only,) = gpu_node.registered()
     assert only.id == gpu_node.nvml.device_uuid(0)
-    # Still advertised to kubelet (spec §3.2): only the scheduler does not know of it.
+    # Still advertised to kubelet, as HAMi does: only the scheduler does not know of it.
     kubelet_plugin = await gpu_node.kubelet.wait_for_plugin(RESOURCE)
     devices = await kubelet_plugin.wait_for_devices(lambda d: len(d) == 8)
     assert {d.ID.rsplit("-", 1)[0] for d in devices} == {

@@ -1,4 +1,4 @@
-"""Replica ids for kubelet and the preferred-allocation choice (device-plugin.md §2.3-2.4)."""
+"""Replica ids for kubelet and the preferred-allocation choice."""
 
 import pytest
 

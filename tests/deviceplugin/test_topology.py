@@ -1,4 +1,4 @@
-"""Pair scores from NVML link facts (device-plugin.md §3.5)."""
+"""Pair scores from NVML link facts."""
 
 from pyhami.deviceplugin.config import DeviceFilter
 from pyhami.deviceplugin.inventory import discover

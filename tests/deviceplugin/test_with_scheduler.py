@@ -1,5 +1,6 @@
 """A pod scheduled by our scheduler (through the kube-scheduler harness) gets, from Allocate,
-exactly the env and mounts of device-plugin.md §4.5 — on the GPU the scheduler chose."""
+exactly the env and mounts HAMi's plugin gives (libvgpu limits, preload, cache) — on the GPU the
+scheduler chose."""
 
 from pathlib import Path
 
@@ -25,7 +26,7 @@ def gpu_pod(name: str) -> dict[str, object]:
     }
 
 
-async def test_scheduled_pod_gets_the_spec_env_and_mounts(gpu_node: Node, tmp_path: Path) -> None:
+async def test_scheduled_pod_gets_hamis_env_and_mounts(gpu_node: Node, tmp_path: Path) -> None:
     await gpu_node.start()
     kubelet_plugin = await gpu_node.kubelet.wait_for_plugin(RESOURCE)
     await kubelet_plugin.wait_for_devices(lambda d: len(d) == 8)

@@ -1,4 +1,4 @@
-"""HAMi's NVIDIA Fit (nvidia-fit-score.md §5): check order, reasons, quirks, examples."""
+"""HAMi's NVIDIA Fit: check order, reasons, quirks, examples."""
 
 from collections.abc import Mapping
 

@@ -1,4 +1,4 @@
-"""MIG profile and placement choice (nvidia-fit-score.md §8.2-8.3)."""
+"""MIG profile and placement choice."""
 
 from pyhami.devices.nvidia.mig import (
     can_place_all,

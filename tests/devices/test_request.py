@@ -1,5 +1,5 @@
-"""HAMi `GenerateResourceRequests` (nvidia-fit-score.md §4), case by case, and the value check
-that refuses what nobody can honour."""
+"""HAMi `GenerateResourceRequests` (container limits to a request), case by case, and the value
+check that refuses what nobody can honour."""
 
 from typing import Any
 

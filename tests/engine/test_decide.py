@@ -1,4 +1,4 @@
-"""Whole decisions (scheduler.md §3, nvidia-fit-score.md §6): node choice, annotations, reasons."""
+"""Whole decisions: node choice, annotations, reasons."""
 
 from typing import Any
 
@@ -18,7 +18,7 @@ CANDIDATES = [N("node1"), N("node2")]
 
 
 def example_ledger() -> Ledger:
-    """scheduler.md §3.14: device1 holds 2000 MiB/25 %, device4 6000 MiB/75 %."""
+    """HAMi's worked scoring example: device1 holds 2000 MiB/25 %, device4 6000 MiB/75 %."""
     ledger = Ledger()
     ledger.upsert_node(N("node1"), inventory(card("device1"), card("device2")))
     ledger.upsert_node(N("node2"), inventory(card("device3"), card("device4")))
@@ -134,7 +134,7 @@ def test_app_containers_accumulate() -> None:
 
 
 def test_gpu_less_containers_keep_their_segment() -> None:
-    """Fix for HAMi ambiguity A1: one segment per container, init containers first."""
+    """HAMi fix "one segment per container": one segment per container, init containers first."""
     ledger = Ledger()
     ledger.upsert_node(N("node1"), inventory(card("g0", type_="NVIDIA-A100")))
     mixed = pod("p", {}, gpus(1, mem=100), init=({},))
@@ -306,7 +306,7 @@ def test_mig_request_may_ask_for_more_instances_than_cards() -> None:
 
 
 def test_quota_counts_init_containers_at_their_real_positions() -> None:
-    """Fix of scheduler.md §10.1 #3: HAMi would read the app entry as an init one (max, not
+    """HAMi fix "Init containers in quota": HAMi would read the app entry as an init one (max, not
     sum) and let 2 × 1500 MiB through a 2048 MiB quota."""
     ledger = Ledger()
     ledger.upsert_node(N("node1"), inventory(card("g0")))

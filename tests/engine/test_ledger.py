@@ -1,4 +1,4 @@
-"""The ledger: HAMi's usage rules (scheduler.md §3.4, §6.1) and add/remove == rebuild."""
+"""The ledger: HAMi's usage rules and add/remove == rebuild."""
 
 from dataclasses import replace
 from typing import Any

@@ -1,4 +1,4 @@
-"""Reading raw pods: pending plans and recorded allocations (scheduler.md §3.1, §6.1)."""
+"""Reading raw pods: pending plans and recorded allocations."""
 
 from typing import Any
 

@@ -1,4 +1,4 @@
-"""Device and node scores, and the card orders of every GPU policy (nvidia-fit-score.md §6)."""
+"""Device and node scores, and the card orders of every GPU policy."""
 
 import pytest
 
@@ -26,7 +26,7 @@ ASK = ContainerDeviceRequest(1, "NVIDIA", 1000, 101, 20)
 
 
 def test_node_score_is_existing_load() -> None:
-    """scheduler.md §3.14: node1 = 3.0, node2 = 8.0."""
+    """HAMi's worked scoring example: node1 = 3.0, node2 = 8.0."""
     assert node_score(used=1, count=20, usedcores=25, totalcore=200, usedmem=2000,
                       totalmem=16000) == pytest.approx(3.0)
     assert node_score(used=1, count=20, usedcores=75, totalcore=200, usedmem=6000,

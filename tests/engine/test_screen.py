@@ -133,7 +133,7 @@ def test_a_few_candidates_decide_as_if_alone(
 
 
 def test_absolute_memory_wins_over_percentage_in_the_screen() -> None:
-    """A pod giving both gpumem and gpumem-percentage books the absolute amount (§5.2 step 9)."""
+    """A pod giving both gpumem and gpumem-percentage books the absolute amount."""
     full = ([(1, 9950, 0, True, "NVIDIA-A100", False)], False)
     roomy = ([(1, 6000, 0, True, "NVIDIA-A100", False)], False)  # 4000 MiB free
     ledger = build([full] * 39 + [roomy])  # binpack visits the full nodes first: n39 is screened

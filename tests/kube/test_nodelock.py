@@ -1,4 +1,4 @@
-"""The node lock algorithm (protocol.md §4.5) over an in-memory node with resourceVersions."""
+"""HAMi's node lock algorithm over an in-memory node with resourceVersions."""
 
 from datetime import UTC, datetime, timedelta
 

@@ -1,6 +1,6 @@
 """Writes HAMi-core shared-region files byte by byte from the offsets printed in the specs.
 
-The numbers below are typed in from hami-core.md §4.3/§4.4 and ops.md §1.2, independently of
+The numbers below are typed in from HAMi-core's v1.2 and v0 region layouts, independently of
 `pyhami.monitor.layout`; `test_layout.py` checks that the two tables agree, and the reader tests
 read files made here, so a wrong offset in either place fails a test.
 """

@@ -189,7 +189,7 @@ _CONTAINER = st.tuples(
 def test_feedback_matches_the_spec_text(containers: list[tuple[int, int, int, set[bytes]]]) -> None:
     targets = [_Target(rk, sw, p, tuple(sorted(keys))) for rk, sw, p, keys in containers]
     feedback.observe(targets)
-    # The spec, read literally: decremented rk; active = still > 0 with priority >= 0.
+    # HAMi's rule, read literally: decremented rk; active = still > 0 with priority >= 0.
     after = [rk - 1 if rk > 0 else rk for rk, _, _, _ in containers]
     active = [a > 0 and p >= 0 for a, (_, _, p, _) in zip(after, containers, strict=True)]
     for i, (_, _, p, keys) in enumerate(containers):

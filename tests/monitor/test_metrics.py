@@ -1,4 +1,4 @@
-"""Every exported series and label, from region files written from the spec's offsets."""
+"""Every exported series and label, from region files written from HAMi-core's offsets."""
 
 import json
 from pathlib import Path

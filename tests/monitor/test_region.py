@@ -1,4 +1,4 @@
-"""The region reader on files written byte by byte from the spec's offsets."""
+"""The region reader on files written byte by byte from HAMi-core's offsets."""
 
 import mmap
 import os

@@ -126,7 +126,7 @@ def finish(process: subprocess.Popen[str], timeout: float = 60) -> Run:
     return Run(parse(stdout), stderr, process.returncode)
 
 
-# The v1.2 offsets of hami-core.md §4.3, written out independently of the C headers.
+# HAMi-core's v1.2 region offsets, written out independently of the C headers.
 REGION_V1_SIZE = 2_008_952
 SLOT_SIZE = 1960
 PROCS_AT = 1856

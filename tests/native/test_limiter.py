@@ -72,7 +72,7 @@ def test_switch_off_from_the_monitor_stops_throttling_but_still_reports_activity
         region.write_recent_kernel(0)
         series = launch_for(vgpu, env, 500)
         assert series[-1] >= 100 * CAPACITY, "switch 0: the container is alone on its GPU"
-        assert region.feedback().recent_kernel == 2, "HAMi-core latched here (hami-core.md §5.5)"
+        assert region.feedback().recent_kernel == 2, "HAMi-core stops reporting"
         region.write_utilization_switch(1)
         assert last_second(launch_for(vgpu, env, 1500)) <= TRICKLE
     finally:

@@ -126,8 +126,9 @@ def test_fork_child_shares_the_limit_and_gives_back_on_exit(each_vgpu: Harness) 
 
 
 def test_slots_never_move_when_others_come_and_go(vgpu: Harness) -> None:
-    """hami-core.md §8.1: [A dead, B dead, C live] + D joins; C allocates; E must be refused.
-    HAMi-core moved C's slot under it, lost C's later usage and let E exceed the limit."""
+    """HAMi-core fix "slots never move": [A dead, B dead, C live] + D joins; C allocates; E must
+    be refused. HAMi-core moved C's slot under it, lost C's later usage and let E exceed the limit.
+    """
     env = {"CUDA_DEVICE_MEMORY_LIMIT_0": "1g", "STUB_LEDGER": str(vgpu.tmp / "ledger"),
            "STUB_LEDGER_LIMIT": str(GiB)}
     a = hold(vgpu, "a", "alloc", "100m", env=env)

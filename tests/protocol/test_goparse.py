@@ -1,4 +1,4 @@
-"""Go's strconv and strings behaviour, reproduced (protocol.md §1 parsing primitives)."""
+"""Go's strconv and strings behaviour, reproduced (the parsing primitives the formats rely on)."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""Go encoding/json rules applied to the JSON formats (protocol.md §1)."""
+"""Go encoding/json rules applied to the JSON formats."""
 
 import pytest
 
@@ -31,7 +31,7 @@ def test_unknown_keys_ignored_nulls_are_zero_and_legacy_fields_accepted() -> Non
     (device,) = decode_node_devices(value)
     assert device.index == 0 and device.device_vendor == "NVIDIA"
     assert device.custom_info == {"k": 1.0}
-    assert device.mode == ""  # the JSON form does not default the mode (protocol.md A4)
+    assert device.mode == ""  # the JSON form does not default the mode, as HAMi's
 
 
 @pytest.mark.parametrize(

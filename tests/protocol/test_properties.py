@@ -166,7 +166,7 @@ def test_container_devices_round_trip(devices: tuple[ContainerDevice, ...]) -> N
 def test_pod_devices_round_trip_adds_exactly_one_empty_container(
     containers: tuple[tuple[ContainerDevice, ...], ...],
 ) -> None:
-    """protocol.md A2: the trailing `;` decodes as one more (empty) container."""
+    """Kept from HAMi: the trailing `;` decodes as one more (empty) container."""
     encoded = encode_pod_single_device(containers)
     assert decode_pod_single_device(encoded) == (*containers, ())
     checklist = {NVIDIA_VENDOR: KEY_NVIDIA_TO_ALLOCATE}

@@ -1,4 +1,4 @@
-"""Selection, policy, reason, weight, handshake, time and patch values (protocol.md §3.7-3.11)."""
+"""Selection, policy, reason, weight, handshake, time and patch values."""
 
 from datetime import UTC, datetime, timedelta
 
@@ -186,7 +186,7 @@ def test_reasons_sort_as_whole_strings() -> None:
     assert format_reasons({}, 3) == ""
 
 
-def test_reasons_spec_examples() -> None:
+def test_reasons_hami_examples() -> None:
     counts = {
         Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST: 1,
         Reason.CARD_MIG_TOPOLOGY_INFEASIBLE: 1,
@@ -331,7 +331,7 @@ def test_pod_patch_label_only_for_a_non_empty_node() -> None:
 
 
 def test_pod_single_device_builds_one_segment_per_container() -> None:
-    """The A1 decision: init containers first, then app containers, empty where none."""
+    """One segment per container: init containers first, then app containers, empty where none."""
     gpu = ContainerDevice("GPU-a", "NVIDIA", 1000, 10)
     built = pod_single_device(3, {2: (gpu,)})
     assert built == ((), (), (gpu,))

@@ -4,7 +4,7 @@ Everything talks over real sockets: the scheduler's informers and writes go to t
 FakeKubeAPIServer over HTTP, the API double calls the scheduler's webhook over HTTPS, and
 the tests call /filter and /bind over HTTPS. `DevicePluginDouble` plays the one part of a
 device plugin the scheduler depends on: after a pod is bound it marks it allocated and
-releases the node lock, as HAMi's plugin does after Allocate (protocol.md §4.6 step 5).
+releases the node lock, as HAMi's plugin does after Allocate.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A pod is created through the API double (which calls our webhook over HTTPS), the
 KubeSchedulerHarness filters and binds it through our extender over HTTPS, and the pod ends
-up bound with HAMi's annotations; bad input and API failures get the spec's answers.
+up bound with HAMi's annotations; bad input and API failures get HAMi's answers.
 """
 
 import asyncio

@@ -1,4 +1,4 @@
-"""Webhook decisions (scheduler.md §7, nvidia-fit-score.md §9.1) and the owned-annotation rule."""
+"""Webhook decisions and the owned-annotation rule."""
 
 import copy
 import json

@@ -176,7 +176,7 @@ async def test_only_our_components_may_change_a_pods_allocation_record() -> None
 
 
 async def test_a_pod_asking_only_for_a_card_gets_it_whole() -> None:
-    """ops.md §4.3's short form: `nvidia.com/gpu` alone means all its memory and cores."""
+    """HAMi's short form: `nvidia.com/gpu` alone means all its memory and cores."""
     async with DemoCluster(DemoSettings(nodes=1, gpus=1)) as cluster:
         whole = one_pod("whole", "{nvidia.com/gpu: 1}")
         (placed,) = await submit_all(cluster, parse_pods(whole, "pods.yaml"))

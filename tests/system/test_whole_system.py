@@ -253,7 +253,7 @@ async def test_every_dashboard_panel_shows_live_series_with_its_legend_labels(
 
 
 async def test_hami_e2e_overcommit_three_containers_at_40_percent_cores_on_one_gpu() -> None:
-    """HAMi's e2e "overcommit" case (ops.md §8): the sample pod with three identical
+    """HAMi's e2e "overcommit" case: the sample pod with three identical
     containers (1 GPU, 300 MiB, 40 % cores each) on a node with one GPU gets a FilteringFailed
     event containing "no available node"; the e2e request alone runs."""
 

@@ -11,7 +11,7 @@
 
 #include "vgpu_log.h"
 
-/* The v1.2 ABI the HAMi monitor reads (hami-core.md §4.3, ops.md §1.2). */
+/* The v1.2 ABI the HAMi monitor reads (glibc x86-64 sizes). */
 _Static_assert(sizeof(sem_t) == 32, "glibc x86-64 sem_t");
 _Static_assert(sizeof(struct vgpu_device_memory) == 64, "device_memory_t");
 _Static_assert(offsetof(struct vgpu_device_memory, data_size) == 16, "data_size");

@@ -1,4 +1,4 @@
-/* The shared region: HAMi-core's v1.2 file layout, byte for byte (hami-core.md §4.3), followed
+/* The shared region: HAMi-core's v1.2 file layout, byte for byte, followed
  * by a libvgpu extension that HAMi's monitor does not read (it accepts any file at least as
  * large as the v1 struct). The extension holds the robust process-shared lock that makes
  * check-and-charge atomic across the container's processes. */

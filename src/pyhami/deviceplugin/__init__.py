@@ -1,4 +1,4 @@
-"""The NVIDIA device plugin (`pyhami device-plugin`), per shared/spec/device-plugin.md.
+"""The NVIDIA device plugin (`pyhami device-plugin`), wire-compatible with HAMi's.
 
 Kept free of imports so that `pyhami.deviceplugin.api` (the kubelet protocol) loads alone.
 The pieces, top down:

@@ -127,7 +127,7 @@ def _container_at(
 
     HAMi maps entry i to the i-th container (init first). That holds for the one-segment-per-
     container encoding (ours), but not for HAMi HEAD's dense NVIDIA values, which list only
-    containers that got GPUs (protocol.md A1). Both are served by mapping the k-th non-empty
+    containers that got GPUs. Both are served by mapping the k-th non-empty
     entry of the scheduler's (never rewritten) allocated value to the k-th container asking for
     `resource`; without that information, HAMi's positional rule is used.
     """

@@ -142,7 +142,7 @@ class Allocator:
         self._follow_kubelet = follow_kubelet_choice
         self._resource = resource_name
         self._new_cache_id = new_cache_id
-        self._mig = mig  # dynamic MIG mode: instances instead of HAMi-core (§4.6)
+        self._mig = mig  # dynamic MIG mode: instances instead of HAMi-core limits
         self._lock = asyncio.Lock()
 
     async def allocate(self, request: api_pb2.AllocateRequest) -> api_pb2.AllocateResponse:
@@ -196,7 +196,7 @@ class Allocator:
             responses = await self._mig.serve(pod, mig_slots)
         for response in responses:
             response.envs.update(self._settings.toolkit_env)
-        # HAMi rewrites decode→encode, which adds one `;` per call (protocol.md A2); kept for
+        # HAMi rewrites decode→encode, which adds one `;` per call; kept for
         # byte compatibility with HAMi's own readers.
         blanked = encode_pod_single_device(tuple(entries))
         await self._kube.patch_pod(

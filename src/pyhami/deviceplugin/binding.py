@@ -1,11 +1,11 @@
 """The pod being bound to this node, and the end of its bind: bind-phase and the node lock.
 
-Finding the pod follows device-plugin.md §4.1 with one fix (HAMi bug §9.11 / protocol A10): a
-lock owner is used only if it really is a pod being bound here (its `hami.io/vgpu-node` is this
-node, bind-phase `allocating`/`success`, not being deleted); a stale owner falls through to the
-scan instead of handing out another pod's devices. The scan takes the oldest bind first.
-Releasing the lock is protocol.md §4.5 `ReleaseNodeLock` with the owner check, by
-`pyhami.kube.NodeLocker`.
+Finding the pod is HAMi's (the node lock's owner, else a scan of the node's pods) with one fix
+(docs/hami-compatibility.md, "Stale lock owner"): a lock owner is used only if it really is a pod
+being bound here (its `hami.io/vgpu-node` is this node, bind-phase `allocating`/`success`, not being
+deleted); a stale owner falls through to the scan instead of handing out another pod's devices. The
+scan takes the oldest bind first. Releasing the lock is HAMi's `ReleaseNodeLock` (only if this pod
+still owns it), by `pyhami.kube.NodeLocker`.
 
 A bind-phase that cannot be written (the API server or an admission webhook is down) is not
 left behind: it is written again in the background, with backoff, until it lands or the pod is

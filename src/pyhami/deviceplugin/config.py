@@ -1,5 +1,5 @@
 """The device plugin's effective settings: built-in defaults < CLI flags < device-config YAML <
-per-node JSON (device-plugin.md §1.2).
+per-node JSON (the `nodeconfig` entry naming this node).
 
 Deviations from HAMi, on purpose:
 - CLI flags take effect (HAMi parses `--device-split-count` & co. and ignores them); they act as
@@ -52,7 +52,7 @@ class DeviceFilter:
 
 @dataclass(frozen=True, slots=True)
 class VgpuConfig:
-    """The vGPU knobs of device-plugin.md §1.2 after every layer is applied."""
+    """The vGPU knobs (split count, scaling, core limit, ...) after every layer is applied."""
 
     resource_name: str = "nvidia.com/gpu"
     device_split_count: int = 10

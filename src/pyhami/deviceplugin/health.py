@@ -1,4 +1,4 @@
-"""GPU health from NVML XID events, with recovery (HAMi never recovers, device-plugin.md §6, §9.6).
+"""GPU health from NVML XID events, with recovery (HAMi never recovers).
 
 A card becomes unhealthy on a fatal XID, when its events cannot be watched, or when the event
 wait itself fails. It becomes healthy again once it has been quiet for `recovery_after` seconds

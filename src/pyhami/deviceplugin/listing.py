@@ -40,7 +40,7 @@ def kubelet_devices(
 
 
 def physical_id(kubelet_id: str) -> str:
-    """The GPU behind a kubelet id: `<uuid>-<n>` or `<uuid>::<n>` -> `<uuid>` (spec §2.4)."""
+    """The GPU behind a kubelet id: `<uuid>-<n>` or `<uuid>::<n>` -> `<uuid>`."""
     if "::" in kubelet_id:
         return kubelet_id.split("::", 1)[0]
     head, sep, tail = kubelet_id.rpartition("-")
@@ -57,7 +57,7 @@ class NoPreferenceError(ValueError):
 def preferred_replicas(
     available: Sequence[str], must_include: Sequence[str], desired: Sequence[str], size: int
 ) -> list[str]:
-    """Replica ids on the GPUs the scheduler chose (`desired`, one UUID per device), spec §2.4."""
+    """Replica ids on the GPUs the scheduler chose (`desired`, one UUID per device)."""
     if len(desired) < size:
         raise NoPreferenceError(f"scheduler assigned {len(desired)} devices, kubelet wants {size}")
     chosen = list(must_include)

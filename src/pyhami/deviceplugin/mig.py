@@ -1,4 +1,4 @@
-"""Dynamic MIG (`operatingmode: mig`, device-plugin.md §5.1) on NVML: the MIG manager.
+"""Dynamic MIG (`operatingmode: mig`) on NVML: the MIG manager.
 
 The scheduler reserves an exact (GPU, profile, placement) in `hami.io/vgpu-mig-allocations`;
 this module publishes each GPU's profiles, creates the reserved GPU instance (GI) and compute
@@ -6,7 +6,7 @@ instance (CI) at Allocate, destroys instances no live pod references, and at sta
 GPUs and adopts the instances live pods still use. Everything here is blocking NVML work, called
 from worker threads; one lock per GPU keeps creates and destroys on a card in order.
 
-Deviations from HAMi (§7 item 14), on purpose:
+Deviations from HAMi (docs/hami-compatibility.md), on purpose:
 - A profile name resolves to the NVML profile whose own name matches (`1g.20gb` and `1g.10gb+me`
   are distinct profiles of one slice count); HAMi maps every name to its slice count's base
   profile. Only when the driver reports no profile names is HAMi's rule used.
@@ -138,7 +138,7 @@ class MigManager:
         )
 
     def publish(self, gpu: Gpu) -> tuple[MigProfile, ...]:
-        """`migProfiles` of the card (§5.1); profiles NVML cannot describe are left out.
+        """The card's `migProfiles` (register annotation); what NVML cannot describe is left out.
 
         Profiles and placements do not change while the plugin runs, so once every allowed
         profile is published the answer is kept and later scans ask NVML nothing; a partial

@@ -1,9 +1,9 @@
 """Dynamic MIG against the API: Allocate's answer, the runtime-identity patch, the reconciler.
 
-Deviation from HAMi (§7 item 14): the identity patch carries the resourceVersion of the pod as
-just read and, on 409 Conflict, re-reads the pod and merges again (bounded), so the second
-container of a pod, or a concurrent writer, cannot make the identity get lost. HAMi patches with
-the version read at the start of Allocate and gives up.
+Deviation from HAMi (see docs/hami-compatibility.md): the identity patch carries the resourceVersion
+of the pod as just read and, on 409 Conflict, re-reads the pod and merges again (bounded), so the
+second container of a pod, or a concurrent writer, cannot make the identity get lost. HAMi patches
+with the version read at the start of Allocate and gives up.
 """
 
 import asyncio

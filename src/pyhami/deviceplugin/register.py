@@ -1,11 +1,12 @@
-"""Publishing the node's GPUs in `hami.io/node-nvidia-register` (device-plugin.md §3).
+"""Publishing the node's GPUs in `hami.io/node-nvidia-register`.
 
 Every 30 s (5 s after an error), and right away when a card's health changes: read NVML, build
 the annotation(s), and merge-patch the node only if what is on the node differs. Because the
 comparison is with the node itself, a failed patch is simply retried with the newest value
-(HAMi caches the value before patching and never retries, §9.4), and an annotation deleted by
-someone else is put back. GPUs are listed in index order (HAMi's order is random, §9.3). An NVML
-failure on one card publishes it unhealthy instead of crashing the plugin (§9.7).
+(HAMi caches the value before patching and never retries), and an annotation deleted by
+someone else is put back. GPUs are listed in index order (HAMi's order is random). An NVML
+failure on one card publishes it unhealthy instead of crashing the plugin.
+Each is a fix listed in docs/hami-compatibility.md.
 """
 
 import asyncio
@@ -49,7 +50,7 @@ def device_info(
     mig_profiles: tuple[MigProfile, ...] = (),
     mig_count: int = 0,
 ) -> DeviceInfo:
-    """One annotation entry (spec §3.2): scaled memory and cores, split count, mode, health.
+    """One annotation entry: scaled memory and cores, split count, mode, health.
 
     Dynamic MIG: unscaled memory, devcore 100, count = most instances of any profile.
     """

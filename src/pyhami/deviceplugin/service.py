@@ -3,8 +3,8 @@
 `DevicePlugin.run(stop)` loops over plugin instances. An instance reads the configuration,
 discovers GPUs, serves the DevicePlugin API on `<plugin dir>/nvidia-<name>.sock`, registers with
 kubelet, and runs its node-registration and health tasks. When kubelet restarts (its socket is
-re-created, or ours was removed) the instance is stopped, its tasks with it (HAMi leaks them,
-§9.5), and a new one starts. Card health is kept across instances.
+re-created, or ours was removed) the instance is stopped, its tasks with it (HAMi leaks them), and a
+new one starts. Card health is kept across instances.
 """
 
 import asyncio
@@ -68,7 +68,7 @@ def _remove_stale_mig_apply_lock(lock: Path) -> None:
 
 
 def socket_name(resource_name: str) -> str:
-    """`nvidia.com/gpu` -> `nvidia-gpu.sock` (spec §2.1)."""
+    """`nvidia.com/gpu` -> `nvidia-gpu.sock`, in kubelet's device-plugin folder."""
     return f"nvidia-{resource_name.rsplit('/', 1)[-1]}.sock"
 
 

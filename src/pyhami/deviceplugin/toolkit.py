@@ -1,4 +1,4 @@
-"""NVIDIA container-toolkit features the plugin passes through Allocate (spec §4.4, §5.4).
+"""NVIDIA container-toolkit features the plugin passes through Allocate.
 
 With the `envvar` device-list strategy (the only one pyhami serves) these are environment
 variables the NVIDIA container runtime acts on: `NVIDIA_GDRCOPY`, `NVIDIA_GDS` and

@@ -1,4 +1,4 @@
-"""GPU pair scores for `hami.io/node-nvidia-score` (device-plugin.md §3.5), from NVML link facts.
+"""GPU pair scores for `hami.io/node-nvidia-score`, from NVML link facts.
 
 Score of an ordered pair = the PCIe common-ancestor score (same board 60 ... across CPUs 10)
 + 100 per NVLink between them. Direct NVLinks are counted by matching each active link's far-end

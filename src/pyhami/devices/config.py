@@ -1,4 +1,4 @@
-"""HAMi's `device-config.yaml`, as pydantic models with the chart's defaults (scheduler.md §1.6).
+"""HAMi's `device-config.yaml`, as pydantic models with the chart's defaults.
 
 HAMi reads the file with yaml.v2, non-strict: unknown keys are ignored, and so are we.
 Sections of vendors pyhami has no backend for yet are kept verbatim in `other_vendors`.
@@ -28,7 +28,7 @@ KNOWN_SECTIONS = (
     "biren",
     "vnpus",
 )
-# `<≥1 char>g.<anything>`, checked by HAMi at start-up (nvidia-fit-score.md §8.1).
+# `<≥1 char>g.<anything>`, checked by HAMi at start-up.
 _MIG_PROFILE = re.compile(r".+g\..*", re.DOTALL)
 
 
@@ -67,7 +67,7 @@ class NvidiaConfig(_Section):
     mig_profile_allowlist: tuple[MigAllowlistEntry, ...] = Field(
         default=(), alias="migProfileAllowlist"
     )
-    # Device-plugin-only knobs: the scheduler parses and ignores them (scheduler.md §1.6).
+    # Device-plugin-only knobs: the scheduler parses and ignores them.
     device_split_count: int = Field(default=10, alias="deviceSplitCount")
     device_memory_scaling: float = Field(default=1.0, alias="deviceMemoryScaling")
     device_core_scaling: float = Field(default=1.0, alias="deviceCoreScaling")

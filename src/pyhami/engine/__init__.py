@@ -27,7 +27,7 @@ How a service uses it::
     quotas.set_quota(uid, namespace, quota["spec"]["hard"]); quotas.remove_quota(uid)
 
     # POST /filter with NodeNames
-    ledger.remove_pod(key)                        # HAMi §3.3: drop the pod's old reservation
+    ledger.remove_pod(key)                        # as HAMi: drop the pod's old reservation
     decision = engine.decide(pod, node_names, ledger,
                              config=engine_config, quotas=quotas, now=datetime_or_unix_seconds)
     if decision.allocation is not None:           # Outcome.SCHEDULED

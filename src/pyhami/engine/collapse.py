@@ -1,4 +1,4 @@
-"""A pod's usage per card from its per-container entries (protocol.md §4.8, scheduler.md §6.2).
+"""A pod's usage per card from its per-container entries (HAMi's init-container collapse).
 
 A pod's containers run in phases. Classic init containers run one after another, each beside
 the native sidecars (init containers with `restartPolicy: Always`) started before it; then

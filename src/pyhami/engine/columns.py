@@ -3,7 +3,7 @@
 When no node fits, HAMi's answer still needs every node's reason counts, which in Python
 means the Fit loop over every card of the cluster. For the common request — one GPU
 container, no NUMA binding, no quota, no type or UUID filters — a card's fate does not
-depend on card order, so HAMi's check sequence (nvidia-fit-score.md §5.2) can be run as
+depend on card order, so HAMi's Fit check sequence can be run as
 array operations over all cards, and per-node counts taken with one `bincount`.
 Nodes with MIG cards are never screened here: their Fit revisits cards.
 

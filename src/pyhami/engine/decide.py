@@ -4,7 +4,7 @@
 returns a `Decision` that carries everything the caller needs — the annotations to patch, the
 allocation to reserve in the ledger, the reason for every node that does not fit.
 
-It makes HAMi's decision (scheduler.md §3.5-3.12, nvidia-fit-score.md §6) without HAMi's cost:
+It makes HAMi's decision (score every candidate, pick by node policy) without HAMi's cost:
 candidate nodes are visited in policy order straight from the ledger's sorted node scores, so
 the first node that fits is the winner and the rest need no work. Ties between equal node
 scores, which HAMi leaves to goroutine timing, go to the smaller node name.
@@ -93,8 +93,8 @@ def decide(
 ) -> Decision:
     """Decide where `pod` goes among `candidates`. Pure: reads the ledger, returns a Decision.
 
-    The caller removes the pod's own earlier reservation from the ledger first (HAMi
-    scheduler.md §3.3), so a re-filtered pod does not compete with itself.
+    The caller removes the pod's own earlier reservation from the ledger first (as HAMi
+    does), so a re-filtered pod does not compete with itself.
     By default a scheduled decision carries no failed nodes (HAMi's `/filter` answer on
     success) and the search stops at the winner. With `all_reasons`, every candidate gets its
     verdict (fits, or the reason) through the cheap paths — enough for events on every filter.
@@ -198,7 +198,7 @@ def _error_decision(pod: Mapping[str, Any], message: str) -> Decision:
 
 
 def _annotations(winner: NodeVerdict, now: datetime | int) -> dict[str, str]:
-    """What HAMi's Filter patches onto the pod (scheduler.md §3.13), time from `now`."""
+    """What HAMi's Filter patches onto the pod (node, time, devices), time from `now`."""
     moment = datetime.fromtimestamp(now, UTC) if isinstance(now, int) else now
     encoded = encode_pod_single_device(winner.devices)
     annotations = {

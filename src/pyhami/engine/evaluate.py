@@ -1,4 +1,4 @@
-"""Evaluating one pod on one node, HAMi's `scoreNode` (nvidia-fit-score.md §6.6), three ways.
+"""Evaluating one pod on one node, HAMi's `scoreNode`, three ways.
 
 * full: init containers each from the node's usage, app containers accumulating on working
   copies, cards in policy order; it picks the cards;
@@ -214,7 +214,7 @@ class Screen:
 def evaluate(
     node: LedgerNode, cycle: Cycle, *, quick: bool = False, trace: bool = False
 ) -> NodeVerdict:
-    """HAMi `scoreNode` for one pod on one node (nvidia-fit-score.md §6.6).
+    """HAMi `scoreNode` for one pod on one node.
 
     Classic init containers each start from the node's current usage plus the sidecars
     started before them; sidecars and app containers accumulate on one copy, and the card
@@ -374,9 +374,10 @@ def _quota_check(
 ) -> QuotaCheck:
     """HAMi `fitQuota`, with the pod's true container indexes (a HAMi bug fixed, see below).
 
-    HAMi builds the hypothetical pod from the app containers alone during the app phase, so
-    its collapse takes the first app containers for init containers and under-counts
-    (scheduler.md §10.1 #3); here the init allocations are included at their real positions.
+    HAMi builds the hypothetical pod from the app containers alone during the app phase, so its
+    collapse takes the first app containers for init containers and under-counts
+    (docs/hami-compatibility.md, "Init containers in quota"); here the init allocations are included
+    at their real positions.
     """
     before = tuple(allocated)
 
@@ -408,7 +409,7 @@ def _book(
                     f"AddResourceUsage failed for device {card.id}: "
                     "MIG profile and placement allocation failed"
                 )
-            # The instance's real size replaces the request (nvidia-fit-score.md §8.4).
+            # The instance's real size replaces the request, as in HAMi.
             device = replace(  # noqa: PLW2901
                 device, usedmem=choice.profile.memory_mb, usedcores=choice.profile.core
             )

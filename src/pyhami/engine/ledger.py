@@ -1,6 +1,6 @@
 """The usage ledger: every card's used slots, memory and cores, kept up to date incrementally.
 
-HAMi rebuilds all usage from all pods on every filter call (scheduler.md §3.4). Here a node
+HAMi rebuilds all usage from all pods on every filter call. Here a node
 registration or a pod allocation is applied once, when it changes, at a cost of O(devices of
 the pod) — O(pods on the node) when the node's registration changes. The invariant, checked by
 property tests: after any sequence of changes the ledger equals one built from scratch from
@@ -375,7 +375,7 @@ class Ledger:
                 del order[at]
 
     def _apply(self, record: _PodRecord, node: LedgerNode) -> None:
-        """Add one pod's usage and MIG bookkeeping to `node` (scheduler.md §3.4 step 3)."""
+        """Add one pod's usage and MIG bookkeeping to `node`, by HAMi's usage rules."""
         applied = _Applied([], [], [], False)
         reservations: dict[str, list[MigPlacement]] = {}
         for allocation in record.allocation.mig_allocations:

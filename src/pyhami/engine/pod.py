@@ -179,7 +179,7 @@ def init_containers_finished(pod: Mapping[str, Any]) -> bool:
 
 
 def allocation_of(pod: Mapping[str, Any]) -> PodAllocation | None:
-    """The allocation a scheduled pod records, as HAMi's pod informer reads it (§6.1).
+    """The allocation a scheduled pod records, as HAMi's pod informer reads it.
 
     None when the pod holds nothing: no `hami.io/vgpu-node`, no allocated annotation, or a
     finished pod (Succeeded/Failed). A terminating pod keeps its reservation. An invalid MIG
@@ -199,7 +199,7 @@ def allocation_of(pod: Mapping[str, Any]) -> PodAllocation | None:
     try:
         migs = decode_mig_allocations(annotations.get(KEY_MIG_ALLOCATIONS, ""))
     except ProtocolError:
-        migs = ()  # HAMi ignores an invalid MIG annotation (scheduler.md §3.4)
+        migs = ()  # HAMi ignores an invalid MIG annotation
     init_count, all_containers = pod_containers(pod)
     return PodAllocation(
         key=key,

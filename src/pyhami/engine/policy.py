@@ -1,4 +1,4 @@
-"""Scores and orderings: which card and which node a policy prefers (nvidia-fit-score.md §6).
+"""Scores and orderings: which card and which node a policy prefers.
 
 Scores are IEEE float32 like HAMi's Go `float32`: every operation is rounded to float32
 (a float64 result of one operation on float32 inputs, rounded once more, is exactly the float32
@@ -34,7 +34,7 @@ def device_score(
     """HAMi `ComputeScore`: predicted load of the card with this container's requests.
 
     A request counts only when its type equals the card type exactly, so for real cards
-    (`NVIDIA-<model>` vs the request type `NVIDIA`) only the existing usage counts (§6.3).
+    (`NVIDIA-<model>` vs the request type `NVIDIA`) only the existing usage counts, as in HAMi.
     """
     if card.count == 0 or card.totalcore == 0 or card.totalmem == 0:
         return 0.0
@@ -73,7 +73,7 @@ CardSortKey = Callable[[float, CardState], tuple[float, ...]]
 
 
 def card_order(policy: str, numa_bind: bool) -> CardSortKey:
-    """The sort key (ascending = tried last) for a GPU policy string (§6.4)."""
+    """The sort key (ascending = tried last) for a GPU policy string."""
     if "," in policy or policy == GpuPolicy.NUMA:
         chain: list[str] = []
         for item in policy.split(","):
@@ -120,7 +120,7 @@ def sort_cards(
 
     Go's `sort.Sort` is a stable insertion sort for up to 12 elements, so this matches HAMi
     exactly there; beyond 12 cards Go's pdqsort orders ties in a way only a port of it would
-    reproduce, and here ties simply keep their previous order (nvidia-fit-score.md §1.3).
+    reproduce, and here ties simply keep their previous order.
     """
     keyed = [(key(device_score(card, requests, weights), card), n) for n, card in enumerate(cards)]
     keyed.sort()

@@ -1,4 +1,4 @@
-"""ResourceQuota limits on NVIDIA memory and cores per namespace (scheduler.md §6.3).
+"""ResourceQuota limits on NVIDIA memory and cores per namespace.
 
 Limits come from `spec.hard["limits.<memory or core resource name>"]`; `requests.*`, bare names
 and the count resource are ignored, as in HAMi. Usage is the ledger's own accounting.

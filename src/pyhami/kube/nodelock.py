@@ -1,6 +1,6 @@
 """HAMi's node lock (`hami.io/mutex.lock`), over any API that can GET and merge-PATCH a node.
 
-The algorithm is protocol.md §4.5 / scheduler.md §4.1: the lock value names its owner pod,
+The algorithm is HAMi's: the lock value names its owner pod,
 it expires after `timeout`, a lock whose owner pod is gone is dangling and taken over, and
 every write carries the node's resourceVersion so two writers cannot both win. The scheduler
 takes the lock (and releases it only when its own bind fails); the device plugin releases it

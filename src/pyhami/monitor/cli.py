@@ -1,4 +1,4 @@
-"""`pyhami monitor`: HAMi's vGPUmonitor flags and environment (ops.md §1.1).
+"""`pyhami monitor`: HAMi's vGPUmonitor flags and environment.
 
 Startup follows HAMi: check HOOK_PATH and NODE_NAME, connect to the API server, wait for the
 pod cache to sync (failure aborts), then serve `/metrics` and run the 5 s loop until SIGINT or

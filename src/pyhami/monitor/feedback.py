@@ -1,4 +1,4 @@
-"""The 5-second priority and utilisation feedback (ops.md §1.6, hami-core.md §5.5), as HAMi does it.
+"""The 5-second priority and utilisation feedback, as HAMi does it.
 
 1. Activity census: `recentKernel` > 0 is decremented and written back; if still > 0 the
    container is active, counted per device UUID at its priority (when priority >= 0).

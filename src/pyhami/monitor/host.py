@@ -1,4 +1,4 @@
-"""The physical GPUs as NVML reports them at scrape time (ops.md §1.7).
+"""The physical GPUs as NVML reports them at scrape time.
 
 NVML is opened and closed around each read, as HAMi does. A failing card is logged and the
 others are still read; memory `NOT_SUPPORTED` (unified-memory boards) skips that card quietly.

@@ -1,4 +1,4 @@
-"""Byte layouts of the HAMi-core shared region, v0 and v1 (hami-core.md §4.3-4.4, ops.md §1.2).
+"""Byte layouts of the HAMi-core shared region, v0 and v1 (libvgpu writes v1).
 
 Every offset the monitor reads or writes is pinned here, once; `tests/monitor/test_layout.py`
 checks each one against the numbers printed in the spec. Little-endian, x86-64 C ABI.

@@ -1,4 +1,4 @@
-"""The monitor's Prometheus surface (ops.md §2.1-§2.3), built fresh on every scrape.
+"""The monitor's Prometheus surface, built fresh on every scrape.
 
 Names, labels and help texts are HAMi's; every family carries `zone="vGPU"` except
 `hami_build_info`; the legacy twins appear only with `--legacy-metrics`. pyhami adds two
@@ -50,7 +50,7 @@ HOST_UTIL = _Spec("hami_host_gpu_utilization_ratio", "GPU core utilization ratio
 HOST_MEMORY_CONTROLLER = _Spec(
     "hami_host_gpu_memory_controller_utilization_ratio",
     "GPU memory controller utilization ratio (0-100)",
-    _HOST[1:],  # HAMi leaves `node` off this one (ops.md §10.3)
+    _HOST[1:],  # HAMi leaves `node` off this one; kept
 )
 VGPU_USED = _Spec("hami_vgpu_memory_used_bytes", "vGPU device memory usage in bytes", _VGPU)
 VGPU_LIMIT = _Spec("hami_vgpu_memory_limit_bytes", "vGPU device memory limit in bytes", _VGPU)
@@ -76,7 +76,7 @@ LAST_KERNEL = _Spec(
 )
 MIG_INFO = _Spec("hami_mig_device_info", "MIG runtime identity for a container allocation", _MIG)
 
-# Legacy twins (ops.md §2.3): the same values under the pre-v2.9 names and labels.
+# Legacy twins: the same values under the pre-v2.9 names and labels.
 LEGACY_HOST_MEMORY = _Spec("HostGPUMemoryUsage", HOST_MEMORY.help, _HOST_LEGACY)
 LEGACY_HOST_UTIL = _Spec("HostCoreUtilization", HOST_UTIL.help, _HOST_LEGACY)
 LEGACY_USED = _Spec("vGPU_device_memory_usage_in_bytes", VGPU_USED.help, _VGPU_LEGACY)

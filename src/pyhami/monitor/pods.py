@@ -1,6 +1,6 @@
 """Which pods the monitor reports on, and what the scheduler allocated to their containers.
 
-A pod counts when it carries the label `hami.io/vgpu-node=<this node>` (ops.md §1.4); the
+A pod counts when it carries the label `hami.io/vgpu-node=<this node>`, as in HAMi; the
 directory name `<podUID>_<container>` is matched against its uid and container names. The
 allocation annotation gives the containers' devices, so their series exist before their first
 CUDA call (HAMi only shows a container once its region holds a device).

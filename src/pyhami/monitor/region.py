@@ -108,7 +108,7 @@ class RegionSnapshot:
 
 
 def choose_layout(path: Path, size: int, major_version: int) -> RegionLayout:
-    """HAMi's rule (hami-core.md §4.4): by size first, v0 whatever the header says."""
+    """HAMi's rule: by size first, v0 whatever the header says."""
     if V0.size <= size < V1.size:
         return V0
     if size >= V1.size:

@@ -1,4 +1,4 @@
-"""The directory scan of `$HOOK_PATH/containers/<podUID>_<container>/` (ops.md §1.3).
+"""The directory scan of `$HOOK_PATH/containers/<podUID>_<container>/`.
 
 Each tick: open the region of every directory whose pod is on this node, drop the ones whose
 directory went away, and delete orphaned directories once their grace period is over.

@@ -1,4 +1,4 @@
-"""`pyhami monitor` settings from HAMi's flags and environment (ops.md §1.1), checked once."""
+"""`pyhami monitor` settings from HAMi's flags and environment, checked once."""
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field

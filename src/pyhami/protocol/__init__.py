@@ -4,14 +4,15 @@ Pure (no I/O, no clock: times are passed in). Every decoder raises only `Protoco
 whose message names the field and the bad value. Module per format:
 
 * `keys`, `vendors` - annotation/label keys and value enums; per-vendor key table;
-* `register_json`, `register_legacy`, `register` - node device register (§3.1, §3.2);
-* `pair_scores` (§3.3), `pod_devices` (§3.4), `mig` (§3.5), `node_lock` (§3.6),
-  `handshake` (§3.7), `bookkeeping` + `times` (§3.8), `selectors` + `weights` (§3.9),
-  `reasons` (§3.10), `patches` (§3.11);
+* `register_json`, `register_legacy`, `register` - node device register (JSON and colon forms);
+* `pair_scores`, `pod_devices` (to-allocate / allocated), `mig`, `node_lock`, `handshake`,
+  `bookkeeping` + `times`, `selectors` + `weights` (selection and policy annotations),
+  `reasons` (filter failure reasons), `patches` (merge-patch bodies);
 * `goparse`, `gojson` - Go's strconv / encoding/json behaviour the formats depend on.
 
 Decisions: pyhami encodes pod devices with one segment per pod container, init containers
-first (see `pod_devices`); encoders refuse values the wire cannot carry.
+first (see `pod_devices`); encoders refuse values the wire cannot carry. docs/protocol.md
+lists every format and its codec; docs/hami-compatibility.md, what is kept and what differs.
 """
 
 from pyhami.protocol.bookkeeping import parse_bind_phase

@@ -1,4 +1,4 @@
-"""Pod bookkeeping values (protocol.md §3.8): bind phase, and the vgpu/bind unix times."""
+"""Pod bookkeeping values: bind phase, and the vgpu/bind unix times."""
 
 from pyhami.protocol.errors import ProtocolError
 from pyhami.protocol.goparse import go_quote

@@ -1,4 +1,7 @@
-"""Handshake values, `hami.io/node-handshake[-<vendor>]` (protocol.md §3.7, A3).
+"""Handshake values, `hami.io/node-handshake[-<vendor>]`.
+
+HAMi's NVIDIA device plugin no longer answers: its scheduler writes the request once and then
+judges an NVIDIA node by its allocatable GPUs alone (docs/hami-compatibility.md).
 
 The scheduler writes `Requesting_<YYYY-MM-DD HH:MM:SS>` in its local wall-clock time; other
 device plugins answer `Reported …`. Reading is total, as in HAMi's `CheckHealth`: a value

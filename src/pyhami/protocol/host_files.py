@@ -1,6 +1,6 @@
 """Host files HAMi's node components agree on, besides annotations.
 
-`MIG_APPLY_LOCK`: HAMi's legacy MIG-apply lock (device-plugin.md §1.4 step 3, §8.1). The vGPU
+`MIG_APPLY_LOCK`: HAMi's legacy MIG-apply lock, a host file. The vGPU
 monitor pauses its feedback loop while it exists; the device plugin removes a stale one at
 each start (an older plugin may have left it) and never creates it.
 """

@@ -1,12 +1,12 @@
-"""Every annotation and label key of protocol.md §2, shared and NVIDIA (vendor tables: `vendors`).
+"""Every annotation and label key HAMi v2.10 uses, shared and NVIDIA (vendor tables: `vendors`).
 
 Pod annotations unless the name says node (`KEY_NODE_*`, `KEY_DEVICE_CORDON`) or label
-(`LABEL_*`). Values are copied exactly, irregular spellings included (protocol.md A8).
+(`LABEL_*`). Values are copied exactly, irregular spellings included.
 """
 
 import enum
 
-# --- §2.1 shared by all vendors -------------------------------------------------------------
+# --- shared by all vendors -----------------------------------------------------------------
 KEY_VGPU_NODE = "hami.io/vgpu-node"  # pod annotation, and mirrored as a pod label
 LABEL_VGPU_NODE = "hami.io/vgpu-node"
 KEY_VGPU_TIME = "hami.io/vgpu-time"
@@ -21,7 +21,7 @@ LABEL_COMPONENT = "app.kubernetes.io/component"
 SCHEDULER_COMPONENT = "hami-scheduler"  # value of LABEL_COMPONENT on scheduler pods
 LABEL_POD_GROUP = "scheduling.x-k8s.io/pod-group"
 
-# --- §2.2 NVIDIA --------------------------------------------------------------------------
+# --- NVIDIA ------------------------------------------------------------------------------
 NVIDIA_VENDOR = "NVIDIA"
 KEY_NODE_NVIDIA_REGISTER = "hami.io/node-nvidia-register"
 KEY_NODE_NVIDIA_SCORE = "hami.io/node-nvidia-score"

@@ -1,4 +1,4 @@
-"""MIG allocations, `hami.io/vgpu-mig-allocations` (protocol.md §3.5).
+"""MIG allocations, `hami.io/vgpu-mig-allocations`.
 
 A JSON array, keys in order `containerIndex, deviceIndex, gpuUUID, profile, placement`,
 then the runtime identity `migUUID` (omitted when empty), `gpuInstanceID` and

@@ -1,8 +1,8 @@
-"""The node lock, `hami.io/mutex.lock` (protocol.md §3.6).
+"""The node lock, `hami.io/mutex.lock`.
 
 Value `<RFC 3339 time>,<namespace>,<pod name>`, or only the time (legacy, no owner). The
 time is the writer's clock, passed in; its offset is written as given (`Z` for UTC).
-Deviation (protocol.md A9): HAMi's `ParseNodeLock` returns the owner together with a time
+Deviation: HAMi's `ParseNodeLock` returns the owner together with a time
 error; here a bad time is simply a ProtocolError. A lock is expired when
 `now - time > timeout`.
 """

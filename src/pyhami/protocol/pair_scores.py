@@ -1,4 +1,4 @@
-"""Device pair scores, `hami.io/node-nvidia-score` (protocol.md §3.3).
+"""Device pair scores, `hami.io/node-nvidia-score`.
 
 `[{"uuid":"<id>","score":{"<other id>":<int>,...}},...]`: one object per GPU in
 registration order, score keys sorted (Go map order), `{}` for a GPU without peers.

@@ -1,4 +1,4 @@
-"""JSON merge-patch bodies (`application/merge-patch+json`) HAMi sends (protocol.md §3.11, §3.6).
+"""JSON merge-patch bodies (`application/merge-patch+json`) HAMi sends.
 
 Builders return plain dicts for the Kubernetes client; `encode_patch` renders one exactly
 as HAMi's Go code sends it (compact, keys sorted at every level, Go string escaping). A

@@ -1,15 +1,15 @@
-"""Container devices and pod devices: the to-allocate / allocated annotations (protocol.md §3.4).
+"""Container devices and pod devices: the to-allocate / allocated annotations.
 
     pod-value := { container ";" }      container := { device ":" }
     device    := UUID "," Type "," Usedmem "," Usedcores
 
 Decoding is HAMi's `DecodeContainerDevices` / `DecodePodDevices` exactly: `;` splits with
 Go's `strings.Split` (so a trailing `;` yields one more, empty, container: decode→encode of
-`A:;` is `A:;;`, protocol.md A2), parts of a container without `,` are skipped, fields past
+`A:;` is `A:;;`, kept as HAMi does it), parts of a container without `,` are skipped, fields past
 the fourth are ignored, and only Usedmem/Usedcores are parsed (Go `ParseInt(s, 10, 32)`).
 `Idx` and `Slots` do not travel and decode as 0.
 
-Placeholders (protocol.md A1). HAMi HEAD writes placeholders only for containers whose
+Placeholders. HAMi HEAD writes placeholders only for containers whose
 node device `Type` equals the vendor key, so for NVIDIA the value lists only the containers
 that got GPUs (dense), while its device plugin and init-container accounting assume one
 segment per container. pyhami **writes one segment per pod container, init containers

@@ -1,4 +1,4 @@
-"""Filter failure reasons (protocol.md §3.10, nvidia-fit-score.md §5.4).
+"""Filter failure reasons: HAMi's reason words with how many were refused for each.
 
 `format_reasons` is HAMi's `GenReason`: `"<count>/<total> <Reason>"` per reason, sorted as
 whole strings byte-wise (`"10/12 X"` before `"2/12 Y"`), joined by `", "`. `parse_reasons`

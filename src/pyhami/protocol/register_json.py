@@ -1,4 +1,4 @@
-"""Node device register, JSON form (protocol.md §3.1): `hami.io/node-nvidia-register` and the
+"""Node device register, JSON form: `hami.io/node-nvidia-register` and the
 other JSON vendors.
 
 Encoding is byte-exact with HAMi v2.10 `MarshalNodeDevices`: keys `id, index, count, devmem,
@@ -7,7 +7,7 @@ profile nothing is omitted and `placements` may be `null`. `custom_info` and
 `device_vendor` are never written (HAMi neither).
 
 Decoding is Go's `json.Unmarshal` (see `gojson`): missing fields are zero, so a missing
-`mode` stays `""` (unlike the colon form, protocol.md A4) and a missing `health` is false;
+`mode` stays `""` (unlike the colon form's `hami-core`) and a missing `health` is false;
 `null` is the empty list. Deviation: a `null` *element* is refused (HAMi would keep a nil
 pointer and crash later).
 """

@@ -1,4 +1,4 @@
-"""Node device register, legacy colon form (protocol.md §3.2): Hygon DCU, Iluvatar.
+"""Node device register, legacy colon form: Hygon DCU, Iluvatar.
 
 `id,count,devmem,devcore,type,numa,health[,index,mode]:` per device. The encoder always
 writes the 9-field form (as HAMi's `EncodeNodeDevices`) but, unlike HAMi, refuses values it

@@ -1,4 +1,4 @@
-"""Selection and policy annotations (protocol.md §3.9). Reading them never fails.
+"""Selection and policy annotations. Reading them never fails.
 
 All lists are comma lists whose items are trimmed with Go's `strings.TrimSpace`.
 

@@ -1,4 +1,4 @@
-"""The three time encodings of the protocol (protocol.md §1). Times are always passed in.
+"""The three time encodings of the protocol. Times are always passed in.
 
 * unix seconds as decimal (`hami.io/vgpu-time`, `hami.io/bind-time`): `format_unix_seconds`;
 * Go `time.DateTime` `YYYY-MM-DD HH:MM:SS`, a wall-clock time without zone (handshake);

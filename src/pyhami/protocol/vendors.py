@@ -1,6 +1,6 @@
-"""The annotation keys of every HAMi vendor backend (protocol.md §2.2-2.3), as one table.
+"""The annotation keys of every HAMi vendor backend, as one table.
 
-Irregular spellings are HAMi's and copied exactly (protocol.md A8): `hami.io/Biren-…` and
+Irregular spellings are HAMi's and copied exactly: `hami.io/Biren-…` and
 `hami.io/Vastai-…` are capitalised, XPU registers under `hami.io/node-register-xpu`,
 Ascend under `hami.io/node-register-<cw>`, Iluvatar/Ascend/XPU use `no-use` in the nouse
 key, AMD writes `use-gpu-uuid` with a hyphen, Mthreads uses `mthreads.ai/` for selectors.
@@ -25,8 +25,8 @@ from pyhami.protocol.keys import (
 
 
 class RegisterForm(enum.StrEnum):
-    JSON = "json"  # protocol.md §3.1
-    COLON = "colon"  # protocol.md §3.2
+    JSON = "json"  # a JSON list of devices (NVIDIA and most vendors)
+    COLON = "colon"  # `id,count,devmem,...:` per device (Hygon DCU, Iluvatar)
     CAPACITY = "capacity"  # no register annotation; devices come from node.status.capacity
     VENDOR_JSON = "vendor-json"  # the vendor's own JSON shape (Metax-SGPU)
 
@@ -223,7 +223,7 @@ def support_checklist(vendors: Mapping[str, VendorKeys] = VENDORS) -> dict[str, 
     return {v.vendor: v.allocated for v in vendors.values()}
 
 
-# Vendor-specific keys outside the table (protocol.md §2.3), spelled as HAMi spells them.
+# Vendor-specific keys outside the table, spelled as HAMi spells them.
 KEY_CAMBRICON_LOCK = "cambricon.com/dsmlu.lock"  # node; RFC 3339 time only, 2 min expiry
 KEY_CAMBRICON_ASSIGNED = "CAMBRICON_DSMLU_ASSIGNED"
 KEY_CAMBRICON_PROFILE = "CAMBRICON_DSMLU_PROFILE"

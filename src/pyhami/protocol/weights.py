@@ -1,4 +1,4 @@
-"""`hami.io/device-scoring-weights` (protocol.md §3.9, nvidia-fit-score.md §6.1).
+"""`hami.io/device-scoring-weights`: how much each term weighs in a card's score.
 
 Exactly three `key=value` items, keys `slot`, `core`, `memory` in any order, values
 non-negative int64, at least one positive; absent means 1,1,1. Error texts are HAMi's,

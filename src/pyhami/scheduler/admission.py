@@ -1,6 +1,6 @@
 """AdmissionReview (admission.k8s.io v1 and v1beta1) in and out, and RFC 6902 patches.
 
-Wire behaviour follows controller-runtime's admission webhook (scheduler.md §2.3): the HTTP
+Wire behaviour follows controller-runtime's admission webhook (HAMi's webhook library): the HTTP
 status is always 200, the decision is in the body, a reply carries the request's apiVersion
 and kind, and transport-level failures (empty body, wrong content type, undecodable body) are
 answered without apiVersion and kind.
@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-# controller-runtime's admission body limit (scheduler.md §11).
+# controller-runtime's admission body limit.
 MAX_ADMISSION_BODY = 7 << 20
 ADMISSION_VERSIONS = frozenset({"admission.k8s.io/v1", "admission.k8s.io/v1beta1"})
 

@@ -2,7 +2,7 @@
 
 Flags keep HAMi's spellings (`--http_bind`, `--cert_file`, `--node-lock-timeout`, …) so the
 chart's command line works unchanged. One fix: `HAMI_NODELOCK_EXPIRE` is honoured when
-`--node-lock-timeout` is not given (HAMi reads and then overwrites it, protocol.md A6).
+`--node-lock-timeout` is not given (HAMi reads and then overwrites it with the flag's default).
 """
 
 from __future__ import annotations

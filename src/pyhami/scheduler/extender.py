@@ -1,7 +1,7 @@
 """The kube-scheduler extender wire types (`k8s.io/kube-scheduler/extender/v1`).
 
 The Go types carry no JSON tags, so the wire keys are the Go field names, and Go's decoder
-matches them case-insensitively (scheduler.md §2.0). We accept any case and answer in
+matches them case-insensitively. We accept any case and answer in
 PascalCase with every field present, exactly as a Go-marshalled answer looks. The embedded
 Pod and NodeList stay ordinary Kubernetes JSON and are passed through as dicts.
 """
@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-# The extender body limit HAMi applies to /filter and /bind (scheduler.md §11).
+# The extender body limit HAMi applies to /filter and /bind.
 MAX_EXTENDER_BODY = 1 << 20
 
 JsonObject = dict[str, Any]

@@ -1,12 +1,12 @@
 """Leader election on our own Lease (client-go's algorithm), so only one replica decides.
 
-HAMi does not campaign: it watches the kube-scheduler's Lease and trusts its local clock
-and a hostname prefix match (scheduler.md §8, §10.1 item 5). pyhami campaigns itself:
-each replica tries to acquire or renew one Lease every `retry_period`; another holder's
-lease counts as live until `lease_duration` after we last *saw it change* (our monotonic
-clock, so skew between machines does not matter); a leader that cannot renew within
-`renew_deadline` steps down before anyone else may take over. A clean stop gives the
-lease up so the next replica takes over at once.
+HAMi does not campaign: it watches the kube-scheduler's Lease and trusts its local clock and a
+hostname prefix match (`hami-scheduler-1` also matches `hami-scheduler-10`). pyhami campaigns
+itself: each replica tries to acquire or renew one Lease every `retry_period`; another holder's
+lease counts as live until `lease_duration` after we last *saw it change* (our monotonic clock, so
+skew between machines does not matter); a leader that cannot renew within `renew_deadline` steps
+down before anyone else may take over. A clean stop gives the lease up so the next replica takes
+over at once.
 
 Two modes. *Follow* (the default, for HAMi's chart, where the kube-scheduler container of the
 same pod campaigns for the Lease named by `--leader-elect-resource-name`): never write the

@@ -1,4 +1,4 @@
-"""The scheduler's Prometheus surface (ops.md §2.4-§2.5, scheduler.md §9).
+"""The scheduler's Prometheus surface.
 
 HAMi's names and labels are reproduced exactly: allocation gauges built fresh on every
 scrape from a snapshot of the node registry, the ledger and the quota table, all with the

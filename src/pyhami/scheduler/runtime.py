@@ -223,7 +223,7 @@ class SchedulerProcess:
         self.service.mutexes.forget(name)
 
     async def _leadership_changed(self, leading: bool) -> None:
-        """Label our own pod for the chart's Service selector (HAMi §8.3, self only)."""
+        """Label our own pod for the chart's Service selector (as HAMi's leader does, self only)."""
         pod, namespace = self.settings.identity, self.settings.pod_namespace
         if not pod or not namespace:
             return

@@ -251,7 +251,7 @@ def metrics_handler(metrics: SchedulerMetrics) -> Callable[[web.Request], Awaita
 
 
 def build_metrics_app(metrics: SchedulerMetrics) -> web.Application:
-    """The metrics server: only `/metrics`, plain HTTP (scheduler.md §1.5)."""
+    """The metrics server: only `/metrics`, plain HTTP, as HAMi's."""
     app = web.Application()
     app.router.add_get("/metrics", metrics_handler(metrics))
     return app

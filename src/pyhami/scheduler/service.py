@@ -1,23 +1,23 @@
 """`/filter` and `/bind`: the engine's pure decision, with the effects around it.
 
-Filter (scheduler.md §3, protocol.md §4.4): drop the pod's old reservation, `engine.decide`,
-reserve, one merge patch of exactly HAMi's annotations, events. Bind (§4, protocol.md §4.5):
+Filter, as HAMi's: drop the pod's old reservation, `engine.decide`,
+reserve, one merge patch of exactly HAMi's annotations, events. Bind, as HAMi's:
 per-node in-process serialisation, HAMi's annotation node lock, bind-phase, `pods/binding`.
 
-Deliberate differences from HAMi, each a bug there (scheduler.md §10.1):
+Deliberate differences from HAMi, each a bug there (docs/hami-compatibility.md):
 * followers answer at once that they do not decide, instead of blocking for the whole
-  extender timeout (item 6); a follower neither filters nor binds;
+  extender timeout; a follower neither filters nor binds;
 * a fit names every rejected candidate with its reason in FailedNodes (HAMi: null);
 * filter reads nothing from the body but the pod's namespace, name and UID: the pod itself
   comes from our informer (one GET when the informer has not seen it yet), and a pod that is
   bound, finished, or another incarnation of that name is refused before anything changes;
-* bind acts only on a decision our own filter made for that pod UID and that node (item 15
-  asked for the node only), and a failed bind releases that reservation (the pod's scheduler
+* bind acts only on a decision our own filter made for that pod UID and that node (HAMi checks
+  neither), and a failed bind releases that reservation (the pod's scheduler
   annotations are removed too, so an informer echo cannot charge it again) only while the pod
   is still unbound: a 409 because kube-scheduler's lagging cache filtered a bound pod again
   leaves the running pod's charge alone;
-* the filter patch also nulls scheduler annotations left from an earlier attempt (item 14);
-* neither NodeNames nor Nodes is an error answer, not a crash (item 11);
+* the filter patch also nulls scheduler annotations left from an earlier attempt (HAMi leaves them);
+* neither NodeNames nor Nodes is an error answer, not a crash (HAMi panics);
 * per-reason FilteringFailed events are sent even when a node fits, for every rejected
   candidate (the engine's `all_reasons`: ~5 ms at 1,000 nodes against ~1 ms for the answer
   alone). `explain_all` also keeps every card check for /explain, at ~200 ms per 1,000 nodes.

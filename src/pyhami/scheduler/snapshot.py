@@ -1,4 +1,4 @@
-"""The metrics view of the scheduler's state, taken at scrape time (scheduler.md §9).
+"""The metrics view of the scheduler's state, taken at scrape time.
 
 Unlike HAMi, whose node gauges exist only on the leader and lag up to 15 s behind the
 registration loop, every replica reports its live ledger.

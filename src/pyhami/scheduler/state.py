@@ -1,14 +1,14 @@
 """What the informers tell the scheduler, kept as the engine's ledger plus the objects bind reads.
 
-Node registry (differs from HAMi on purpose, scheduler.md §5, §10.1 items 7-8): a node is
+Node registry (differs from HAMi on purpose, docs/hami-compatibility.md): a node is
 registered while its `hami.io/node-nvidia-register` annotation decodes to at least one card,
 it matches `--node-label-selector`, and its kubelet has not reported zero allocatable GPUs.
 Every node update is applied at once (cordon list included), so there is no 15 s loop, no
 `hami.io/node-handshake` annotation for two writers to fight over, and no flapping. A node
 that loses its annotation, stops matching or is deleted leaves the ledger. A register value
-that does not decode keeps the node's last good registration (HAMi A12) and is logged.
+that does not decode keeps the node's last good registration (as HAMi) and is logged.
 
-Pod cache (scheduler.md §6.1, protocol.md §4.7): pods carrying `hami.io/vgpu-node` and an
+Pod cache, as HAMi's: pods carrying `hami.io/vgpu-node` and an
 allocated annotation are charged to the ledger from their annotations alone, so a restarted
 scheduler rebuilds the same ledger. A reservation `/filter` just made is not undone by an
 informer event that predates its patch: until the informer shows the pod with exactly the
@@ -252,7 +252,7 @@ class ClusterState:
     # ----- quotas ----------------------------------------------------------------------------
 
     def exceeds_quota(self, pod: JsonObject) -> bool:
-        """The webhook's pre-check (scheduler.md §7.2 step 8): the pod's NVIDIA memory and
+        """The webhook's quota pre-check: the pod's NVIDIA memory and
         cores (the peak over the pod's phases: each classic init container with the sidecars
         started before it, then every sidecar with every app container) against its namespace's
         ResourceQuota limits and the ledger's usage there."""

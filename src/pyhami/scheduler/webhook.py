@@ -1,4 +1,4 @@
-"""The mutating admission webhook's decisions (scheduler.md §7, nvidia-fit-score.md §9.1).
+"""The mutating admission webhook's decisions.
 
 Pure functions of the AdmissionRequest and the configuration; the HTTP handler only
 decodes, calls `review` and encodes.

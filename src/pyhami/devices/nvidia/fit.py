@@ -1,4 +1,4 @@
-"""HAMi's NVIDIA `Fit`: which cards of one node one container request gets (nvidia-fit-score.md §5).
+"""HAMi's NVIDIA `Fit`: which cards of one node one container request gets.
 
 The cards arrive sorted by the GPU policy and are walked **from the end**, so the last card is
 the most preferred. The check order and reason words are HAMi's, because the reason string a
@@ -120,7 +120,7 @@ def _quot(a: int, b: int) -> int:
 def fixed_memory(request: ContainerDeviceRequest) -> int | None:
     """The MiB a request books on any card, or None when it is a share of each card.
 
-    An absolute amount wins over a percentage (nvidia-fit-score.md §5.2 step 9).
+    An absolute amount wins over a percentage, as in HAMi.
     """
     if request.mem_percentage_req == PERCENT_UNSET or request.memreq != 0:
         return max(request.memreq, 0)

@@ -1,8 +1,8 @@
-"""A node's NVIDIA inventory from its annotations (HAMi `GetNodeDevices`, protocol.md §3.1).
+"""A node's NVIDIA inventory from its annotations (HAMi `GetNodeDevices`).
 
 The registration (either form), the pair scores and the cordon list, decoded by
 `pyhami.protocol`. Unlike HAMi, which reads the cordon list from a cached Node object that
-is rarely refreshed (scheduler.md §10.1 #7), the caller passes the node's current annotations.
+is rarely refreshed, the caller passes the node's current annotations.
 """
 
 from collections.abc import Mapping

@@ -1,4 +1,4 @@
-"""Dynamic MIG: which profile and placement a request gets on a card (nvidia-fit-score.md §8.2).
+"""Dynamic MIG: which profile and placement a request gets on a card.
 
 Small slices (`1g.`, `3g.`) are packed from the top of the GPU, larger ones from the bottom, so
 that big instances stay placeable for as long as possible.

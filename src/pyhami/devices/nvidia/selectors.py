@@ -1,4 +1,4 @@
-"""What a pod's annotations say about which NVIDIA cards it may use (protocol.md §3.9).
+"""What a pod's annotations say about which NVIDIA cards it may use.
 
 Read once per pod (the k8s "cycle state" idea) with the protocol's readers, then consulted
 per card in Fit.

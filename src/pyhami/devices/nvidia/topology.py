@@ -1,4 +1,4 @@
-"""Topology-aware choice among the cards that passed Fit (nvidia-fit-score.md §7.2).
+"""Topology-aware choice among the cards that passed Fit.
 
 Pair scores are directional (`scores[a][b]` is read for the pair whose earlier member is `a`);
 a missing score counts as 0. HAMi panics on a candidate missing from the node's score table;

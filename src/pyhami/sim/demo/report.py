@@ -10,7 +10,7 @@ from pyhami.sim.demo.results import CardShare, NodeWhy, PodResult
 if TYPE_CHECKING:
     from pyhami.sim.demo.usage import PodUsage
 
-# HAMi's reason words (nvidia-fit-score.md §5) in a sentence a user can act on.
+# HAMi's reason words (why Fit refused a card) in a sentence a user can act on.
 REASON_WORDS = {
     "CardTypeMismatch": "card type not selected by the pod",
     "CardUuidMismatch": "card UUID not selected by the pod",

@@ -1,4 +1,4 @@
-"""The kube-scheduler extender configuration the harness follows (ops.md §3.4)."""
+"""The kube-scheduler extender configuration the harness follows (that of HAMi's chart)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pyhami.protocol.goparse import parse_duration
 from pyhami.testing.certs import KeyPair
 from pyhami.testing.scheduler_harness.predicates import requested
 
-# The resource names HAMi's chart lists under managedResources for NVIDIA (ops.md §3.4).
+# The resource names HAMi's chart lists under managedResources for NVIDIA.
 HAMI_NVIDIA_RESOURCES = (
     "nvidia.com/gpu",
     "nvidia.com/gpumem",

@@ -1,6 +1,6 @@
 """KubeSchedulerHarness: drives an HTTP(S) scheduler extender the way kube-scheduler does.
 
-It plays the kube-scheduler container of HAMi's chart (ops.md §3.4): it watches unbound pods
+It plays the kube-scheduler container of HAMi's chart: it watches unbound pods
 whose `schedulerName` is its own, runs a few predicates of its own (Ready condition,
 `spec.unschedulable`, NoSchedule/NoExecute taints, nodeSelector, extended resources that are
 not `ignoredByScheduler`), then, for pods the extender is interested in (they ask for one of

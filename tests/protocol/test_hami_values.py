@@ -1,4 +1,4 @@
-"""Every literal example of protocol.md, as table tests (byte-exact where the spec gives bytes)."""
+"""HAMi's literal annotation values, as table tests (byte-exact where HAMi's bytes are known)."""
 
 from collections.abc import Callable
 from dataclasses import replace
@@ -174,7 +174,7 @@ def test_pod_devices_decoding_keeps_every_segment(value: str, want: object) -> N
 
 
 def test_pod_devices_round_trip_grows_by_one_container_like_hami() -> None:
-    """protocol.md A2: decode→encode of `A:;` is `A:;;`."""
+    """Kept from HAMi: decode→encode of `A:;` is `A:;;`."""
     decoded = decode_pod_devices(NVIDIA_CHECKLIST, {KEY_NVIDIA_TO_ALLOCATE: "A,NVIDIA,1,2:;"})
     assert encode_pod_devices(NVIDIA_CHECKLIST, decoded) == {
         KEY_NVIDIA_TO_ALLOCATE: "A,NVIDIA,1,2:;;"
@@ -182,15 +182,15 @@ def test_pod_devices_round_trip_grows_by_one_container_like_hami() -> None:
 
 
 def test_device_plugin_erase_example() -> None:
-    """§4.6: after serving both containers the value is `;;;`."""
+    """The device plugin empties each segment it served: after both containers, `;;;`."""
     value = "GPU-aaa,NVIDIA,3000,50:;GPU-bbb,NVIDIA,4000,60:;"
     decoded = decode_pod_devices(NVIDIA_CHECKLIST, {KEY_NVIDIA_TO_ALLOCATE: value})[NVIDIA_VENDOR]
     served = tuple(() for _ in decoded)
     assert encode_pod_single_device(served) == ";;;"
 
 
-def test_a1_placeholders_ours_per_container_and_hamis_dense_both_decode() -> None:
-    """A GPU-less init container, then a GPU app container (protocol.md A1)."""
+def test_placeholders_ours_per_container_and_hamis_dense_both_decode() -> None:
+    """A GPU-less init container, then a GPU app container (one segment per container)."""
     gpu = dev("GPU-a", 3000, 30)
     ours = encode_pod_single_device(pod_single_device(2, {1: (gpu,)}))
     assert ours == ";GPU-a,NVIDIA,3000,30:;"  # one segment per container, init first
@@ -293,7 +293,7 @@ def test_node_lock_format_examples_byte_exact() -> None:
     "value", ["lock-values,default,pod-gpu", "not-a-time", "2026-08-21 12:00:00Z"]
 )
 def test_node_lock_bad_time_is_an_error(value: str) -> None:
-    """protocol.md A9: HAMi also returns the owner; we only report the error."""
+    """HAMi also returns the owner; we only report the error."""
     with pytest.raises(ProtocolError):
         parse_node_lock(value)
 
@@ -341,7 +341,7 @@ def test_filter_patch_example_byte_exact() -> None:
     )
 
 
-# Every error text the spec gives, per decoder: `reason` is HAMi's text exactly.
+# Every error text HAMi gives, per decoder: `reason` is HAMi's text exactly.
 ERRORS = [
     *[
         (decode_node_devices, v, r)
