@@ -166,6 +166,11 @@ class Preemption:
         self.last[f"{namespace}/{name}"] = answers
         while len(self.last) > ANSWERS_KEPT:
             del self.last[next(iter(self.last))]
+        kept = [answer for answer in answers.values() if answer.kept]
+        metrics = service.metrics
+        outcome = "kept" if kept else "no-node"
+        metrics.preemption_attempts.labels(path="extender", outcome=outcome).inc()
+        metrics.preemption_victims.labels(path="extender").inc(sum(len(a.victims) for a in kept))
         for node, answer in answers.items():
             log.info("preemption", pod=f"{namespace}/{name}", node=node, answer=answer.reason)
         return answers

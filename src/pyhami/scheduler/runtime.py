@@ -41,6 +41,7 @@ from pyhami.kube import (
 )
 from pyhami.protocol import LABEL_SCHEDULER_ROLE, SchedulerRole, pod_labels_patch
 from pyhami.scheduler.events import EventRecorder
+from pyhami.scheduler.eviction import EvictingPreemption
 from pyhami.scheduler.leader import ElectionTiming, LeaderElector
 from pyhami.scheduler.listener import ConnectionGuard, ConnectionLimits
 from pyhami.scheduler.metrics import SchedulerMetrics
@@ -143,6 +144,10 @@ class SchedulerProcess:
             explain_all=settings.explain_all,
         )
         self.preemption = Preemption(self.service)
+        self.evicting = EvictingPreemption(
+            self.state, client, self.events, self.metrics, now=_now
+        )
+        self.service.on_unschedulable = self.evicting.on_unschedulable
         self.admission = PodAdmission(
             WebhookConfig(
                 scheduler_name=settings.scheduler_name,
@@ -328,6 +333,7 @@ class SchedulerProcess:
             await runner.cleanup()
         for informer in self.informers.values():
             await informer.stop()
+        await self.evicting.close()
         await self.events.drain()
         gc.unfreeze()  # what this replica froze is garbage now (tests start many in one process)
 

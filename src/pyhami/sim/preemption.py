@@ -11,7 +11,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyhami.engine import Decision, EngineConfig, Outcome, pod_identity
-from pyhami.engine.preempt import NodePreemption, PreemptionInput, Proposal, pod_priority, preempt
+from pyhami.engine.preempt import (
+    NodePreemption,
+    PreemptionInput,
+    Proposal,
+    best_node,
+    pod_priority,
+    preempt,
+)
 from pyhami.model import NodeName
 from pyhami.sim.inputs import ClusterInput
 from pyhami.sim.simulate import Simulation, prepare, schedule
@@ -57,15 +64,9 @@ def what_if(
         quotas=simulation.quotas,
         now=now,
     )
-    kept = [answer for answer in answers.values() if answer.kept]
-    if not kept:
+    best = best_node(answers, priorities)
+    if best is None:
         return WhatIf(answers)
-
-    def rank(answer: NodePreemption) -> tuple[int, int, int, int, str]:
-        ranks = [priorities.get(victim, 0) for victim in answer.victims]
-        return (answer.pdb_violations, max(ranks), sum(ranks), len(ranks), answer.node)
-
-    best = min(kept, key=rank)
     for victim in best.victims:
         ledger.remove_pod(victim)
     decision = schedule(simulation, pod, now)

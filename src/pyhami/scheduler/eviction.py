@@ -1,0 +1,357 @@
+"""The scheduler's own preemption, for GPU pods short only of GPU capacity.
+
+pyhami's resources are ignored by kube-scheduler's own filters, so a high-priority pod that
+lacks only GPU memory, cores or slots fits every node in kube-scheduler's preemption dry run
+with no victim at all; it drops those candidates and never asks `/preempt`. So when `/filter`
+refuses a GPU pod on every node it was given, this module asks the same engine
+(`engine.preempt`, on the ledger) with every lower-priority pod holding cards on those nodes as
+a possible victim, picks the node as kube-scheduler would (`best_node`), and:
+
+* evicts the victims through the Eviction API (policy/v1), so that the API server enforces
+  PodDisruptionBudgets too. A set of victims that a budget forbids is never chosen: the node
+  is kept only where the unprotected pods make room, and otherwise nothing is evicted. Victims
+  a budget covers go first, so that a refusal (429) most likely comes before any eviction;
+  after a refusal nothing more is evicted and nothing stays reserved, and the pod's next
+  scheduling attempt asks again;
+* holds the pod's claim on the freed cards in the ledger (the same nomination `/preempt`
+  offers), sets its `status.nominatedNodeName` as kube-scheduler does for its own victims'
+  preemptor (then kube-scheduler tries that node first, and does not preempt again while the
+  victims terminate), and evicts nothing more for the pod while the nomination is alive: until
+  the pod is placed or deleted, or for the victims' longest grace period and a margin;
+* writes `Preempted` events on the victims and `Preempting` (or why not) on the pod.
+
+A pod with `preemptionPolicy: Never` never preempts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+import structlog
+
+from pyhami.engine import Decision, PodKey, pod_identity
+from pyhami.engine.preempt import (
+    NodePreemption,
+    PreemptionInput,
+    Proposal,
+    best_node,
+    pod_priority,
+    preempt,
+)
+from pyhami.kube import (
+    POD_DISRUPTION_BUDGETS,
+    KubeError,
+    ObjectList,
+    Resource,
+    cancel_and_wait,
+)
+from pyhami.model import NodeName
+from pyhami.scheduler.budgets import Budget, BudgetError, protected, read_budgets, violations
+from pyhami.scheduler.events import NORMAL, WARNING, EventRecorder
+from pyhami.scheduler.metrics import SchedulerMetrics
+from pyhami.scheduler.state import ClusterState
+
+log = structlog.get_logger(__name__)
+
+JsonObject = Mapping[str, Any]
+PATH = "scheduler"  # the `path` label of the preemption metrics
+DEFAULT_GRACE_S = 30  # a pod's terminationGracePeriodSeconds when its spec does not say
+# How long a nomination outlives its victims' longest grace period: time for the kubelet to
+# report them gone and for kube-scheduler to try the pod again.
+NOMINATION_MARGIN = timedelta(seconds=60)
+ANSWERS_KEPT = 256  # the latest answers kept for inspection, oldest dropped first
+
+
+class EvictionKube(Protocol):
+    """The API calls this module makes."""
+
+    async def list(self, resource: Resource, namespace: str | None = None) -> ObjectList: ...
+
+    async def evict_pod(self, namespace: str, name: str, *, uid: str) -> None: ...
+
+    async def patch_pod_status(self, namespace: str, name: str, body: Any) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Nomination:
+    """What one preemption did for a pod: its node, its victims, and when it lapses."""
+
+    node: NodeName
+    victims: tuple[str, ...]  # namespace/name
+    expires: datetime
+
+
+class EvictingPreemption:
+    """Preemption for pods `/filter` refused on every node (`on_unschedulable`)."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        kube: EvictionKube,
+        events: EventRecorder,
+        metrics: SchedulerMetrics,
+        *,
+        now: Callable[[], datetime],
+    ) -> None:
+        self.state = state
+        self.kube = kube
+        self.events = events
+        self.metrics = metrics
+        self._now = now
+        self.nominations: dict[PodKey, Nomination] = {}
+        # The latest answers per namespace/name (every node asked, kept or dropped, and why).
+        self.last: dict[str, dict[NodeName, NodePreemption]] = {}
+        self._lapses: set[asyncio.Task[None]] = set()
+
+    async def on_unschedulable(self, pod: JsonObject, decision: Decision) -> None:
+        """Preempt for `pod`, which `decision` found room for on none of its nodes. Nothing
+        that goes wrong here changes /filter's answer: it is logged and counted."""
+        try:
+            await self._preempt(pod, decision)
+        except Exception:
+            self._outcome("error")
+            log.exception("own preemption failed")
+
+    async def _preempt(self, pod: JsonObject, decision: Decision) -> None:
+        key, namespace, name = pod_identity(pod)
+        nomination = self.nominations.get(key)
+        if nomination is not None:
+            if self._now() < nomination.expires and self.state.hold_nomination(
+                key, nomination.node
+            ):
+                log.info(
+                    "preemption waits for its victims",
+                    pod=f"{namespace}/{name}",
+                    node=nomination.node,
+                    victims=nomination.victims,
+                )
+                return
+            await self.expire(key)
+        if (pod.get("spec") or {}).get("preemptionPolicy") == "Never":
+            return
+        question, candidates = self._question(pod, decision)
+        if not candidates:
+            return  # no lower-priority pod holds a card where the pod was refused
+        try:
+            budgets = read_budgets((await self.kube.list(POD_DISRUPTION_BUDGETS)).items)
+        except (KubeError, BudgetError) as err:
+            self._outcome("budgets-unreadable")
+            self.events.emit(
+                pod,
+                WARNING,
+                "PreemptionFailed",
+                f"PodDisruptionBudgets cannot be read, nothing evicted: {err}",
+            )
+            return
+        victim_pods = self._victim_pods(question.priorities)
+        question = replace(question, protected=protected(victim_pods.items(), budgets))
+        answers = preempt(
+            question,
+            {node: Proposal(frozenset()) for node in candidates},
+            self.state.ledger,
+            config=self.state.config,
+            quotas=self.state.quotas,
+            now=self._now(),
+        )
+        answers = {node: _counted(answer, victim_pods, budgets) for node, answer in answers.items()}
+        self._remember(f"{namespace}/{name}", answers)
+        best = best_node(answers, question.priorities)
+        if best is None or best.allocation is None:
+            self._outcome("no-node")
+            reasons = "; ".join(f"{node}: {a.reason}" for node, a in sorted(answers.items()))
+            self.events.emit(
+                pod,
+                WARNING,
+                "PreemptionNotHelpful",
+                f"no eviction of lower-priority pods makes room: {reasons}",
+            )
+            return
+        if best.pdb_violations:
+            self._outcome("blocked")
+            broken = violations([victim_pods[v] for v in best.victims], budgets)
+            self.events.emit(
+                pod,
+                WARNING,
+                "PreemptionBlocked",
+                f"on node {best.node} the pod fits only by evicting pods a PodDisruptionBudget "
+                f"protects ({'; '.join(broken)}); nothing evicted, asked again on the pod's "
+                "next scheduling attempt",
+            )
+            return
+        await self._evict(pod, best, [victim_pods[v] for v in best.victims], budgets)
+
+    def _question(
+        self, pod: JsonObject, decision: Decision
+    ) -> tuple[PreemptionInput, list[NodeName]]:
+        """The engine's question, and the refused nodes where a lower-priority pod holds
+        cards (the others cannot be helped by an eviction)."""
+        priority = pod_priority(pod)
+        priorities: dict[PodKey, int] = {}
+        names: dict[PodKey, str] = {}
+        candidates = []
+        for node in decision.failed_nodes:
+            lower = False
+            for allocation in self.state.ledger.pods_on(node):
+                held = self.state.pods.get((allocation.namespace, allocation.name))
+                # Only running pods are victims: a claim or reservation of a pod not bound
+                # yet, or a pod already terminating, counts as the preemptor's equal.
+                running = held is not None and _running(held)
+                priorities[allocation.key] = pod_priority(held) if held and running else priority
+                names[allocation.key] = f"{allocation.namespace}/{allocation.name}"
+                holds_cards = any(devices for devices in allocation.containers)
+                lower = lower or (holds_cards and priorities[allocation.key] < priority)
+            if lower:
+                candidates.append(node)
+        return PreemptionInput(pod, priority, priorities, names), candidates
+
+    def _victim_pods(self, priorities: Mapping[PodKey, int]) -> dict[PodKey, JsonObject]:
+        found = {}
+        for key in priorities:
+            allocation = self.state.ledger.pod(key)
+            held = (
+                None
+                if allocation is None
+                else self.state.pods.get((allocation.namespace, allocation.name))
+            )
+            if held is not None:
+                found[key] = held
+        return found
+
+    async def _evict(
+        self,
+        pod: JsonObject,
+        chosen: NodePreemption,
+        victims: Sequence[JsonObject],
+        budgets: Sequence[Budget],
+    ) -> None:
+        key, namespace, name = pod_identity(pod)
+        assert chosen.allocation is not None  # best_node keeps only answers with a claim
+        self.state.offer_nomination(key, {chosen.node: chosen.allocation})
+        self.state.hold_nomination(key, chosen.node)
+        # Victims a budget covers first: a refusal then most likely comes before any eviction.
+        ordered = sorted(victims, key=lambda v: not any(b.covers(v) for b in budgets))
+        evicted: list[str] = []
+        for victim in ordered:
+            _, victim_namespace, victim_name = pod_identity(victim)
+            try:
+                await self.kube.evict_pod(victim_namespace, victim_name, uid=_uid(victim))
+            except KubeError as err:
+                await self._refused(pod, chosen, evicted, f"{victim_namespace}/{victim_name}", err)
+                return
+            evicted.append(f"{victim_namespace}/{victim_name}")
+            self.events.emit(
+                victim,
+                NORMAL,
+                "Preempted",
+                f"Preempted by {namespace}/{name} on node {chosen.node}: {chosen.reason}",
+            )
+        self.metrics.preemption_victims.labels(path=PATH).inc(len(evicted))
+        self._outcome("evicted")
+        grace = max((_grace_s(v) for v in victims), default=DEFAULT_GRACE_S)
+        self.nominations[key] = Nomination(
+            chosen.node, tuple(evicted), self._now() + timedelta(seconds=grace) + NOMINATION_MARGIN
+        )
+        lapse = asyncio.create_task(self._lapse(key, self.nominations[key]))
+        self._lapses.add(lapse)
+        lapse.add_done_callback(self._lapses.discard)
+        self.events.emit(pod, NORMAL, "Preempting", f"on node {chosen.node}: {chosen.reason}")
+        await self._nominate(namespace, name, chosen.node)
+
+    async def _refused(
+        self,
+        pod: JsonObject,
+        chosen: NodePreemption,
+        evicted: Sequence[str],
+        victim: str,
+        err: KubeError,
+    ) -> None:
+        """An eviction failed: stop, hold nothing (the cards cannot all be freed), say so."""
+        key = pod_identity(pod)[0]
+        self.state.drop_nomination(key)
+        self.metrics.preemption_evictions_failed.labels(code=str(err.code)).inc()
+        self.metrics.preemption_victims.labels(path=PATH).inc(len(evicted))
+        self._outcome("eviction-refused")
+        done = f"; already evicted: {', '.join(evicted)}" if evicted else "; nothing evicted"
+        self.events.emit(
+            pod,
+            WARNING,
+            "PreemptionFailed",
+            f"on node {chosen.node} the eviction of {victim} was refused ({err}){done}; "
+            "nothing is held for the pod, asked again on its next scheduling attempt",
+        )
+
+    async def _nominate(self, namespace: str, name: str, node: NodeName | None) -> None:
+        """Set (or clear, with None) the pod's status.nominatedNodeName; best effort: the
+        ledger's claim does not depend on it."""
+        try:
+            await self.kube.patch_pod_status(
+                namespace, name, {"status": {"nominatedNodeName": node}}
+            )
+        except KubeError as err:
+            log.warning("nominatedNodeName not written", pod=f"{namespace}/{name}", error=str(err))
+
+    async def _lapse(self, key: PodKey, nomination: Nomination) -> None:
+        await asyncio.sleep((nomination.expires - self._now()).total_seconds())
+        if self.nominations.get(key) is nomination:
+            await self.expire(key)
+
+    async def close(self) -> None:
+        """Stop waiting for nominations to lapse (shutdown: the ledger goes too)."""
+        await cancel_and_wait(*self._lapses)
+
+    async def expire(self, key: PodKey) -> None:
+        """The nomination lapses: the claim leaves the ledger, and a pod still pending there
+        is nominated nowhere."""
+        nomination = self.nominations.pop(key, None)
+        self.state.drop_nomination(key)
+        if nomination is None:
+            return
+        for pod in list(self.state.pods.values()):
+            if _uid(pod) != key:
+                continue
+            status = pod.get("status") or {}
+            spec = pod.get("spec") or {}
+            if not spec.get("nodeName") and status.get("nominatedNodeName") == nomination.node:
+                _, namespace, name = pod_identity(pod)
+                await self._nominate(namespace, name, None)
+
+    def _outcome(self, outcome: str) -> None:
+        self.metrics.preemption_attempts.labels(path=PATH, outcome=outcome).inc()
+
+    def _remember(self, pod: str, answers: dict[NodeName, NodePreemption]) -> None:
+        self.last.pop(pod, None)
+        self.last[pod] = answers
+        while len(self.last) > ANSWERS_KEPT:
+            del self.last[next(iter(self.last))]
+        for node, answer in answers.items():
+            log.info("own preemption", pod=pod, node=node, answer=answer.reason)
+
+
+def _counted(
+    answer: NodePreemption, pods: Mapping[PodKey, JsonObject], budgets: Sequence[Budget]
+) -> NodePreemption:
+    """The answer with its exact count of budget violations (the engine counts every victim
+    outside kube-scheduler's proposal, and here there is none)."""
+    if not answer.kept:
+        return answer
+    count = len(violations([pods[v] for v in answer.victims if v in pods], budgets))
+    return replace(answer, pdb_violations=count)
+
+
+def _running(pod: JsonObject) -> bool:
+    """Bound to a node and not being deleted."""
+    bound = (pod.get("spec") or {}).get("nodeName")
+    return bool(bound) and not (pod.get("metadata") or {}).get("deletionTimestamp")
+
+
+def _uid(pod: JsonObject) -> str:
+    return str((pod.get("metadata") or {}).get("uid") or "")
+
+
+def _grace_s(pod: JsonObject) -> int:
+    value = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    return value if isinstance(value, int) and value >= 0 else DEFAULT_GRACE_S
