@@ -195,3 +195,15 @@ async def test_pods_that_cannot_or_may_not_preempt_evict_nothing() -> None:
     assert world.api.evicted == [] and world.api.status == []
     assert world.api.reasons("PreemptionNotHelpful") == ["huge"]
     assert world.usage() == [15000, 6000]
+
+
+async def test_a_pod_whose_nominated_node_has_a_victim_terminating_waits_for_it() -> None:
+    """kube-scheduler's /preempt nominated the pod and deletes its victim: nothing more."""
+    world = World()
+    going = running("low-c", "c1", 3000, 100)
+    going["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    world.state.on_pod(going)
+    high = pending("high", 14000, 1000)
+    high["status"]["nominatedNodeName"] = "n1"
+    await world.unschedulable(high)
+    assert world.api.evicted == [] and world.attempts("evicted") == 0

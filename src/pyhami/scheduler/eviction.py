@@ -116,13 +116,16 @@ class EvictingPreemption:
             self._outcome("error")
             log.exception("own preemption failed")
 
+    def nominated(self, key: PodKey) -> bool:
+        """Whether this path's nomination of the pod is alive (its victims may still go)."""
+        nomination = self.nominations.get(key)
+        return nomination is not None and self._now() < nomination.expires
+
     async def _preempt(self, pod: JsonObject, decision: Decision) -> None:
         key, namespace, name = pod_identity(pod)
         nomination = self.nominations.get(key)
         if nomination is not None:
-            if self._now() < nomination.expires and self.state.hold_nomination(
-                key, nomination.node
-            ):
+            if self.nominated(key) and self.state.hold_nomination(key, nomination.node):
                 log.info(
                     "preemption waits for its victims",
                     pod=f"{namespace}/{name}",
@@ -132,6 +135,8 @@ class EvictingPreemption:
                 return
             await self.expire(key)
         if (pod.get("spec") or {}).get("preemptionPolicy") == "Never":
+            return
+        if self._victims_terminating(pod):
             return
         question, candidates = self._question(pod, decision)
         if not candidates:
@@ -183,6 +188,22 @@ class EvictingPreemption:
             )
             return
         await self._evict(pod, best, [victim_pods[v] for v in best.victims], budgets)
+
+    def _victims_terminating(self, pod: JsonObject) -> bool:
+        """kube-scheduler's rule for either path: a pod nominated to a node where a pod of
+        lower priority is terminating waits for it, and keeps its claim there meanwhile."""
+        key = pod_identity(pod)[0]
+        node = NodeName(str((pod.get("status") or {}).get("nominatedNodeName") or ""))
+        if not node:
+            return False
+        priority = pod_priority(pod)
+        for allocation in self.state.ledger.pods_on(node):
+            held = self.state.pods.get((allocation.namespace, allocation.name))
+            meta = (held or {}).get("metadata") or {}
+            if held and meta.get("deletionTimestamp") and pod_priority(held) < priority:
+                self.state.hold_nomination(key, node)
+                return True
+        return False
 
     def _question(
         self, pod: JsonObject, decision: Decision

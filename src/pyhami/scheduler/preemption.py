@@ -119,8 +119,12 @@ def preemption_result(answers: Mapping[NodeName, NodePreemption]) -> dict[str, A
 class Preemption:
     """The `/preempt` verb on the filter's state: the same ledger, pods and configuration."""
 
-    def __init__(self, service: FilterBind) -> None:
+    def __init__(
+        self, service: FilterBind, *, nominated: Callable[[str], bool] = lambda _key: False
+    ) -> None:
         self.service = service
+        # Whether the scheduler's own preemption already evicts for the pod (eviction.py).
+        self._nominated = nominated
         # The latest answers per namespace/name, for logs and tests to inspect.
         self.last: dict[str, dict[NodeName, NodePreemption]] = {}
 
@@ -136,6 +140,9 @@ class Preemption:
             key, namespace, name = pod_identity(pod)
         except (FilterRefusedError, PodSpecError) as err:
             log.warning("preemption refused", error=str(err))
+            return {}
+        if self._nominated(key):
+            log.info("preemption not answered", why="the pod's own victims are terminating")
             return {}
         state = service.state
         priorities: dict[str, int] = {}

@@ -143,10 +143,10 @@ class SchedulerProcess:
             lock_retry_timeout=settings.node_lock_retry_timeout,
             explain_all=settings.explain_all,
         )
-        self.preemption = Preemption(self.service)
         self.evicting = EvictingPreemption(
             self.state, client, self.events, self.metrics, now=_now
         )
+        self.preemption = Preemption(self.service, nominated=self.evicting.nominated)
         self.service.on_unschedulable = self.evicting.on_unschedulable
         self.admission = PodAdmission(
             WebhookConfig(
