@@ -6,8 +6,10 @@ scheduler's own path (scheduler/eviction.py) evicts through the Eviction API, un
 chart's RBAC, PodDisruptionBudgets enforced by the API server."""
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator
 
+import aiohttp
 import pytest
 
 from pyhami.controlplane import BuiltBinaries
@@ -83,6 +85,17 @@ async def reasons_on(cluster: DemoCluster, reason: str) -> list[str]:
     return sorted(e["involvedObject"]["name"] for e in events.items)
 
 
+async def explain(cluster: DemoCluster, name: str) -> JsonObject:
+    """The scheduler's /explain, called with kube-scheduler's client certificate."""
+    context = ssl.create_default_context(cadata=cluster.ca_pem.decode())
+    cluster.client_certificate.load_into(context)
+    connector = aiohttp.TCPConnector(ssl=context)
+    url = f"{cluster.scheduler_url}/explain?pod={NS}/{name}"
+    async with aiohttp.ClientSession(connector=connector) as http, http.get(url) as response:
+        answer: JsonObject = await response.json()
+        return answer
+
+
 def attempts(cluster: DemoCluster, outcome: str) -> float:
     value = cluster.scheduler.metrics.registry.get_sample_value(
         "pyhami_scheduler_preemption_attempts_total", {"path": "scheduler", "outcome": outcome}
@@ -122,6 +135,10 @@ async def test_a_gpu_only_pod_evicts_exactly_the_two_pods_on_the_card_it_needs(
     preempting = await event_with(cluster.client, "high", "Preempting")
     assert "CardInsufficientMemory" in preempting["message"]
     assert attempts(cluster, "evicted") == 1
+    explained = (await explain(cluster, "high"))["preemption"]
+    assert explained["path"] == "scheduler" and explained["outcome"] == "evicted"
+    assert (explained["node"], explained["victims"]) == (NODE1, ["default/low-a", "default/low-b"])
+    assert "does not fit" in explained["nodes"]["gpu-node-2"]
 
     # No eviction gives 20000 MiB on a 15360 MiB card: nothing is evicted, the pod waits.
     await cluster.client.create_pod(NS, gpu_pod("hopeless", 20000, "high"))

@@ -124,6 +124,10 @@ async def test_the_two_victims_are_evicted_and_the_freed_card_is_held_for_the_po
     victims = world.metrics.registry.get_sample_value(
         "pyhami_scheduler_preemption_victims_total", {"path": "scheduler"})
     assert victims == 2
+    assert world.preemption.explanation("default/high") == {
+        "path": "scheduler", "outcome": "evicted", "node": "n1",
+        "victims": ["default/low-a", "default/low-b"],
+        "nodes": {"n1": world.preemption.last["default/high"][NodeName("n1")].reason}}
 
     # The pod's next filter while the victims terminate: the claim again, no second eviction.
     await world.unschedulable(high)

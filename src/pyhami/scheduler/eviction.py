@@ -105,6 +105,10 @@ class EvictingPreemption:
         self.nominations: dict[PodKey, Nomination] = {}
         # The latest answers per namespace/name (every node asked, kept or dropped, and why).
         self.last: dict[str, dict[NodeName, NodePreemption]] = {}
+        # Per namespace/name, for /explain: the node chosen with its victims' names, and
+        # what came of it.
+        self._chosen: dict[str, tuple[NodePreemption | None, tuple[str, ...]]] = {}
+        self._outcomes: dict[str, str] = {}
         self._lapses: set[asyncio.Task[None]] = set()
 
     async def on_unschedulable(self, pod: JsonObject, decision: Decision) -> None:
@@ -163,10 +167,11 @@ class EvictingPreemption:
             now=self._now(),
         )
         answers = {node: _counted(answer, victim_pods, budgets) for node, answer in answers.items()}
-        self._remember(f"{namespace}/{name}", answers)
         best = best_node(answers, question.priorities)
+        chosen = () if best is None else tuple(sorted(question.names[v] for v in best.victims))
+        self._remember(f"{namespace}/{name}", answers, best, chosen)
         if best is None or best.allocation is None:
-            self._outcome("no-node")
+            self._outcome("no-node", f"{namespace}/{name}")
             reasons = "; ".join(f"{node}: {a.reason}" for node, a in sorted(answers.items()))
             self.events.emit(
                 pod,
@@ -176,7 +181,7 @@ class EvictingPreemption:
             )
             return
         if best.pdb_violations:
-            self._outcome("blocked")
+            self._outcome("blocked", f"{namespace}/{name}")
             broken = violations([victim_pods[v] for v in best.victims], budgets)
             self.events.emit(
                 pod,
@@ -271,7 +276,7 @@ class EvictingPreemption:
                 f"Preempted by {namespace}/{name} on node {chosen.node}: {chosen.reason}",
             )
         self.metrics.preemption_victims.labels(path=PATH).inc(len(evicted))
-        self._outcome("evicted")
+        self._outcome("evicted", f"{namespace}/{name}")
         grace = max((_grace_s(v) for v in victims), default=DEFAULT_GRACE_S)
         self.nominations[key] = Nomination(
             chosen.node, tuple(evicted), self._now() + timedelta(seconds=grace) + NOMINATION_MARGIN
@@ -291,11 +296,11 @@ class EvictingPreemption:
         err: KubeError,
     ) -> None:
         """An eviction failed: stop, hold nothing (the cards cannot all be freed), say so."""
-        key = pod_identity(pod)[0]
+        key, namespace, name = pod_identity(pod)
         self.state.drop_nomination(key)
         self.metrics.preemption_evictions_failed.labels(code=str(err.code)).inc()
         self.metrics.preemption_victims.labels(path=PATH).inc(len(evicted))
-        self._outcome("eviction-refused")
+        self._outcome("eviction-refused", f"{namespace}/{name}")
         done = f"; already evicted: {', '.join(evicted)}" if evicted else "; nothing evicted"
         self.events.emit(
             pod,
@@ -340,14 +345,42 @@ class EvictingPreemption:
                 _, namespace, name = pod_identity(pod)
                 await self._nominate(namespace, name, None)
 
-    def _outcome(self, outcome: str) -> None:
+    def explanation(self, pod: str) -> dict[str, Any] | None:
+        """The latest preemption for `pod` (namespace/name) as /explain shows it: the node
+        chosen, its victims and every node's answer with its reason."""
+        answers = self.last.get(pod)
+        if answers is None:
+            return None
+        best, victims = self._chosen.get(pod, (None, ()))
+        return {
+            "path": PATH,
+            "outcome": self._outcomes.get(pod, ""),
+            "node": None if best is None else best.node,
+            "victims": list(victims),
+            "nodes": {node: answer.reason for node, answer in answers.items()},
+        }
+
+    def _outcome(self, outcome: str, pod: str = "") -> None:
+        if pod:
+            self._outcomes[pod] = outcome
         self.metrics.preemption_attempts.labels(path=PATH, outcome=outcome).inc()
 
-    def _remember(self, pod: str, answers: dict[NodeName, NodePreemption]) -> None:
+    def _remember(
+        self,
+        pod: str,
+        answers: dict[NodeName, NodePreemption],
+        best: NodePreemption | None,
+        victims: tuple[str, ...],
+    ) -> None:
         self.last.pop(pod, None)
         self.last[pod] = answers
+        self._chosen[pod] = (best, victims)
+        self._outcomes.pop(pod, None)
         while len(self.last) > ANSWERS_KEPT:
-            del self.last[next(iter(self.last))]
+            oldest = next(iter(self.last))
+            del self.last[oldest]
+            self._chosen.pop(oldest, None)
+            self._outcomes.pop(oldest, None)
         for node, answer in answers.items():
             log.info("own preemption", pod=pod, node=node, answer=answer.reason)
 

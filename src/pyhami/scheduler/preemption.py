@@ -183,6 +183,20 @@ class Preemption:
         return answers
 
 
+    def explanation(self, pod: str) -> dict[str, Any] | None:
+        """The latest answer for `pod` (namespace/name) as /explain shows it (kube-scheduler
+        picks the node among those kept and deletes that node's victims)."""
+        answers = self.last.get(pod)
+        if answers is None:
+            return None
+        kept = any(answer.kept for answer in answers.values())
+        return {
+            "path": "extender",
+            "outcome": "kept" if kept else "no-node",
+            "nodes": {node: answer.reason for node, answer in answers.items()},
+        }
+
+
 def preempt_route(
     preemption: Preemption, body_timeout_s: float
 ) -> Callable[[web.Request], Awaitable[web.Response]]:

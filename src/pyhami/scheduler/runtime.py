@@ -227,6 +227,9 @@ class SchedulerProcess:
         self.state.on_node_deleted(node)
         self.service.mutexes.forget(name)
 
+    def _preemption_of(self, pod: str) -> dict[str, Any] | None:
+        return self.evicting.explanation(pod) or self.preemption.explanation(pod)
+
     async def _leadership_changed(self, leading: bool) -> None:
         """Label our own pod for the chart's Service selector (HAMi §8.3, self only)."""
         pod, namespace = self.settings.identity, self.settings.pod_namespace
@@ -266,6 +269,7 @@ class SchedulerProcess:
             require_client_certificate=authenticated,
             body_timeout_s=self.limits.body_timeout_s,
             preempt=preempt_route(self.preemption, self.limits.body_timeout_s),
+            preemption_of=self._preemption_of,
         )
         host, port = split_host_port(self.settings.http_bind, "--http_bind")
         ssl = self.certificate.context if self.certificate is not None else None
