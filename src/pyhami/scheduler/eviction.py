@@ -64,6 +64,9 @@ DEFAULT_GRACE_S = 30  # a pod's terminationGracePeriodSeconds when its spec does
 # report them gone and for kube-scheduler to try the pod again.
 NOMINATION_MARGIN = timedelta(seconds=60)
 ANSWERS_KEPT = 256  # the latest answers kept for inspection, oldest dropped first
+# Nodes searched for victims per attempt, as kube-scheduler's preemption bounds its candidates
+# (minCandidateNodesAbsolute): the search runs inside /filter.
+MAX_CANDIDATE_NODES = 100
 
 
 class EvictionKube(Protocol):
@@ -213,14 +216,35 @@ class EvictingPreemption:
     def _question(
         self, pod: JsonObject, decision: Decision
     ) -> tuple[PreemptionInput, list[NodeName]]:
-        """The engine's question, and the refused nodes where a lower-priority pod holds
-        cards (the others cannot be helped by an eviction)."""
+        """The engine's question, and the refused nodes where a running lower-priority pod
+        holds cards (no eviction helps the others). One pass over the pods finds those nodes:
+        most refusals have none, and that pass is all they cost."""
         priority = pod_priority(pod)
+        refused = decision.failed_nodes
+        found: set[NodeName] = set()
+        # The cheap test first: most pods are not below the preemptor.
+        below = [
+            held
+            for held in self.state.pods.values()
+            if ((held.get("spec") or {}).get("priority") or 0) < priority
+        ]
+        for other in below:
+            if pod_priority(other) >= priority:
+                continue
+            node = NodeName(str((other.get("spec") or {}).get("nodeName") or ""))
+            if node in found or node not in refused or not _running(other):
+                continue
+            allocation = self.state.ledger.pod(_uid(other))
+            if (
+                allocation is not None
+                and allocation.node == node
+                and any(devices for devices in allocation.containers)
+            ):
+                found.add(node)
+        candidates = sorted(found)[:MAX_CANDIDATE_NODES]
         priorities: dict[PodKey, int] = {}
         names: dict[PodKey, str] = {}
-        candidates = []
-        for node in decision.failed_nodes:
-            lower = False
+        for node in candidates:
             for allocation in self.state.ledger.pods_on(node):
                 held = self.state.pods.get((allocation.namespace, allocation.name))
                 # Only running pods are victims: a claim or reservation of a pod not bound
@@ -228,10 +252,6 @@ class EvictingPreemption:
                 running = held is not None and _running(held)
                 priorities[allocation.key] = pod_priority(held) if held and running else priority
                 names[allocation.key] = f"{allocation.namespace}/{allocation.name}"
-                holds_cards = any(devices for devices in allocation.containers)
-                lower = lower or (holds_cards and priorities[allocation.key] < priority)
-            if lower:
-                candidates.append(node)
         return PreemptionInput(pod, priority, priorities, names), candidates
 
     def _victim_pods(self, priorities: Mapping[PodKey, int]) -> dict[PodKey, JsonObject]:
