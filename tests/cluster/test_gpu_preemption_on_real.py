@@ -96,6 +96,18 @@ async def explain(cluster: DemoCluster, name: str) -> JsonObject:
         return answer
 
 
+def evictions(cluster: DemoCluster) -> list[str]:
+    """The pods our scheduler asked the API server to evict, from its audit log."""
+    assert cluster.real is not None
+    return sorted(
+        event["objectRef"]["name"]
+        for event in cluster.real.audit_events()
+        if event["user"]["username"] == SCHEDULER_USER
+        and event["verb"] == "create"
+        and event["objectRef"].get("subresource") == "eviction"
+    )
+
+
 def attempts(cluster: DemoCluster, outcome: str) -> float:
     value = cluster.scheduler.metrics.registry.get_sample_value(
         "pyhami_scheduler_preemption_attempts_total", {"path": "scheduler", "outcome": outcome}
@@ -132,6 +144,7 @@ async def test_a_gpu_only_pod_evicts_exactly_the_two_pods_on_the_card_it_needs(
     )
     assert not answers["gpu-node-2"].kept
     assert await reasons_on(cluster, "Preempted") == ["low-a", "low-b"]
+    assert evictions(cluster) == ["low-a", "low-b"], "through the Eviction API, once each"
     preempting = await event_with(cluster.client, "high", "Preempting")
     assert "CardInsufficientMemory" in preempting["message"]
     assert attempts(cluster, "evicted") == 1
@@ -150,6 +163,7 @@ async def test_a_gpu_only_pod_evicts_exactly_the_two_pods_on_the_card_it_needs(
     assert not hopeless["spec"].get("nodeName")
     assert not (hopeless.get("status") or {}).get("nominatedNodeName")
     assert await reasons_on(cluster, "Preempted") == ["low-a", "low-b"]
+    assert evictions(cluster) == ["low-a", "low-b"]
     assert attempts(cluster, "evicted") == 1
 
 
@@ -188,3 +202,4 @@ async def test_a_pod_disruption_budget_is_respected(cluster: DemoCluster) -> Non
     assert await alive(cluster, "guarded-a", "low-b", "top-f", "high")
     assert not (await cluster.client.get_pod(NS, "blocked"))["spec"].get("nodeName")
     assert await reasons_on(cluster, "Preempted") == ["low-c", "low-d"]
+    assert evictions(cluster) == ["low-c", "low-d"], "no eviction of guarded-a was even tried"
