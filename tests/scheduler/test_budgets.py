@@ -51,3 +51,12 @@ def test_an_unreadable_selector_is_named() -> None:
         read_budgets([pdb("bad", {"matchExpressions": [{"key": "a", "operator": "Near"}]}, 1)])
     with pytest.raises(BudgetError, match=r"spec\.selector is not an object"):
         read_budgets([pdb("bad", ["app"], 1)])
+
+
+def test_a_pod_two_budgets_cover_cannot_be_evicted() -> None:
+    """The Eviction API refuses a pod under more than one budget, whatever they allow."""
+    budgets = read_budgets([pdb("one", {"matchLabels": {"app": "db"}}, 5),
+                            pdb("two", {}, 5)])
+    assert violations([pod("a", app="db")], budgets) == ["team/a: team/one, team/two"]
+    assert violations([pod("b")], budgets) == []
+    assert protected([("k", pod("a", app="db")), ("j", pod("b"))], budgets) == {"k"}

@@ -6,7 +6,8 @@ many of them may go now; while the disruption controller has not seen the budget
 spec (`status.observedGeneration` behind `metadata.generation`) the API server refuses every
 eviction it covers, so it allows none. Counted as kube-scheduler counts them: victims in
 order, each taking one disruption from every budget that covers it (unless the budget already
-lists it as disrupted); a victim violates when one of its budgets is left below zero.
+lists it as disrupted); a victim violates when one of its budgets is left below zero. A pod
+that more than one budget covers always does: the Eviction API refuses to evict it (500).
 """
 
 from __future__ import annotations
@@ -99,12 +100,13 @@ def read_budgets(pdbs: Iterable[JsonObject]) -> tuple[Budget, ...]:
 
 
 def protected(pods: Iterable[tuple[str, JsonObject]], budgets: Sequence[Budget]) -> frozenset[str]:
-    """The keys of the pods one budget forbids evicting even alone."""
-    return frozenset(
-        key
-        for key, pod in pods
-        if any(budget.covers(pod) and budget.allowed <= 0 for budget in budgets)
-    )
+    """The keys of the pods that cannot be evicted now, even alone."""
+    found = set()
+    for key, pod in pods:
+        covering = [budget for budget in budgets if budget.covers(pod)]
+        if len(covering) > 1 or any(budget.allowed <= 0 for budget in covering):
+            found.add(key)
+    return frozenset(found)
 
 
 def violations(victims: Sequence[JsonObject], budgets: Sequence[Budget]) -> list[str]:
@@ -113,12 +115,13 @@ def violations(victims: Sequence[JsonObject], budgets: Sequence[Budget]) -> list
     found = []
     for pod in victims:
         meta = pod.get("metadata") or {}
+        covering = [budget for budget in budgets if budget.covers(pod)]
         broken = []
-        for budget in budgets:
-            if not budget.covers(pod) or str(meta.get("name") or "") in budget.disrupted:
+        for budget in covering:
+            if str(meta.get("name") or "") in budget.disrupted:
                 continue
             left[budget.name] -= 1
-            if left[budget.name] < 0:
+            if left[budget.name] < 0 or len(covering) > 1:
                 broken.append(budget.name)
         if broken:
             found.append(f"{meta.get('namespace')}/{meta.get('name')}: {', '.join(broken)}")
