@@ -13,8 +13,11 @@ that more than one budget covers always does: the Eviction API refuses to evict 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+from pyhami.engine import PodKey
+from pyhami.engine.preempt import NodePreemption
 
 JsonObject = Mapping[str, Any]
 
@@ -126,3 +129,14 @@ def violations(victims: Sequence[JsonObject], budgets: Sequence[Budget]) -> list
         if broken:
             found.append(f"{meta.get('namespace')}/{meta.get('name')}: {', '.join(broken)}")
     return found
+
+
+def counted(
+    answer: NodePreemption, pods: Mapping[PodKey, JsonObject], budgets: Sequence[Budget]
+) -> NodePreemption:
+    """The answer with its exact count of budget violations, for a question with no
+    kube-scheduler proposal (where the engine counts every victim as a possible one)."""
+    if not answer.kept:
+        return answer
+    count = len(violations([pods[v] for v in answer.victims if v in pods], budgets))
+    return replace(answer, pdb_violations=count)

@@ -50,7 +50,14 @@ from pyhami.kube import (
     cancel_and_wait,
 )
 from pyhami.model import NodeName
-from pyhami.scheduler.budgets import Budget, BudgetError, protected, read_budgets, violations
+from pyhami.scheduler.budgets import (
+    Budget,
+    BudgetError,
+    counted,
+    protected,
+    read_budgets,
+    violations,
+)
 from pyhami.scheduler.events import NORMAL, WARNING, EventRecorder
 from pyhami.scheduler.metrics import SchedulerMetrics
 from pyhami.scheduler.state import ClusterState
@@ -169,7 +176,7 @@ class EvictingPreemption:
             quotas=self.state.quotas,
             now=self._now(),
         )
-        answers = {node: _counted(answer, victim_pods, budgets) for node, answer in answers.items()}
+        answers = {node: counted(answer, victim_pods, budgets) for node, answer in answers.items()}
         best = best_node(answers, question.priorities)
         chosen = () if best is None else tuple(sorted(question.names[v] for v in best.victims))
         self._remember(f"{namespace}/{name}", answers, best, chosen)
@@ -403,17 +410,6 @@ class EvictingPreemption:
             self._outcomes.pop(oldest, None)
         for node, answer in answers.items():
             log.info("own preemption", pod=pod, node=node, answer=answer.reason)
-
-
-def _counted(
-    answer: NodePreemption, pods: Mapping[PodKey, JsonObject], budgets: Sequence[Budget]
-) -> NodePreemption:
-    """The answer with its exact count of budget violations (the engine counts every victim
-    outside kube-scheduler's proposal, and here there is none)."""
-    if not answer.kept:
-        return answer
-    count = len(violations([pods[v] for v in answer.victims if v in pods], budgets))
-    return replace(answer, pdb_violations=count)
 
 
 def _running(pod: JsonObject) -> bool:
