@@ -35,7 +35,11 @@ class Api:
         self.events: list[dict[str, Any]] = []
 
     async def list(self, resource: Resource, namespace: str | None = None) -> ObjectList:
+        self.meanwhile()
         return ObjectList(self.pdbs, "1")
+
+    def meanwhile(self) -> None:
+        """What the informers deliver while the budgets are read (tests replace it)."""
 
     async def evict_pod(self, namespace: str, name: str, *, uid: str) -> None:
         if name in self.refuse:
@@ -211,3 +215,16 @@ async def test_a_pod_whose_nominated_node_has_a_victim_terminating_waits_for_it(
     high["status"]["nominatedNodeName"] = "n1"
     await world.unschedulable(high)
     assert world.api.evicted == [] and world.attempts("evicted") == 0
+
+
+async def test_pods_that_arrive_while_the_budgets_are_read_are_judged_by_their_priority() -> None:
+    world = World()
+
+    def low_b_replaced_by_a_vip() -> None:
+        world.state.on_pod_deleted(running("low-b", "c0", 7000, 100))
+        world.state.on_pod(running("vip", "c0", 7000, 5000))
+
+    world.api.meanwhile = low_b_replaced_by_a_vip  # type: ignore[method-assign]
+    await world.unschedulable(pending("high", 14000, 1000))
+    assert world.api.evicted == [], "the vip outranks the pod; low-a alone is not enough"
+    assert world.api.reasons("PreemptionNotHelpful") == ["high"]

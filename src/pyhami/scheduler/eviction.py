@@ -152,8 +152,7 @@ class EvictingPreemption:
             return
         if self._victims_terminating(pod):
             return
-        question, candidates = self._question(pod, decision)
-        if not candidates:
+        if not self._question(pod, decision)[1]:
             return  # no lower-priority pod holds a card where the pod was refused
         try:
             budgets = read_budgets((await self.kube.list(POD_DISRUPTION_BUDGETS)).items)
@@ -166,6 +165,8 @@ class EvictingPreemption:
                 f"PodDisruptionBudgets cannot be read, nothing evicted: {err}",
             )
             return
+        # Asked again: pods came and went while the budgets were read.
+        question, candidates = self._question(pod, decision)
         victim_pods = self._victim_pods(question.priorities)
         question = replace(question, protected=protected(victim_pods.items(), budgets))
         answers = preempt(
