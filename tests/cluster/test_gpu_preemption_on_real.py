@@ -96,16 +96,20 @@ async def explain(cluster: DemoCluster, name: str) -> JsonObject:
         return answer
 
 
-def evictions(cluster: DemoCluster) -> list[str]:
-    """The pods our scheduler asked the API server to evict, from its audit log."""
+def asked(cluster: DemoCluster, verb: str, subresource: str) -> list[str]:
+    """The pods whose `subresource` our scheduler asked the API server to `verb` (audit log)."""
     assert cluster.real is not None
     return sorted(
         event["objectRef"]["name"]
         for event in cluster.real.audit_events()
         if event["user"]["username"] == SCHEDULER_USER
-        and event["verb"] == "create"
-        and event["objectRef"].get("subresource") == "eviction"
+        and event["verb"] == verb
+        and event["objectRef"].get("subresource") == subresource
     )
+
+
+def evictions(cluster: DemoCluster) -> list[str]:
+    return asked(cluster, "create", "eviction")
 
 
 def attempts(cluster: DemoCluster, outcome: str) -> float:
@@ -145,6 +149,7 @@ async def test_a_gpu_only_pod_evicts_exactly_the_two_pods_on_the_card_it_needs(
     assert not answers["gpu-node-2"].kept
     assert await reasons_on(cluster, "Preempted") == ["low-a", "low-b"]
     assert evictions(cluster) == ["low-a", "low-b"], "through the Eviction API, once each"
+    assert asked(cluster, "patch", "status") == ["high"], "its nominatedNodeName"
     preempting = await event_with(cluster.client, "high", "Preempting")
     assert "CardInsufficientMemory" in preempting["message"]
     assert attempts(cluster, "evicted") == 1
