@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pyhami.engine import EngineConfig, Outcome, decide
-from pyhami.kube import Resource, TooManyRequests
+from pyhami.kube import Resource, ServerError, TooManyRequests
 from pyhami.kube.client import ObjectList
 from pyhami.model import NodeName
 from pyhami.protocol import KEY_NVIDIA_ALLOCATED, KEY_VGPU_NODE
@@ -30,6 +30,7 @@ class Api:
     def __init__(self, pdbs: list[dict[str, Any]] | None = None) -> None:
         self.pdbs = pdbs or []
         self.refuse: set[str] = set()
+        self.fail: set[str] = set()
         self.evicted: list[str] = []
         self.status: list[tuple[str, Any]] = []
         self.events: list[dict[str, Any]] = []
@@ -44,6 +45,8 @@ class Api:
     async def evict_pod(self, namespace: str, name: str, *, uid: str) -> None:
         if name in self.refuse:
             raise TooManyRequests(429, "TooManyRequests", "would violate the disruption budget")
+        if name in self.fail:
+            raise ServerError(500, "InternalError", "etcd timed out")
         self.evicted.append(name)
 
     async def patch_pod_status(self, namespace: str, name: str, body: Any) -> Any:
@@ -228,3 +231,23 @@ async def test_pods_that_arrive_while_the_budgets_are_read_are_judged_by_their_p
     await world.unschedulable(pending("high", 14000, 1000))
     assert world.api.evicted == [], "the vip outranks the pod; low-a alone is not enough"
     assert world.api.reasons("PreemptionNotHelpful") == ["high"]
+
+
+async def test_after_a_half_done_eviction_the_next_attempt_finishes_it() -> None:
+    """low-a went, low-b's eviction failed: nothing is held; next time low-a (terminating, no
+    budget asked) and low-b are the victims again, nothing else."""
+    world = World()
+    world.api.fail = {"low-b"}
+    high = pending("high", 14000, 1000)
+    await world.unschedulable(high)
+    assert world.api.evicted == ["low-a"]
+    assert world.attempts("eviction-refused") == 1
+    assert world.usage() == [15000, 6000], "nothing held for the pod"
+    going = running("low-a", "c0", 8000, 100)
+    going["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    world.state.on_pod(going)
+    world.api.fail = set()
+    world.api.pdbs = [budget({"app": "low-a"}, 0)]  # a terminating pod is not asked about
+    await world.unschedulable(high)
+    assert world.api.evicted == ["low-a", "low-a", "low-b"]
+    assert world.attempts("evicted") == 1

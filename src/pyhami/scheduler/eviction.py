@@ -45,6 +45,7 @@ from pyhami.engine.preempt import (
 from pyhami.kube import (
     POD_DISRUPTION_BUDGETS,
     KubeError,
+    NotFound,
     ObjectList,
     Resource,
     cancel_and_wait,
@@ -166,18 +167,20 @@ class EvictingPreemption:
             )
             return
         # Asked again: pods came and went while the budgets were read.
-        question, candidates = self._question(pod, decision)
+        question, proposals = self._question(pod, decision)
         victim_pods = self._victim_pods(question.priorities)
-        question = replace(question, protected=protected(victim_pods.items(), budgets))
+        # A pod that terminates already is deleted again without asking its budgets.
+        judged = {k: v for k, v in victim_pods.items() if not _terminating(v)}
+        question = replace(question, protected=protected(judged.items(), budgets))
         answers = preempt(
             question,
-            {node: Proposal(frozenset()) for node in candidates},
+            proposals,
             self.state.ledger,
             config=self.state.config,
             quotas=self.state.quotas,
             now=self._now(),
         )
-        answers = {node: counted(answer, victim_pods, budgets) for node, answer in answers.items()}
+        answers = {node: counted(answer, judged, budgets) for node, answer in answers.items()}
         best = best_node(answers, question.priorities)
         chosen = () if best is None else tuple(sorted(question.names[v] for v in best.victims))
         self._remember(f"{namespace}/{name}", answers, best, chosen)
@@ -193,7 +196,7 @@ class EvictingPreemption:
             return
         if best.pdb_violations:
             self._outcome("blocked", f"{namespace}/{name}")
-            broken = violations([victim_pods[v] for v in best.victims], budgets)
+            broken = violations([judged[v] for v in best.victims if v in judged], budgets)
             self.events.emit(
                 pod,
                 WARNING,
@@ -215,18 +218,18 @@ class EvictingPreemption:
         priority = pod_priority(pod)
         for allocation in self.state.ledger.pods_on(node):
             held = self.state.pods.get((allocation.namespace, allocation.name))
-            meta = (held or {}).get("metadata") or {}
-            if held and meta.get("deletionTimestamp") and pod_priority(held) < priority:
+            if held and _terminating(held) and pod_priority(held) < priority:
                 self.state.hold_nomination(key, node)
                 return True
         return False
 
     def _question(
         self, pod: JsonObject, decision: Decision
-    ) -> tuple[PreemptionInput, list[NodeName]]:
-        """The engine's question, and the refused nodes where a running lower-priority pod
-        holds cards (no eviction helps the others). One pass over the pods finds those nodes:
-        most refusals have none, and that pass is all they cost."""
+    ) -> tuple[PreemptionInput, dict[NodeName, Proposal]]:
+        """The engine's question, and the refused nodes where a lower-priority pod holds cards
+        (no eviction helps the others), each proposing its lower-priority pods that terminate
+        already (the victims that cost nothing more). One pass over the pods finds those
+        nodes: most refusals have none, and that pass is all they cost."""
         priority = pod_priority(pod)
         refused = decision.failed_nodes
         found: set[NodeName] = set()
@@ -240,7 +243,7 @@ class EvictingPreemption:
             if pod_priority(other) >= priority:
                 continue
             node = NodeName(str((other.get("spec") or {}).get("nodeName") or ""))
-            if node in found or node not in refused or not _running(other):
+            if node in found or node not in refused:
                 continue
             allocation = self.state.ledger.pod(_uid(other))
             if (
@@ -249,18 +252,22 @@ class EvictingPreemption:
                 and any(devices for devices in allocation.containers)
             ):
                 found.add(node)
-        candidates = sorted(found)[:MAX_CANDIDATE_NODES]
+        proposals: dict[NodeName, Proposal] = {}
         priorities: dict[PodKey, int] = {}
         names: dict[PodKey, str] = {}
-        for node in candidates:
+        for node in sorted(found)[:MAX_CANDIDATE_NODES]:
+            going = set()
             for allocation in self.state.ledger.pods_on(node):
                 held = self.state.pods.get((allocation.namespace, allocation.name))
-                # Only running pods are victims: a claim or reservation of a pod not bound
-                # yet, or a pod already terminating, counts as the preemptor's equal.
-                running = held is not None and _running(held)
-                priorities[allocation.key] = pod_priority(held) if held and running else priority
+                # Only pods bound to the node are victims: a claim or reservation of a pod not
+                # bound yet counts as the preemptor's equal.
+                bound = held is not None and _bound(held)
+                priorities[allocation.key] = pod_priority(held) if held and bound else priority
                 names[allocation.key] = f"{allocation.namespace}/{allocation.name}"
-        return PreemptionInput(pod, priority, priorities, names), candidates
+                if held and bound and _terminating(held) and priorities[allocation.key] < priority:
+                    going.add(allocation.key)
+            proposals[node] = Proposal(frozenset(going))
+        return PreemptionInput(pod, priority, priorities, names), proposals
 
     def _victim_pods(self, priorities: Mapping[PodKey, int]) -> dict[PodKey, JsonObject]:
         found = {}
@@ -293,6 +300,8 @@ class EvictingPreemption:
             _, victim_namespace, victim_name = pod_identity(victim)
             try:
                 await self.kube.evict_pod(victim_namespace, victim_name, uid=_uid(victim))
+            except NotFound:
+                pass  # gone already: what the eviction was for
             except KubeError as err:
                 await self._refused(pod, chosen, evicted, f"{victim_namespace}/{victim_name}", err)
                 return
@@ -413,10 +422,13 @@ class EvictingPreemption:
             log.info("own preemption", pod=pod, node=node, answer=answer.reason)
 
 
-def _running(pod: JsonObject) -> bool:
-    """Bound to a node and not being deleted."""
-    bound = (pod.get("spec") or {}).get("nodeName")
-    return bool(bound) and not (pod.get("metadata") or {}).get("deletionTimestamp")
+def _bound(pod: JsonObject) -> bool:
+    return bool((pod.get("spec") or {}).get("nodeName"))
+
+
+def _terminating(pod: JsonObject) -> bool:
+    """Being deleted: the Eviction API deletes it again without asking its budgets."""
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
 
 
 def _uid(pod: JsonObject) -> str:
