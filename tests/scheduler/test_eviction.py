@@ -13,7 +13,7 @@ from pyhami.kube.client import ObjectList
 from pyhami.model import NodeName
 from pyhami.protocol import KEY_NVIDIA_ALLOCATED, KEY_VGPU_NODE
 from pyhami.scheduler.events import EventRecorder
-from pyhami.scheduler.eviction import NOMINATION_MARGIN, EvictingPreemption
+from pyhami.scheduler.eviction import LOWEST_PRIORITY_TTL, NOMINATION_MARGIN, EvictingPreemption
 from pyhami.scheduler.metrics import MetricsSnapshot, SchedulerMetrics
 from pyhami.scheduler.ownership import inventory_of_node
 from pyhami.scheduler.state import ClusterState
@@ -251,3 +251,15 @@ async def test_after_a_half_done_eviction_the_next_attempt_finishes_it() -> None
     await world.unschedulable(high)
     assert world.api.evicted == ["low-a", "low-a", "low-b"]
     assert world.attempts("evicted") == 1
+
+
+async def test_the_lowest_priority_is_read_again_after_a_second() -> None:
+    """A pod above no pod costs no pass over the pods for a second; then a newcomer counts."""
+    world = World()
+    await world.unschedulable(pending("mid", 14000, 100))  # no pod below 100
+    world.state.on_pod(running("tiny", "c0", 0, 10))  # placed since (0 MiB beside low-a, b)
+    await world.unschedulable(pending("mid", 14000, 100))
+    assert world.api.evicted == [], "seen within the second: not yet"
+    world.now += LOWEST_PRIORITY_TTL
+    await world.unschedulable(pending("mid", 14000, 100))
+    assert world.api.reasons("PreemptionNotHelpful") == ["mid"], "tiny alone frees nothing"

@@ -75,6 +75,10 @@ ANSWERS_KEPT = 256  # the latest answers kept for inspection, oldest dropped fir
 # Nodes searched for victims per attempt, as kube-scheduler's preemption bounds its candidates
 # (minCandidateNodesAbsolute): the search runs inside /filter.
 MAX_CANDIDATE_NODES = 100
+# How long the lowest priority among all pods is reused: most pods that fit nowhere are not above
+# any pod, and this spares them a pass over every pod each time (a pod that arrived since then is
+# seen by the next attempt).
+LOWEST_PRIORITY_TTL = timedelta(seconds=1)
 
 
 class EvictionKube(Protocol):
@@ -121,6 +125,7 @@ class EvictingPreemption:
         self._chosen: dict[str, tuple[NodePreemption | None, tuple[str, ...]]] = {}
         self._outcomes: dict[str, str] = {}
         self._lapses: set[asyncio.Task[None]] = set()
+        self._lowest: tuple[datetime, int] | None = None  # when seen, the lowest pod priority
 
     async def on_unschedulable(self, pod: JsonObject, decision: Decision) -> None:
         """Preempt for `pod`, which `decision` found room for on none of its nodes. Nothing
@@ -153,7 +158,7 @@ class EvictingPreemption:
             return
         if self._victims_terminating(pod):
             return
-        if not self._question(pod, decision)[1]:
+        if not self._above_some_pod(pod_priority(pod)) or not self._question(pod, decision)[1]:
             return  # no lower-priority pod holds a card where the pod was refused
         try:
             budgets = read_budgets((await self.kube.list(POD_DISRUPTION_BUDGETS)).items)
@@ -222,6 +227,13 @@ class EvictingPreemption:
                 self.state.hold_nomination(key, node)
                 return True
         return False
+
+    def _above_some_pod(self, priority: int) -> bool:
+        now = self._now()
+        if self._lowest is None or now - self._lowest[0] >= LOWEST_PRIORITY_TTL:
+            pods = self.state.pods.values()
+            self._lowest = (now, min((pod_priority(p) for p in pods), default=priority))
+        return priority > self._lowest[1]
 
     def _question(
         self, pod: JsonObject, decision: Decision
