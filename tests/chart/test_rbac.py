@@ -38,6 +38,7 @@ HELPERS = {
     "patch_pod_status": ("patch", "pods/status"),
     "delete_pod": ("delete", "pods"),
     "bind_pod": ("create", "pods/binding"),
+    "evict_pod": ("create", "pods/eviction"),
     "get_node": ("get", "nodes"),
     "list_nodes": ("list", "nodes"),
     "patch_node": ("patch", "nodes"),

@@ -1,6 +1,7 @@
 """Preemption answers (engine/preempt.py): the fewest lower-priority pods whose removal makes
 room on the cards, each of them needed; nodes no eviction helps are dropped."""
 
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import given, settings
@@ -87,6 +88,28 @@ def test_higher_priority_pods_are_never_victims() -> None:
     assert set(answer.victims) <= {"low-a", "low-b", "low-c"}
 
 
+def test_pods_a_budget_protects_go_only_where_the_others_cannot_make_room() -> None:
+    ledger = two_t4s()
+    ledger.add_pod(holder("low-f", "n1", "c1", 6000))  # card 1: low-c 3000, low-f 6000, high-e
+    priorities = {**PRIORITIES, "low-f": 0}
+    # 8000 MiB: low-a alone would do (8360 free) and comes first, but a budget protects it;
+    # low-f alone does too (9360 free on card 1)
+    ask = replace(question(pod("p", gpus(1, mem=8000)), 100, priorities),
+                  protected=frozenset({"low-a"}))
+    answer = preempt(ask, {N("n1"): Proposal(frozenset())}, ledger, config=CONFIG, quotas=None,
+                     now=0)[N("n1")]
+    assert answer.victims == ("low-f",)
+    unguarded = preempt(replace(ask, protected=frozenset()), {N("n1"): Proposal(frozenset())},
+                        ledger, config=CONFIG, quotas=None, now=0)[N("n1")]
+    assert unguarded.victims == ("low-a",)
+    # 14000 MiB: only card 0's two pods make room, protected or not
+    ask = replace(question(pod("q", gpus(1, mem=14000)), 100, priorities),
+                  protected=frozenset({"low-a"}))
+    answer = preempt(ask, {N("n1"): Proposal(frozenset())}, ledger, config=CONFIG, quotas=None,
+                     now=0)[N("n1")]
+    assert answer.victims == ("low-a", "low-b")
+
+
 def test_a_pod_that_fits_the_cards_keeps_kube_schedulers_proposal() -> None:
     ledger = two_t4s()
     tiny = question(pod("tiny", gpus(1, mem=100)), 100, PRIORITIES)
@@ -121,14 +144,17 @@ def test_victims_in_the_namespace_free_its_quota() -> None:
 holding = st.tuples(st.integers(0, 2), st.integers(500, 9000), st.integers(0, 3))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(st.lists(holding, max_size=8), st.integers(1, 2), st.integers(1000, 16000),
-       st.sampled_from(["binpack", "spread"]), st.integers(1, 3), st.sampled_from([400, 2]))
+       st.sampled_from(["binpack", "spread"]), st.integers(1, 3), st.sampled_from([400, 2]),
+       st.one_of(st.none(), st.sets(st.integers(0, 7))))
 def test_an_answer_never_names_a_victim_that_is_not_needed(
     holders: list[tuple[int, int, int]], count: int, memory: int, policy: str, priority: int,
-    exact_tries: int,
+    exact_tries: int, guarded: set[int] | None,
 ) -> None:
-    """Both searches: by size (exact), and greedy (where the exact one would take too long)."""
+    """Both searches: by size (exact), and greedy (where the exact one would take too long).
+    Both paths: kube-scheduler's /preempt (it proposes every pod) and the scheduler's own
+    (`guarded` not None: no proposal, the pods a PodDisruptionBudget protects are given)."""
     inv = inventory(*(card(f"c{n}", 16000, count=3, index=n) for n in range(3)))
     ledger = Ledger()
     ledger.upsert_node(N("n1"), inv)
@@ -138,9 +164,15 @@ def test_an_answer_never_names_a_victim_that_is_not_needed(
         priorities[f"p{n}"] = prio
     the_pod = pod("x", gpus(count, mem=memory),
                   annotations={"hami.io/gpu-scheduler-policy": policy})
-    answer = preempt(question(the_pod, priority, priorities),
-                     {N("n1"): Proposal(frozenset(priorities))}, ledger, config=CONFIG,
-                     quotas=None, now=0, exact_tries=exact_tries)[N("n1")]
+    ask = question(the_pod, priority, priorities)
+    proposal = Proposal(frozenset(priorities))
+    protected: frozenset[str] = frozenset()
+    if guarded is not None:
+        protected = frozenset(f"p{n}" for n in guarded if n < len(holders))
+        ask = replace(ask, protected=protected)
+        proposal = Proposal(frozenset())
+    answer = preempt(ask, {N("n1"): proposal}, ledger, config=CONFIG, quotas=None, now=0,
+                     exact_tries=exact_tries)[N("n1")]
 
     def fits_without(victims: set[str]) -> bool:
         rest = Ledger()
@@ -163,3 +195,5 @@ def test_an_answer_never_names_a_victim_that_is_not_needed(
     assert fits_without(victims)
     for victim in victims:
         assert not fits_without(victims - {victim}), f"{victim} is not needed"
+    if fits_without(lower - protected):
+        assert not victims & protected, "protected pods go only where the others cannot do"

@@ -7,13 +7,16 @@ it describes itself, nor /bind undo a charge this scheduler did not make for tha
 """
 
 import ssl
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
+from pyhami.model import NodeName
 from pyhami.protocol import KEY_BIND_PHASE, KEY_NVIDIA_ALLOCATED, KEY_VGPU_NODE
+from pyhami.scheduler.eviction import Nomination
 from pyhami.scheduler.settings import SchedulerSettings, SettingsError
 from pyhami.testing.certs import write_serving_certificate
 from pyhami.testing.scheduler_harness import Result
@@ -83,6 +86,17 @@ async def test_extender_routes_refuse_callers_without_a_client_certificate(tmp_p
             process, "/preempt", {"Pod": pod, "NodeNameToMetaVictims": {"n1": proposal}}
         )
         assert answer == {"NodeNameToMetaVictims": {"n1": proposal}}
+        registry = process.metrics.registry
+        counted = {"path": "extender", "outcome": "kept"}
+        assert registry.get_sample_value("pyhami_scheduler_preemption_attempts_total", counted) == 1
+        # while the scheduler's own preemption evicts for the pod, kube-scheduler gets no node
+        process.evicting.nominations[uid] = Nomination(
+            NodeName("n1"), ("default/x",), datetime.now(UTC) + timedelta(minutes=1)
+        )
+        answer = await cluster.post(
+            process, "/preempt", {"Pod": pod, "NodeNameToMetaVictims": {"n1": proposal}}
+        )
+        assert answer == {"NodeNameToMetaVictims": {}}
 
 
 async def test_a_certificate_from_another_ca_fails_the_handshake(tmp_path: Path) -> None:

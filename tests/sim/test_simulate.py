@@ -401,3 +401,24 @@ def test_explain_names_the_victims_preemption_would_choose_and_why(tmp_path: Pat
     data = json.loads(runner.invoke(
         app, ["explain", "high", "-f", _preemption_dump(tmp_path), "-o", "json"]).stdout)
     assert data["preemption"]["victims"] == ["default/low-a", "default/low-b"]
+
+
+def test_preemption_what_if_respects_pod_disruption_budgets(tmp_path: Path) -> None:
+    """A budget allowing no disruption covers low-a: the only way is blocked, nothing goes."""
+    dump = Path(_preemption_dump(tmp_path))
+    listed = json.loads(dump.read_text())
+    listed["items"][1]["metadata"]["labels"] = {"app": "guarded"}
+    listed["items"].append({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "guard", "namespace": "default", "generation": 1},
+        "spec": {"selector": {"matchLabels": {"app": "guarded"}}},
+        "status": {"disruptionsAllowed": 0, "observedGeneration": 1}})
+    dump.write_text(json.dumps(listed))
+    result = runner.invoke(app, ["simulate", "-f", str(dump), "--preemption"])
+    assert result.exit_code == 0, result.output
+    (pending,) = json.loads(result.stdout)["pods"]
+    assert pending["node"] is None
+    assert pending["preemption"]["blockedBy"] == ["default/low-a: default/guard"]
+    explained = runner.invoke(app, ["explain", "high", "-f", str(dump)]).stdout
+    assert "preemption: on t4 only evictions PodDisruptionBudgets forbid make room " \
+        "(default/low-a: default/guard); nothing evicted" in explained

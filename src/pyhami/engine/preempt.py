@@ -9,7 +9,8 @@ evaluates the pending pod on the node's cards without a set of victims (the same
 * the fewest lower-priority pods on the node whose removal lets the pod fit (its memory,
   cores, slots, card type and UUID selectors, GPU policy and namespace quota, all through
   `decide`), preferring kube-scheduler's own victims, then lower priorities; every victim is
-  needed: giving any one of them back makes the pod not fit;
+  needed: giving any one of them back makes the pod not fit. Pods a PodDisruptionBudget
+  protects (`PreemptionInput.protected`) are victims only where the others cannot make room;
 * kube-scheduler's proposal unchanged when the cards are not what keeps the pod out (it fits
   them already: its victims free something else, such as CPU);
 * nothing (the node is dropped) when even removing every lower-priority pod there leaves the
@@ -74,6 +75,9 @@ class PreemptionInput:
     priority: int
     priorities: Mapping[PodKey, int]  # of the pods on the proposed nodes; absent means 0
     names: Mapping[PodKey, str]  # namespace/name of those pods, for the reasons
+    # Pods whose eviction a PodDisruptionBudget forbids now: victims only where the others
+    # cannot make room.
+    protected: frozenset[PodKey] = frozenset()
 
 
 def pod_priority(pod: Mapping[str, Any]) -> int:
@@ -195,6 +199,9 @@ def _node_answer(
             f"dropped: even without all {len(pool)} lower-priority pods holding GPUs "
             f"here the pod does not fit ({why})",
         )
+    unprotected = tuple(key for key in pool if key not in question.protected)
+    if len(unprotected) < len(pool) and attempt(unprotected).outcome is Outcome.SCHEDULED:
+        pool = unprotected
     victims = _fewest(pool, attempt, exact_tries)
     chosen = attempt(victims)
     outside = sum(1 for victim in victims if victim not in proposal.victims)
@@ -207,6 +214,21 @@ def _node_answer(
         _chosen_reason(question, victims, chosen, as_is, node),
         chosen.allocation,
     )
+
+
+def best_node(
+    answers: Mapping[NodeName, NodePreemption], priorities: Mapping[PodKey, int]
+) -> NodePreemption | None:
+    """The kept answer kube-scheduler would pick: fewest PDB violations, then the lowest
+    highest victim priority, the lowest sum of victim priorities, the fewest victims, then
+    the node name. None when no node is kept."""
+
+    def rank(answer: NodePreemption) -> tuple[int, int, int, int, str]:
+        ranks = [priorities.get(victim, 0) for victim in answer.victims]
+        return (answer.pdb_violations, max(ranks), sum(ranks), len(ranks), answer.node)
+
+    kept = [answer for answer in answers.values() if answer.kept]
+    return min(kept, key=rank) if kept else None
 
 
 def _pool(question: PreemptionInput, scratch: _Scratch, proposal: Proposal) -> tuple[PodKey, ...]:

@@ -380,6 +380,18 @@ class KubeClient:
         }
         await self.request("POST", PODS.path(namespace, name, "binding"), body=body)
 
+    async def evict_pod(self, namespace: str, name: str, *, uid: str) -> None:
+        """POST pods/<name>/eviction (policy/v1): a delete the API server refuses with 429
+        (`TooManyRequests`) where a PodDisruptionBudget allows no disruption now. `uid` makes
+        sure it is that pod, not a later one of the same name."""
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": {"preconditions": {"uid": uid}},
+        }
+        await self.request("POST", PODS.path(namespace, name, "eviction"), body=body)
+
     async def get_node(self, name: str) -> JsonObject:
         return await self.get(NODES, name)
 

@@ -45,6 +45,9 @@ NAMESPACES = Resource("", "v1", "namespaces", "Namespace", False)
 EVENTS = Resource("", "v1", "events", "Event", True)
 RESOURCE_QUOTAS = Resource("", "v1", "resourcequotas", "ResourceQuota", True)
 CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap", True)
+POD_DISRUPTION_BUDGETS = Resource(
+    "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True
+)
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
 MUTATING_WEBHOOK_CONFIGURATIONS = Resource(
     "admissionregistration.k8s.io",

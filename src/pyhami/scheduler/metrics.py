@@ -368,3 +368,25 @@ class SchedulerMetrics:
             ("reason",),
             registry=self.registry,
         )
+        # Preemption, by path: `extender` (kube-scheduler's /preempt) or `scheduler` (our own,
+        # for pods short only of GPU capacity, which kube-scheduler cannot see).
+        self.preemption_attempts = Counter(
+            "pyhami_scheduler_preemption_attempts",
+            "Preemption questions answered, by path and outcome.",
+            ("path", "outcome"),
+            registry=self.registry,
+        )
+        self.preemption_victims = Counter(
+            "pyhami_scheduler_preemption_victims",
+            "Victims named (extender: in every node kept for kube-scheduler to choose from; "
+            "scheduler: evicted).",
+            ("path",),
+            registry=self.registry,
+        )
+        self.preemption_evictions_failed = Counter(
+            "pyhami_scheduler_preemption_evictions_failed",
+            "Evictions the API server refused (429: a PodDisruptionBudget) or that failed, "
+            "by HTTP status code.",
+            ("code",),
+            registry=self.registry,
+        )

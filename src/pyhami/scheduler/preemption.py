@@ -119,8 +119,12 @@ def preemption_result(answers: Mapping[NodeName, NodePreemption]) -> dict[str, A
 class Preemption:
     """The `/preempt` verb on the filter's state: the same ledger, pods and configuration."""
 
-    def __init__(self, service: FilterBind) -> None:
+    def __init__(
+        self, service: FilterBind, *, nominated: Callable[[str], bool] = lambda _key: False
+    ) -> None:
         self.service = service
+        # Whether the scheduler's own preemption already evicts for the pod (eviction.py).
+        self._nominated = nominated
         # The latest answers per namespace/name, for logs and tests to inspect.
         self.last: dict[str, dict[NodeName, NodePreemption]] = {}
 
@@ -136,6 +140,9 @@ class Preemption:
             key, namespace, name = pod_identity(pod)
         except (FilterRefusedError, PodSpecError) as err:
             log.warning("preemption refused", error=str(err))
+            return {}
+        if self._nominated(key):
+            log.info("preemption not answered", why="the pod's own victims are terminating")
             return {}
         state = service.state
         priorities: dict[str, int] = {}
@@ -166,9 +173,28 @@ class Preemption:
         self.last[f"{namespace}/{name}"] = answers
         while len(self.last) > ANSWERS_KEPT:
             del self.last[next(iter(self.last))]
+        kept = [answer for answer in answers.values() if answer.kept]
+        metrics = service.metrics
+        outcome = "kept" if kept else "no-node"
+        metrics.preemption_attempts.labels(path="extender", outcome=outcome).inc()
+        metrics.preemption_victims.labels(path="extender").inc(sum(len(a.victims) for a in kept))
         for node, answer in answers.items():
             log.info("preemption", pod=f"{namespace}/{name}", node=node, answer=answer.reason)
         return answers
+
+
+    def explanation(self, pod: str) -> dict[str, Any] | None:
+        """The latest answer for `pod` (namespace/name) as /explain shows it (kube-scheduler
+        picks the node among those kept and deletes that node's victims)."""
+        answers = self.last.get(pod)
+        if answers is None:
+            return None
+        kept = any(answer.kept for answer in answers.values())
+        return {
+            "path": "extender",
+            "outcome": "kept" if kept else "no-node",
+            "nodes": {node: answer.reason for node, answer in answers.items()},
+        }
 
 
 def preempt_route(

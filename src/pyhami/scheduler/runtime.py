@@ -41,6 +41,7 @@ from pyhami.kube import (
 )
 from pyhami.protocol import LABEL_SCHEDULER_ROLE, SchedulerRole, pod_labels_patch
 from pyhami.scheduler.events import EventRecorder
+from pyhami.scheduler.eviction import EvictingPreemption
 from pyhami.scheduler.leader import ElectionTiming, LeaderElector
 from pyhami.scheduler.metrics import SchedulerMetrics
 from pyhami.scheduler.ownership import OWNED_ANNOTATIONS, inventory_of_node
@@ -142,7 +143,11 @@ class SchedulerProcess:
             lock_retry_timeout=settings.node_lock_retry_timeout,
             explain_all=settings.explain_all,
         )
-        self.preemption = Preemption(self.service)
+        self.evicting = EvictingPreemption(
+            self.state, client, self.events, self.metrics, now=_now
+        )
+        self.preemption = Preemption(self.service, nominated=self.evicting.nominated)
+        self.service.on_unschedulable = self.evicting.on_unschedulable
         self.admission = PodAdmission(
             WebhookConfig(
                 scheduler_name=settings.scheduler_name,
@@ -222,6 +227,9 @@ class SchedulerProcess:
         self.state.on_node_deleted(node)
         self.service.mutexes.forget(name)
 
+    def _preemption_of(self, pod: str) -> dict[str, Any] | None:
+        return self.evicting.explanation(pod) or self.preemption.explanation(pod)
+
     async def _leadership_changed(self, leading: bool) -> None:
         """Label our own pod for the chart's Service selector (as HAMi's leader does, self only)."""
         pod, namespace = self.settings.identity, self.settings.pod_namespace
@@ -261,6 +269,7 @@ class SchedulerProcess:
             require_client_certificate=authenticated,
             body_timeout_s=self.limits.body_timeout_s,
             preempt=preempt_route(self.preemption, self.limits.body_timeout_s),
+            preemption_of=self._preemption_of,
         )
         host, port = split_host_port(self.settings.http_bind, "--http_bind")
         ssl = self.certificate.context if self.certificate is not None else None
@@ -328,6 +337,7 @@ class SchedulerProcess:
             await runner.cleanup()
         for informer in self.informers.values():
             await informer.stop()
+        await self.evicting.close()
         await self.events.drain()
         gc.unfreeze()  # what this replica froze is garbage now (tests start many in one process)
 

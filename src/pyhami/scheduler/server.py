@@ -145,6 +145,7 @@ def build_app(
     require_client_certificate: bool = False,
     body_timeout_s: float = 10.0,
     preempt: Callable[[web.Request], Awaitable[web.Response]] | None = None,
+    preemption_of: Callable[[str], JsonObject | None] = lambda _pod: None,
 ) -> web.Application:
     """The main server's routes (and `/metrics` too when asked, e.g. for a single-port demo)."""
 
@@ -222,7 +223,8 @@ def build_app(
         found = service.explain(ref)
         if found is None:
             return _json({"error": f"no decision recorded for pod {ref}"}, status=404)
-        return _json(found)
+        preemption = preemption_of(str(ref))  # the victims chosen for it, and why
+        return _json(found if preemption is None else {**found, "preemption": preemption})
 
     app = web.Application(
         client_max_size=MAX_ADMISSION_BODY + 1,

@@ -144,6 +144,10 @@ class FilterBind:
         self._claims: OrderedDict[PodKey, _Claim] = OrderedDict()
         self._binding: dict[PodKey, str] = {}
         self._explained_verdicts = 0
+        # Called when the pod fits none of its nodes: the scheduler's own preemption.
+        self.on_unschedulable: Callable[[Mapping[str, Any], Decision], Awaitable[None]] | None = (
+            None
+        )
 
     # ----- leadership ------------------------------------------------------------------------
 
@@ -219,6 +223,8 @@ class FilterBind:
                 "FilteringFailed",
                 f"no available node, {len(args.node_names)} nodes do not meet",
             )
+            if self.on_unschedulable is not None:  # preemption for GPUs (eviction.py)
+                await self.on_unschedulable(pod, decision)
             return ExtenderFilterResult(failed_nodes=_named(decision.failed_nodes))
         self.state.reserve(decision.allocation)
         try:

@@ -214,6 +214,24 @@ class ClusterState:
             return None
         return self._nominations.get(key, {}).get(NodeName(str(node)))
 
+    def hold_nomination(self, key: PodKey, node: NodeName) -> bool:
+        """Charge the pod's claim on `node` now, unless the pod is charged already (placed or
+        holding it): the scheduler's own preemption holds it from the moment it evicts, and
+        again after each /filter of the pod that did not place it. False: no such claim."""
+        claim = self._nominations.get(key, {}).get(node)
+        if claim is None:
+            return False
+        if self.ledger.pod(key) is None:
+            self.ledger.add_pod(claim)
+        return True
+
+    def drop_nomination(self, key: PodKey) -> None:
+        """Forget the pod's claims; the one charged now leaves the ledger (not a placement)."""
+        claims = self._nominations.pop(key, {})
+        charged = self.ledger.pod(key)
+        if charged is not None and key not in self._reserved and charged in claims.values():
+            self.ledger.remove_pod(key)
+
     # ----- reservations made by /filter ------------------------------------------------------
 
     def reserve(self, allocation: PodAllocation) -> None:

@@ -5,7 +5,8 @@ A file holds one object, a multi-document YAML stream, or a `List`/`NodeList`/`P
 they are read by the list's kind); JSON is YAML too. Pods bound to a node (`spec.nodeName` or
 `hami.io/vgpu-node`) that carry a devices annotation are existing allocations; finished pods
 (Succeeded, Failed) hold nothing; pods bound or running without such a record are left out (no
-scheduler will decide them again); every other pod is pending, in input order.
+scheduler will decide them again); every other pod is pending, in input order. ResourceQuotas
+and PodDisruptionBudgets are read too.
 """
 
 import sys
@@ -28,6 +29,7 @@ from pyhami.engine.pod import pod_annotations
 from pyhami.engine.preempt import pod_priority
 from pyhami.model import NodeName
 from pyhami.protocol import KEY_NODE_NVIDIA_REGISTER, KEY_NVIDIA_ALLOCATED, KEY_VGPU_NODE
+from pyhami.scheduler.budgets import Budget, BudgetError
 
 # A typed list's items may omit `kind` (the API server leaves it out): they are of this kind.
 _LIST_KINDS: dict[str, str | None] = {"List": None, "NodeList": "Node", "PodList": "Pod"}
@@ -52,6 +54,10 @@ class ClusterInput:
     not_pending: Mapping[str, str] = field(default_factory=dict)
     # The existing pods' spec.priority by ledger key (for the preemption what-if).
     priorities: Mapping[str, int] = field(default_factory=dict)
+    # The existing pods themselves by ledger key, and the PodDisruptionBudgets that may cover
+    # them (preemption evicts a pod a budget protects only where nothing else makes room).
+    existing_pods: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    budgets: tuple[Budget, ...] = ()
 
     @property
     def finished(self) -> int:  # Succeeded or Failed: they hold nothing, are never decided
@@ -110,6 +116,8 @@ def cluster_of(objects: Iterable[tuple[str, Mapping[str, Any]]]) -> ClusterInput
     quotas: list[tuple[str, str, Mapping[str, object]]] = []
     not_pending: dict[str, str] = {}
     priorities: dict[str, int] = {}
+    existing_pods: dict[str, Mapping[str, Any]] = {}
+    budgets: list[Budget] = []
     for source, obj in objects:
         kind = obj.get("kind")
         if kind == "Node":
@@ -141,6 +149,7 @@ def cluster_of(objects: Iterable[tuple[str, Mapping[str, Any]]]) -> ClusterInput
                     if allocation is not None:
                         existing.append(allocation)
                         priorities[allocation.key] = pod_priority(obj)
+                        existing_pods[allocation.key] = obj
                         not_pending[ref] = f"its GPUs are allocated on node {bound}"
                 elif node_name or phase == "Running":
                     # kubelet runs it; no scheduler decides it again
@@ -152,6 +161,11 @@ def cluster_of(objects: Iterable[tuple[str, Mapping[str, Any]]]) -> ClusterInput
                 raise InputError(f"{source}: {err}") from err
         elif kind == "ResourceQuota":
             quotas.append(_quota(obj, source))
+        elif kind == "PodDisruptionBudget":
+            try:
+                budgets.append(Budget.from_object(obj))
+            except BudgetError as err:
+                raise InputError(f"{source}: {err}") from err
         elif kind is None:
             raise InputError(f"{source}: an object without a kind")
     return ClusterInput(
@@ -163,6 +177,8 @@ def cluster_of(objects: Iterable[tuple[str, Mapping[str, Any]]]) -> ClusterInput
         quotas,
         not_pending,
         priorities,
+        existing_pods,
+        tuple(budgets),
     )
 
 

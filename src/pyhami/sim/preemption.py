@@ -11,8 +11,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyhami.engine import Decision, EngineConfig, Outcome, pod_identity
-from pyhami.engine.preempt import NodePreemption, PreemptionInput, Proposal, pod_priority, preempt
+from pyhami.engine.preempt import (
+    NodePreemption,
+    PreemptionInput,
+    Proposal,
+    best_node,
+    pod_priority,
+    preempt,
+)
 from pyhami.model import NodeName
+from pyhami.scheduler.budgets import counted, protected, violations
 from pyhami.sim.inputs import ClusterInput
 from pyhami.sim.simulate import Simulation, prepare, schedule
 
@@ -25,6 +33,8 @@ class WhatIf:
     node: NodeName | None = None
     victims: tuple[str, ...] = ()  # namespace/name
     decision: Decision | None = None  # the pod decided again once the victims are gone
+    # Where the only way breaks a PodDisruptionBudget: the pods and budgets (nothing evicted).
+    blocked: tuple[str, ...] = ()
 
 
 def what_if(
@@ -49,23 +59,22 @@ def what_if(
         proposals[node] = Proposal(frozenset(lower))
     if not any(proposal.victims for proposal in proposals.values()):
         return None
+    pods, budgets = cluster.existing_pods, cluster.budgets
     answers = preempt(
-        PreemptionInput(pod, priority, priorities, names),
+        PreemptionInput(pod, priority, priorities, names, protected(pods.items(), budgets)),
         proposals,
         ledger,
         config=simulation.config,
         quotas=simulation.quotas,
         now=now,
     )
-    kept = [answer for answer in answers.values() if answer.kept]
-    if not kept:
+    answers = {node: counted(answer, pods, budgets) for node, answer in answers.items()}
+    best = best_node(answers, priorities)
+    if best is None:
         return WhatIf(answers)
-
-    def rank(answer: NodePreemption) -> tuple[int, int, int, int, str]:
-        ranks = [priorities.get(victim, 0) for victim in answer.victims]
-        return (answer.pdb_violations, max(ranks), sum(ranks), len(ranks), answer.node)
-
-    best = min(kept, key=rank)
+    if best.pdb_violations:
+        broken = violations([pods[v] for v in best.victims if v in pods], budgets)
+        return WhatIf(answers, best.node, blocked=tuple(broken))
     for victim in best.victims:
         ledger.remove_pod(victim)
     decision = schedule(simulation, pod, now)
@@ -96,6 +105,7 @@ def what_if_data(result: WhatIf) -> dict[str, Any]:
     return {
         "node": result.node,
         "victims": list(result.victims),
+        **({"blockedBy": list(result.blocked)} if result.blocked else {}),
         "nodes": {node: answer.reason for node, answer in result.answers.items()},
     }
 
@@ -104,6 +114,11 @@ def what_if_lines(result: WhatIf) -> list[str]:
     """A person's view, one line per node."""
     if result.node is None:
         head = "preemption: no eviction makes room"
+    elif result.blocked:
+        head = (
+            f"preemption: on {result.node} only evictions PodDisruptionBudgets forbid make room "
+            f"({'; '.join(result.blocked)}); nothing evicted"
+        )
     else:
         head = f"preemption: evict {', '.join(result.victims)} on {result.node}"
         if result.decision is not None and result.decision.node is not None:

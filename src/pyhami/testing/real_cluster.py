@@ -77,6 +77,7 @@ CONTROLLERS = (
     "resourcequota",
     "garbagecollector",
     "clusterrole-aggregation",
+    "disruption",  # PodDisruptionBudgets' status, which evictions are checked against
 )
 # Every request's who, what and answer code (no bodies), once it is answered: the tests hold
 # our components' requests against RBAC with it.

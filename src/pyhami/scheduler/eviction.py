@@ -1,0 +1,452 @@
+"""The scheduler's own preemption, for GPU pods short only of GPU capacity.
+
+pyhami's resources are ignored by kube-scheduler's own filters, so a high-priority pod that
+lacks only GPU memory, cores or slots fits every node in kube-scheduler's preemption dry run
+with no victim at all; it drops those candidates and never asks `/preempt`. So when `/filter`
+refuses a GPU pod on every node it was given, this module asks the same engine
+(`engine.preempt`, on the ledger) with every lower-priority pod holding cards on those nodes as
+a possible victim, picks the node as kube-scheduler would (`best_node`), and:
+
+* evicts the victims through the Eviction API (policy/v1), so that the API server enforces
+  PodDisruptionBudgets too. A set of victims that a budget forbids is never chosen: the node
+  is kept only where the unprotected pods make room, and otherwise nothing is evicted. Victims
+  a budget covers go first, so that a refusal (429) most likely comes before any eviction;
+  after a refusal nothing more is evicted and nothing stays reserved, and the pod's next
+  scheduling attempt asks again;
+* holds the pod's claim on the freed cards in the ledger (the same nomination `/preempt`
+  offers), sets its `status.nominatedNodeName` as kube-scheduler does for its own victims'
+  preemptor (then kube-scheduler tries that node first, and does not preempt again while the
+  victims terminate), and evicts nothing more for the pod while the nomination is alive: until
+  the pod is placed or deleted, or for the victims' longest grace period and a margin;
+* writes `Preempted` events on the victims and `Preempting` (or why not) on the pod.
+
+A pod with `preemptionPolicy: Never` never preempts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+import structlog
+
+from pyhami.engine import Decision, PodKey, pod_identity
+from pyhami.engine.preempt import (
+    NodePreemption,
+    PreemptionInput,
+    Proposal,
+    best_node,
+    pod_priority,
+    preempt,
+)
+from pyhami.kube import (
+    POD_DISRUPTION_BUDGETS,
+    KubeError,
+    NotFound,
+    ObjectList,
+    Resource,
+    cancel_and_wait,
+)
+from pyhami.model import NodeName
+from pyhami.scheduler.budgets import (
+    Budget,
+    BudgetError,
+    counted,
+    protected,
+    read_budgets,
+    violations,
+)
+from pyhami.scheduler.events import NORMAL, WARNING, EventRecorder
+from pyhami.scheduler.metrics import SchedulerMetrics
+from pyhami.scheduler.state import ClusterState
+
+log = structlog.get_logger(__name__)
+
+JsonObject = Mapping[str, Any]
+PATH = "scheduler"  # the `path` label of the preemption metrics
+DEFAULT_GRACE_S = 30  # a pod's terminationGracePeriodSeconds when its spec does not say
+# How long a nomination outlives its victims' longest grace period: time for the kubelet to
+# report them gone and for kube-scheduler to try the pod again.
+NOMINATION_MARGIN = timedelta(seconds=60)
+ANSWERS_KEPT = 256  # the latest answers kept for inspection, oldest dropped first
+# Nodes searched for victims per attempt, as kube-scheduler's preemption bounds its candidates
+# (minCandidateNodesAbsolute): the search runs inside /filter.
+MAX_CANDIDATE_NODES = 100
+# How long the lowest priority among all pods is reused: most pods that fit nowhere are not above
+# any pod, and this spares them a pass over every pod each time (a pod that arrived since then is
+# seen by the next attempt).
+LOWEST_PRIORITY_TTL = timedelta(seconds=1)
+
+
+class EvictionKube(Protocol):
+    """The API calls this module makes."""
+
+    async def list(self, resource: Resource, namespace: str | None = None) -> ObjectList: ...
+
+    async def evict_pod(self, namespace: str, name: str, *, uid: str) -> None: ...
+
+    async def patch_pod_status(self, namespace: str, name: str, body: Any) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Nomination:
+    """What one preemption did for a pod: its node, its victims, and when it lapses."""
+
+    node: NodeName
+    victims: tuple[str, ...]  # namespace/name
+    expires: datetime
+
+
+class EvictingPreemption:
+    """Preemption for pods `/filter` refused on every node (`on_unschedulable`)."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        kube: EvictionKube,
+        events: EventRecorder,
+        metrics: SchedulerMetrics,
+        *,
+        now: Callable[[], datetime],
+    ) -> None:
+        self.state = state
+        self.kube = kube
+        self.events = events
+        self.metrics = metrics
+        self._now = now
+        self.nominations: dict[PodKey, Nomination] = {}
+        # The latest answers per namespace/name (every node asked, kept or dropped, and why).
+        self.last: dict[str, dict[NodeName, NodePreemption]] = {}
+        # Per namespace/name, for /explain: the node chosen with its victims' names, and
+        # what came of it.
+        self._chosen: dict[str, tuple[NodePreemption | None, tuple[str, ...]]] = {}
+        self._outcomes: dict[str, str] = {}
+        self._lapses: set[asyncio.Task[None]] = set()
+        self._lowest: tuple[datetime, int] | None = None  # when seen, the lowest pod priority
+
+    async def on_unschedulable(self, pod: JsonObject, decision: Decision) -> None:
+        """Preempt for `pod`, which `decision` found room for on none of its nodes. Nothing
+        that goes wrong here changes /filter's answer: it is logged and counted."""
+        try:
+            await self._preempt(pod, decision)
+        except Exception:
+            self._outcome("error")
+            log.exception("own preemption failed")
+
+    def nominated(self, key: PodKey) -> bool:
+        """Whether this path's nomination of the pod is alive (its victims may still go)."""
+        nomination = self.nominations.get(key)
+        return nomination is not None and self._now() < nomination.expires
+
+    async def _preempt(self, pod: JsonObject, decision: Decision) -> None:
+        key, namespace, name = pod_identity(pod)
+        nomination = self.nominations.get(key)
+        if nomination is not None:
+            if self.nominated(key) and self.state.hold_nomination(key, nomination.node):
+                log.info(
+                    "preemption waits for its victims",
+                    pod=f"{namespace}/{name}",
+                    node=nomination.node,
+                    victims=nomination.victims,
+                )
+                return
+            await self.expire(key)
+        if (pod.get("spec") or {}).get("preemptionPolicy") == "Never":
+            return
+        if self._victims_terminating(pod):
+            return
+        if not self._above_some_pod(pod_priority(pod)) or not self._question(pod, decision)[1]:
+            return  # no lower-priority pod holds a card where the pod was refused
+        try:
+            budgets = read_budgets((await self.kube.list(POD_DISRUPTION_BUDGETS)).items)
+        except (KubeError, BudgetError) as err:
+            self._outcome("budgets-unreadable")
+            self.events.emit(
+                pod,
+                WARNING,
+                "PreemptionFailed",
+                f"PodDisruptionBudgets cannot be read, nothing evicted: {err}",
+            )
+            return
+        # Asked again: pods came and went while the budgets were read.
+        question, proposals = self._question(pod, decision)
+        victim_pods = self._victim_pods(question.priorities)
+        # A pod that terminates already is deleted again without asking its budgets.
+        judged = {k: v for k, v in victim_pods.items() if not _terminating(v)}
+        question = replace(question, protected=protected(judged.items(), budgets))
+        answers = preempt(
+            question,
+            proposals,
+            self.state.ledger,
+            config=self.state.config,
+            quotas=self.state.quotas,
+            now=self._now(),
+        )
+        answers = {node: counted(answer, judged, budgets) for node, answer in answers.items()}
+        best = best_node(answers, question.priorities)
+        chosen = () if best is None else tuple(sorted(question.names[v] for v in best.victims))
+        self._remember(f"{namespace}/{name}", answers, best, chosen)
+        if best is None or best.allocation is None:
+            self._outcome("no-node", f"{namespace}/{name}")
+            reasons = "; ".join(f"{node}: {a.reason}" for node, a in sorted(answers.items()))
+            self.events.emit(
+                pod,
+                WARNING,
+                "PreemptionNotHelpful",
+                f"no eviction of lower-priority pods makes room: {reasons}",
+            )
+            return
+        if best.pdb_violations:
+            self._outcome("blocked", f"{namespace}/{name}")
+            broken = violations([judged[v] for v in best.victims if v in judged], budgets)
+            self.events.emit(
+                pod,
+                WARNING,
+                "PreemptionBlocked",
+                f"on node {best.node} the pod fits only by evicting pods a PodDisruptionBudget "
+                f"protects ({'; '.join(broken)}); nothing evicted, asked again on the pod's "
+                "next scheduling attempt",
+            )
+            return
+        await self._evict(pod, best, [victim_pods[v] for v in best.victims], budgets)
+
+    def _victims_terminating(self, pod: JsonObject) -> bool:
+        """kube-scheduler's rule for either path: a pod nominated to a node where a pod of
+        lower priority is terminating waits for it, and keeps its claim there meanwhile."""
+        key = pod_identity(pod)[0]
+        node = NodeName(str((pod.get("status") or {}).get("nominatedNodeName") or ""))
+        if not node:
+            return False
+        priority = pod_priority(pod)
+        for allocation in self.state.ledger.pods_on(node):
+            held = self.state.pods.get((allocation.namespace, allocation.name))
+            if held and _terminating(held) and pod_priority(held) < priority:
+                self.state.hold_nomination(key, node)
+                return True
+        return False
+
+    def _above_some_pod(self, priority: int) -> bool:
+        now = self._now()
+        if self._lowest is None or now - self._lowest[0] >= LOWEST_PRIORITY_TTL:
+            pods = self.state.pods.values()
+            self._lowest = (now, min((pod_priority(p) for p in pods), default=priority))
+        return priority > self._lowest[1]
+
+    def _question(
+        self, pod: JsonObject, decision: Decision
+    ) -> tuple[PreemptionInput, dict[NodeName, Proposal]]:
+        """The engine's question, and the refused nodes where a lower-priority pod holds cards
+        (no eviction helps the others), each proposing its lower-priority pods that terminate
+        already (the victims that cost nothing more). One pass over the pods finds those
+        nodes: most refusals have none, and that pass is all they cost."""
+        priority = pod_priority(pod)
+        refused = decision.failed_nodes
+        found: set[NodeName] = set()
+        # The cheap test first: most pods are not below the preemptor.
+        below = [
+            held
+            for held in self.state.pods.values()
+            if ((held.get("spec") or {}).get("priority") or 0) < priority
+        ]
+        for other in below:
+            if pod_priority(other) >= priority:
+                continue
+            node = NodeName(str((other.get("spec") or {}).get("nodeName") or ""))
+            if node in found or node not in refused:
+                continue
+            allocation = self.state.ledger.pod(_uid(other))
+            if (
+                allocation is not None
+                and allocation.node == node
+                and any(devices for devices in allocation.containers)
+            ):
+                found.add(node)
+        proposals: dict[NodeName, Proposal] = {}
+        priorities: dict[PodKey, int] = {}
+        names: dict[PodKey, str] = {}
+        for node in sorted(found)[:MAX_CANDIDATE_NODES]:
+            going = set()
+            for allocation in self.state.ledger.pods_on(node):
+                held = self.state.pods.get((allocation.namespace, allocation.name))
+                # Only pods bound to the node are victims: a claim or reservation of a pod not
+                # bound yet counts as the preemptor's equal.
+                bound = held is not None and _bound(held)
+                priorities[allocation.key] = pod_priority(held) if held and bound else priority
+                names[allocation.key] = f"{allocation.namespace}/{allocation.name}"
+                if held and bound and _terminating(held) and priorities[allocation.key] < priority:
+                    going.add(allocation.key)
+            proposals[node] = Proposal(frozenset(going))
+        return PreemptionInput(pod, priority, priorities, names), proposals
+
+    def _victim_pods(self, priorities: Mapping[PodKey, int]) -> dict[PodKey, JsonObject]:
+        found = {}
+        for key in priorities:
+            allocation = self.state.ledger.pod(key)
+            held = (
+                None
+                if allocation is None
+                else self.state.pods.get((allocation.namespace, allocation.name))
+            )
+            if held is not None:
+                found[key] = held
+        return found
+
+    async def _evict(
+        self,
+        pod: JsonObject,
+        chosen: NodePreemption,
+        victims: Sequence[JsonObject],
+        budgets: Sequence[Budget],
+    ) -> None:
+        key, namespace, name = pod_identity(pod)
+        assert chosen.allocation is not None  # best_node keeps only answers with a claim
+        self.state.offer_nomination(key, {chosen.node: chosen.allocation})
+        self.state.hold_nomination(key, chosen.node)
+        # Victims a budget covers first: a refusal then most likely comes before any eviction.
+        ordered = sorted(victims, key=lambda v: not any(b.covers(v) for b in budgets))
+        evicted: list[str] = []
+        for victim in ordered:
+            _, victim_namespace, victim_name = pod_identity(victim)
+            try:
+                await self.kube.evict_pod(victim_namespace, victim_name, uid=_uid(victim))
+            except NotFound:
+                pass  # gone already: what the eviction was for
+            except KubeError as err:
+                await self._refused(pod, chosen, evicted, f"{victim_namespace}/{victim_name}", err)
+                return
+            evicted.append(f"{victim_namespace}/{victim_name}")
+            self.events.emit(
+                victim,
+                NORMAL,
+                "Preempted",
+                f"Preempted by {namespace}/{name} on node {chosen.node}: {chosen.reason}",
+            )
+        self.metrics.preemption_victims.labels(path=PATH).inc(len(evicted))
+        self._outcome("evicted", f"{namespace}/{name}")
+        grace = max((_grace_s(v) for v in victims), default=DEFAULT_GRACE_S)
+        self.nominations[key] = Nomination(
+            chosen.node, tuple(evicted), self._now() + timedelta(seconds=grace) + NOMINATION_MARGIN
+        )
+        lapse = asyncio.create_task(self._lapse(key, self.nominations[key]))
+        self._lapses.add(lapse)
+        lapse.add_done_callback(self._lapses.discard)
+        self.events.emit(pod, NORMAL, "Preempting", f"on node {chosen.node}: {chosen.reason}")
+        await self._nominate(namespace, name, chosen.node)
+
+    async def _refused(
+        self,
+        pod: JsonObject,
+        chosen: NodePreemption,
+        evicted: Sequence[str],
+        victim: str,
+        err: KubeError,
+    ) -> None:
+        """An eviction failed: stop, hold nothing (the cards cannot all be freed), say so."""
+        key, namespace, name = pod_identity(pod)
+        self.state.drop_nomination(key)
+        self.metrics.preemption_evictions_failed.labels(code=str(err.code)).inc()
+        self.metrics.preemption_victims.labels(path=PATH).inc(len(evicted))
+        self._outcome("eviction-refused", f"{namespace}/{name}")
+        done = f"; already evicted: {', '.join(evicted)}" if evicted else "; nothing evicted"
+        self.events.emit(
+            pod,
+            WARNING,
+            "PreemptionFailed",
+            f"on node {chosen.node} the eviction of {victim} was refused ({err}){done}; "
+            "nothing is held for the pod, asked again on its next scheduling attempt",
+        )
+
+    async def _nominate(self, namespace: str, name: str, node: NodeName | None) -> None:
+        """Set (or clear, with None) the pod's status.nominatedNodeName; best effort: the
+        ledger's claim does not depend on it."""
+        try:
+            await self.kube.patch_pod_status(
+                namespace, name, {"status": {"nominatedNodeName": node}}
+            )
+        except KubeError as err:
+            log.warning("nominatedNodeName not written", pod=f"{namespace}/{name}", error=str(err))
+
+    async def _lapse(self, key: PodKey, nomination: Nomination) -> None:
+        await asyncio.sleep((nomination.expires - self._now()).total_seconds())
+        if self.nominations.get(key) is nomination:
+            await self.expire(key)
+
+    async def close(self) -> None:
+        """Stop waiting for nominations to lapse (shutdown: the ledger goes too)."""
+        await cancel_and_wait(*self._lapses)
+
+    async def expire(self, key: PodKey) -> None:
+        """The nomination lapses: the claim leaves the ledger, and a pod still pending there
+        is nominated nowhere."""
+        nomination = self.nominations.pop(key, None)
+        self.state.drop_nomination(key)
+        if nomination is None:
+            return
+        for pod in list(self.state.pods.values()):
+            if _uid(pod) != key:
+                continue
+            status = pod.get("status") or {}
+            spec = pod.get("spec") or {}
+            if not spec.get("nodeName") and status.get("nominatedNodeName") == nomination.node:
+                _, namespace, name = pod_identity(pod)
+                await self._nominate(namespace, name, None)
+
+    def explanation(self, pod: str) -> dict[str, Any] | None:
+        """The latest preemption for `pod` (namespace/name) as /explain shows it: the node
+        chosen, its victims and every node's answer with its reason."""
+        answers = self.last.get(pod)
+        if answers is None:
+            return None
+        best, victims = self._chosen.get(pod, (None, ()))
+        return {
+            "path": PATH,
+            "outcome": self._outcomes.get(pod, ""),
+            "node": None if best is None else best.node,
+            "victims": list(victims),
+            "nodes": {node: answer.reason for node, answer in answers.items()},
+        }
+
+    def _outcome(self, outcome: str, pod: str = "") -> None:
+        if pod:
+            self._outcomes[pod] = outcome
+        self.metrics.preemption_attempts.labels(path=PATH, outcome=outcome).inc()
+
+    def _remember(
+        self,
+        pod: str,
+        answers: dict[NodeName, NodePreemption],
+        best: NodePreemption | None,
+        victims: tuple[str, ...],
+    ) -> None:
+        self.last.pop(pod, None)
+        self.last[pod] = answers
+        self._chosen[pod] = (best, victims)
+        self._outcomes.pop(pod, None)
+        while len(self.last) > ANSWERS_KEPT:
+            oldest = next(iter(self.last))
+            del self.last[oldest]
+            self._chosen.pop(oldest, None)
+            self._outcomes.pop(oldest, None)
+        for node, answer in answers.items():
+            log.info("own preemption", pod=pod, node=node, answer=answer.reason)
+
+
+def _bound(pod: JsonObject) -> bool:
+    return bool((pod.get("spec") or {}).get("nodeName"))
+
+
+def _terminating(pod: JsonObject) -> bool:
+    """Being deleted: the Eviction API deletes it again without asking its budgets."""
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def _uid(pod: JsonObject) -> str:
+    return str((pod.get("metadata") or {}).get("uid") or "")
+
+
+def _grace_s(pod: JsonObject) -> int:
+    value = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    return value if isinstance(value, int) and value >= 0 else DEFAULT_GRACE_S
