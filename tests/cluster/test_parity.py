@@ -1,19 +1,21 @@
 """Keep the double honest: the demo's example pods on Kubernetes' own control plane and on the
 embedded API server double with the kube-scheduler harness give the same observable outcome:
-each pod's phase, node, cards, allocation annotations, and the event reasons written about it
-(by our scheduler and by kube-scheduler), and each unschedulable pod's per-node reasons."""
+each pod's phase, node, cards, pyhami's annotations and labels on it, its containers' resources
+and scheduler as read back, the event reasons written about it (by our scheduler and by
+kube-scheduler), and each unschedulable pod's per-node reasons."""
 
 from typing import Any
 
 from pyhami.controlplane import BuiltBinaries
 from pyhami.kube import EVENTS, JsonObject
-from pyhami.protocol import KEY_NVIDIA_ALLOCATED, KEY_NVIDIA_TO_ALLOCATE, KEY_VGPU_NODE
+from pyhami.protocol import KEY_BIND_TIME, KEY_VGPU_TIME
 from pyhami.sim.demo.cluster import DemoCluster
 from pyhami.sim.demo.pods import load_pods
 from pyhami.sim.demo.run import submit_all
 from pyhami.sim.demo.settings import DemoSettings
 
-ANNOTATIONS = (KEY_VGPU_NODE, KEY_NVIDIA_ALLOCATED, KEY_NVIDIA_TO_ALLOCATE)
+PYHAMI = "hami.io/"
+TIMES = {KEY_BIND_TIME, KEY_VGPU_TIME}  # compared by presence: the clock differs
 # Written once per pod by either kube-scheduler or by our scheduler on its behalf; repeated
 # attempts (FailedScheduling, FilteringFailed) may differ in count, not in kind.
 REASONS = {"Scheduled", "FailedScheduling", "FilteringSucceed", "FilteringFailed",
@@ -26,12 +28,18 @@ async def outcome(cluster: DemoCluster, pods: list[JsonObject]) -> dict[str, Any
     seen: dict[str, Any] = {}
     for result in results:
         pod = await cluster.client.get_pod(result.namespace, result.name)
-        annotations = pod["metadata"].get("annotations") or {}
+        metadata, spec = pod["metadata"], pod["spec"]
         seen[result.name] = {
             "phase": result.phase,
             "node": result.node,
             "cards": sorted((c.container, c.uuid, c.memory_mib, c.cores) for c in result.cards),
-            "annotations": {key: annotations.get(key) for key in ANNOTATIONS},
+            "annotations": _ours(metadata.get("annotations")),
+            "labels": _ours(metadata.get("labels")),
+            "scheduler": spec.get("schedulerName"),
+            "resources": [
+                (c["name"], c.get("resources"), sorted(e["name"] for e in c.get("env") or ()))
+                for c in (*spec.get("initContainers", ()), *spec["containers"])
+            ],
             "reasons": sorted(
                 {
                     e["reason"]
@@ -42,6 +50,14 @@ async def outcome(cluster: DemoCluster, pods: list[JsonObject]) -> dict[str, Any
             "why": sorted((w.node, w.reason, tuple(sorted(w.counts.items()))) for w in result.why),
         }
     return seen
+
+
+def _ours(values: dict[str, str] | None) -> dict[str, str]:
+    return {
+        key: "(set)" if key in TIMES else value
+        for key, value in (values or {}).items()
+        if key.startswith(PYHAMI)
+    }
 
 
 async def test_the_example_pods_end_the_same_on_the_real_control_plane_and_the_double(
