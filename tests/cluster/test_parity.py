@@ -14,6 +14,8 @@ from pyhami.sim.demo.pods import load_pods
 from pyhami.sim.demo.run import submit_all
 from pyhami.sim.demo.settings import DemoSettings
 
+from .conftest import assert_none_refused
+
 PYHAMI = "hami.io/"
 TIMES = {KEY_BIND_TIME, KEY_VGPU_TIME}  # compared by presence: the clock differs
 # Written once per pod by either kube-scheduler or by our scheduler on its behalf; repeated
@@ -68,6 +70,7 @@ async def test_the_example_pods_end_the_same_on_the_real_control_plane_and_the_d
         expected = await outcome(embedded, pods)
     async with DemoCluster(DemoSettings(), kubernetes=kubernetes) as real:
         observed = await outcome(real, pods)
+        assert_none_refused(real)
     assert sum(1 for pod in expected.values() if pod["phase"] == "Running") == 13
     assert expected["slice-3g-30pct"]["reasons"] == [
         "BindingSucceed",
