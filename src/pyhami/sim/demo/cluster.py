@@ -382,7 +382,9 @@ class DemoCluster(AsyncService):
                 HAMI_NVIDIA_RESOURCES,
                 self.client_certificate,
                 SCHEDULER_NAME,
-            )
+            ),
+            # as in the chart: kube-scheduler shares the scheduler's ServiceAccount
+            await real.kubeconfig_of(SCHEDULER_USER),
         )
         self.progress(
             f"kube-scheduler    profiles {SCHEDULER_NAME} (our /filter, /bind over HTTPS) "
