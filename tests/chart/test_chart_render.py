@@ -583,7 +583,10 @@ def test_disruption_budget_only_with_several_replicas() -> None:
 
 def test_namespace_override_and_global_metadata() -> None:
     for obj in render("custom-names").objects:
-        if obj["kind"] not in CLUSTER_SCOPED:
+        if obj["metadata"]["name"].endswith("-authentication-reader"):
+            # kube-scheduler's read of the cluster's authentication ConfigMap, where it lives
+            assert obj["metadata"]["namespace"] == "kube-system"
+        elif obj["kind"] not in CLUSTER_SCOPED:
             assert obj["metadata"]["namespace"] == "gpu-system", obj["metadata"]["name"]
         for subject in obj.get("subjects", ()):
             assert subject["namespace"] == "gpu-system"

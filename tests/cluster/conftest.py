@@ -1,5 +1,6 @@
-"""The real-control-plane tier: Kubernetes' own binaries, built (or reused) once per session,
-and the chart's RBAC that our components run under there.
+"""The real-control-plane tier: Kubernetes' own binaries, built (or reused) once per session.
+The demo cluster runs our components there under the chart's RBAC (`DemoCluster` applies it);
+`assert_none_refused` fails a test whose components were refused a request.
 
 Never skipped: without the binaries the session builds them with `pyhami control-plane build`
 (which needs Go and the Go module proxy the first time); a build that fails fails the tests."""
@@ -19,12 +20,11 @@ from pyhami.controlplane import (
     default_cache_root,
     find_built,
 )
-from pyhami.sim.demo.cluster import COMPONENT_NAMESPACE
+from pyhami.sim.demo.cluster import COMPONENT_NAMESPACE, DemoCluster
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "pyhami"
 HERE = Path(__file__).resolve().parent
 FIRST_BUILD_TIMEOUT_S = 3600  # a cold build is minutes of compiling (13 on 2 cores)
-RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -58,6 +58,8 @@ def render_chart(*values: str) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
 
 
-@pytest.fixture(scope="session")
-def chart_rbac() -> list[dict[str, Any]]:
-    return [obj for obj in render_chart() if obj["kind"] in RBAC_KINDS]
+def assert_none_refused(demo: DemoCluster) -> None:
+    """The real authorizer and admission refused no request of our components or kubelets: the
+    chart grants what they use."""
+    refused = demo.refused_requests()
+    assert refused == [], "the API server refused requests:\n" + "\n".join(refused)

@@ -15,6 +15,7 @@ from .conftest import render_chart
         pytest.param((), id="defaults"),
         pytest.param(("scheduler.leaderElect=true", "scheduler.replicas=3"), id="leader-election"),
         pytest.param(("scheduler.admissionWebhook.enabled=false",), id="webhook-off"),
+        pytest.param(("dashboards.enabled=true",), id="dashboards"),
     ],
 )
 async def test_the_rendered_chart_passes_a_server_side_dry_run(

@@ -27,6 +27,8 @@ from pyhami.sim.demo.cluster import DemoCluster
 from pyhami.sim.demo.settings import DemoSettings, card_uuid
 from pyhami.testing.fake_nvml import v100_32g
 
+from .conftest import assert_none_refused
+
 NODE = "gpu-node-1"
 TWO_V100 = DemoSettings(
     cards=[[v100_32g(uuid=card_uuid(1, 0)), v100_32g(uuid=card_uuid(1, 1))]],
@@ -87,9 +89,7 @@ async def _unschedulable(cluster: DemoCluster, name: str) -> JsonObject:
 
 
 @pytest.fixture(params=["embedded", "real"])
-async def cluster(
-    request: pytest.FixtureRequest, chart_rbac: list[JsonObject]
-) -> AsyncIterator[DemoCluster]:
+async def cluster(request: pytest.FixtureRequest) -> AsyncIterator[DemoCluster]:
     """Two V100s on one node, on the API double with the harness, or on Kubernetes' own control
     plane with our components under the chart's RBAC."""
     if request.param == "embedded":
@@ -97,8 +97,9 @@ async def cluster(
             yield demo
         return
     kubernetes = request.getfixturevalue("kubernetes")
-    async with DemoCluster(TWO_V100, kubernetes=kubernetes, rbac=chart_rbac) as demo:
+    async with DemoCluster(TWO_V100, kubernetes=kubernetes) as demo:
         yield demo
+        assert_none_refused(demo)
 
 
 async def test_a_forged_bind_cannot_free_a_running_pods_cards(cluster: DemoCluster) -> None:

@@ -19,6 +19,7 @@ from pyhami.sim.demo.cluster import DemoCluster
 from pyhami.sim.demo.settings import DemoSettings, card_uuid
 from pyhami.testing.fake_nvml import t4
 
+from .conftest import assert_none_refused
 from .test_pod_path import NS, event_with, gone, gpu_container, running
 
 PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False)
@@ -36,6 +37,7 @@ async def cluster(kubernetes: BuiltBinaries) -> AsyncIterator[DemoCluster]:
                 PRIORITY_CLASSES, {"metadata": {"name": name}, "value": value}
             )
         yield demo
+        assert_none_refused(demo)
 
 
 def gpu_pod(name: str, memory_mib: int, priority: str, *, card: str | None = None,

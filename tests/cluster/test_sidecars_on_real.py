@@ -14,6 +14,7 @@ from pyhami.sim.demo.cluster import DemoCluster
 from pyhami.sim.demo.settings import DemoSettings, card_uuid
 from pyhami.testing.fake_nvml import t4
 
+from .conftest import assert_none_refused
 from .test_pod_path import NS, event_with, gpu_container, pod, running
 
 T4_MIB = 15360
@@ -25,6 +26,7 @@ async def cluster(kubernetes: BuiltBinaries) -> AsyncIterator[DemoCluster]:
     settings = DemoSettings(cards=[[t4(uuid=card_uuid(1, 0))]])
     async with DemoCluster(settings, kubernetes=kubernetes) as demo:
         yield demo
+        assert_none_refused(demo)
 
 
 def with_sidecar(name: str, sidecar_mib: int, app_mib: int) -> JsonObject:

@@ -221,6 +221,9 @@ async def test_node_advertises_the_plugins_devices_as_kubelet_does(node: Node) -
         pytest.param({"limits": {"nvidia.com/gpu": "2"}}, 2, id="limit"),
         pytest.param({"requests": {"nvidia.com/gpu": "1"}}, 1, id="request-only"),
         pytest.param({}, 0, id="none"),
+        # as kube-apiserver may store them: exponent forms are kept as written, 1000 is 1k
+        pytest.param({"limits": {"nvidia.com/gpu": "1e1"}}, 10, id="exponent"),
+        pytest.param({"limits": {"nvidia.com/gpu": "1k"}}, 1000, id="canonical"),
     ],
 )
 def test_device_count_reads_the_extended_resource(resources: JsonObject, want: int) -> None:

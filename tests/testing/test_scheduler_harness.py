@@ -15,6 +15,7 @@ from pyhami.testing.scheduler_harness import (
     ManagedResource,
     Result,
 )
+from pyhami.testing.scheduler_harness.predicates import quantity
 
 from .builders import node, pod
 from .extender import TinyExtender
@@ -377,3 +378,11 @@ async def test_harness_from_the_charts_scheduler_configuration(
         assert (await h.wait_for("default", "p")).node == "n1"
     with pytest.raises(ValueError, match="KubeSchedulerConfiguration"):
         KubeSchedulerHarness.from_configuration(kube, {"kind": "Policy"})
+
+
+def test_quantities_are_read_in_every_form_kube_apiserver_stores() -> None:
+    """(a CPU request of 500m once read as nothing, an exa-suffixed one as well)"""
+    assert quantity("500m") == 0.5
+    assert quantity("4k") == quantity("4e3") == 4000
+    assert quantity("1E") == 10**18
+    assert quantity("1536Mi") == 1536 * 2**20

@@ -39,6 +39,7 @@ from typing import Any, Protocol
 import grpc.aio
 import structlog
 
+from pyhami.devices.quantity import QuantityError, as_int64, parse_quantity
 from pyhami.engine.pod import is_sidecar
 from pyhami.kube import (
     LEASES,
@@ -170,12 +171,13 @@ def device_count(container: Mapping[str, Any], resource: str) -> int:
     value = (resources.get("limits") or {}).get(resource)
     if value is None:
         value = (resources.get("requests") or {}).get(resource, 0)
+    where = f"container {container.get('name')!r}: {resource}"
     try:
-        count = int(str(value))
-    except ValueError as err:
-        raise AdmissionFailedError(
-            f"container {container.get('name')!r}: {resource} must be a whole number, got {value!r}"
-        ) from err
+        count = as_int64(parse_quantity(value))
+    except QuantityError as err:
+        raise AdmissionFailedError(f"{where}: {err}") from err
+    if count is None:
+        raise AdmissionFailedError(f"{where} must be a whole number, got {value!r}")
     if count < 0:
         raise AdmissionFailedError(f"container {container.get('name')!r}: {resource} is negative")
     return count

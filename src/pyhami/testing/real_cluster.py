@@ -405,11 +405,16 @@ class RealControlPlane(AsyncService):
             raise
         self.started_in_s = time.monotonic() - started
 
-    async def start_kube_scheduler(self, extender: ExtenderTarget) -> None:
+    async def start_kube_scheduler(
+        self, extender: ExtenderTarget, kubeconfig_file: Path | None = None
+    ) -> None:
         """kube-scheduler, its extender pyhami's scheduler at `extender.url_prefix`; it shows
-        the extender `extender.client_certificate`, which the extender's client CA signed."""
+        the extender `extender.client_certificate`, which the extender's client CA signed.
+        It talks to the API server as `system:kube-scheduler` unless `kubeconfig_file` names
+        another identity (the chart runs it as the scheduler's ServiceAccount), which then also
+        looks up who calls kube-scheduler, as it does in a pod."""
         config = scheduler_configuration(
-            self.kubeconfig_for(KUBE_SCHEDULER_USER),
+            kubeconfig_file or self.kubeconfig_for(KUBE_SCHEDULER_USER),
             extender,
             client=extender.client_certificate,
         )
@@ -424,6 +429,14 @@ class RealControlPlane(AsyncService):
                 f"--secure-port={port}",
                 # the benchmarks read its metrics; on loopback, as its health endpoints are
                 "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+                *(
+                    (
+                        f"--authentication-kubeconfig={kubeconfig_file}",
+                        f"--authorization-kubeconfig={kubeconfig_file}",
+                    )
+                    if kubeconfig_file is not None
+                    else ()
+                ),
             ],
             ports=(port,),
         )

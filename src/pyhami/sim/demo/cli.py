@@ -84,8 +84,9 @@ async def run_demo(
     keep_running: bool,
     kubernetes: BuiltBinaries | None = None,
 ) -> int:
-    """The whole demo; returns how many pods ended neither Running nor unschedulable.
-    With `kubernetes`, on Kubernetes' own control plane built from those binaries."""
+    """The whole demo; returns how many pods ended neither Running nor unschedulable, plus how
+    many requests of our components the API server refused. With `kubernetes`, on Kubernetes'
+    own control plane built from those binaries, our components under the chart's RBAC."""
     from pyhami.sim.demo.cluster import DemoCluster
     from pyhami.sim.demo.run import submit_all
     from pyhami.sim.demo.usage import DemoWorkloads, find_native, measured_usage
@@ -121,13 +122,17 @@ async def run_demo(
             if isinstance(native, str):
                 _say(f"Use is not shown (the pods run no programs): {native}.")
             _say(summary_line(results, time.monotonic() - started))
+            refused = cluster.refused_requests()
+            if refused:
+                _say("The API server refused these requests (the chart's RBAC lacks them):")
+                _say("\n".join(f"  {line}" for line in refused))
             if keep_running:
                 _say(_endpoints(cluster, pods))
                 await _wait_for_signal()
         finally:
             if workloads is not None:
                 await workloads.finish()
-    return sum(1 for r in results if r.phase not in ("Running", "Pending"))
+    return sum(1 for r in results if r.phase not in ("Running", "Pending")) + len(refused)
 
 
 class ControlPlane(enum.StrEnum):
@@ -180,8 +185,8 @@ def demo(
     """Run the whole pyhami system on localhost with simulated GPU nodes and example pods.
 
     Exit status: 0 when every pod ran or was explained as unschedulable, 1 when one was refused
-    or failed, 2 for bad options, an unusable pod file, or Kubernetes' binaries that cannot be
-    built (`--control-plane real`).
+    or failed (or, on the real control plane, a request of a component was), 2 for bad options,
+    an unusable pod file, or Kubernetes' binaries that cannot be built (`--control-plane real`).
     """
     try:
         settings = DemoSettings(nodes=nodes, gpus=gpus)

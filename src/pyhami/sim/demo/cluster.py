@@ -12,8 +12,10 @@ What runs, each over its real protocol:
   `default-scheduler` profile for the pods that ask for no GPU;
 * or, given built Kubernetes binaries (`pyhami control-plane build`), Kubernetes' own etcd,
   kube-apiserver, kube-controller-manager and kube-scheduler in place of the double and the
-  harness (`RealControlPlane`): the webhooks as a MutatingWebhookConfiguration, every component
-  with its own credentials (ServiceAccount tokens; nodes as `system:node:<name>`);
+  harness (`RealControlPlane`): the webhooks as a MutatingWebhookConfiguration, the chart's
+  RBAC applied (`chart_rbac()`), every component with its own credentials (the chart's
+  ServiceAccounts' tokens; nodes as `system:node:<name>`), and `refused_requests()` naming any
+  request of theirs the real authorizer or admission refused;
 * per node: a `DevicePlugin` on a `FakeNVML` registered with a `FakeKubelet` (gRPC on unix
   sockets), a `NodeAgent` (kubelet's pod lifecycle: Allocate per container, pod status) and a
   `MonitorService` reading the node's container regions, serving `/metrics`.
@@ -35,6 +37,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
+
+import yaml
 
 from pyhami.controlplane import BuiltBinaries
 from pyhami.deviceplugin.allocation import AllocationSettings
@@ -79,6 +83,13 @@ KUBE_SCHEDULER_USER = "system:kube-scheduler"
 # Who may move a pod through its allocation states (the chart's pyhami.trustedWriters).
 TRUSTED_WRITERS = (SCHEDULER_USER, DEVICE_PLUGIN_USER)
 JsonObject = dict[str, Any]
+# The chart's ServiceAccounts, roles and bindings as helm renders them for the names above
+# (tests/chart/test_demo_rbac.py keeps this copy equal to the chart).
+CHART_RBAC_FILE = Path(__file__).with_name("chart-rbac.yaml")
+
+
+def chart_rbac() -> list[JsonObject]:
+    return [obj for obj in yaml.safe_load_all(CHART_RBAC_FILE.read_text()) if obj]
 
 
 def trusted_writers_condition(writers: Sequence[str]) -> JsonObject:
@@ -217,7 +228,7 @@ class DemoCluster(AsyncService):
         progress: Progress = _quiet,
         runtime: ContainerRuntime | None = None,
         kubernetes: BuiltBinaries | None = None,
-        rbac: Sequence[JsonObject] = (),
+        rbac: Sequence[JsonObject] | None = None,
     ) -> None:
         self.settings = settings
         # unix socket paths are limited to ~107 bytes: keep the root short.
@@ -226,7 +237,8 @@ class DemoCluster(AsyncService):
         self.progress = progress
         self.runtime = runtime
         self._api = FakeKubeAPIServer(bookmark_interval_s=0.5) if kubernetes is None else None
-        self._rbac = tuple(rbac)  # objects to apply on the real control plane (the chart's RBAC)
+        # applied on the real control plane before any component starts
+        self._rbac = tuple(chart_rbac() if rbac is None else rbac)
         self.real = (
             None if kubernetes is None else RealControlPlane(kubernetes, self.workdir / "k8s")
         )
@@ -289,6 +301,15 @@ class DemoCluster(AsyncService):
     def scheduler_metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.scheduler.metrics_port}/metrics"
 
+    def refused_requests(self) -> list[str]:
+        """Each request of our components (scheduler, device plugins, monitors) and of the nodes'
+        kubelets that the real API server refused (403: RBAC, the Node authorizer,
+        NodeRestriction); none on the double, which has no authorizer."""
+        if self.real is None:
+            return []
+        nodes = {f"system:node:{node.name}" for node in self.nodes}
+        return self.real.refused_requests({SCHEDULER_USER, DEVICE_PLUGIN_USER, *nodes})
+
     def node(self, name: str) -> DemoNode:
         for node in self.nodes:
             if node.name == name:
@@ -323,11 +344,7 @@ class DemoCluster(AsyncService):
         )
         if self.real is not None:
             await self.real.start()
-            if self._rbac:
-                await self.real.apply(self._rbac)
-            else:  # without the chart's rules (the tests render them), they are cluster admins
-                for user in (SCHEDULER_USER, DEVICE_PLUGIN_USER):
-                    await self.real.grant("cluster-admin", user)
+            await self.real.apply(self._rbac)
             self.progress(
                 f"API server        {self.real.url} (kube-apiserver "
                 f"{self.real.binaries.kubernetes_version}, etcd, kube-controller-manager; "
@@ -365,7 +382,9 @@ class DemoCluster(AsyncService):
                 HAMI_NVIDIA_RESOURCES,
                 self.client_certificate,
                 SCHEDULER_NAME,
-            )
+            ),
+            # as in the chart: kube-scheduler shares the scheduler's ServiceAccount
+            await real.kubeconfig_of(SCHEDULER_USER),
         )
         self.progress(
             f"kube-scheduler    profiles {SCHEDULER_NAME} (our /filter, /bind over HTTPS) "

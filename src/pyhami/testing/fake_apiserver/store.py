@@ -255,6 +255,7 @@ class ObjectStore:
                     metadata.pop(immutable, None)
             metadata["name"] = name
             validation.validate_update(resource, old, new)
+        validation.decode_quantities(resource, new)
         new.pop("apiVersion", None)
         new.pop("kind", None)
         metadata["resourceVersion"] = old["metadata"]["resourceVersion"]

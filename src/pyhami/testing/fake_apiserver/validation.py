@@ -5,6 +5,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from pyhami.testing.fake_apiserver.quantities import (
+    QuantityFormatError,
+    canonicalize_resource_lists,
+)
 from pyhami.testing.fake_apiserver.resources import NAMESPACES, PODS, ResourceType
 from pyhami.testing.fake_apiserver.status import ApiError, bad_request, invalid
 
@@ -85,8 +89,35 @@ def _check_pod_spec(name: str, spec: Any) -> None:
         raise invalid(PODS, name, causes)
 
 
+def decode_quantities(resource: ResourceType, obj: JsonObject) -> None:
+    """Resource quantities as the decoder leaves them (`quantities`): canonical, or a 400."""
+    try:
+        canonicalize_resource_lists(resource.kind, obj)
+    except QuantityFormatError as err:
+        raise bad_request(
+            f'{resource.kind} in version "{resource.version}" cannot be handled as a '
+            f"{resource.kind}: {err}"
+        ) from err
+
+
+def _default_requests_to_limits(spec: JsonObject) -> None:
+    """A container's limit is its request for each resource it requests nothing of."""
+    for group in ("containers", "initContainers"):
+        for container in spec.get(group) or ():
+            resources = container.get("resources") if isinstance(container, dict) else None
+            if not isinstance(resources, dict) or not isinstance(resources.get("limits"), dict):
+                continue
+            requests = resources.setdefault("requests", {})
+            if isinstance(requests, dict):
+                for name, value in resources["limits"].items():
+                    requests.setdefault(name, value)
+            if not requests:
+                del resources["requests"]  # an empty map is as good as none
+
+
 def apply_defaults(resource: ResourceType, obj: JsonObject) -> None:
     """The defaults kube-apiserver fills while decoding, so admission webhooks see them."""
+    decode_quantities(resource, obj)
     if resource is PODS:
         spec = obj.setdefault("spec", {})
         if isinstance(spec, dict):
@@ -94,6 +125,7 @@ def apply_defaults(resource: ResourceType, obj: JsonObject) -> None:
             spec.setdefault("restartPolicy", "Always")
             spec.setdefault("terminationGracePeriodSeconds", 30)
             spec.setdefault("dnsPolicy", "ClusterFirst")
+            _default_requests_to_limits(spec)
         obj.setdefault("status", {}).setdefault("phase", "Pending")
     elif resource is NAMESPACES:
         obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])

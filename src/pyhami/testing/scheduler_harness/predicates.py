@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pyhami.devices.quantity import parse_quantity
 from pyhami.kube import JsonObject
 
 
@@ -89,28 +90,9 @@ def tolerated(taint: Mapping[str, Any], tolerations: Sequence[Mapping[str, Any]]
     return False
 
 
-SUFFIXES = {
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-}
-
-
 def quantity(text: Any) -> float:
-    """Enough of resource.Quantity for extended resources (integers, with a suffix)."""
-    value = str(text).strip()
-    for suffix in sorted(SUFFIXES, key=len, reverse=True):
-        if value.endswith(suffix):
-            return float(value[: -len(suffix)]) * SUFFIXES[suffix]
-    try:
-        return float(value)
-    except ValueError:
-        return 0.0
+    """A resource quantity's value, in any form kube-apiserver stores (`500m`, `4k`, `1e3`)."""
+    return float(parse_quantity(text))
 
 
 def is_extended(resource: str) -> bool:
