@@ -135,18 +135,32 @@ async def test_a_scheduler_killed_mid_burst_and_restarted_loses_nothing_and_over
     await client.patch_node(locked_node, {"spec": {"unschedulable": None}})
     # the lock the dead process left does not keep other pods off its node for the lock's
     # timeout (5 min)
-    async with asyncio.timeout(STALE_LOCK_BOUND_S):
-        while _lock_owner(await client.get(NODES, locked_node)) == lock_owner:
-            await asyncio.sleep(0.2)
+    try:
+        async with asyncio.timeout(STALE_LOCK_BOUND_S):
+            while _lock_owner(await client.get(NODES, locked_node)) == lock_owner:
+                await asyncio.sleep(0.2)
+    except TimeoutError:
+        raise AssertionError(
+            f"{locked_node} is still locked for {lock_owner} after {STALE_LOCK_BOUND_S}s"
+        ) from None
 
-    async with asyncio.timeout(SETTLE_TIMEOUT_S):
-        while True:
-            pods = await _pods(client)
-            bound = _bound(pods)
-            pending = [p for name, p in pods.items() if name not in bound]
-            if len(bound) == FITTING and all(_no_room(p) for p in pending):
-                break
-            await asyncio.sleep(0.5)
+    # every pod bound, or pending because no card has room (kube-scheduler's condition)
+    bound: dict[str, JsonObject] = {}
+    pending: list[JsonObject] = []
+    try:
+        async with asyncio.timeout(SETTLE_TIMEOUT_S):
+            while True:
+                pods = await _pods(client)
+                bound = _bound(pods)
+                pending = [p for name, p in pods.items() if name not in bound]
+                if len(bound) == FITTING and all(_no_room(p) for p in pending):
+                    break
+                await asyncio.sleep(0.5)
+    except TimeoutError:
+        why = {p["metadata"]["name"]: p["status"].get("conditions") for p in pending}
+        raise AssertionError(
+            f"{len(bound)} of {FITTING} pods bound after {SETTLE_TIMEOUT_S}s; pending: {why}"
+        ) from None
 
     # nothing lost: every pod is there, bound or pending because no card has room
     assert sorted(pods) == names

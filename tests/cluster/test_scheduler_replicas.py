@@ -9,12 +9,14 @@ kube-scheduler for the whole cluster calls a stable address, as it would call a 
 readiness probe is the extender's `/readyz`: a follower answers 503 ("not the leader"), so only
 the leader gets connections (`ReadyEndpoint` plays that Service). A follower that is called all
 the same (a stale endpoint, a keep-alive connection) refuses `/filter` and `/bind` before
-writing anything; the test calls it directly to show that.
+writing anything; the test calls it directly to show that. A second test runs the chart's own
+layout for one replica: kube-scheduler campaigns, the extender follows its Lease.
 """
 
 import asyncio
 import base64
 import json
+import socket
 import ssl
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -32,7 +34,9 @@ from pyhami.kube.lease import record_from_lease
 from pyhami.protocol import KEY_NVIDIA_ALLOCATED, KEY_VGPU_NODE
 from pyhami.sim.demo.cluster import COMPONENT_NAMESPACE, SCHEDULER_USER, DemoCluster
 from pyhami.sim.demo.settings import DemoSettings
+from pyhami.testing.real_cluster import free_port
 
+from .conftest import render_chart
 from .replicas import ReadyEndpoint, SchedulerReplica, scheduler_replica
 from .test_pod_path import NS, gpu_container, pod
 
@@ -102,10 +106,15 @@ async def _holder_becomes(client: KubeClient, wanted: set[str], timeout_s: float
 
 
 async def _all_bound(client: KubeClient, names: list[str], timeout_s: float = 60) -> None:
-    async with asyncio.timeout(timeout_s):
-        for name in names:
-            while not (await client.get_pod(NS, name))["spec"].get("nodeName"):
-                await asyncio.sleep(0.2)
+    try:
+        async with asyncio.timeout(timeout_s):
+            for name in names:
+                while not (await client.get_pod(NS, name))["spec"].get("nodeName"):
+                    await asyncio.sleep(0.2)
+    except TimeoutError:
+        pods = [await client.get_pod(NS, name) for name in names]
+        unbound = [p["metadata"]["name"] for p in pods if not p["spec"].get("nodeName")]
+        raise AssertionError(f"not bound after {timeout_s:.0f}s: {unbound}") from None
 
 
 async def _create(client: KubeClient, names: list[str]) -> None:
@@ -235,3 +244,44 @@ async def test_one_replica_holds_the_lease_and_the_other_takes_over_when_it_is_k
         annotations = current["metadata"]["annotations"]
         assert annotations[KEY_VGPU_NODE] == current["spec"]["nodeName"]
         assert annotations[KEY_NVIDIA_ALLOCATED].split(",")[2] == "3000"
+
+
+async def test_as_the_chart_runs_it_the_extender_leads_while_the_kube_scheduler_beside_it_does(
+    kubernetes: BuiltBinaries, chart_rbac: list[JsonObject]
+) -> None:
+    """The chart's own layout: kube-scheduler campaigns for the Lease its configuration names,
+    under the scheduler's ServiceAccount, and the extender started with the chart's flags
+    follows it: it leads while the holder is `<its pod's name>_<uuid>` (a pod's hostname is
+    its name; here both run on this machine, whose hostname stands for the pod's name)."""
+    rendered = render_chart()
+    config_map = next(o for o in rendered if o["metadata"]["name"].endswith("-newversion"))
+    election = yaml.safe_load(config_map["data"]["config.yaml"])["leaderElection"]
+    deployment = next(o for o in rendered if o["kind"] == "Deployment")
+    [extender] = [
+        c
+        for c in deployment["spec"]["template"]["spec"]["containers"]
+        if c["name"] == "vgpu-scheduler-extender"
+    ]
+    flags = [arg for arg in extender["command"] if arg.startswith("--leader-elect")]
+    assert "--leader-elect" in flags
+    pod_name = socket.gethostname()
+    port = free_port()
+    async with DemoCluster(
+        DemoSettings(nodes=1, gpus=2),
+        kubernetes=kubernetes,
+        rbac=chart_rbac,
+        extender_url=f"https://127.0.0.1:{port}",
+        kube_scheduler_election=election,
+    ) as demo:
+        replica = await scheduler_replica(demo, pod_name, *flags, port=port)
+        try:
+            await replica.start()
+            await _create(demo.client, ["trainer"])
+            await _all_bound(demo.client, ["trainer"])
+        finally:
+            await replica.stop()
+        lease = await demo.client.get(LEASES, election["resourceName"], COMPONENT_NAMESPACE)
+        assert lease["spec"]["holderIdentity"].startswith(f"{pod_name}_")
+        assert demo.real is not None
+        refused = demo.real.refused_requests({SCHEDULER_USER})
+        assert refused == [], "the scheduler pod was refused:\n" + "\n".join(refused)

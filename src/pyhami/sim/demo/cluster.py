@@ -219,11 +219,15 @@ class DemoCluster(AsyncService):
         kubernetes: BuiltBinaries | None = None,
         rbac: Sequence[JsonObject] = (),
         extender_url: str | None = None,
+        kube_scheduler_election: JsonObject | None = None,
     ) -> None:
         self.settings = settings
         # Where the real kube-scheduler calls the extender (default: the in-process scheduler);
         # tests that run scheduler replicas as processes put them, or a proxy, there.
         self._extender_url = extender_url
+        # Given, kube-scheduler campaigns with this `leaderElection` section under the
+        # scheduler's ServiceAccount, as in the chart's scheduler pod.
+        self._kube_scheduler_election = kube_scheduler_election
         # unix socket paths are limited to ~107 bytes: keep the root short.
         self._owns_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="pyhami-demo-", dir="/tmp"))
@@ -373,6 +377,7 @@ class DemoCluster(AsyncService):
     async def _start_kube_scheduler(self, real: RealControlPlane) -> None:
         ca_file = self.workdir / "scheduler-ca.crt"
         ca_file.write_bytes(self.ca_pem)
+        election = self._kube_scheduler_election
         await real.start_kube_scheduler(
             ExtenderTarget(
                 self._extender_url or self.scheduler_url,
@@ -380,7 +385,9 @@ class DemoCluster(AsyncService):
                 HAMI_NVIDIA_RESOURCES,
                 self.client_certificate,
                 SCHEDULER_NAME,
-            )
+            ),
+            leader_election=election,
+            kubeconfig_file=None if election is None else await real.kubeconfig_of(SCHEDULER_USER),
         )
         self.progress(
             f"kube-scheduler    profiles {SCHEDULER_NAME} (our /filter, /bind over HTTPS) "
