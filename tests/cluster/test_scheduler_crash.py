@@ -7,6 +7,7 @@ The scheduler runs as `pyhami scheduler` (a process of its own, the chart's Serv
 kube-scheduler calls it on a fixed port, and the restarted process takes that port again."""
 
 import asyncio
+import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator
 
@@ -88,8 +89,9 @@ async def _kill_while_a_bind_holds_a_node_lock(
     lock's owner: still unbound means the bind is between its lock and its binding, and the
     process is killed there (SIGKILL). Otherwise it goes on. Returns the node and the owner."""
     listed = await client.list(NODES)
-    async with asyncio.timeout(60):
-        async for event in client.watch(NODES, resource_version=listed.resource_version):
+    events = client.watch(NODES, resource_version=listed.resource_version)
+    async with asyncio.timeout(60), contextlib.aclosing(events):
+        async for event in events:
             owner = _lock_owner(event.object) if event.type == "MODIFIED" else None
             if owner is None:
                 continue
