@@ -204,6 +204,14 @@ def test_kube_scheduler_config_drives_the_extender_the_pod_serves(value_set: str
     assert extender.url_prefix == f"https://127.0.0.1:{bind_port}"
     assert params["scheduler_name"] == vals["schedulerName"]
     assert params["leader_elect"] is vals["scheduler"]["leaderElect"]
+    if params["leader_elect"]:
+        # The extender follows the Lease its pod's kube-scheduler campaigns for, and leads
+        # while that kube-scheduler does: one Lease for both (a name nobody writes would
+        # leave every replica a follower, refusing every /filter).
+        assert not params["leader_elect_campaign"]
+        election = config["leaderElection"]
+        followed = (params["leader_elect_resource_name"], params["leader_elect_resource_namespace"])
+        assert followed == (election["resourceName"], election["resourceNamespace"])
 
 
 def test_service_and_webhook_reach_the_extender_port() -> None:

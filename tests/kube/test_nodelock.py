@@ -1,11 +1,13 @@
 """HAMi's node lock algorithm over an in-memory node with resourceVersions."""
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
 from pyhami.kube import NodeLockContentionError, NodeLocker, NodeLockError
 from pyhami.kube.nodelock import go_duration
+from pyhami.protocol import KEY_VGPU_NODE
 from pyhami.testing.memory_nodes import MemoryNodes
 
 NOW = datetime(2026, 8, 21, 12, 0, 0, tzinfo=UTC)
@@ -43,6 +45,41 @@ async def test_expired_and_dangling_locks_are_taken_over() -> None:
     dangling = MemoryNodes("2026-08-21T11:59:59Z,default,gone")
     await _locker(dangling).lock("n1", "default", "new")
     assert dangling.lock == "2026-08-21T12:00:00Z,default,new"
+
+
+@pytest.mark.parametrize(
+    "owner",
+    [
+        pytest.param({"spec": {"nodeName": "n2"}}, id="bound-elsewhere"),
+        pytest.param({"annotations": {KEY_VGPU_NODE: "n2"}}, id="scheduled-elsewhere"),
+        pytest.param({"status": {"phase": "Succeeded"}}, id="finished"),
+    ],
+)
+async def test_a_lock_whose_owner_cannot_use_the_node_any_more_is_taken_over(
+    owner: dict[str, Any],
+) -> None:
+    """A scheduler killed between its lock and its binding leaves the lock; the pod, scheduled
+    again, may land on another node: that lock must not hold this node for 5 minutes."""
+    api = MemoryNodes("2026-08-21T11:59:59Z,default,old", placed={("default", "old"): owner})
+    await _locker(api).lock("n1", "default", "new")
+    assert api.lock == "2026-08-21T12:00:00Z,default,new"
+
+
+@pytest.mark.parametrize(
+    "owner",
+    [
+        pytest.param({}, id="pending"),
+        pytest.param({"annotations": {KEY_VGPU_NODE: "n1"}}, id="scheduled-here"),
+        pytest.param({"spec": {"nodeName": "n1"}, "status": {"phase": "Pending"}}, id="bound-here"),
+    ],
+)
+async def test_a_lock_whose_owner_may_still_be_allocated_here_is_contention(
+    owner: dict[str, Any],
+) -> None:
+    api = MemoryNodes("2026-08-21T11:59:59Z,default,old", placed={("default", "old"): owner})
+    with pytest.raises(NodeLockContentionError):
+        await _locker(api).lock("n1", "default", "new")
+    assert api.lock == "2026-08-21T11:59:59Z,default,old"
 
 
 async def test_legacy_lock_is_contention_until_it_expires() -> None:

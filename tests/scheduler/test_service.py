@@ -204,6 +204,59 @@ async def test_followers_do_not_decide_and_say_so() -> None:
     assert service.readiness()[0] is False
 
 
+async def test_a_leader_deposed_while_its_filter_reads_the_pod_writes_nothing() -> None:
+    kube, leader = MemoryKube(), Leader()
+    service = _service(kube, leader)
+    pod = gpu_pod("p")
+    kube.pod_objects[("default", "p")] = pod  # not in the informer yet: the filter GETs it
+    read = kube.get_pod
+
+    async def read_then_lose_the_lease(namespace: str, name: str) -> dict[str, Any]:
+        answer = await read(namespace, name)
+        leader.leading = False  # another replica took the Lease meanwhile
+        return answer
+
+    kube.get_pod = read_then_lose_the_lease  # type: ignore[method-assign]
+    result = await service.filter(_args(pod, "n1"))
+    assert "not the leader (leader: other-replica)" in result.error
+    assert kube.pod_patches == []
+    assert service.state.ledger.pod("uid-p") is None
+
+
+@pytest.mark.parametrize("lost_after", ["node-lock", "bind-phase"])
+async def test_a_leader_deposed_while_its_bind_awaits_the_api_writes_nothing_more(
+    lost_after: str,
+) -> None:
+    kube, leader = MemoryKube(), Leader()
+    service = _service(kube, leader)
+    await _filtered(kube, service, gpu_pod("p"))
+    writes_before = len(kube.pod_patches)
+    patch_node, patch_pod = kube.patch_node, kube.patch_pod
+
+    async def lock_then_lose(name: str, body: dict[str, Any]) -> dict[str, Any]:
+        answer = await patch_node(name, body)
+        leader.leading = lost_after != "node-lock"
+        return answer
+
+    async def patch_then_lose(namespace: str, name: str, body: dict[str, Any]) -> Any:
+        answer = await patch_pod(namespace, name, body)
+        leader.leading = False
+        return answer
+
+    kube.patch_node = lock_then_lose  # type: ignore[method-assign]
+    kube.patch_pod = patch_then_lose  # type: ignore[method-assign]
+    result = await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))
+    assert "not the leader (leader: other-replica)" in result.error
+    assert kube.bindings == []
+    # only what was written while it still led: the bind-phase patch, when it lost the lead
+    # just after it
+    written = [
+        set(body["metadata"]["annotations"]) for _, _, body in kube.pod_patches[writes_before:]
+    ]
+    bind_phase = {"hami.io/bind-phase", "hami.io/bind-time"}
+    assert written == ([] if lost_after == "node-lock" else [bind_phase])
+
+
 async def _filtered(kube: MemoryKube, service: FilterBind, pod: dict[str, Any]) -> None:
     kube.pod_objects[("default", pod["metadata"]["name"])] = pod
     service.state.on_pod(pod)

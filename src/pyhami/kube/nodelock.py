@@ -1,10 +1,15 @@
 """HAMi's node lock (`hami.io/mutex.lock`), over any API that can GET and merge-PATCH a node.
 
-The algorithm is HAMi's: the lock value names its owner pod,
-it expires after `timeout`, a lock whose owner pod is gone is dangling and taken over, and
-every write carries the node's resourceVersion so two writers cannot both win. The scheduler
-takes the lock (and releases it only when its own bind fails); the device plugin releases it
-after Allocate, with the owner check, so it never removes another pod's lock.
+The algorithm is HAMi's: the lock value names its owner pod, it expires after `timeout`, a
+lock whose owner pod is gone is dangling and taken over, and every write carries the node's
+resourceVersion so two writers cannot both win. The scheduler takes the lock (and releases it
+only when its own bind fails); the device plugin releases it after Allocate, with the owner
+check, so it never removes another pod's lock.
+
+One difference: a lock is also dangling when its owner pod is finished, or bound to or
+scheduled for another node. A scheduler killed between its lock and its binding leaves the
+lock behind; once the pod, scheduled again, lands elsewhere, HAMi honours that lock for the
+whole timeout (5 minutes by default) and binds nothing else to the node meanwhile.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any, Protocol
 from pyhami.kube.errors import NotFound
 from pyhami.protocol import (
     KEY_NODE_LOCK,
+    KEY_VGPU_NODE,
     NodeLock,
     ProtocolError,
     format_node_lock,
@@ -33,6 +39,7 @@ RETRY_STEPS = 5
 RETRY_FIRST_DELAY = 0.1
 RETRY_FACTOR = 2.0
 RETRY_JITTER = 0.5
+FINISHED_PHASES = ("Succeeded", "Failed")
 
 
 class NodeLockAPI(Protocol):
@@ -141,7 +148,7 @@ class NodeLocker:
             return
         if held.namespace == namespace and held.name == pod and held.name:
             return
-        if held.name and not await self._pod_exists(held.namespace, held.name):
+        if held.name and not await self._owner_may_still_use(node, held.namespace, held.name):
             await self.release(node, namespace, pod, skip_owner_check=True)
             await self._set(node, namespace, pod)
             return
@@ -149,12 +156,20 @@ class NodeLocker:
             f"node {node} has been locked within {go_duration(self.timeout)}"
         )
 
-    async def _pod_exists(self, namespace: str, name: str) -> bool:
+    async def _owner_may_still_use(self, node: str, namespace: str, name: str) -> bool:
+        """Whether the lock's owner pod may still be allocated on `node`. A lock is dangling
+        when its pod is gone or finished, and also when the pod is bound to, or scheduled for,
+        another node: a scheduler killed between its lock and its binding leaves the lock
+        behind, and the pod, scheduled again, may land elsewhere."""
         try:
-            await self.api.get_pod(namespace, name)
+            owner = await self.api.get_pod(namespace, name)
         except NotFound:
             return False
-        return True
+        if (owner.get("status") or {}).get("phase") in FINISHED_PHASES:
+            return False
+        annotations = (owner.get("metadata") or {}).get("annotations") or {}
+        places = ((owner.get("spec") or {}).get("nodeName"), annotations.get(KEY_VGPU_NODE))
+        return all(place in (None, "", node) for place in places)
 
     async def _set(
         self, node: str, namespace: str, pod: str, seen: Mapping[str, Any] | None = None

@@ -6,7 +6,8 @@ per-node in-process serialisation, HAMi's annotation node lock, bind-phase, `pod
 
 Deliberate differences from HAMi, each a bug there (docs/hami-compatibility.md):
 * followers answer at once that they do not decide, instead of blocking for the whole
-  extender timeout; a follower neither filters nor binds;
+  extender timeout; a follower neither filters nor binds, and a leader that loses
+  the lead while a filter or bind awaits the API writes nothing from then on;
 * a fit names every rejected candidate with its reason in FailedNodes (HAMi: null);
 * filter reads nothing from the body but the pod's namespace, name and UID: the pod itself
   comes from our informer (one GET when the informer has not seen it yet), and a pod that is
@@ -157,6 +158,17 @@ class FilterBind:
         leader = self._decider.leader_name() or "unknown"
         return f"this replica is not the leader (leader: {leader}); followers do not decide"
 
+    def _refused_unless_leading(self, verb: str) -> str | None:
+        refusal = self._not_leader()
+        if refusal is not None:
+            self.metrics.decisions.labels(verb=verb, outcome="not-leader").inc()
+        return refusal
+
+    def _still_leading(self) -> None:
+        refusal = self._refused_unless_leading("bind")
+        if refusal is not None:
+            raise NotLeadingError(refusal)
+
     def readiness(self) -> tuple[bool, str]:
         if not self.synced.is_set():
             return False, "caches not synced"
@@ -186,9 +198,8 @@ class FilterBind:
             return self._simulate(args)
         if args.node_names is None:
             return ExtenderFilterResult.failure("extender args carry neither NodeNames nor Nodes")
-        refusal = self._not_leader()
+        refusal = self._refused_unless_leading("filter")
         if refusal is not None:
-            self.metrics.decisions.labels(verb="filter", outcome="not-leader").inc()
             return ExtenderFilterResult.failure(refusal)
         if not self.synced.is_set():
             try:
@@ -200,6 +211,10 @@ class FilterBind:
         except FilterRefusedError as err:
             self.metrics.decisions.labels(verb="filter", outcome="refused").inc()
             return ExtenderFilterResult.failure(str(err))
+        # the lead may have moved while the pod was read: a follower writes nothing
+        refusal = self._refused_unless_leading("filter")
+        if refusal is not None:
+            return ExtenderFilterResult.failure(refusal)
         key, namespace, name = pod_identity(pod)
         self.state.release(key)  # a re-filtered pod must not compete with itself
         self._claims.pop(key, None)
@@ -406,9 +421,8 @@ class FilterBind:
     async def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
         """Bind only what this process filtered: that pod (by UID) to that node. Anything
         else is refused before a single write, and releases nothing."""
-        refusal = self._not_leader()
+        refusal = self._refused_unless_leading("bind")
         if refusal is not None:
-            self.metrics.decisions.labels(verb="bind", outcome="not-leader").inc()
             return ExtenderBindingResult(refusal)
         namespace = args.pod_namespace or "default"
         claim = self._claims.get(args.pod_uid) if args.pod_uid else None
@@ -447,10 +461,20 @@ class FilterBind:
         needs_lock = bool(plan.lasting_requests)
         async with self.mutexes.hold(args.node):
             try:
+                # Each write waits on the one before (and on other binds to this node): the
+                # lead may move meanwhile, and from then on this replica writes nothing.
+                self._still_leading()
                 if needs_lock:
                     await self._lock(args.node, namespace, claim.name, pod)
+                    self._still_leading()
                 await self.kube.patch_pod(namespace, claim.name, self._bind_patch())
+                self._still_leading()
                 await self.kube.bind_pod(namespace, claim.name, args.node, uid=claim.key)
+            except NotLeadingError as err:
+                # Nothing undone either: the new leader filters the pod again, which replaces
+                # its annotations, and a lock left here is taken back by the pod or, once it
+                # is placed elsewhere, treated as dangling.
+                return ExtenderBindingResult(str(err))
             except Exception as err:
                 await self._bind_failed(claim, args.node, pod, locked=needs_lock, err=err)
                 return ExtenderBindingResult(str(err))
@@ -553,6 +577,10 @@ async def _quietly(call: Awaitable[Any], what: str) -> None:
         await call
     except Exception as err:
         log.warning("bind cleanup step failed", step=what, error=str(err))
+
+
+class NotLeadingError(Exception):
+    """This replica lost the lead while a bind was under way; the text says who leads."""
 
 
 class FilterRefusedError(Exception):

@@ -12,14 +12,22 @@ from pyhami.protocol import KEY_NODE_LOCK
 
 
 class MemoryNodes:
-    """Node `n1` and the pods that exist; a stale merge patch fails like a 409."""
+    """Node `n1` and the pods that exist (`placed`: with their spec, status or annotations);
+    a stale merge patch fails like a 409."""
 
-    def __init__(self, lock: str | None = None, pods: set[tuple[str, str]] | None = None) -> None:
+    def __init__(
+        self,
+        lock: str | None = None,
+        pods: set[tuple[str, str]] | None = None,
+        placed: dict[tuple[str, str], dict[str, Any]] | None = None,
+    ) -> None:
         annotations = {} if lock is None else {KEY_NODE_LOCK: lock}
         self.node: dict[str, Any] = {
             "metadata": {"name": "n1", "resourceVersion": "1", "annotations": annotations}
         }
-        self.pods = pods or set()
+        # the `spec`, `status` and annotations of pods that have more than a name
+        self.placed = placed or {}
+        self.pods = set(pods or ()) | set(self.placed)
         self.patches: list[dict[str, Any]] = []
         self.conflicts_left = 0
         self.fail_patch = False
@@ -51,7 +59,15 @@ class MemoryNodes:
     async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
         if (namespace, name) not in self.pods:
             raise NotFound(404, "NotFound", f'pods "{name}" not found')
-        return {"metadata": {"name": name, "namespace": namespace}}
+        extra = self.placed.get((namespace, name), {})
+        metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+        if "annotations" in extra:
+            metadata["annotations"] = extra["annotations"]
+        return {
+            "metadata": metadata,
+            "spec": extra.get("spec", {}),
+            "status": extra.get("status", {}),
+        }
 
     @property
     def lock(self) -> str | None:

@@ -178,6 +178,7 @@ def scheduler_configuration(
     extender: ExtenderTarget,
     *,
     client: KeyPair,
+    leader_election: JsonObject | None = None,
 ) -> JsonObject:
     """kube-scheduler's configuration: our profile and the default one, our extender (kube-
     scheduler asks an extender only about pods that request one of its managed resources)."""
@@ -185,7 +186,7 @@ def scheduler_configuration(
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
         "clientConnection": {"kubeconfig": str(kubeconfig_file), "qps": 200, "burst": 400},
-        "leaderElection": {"leaderElect": False},
+        "leaderElection": leader_election or {"leaderElect": False},
         "profiles": [
             {"schedulerName": extender.scheduler_name},
             {"schedulerName": "default-scheduler"},
@@ -406,17 +407,21 @@ class RealControlPlane(AsyncService):
         self.started_in_s = time.monotonic() - started
 
     async def start_kube_scheduler(
-        self, extender: ExtenderTarget, kubeconfig_file: Path | None = None
+        self,
+        extender: ExtenderTarget,
+        *,
+        leader_election: JsonObject | None = None,
+        kubeconfig_file: Path | None = None,
     ) -> None:
         """kube-scheduler, its extender pyhami's scheduler at `extender.url_prefix`; it shows
         the extender `extender.client_certificate`, which the extender's client CA signed.
-        It talks to the API server as `system:kube-scheduler` unless `kubeconfig_file` names
-        another identity (the chart runs it as the scheduler's ServiceAccount), which then also
-        looks up who calls kube-scheduler, as it does in a pod."""
+        It runs as `system:kube-scheduler` unless given another identity, and campaigns for a
+        Lease when given a `leaderElection` section."""
         config = scheduler_configuration(
             kubeconfig_file or self.kubeconfig_for(KUBE_SCHEDULER_USER),
             extender,
             client=extender.client_certificate,
+            leader_election=leader_election,
         )
         config_file = self.workdir / "kube-scheduler.yaml"
         config_file.write_text(yaml.safe_dump(config))

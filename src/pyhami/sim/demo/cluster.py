@@ -229,8 +229,16 @@ class DemoCluster(AsyncService):
         runtime: ContainerRuntime | None = None,
         kubernetes: BuiltBinaries | None = None,
         rbac: Sequence[JsonObject] | None = None,
+        extender_url: str | None = None,
+        kube_scheduler_election: JsonObject | None = None,
     ) -> None:
         self.settings = settings
+        # Where the real kube-scheduler calls the extender (default: the in-process scheduler);
+        # tests that run scheduler replicas as processes put them, or a proxy, there.
+        self._extender_url = extender_url
+        # Given, kube-scheduler campaigns with this `leaderElection` section under the
+        # scheduler's ServiceAccount, as in the chart's scheduler pod.
+        self._kube_scheduler_election = kube_scheduler_election
         # unix socket paths are limited to ~107 bytes: keep the root short.
         self._owns_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="pyhami-demo-", dir="/tmp"))
@@ -280,6 +288,17 @@ class DemoCluster(AsyncService):
         if self._tls is None:
             raise RuntimeError("the demo cluster is not started")
         return self._tls.ca_pem
+
+    @property
+    def tls(self) -> ServingFiles:
+        """The scheduler's serving certificate and its CA (also the extender's client CA)."""
+        if self._tls is None:
+            raise RuntimeError("the demo cluster is not started")
+        return self._tls
+
+    @property
+    def device_config_file(self) -> Path:
+        return self.workdir / "device-config.yaml"
 
     @property
     def client_certificate(self) -> KeyPair:
@@ -375,16 +394,18 @@ class DemoCluster(AsyncService):
     async def _start_kube_scheduler(self, real: RealControlPlane) -> None:
         ca_file = self.workdir / "scheduler-ca.crt"
         ca_file.write_bytes(self.ca_pem)
+        election = self._kube_scheduler_election
         await real.start_kube_scheduler(
             ExtenderTarget(
-                self.scheduler_url,
+                self._extender_url or self.scheduler_url,
                 ca_file,
                 HAMI_NVIDIA_RESOURCES,
                 self.client_certificate,
                 SCHEDULER_NAME,
             ),
+            leader_election=election,
             # as in the chart: kube-scheduler shares the scheduler's ServiceAccount
-            await real.kubeconfig_of(SCHEDULER_USER),
+            kubeconfig_file=await real.kubeconfig_of(SCHEDULER_USER),
         )
         self.progress(
             f"kube-scheduler    profiles {SCHEDULER_NAME} (our /filter, /bind over HTTPS) "
@@ -408,7 +429,7 @@ class DemoCluster(AsyncService):
     async def _start_scheduler(self) -> None:
         self._tls = write_serving_certificate(self.workdir, datetime.now(UTC))
         self._client_certificate = self._tls.client_certificate()
-        config_file = self.workdir / "device-config.yaml"
+        config_file = self.device_config_file
         config_file.write_text(DEVICE_CONFIG)
         settings = SchedulerSettings(
             device_config_file=str(config_file),
