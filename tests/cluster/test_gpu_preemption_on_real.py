@@ -16,10 +16,11 @@ from pyhami.controlplane import BuiltBinaries
 from pyhami.kube import EVENTS, POD_DISRUPTION_BUDGETS, JsonObject
 from pyhami.kube.resources import Resource
 from pyhami.protocol import KEY_NVIDIA_ALLOCATED, KEY_NVIDIA_USE_GPUUUID
-from pyhami.sim.demo.cluster import DEVICE_PLUGIN_USER, SCHEDULER_USER, DemoCluster
+from pyhami.sim.demo.cluster import SCHEDULER_USER, DemoCluster
 from pyhami.sim.demo.settings import DemoSettings, card_uuid
 from pyhami.testing.fake_nvml import t4
 
+from .conftest import assert_none_refused
 from .test_pod_path import NS, event_with, gone, gpu_container, running
 
 PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False)
@@ -29,20 +30,18 @@ NODE1 = "gpu-node-1"
 
 @pytest.fixture
 async def cluster(
-    kubernetes: BuiltBinaries, chart_rbac: list[JsonObject]
+    kubernetes: BuiltBinaries,
 ) -> AsyncIterator[DemoCluster]:
     """gpu-node-1 with two T4s (15360 MiB each), gpu-node-2 with one; three priority classes;
     our components under the chart's RBAC (any refused request fails the test)."""
     settings = DemoSettings(cards=[[t4(uuid=N1C0), t4(uuid=N1C1)], [t4(uuid=N2C0)]])
-    async with DemoCluster(settings, kubernetes=kubernetes, rbac=chart_rbac) as demo:
+    async with DemoCluster(settings, kubernetes=kubernetes) as demo:
         for name, value in (("low", 100), ("high", 1000), ("top", 10000)):
             await demo.client.create(
                 PRIORITY_CLASSES, {"metadata": {"name": name}, "value": value}
             )
         yield demo
-        assert demo.real is not None
-        refused = demo.real.refused_requests({SCHEDULER_USER, DEVICE_PLUGIN_USER})
-        assert refused == [], "our components were refused:\n" + "\n".join(refused)
+        assert_none_refused(demo)
 
 
 def gpu_pod(

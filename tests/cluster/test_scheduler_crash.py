@@ -38,7 +38,7 @@ STALE_LOCK_BOUND_S = 30
 
 @pytest.fixture
 async def cluster(
-    kubernetes: BuiltBinaries, chart_rbac: list[JsonObject]
+    kubernetes: BuiltBinaries,
 ) -> AsyncIterator[tuple[DemoCluster, SchedulerReplica]]:
     """Two nodes of four T4s; kube-scheduler's extender is one `pyhami scheduler` process."""
     port = free_port()
@@ -48,7 +48,6 @@ async def cluster(
     async with DemoCluster(
         settings,
         kubernetes=kubernetes,
-        rbac=chart_rbac,
         extender_url=f"https://127.0.0.1:{port}",
     ) as demo:
         replica = await scheduler_replica(demo, "scheduler", port=port)

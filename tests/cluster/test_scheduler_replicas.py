@@ -56,7 +56,7 @@ WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 
 @pytest.fixture
 async def replicas(
-    kubernetes: BuiltBinaries, chart_rbac: list[JsonObject]
+    kubernetes: BuiltBinaries,
 ) -> AsyncIterator[tuple[DemoCluster, dict[str, SchedulerReplica]]]:
     """Two nodes of two cards; replicas `scheduler-a` and `scheduler-b` behind one endpoint."""
     endpoint = ReadyEndpoint([])
@@ -64,7 +64,6 @@ async def replicas(
     async with DemoCluster(
         DemoSettings(nodes=2, gpus=2),
         kubernetes=kubernetes,
-        rbac=chart_rbac,
         extender_url=endpoint.url,
     ) as demo:
         started: dict[str, SchedulerReplica] = {}
@@ -247,7 +246,7 @@ async def test_one_replica_holds_the_lease_and_the_other_takes_over_when_it_is_k
 
 
 async def test_as_the_chart_runs_it_the_extender_leads_while_the_kube_scheduler_beside_it_does(
-    kubernetes: BuiltBinaries, chart_rbac: list[JsonObject]
+    kubernetes: BuiltBinaries,
 ) -> None:
     """The chart's own layout: kube-scheduler campaigns for the Lease its configuration names,
     under the scheduler's ServiceAccount, and the extender started with the chart's flags
@@ -269,7 +268,6 @@ async def test_as_the_chart_runs_it_the_extender_leads_while_the_kube_scheduler_
     async with DemoCluster(
         DemoSettings(nodes=1, gpus=2),
         kubernetes=kubernetes,
-        rbac=chart_rbac,
         extender_url=f"https://127.0.0.1:{port}",
         kube_scheduler_election=election,
     ) as demo:
