@@ -1,6 +1,7 @@
 """The filter/bind flow over ClusterState with an in-memory API (unit level)."""
 
 import asyncio
+import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -53,6 +54,7 @@ def _service(
     *,
     explain_all: bool = True,
     synced: bool = True,
+    lock_retry: timedelta = timedelta(seconds=28),
 ) -> FilterBind:
     state = ClusterState(EngineConfig(), lambda n: INVENTORIES.get(object_name(n)))
     for name in INVENTORIES:
@@ -73,6 +75,7 @@ def _service(
         synced=ready,
         explain_all=explain_all,
         sync_wait=timedelta(milliseconds=50),
+        lock_retry_timeout=lock_retry,
     )
 
 
@@ -81,9 +84,12 @@ def _args(pod: dict[str, Any], *names: str) -> ExtenderArgs:
 
 
 async def _filter(service: FilterBind, pod: dict[str, Any], *names: str) -> ExtenderFilterResult:
-    """kube-scheduler's filter of a pod the scheduler's informer has seen."""
+    """kube-scheduler's filter of a pod the scheduler's informer has seen, and the patch that
+    records its decision (written after the answer)."""
     service.state.on_pod(pod)
-    return await service.filter(_args(pod, *names))
+    result = await service.filter(_args(pod, *names))
+    await service.drain()
+    return result
 
 
 async def test_filter_picks_a_node_records_the_decision_and_reserves() -> None:
@@ -184,13 +190,74 @@ async def test_unschedulable_answers_every_node_with_its_reason() -> None:
     assert "no available node, 2 nodes do not meet" in messages
 
 
-async def test_patch_failure_rolls_the_reservation_back() -> None:
+async def test_patch_failure_rolls_the_reservation_back_and_the_bind_is_refused() -> None:
     kube = MemoryKube()
     kube.fail_pod_patch = True
     service = _service(kube)
     result = await _filter(service, gpu_pod("p"), "n1")
-    assert "failed to record the decision" in result.error
+    assert result.node_names == ["n1"]  # answered before the patch
     assert service.state.ledger.pod("uid-p") is None
+    await service.events.drain()
+    assert any("failed to record the decision" in e["message"] for e in kube.events)
+    bound = await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))
+    assert "has no filter decision" in bound.error
+    assert kube.bindings == [] and kube.lock is None
+
+
+async def test_bind_waits_for_the_filter_patch_and_fails_with_it() -> None:
+    kube = MemoryKube()
+    service = _service(kube)
+    pod = gpu_pod("p")
+    kube.pod_objects[("default", "p")] = pod
+    service.state.on_pod(pod)
+    landed = asyncio.Event()
+    patch = kube.patch_pod
+
+    async def slow_patch(namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        await landed.wait()
+        kube.fail_pod_patch = True  # the filter patch fails; the cleanup fails too
+        return await patch(namespace, name, body)
+
+    kube.patch_pod = slow_patch  # type: ignore[method-assign]
+    assert (await service.filter(_args(pod, "n1"))).node_names == ["n1"]
+    bind = asyncio.create_task(service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1")))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not bind.done() and kube.lock is None and kube.bindings == []  # nothing written yet
+    landed.set()
+    result = await bind
+    assert "failed to record the decision on pod default/p" in result.error
+    assert kube.lock is None and kube.bindings == []
+    assert service.state.ledger.pod("uid-p") is None  # unbound: its reservation is released
+
+
+async def test_a_refiltered_pods_patch_is_written_after_the_earlier_one() -> None:
+    kube = MemoryKube()
+    service = _service(kube)
+    pod = gpu_pod("p")
+    service.state.on_pod(pod)
+    first_sent = asyncio.Event()
+    go_on = asyncio.Event()
+    patch = kube.patch_pod
+    order: list[str] = []
+
+    async def patch_in_order(namespace: str, name: str, body: dict[str, Any]) -> Any:
+        if not first_sent.is_set():
+            first_sent.set()
+            await go_on.wait()
+        order.append(body["metadata"]["annotations"]["hami.io/vgpu-node"])
+        return await patch(namespace, name, body)
+
+    kube.patch_pod = patch_in_order  # type: ignore[method-assign]
+    assert (await service.filter(_args(pod, "n1"))).node_names == ["n1"]
+    await first_sent.wait()
+    assert (await service.filter(_args(pod, "n1"))).node_names == ["n1"]
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert order == []  # the second waits for the first
+    go_on.set()
+    await service.drain()
+    assert order == ["n1", "n1"]
 
 
 async def test_followers_do_not_decide_and_say_so() -> None:
@@ -251,9 +318,10 @@ async def test_bind_failure_releases_lock_and_reservation() -> None:
 
 async def test_bind_contention_keeps_the_other_pods_lock() -> None:
     kube = MemoryKube()
-    service = _service(kube)
+    service = _service(kube, lock_retry=timedelta(milliseconds=50))
     await _filtered(kube, service, gpu_pod("p"))
     kube.node["metadata"]["annotations"][KEY_NODE_LOCK] = "2026-08-21T11:59:00Z,default,holder"
+    kube.node["metadata"]["resourceVersion"] = "2"  # the informer has not seen the lock yet
     kube.pod_objects[("default", "holder")] = gpu_pod("holder")
     result = await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))
     assert "node lock contention" in result.error
@@ -361,6 +429,7 @@ async def test_filter_reads_the_pod_from_the_cluster_not_from_the_body() -> None
     anonymous = gpu_pod("fresh")
     del anonymous["metadata"]["uid"]
     assert "carries no metadata.uid" in (await service.filter(_args(anonymous, "n1"))).error
+    await service.drain()
     assert [name for _, name, _ in kube.pod_patches] == ["fresh"]
 
 
@@ -380,3 +449,50 @@ async def test_filter_waits_for_sync_then_says_so() -> None:
     result = await _filter(service, gpu_pod("p"), "n1")
     assert result.error == "scheduler caches are not synced yet"
     assert service.readiness() == (False, "caches not synced")
+
+
+async def test_a_bind_to_a_locked_node_waits_for_the_release_the_informer_shows() -> None:
+    kube = MemoryKube()
+    service = _service(kube)
+    kube.node["metadata"]["name"] = "n1"
+    await _filtered(kube, service, gpu_pod("p"))
+    kube.node["metadata"]["annotations"][KEY_NODE_LOCK] = "2026-08-21T11:59:00Z,default,holder"
+    kube.pod_objects[("default", "holder")] = gpu_pod("holder")
+    kube.pods.add(("default", "holder"))
+    service.state.on_node(copy.deepcopy(kube.node))
+    bind = asyncio.create_task(service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1")))
+    await asyncio.sleep(0.05)
+    assert not bind.done() and kube.bindings == []  # waiting, not failed
+    # the holder's device plugin releases the lock; the informer shows it
+    del kube.node["metadata"]["annotations"][KEY_NODE_LOCK]
+    kube.node["metadata"]["resourceVersion"] = "7"
+    service.state.on_node(copy.deepcopy(kube.node))
+    async with asyncio.timeout(5):
+        result = await bind
+    assert result.error == ""
+    assert kube.lock == "2026-08-21T12:00:00Z,default,p"
+    assert kube.bindings == [("default", "p", {"node": "n1", "uid": "uid-p"})]
+
+
+async def test_bind_takes_the_lock_from_the_informers_node_and_reads_it_only_on_conflict() -> None:
+    kube = MemoryKube()
+    service = _service(kube)
+    kube.node["metadata"]["name"] = "n1"
+    reads = 0
+    get_node = kube.get_node
+
+    async def counted_get_node(name: str) -> dict[str, Any]:
+        nonlocal reads
+        reads += 1
+        return await get_node(name)
+
+    kube.get_node = counted_get_node  # type: ignore[method-assign]
+    service.state.on_node(copy.deepcopy(kube.node))
+    for name in ("p", "q"):
+        await _filtered(kube, service, gpu_pod(name, mem=1000))
+    assert (await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))).error == ""
+    assert reads == 0  # the informer's node, written with its resourceVersion
+    del kube.node["metadata"]["annotations"][KEY_NODE_LOCK]  # p's device plugin released it
+    assert (await service.bind(ExtenderBindingArgs("q", "default", "uid-q", "n1"))).error == ""
+    assert reads == 1  # the cached node was stale (409): read once, then locked
+    assert kube.lock == "2026-08-21T12:00:00Z,default,q"

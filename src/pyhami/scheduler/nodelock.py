@@ -11,6 +11,10 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 
+class NodeTurnTimeoutError(TimeoutError):
+    """A bind's turn on its node did not come in time."""
+
+
 class NodeMutexes:
     """One asyncio lock per node, dropped when the node goes away."""
 
@@ -18,10 +22,20 @@ class NodeMutexes:
         self._locks: dict[str, asyncio.Lock] = {}
 
     @asynccontextmanager
-    async def hold(self, node: str) -> Any:
+    async def hold(self, node: str, *, within: float | None = None) -> Any:
+        """The node's turn; NodeTurnTimeoutError when it does not come within `within` s."""
         lock = self._locks.setdefault(node, asyncio.Lock())
-        async with lock:
+        if within is None:
+            await lock.acquire()
+        else:
+            try:
+                await asyncio.wait_for(lock.acquire(), max(within, 0.0))
+            except TimeoutError as err:
+                raise NodeTurnTimeoutError(f"node {node}: no turn within {within:.1f}s") from err
+        try:
             yield
+        finally:
+            lock.release()
 
     def forget(self, node: str) -> None:
         lock = self._locks.get(node)

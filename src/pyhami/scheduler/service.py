@@ -51,7 +51,7 @@ from pyhami.model import NodeName
 from pyhami.protocol import (
     KEY_BIND_PHASE,
     KEY_BIND_TIME,
-    LABEL_POD_GROUP,
+    KEY_NODE_LOCK,
     LABEL_VGPU_NODE,
     BindPhase,
     format_unix_seconds,
@@ -67,7 +67,7 @@ from pyhami.scheduler.extender import (
     PodRef,
 )
 from pyhami.scheduler.metrics import SchedulerMetrics
-from pyhami.scheduler.nodelock import NodeMutexes
+from pyhami.scheduler.nodelock import NodeMutexes, NodeTurnTimeoutError
 from pyhami.scheduler.state import TERMINAL_PHASES, ClusterState
 
 log = structlog.get_logger(__name__)
@@ -78,7 +78,10 @@ EXPLANATIONS_KEPT = 2048
 # two million verdict tuples (hundreds of MB, all walked by every full GC collection).
 EXPLAINED_VERDICTS_KEPT = 100_000
 
-LOCK_RETRY_INTERVAL = 0.1
+# A bind waiting for a locked node reads the informer's node this often, and the API at least
+# every LOCK_RETRY_INTERVAL.
+LOCK_RETRY_INTERVAL = 1.0
+LOCK_POLL_INTERVAL = 0.01
 # Filter decisions kept for their bind: kube-scheduler binds within seconds, so only pods that
 # were deleted or sent elsewhere in between are ever dropped from here, oldest first.
 CLAIMS_KEPT = 16384
@@ -143,6 +146,8 @@ class FilterBind:
         # Filter decisions waiting for their bind, by pod UID, and binds in progress.
         self._claims: OrderedDict[PodKey, _Claim] = OrderedDict()
         self._binding: dict[PodKey, str] = {}
+        # Filter patches still in flight, by pod UID: a pod filtered again writes after them.
+        self._recording: dict[PodKey, asyncio.Task[None]] = {}
         self._explained_verdicts = 0
 
     # ----- leadership ------------------------------------------------------------------------
@@ -220,18 +225,13 @@ class FilterBind:
                 f"no available node, {len(args.node_names)} nodes do not meet",
             )
             return ExtenderFilterResult(failed_nodes=_named(decision.failed_nodes))
+        # Reserved now, answered now: the patch that records the decision on the pod runs
+        # while kube-scheduler goes on with its next pod, and /bind waits for it.
         self.state.reserve(decision.allocation)
-        try:
-            await self.kube.patch_pod(namespace, name, self._filter_patch(pod, decision))
-        except Exception as err:
-            self.state.release(key)
-            self.metrics.decisions.labels(verb="filter", outcome="patch-failed").inc()
-            message = f"failed to record the decision on pod {namespace}/{name}: {err}"
-            self.events.emit(pod, WARNING, "FilteringFailed", message)
-            return ExtenderFilterResult.failure(message)
+        recorded = self._record(pod, decision)
         self.metrics.decisions.labels(verb="filter", outcome="scheduled").inc()
         chosen = str(decision.node)
-        self._claim(_Claim(key, namespace, name, chosen, decision.allocation))
+        self._claim(_Claim(key, namespace, name, chosen, decision.allocation, recorded))
         self.events.emit(pod, NORMAL, "FilteringSucceed", self._success_message(decision, args))
         # HAMi answers a fit with FailedNodes null; we also name every rejected node with its
         # reason (architecture.md), which kube-scheduler reads as those nodes not fitting.
@@ -286,6 +286,51 @@ class FilterBind:
         self._claims.move_to_end(claim.key)
         while len(self._claims) > CLAIMS_KEPT:
             self._claims.popitem(last=False)
+
+    def _record(self, pod: Mapping[str, Any], decision: Decision) -> asyncio.Task[None]:
+        """The filter patch as a task, written after any earlier one of the same pod."""
+        key = decision.key
+        earlier = self._recording.get(key)
+        task = asyncio.create_task(
+            self._write_decision(earlier, pod, decision),
+            name=f"filter patch {decision.namespace}/{decision.name}",
+        )
+        self._recording[key] = task
+
+        def done(finished: asyncio.Task[None]) -> None:
+            if self._recording.get(key) is finished:
+                del self._recording[key]
+            if not finished.cancelled():
+                finished.exception()  # a bind that never comes need not read it
+
+        task.add_done_callback(done)
+        return task
+
+    async def _write_decision(
+        self, earlier: asyncio.Task[None] | None, pod: Mapping[str, Any], decision: Decision
+    ) -> None:
+        """Patch the decision onto the pod. When that fails, the reservation goes (unless a
+        bind has taken the decision: its failure path undoes it) and the error is raised to
+        the bind that awaits it."""
+        if earlier is not None:
+            await asyncio.wait([earlier])
+        namespace, name = decision.namespace, decision.name
+        try:
+            await self.kube.patch_pod(namespace, name, self._filter_patch(pod, decision))
+        except Exception as err:
+            self.metrics.decisions.labels(verb="filter", outcome="patch-failed").inc()
+            message = f"failed to record the decision on pod {namespace}/{name}: {err}"
+            self.events.emit(pod, WARNING, "FilteringFailed", message)
+            claim = self._claims.get(decision.key)
+            if claim is not None and claim.allocation is decision.allocation:
+                del self._claims[decision.key]
+                self.state.release(decision.key)
+            raise FilterRecordError(message) from err
+
+    async def drain(self) -> None:
+        """Wait for the filter patches in flight (at shutdown)."""
+        if self._recording:
+            await asyncio.wait(list(self._recording.values()))
 
     def _filter_patch(self, pod: Mapping[str, Any], decision: Decision) -> JsonObject:
         current = (pod.get("metadata") or {}).get("annotations") or {}
@@ -438,17 +483,43 @@ class FilterBind:
         if args.node not in self.state.nodes:
             self.events.emit(pod, WARNING, "BindingFailed", f"failed to get node {args.node}")
             return ExtenderBindingResult(f'node "{args.node}" not found')
+        if claim.recorded is not None:
+            try:
+                await claim.recorded  # nothing is written before the filter's patch landed
+            except Exception as err:
+                await self._bind_failed(claim, args.node, pod, locked=False, err=err)
+                return ExtenderBindingResult(str(err))
         app_requests = plan.requests[plan.init_count :]
         needs_lock = any(request is not None for request in app_requests)
-        async with self.mutexes.hold(args.node):
-            try:
+        # Waiting for the node (this process's earlier binds there, then the lock of a pod
+        # that is not allocated yet) ends within --node-lock-retry-timeout, before
+        # kube-scheduler's own timeout gives up on this bind.
+        until = asyncio.get_running_loop().time() + self._lock_retry.total_seconds()
+        locked = False
+        try:
+            async with self.mutexes.hold(args.node, within=self._wait_left(until)):
+                phase = self.kube.patch_pod(namespace, claim.name, self._bind_patch())
                 if needs_lock:
-                    await self._lock(args.node, namespace, claim.name, pod)
-                await self.kube.patch_pod(namespace, claim.name, self._bind_patch())
+                    # The node lock and the bind-phase go out together; the binding only
+                    # after both landed.
+                    results = await asyncio.gather(
+                        self._lock(args.node, namespace, claim.name, until),
+                        phase,
+                        return_exceptions=True,
+                    )
+                    # a lock write whose answer was lost may have landed: release it too
+                    locked = not isinstance(results[0], NodeLockContentionError)
+                    for result in results:
+                        if isinstance(result, BaseException):
+                            raise result
+                else:
+                    await phase
                 await self.kube.bind_pod(namespace, claim.name, args.node, uid=claim.key)
-            except Exception as err:
-                await self._bind_failed(claim, args.node, pod, locked=needs_lock, err=err)
-                return ExtenderBindingResult(str(err))
+        except Exception as err:
+            if isinstance(err, NodeTurnTimeoutError):
+                err = self._timed_out(args.node)
+            await self._bind_failed(claim, args.node, pod, locked=locked, err=err)
+            return ExtenderBindingResult(str(err))
         self.state.mark_bound(claim.key, args.node)
         self.metrics.decisions.labels(verb="bind", outcome="bound").inc()
         self.events.emit(
@@ -481,27 +552,47 @@ class FilterBind:
         stamp = format_unix_seconds(self._now())
         return pod_annotations_patch({KEY_BIND_PHASE: BindPhase.ALLOCATING, KEY_BIND_TIME: stamp})
 
-    async def _lock(self, node: str, namespace: str, name: str, pod: Mapping[str, Any]) -> None:
-        labels = (pod.get("metadata") or {}).get("labels") or {}
-        group = labels.get(LABEL_POD_GROUP) or (
-            (pod.get("spec") or {}).get("schedulingGroup") or {}
-        ).get("podGroupName")
-        deadline = self._lock_retry.total_seconds()
-        if not group or deadline <= 0:
-            await self.locker.lock(node, namespace, name)
+    def _wait_left(self, until: float) -> float | None:
+        """Seconds left to wait for a node; None (no limit) without a retry timeout."""
+        if self._lock_retry.total_seconds() <= 0:
+            return None
+        return until - asyncio.get_running_loop().time()
+
+    def _timed_out(self, node: str) -> NodeLockContentionError:
+        return NodeLockContentionError(
+            f"timed out after {self._lock_retry} waiting for node {node} to be unlocked"
+        )
+
+    async def _lock(self, node: str, namespace: str, name: str, until: float) -> None:
+        """The node lock, from the node as the informer has it. A node locked by another pod
+        is waited for, up to --node-lock-retry-timeout (HAMi fails the bind at once, except
+        for pod groups), so a node busy with one pod's Allocate does not send the pods behind
+        it back to kube-scheduler's backoff; see docs/protocol.md."""
+        if self._wait_left(until) is None:
+            await self.locker.lock(node, namespace, name, cached=self.state.nodes.get(node))
             return
         loop = asyncio.get_running_loop()
-        until = loop.time() + deadline
         while True:
+            cached = self.state.nodes.get(node)
             try:
-                await self.locker.lock(node, namespace, name)
+                await self.locker.lock(node, namespace, name, cached=cached)
                 return
             except NodeLockContentionError as err:
                 if loop.time() >= until:
-                    raise NodeLockContentionError(
-                        f"timed out after {self._lock_retry} waiting for node {node} to be unlocked"
-                    ) from err
-                await asyncio.sleep(LOCK_RETRY_INTERVAL)
+                    raise self._timed_out(node) from err
+                await self._node_changes(node, cached, until)
+
+    async def _node_changes(self, node: str, seen: Mapping[str, Any] | None, until: float) -> None:
+        """Until the informer shows the node changed since `seen` and without a lock (the
+        holder's device plugin released it), LOCK_RETRY_INTERVAL at most between reads
+        through the API (an expired or dangling lock changes nothing on the node)."""
+        loop = asyncio.get_running_loop()
+        recheck = min(until, loop.time() + LOCK_RETRY_INTERVAL)
+        while loop.time() < recheck:
+            await asyncio.sleep(LOCK_POLL_INTERVAL)
+            current = self.state.nodes.get(node)
+            if current is not seen and current is not None and not _locked(current):
+                return
 
     async def _bind_failed(
         self,
@@ -518,7 +609,7 @@ class FilterBind:
         self.metrics.decisions.labels(verb="bind", outcome="failed").inc()
         self.events.emit(pod, WARNING, "BindingFailed", str(err))
         namespace, name = claim.namespace, claim.name
-        if locked and not isinstance(err, NodeLockContentionError):
+        if locked:
             await _quietly(self.locker.release(node, namespace, name), "lock release")
         try:
             current = await self.kube.get_pod(namespace, name)
@@ -554,6 +645,10 @@ class FilterRefusedError(Exception):
     """/filter will not decide for the pod the body names; the text says why."""
 
 
+class FilterRecordError(Exception):
+    """The patch recording a /filter decision on its pod failed; the text says why."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Claim:
     """What a /filter of this process decided, which the next /bind of that pod must match:
@@ -565,6 +660,11 @@ class _Claim:
     name: str
     node: str | None
     allocation: PodAllocation | None
+    recorded: asyncio.Task[None] | None = None  # the filter patch, which bind waits for
+
+
+def _locked(node: Mapping[str, Any]) -> bool:
+    return KEY_NODE_LOCK in ((node.get("metadata") or {}).get("annotations") or {})
 
 
 def _uid(pod: Mapping[str, Any]) -> str:
