@@ -496,3 +496,31 @@ async def test_bind_takes_the_lock_from_the_informers_node_and_reads_it_only_on_
     assert (await service.bind(ExtenderBindingArgs("q", "default", "uid-q", "n1"))).error == ""
     assert reads == 1  # the cached node was stale (409): read once, then locked
     assert kube.lock == "2026-08-21T12:00:00Z,default,q"
+
+
+async def test_filters_wait_while_too_many_patches_are_unanswered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(service_module, "FILTER_PATCHES_IN_FLIGHT", 1)
+    kube = MemoryKube()
+    service = _service(kube)
+    first, second = gpu_pod("a", mem=1000), gpu_pod("b", mem=1000)
+    for pod in (first, second):
+        service.state.on_pod(pod)
+    answered = asyncio.Event()
+    patch = kube.patch_pod
+
+    async def slow_patch(namespace: str, name: str, body: dict[str, Any]) -> Any:
+        await answered.wait()
+        return await patch(namespace, name, body)
+
+    kube.patch_pod = slow_patch  # type: ignore[method-assign]
+    assert (await service.filter(_args(first, "n1"))).node_names == ["n1"]
+    waiting = asyncio.create_task(service.filter(_args(second, "n1")))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not waiting.done()  # the first pod's patch is still unanswered
+    answered.set()
+    assert (await waiting).node_names == ["n1"]
+    await service.drain()
+    assert [name for _, name, _ in kube.pod_patches] == ["a", "b"]

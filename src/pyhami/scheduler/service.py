@@ -82,6 +82,8 @@ EXPLAINED_VERDICTS_KEPT = 100_000
 # every LOCK_RETRY_INTERVAL.
 LOCK_RETRY_INTERVAL = 1.0
 LOCK_POLL_INTERVAL = 0.01
+# Filter patches sent and not answered yet, at most (see _room_for_a_patch).
+FILTER_PATCHES_IN_FLIGHT = 16
 # Filter decisions kept for their bind: kube-scheduler binds within seconds, so only pods that
 # were deleted or sent elsewhere in between are ever dropped from here, oldest first.
 CLAIMS_KEPT = 16384
@@ -148,6 +150,8 @@ class FilterBind:
         self._binding: dict[PodKey, str] = {}
         # Filter patches still in flight, by pod UID: a pod filtered again writes after them.
         self._recording: dict[PodKey, asyncio.Task[None]] = {}
+        self._patches_in_flight = 0
+        self._patch_done = asyncio.Event()
         self._explained_verdicts = 0
 
     # ----- leadership ------------------------------------------------------------------------
@@ -196,6 +200,7 @@ class FilterBind:
                 await asyncio.wait_for(self.synced.wait(), self._sync_wait.total_seconds())
             except TimeoutError:
                 return ExtenderFilterResult.failure("scheduler caches are not synced yet")
+        await self._room_for_a_patch()
         try:
             pod = await self._trusted_pod(args.pod or {})
         except FilterRefusedError as err:
@@ -296,8 +301,11 @@ class FilterBind:
             name=f"filter patch {decision.namespace}/{decision.name}",
         )
         self._recording[key] = task
+        self._patches_in_flight += 1
 
         def done(finished: asyncio.Task[None]) -> None:
+            self._patches_in_flight -= 1
+            self._patch_done.set()
             if self._recording.get(key) is finished:
                 del self._recording[key]
             if not finished.cancelled():
@@ -305,6 +313,13 @@ class FilterBind:
 
         task.add_done_callback(done)
         return task
+
+    async def _room_for_a_patch(self) -> None:
+        """Wait while FILTER_PATCHES_IN_FLIGHT filter patches are unanswered: an API server
+        that falls behind slows the filters down, instead of every bind waiting longer."""
+        while self._patches_in_flight >= FILTER_PATCHES_IN_FLIGHT:
+            self._patch_done.clear()
+            await self._patch_done.wait()
 
     async def _write_decision(
         self, earlier: asyncio.Task[None] | None, pod: Mapping[str, Any], decision: Decision
@@ -501,7 +516,8 @@ class FilterBind:
                 phase = self.kube.patch_pod(namespace, claim.name, self._bind_patch())
                 if needs_lock:
                     # The node lock and the bind-phase go out together; the binding only
-                    # after both landed.
+                    # after both landed. (While a locked node is waited for, the pod already
+                    # shows `allocating`: only a bound pod's phase is read, by its node.)
                     results = await asyncio.gather(
                         self._lock(args.node, namespace, claim.name, until),
                         phase,
