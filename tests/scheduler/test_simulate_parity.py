@@ -69,6 +69,7 @@ async def test_filter_matches_simulate_pod_after_pod(tmp_path: Path) -> None:
                 continue
             assert answer["NodeNames"] == [want["node"]], pod["metadata"]["name"]
             assert (answer["FailedNodes"] or {}) == want["failedNodes"]
+            await process.service.drain()  # the decision's patch goes out after the answer
             written = cluster.api.store.get("pods", "default", pod["metadata"]["name"])
             notes = {
                 k: v for k, v in written["metadata"]["annotations"].items() if k != KEY_VGPU_TIME

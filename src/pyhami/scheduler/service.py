@@ -17,6 +17,11 @@ Deliberate differences from HAMi, each a bug there (scheduler.md §10.1):
   is still unbound: a 409 because kube-scheduler's lagging cache filtered a bound pod again
   leaves the running pod's charge alone;
 * the filter patch also nulls scheduler annotations left from an earlier attempt (item 14);
+* filter answers once its decision is reserved; the patch goes out meanwhile (kube-scheduler
+  filters one pod at a time and need not wait for it), and bind waits for it before writing;
+* bind takes the node lock from the informer's node (read from the API only on a 409), sends
+  it with the bind-phase patch, and waits for a node another pod has locked instead of failing
+  at once (docs/protocol.md);
 * neither NodeNames nor Nodes is an error answer, not a crash (item 11);
 * per-reason FilteringFailed events are sent even when a node fits, for every rejected
   candidate (the engine's `all_reasons`: ~5 ms at 1,000 nodes against ~1 ms for the answer
