@@ -50,9 +50,8 @@ from typing import Any
 import aiohttp
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "src"))  # not an installed copy
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # not an installed copy
 
 from pyhami.controlplane import KUBERNETES_VERSION, default_cache_root, find_built
 from pyhami.kube import NODES, PODS, EventHandlers, Informer, KubeClient
@@ -64,6 +63,7 @@ from pyhami.testing.real_cluster import ExtenderTarget, RealControlPlane, free_p
 from pyhami.testing.scheduler_harness.config import HAMI_NVIDIA_RESOURCES
 from tests.scheduler.cluster import DevicePluginDouble
 
+ROOT = Path(__file__).resolve().parents[1]
 GPUS_PER_NODE = 8
 CARD_MIB = 81920
 SPLIT = 10
@@ -328,10 +328,12 @@ async def wait_http(url: str, context: ssl.SSLContext | None, timeout_s: float =
     async with asyncio.timeout(timeout_s):
         while True:
             try:
-                async with aiohttp.ClientSession() as session:
-                    async with session.get(url, ssl=context) as answer:
-                        if answer.status == 200:
-                            return
+                async with (
+                    aiohttp.ClientSession() as session,
+                    session.get(url, ssl=context) as answer,
+                ):
+                    if answer.status == 200:
+                        return
             except aiohttp.ClientError:
                 pass
             await asyncio.sleep(0.2)
@@ -341,9 +343,8 @@ async def wait_scheduler_nodes(metrics_url: str, nodes: int, timeout_s: float = 
     """Until our scheduler's metrics name every benchmark node (its ledger has them all)."""
     async with asyncio.timeout(timeout_s):
         while True:
-            async with aiohttp.ClientSession() as session:
-                async with session.get(metrics_url) as answer:
-                    text = await answer.text()
+            async with aiohttp.ClientSession() as session, session.get(metrics_url) as answer:
+                text = await answer.text()
             if len(set(re.findall(r"bench-node-\d{5}", text))) >= nodes:
                 return
             await asyncio.sleep(0.5)

@@ -108,9 +108,8 @@ async def test_bad_bodies_unknown_pods_and_api_errors_get_error_answers(tmp_path
         )
         assert answer["NodeNames"] == ["n1"]
         uid = created["metadata"]["uid"]
-        bind = await cluster.post(
-            process, "/bind", {"PodName": "p", "PodNamespace": "default", "PodUID": uid, "Node": "n1"}
-        )
+        bind_args = {"PodName": "p", "PodNamespace": "default", "PodUID": uid, "Node": "n1"}
+        bind = await cluster.post(process, "/bind", bind_args)
         assert "failed to record the decision" in bind["Error"]
         assert process.state.ledger.pod(uid) is None
         status, _ = await cluster.get(process, "/healthz")
