@@ -524,3 +524,18 @@ async def test_filters_wait_while_too_many_patches_are_unanswered(
     assert (await waiting).node_names == ["n1"]
     await service.drain()
     assert [name for _, name, _ in kube.pod_patches] == ["a", "b"]
+
+
+async def test_a_bind_beyond_the_nodes_queue_fails_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(service_module, "BINDS_QUEUED_PER_NODE", 1)
+    kube = MemoryKube()
+    service = _service(kube)
+    kube.node["metadata"]["name"] = "n1"
+    for name in ("p", "q"):
+        await _filtered(kube, service, gpu_pod(name, mem=1000))
+    async with service.mutexes.hold("n1"):  # a bind to n1 is in progress
+        result = await service.bind(ExtenderBindingArgs("q", "default", "uid-q", "n1"))
+    assert "node n1 has 1 binds queued: node lock contention" in result.error
+    assert kube.lock is None and kube.bindings == []
+    assert service.state.ledger.pod("uid-q") is None  # unbound: its reservation is released
+    assert (await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))).error == ""

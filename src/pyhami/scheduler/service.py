@@ -87,6 +87,10 @@ EXPLAINED_VERDICTS_KEPT = 100_000
 # every LOCK_RETRY_INTERVAL.
 LOCK_RETRY_INTERVAL = 1.0
 LOCK_POLL_INTERVAL = 0.01
+# Binds that may wait for one node's lock; one more fails at once, as in HAMi, and goes back
+# to kube-scheduler's backoff (a node takes binds only at the pace of its Allocate, so a long
+# queue would only end in timeouts).
+BINDS_QUEUED_PER_NODE = 8
 # Filter patches sent and not answered yet, at most (see _room_for_a_patch).
 FILTER_PATCHES_IN_FLIGHT = 16
 # Filter decisions kept for their bind: kube-scheduler binds within seconds, so only pods that
@@ -517,6 +521,9 @@ class FilterBind:
         until = asyncio.get_running_loop().time() + self._lock_retry.total_seconds()
         locked = False
         try:
+            queued = self.mutexes.queued(args.node)
+            if queued >= BINDS_QUEUED_PER_NODE:
+                raise NodeLockContentionError(f"node {args.node} has {queued} binds queued")
             async with self.mutexes.hold(args.node, within=self._wait_left(until)):
                 phase = self.kube.patch_pod(namespace, claim.name, self._bind_patch())
                 if needs_lock:
