@@ -10,6 +10,12 @@
 # limit; an SM limit of 30 gives 30 +- 10 % utilisation on a busy kernel (FORCE), DISABLE does
 # not limit; graph and cooperative launches are limited too; a per-thread-default-stream build
 # keeps working; PyTorch (if installed) sees the limit and raises OOM past it.
+# The ways around the limit (each must now be refused under 1 GiB): VMM memory mapped after
+# cuMemRelease, pool memory kept after cudaFreeAsync, a stream used without a current context,
+# created contexts, pre-3.2 cuMemAlloc through cuGetProcAddress(2000), graph memory nodes, the
+# device heap, a library loaded with RTLD_DEEPBIND (reconciled); the host pid libvgpu found is
+# one nvidia-smi lists. SM: 30 % holds for short (50 us), long (10 ms), cooperative and graph
+# kernels.
 set -uo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 WORK="$(mktemp -d)"
@@ -29,13 +35,17 @@ cat > "$WORK/probe.cu" <<'EOF'
 #include <cstdlib>
 #include <cstring>
 #include <unistd.h>
+#include <dlfcn.h>
 #include <cooperative_groups.h>
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 __global__ void spin(long long cycles) {
     long long start = clock64();
     while (clock64() - start < cycles) {}
 }
+
+static const size_t MiB = 1 << 20;
 
 static int fill(size_t chunk) {  // allocate until refused; print MiB granted
     size_t total = 0;
@@ -74,19 +84,107 @@ int main(int argc, char **argv) {
         void *big;
         cudaError_t over = cudaMallocAsync(&big, (size_t)2 << 30, s);
         printf("async_failures=%d over_limit_rc=%d\n", failures, (int)over);
-    } else if (!strcmp(cmd, "spin") || !strcmp(cmd, "graph") || !strcmp(cmd, "coop")) {
+    } else if (!strcmp(cmd, "vmm")) {  // 4 x 512 MiB: create, map, release, keep the mapping
+        CUdevice dev;
+        cuCtxGetDevice(&dev);
+        CUmemAllocationProp prop = {};
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = dev;
+        int granted = 0;
+        for (int i = 0; i < 4; i++) {
+            CUmemGenericAllocationHandle h;
+            CUdeviceptr va;
+            if (cuMemCreate(&h, 512 * MiB, &prop, 0) != CUDA_SUCCESS) continue;
+            cuMemAddressReserve(&va, 512 * MiB, 0, 0, 0);
+            cuMemMap(va, 512 * MiB, 0, h, 0);
+            cuMemRelease(h);
+            granted++;
+        }
+        printf("vmm_granted=%d\n", granted);
+    } else if (!strcmp(cmd, "pool")) {  // the pool keeps 768 MiB after cudaFreeAsync
+        cudaMemPool_t pool;
+        cudaDeviceGetDefaultMemPool(&pool, 0);
+        unsigned long long keep = ~0ull;
+        cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+        void *p, *q;
+        cudaMallocAsync(&p, 768 * MiB, 0);
+        cudaFreeAsync(p, 0);
+        cudaDeviceSynchronize();
+        printf("after_pool_rc=%d\n", (int)cudaMalloc(&q, 768 * MiB));
+    } else if (!strcmp(cmd, "noctx")) {  // a stream's allocations with no current context
+        CUstream s;
+        cuStreamCreate(&s, 0);
+        cuCtxSetCurrent(nullptr);
+        int granted = 0;
+        for (int i = 0; i < 4; i++) {
+            CUdeviceptr p;
+            granted += cuMemAllocAsync(&p, 512 * MiB, s) == CUDA_SUCCESS;
+        }
+        printf("noctx_granted=%d\n", granted);
+    } else if (!strcmp(cmd, "contexts")) {  // created contexts, each with its own overhead
+        CUdevice dev;
+        cuCtxGetDevice(&dev);
+        int created = 0;
+        for (int i = 0; i < 32; i++) {
+            CUcontext c;
+#if CUDA_VERSION >= 13000
+            if (cuCtxCreate(&c, nullptr, 0, dev) != CUDA_SUCCESS) break;
+#else
+            if (cuCtxCreate(&c, 0, dev) != CUDA_SUCCESS) break;
+#endif
+            created++;
+        }
+        printf("contexts_created=%d\n", created);
+    } else if (!strcmp(cmd, "legacy")) {  // pre-3.2 cuMemAlloc with 32-bit sizes
+        CUresult (*v1)(unsigned int *, unsigned int) = nullptr;
+        cuGetProcAddress("cuMemAlloc", (void **)&v1, 2000, 0, nullptr);
+        unsigned int a = 0, b = 0;
+        int first = v1 ? (int)v1(&a, 600 * MiB) : -1, second = v1 ? (int)v1(&b, 600 * MiB) : -1;
+        printf("legacy_first=%d legacy_second=%d\n", first, second);
+    } else if (!strcmp(cmd, "graphmem")) {  // a captured cudaMallocAsync: a memory node
+        cudaStream_t s;
+        cudaStreamCreate(&s);
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        void *p, *q;
+        cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
+        cudaMallocAsync(&p, 768 * MiB, s);
+        cudaStreamEndCapture(s, &graph);
+        cudaGraphInstantiate(&exec, graph, 0);
+        cudaGraphLaunch(exec, s);
+        cudaStreamSynchronize(s);
+        printf("after_graph_rc=%d\n", (int)cudaMalloc(&q, 768 * MiB));
+    } else if (!strcmp(cmd, "heap")) {
+        printf("heap_rc=%d\n", (int)cudaDeviceSetLimit(cudaLimitMallocHeapSize, 2048 * MiB));
+    } else if (!strcmp(cmd, "deepbind")) {  // argv[2]: a library with deepbind_alloc(bytes)
+        void *lib = dlopen(argv[2], RTLD_NOW | RTLD_DEEPBIND);
+        int (*alloc)(unsigned long long) =
+            lib ? (int (*)(unsigned long long))dlsym(lib, "deepbind_alloc") : nullptr;
+        int bypass = alloc ? alloc(600 * MiB) : -1;
+        sleep(3);  // the watcher reconciles once a second
+        void *q;
+        printf("deepbind_rc=%d after_deepbind_rc=%d\n", bypass, (int)cudaMalloc(&q, 600 * MiB));
+    } else if (!strcmp(cmd, "spin") || !strcmp(cmd, "graph") || !strcmp(cmd, "coop") ||
+               !strcmp(cmd, "short")) {
         int seconds = argc > 2 ? atoi(argv[2]) : 20;
         int sms = 0, rate_khz = 0;
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
         cudaDeviceGetAttribute(&rate_khz, cudaDevAttrClockRate, 0);
         long long cycles = (long long)rate_khz * 10;  // ~10 ms per kernel
+        int grid = sms * 4;
+        if (!strcmp(cmd, "short")) {  // ~50 us kernels of 64 blocks
+            cycles = (long long)rate_khz / 20;
+            grid = 64;
+        }
         cudaStream_t s;
         cudaStreamCreate(&s);
         cudaGraphExec_t exec = nullptr;
         if (!strcmp(cmd, "graph")) {
             cudaGraph_t graph;
             cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
-            spin<<<sms * 4, 256, 0, s>>>(cycles);
+            for (int k = 0; k < 10; k++)  // 10 kernels of ~1 ms
+                spin<<<sms * 4, 256, 0, s>>>(cycles / 10);
             cudaStreamEndCapture(s, &graph);
             cudaGraphInstantiate(&exec, graph, 0);
         }
@@ -99,7 +197,7 @@ int main(int argc, char **argv) {
                 void *args[] = {&cycles};
                 cudaLaunchCooperativeKernel((void *)spin, sms, 256, args, 0, s);
             } else {
-                spin<<<sms * 4, 256, 0, s>>>(cycles);
+                spin<<<grid, 256, 0, s>>>(cycles);
             }
             cudaStreamSynchronize(s);
             launches++;
@@ -111,8 +209,12 @@ int main(int argc, char **argv) {
 EOF
 
 cd "$WORK" || exit 1
-nvcc -O2 -o probe probe.cu || { echo "FAIL nvcc probe"; exit 1; }
-nvcc -O2 --default-stream per-thread -o probe_ptds probe.cu || { echo "FAIL nvcc ptds"; exit 1; }
+nvcc -O2 -o probe probe.cu -lcuda -ldl || { echo "FAIL nvcc probe"; exit 1; }
+nvcc -O2 --default-stream per-thread -o probe_ptds probe.cu -lcuda -ldl || { echo "FAIL nvcc ptds"; exit 1; }
+printf '%s\n' '#include <cuda.h>' \
+    'extern "C" int deepbind_alloc(unsigned long long n) { CUdeviceptr p; return (int)cuMemAlloc(&p, n); }' \
+    > deepbind.cu
+nvcc -shared -Xcompiler -fPIC -o libdeepbind.so deepbind.cu -lcuda || { echo "FAIL nvcc deepbind"; exit 1; }
 [ -n "${COMPILE_ONLY:-}" ] && { echo "compiled into $WORK"; exit 0; }
 
 nvidia-smi -L || { echo "FAIL no GPU visible"; exit 1; }
@@ -160,12 +262,38 @@ utilisation() {  # utilisation CMD... : mean GPU utilisation while CMD runs
 sm() { env LD_PRELOAD="$LIB" CUDA_DEVICE_SM_LIMIT=30 GPU_CORE_UTILIZATION_POLICY="$1" \
          CUDA_DEVICE_MEMORY_SHARED_CACHE="$WORK/sm-$1-$2.cache" ./probe "$2" 20; }
 full=$(utilisation ./probe spin 20); echo "unlimited spin: ${full} %"
-for kind in spin graph coop; do
+for kind in short spin graph coop; do
     got=$(utilisation sm force "$kind"); echo "SM limit 30 (force, $kind): ${got} %"
-    check "SM limit 30 holds for $kind launches (${got} %)" test "$got" -ge 20 -a "$got" -le 40
+    check "SM limit 30 holds for $kind launches (${got} %)" test "$got" -ge 25 -a "$got" -le 35
 done
 got=$(utilisation sm disable spin)
 check "DISABLE policy does not limit (${got} % vs ${full} %)" test "$got" -ge $((full - 15))
+
+# The ways around the limit: each is refused (or reconciled) under 1 GiB.
+out=$(limited vmm ./probe vmm); echo "$out"
+check "VMM memory mapped after cuMemRelease stays charged" test "$(echo "$out" | field vmm_granted)" -le 1
+out=$(limited pool ./probe pool); echo "$out"
+check "pool memory kept after cudaFreeAsync is charged" test "$(echo "$out" | field after_pool_rc)" = 2
+out=$(limited noctx ./probe noctx); echo "$out"
+check "a stream's allocations without a current context are charged" \
+    test "$(echo "$out" | field noctx_granted)" -le 1
+out=$(limited contexts ./probe contexts); echo "$out"
+check "created contexts stop at the limit" test "$(echo "$out" | field contexts_created)" -lt 32
+out=$(limited legacy ./probe legacy); echo "$out"
+check "pre-3.2 cuMemAlloc is charged" test "$(echo "$out" | field legacy_second)" = 2
+out=$(limited graphmem ./probe graphmem); echo "$out"
+check "graph memory nodes are charged" test "$(echo "$out" | field after_graph_rc)" = 2
+out=$(limited heap ./probe heap); echo "$out"
+check "a device heap past the limit is refused" test "$(echo "$out" | field heap_rc)" = 2
+out=$(limited deepbind ./probe deepbind "$WORK/libdeepbind.so"); echo "$out"
+check "RTLD_DEEPBIND memory is reconciled" test "$(echo "$out" | field after_deepbind_rc)" = 2
+limited hostpid ./probe hold 100 "$WORK/go-pid" > "$WORK/pid.out" &
+holder=$!
+for _ in $(seq 100); do grep -q 'hold rc=0' "$WORK/pid.out" 2>/dev/null && break; sleep 0.1; done
+found=$(python3 -c 'import struct, sys; print(struct.unpack_from("<i", open(sys.argv[1], "rb").read(), 1860)[0])' "$(region hostpid)")
+listed=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader | tr -d ' ')
+touch "$WORK/go-pid"; wait "$holder"
+check "the host pid found (${found}) is one nvidia-smi lists" bash -c "grep -qx '$found' <<< '$listed'"
 
 out=$(limited ptds ./probe_ptds fill); echo "per-thread default stream: $out"
 check "a --default-stream per-thread build runs and is limited" \

@@ -217,6 +217,32 @@ async def test_init_and_multi_container_pods_map_each_container_to_its_entry(
     assert LOCK not in gpu_node.node_annotations()
 
 
+async def test_a_native_sidecar_and_the_app_container_each_get_their_own_entry(
+    gpu_node: Node,
+) -> None:
+    """kubelet allocates a sidecar (restartPolicy Always) where it stands among the init
+    containers; it and the app container on the same card each get their own limit and region."""
+    kubelet_plugin = await started(gpu_node)
+    a = gpu_node.nvml.device_uuid(0)
+    pod = gpu_node.scheduled_pod(
+        "with-sidecar",
+        containers=[("main", [(a, 3000, 30)])],
+        init=[("setup", []), ("proxy", [(a, 1000, 10)])],
+    )
+    pod["spec"]["initContainers"][1]["restartPolicy"] = "Always"
+    gpu_node.bind(pod)
+    proxy = await kubelet_plugin.admit_container(1)
+    assert dict(proxy.envs)["CUDA_DEVICE_MEMORY_LIMIT_0"] == "1000m"
+    assert dict(proxy.envs)["CUDA_DEVICE_SM_LIMIT"] == "10"
+    assert "_proxy" in mounts(proxy)[0][1]
+    assert gpu_node.pod_annotations("with-sidecar")["hami.io/bind-phase"] == "allocating"
+    main = await kubelet_plugin.admit_container(1)
+    assert dict(main.envs)["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
+    assert "_main" in mounts(main)[0][1]
+    assert gpu_node.pod_annotations("with-sidecar")["hami.io/bind-phase"] == "success"
+    assert LOCK not in gpu_node.node_annotations()
+
+
 async def test_a_pods_cuda_disable_control_keeps_the_preload_mount(gpu_node: Node) -> None:
     """A pod author cannot switch libvgpu off: the namespace is not allowed to."""
     kubelet_plugin = await started(gpu_node)

@@ -24,15 +24,21 @@ def used(uuid: str, mem: int, cores: int = 0) -> ContainerDevice:
 
 
 def pod(name: str, *containers: dict[str, str], init: tuple[dict[str, str], ...] = (),
-        annotations: dict[str, str] | None = None, namespace: str = "default") -> dict[str, Any]:
+        annotations: dict[str, str] | None = None, namespace: str = "default",
+        sidecars: tuple[int, ...] = ()) -> dict[str, Any]:
+    """`sidecars`: the positions in `init` that are native sidecars (restartPolicy: Always)."""
     def spec(n: int, limits: dict[str, str]) -> dict[str, Any]:
         return {"name": f"c{n}", "resources": {"limits": limits}}
+
+    def init_spec(n: int, limits: dict[str, str]) -> dict[str, Any]:
+        container = {"name": f"i{n}", "resources": {"limits": limits}}
+        return {**container, "restartPolicy": "Always"} if n in sidecars else container
 
     return {
         "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}",
                      "annotations": annotations or {}},
         "spec": {
-            "initContainers": [spec(n, c) for n, c in enumerate(init)],
+            "initContainers": [init_spec(n, c) for n, c in enumerate(init)],
             "containers": [spec(n, c) for n, c in enumerate(containers)],
         },
     }

@@ -215,7 +215,7 @@ cluster_pod = st.builds(
 
 
 containers = st.lists(st.one_of(cluster_pod, st.just({})), min_size=1, max_size=2)
-inits = st.lists(st.one_of(cluster_pod, st.just({})), max_size=1)
+inits = st.lists(st.tuples(st.one_of(cluster_pod, st.just({})), st.booleans()), max_size=2)
 
 
 @settings(max_examples=40, deadline=None)
@@ -224,7 +224,7 @@ inits = st.lists(st.one_of(cluster_pod, st.just({})), max_size=1)
                                            "binpack,numa"]),
                           st.booleans()), min_size=1, max_size=10))
 def test_decisions_never_overcommit_and_quick_equals_full(
-    pods: list[tuple[list[dict[str, str]], list[dict[str, str]], str, bool]],
+    pods: list[tuple[list[dict[str, str]], list[tuple[dict[str, str], bool]], str, bool]],
 ) -> None:
     ledger = Ledger()
     for n in range(3):
@@ -236,7 +236,8 @@ def test_decisions_never_overcommit_and_quick_equals_full(
         annotations = {"hami.io/gpu-scheduler-policy": policy}
         if numa:
             annotations["nvidia.com/numa-bind"] = "true"
-        the_pod = pod(f"p{i}", *apps, init=tuple(init), annotations=annotations)
+        the_pod = pod(f"p{i}", *apps, init=tuple(c for c, _ in init), annotations=annotations,
+                      sidecars=tuple(n for n, (_, sidecar) in enumerate(init) if sidecar))
         fast = run(ledger, the_pod, candidates=names)
         full = run(ledger, the_pod, candidates=names, explain=True)
         assert (fast.node, fast.devices) == (full.node, full.devices)

@@ -55,3 +55,15 @@ def test_mig_allocations_are_decoded() -> None:
 def test_a_pod_without_spec_or_annotations_is_empty_not_an_error() -> None:
     pod = pod_view({"metadata": {"name": "bare", "uid": "u"}})
     assert pod.containers == () and pod.allocated == () and pod.namespace == ""
+
+
+def test_a_native_sidecar_gets_usage_series_like_an_app_container() -> None:
+    """An init container with restartPolicy Always runs for the pod's life under libvgpu."""
+    obj = pod_object("p", "uid-1", ("app",), init=("setup", "proxy"),
+                     allocated="GPU-i,NVIDIA,100,10:;GPU-s,NVIDIA,500,0:;GPU-a,NVIDIA,2000,20:;")
+    obj["spec"]["initContainers"][1]["restartPolicy"] = "Always"
+    pod = pod_view(obj)
+    assert pod.sidecars == ("proxy",)
+    assert [d.uuid for d in pod.devices_of("proxy")] == ["GPU-s"]
+    assert [d.uuid for d in pod.devices_of("app")] == ["GPU-a"]
+    assert pod.devices_of("setup") == ()

@@ -1,7 +1,7 @@
-"""SM limiting, driven by the utilisation the stub NVML reports (a file the test writes).
-
-The stub device has 10 SMs x 2048 threads, so a bucket holds at most CAPACITY blocks and is
-refilled every 100 ms; one test launch is GRID blocks."""
+"""SM limiting. The first tests drive it with a utilisation the stub NVML reports from a file
+the test writes (the stub device has 10 SMs x 2048 threads; one test launch is GRID blocks);
+the last ones with the stub's simulated GPU, where kernels take real lengths of time and NVML
+reports what ran, in sample periods, as on a real card."""
 
 from __future__ import annotations
 
@@ -45,12 +45,6 @@ def test_busy_device_throttles_to_a_trickle(each_vgpu: Harness) -> None:
     series = launch_for(each_vgpu, limited(each_vgpu, utilisation=90), 1500)
     assert last_second(series) <= TRICKLE, series
     assert series[-1] <= CAPACITY * (len(series) + 1), "never more than a full bucket per tick"
-
-
-def test_idle_device_launches_up_to_the_bucket_and_no_more(vgpu: Harness) -> None:
-    series = launch_for(vgpu, limited(vgpu, utilisation=0), 1500)
-    assert last_second(series) >= 2 * CAPACITY, series
-    assert last_second(series) <= 11 * CAPACITY + GRID, "the bucket is bounded"
 
 
 @pytest.mark.parametrize("how", ["ptsz", "ex", "coop", "graph"])
@@ -125,3 +119,59 @@ def test_sm_utilisation_is_reported_per_slot(vgpu: Harness, sm_limit: str) -> No
     finally:
         (vgpu.tmp / "go").touch()
         finish(process)
+
+
+# --- the limit, with real kernel lengths on the simulated GPU ----------------------------------
+
+SCENARIOS = [  # (launch path, grid in multiples of the SM count or blocks, kernel microseconds)
+    pytest.param("kernel", 0, 50, id="short-50us"),
+    pytest.param("kernel", 4, 10_000, id="long-10ms"),
+    pytest.param("coop", 1, 5_000, id="cooperative-5ms"),
+    pytest.param("graph", 4, 10_000, id="graph-10x1ms"),
+]
+
+
+def simulated(harness: Harness, how: str, sms: int, grid_per_sm: int, kernel_us: int,
+              run_ms: int, measure_from_ms: int, nvml_period_ms: int = 167) -> float:
+    """Percent of [measure_from_ms, run_ms] the stub's GPU was busy with our kernels, as its
+    own clock tells, under a 30 % limit (policy force)."""
+    grid = grid_per_sm * sms if grid_per_sm else 64
+    env = {"CUDA_DEVICE_SM_LIMIT": "30", "GPU_CORE_UTILIZATION_POLICY": "force",
+           "STUB_SM_COUNT": str(sms), "STUB_PID_OFFSET": "5",
+           "STUB_NVML_PERIOD_MS": str(nvml_period_ms)}
+    run = harness.run("ctx", "0", "simulate", how, str(run_ms), str(grid), str(kernel_us),
+                      str(measure_from_ms), env=env)
+    return float(run.one("simulate").fields["util"])
+
+
+@pytest.mark.parametrize("sms", [10, 132, 188])
+@pytest.mark.parametrize(("how", "grid_per_sm", "kernel_us"), SCENARIOS)
+def test_limit_holds_for_real_kernel_lengths(vgpu: Harness, how: str, grid_per_sm: int,
+                                             kernel_us: int, sms: int) -> None:
+    """Launches spend device time at each kernel's learned duration, so the limit holds for
+    short, long, cooperative and graph kernels alike, whatever the SM count."""
+    utilisation = simulated(vgpu, how, sms, grid_per_sm, kernel_us, 3000, 1500)
+    assert 25 <= utilisation <= 35, utilisation
+
+
+@pytest.mark.parametrize(("how", "grid_per_sm", "kernel_us"), SCENARIOS[:2])
+def test_limit_holds_between_slow_nvml_samples(vgpu: Harness, how: str, grid_per_sm: int,
+                                               kernel_us: int) -> None:
+    """NVML samples once a second: between samples the last measurement stands (a tick without
+    a sample once read as 0 % and opened the gate)."""
+    utilisation = simulated(vgpu, how, 132, grid_per_sm, kernel_us, 6000, 3000,
+                            nvml_period_ms=1000)
+    assert 25 <= utilisation <= 35, utilisation
+
+
+def test_processes_of_one_container_share_the_limit(vgpu: Harness) -> None:
+    """Two processes on one card (a shared simulated GPU) under the container's 30 %: each
+    scales its budget by its share of the container's measured utilisation."""
+    env = {"CUDA_DEVICE_SM_LIMIT": "30", "GPU_CORE_UTILIZATION_POLICY": "force",
+           "STUB_PID_OFFSET": "5", "STUB_GPU_FILE": str(vgpu.tmp / "gpu")}
+    words = ["ctx", "0", "simulate", "kernel", "4000", "40", "10000", "2000"]
+    processes = [vgpu.start(*words, env=env) for _ in range(2)]
+    # Each reports the whole card's busy share over its last two seconds.
+    for run in [finish(process) for process in processes]:
+        utilisation = float(run.one("simulate").fields["util"])
+        assert 25 <= utilisation <= 35, utilisation

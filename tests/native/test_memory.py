@@ -108,8 +108,10 @@ ALLOCATION_PATHS = [
 def test_every_allocation_path_is_charged(each_vgpu: Harness, create: list[str],
                                           charged: int) -> None:
     env = {"CUDA_DEVICE_MEMORY_LIMIT_0": "1g"}
+    # `sync`: a stream-ordered pool keeps freed memory until synchronisation trims it.
     run = each_vgpu.run("ctx", "0", *create, "meminfo", "alloc", str(GiB - charged + 1),
-                        "alloc", str(GiB - charged), "free", "0", "free", "1", "meminfo", env=env)
+                        "alloc", str(GiB - charged), "free", "0", "free", "1", "sync", "meminfo",
+                        env=env)
     first, last = run.named("meminfo")
     assert first.int("free") == GiB - charged
     allocs = run.named("alloc")

@@ -112,9 +112,11 @@ def test_sigkilled_process_frees_its_usage(each_vgpu: Harness) -> None:
 
 def test_fork_child_shares_the_limit_and_gives_back_on_exit(each_vgpu: Harness) -> None:
     env = {"CUDA_DEVICE_MEMORY_LIMIT_0": "1g"}
+    # A dead process's slot is reaped at most once a second per process (the watcher thread
+    # and memory queries share that pace), so the parent looks a second after the child exited.
     run = each_vgpu.run("ctx", "0", "alloc", "300m", "fork", "ctx", "0", "alloc", "300m",
-                        "meminfo", "alloc", "500m", "endfork", "meminfo", "alloc", "700m",
-                        env=env)
+                        "meminfo", "alloc", "500m", "endfork", "sleep", "1100", "meminfo",
+                        "alloc", "700m", env=env)
     child_allocs = run.named("alloc", child=True)
     assert [a.int("rc") for a in child_allocs] == [0, 2]
     assert run.one("meminfo", child=True).int("free") == 424 * MiB

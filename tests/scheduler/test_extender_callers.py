@@ -1,9 +1,9 @@
 """Who may call the extender, and what a call may touch, over real sockets.
 
-/filter, /bind and /explain answer only callers with a client certificate from the extender's
-client CA (kube-scheduler's); kube-apiserver reaches /webhook and the kubelet /healthz with
-none. A caller that does get through still cannot make /filter decide for a pod it describes
-itself, nor /bind undo a charge this scheduler did not make for that bind.
+/filter, /bind, /preempt and /explain answer only callers with a client certificate from the
+extender's client CA (kube-scheduler's); kube-apiserver reaches /webhook and the kubelet
+/healthz with none. A caller that does get through still cannot make /filter decide for a pod
+it describes itself, nor /bind undo a charge this scheduler did not make for that bind.
 """
 
 import ssl
@@ -63,6 +63,9 @@ async def test_extender_routes_refuse_callers_without_a_client_certificate(tmp_p
             assert status == 401 and answer == {"Error": answer["Error"]} and answer["Error"]
             status, answer = await _call(anonymous, "GET", f"{base}/explain?pod=default/p")
             assert status == 401 and "needs a client certificate" in answer["error"]
+            preempt = {"Pod": pod, "NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": "x"}]}}}
+            status, answer = await _call(anonymous, "POST", f"{base}/preempt", preempt)
+            assert status == 401 and "needs a client certificate" in answer["error"]
             # kube-apiserver and the kubelet need none.
             status, review = await _call(anonymous, "POST", f"{base}/webhook", {})
             assert status == 200 and review["response"]["allowed"] is False
@@ -74,6 +77,12 @@ async def test_extender_routes_refuse_callers_without_a_client_certificate(tmp_p
         # kube-scheduler's certificate (CN=kube-scheduler; any name the CA signed would do).
         answer = await cluster.post(process, "/filter", {"Pod": pod, "NodeNames": ["n1"]})
         assert answer["NodeNames"] == ["n1"] and answer["Error"] == ""
+        # the pod fits: nothing to evict for it, and kube-scheduler's proposal stands
+        proposal = {"Pods": [{"UID": "u-x"}], "NumPDBViolations": 0}
+        answer = await cluster.post(
+            process, "/preempt", {"Pod": pod, "NodeNameToMetaVictims": {"n1": proposal}}
+        )
+        assert answer == {"NodeNameToMetaVictims": {"n1": proposal}}
 
 
 async def test_a_certificate_from_another_ca_fails_the_handshake(tmp_path: Path) -> None:

@@ -2,7 +2,8 @@
 
 from typing import Any
 
-from pyhami.engine import EngineConfig
+from pyhami.engine import EngineConfig, PodAllocation
+from pyhami.model import ContainerDevice, NodeName
 from pyhami.protocol import KEY_DEVICE_CORDON, KEY_NODE_LOCK, KEY_NVIDIA_ALLOCATED, KEY_VGPU_NODE
 from pyhami.scheduler.ownership import inventory_of_node
 from pyhami.scheduler.state import ClusterState
@@ -120,6 +121,48 @@ def test_quota_precheck_counts_usage_and_the_new_pod() -> None:
     assert not state.exceeds_quota(gpu_pod("other-ns", mem=1500, namespace="team-b"))
     state.on_quota_deleted(quota)
     assert not state.exceeds_quota(gpu_pod("over", mem=1500))
+
+
+def test_quota_precheck_adds_a_native_sidecar_to_the_app_container() -> None:
+    """The webhook's pre-check: a sidecar runs beside the app, a classic init container before."""
+    state, _ = _state()
+    state.on_quota({
+        "metadata": {"name": "q", "namespace": "default", "uid": "q1"},
+        "spec": {"hard": {"limits.nvidia.com/gpumem": "4000"}},
+    })
+    with_init = gpu_pod("p", mem=2500)
+    init = {"name": "helper", "resources": {"limits": {"nvidia.com/gpu": "1",
+                                                       "nvidia.com/gpumem": "2500"}}}
+    with_init["spec"]["initContainers"] = [init]
+    assert not state.exceeds_quota(with_init)
+    with_init["spec"]["initContainers"] = [{**init, "restartPolicy": "Always"}]
+    assert state.exceeds_quota(with_init), "2500 + 2500 > 4000"
+
+
+def test_a_nominated_preemptor_holds_its_claim_until_it_is_filtered_again() -> None:
+    """/preempt offers a claim per node; it counts while status.nominatedNodeName names it."""
+    state, _ = _state()
+    state.on_node(node_object("n1", [card("GPU-a")]))
+    claim = PodAllocation("uid-hi", "default", "hi", NodeName("n1"),
+                          ((ContainerDevice("GPU-a", "NVIDIA", 5000, 0),),))
+    state.offer_nomination("uid-hi", {NodeName("n1"): claim})
+    pending = gpu_pod("hi", mem=5000)
+    state.on_pod(pending)
+    assert [c.usedmem for c in state.ledger.device_usage("n1")] == [0], "not nominated yet"
+    pending["status"]["nominatedNodeName"] = "n1"
+    state.on_pod(pending)
+    assert [c.usedmem for c in state.ledger.device_usage("n1")] == [5000]
+    state.release("uid-hi")  # its own /filter: it must not compete with itself
+    assert [c.usedmem for c in state.ledger.device_usage("n1")] == [0]
+    state.on_pod(pending)  # that filter did not place it: held again
+    assert [c.usedmem for c in state.ledger.device_usage("n1")] == [5000]
+    pending["status"]["nominatedNodeName"] = "n2"  # nominated elsewhere: no claim here
+    state.on_pod(pending)
+    assert state.ledger.pod("uid-hi") is None
+    pending["status"]["nominatedNodeName"] = "n1"
+    state.on_pod_deleted(pending)
+    state.on_pod(pending)  # a pod of that UID seen again later holds nothing
+    assert state.ledger.pod("uid-hi") is None
 
 
 def test_an_unreadable_registration_keeps_the_last_one_and_is_remembered_until_fixed() -> None:

@@ -306,3 +306,98 @@ def test_a_full_card_is_not_called_not_needed(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     full = next(line for line in result.stdout.splitlines() if "card GPU-full" in line)
     assert full.endswith("): not usable: full (no free memory)"), full
+
+
+def _t4_dump(path: Path, cards: int) -> str:
+    register = [{"id": f"GPU-t4-{n}", "index": n, "count": 4, "devmem": 16384, "devcore": 100,
+                 "type": "NVIDIA-Tesla T4", "mode": "hami-core", "health": True}
+                for n in range(cards)]
+    gpu = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10000"}
+    items = [
+        {"apiVersion": "v1", "kind": "Node",
+         "metadata": {"name": "t4", "annotations": {
+             "hami.io/node-nvidia-register": json.dumps(register)}}},
+        {"apiVersion": "v1", "kind": "Pod",
+         "metadata": {"name": "with-sidecar", "namespace": "default", "uid": "u1"},
+         "spec": {"schedulerName": "hami-scheduler",
+                  "initContainers": [{"name": "proxy", "restartPolicy": "Always",
+                                      "resources": {"limits": gpu}}],
+                  "containers": [{"name": "app", "resources": {"limits": gpu}}]},
+         "status": {"phase": "Pending"}},
+    ]
+    dump = path / f"t4-{cards}.json"
+    dump.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    return str(dump)
+
+
+def test_simulate_counts_a_native_sidecar_beside_the_app_container(tmp_path: Path) -> None:
+    """The issue's example: sidecar 10000 MiB + app 10000 MiB never land on one 16384 MiB T4."""
+    for cards, expected in ((1, None), (2, "t4")):
+        result = runner.invoke(app, ["simulate", "-f", _t4_dump(tmp_path, cards)])
+        assert result.exit_code == 0, result.output
+        (decided,) = json.loads(result.stdout)["pods"]
+        assert decided["node"] == expected
+        if expected is None:
+            assert decided["failedNodes"] == {"t4": "1/1 CardInsufficientMemory"}
+        else:
+            sidecar, app_container, _ = decided["annotations"][
+                "hami.io/vgpu-devices-allocated"].split(";")
+            assert sidecar.split(",")[0] != app_container.split(",")[0]
+
+
+def _preemption_dump(path: Path) -> str:
+    """Two T4s: card 0 holds low-a 8000 + low-b 7000, card 1 low-c 3000 + top-e 3000; the
+    pending high pod (priority 1000) asks 14000 MiB."""
+    register = [{"id": f"GPU-t4-{n}", "index": n, "count": 4, "devmem": 15360, "devcore": 100,
+                 "type": "NVIDIA-Tesla T4", "mode": "hami-core", "health": True}
+                for n in range(2)]
+    items: list[dict] = [{"apiVersion": "v1", "kind": "Node", "metadata": {  # type: ignore[type-arg]
+        "name": "t4", "annotations": {"hami.io/node-nvidia-register": json.dumps(register)}}}]
+    for name, card, memory, priority in (("low-a", 0, 8000, 100), ("low-b", 0, 7000, 100),
+                                         ("low-c", 1, 3000, 100), ("top-e", 1, 3000, 10000)):
+        items.append({"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": name, "namespace": "default", "uid": f"uid-{name}", "annotations": {
+                "hami.io/vgpu-node": "t4",
+                "hami.io/vgpu-devices-allocated": f"GPU-t4-{card},NVIDIA,{memory},0:;"}},
+            "spec": {"nodeName": "t4", "priority": priority, "containers": [{"name": "main"}]},
+            "status": {"phase": "Running"}})
+    gpu = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "14000"}
+    items.append({"apiVersion": "v1", "kind": "Pod",
+                  "metadata": {"name": "high", "namespace": "default", "uid": "uid-high"},
+                  "spec": {"priority": 1000,
+                           "containers": [{"name": "main", "resources": {"limits": gpu}}]},
+                  "status": {"phase": "Pending"}})
+    dump = path / "preemption.json"
+    dump.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    return str(dump)
+
+
+def test_simulate_preemption_evicts_the_two_pods_on_the_card_the_pod_needs(
+    tmp_path: Path,
+) -> None:
+    dump = _preemption_dump(tmp_path)
+    plain = runner.invoke(app, ["simulate", "-f", dump])
+    (pending,) = json.loads(plain.stdout)["pods"]
+    assert pending["node"] is None and "preemption" not in pending
+    result = runner.invoke(app, ["simulate", "-f", dump, "--preemption"])
+    assert result.exit_code == 0, result.output
+    (placed,) = json.loads(result.stdout)["pods"]
+    assert placed["node"] == "t4"
+    assert placed["annotations"]["hami.io/vgpu-devices-allocated"] == "GPU-t4-0,NVIDIA,14000,0:;"
+    assert placed["preemption"]["node"] == "t4"
+    assert placed["preemption"]["victims"] == ["default/low-a", "default/low-b"]
+    table = runner.invoke(app, ["simulate", "-f", dump, "--preemption", "-o", "table"]).stdout
+    assert "default/high preemption: evict default/low-a, default/low-b on t4, then it runs " \
+        "there" in table
+
+
+def test_explain_names_the_victims_preemption_would_choose_and_why(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["explain", "high", "-f", _preemption_dump(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "no node fits" in result.stdout
+    assert "preemption: evict default/low-a, default/low-b on t4" in result.stdout
+    assert "evict default/low-a (priority 100), default/low-b (priority 100): the fewest 2 " \
+        "victims whose removal lets the pod fit (it gets GPU-t4-0)" in result.stdout
+    data = json.loads(runner.invoke(
+        app, ["explain", "high", "-f", _preemption_dump(tmp_path), "-o", "json"]).stdout)
+    assert data["preemption"]["victims"] == ["default/low-a", "default/low-b"]

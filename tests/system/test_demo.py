@@ -322,16 +322,18 @@ def test_demo_reads_stdin_into_a_new_namespace_and_says_when_it_waits(
 def test_demo_pods_run_under_libvgpu_and_the_table_shows_their_use(
     native: Native, tmp_path: Path
 ) -> None:
-    """With libvgpu built and private mount namespaces available, each pod runs a small CUDA
-    program under libvgpu on the stub driver; the monitors measure it, the table shows it."""
-    if (why := NamespaceRuntime.available()) is not None:
-        pytest.skip(why)
+    """With libvgpu built and private mount namespaces available (root and unshare, as in CI),
+    each pod runs a small CUDA program under libvgpu on the stub driver; the monitors measure
+    it, the table shows it. Where namespaces are not available the demo says so instead."""
     assert native.library.parent == NATIVE_BUILD, "the demo finds the build the tests made"
     pods = tmp_path / "pods.yaml"
     pods.write_text(one_pod("small", "{nvidia.com/gpu: 1, nvidia.com/gpumem: 3000}") + "---\n"
                     + one_pod("pair", "{nvidia.com/gpu: 2, nvidia.com/gpumem: 1000}"))
     result = CliRunner().invoke(app, ["demo", "--nodes", "1", "--gpus", "2", "--pods", str(pods)])
     assert result.exit_code == 0, result.output
+    if (why := NamespaceRuntime.available()) is not None:
+        assert f"Use is not shown (the pods run no programs): {why}." in result.stdout
+        return
     table = result.stdout.split("\nPOD ", 1)[1]
     assert table.startswith(" ") and "STATUS   USED/LIMIT" in table.splitlines()[0]
     rows = {line.split()[0]: line for line in table.splitlines()[1:] if line[:1].isalpha()}

@@ -27,6 +27,7 @@ data:
       - urlPrefix: "https://127.0.0.1:{{ .Values.scheduler.extender.port }}"
         filterVerb: filter
         bindVerb: bind
+        preemptVerb: preempt
         nodeCacheCapable: true
         weight: 1
         httpTimeout: 30s

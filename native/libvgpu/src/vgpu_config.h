@@ -1,5 +1,6 @@
-/* Container limits from HAMi's environment variables, or from the device plugin's limits.env
- * file beside the shared-region file when a variable is missing (README.md: "Limits file"). */
+/* Container limits from the device plugin's /usr/local/vgpu/limits.env, which wins, and from
+ * HAMi's environment variables (and a limits.env beside a region they name), which can only make
+ * them stricter (README.md: "Limits file"). */
 #ifndef VGPU_CONFIG_H
 #define VGPU_CONFIG_H
 

@@ -7,15 +7,15 @@
 #include "vgpu_devices.h"
 #include "vgpu_hooks.h"
 #include "vgpu_init.h"
+#include "vgpu_limiter.h"
+#include "vgpu_log.h"
+#include "vgpu_memory.h"
+#include "vgpu_pool.h"
 #include "vgpu_region.h"
 
-struct vgpu_ticket {
-    int index;       /* NVML index charged, or -1 when nothing was charged */
-    uint64_t bytes;
-};
+static int vgpu_refused_unknown_device;
 
-/* Reserve `bytes` on `index` before the driver call. */
-static CUresult vgpu_reserve(struct vgpu_ticket *ticket, int index, uint64_t bytes)
+CUresult vgpu_reserve(struct vgpu_ticket *ticket, int index, uint64_t bytes)
 {
     ticket->index = -1;
     ticket->bytes = bytes;
@@ -24,24 +24,31 @@ static CUresult vgpu_reserve(struct vgpu_ticket *ticket, int index, uint64_t byt
         vgpu_report_refusal();
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    if (mode == VGPU_MEMORY_PASS || index < 0)
-        return CUDA_SUCCESS;  /* without a device the driver itself refuses */
-    if (vgpu_charge(index, bytes, VGPU_KIND_DATA, 0) != 0)
+    if (mode == VGPU_MEMORY_PASS || index == VGPU_NOT_DEVICE)
+        return CUDA_SUCCESS;
+    if (index == VGPU_NO_CONTEXT)
+        return CUDA_ERROR_INVALID_CONTEXT;  /* what the driver answers without a context */
+    if (index < 0) {  /* fail closed: memory on a device we cannot name cannot be counted */
+        if (!__atomic_exchange_n(&vgpu_refused_unknown_device, 1, __ATOMIC_RELAXED))
+            vgpu_error("refusing device memory on a device libvgpu cannot identify");
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    vgpu_watcher_ensure();  /* reconciles what NVML sees this process hold */
+    /* A pool may have given memory back since its reservation was last read. */
+    if (vgpu_charge(index, bytes, VGPU_KIND_DATA, 0) != 0 &&
+        (vgpu_pools_refresh(index) == 0 || vgpu_charge(index, bytes, VGPU_KIND_DATA, 0) != 0))
         return CUDA_ERROR_OUT_OF_MEMORY;
     ticket->index = index;
     return CUDA_SUCCESS;
 }
 
-typedef CUresult (*vgpu_undo)(uint64_t key);
-
-/* After the driver call: keep the charge and remember the object, or give the charge back. */
-static CUresult vgpu_settle(const struct vgpu_ticket *ticket, CUresult rc,
-                            enum vgpu_object_kind kind, uint64_t key, vgpu_undo undo)
+CUresult vgpu_settle(const struct vgpu_ticket *ticket, CUresult rc, enum vgpu_object_kind kind,
+                     uint64_t key, uint64_t link, vgpu_undo undo)
 {
     if (ticket->index < 0)
         return rc;
     if (rc == CUDA_SUCCESS &&
-        vgpu_alloc_add(kind, key, ticket->index, ticket->bytes) == 0)
+        vgpu_alloc_add(kind, key, ticket->index, ticket->bytes, link) == 0)
         return CUDA_SUCCESS;
     if (rc == CUDA_SUCCESS) {  /* cannot remember it, so cannot account for its free */
         undo(key);
@@ -51,8 +58,7 @@ static CUresult vgpu_settle(const struct vgpu_ticket *ticket, CUresult rc,
     return rc;
 }
 
-/* Forward a release; give back what the object was charged once the driver has freed it. */
-static CUresult vgpu_release(enum vgpu_object_kind kind, uint64_t key, CUresult rc_of_real,
+CUresult vgpu_release(enum vgpu_object_kind kind, uint64_t key, CUresult rc_of_real,
                              int had, int dev, uint64_t bytes)
 {
     if (!had)
@@ -60,33 +66,24 @@ static CUresult vgpu_release(enum vgpu_object_kind kind, uint64_t key, CUresult 
     if (rc_of_real == CUDA_SUCCESS)
         vgpu_refund(dev, bytes, VGPU_KIND_DATA);
     else
-        vgpu_alloc_add(kind, key, dev, bytes);  /* still alive: keep accounting for it */
+        vgpu_alloc_add(kind, key, dev, bytes, 0);  /* still alive: keep accounting for it */
     return rc_of_real;
 }
-
-/* Reserve `bytes` on `index`, make the driver call, then keep or refund the charge. */
-#define VGPU_CHARGED(index, bytes, kind, key, undo, call)                                    \
-    do {                                                                                   \
-        struct vgpu_ticket ticket_;                                                        \
-        CUresult rc_ = vgpu_reserve(&ticket_, (index), (bytes));                           \
-        if (rc_ != CUDA_SUCCESS)                                                           \
-            return rc_;                                                                    \
-        rc_ = (call);                                                                      \
-        return vgpu_settle(&ticket_, rc_, (kind), rc_ == CUDA_SUCCESS ? (uint64_t)(key) : 0, \
-                           (undo));                                                        \
-    } while (0)
 
 /* Forget the object, make the driver's release call, refund on success. */
 #define VGPU_RELEASED(kind, key, call)                                           \
     do {                                                                       \
         int dev_ = 0;                                                          \
         uint64_t bytes_ = 0, key_ = (uint64_t)(key);                           \
-        int had_ = key_ != 0 && vgpu_alloc_take((kind), key_, &dev_, &bytes_) == 0; \
+        int had_ = key_ != 0 && vgpu_alloc_take((kind), key_, &dev_, &bytes_, NULL) == 0; \
         return vgpu_release((kind), key_, (call), had_, dev_, bytes_);         \
     } while (0)
 
 static CUresult vgpu_undo_pointer(uint64_t key)
 {
+    /* A pre-3.2 allocation has a 32-bit address; its own free takes it. */
+    if (key <= UINT32_MAX && vgpu_real.cuMemFree != NULL)
+        return vgpu_real.cuMemFree((CUdeviceptr_v1)key);
     return vgpu_real.cuMemFree_v2((CUdeviceptr)key);
 }
 
@@ -119,70 +116,150 @@ VGPU_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned
                  vgpu_real.cuMemAllocManaged(dptr, bytes, flags));
 }
 
-VGPU_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width,
-                                        size_t height, unsigned int element_bytes)
+/* The pitch is at least the width: that much is charged before the call, the padding the
+ * driver chose after it. `legacy` picks the pre-3.2 entry (32-bit sizes). */
+static CUresult vgpu_pitched(uint64_t *dptr, uint64_t *pitch, uint64_t width, uint64_t height,
+                             unsigned element_bytes, int legacy)
 {
-    VGPU_ENTER(cuMemAllocPitch_v2, dptr, pitch, width, height, element_bytes);
-    uint64_t least;  /* the pitch is at least the width; the driver tells the rest */
-    if (__builtin_mul_overflow((uint64_t)width, (uint64_t)height, &least))
+    uint64_t least;
+    if (__builtin_mul_overflow(width, height, &least))
         return CUDA_ERROR_OUT_OF_MEMORY;
     struct vgpu_ticket ticket;
     CUresult rc = vgpu_reserve(&ticket, vgpu_current_index(), least);
     if (rc != CUDA_SUCCESS)
         return rc;
-    rc = vgpu_real.cuMemAllocPitch_v2(dptr, pitch, width, height, element_bytes);
+    if (legacy) {
+        CUdeviceptr_v1 small = 0;
+        unsigned int small_pitch = 0;
+        rc = vgpu_real.cuMemAllocPitch(&small, &small_pitch, (unsigned)width, (unsigned)height,
+                                       element_bytes);
+        *dptr = small;
+        *pitch = small_pitch;
+    } else {
+        CUdeviceptr wide = 0;
+        size_t wide_pitch = 0;
+        rc = vgpu_real.cuMemAllocPitch_v2(&wide, &wide_pitch, width, height, element_bytes);
+        *dptr = wide;
+        *pitch = wide_pitch;
+    }
     if (rc == CUDA_SUCCESS && ticket.index >= 0 && *pitch > width) {
-        uint64_t extra = (uint64_t)(*pitch - width) * height;
+        uint64_t extra = (*pitch - width) * height;
         if (vgpu_charge(ticket.index, extra, VGPU_KIND_DATA, 0) != 0) {
-            vgpu_real.cuMemFree_v2(*dptr);
+            vgpu_undo_pointer(*dptr);
             vgpu_refund(ticket.index, least, VGPU_KIND_DATA);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
         ticket.bytes += extra;
     }
-    return vgpu_settle(&ticket, rc, VGPU_OBJECT_POINTER, rc == CUDA_SUCCESS ? *dptr : 0,
+    return vgpu_settle(&ticket, rc, VGPU_OBJECT_POINTER, rc == CUDA_SUCCESS ? *dptr : 0, 0,
                        vgpu_undo_pointer);
+}
+
+VGPU_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width,
+                                        size_t height, unsigned int element_bytes)
+{
+    VGPU_ENTER(cuMemAllocPitch_v2, dptr, pitch, width, height, element_bytes);
+    uint64_t pointer = 0, got = 0;
+    CUresult rc = vgpu_pitched(&pointer, &got, width, height, element_bytes, 0);
+    if (rc == CUDA_SUCCESS) {
+        *dptr = pointer;
+        *pitch = got;
+    }
+    return rc;
+}
+
+/* Pre-3.2 entry points (32-bit sizes), handed out by cuGetProcAddress for versions below
+ * 3020: charged like their successors. */
+VGPU_EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytes)
+{
+    VGPU_ENTER(cuMemAlloc, dptr, bytes);
+    VGPU_CHARGED(vgpu_current_index(), bytes, VGPU_OBJECT_POINTER, *dptr, vgpu_undo_pointer,
+                 vgpu_real.cuMemAlloc(dptr, bytes));
+}
+
+VGPU_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pitch,
+                                     unsigned int width, unsigned int height,
+                                     unsigned int element_bytes)
+{
+    VGPU_ENTER(cuMemAllocPitch, dptr, pitch, width, height, element_bytes);
+    uint64_t pointer = 0, got = 0;
+    CUresult rc = vgpu_pitched(&pointer, &got, width, height, element_bytes, 1);
+    if (rc == CUDA_SUCCESS) {
+        *dptr = (CUdeviceptr_v1)pointer;
+        *pitch = (unsigned int)got;
+    }
+    return rc;
+}
+
+typedef CUresult (*vgpu_free_call)(CUdeviceptr dptr, CUstream stream);
+
+/* Free a pointer of ours: a plain allocation gives its charge back, a pooled one leaves its
+ * memory in the pool, whose reservation is then re-read. */
+static CUresult vgpu_free_pointer(CUdeviceptr dptr, CUstream stream, vgpu_free_call call)
+{
+    int dev = 0;
+    uint64_t bytes = 0, pool = 0;
+    if (dptr == 0)
+        return call(dptr, stream);
+    if (vgpu_alloc_take(VGPU_OBJECT_POINTER, dptr, &dev, &bytes, NULL) == 0)
+        return vgpu_release(VGPU_OBJECT_POINTER, dptr, call(dptr, stream), 1, dev, bytes);
+    if (vgpu_alloc_take(VGPU_OBJECT_IMPORT, dptr, &dev, &bytes, NULL) == 0)  /* pool imports */
+        return vgpu_release(VGPU_OBJECT_IMPORT, dptr, call(dptr, stream), 1, dev, bytes);
+    if (vgpu_alloc_take(VGPU_OBJECT_POOLED, dptr, &dev, &bytes, &pool) != 0)
+        return call(dptr, stream);  /* not ours: forwarded untouched */
+    CUresult rc = call(dptr, stream);
+    if (rc == CUDA_SUCCESS)
+        vgpu_pool_settle((CUmemoryPool)(uintptr_t)pool, 0);
+    else
+        vgpu_alloc_add(VGPU_OBJECT_POOLED, dptr, dev, 0, pool);
+    return rc;
+}
+
+static CUresult vgpu_real_free(CUdeviceptr dptr, CUstream stream)
+{
+    (void)stream;
+    return vgpu_real.cuMemFree_v2(dptr);
+}
+
+static CUresult vgpu_real_free_async(CUdeviceptr dptr, CUstream stream)
+{
+    return vgpu_real.cuMemFreeAsync(dptr, stream);
+}
+
+static CUresult vgpu_real_free_async_ptsz(CUdeviceptr dptr, CUstream stream)
+{
+    return vgpu_real.cuMemFreeAsync_ptsz(dptr, stream);
 }
 
 VGPU_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
     VGPU_ENTER(cuMemFree_v2, dptr);
-    VGPU_RELEASED(VGPU_OBJECT_POINTER, dptr, vgpu_real.cuMemFree_v2(dptr));
+    return vgpu_free_pointer(dptr, NULL, vgpu_real_free);
 }
 
-/* Stream-ordered allocations are charged at their exact size, like cuMemAlloc. */
-#define VGPU_ASYNC_ALLOC(name, ...)                                                    \
-    {                                                                                  \
-        VGPU_ENTER(name, __VA_ARGS__);                                                 \
-        VGPU_CHARGED(vgpu_current_index(), bytes, VGPU_OBJECT_POINTER, *dptr,          \
-                     vgpu_undo_pointer, vgpu_real.name(__VA_ARGS__));                  \
-    }
+static CUresult vgpu_real_free_v1(CUdeviceptr dptr, CUstream stream)
+{
+    (void)stream;
+    return vgpu_real.cuMemFree((CUdeviceptr_v1)dptr);
+}
 
-VGPU_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes, CUstream stream)
-VGPU_ASYNC_ALLOC(cuMemAllocAsync, dptr, bytes, stream)
-
-VGPU_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUstream stream)
-VGPU_ASYNC_ALLOC(cuMemAllocAsync_ptsz, dptr, bytes, stream)
-
-VGPU_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
-                                             CUstream stream)
-VGPU_ASYNC_ALLOC(cuMemAllocFromPoolAsync, dptr, bytes, pool, stream)
-
-VGPU_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytes,
-                                                  CUmemoryPool pool, CUstream stream)
-VGPU_ASYNC_ALLOC(cuMemAllocFromPoolAsync_ptsz, dptr, bytes, pool, stream)
-
-#define VGPU_ASYNC_FREE(name)                                                    \
-    {                                                                            \
-        VGPU_ENTER(name, dptr, stream);                                          \
-        VGPU_RELEASED(VGPU_OBJECT_POINTER, dptr, vgpu_real.name(dptr, stream));  \
-    }
+VGPU_EXPORT CUresult cuMemFree(CUdeviceptr_v1 dptr)
+{
+    VGPU_ENTER(cuMemFree, dptr);
+    return vgpu_free_pointer(dptr, NULL, vgpu_real_free_v1);
+}
 
 VGPU_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream)
-VGPU_ASYNC_FREE(cuMemFreeAsync)
+{
+    VGPU_ENTER(cuMemFreeAsync, dptr, stream);
+    return vgpu_free_pointer(dptr, stream, vgpu_real_free_async);
+}
 
 VGPU_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream)
-VGPU_ASYNC_FREE(cuMemFreeAsync_ptsz)
+{
+    VGPU_ENTER(cuMemFreeAsync_ptsz, dptr, stream);
+    return vgpu_free_pointer(dptr, stream, vgpu_real_free_async_ptsz);
+}
 
 VGPU_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t bytes,
                                  const CUmemAllocationProp *prop, unsigned long long flags)
@@ -191,15 +268,99 @@ VGPU_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t by
     /* The physical location names the device, context or not. Host memory is not charged. */
     int index = prop != NULL && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE
                     ? vgpu_index_of(prop->location.id)
-                    : -1;
-    VGPU_CHARGED(index, bytes, VGPU_OBJECT_HANDLE, *handle, vgpu_undo_handle,
-                 vgpu_real.cuMemCreate(handle, bytes, prop, flags));
+                    : VGPU_NOT_DEVICE;
+    struct vgpu_ticket ticket;
+    CUresult rc = vgpu_reserve(&ticket, index, bytes);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    rc = vgpu_real.cuMemCreate(handle, bytes, prop, flags);
+    /* One reference: the handle's own. Mappings and retains add theirs. */
+    return vgpu_settle(&ticket, rc, VGPU_OBJECT_HANDLE, rc == CUDA_SUCCESS ? *handle : 0, 1,
+                       vgpu_undo_handle);
+}
+
+/* The driver frees a handle's memory when its last reference goes: the handle's own (released
+ * by cuMemRelease), each mapping's (cuMemUnmap) and each cuMemRetainAllocationHandle's. */
+static void vgpu_handle_unref(uint64_t handle)
+{
+    int dev = 0;
+    uint64_t bytes = 0;
+    if (vgpu_alloc_ref(handle, -1, &dev, &bytes) == 0)
+        vgpu_refund(dev, bytes, VGPU_KIND_DATA);
+}
+
+static void vgpu_mapping_gone(const struct vgpu_mapping *mapping)
+{
+    if (mapping->charged != 0)
+        vgpu_refund(mapping->index, mapping->charged, VGPU_KIND_DATA);
+    else
+        vgpu_handle_unref(mapping->handle);
 }
 
 VGPU_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
     VGPU_ENTER(cuMemRelease, handle);
-    VGPU_RELEASED(VGPU_OBJECT_HANDLE, handle, vgpu_real.cuMemRelease(handle));
+    CUresult rc = vgpu_real.cuMemRelease(handle);
+    if (rc == CUDA_SUCCESS)
+        vgpu_handle_unref(handle);
+    return rc;
+}
+
+/* The device of a handle imported from another process (cuMemImportFromShareableHandle). */
+static int vgpu_handle_index(CUmemGenericAllocationHandle handle)
+{
+    CUmemAllocationProp prop;
+    if (vgpu_real.cuMemGetAllocationPropertiesFromHandle == NULL ||
+        vgpu_real.cuMemGetAllocationPropertiesFromHandle(&prop, handle) != CUDA_SUCCESS)
+        return -1;
+    return prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE ? vgpu_index_of(prop.location.id)
+                                                            : VGPU_NOT_DEVICE;
+}
+
+VGPU_EXPORT CUresult cuMemMap(CUdeviceptr dptr, size_t size, size_t offset,
+                              CUmemGenericAllocationHandle handle, unsigned long long flags)
+{
+    VGPU_ENTER(cuMemMap, dptr, size, offset, handle, flags);
+    CUresult rc = vgpu_real.cuMemMap(dptr, size, offset, handle, flags);
+    int dev;
+    uint64_t bytes;
+    if (rc != CUDA_SUCCESS || vgpu_memory_mode() == VGPU_MEMORY_PASS)
+        return rc;
+    struct vgpu_mapping mapping = {.va = dptr, .size = size, .handle = handle};
+    if (vgpu_alloc_ref(handle, 1, &dev, &bytes) < 0) {
+        /* Not a handle of ours: memory another process exported, charged as mapped here. */
+        struct vgpu_ticket ticket;
+        rc = vgpu_reserve(&ticket, vgpu_handle_index(handle), size);
+        if (rc != CUDA_SUCCESS) {
+            vgpu_real.cuMemUnmap(dptr, size);
+            return rc;
+        }
+        mapping.charged = ticket.index >= 0 ? size : 0;
+        mapping.index = ticket.index;
+    }
+    if (vgpu_mapping_add(&mapping) != 0)
+        vgpu_error("cannot record a mapping; its memory stays charged until exit");
+    return rc;
+}
+
+VGPU_EXPORT CUresult cuMemUnmap(CUdeviceptr dptr, size_t size)
+{
+    VGPU_ENTER(cuMemUnmap, dptr, size);
+    CUresult rc = vgpu_real.cuMemUnmap(dptr, size);
+    if (rc == CUDA_SUCCESS)
+        vgpu_mapping_remove(dptr, size, vgpu_mapping_gone);
+    return rc;
+}
+
+VGPU_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+    VGPU_ENTER(cuMemRetainAllocationHandle, handle, addr);
+    CUresult rc = vgpu_real.cuMemRetainAllocationHandle(handle, addr);
+    int dev;
+    uint64_t bytes;
+    if (rc == CUDA_SUCCESS && handle != NULL)
+        vgpu_alloc_ref(*handle, 1, &dev, &bytes);
+    return rc;
 }
 
 /* Bytes per channel of an array format; 8 (the widest) for formats not listed. */
@@ -225,28 +386,25 @@ static uint64_t vgpu_array_bytes(uint64_t width, uint64_t height, uint64_t depth
     return bytes;
 }
 
-VGPU_EXPORT CUresult cuArrayCreate_v2(CUarray *array, const CUDA_ARRAY_DESCRIPTOR *desc)
-{
-    VGPU_ENTER(cuArrayCreate_v2, array, desc);
-    if (desc == NULL)
-        return vgpu_real.cuArrayCreate_v2(array, desc);
-    VGPU_CHARGED(vgpu_current_index(),
-                 vgpu_array_bytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels),
-                 VGPU_OBJECT_ARRAY, (uintptr_t)*array, vgpu_undo_array,
-                 vgpu_real.cuArrayCreate_v2(array, desc));
-}
+/* An array of the descriptor's size (depth 1 for a 2D descriptor), charged before it is made;
+ * the pre-3.2 entries take the 32-bit descriptors. */
+#define VGPU_ARRAY_CREATE(name, descriptor, depth)                                          \
+    VGPU_EXPORT CUresult name(CUarray *array, const descriptor *desc)                      \
+    {                                                                                       \
+        VGPU_ENTER(name, array, desc);                                                      \
+        if (desc == NULL)                                                                   \
+            return vgpu_real.name(array, desc);                                             \
+        VGPU_CHARGED(vgpu_current_index(),                                                  \
+                     vgpu_array_bytes(desc->Width, desc->Height, (depth), desc->Format,     \
+                                      desc->NumChannels),                                   \
+                     VGPU_OBJECT_ARRAY, (uintptr_t)*array, vgpu_undo_array,                 \
+                     vgpu_real.name(array, desc));                                          \
+    }
 
-VGPU_EXPORT CUresult cuArray3DCreate_v2(CUarray *array, const CUDA_ARRAY3D_DESCRIPTOR *desc)
-{
-    VGPU_ENTER(cuArray3DCreate_v2, array, desc);
-    if (desc == NULL)
-        return vgpu_real.cuArray3DCreate_v2(array, desc);
-    VGPU_CHARGED(vgpu_current_index(),
-                 vgpu_array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format,
-                                  desc->NumChannels),
-                 VGPU_OBJECT_ARRAY, (uintptr_t)*array, vgpu_undo_array,
-                 vgpu_real.cuArray3DCreate_v2(array, desc));
-}
+VGPU_ARRAY_CREATE(cuArrayCreate_v2, CUDA_ARRAY_DESCRIPTOR, 1)
+VGPU_ARRAY_CREATE(cuArray3DCreate_v2, CUDA_ARRAY3D_DESCRIPTOR, desc->Depth)
+VGPU_ARRAY_CREATE(cuArrayCreate, CUDA_ARRAY_DESCRIPTOR_v1, 1)
+VGPU_ARRAY_CREATE(cuArray3DCreate, CUDA_ARRAY3D_DESCRIPTOR_v1, desc->Depth)
 
 VGPU_EXPORT CUresult cuArrayDestroy(CUarray array)
 {

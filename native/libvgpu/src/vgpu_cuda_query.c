@@ -4,6 +4,7 @@
 #include "vgpu_devices.h"
 #include "vgpu_hooks.h"
 #include "vgpu_init.h"
+#include "vgpu_pool.h"
 #include "vgpu_region.h"
 
 VGPU_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
@@ -17,8 +18,10 @@ VGPU_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
         *free = 0;
     } else if (mode == VGPU_MEMORY_ACCOUNT) {
         vgpu_reap_dead(0);
+        int index = vgpu_current_index();
+        vgpu_pools_refresh(index);
         uint64_t view_total, view_free;
-        vgpu_memory_view(vgpu_current_index(), *total, *free, &view_total, &view_free);
+        vgpu_memory_view(index, *total, *free, &view_total, &view_free);
         *total = view_total;
         *free = view_free;
     }

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "vgpu_init.h"
+#include "vgpu_hooks.h"
 #include "vgpu_log.h"
 #include "vgpu_region.h"
 
@@ -85,8 +86,33 @@ int vgpu_current_index(void)
 {
     CUdevice device;
     if (vgpu_real.cuCtxGetDevice == NULL || vgpu_real.cuCtxGetDevice(&device) != CUDA_SUCCESS)
-        return -1;
+        return VGPU_NO_CONTEXT;
     return vgpu_index_of(device);
+}
+
+/* Drivers before CUDA 12.8 lack cuStreamGetDevice: ask the stream's context instead. */
+static CUresult vgpu_stream_context_device(CUstream stream, CUdevice *device)
+{
+    CUcontext context, popped;
+    CUresult rc = vgpu_real.cuStreamGetCtx == NULL ? CUDA_ERROR_NOT_SUPPORTED
+                                                   : vgpu_real.cuStreamGetCtx(stream, &context);
+    if (rc != CUDA_SUCCESS || vgpu_real.cuCtxPushCurrent_v2 == NULL ||
+        vgpu_real.cuCtxPopCurrent_v2 == NULL)
+        return rc != CUDA_SUCCESS ? rc : CUDA_ERROR_NOT_SUPPORTED;
+    if ((rc = vgpu_real.cuCtxPushCurrent_v2(context)) != CUDA_SUCCESS)
+        return rc;
+    rc = vgpu_real.cuCtxGetDevice(device);
+    vgpu_real.cuCtxPopCurrent_v2(&popped);
+    return rc;
+}
+
+int vgpu_stream_device(CUstream stream, CUdevice *device)
+{
+    CUresult rc = vgpu_real.cuStreamGetDevice != NULL ? vgpu_real.cuStreamGetDevice(stream, device)
+                                                      : vgpu_stream_context_device(stream, device);
+    if (rc == CUDA_ERROR_INVALID_CONTEXT)
+        return VGPU_NO_CONTEXT;
+    return rc == CUDA_SUCCESS ? vgpu_index_of(*device) : -1;
 }
 
 nvmlDevice_t vgpu_nvml_handle(int index)
@@ -131,48 +157,91 @@ static int vgpu_pid_of_other_slot(unsigned pid)
     return 0;
 }
 
-/* The one pid new since `before` that belongs to no other process of this container. */
-static unsigned vgpu_new_pid(const struct vgpu_snapshot *before, const struct vgpu_snapshot *after)
+/* Device memory NVML shows for `pid` (0 when it is not listed or cannot say). */
+static uint64_t vgpu_used_by(const struct vgpu_snapshot *snapshot, unsigned pid)
 {
-    unsigned found = 0;
-    for (unsigned i = 0; i < after->count; i++) {
-        unsigned pid = after->procs[i].pid;
-        if (vgpu_find_pid(before, pid) != NULL || vgpu_pid_of_other_slot(pid) || pid == found)
-            continue;
-        if (found != 0)
-            return 0;  /* another container started a context at the same moment */
-        found = pid;
+    const nvmlProcessInfo_v1_t *found = vgpu_find_pid(snapshot, pid);
+    return found != NULL && found->usedGpuMemory != ~0ull ? found->usedGpuMemory : 0;
+}
+
+static void vgpu_pause_ms(long ms)
+{
+    struct timespec pause = {0, ms * 1000 * 1000};
+    nanosleep(&pause, NULL);
+}
+
+/* Our host pid, told by an act only we make: with the new context current, a probe of
+ * VGPU_PROBE_BYTES is allocated, and ours is the one process, new since `before` and no other
+ * process's of this container, whose memory grows by at least that much. Another container
+ * starting at the same moment cannot be mistaken for us (its pid was what a plain list diff
+ * took); when two processes qualify, nothing is guessed. 0 when it cannot be told. */
+#define VGPU_PROBE_BYTES (2ull << 20)
+
+static unsigned vgpu_probe_pid(int index, const struct vgpu_snapshot *before, CUcontext context)
+{
+    static struct vgpu_snapshot ahead, after;  /* callers hold the discovery lock */
+    CUcontext popped;
+    CUdeviceptr probe = 0;
+    vgpu_processes(index, &ahead);
+    if (vgpu_real.cuCtxPushCurrent_v2 == NULL || vgpu_real.cuCtxPushCurrent_v2(context) != 0)
+        return 0;
+    int charged = vgpu_charge(index, VGPU_PROBE_BYTES, VGPU_KIND_DATA, 0) == 0;
+    if (!charged || vgpu_real.cuMemAlloc_v2(&probe, VGPU_PROBE_BYTES) != CUDA_SUCCESS) {
+        vgpu_real.cuCtxPopCurrent_v2(&popped);
+        if (charged)
+            vgpu_refund(index, VGPU_PROBE_BYTES, VGPU_KIND_DATA);
+        vgpu_info("no room for the host-pid probe on device %d", index);
+        return 0;
+    }
+    unsigned found = 0, rivals = 0;
+    /* NVML may list a new context a little late: look a few times. */
+    for (int attempt = 0; attempt < 10 && found == 0; attempt++) {
+        if (attempt > 0)
+            vgpu_pause_ms(2);
+        vgpu_processes(index, &after);
+        for (unsigned i = 0; i < after.count; i++) {
+            unsigned pid = after.procs[i].pid;
+            if (vgpu_find_pid(before, pid) != NULL || vgpu_pid_of_other_slot(pid) ||
+                vgpu_used_by(&after, pid) < vgpu_used_by(&ahead, pid) + VGPU_PROBE_BYTES)
+                continue;
+            if (found != 0 && found != pid)
+                rivals++;
+            found = pid;
+        }
+    }
+    vgpu_real.cuMemFree_v2(probe);
+    vgpu_real.cuCtxPopCurrent_v2(&popped);
+    vgpu_refund(index, VGPU_PROBE_BYTES, VGPU_KIND_DATA);
+    if (rivals != 0) {
+        vgpu_warn("host pid: %u processes new on device %d grew as ours did; not guessing (SM "
+                  "limiting uses device utilisation, memory is not reconciled with NVML)",
+                  rivals + 1, index);
+        return 0;
     }
     return found;
 }
 
-uint64_t vgpu_discover_context(int index, const struct vgpu_snapshot *before)
+uint64_t vgpu_discover_context(int index, const struct vgpu_snapshot *before, CUcontext context)
 {
     struct vgpu_slot *slot = vgpu_own_slot();
     if (slot == NULL || vgpu_nvml_handle(index) == NULL)
         return 0;
-    static struct vgpu_snapshot after;  /* callers hold the discovery lock */
+    static struct vgpu_snapshot now;  /* callers hold the discovery lock */
     unsigned pid = (unsigned)__atomic_load_n(&slot->hostpid, __ATOMIC_ACQUIRE);
-    /* NVML may list a new context a little late: look a few times. */
-    for (int attempt = 0; attempt < 10; attempt++) {
-        vgpu_processes(index, &after);
-        if (pid == 0)
-            pid = vgpu_new_pid(before, &after);
-        if (pid != 0 && vgpu_find_pid(&after, pid) != NULL)
-            break;
-        struct timespec pause = {0, 2 * 1000 * 1000};
-        nanosleep(&pause, NULL);
-    }
+    if (pid == 0)  /* a host pid written into the slot from outside is kept */
+        pid = vgpu_probe_pid(index, before, context);
     if (pid == 0) {
-        vgpu_info("host pid not found on device %d; SM limiting will use device utilisation",
+        vgpu_warn("host pid not found on device %d; SM limiting will use device utilisation",
                   index);
         return 0;
     }
     __atomic_store_n(&slot->hostpid, (int32_t)pid, __ATOMIC_RELEASE);
-    const nvmlProcessInfo_v1_t *now = vgpu_find_pid(&after, pid);
-    const nvmlProcessInfo_v1_t *was = vgpu_find_pid(before, pid);
-    /* NVML_VALUE_NOT_AVAILABLE (all ones) where the driver may not tell: count nothing. */
-    uint64_t used_now = now && now->usedGpuMemory != ~0ull ? now->usedGpuMemory : 0;
-    uint64_t used_before = was && was->usedGpuMemory != ~0ull ? was->usedGpuMemory : 0;
+    for (int attempt = 0; attempt < 10; attempt++) {
+        vgpu_processes(index, &now);
+        if (vgpu_find_pid(&now, pid) != NULL)
+            break;
+        vgpu_pause_ms(2);
+    }
+    uint64_t used_now = vgpu_used_by(&now, pid), used_before = vgpu_used_by(before, pid);
     return used_now > used_before ? used_now - used_before : 0;
 }

@@ -17,18 +17,31 @@
     X(cuDeviceTotalMem_v2) X(cuMemGetInfo_v2)                                                 \
     X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease_v2) X(cuDevicePrimaryCtxReset_v2) \
     X(cuMemAlloc_v2) X(cuMemAllocPitch_v2) X(cuMemAllocManaged) X(cuMemFree_v2)               \
+    X(cuMemAlloc) X(cuMemAllocPitch) X(cuMemFree) X(cuArrayCreate) X(cuArray3DCreate)         \
+    X(cuCtxCreate) X(cuCtxCreate_v2) X(cuCtxCreate_v3) X(cuCtxCreate_v4) X(cuCtxDestroy_v2)   \
+    X(cuCtxSetLimit)                                                                          \
+    X(cuIpcOpenMemHandle_v2) X(cuIpcCloseMemHandle) X(cuMemPoolImportPointer)                 \
+    X(cuImportExternalMemory) X(cuDestroyExternalMemory)                                      \
+    X(cuGraphAddMemAllocNode) X(cuDeviceGraphMemTrim)                                         \
     X(cuMemAllocAsync) X(cuMemAllocAsync_ptsz)                                                \
     X(cuMemAllocFromPoolAsync) X(cuMemAllocFromPoolAsync_ptsz)                                \
     X(cuMemFreeAsync) X(cuMemFreeAsync_ptsz)                                                  \
-    X(cuMemCreate) X(cuMemRelease)                                                            \
+    X(cuMemCreate) X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemRetainAllocationHandle)   \
+    X(cuMemPoolCreate) X(cuMemPoolDestroy) X(cuMemPoolTrimTo) X(cuMemPoolSetAttribute)        \
     X(cuArrayCreate_v2) X(cuArray3DCreate_v2) X(cuArrayDestroy)                               \
     X(cuMipmappedArrayCreate) X(cuMipmappedArrayDestroy)                                      \
     X(cuLaunchKernel) X(cuLaunchKernel_ptsz) X(cuLaunchKernelEx) X(cuLaunchKernelEx_ptsz)     \
     X(cuLaunchCooperativeKernel) X(cuLaunchCooperativeKernel_ptsz)                            \
-    X(cuGraphLaunch) X(cuGraphLaunch_ptsz)
+    X(cuGraphLaunch) X(cuGraphLaunch_ptsz)                                                    \
+    X(cuGraphInstantiateWithFlags) X(cuGraphInstantiateWithParams) X(cuGraphExecDestroy)
 
-#define VGPU_CUDA_USED(X) \
-    X(cuCtxGetDevice) X(cuDeviceGetCount) X(cuDeviceGetUuid_v2) X(cuDeviceGetAttribute)
+#define VGPU_CUDA_USED(X)                                                                     \
+    X(cuCtxGetDevice) X(cuDeviceGetCount) X(cuDeviceGetUuid_v2) X(cuDeviceGetAttribute)       \
+    X(cuStreamGetDevice) X(cuStreamGetCtx) X(cuCtxPushCurrent_v2) X(cuCtxPopCurrent_v2)      \
+    X(cuDeviceGetMemPool) X(cuDeviceGetDefaultMemPool) X(cuMemPoolGetAttribute)              \
+    X(cuCtxGetCurrent) X(cuCtxGetLimit) X(cuPointerGetAttribute) X(cuMemGetAddressRange_v2)   \
+    X(cuMemGetAllocationPropertiesFromHandle) X(cuDeviceGetGraphMemAttribute)                \
+    X(cuGraphGetNodes) X(cuGraphNodeGetType) X(cuGraphKernelNodeGetParams_v2)
 
 #define VGPU_NVML_HOOKED(X) X(nvmlDeviceGetMemoryInfo) X(nvmlDeviceGetMemoryInfo_v2)
 

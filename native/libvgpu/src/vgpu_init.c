@@ -7,6 +7,7 @@
 #include "vgpu_hooks.h"
 #include "vgpu_limiter.h"
 #include "vgpu_log.h"
+#include "vgpu_pool.h"
 #include "vgpu_region.h"
 
 __thread int vgpu_inside;
@@ -41,6 +42,7 @@ static void vgpu_after_fork_child(void)
     vgpu_region_forget_slot();
     vgpu_limiter_forget();
     vgpu_contexts_forget();
+    vgpu_pools_forget();
 }
 
 static void vgpu_init(void)

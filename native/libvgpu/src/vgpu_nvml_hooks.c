@@ -2,6 +2,7 @@
  * shows "used / limit"). Everything else in NVML is left alone. */
 #include "vgpu_hooks.h"
 #include "vgpu_init.h"
+#include "vgpu_pool.h"
 #include "vgpu_region.h"
 
 /* The container's view of the device behind `device`: 1 when it replaces the driver's. */
@@ -19,6 +20,7 @@ static int vgpu_nvml_view(nvmlDevice_t device, unsigned long long *total, unsign
         vgpu_real.nvmlDeviceGetIndex(device, &index) != NVML_SUCCESS)
         return 0;
     vgpu_reap_dead(0);
+    vgpu_pools_refresh((int)index);
     uint64_t view_total, view_free;
     if (!vgpu_memory_view((int)index, *total, *free, &view_total, &view_free))
         return 0;

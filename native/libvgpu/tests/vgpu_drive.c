@@ -17,12 +17,16 @@
 #include "stub.h"
 #include "vgpu_nvml.h"
 
-enum kind { K_POINTER, K_ASYNC, K_HANDLE, K_ARRAY, K_MIPMAP };
+enum kind { K_POINTER, K_ASYNC, K_HANDLE, K_ARRAY, K_MIPMAP, K_MAPPING, K_LEGACY, K_CONTEXT,
+             K_IPC, K_EXTERNAL };
 
 static struct {
     enum kind kind;
     uint64_t key;
+    uint64_t bytes;
 } objects[100000];
+static CUstream current_stream;  /* what `async` allocates on (`stream` sets it) */
+static CUmemoryPool chosen_pool;  /* what `pool` allocates from (`mkpool`/`defaultpool` set it) */
 static int object_count;
 static int in_child;
 
@@ -53,7 +57,17 @@ static int keep(enum kind kind, uint64_t key)
 {
     objects[object_count].kind = kind;
     objects[object_count].key = key;
+    objects[object_count].bytes = 0;
     return object_count++;
+}
+
+static CUmemoryPool pool_to_use(void)
+{
+    CUdevice device = 0;
+    CUmemoryPool pool = chosen_pool;
+    if (pool == NULL && cuCtxGetDevice(&device) == CUDA_SUCCESS)
+        cuDeviceGetDefaultMemPool(&pool, device);
+    return pool;
 }
 
 static void report_alloc(const char *name, CUresult rc, enum kind kind, uint64_t key)
@@ -62,6 +76,20 @@ static void report_alloc(const char *name, CUresult rc, enum kind kind, uint64_t
         say("%s rc=0 id=%d", name, keep(kind, key));
     else
         say("%s rc=%d", name, (int)rc);
+}
+
+/* An entry as a pre-3.2 program gets it: cuGetProcAddress with version 2000. */
+static void *legacy(const char *name)
+{
+    void *address = NULL;
+    cuGetProcAddress_v2(name, &address, 2000, 0, NULL);
+    return address;
+}
+
+/* Opaque import data whose first 8 bytes the stub reads as the size of the memory. */
+static void import_data(void *data, uint64_t bytes)
+{
+    memcpy(data, &bytes, sizeof bytes);
 }
 
 static CUresult release(int id)
@@ -73,6 +101,14 @@ static CUresult release(int id)
     case K_HANDLE: return cuMemRelease(key);
     case K_ARRAY: return cuArrayDestroy((CUarray)(uintptr_t)key);
     case K_MIPMAP: return cuMipmappedArrayDestroy((CUmipmappedArray)(uintptr_t)key);
+    case K_MAPPING: return cuMemUnmap(key, objects[id].bytes);
+    case K_LEGACY: {
+        CUresult (*legacy_free)(CUdeviceptr_v1) = (CUresult (*)(CUdeviceptr_v1))legacy("cuMemFree");
+        return legacy_free((CUdeviceptr_v1)key);
+    }
+    case K_CONTEXT: return cuCtxDestroy_v2((CUcontext)(uintptr_t)key);
+    case K_IPC: return cuIpcCloseMemHandle(key);
+    case K_EXTERNAL: return cuDestroyExternalMemory((CUexternalMemory)(uintptr_t)key);
     }
     return CUDA_ERROR_UNKNOWN;
 }
@@ -97,6 +133,35 @@ static CUresult launch_once(const char *how, unsigned grid)
     CUlaunchConfig config = {.gridDimX = grid, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 32,
                              .blockDimY = 1, .blockDimZ = 1};
     return cuLaunchKernelEx(&config, NULL, NULL, NULL);
+}
+
+/* One launch of a kernel running `us` microseconds on the stub's simulated GPU (its CUfunction
+ * is its duration), or of `graph`. */
+static CUresult simulated_launch(const char *how, unsigned grid, uint64_t us, CUgraphExec graph)
+{
+    CUfunction kernel = (CUfunction)(uintptr_t)us;
+    if (strcmp(how, "graph") == 0)
+        return cuGraphLaunch(graph, NULL);
+    if (strcmp(how, "coop") == 0)
+        return cuLaunchCooperativeKernel(kernel, grid, 1, 1, 256, 1, 1, 0, NULL, NULL);
+    return cuLaunchKernel(kernel, grid, 1, 1, 256, 1, 1, 0, NULL, NULL, NULL);
+}
+
+/* An executable graph of `count` kernel nodes of `us` microseconds each. */
+static CUgraphExec simulated_graph(int count, unsigned grid, uint64_t us)
+{
+    CUgraph graph;
+    CUgraphExec exec = NULL;
+    cuGraphCreate(&graph, 0);
+    for (int k = 0; k < count; k++) {
+        CUDA_KERNEL_NODE_PARAMS params = {.func = (CUfunction)(uintptr_t)us, .gridDimX = grid,
+                                          .gridDimY = 1, .gridDimZ = 1, .blockDimX = 256,
+                                          .blockDimY = 1, .blockDimZ = 1};
+        CUgraphNode node;
+        cuGraphAddKernelNode_v2(&node, graph, NULL, 0, &params);
+    }
+    cuGraphInstantiateWithFlags(&exec, graph, 0);
+    return exec;
 }
 
 static void symbol_line(const char *what, CUresult rc, void *address, int status)
@@ -161,13 +226,169 @@ int main(int argc, char **argv)
         } else if (strcmp(cmd, "async") == 0 || strcmp(cmd, "asyncptsz") == 0) {
             CUdeviceptr p;
             size_t bytes = number(argv[++i]);
-            CUresult rc = cmd[5] ? cuMemAllocAsync_ptsz(&p, bytes, NULL)
-                                 : cuMemAllocAsync(&p, bytes, NULL);
+            CUresult rc = cmd[5] ? cuMemAllocAsync_ptsz(&p, bytes, current_stream)
+                                 : cuMemAllocAsync(&p, bytes, current_stream);
             report_alloc(cmd, rc, K_ASYNC, p);
         } else if (strcmp(cmd, "pool") == 0) {
             CUdeviceptr p;
-            CUresult rc = cuMemAllocFromPoolAsync(&p, number(argv[++i]), NULL, NULL);
+            CUresult rc = cuMemAllocFromPoolAsync(&p, number(argv[++i]), pool_to_use(),
+                                                  current_stream);
             report_alloc(cmd, rc, K_ASYNC, p);
+        } else if (strcmp(cmd, "mkpool") == 0) {
+            CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE,
+                                                 .id = (int)number(argv[++i])}};
+            say("mkpool rc=%d", (int)cuMemPoolCreate(&chosen_pool, &props));
+        } else if (strcmp(cmd, "defaultpool") == 0) {
+            say("defaultpool rc=%d",
+                (int)cuDeviceGetDefaultMemPool(&chosen_pool, (CUdevice)number(argv[++i])));
+        } else if (strcmp(cmd, "threshold") == 0) {
+            cuuint64_t keep_bytes = number(argv[++i]);
+            say("threshold rc=%d", (int)cuMemPoolSetAttribute(
+                pool_to_use(), CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep_bytes));
+        } else if (strcmp(cmd, "trim") == 0) {
+            say("trim rc=%d", (int)cuMemPoolTrimTo(pool_to_use(), number(argv[++i])));
+        } else if (strcmp(cmd, "destroypool") == 0) {
+            say("destroypool rc=%d", (int)cuMemPoolDestroy(pool_to_use()));
+            chosen_pool = NULL;
+        } else if (strcmp(cmd, "sync") == 0) {
+            say("sync rc=%d", (int)cuCtxSynchronize());
+        } else if (strcmp(cmd, "stream") == 0) {
+            say("stream rc=%d", (int)cuStreamCreate(&current_stream, 0));
+        } else if (strcmp(cmd, "noctx") == 0) {
+            say("noctx rc=%d", (int)cuCtxSetCurrent(NULL));
+        } else if (strcmp(cmd, "ctxcreate") == 0) {  /* ctxcreate DEVICE VERSION(1..4) */
+            CUdevice device = (CUdevice)number(argv[i + 1]);
+            int version = (int)number(argv[i + 2]);
+            i += 2;
+            CUcontext context = NULL;
+            CUresult rc = version == 1   ? ((CUresult(*)(CUcontext *, unsigned, CUdevice))legacy(
+                                               "cuCtxCreate"))(&context, 0, device)
+                          : version == 3 ? cuCtxCreate_v3(&context, NULL, 0, 0, device)
+                          : version == 4 ? cuCtxCreate_v4(&context, NULL, 0, device)
+                                         : cuCtxCreate_v2(&context, 0, device);
+            report_alloc(cmd, rc, K_CONTEXT, (uint64_t)(uintptr_t)context);
+        } else if (strcmp(cmd, "v1alloc") == 0) {
+            CUdeviceptr_v1 p = 0;
+            CUresult rc = ((CUresult(*)(CUdeviceptr_v1 *, unsigned))legacy("cuMemAlloc"))(
+                &p, (unsigned)number(argv[++i]));
+            report_alloc(cmd, rc, K_LEGACY, p);
+        } else if (strcmp(cmd, "v1pitch") == 0) {
+            CUdeviceptr_v1 p = 0;
+            unsigned pitch = 0;
+            CUresult rc = ((CUresult(*)(CUdeviceptr_v1 *, unsigned *, unsigned, unsigned,
+                                        unsigned))legacy("cuMemAllocPitch"))(
+                &p, &pitch, (unsigned)number(argv[i + 1]), (unsigned)number(argv[i + 2]), 4);
+            i += 2;
+            report_alloc(cmd, rc, K_LEGACY, p);
+        } else if (strcmp(cmd, "v1array") == 0 || strcmp(cmd, "v1array3d") == 0) {
+            int three = cmd[7] != '\0';
+            CUDA_ARRAY3D_DESCRIPTOR_v1 desc = {.Width = (unsigned)number(argv[i + 1]),
+                                               .Height = (unsigned)number(argv[i + 2]),
+                                               .Depth = three ? (unsigned)number(argv[i + 3]) : 0,
+                                               .Format = CU_AD_FORMAT_UNSIGNED_INT8,
+                                               .NumChannels = 1};
+            CUDA_ARRAY_DESCRIPTOR_v1 flat = {desc.Width, desc.Height, desc.Format, 1};
+            i += three ? 3 : 2;
+            CUarray array = NULL;
+            CUresult rc = three ? ((CUresult(*)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR_v1 *))
+                                       legacy("cuArray3DCreate"))(&array, &desc)
+                                : ((CUresult(*)(CUarray *, const CUDA_ARRAY_DESCRIPTOR_v1 *))
+                                       legacy("cuArrayCreate"))(&array, &flat);
+            report_alloc(cmd, rc, K_ARRAY, (uint64_t)(uintptr_t)array);
+        } else if (strcmp(cmd, "ipc") == 0) {
+            CUipcMemHandle handle;
+            import_data(handle.reserved, number(argv[++i]));
+            CUdeviceptr p = 0;
+            CUresult rc = cuIpcOpenMemHandle_v2(&p, handle, 1);
+            report_alloc(cmd, rc, K_IPC, p);
+        } else if (strcmp(cmd, "poolimport") == 0) {
+            CUmemPoolPtrExportData data;
+            import_data(data.reserved, number(argv[++i]));
+            CUdeviceptr p = 0;
+            CUresult rc = cuMemPoolImportPointer(&p, pool_to_use(), &data);
+            report_alloc(cmd, rc, K_POINTER, p);
+        } else if (strcmp(cmd, "external") == 0) {
+            CUDA_EXTERNAL_MEMORY_HANDLE_DESC desc = {
+                .type = CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD, .size = number(argv[++i])};
+            CUexternalMemory memory = NULL;
+            CUresult rc = cuImportExternalMemory(&memory, &desc);
+            report_alloc(cmd, rc, K_EXTERNAL, (uint64_t)(uintptr_t)memory);
+        } else if (strcmp(cmd, "vmmimport") == 0) {  /* an exported handle, mapped here */
+            uint64_t size = number(argv[++i]);
+            CUmemGenericAllocationHandle handle = 0;
+            CUdeviceptr va = 0;
+            CUresult rc = cuMemImportFromShareableHandle(&handle, (void *)(uintptr_t)3,
+                                                         CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+            if (rc == CUDA_SUCCESS) {
+                cuMemAddressReserve(&va, size, 0, 0, 0);
+                rc = cuMemMap(va, size, 0, handle, 0);
+            }
+            report_alloc(cmd, rc, K_MAPPING, va);
+            if (rc == CUDA_SUCCESS)
+                objects[object_count - 1].bytes = size;
+        } else if (strcmp(cmd, "graphmem") == 0) {  /* a graph with one memory node, launched */
+            CUDA_MEM_ALLOC_NODE_PARAMS params = {
+                .poolProps = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+                              .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE,
+                                           .id = (int)number(argv[i + 1])}},
+                .bytesize = number(argv[i + 2])};
+            i += 2;
+            CUgraph graph;
+            CUgraphNode node;
+            CUgraphExec exec;
+            cuGraphCreate(&graph, 0);
+            CUresult added = cuGraphAddMemAllocNode(&node, graph, NULL, 0, &params), launched = 0;
+            if (added == CUDA_SUCCESS && cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS)
+                launched = cuGraphLaunch(exec, current_stream);
+            say("graphmem added=%d launched=%d", (int)added, (int)launched);
+        } else if (strcmp(cmd, "graphtrim") == 0) {
+            say("graphtrim rc=%d", (int)cuDeviceGraphMemTrim((CUdevice)number(argv[++i])));
+        } else if (strcmp(cmd, "setlimit") == 0) {  /* setlimit heap|stack|fifo VALUE */
+            const char *which = argv[i + 1];
+            CUlimit limit = strcmp(which, "heap") == 0    ? CU_LIMIT_MALLOC_HEAP_SIZE
+                            : strcmp(which, "stack") == 0 ? CU_LIMIT_STACK_SIZE
+                                                          : CU_LIMIT_PRINTF_FIFO_SIZE;
+            size_t value = number(argv[i + 2]);
+            i += 2;
+            say("setlimit rc=%d", (int)cuCtxSetLimit(limit, value));
+        } else if (strcmp(cmd, "deepbind") == 0) {  /* allocate from a RTLD_DEEPBIND library */
+            char path[4096];
+            snprintf(path, sizeof path, "%s/libvgpu_deepbind.so", dirname(strdup(argv[0])));
+            void *library = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+            int (*alloc)(unsigned long long) =
+                library ? (int (*)(unsigned long long))dlsym(library, "deepbind_alloc") : NULL;
+            say("deepbind rc=%d", alloc ? alloc(number(argv[++i])) : -1);
+        } else if (strcmp(cmd, "foreignalloc") == 0) {  /* straight to the driver, no hook */
+            say("foreignalloc rc=%d", stub_untracked_alloc(number(argv[++i])) ? 0 : 2);
+        } else if (strcmp(cmd, "waitfree") == 0) {  /* until free < BYTES, at most MS ms */
+            unsigned long long below = number(argv[i + 1]);
+            double until = now_ms() + (double)number(argv[i + 2]);
+            i += 2;
+            size_t free = 0, total = 0;
+            do {
+                cuMemGetInfo_v2(&free, &total);
+                if (free < below)
+                    break;
+                usleep(20000);
+            } while (now_ms() < until);
+            say("waitfree free=%zu", free);
+        } else if (strcmp(cmd, "held") == 0) {
+            say("held bytes=%llu", stub_device_used((int)number(argv[++i])));
+        } else if (strcmp(cmd, "map") == 0) {  /* map a whole handle at a fresh address */
+            int id = (int)number(argv[++i]);
+            CUdeviceptr va = 0;
+            uint64_t size = objects[id].bytes;
+            cuMemAddressReserve(&va, size, 0, 0, 0);
+            CUresult rc = cuMemMap(va, size, 0, objects[id].key, 0);
+            report_alloc(cmd, rc, K_MAPPING, va);
+            if (rc == CUDA_SUCCESS)
+                objects[object_count - 1].bytes = size;
+        } else if (strcmp(cmd, "retain") == 0) {  /* the handle behind a mapping, once more */
+            int id = (int)number(argv[++i]);
+            CUmemGenericAllocationHandle handle = 0;
+            CUresult rc = cuMemRetainAllocationHandle(&handle, (void *)(uintptr_t)objects[id].key);
+            report_alloc(cmd, rc, K_HANDLE, handle);
         } else if (strcmp(cmd, "pitch") == 0) {
             CUdeviceptr p;
             size_t pitch = 0, width = number(argv[i + 1]), height = number(argv[i + 2]);
@@ -180,9 +401,12 @@ int main(int argc, char **argv)
                                         .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE,
                                                      .id = (int)number(argv[i + 1])}};
             CUmemGenericAllocationHandle handle = 0;
-            CUresult rc = cuMemCreate(&handle, number(argv[i + 2]), &prop, 0);
+            uint64_t size = number(argv[i + 2]);
+            CUresult rc = cuMemCreate(&handle, size, &prop, 0);
             i += 2;
             report_alloc(cmd, rc, K_HANDLE, handle);
+            if (rc == CUDA_SUCCESS)
+                objects[object_count - 1].bytes = size;
         } else if (strcmp(cmd, "array") == 0) {
             CUDA_ARRAY_DESCRIPTOR desc = {.Width = number(argv[i + 1]), .Height = number(argv[i + 2]),
                                           .Format = CU_AD_FORMAT_UNSIGNED_INT8, .NumChannels = 1};
@@ -299,6 +523,40 @@ int main(int argc, char **argv)
                 }
             }
             say("launchfor blocks=%llu series=%s", stub_launched_blocks(), series[0] ? series : "0");
+        } else if (strcmp(cmd, "simulate") == 0) {
+            /* simulate HOW MS GRID KERNEL_US FROM_MS: launch for MS ms; print the share of
+             * [FROM_MS, MS] the simulated GPU was busy, in percent. A graph is 10 kernels. */
+            const char *how = argv[i + 1];
+            double start = now_ms(), until = start + (double)number(argv[i + 2]);
+            unsigned grid = (unsigned)number(argv[i + 3]);
+            uint64_t us = number(argv[i + 4]);
+            double from = start + (double)number(argv[i + 5]);
+            i += 5;
+            CUdevice device = 0;
+            cuCtxGetDevice(&device);
+            CUgraphExec graph = strcmp(how, "graph") == 0 ? simulated_graph(10, grid, us / 10) : NULL;
+            unsigned long long launches = 0, began = 0;
+            while (now_ms() < until) {
+                if (began == 0 && now_ms() >= from)
+                    began = stub_now_us();
+                simulated_launch(how, grid, us, graph);
+                launches++;
+            }
+            unsigned long long ended = stub_now_us();
+            if (began == 0)
+                began = ended;
+            int physical = stub_physical_of(device);
+            double busy = (double)stub_busy_us(physical, began, ended);
+            char series[4096] = "";  /* percent busy in each 250 ms of the whole run */
+            size_t used = 0;
+            unsigned long long first = ended - (unsigned long long)((until - start) * 1000.0);
+            for (unsigned long long at = first; at + 250000 <= ended && used < sizeof series - 8;
+                 at += 250000)
+                used += (size_t)snprintf(series + used, sizeof series - used, "%s%llu",
+                                         used ? "," : "",
+                                         (unsigned long long)(stub_busy_us(physical, at, at + 250000) / 2500));
+            say("simulate util=%.1f launches=%llu series=%s",
+                ended > began ? 100.0 * busy / (double)(ended - began) : 0.0, launches, series);
         } else if (strcmp(cmd, "gpa") == 0 || strcmp(cmd, "gpa1") == 0) {
             const char *name = argv[i + 1];
             int version = (int)number(argv[i + 2]);

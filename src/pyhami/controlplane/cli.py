@@ -7,13 +7,13 @@ from typing import Annotated
 
 import typer
 
+from pyhami.cli_habits import command_group
 from pyhami.controlplane.build import BuildError, build_control_plane, default_cache_root
 from pyhami.controlplane.versions import KUBERNETES_VERSION
 
-control_plane_app = typer.Typer(
-    name="control-plane",
-    help="Kubernetes' own control plane (built from its Go modules) for tests and the demo.",
-    no_args_is_help=True,
+control_plane_app = command_group(
+    "control-plane",
+    "Kubernetes' own control plane (built from its Go modules) for tests and the demo.",
 )
 
 

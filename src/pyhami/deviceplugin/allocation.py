@@ -2,8 +2,8 @@
 
 Nothing here touches the API, the disk or the clock: the service passes in the pod, what exists
 on the host and the fresh cache-file id, and performs the effects this module describes.
-Env and mounts follow device-plugin.md §4.3-4.5, with two differences that keep a container
-from lifting its own limits:
+Env and mounts are HAMi's device plugin's, with two differences that keep a container from
+lifting its own limits:
 * libvgpu's folder (`<hook>/vgpu` in the container, holding `limits.env`) is mounted
   read-only; only the region file inside it is writable (HAMi mounts the folder read-write);
 * a container's `CUDA_DISABLE_CONTROL` drops the `ld.so.preload` mount only in a namespace the
@@ -179,7 +179,7 @@ def visible_devices(devices: ContainerDevices) -> str:
 def hami_core_env(
     devices: ContainerDevices, cache_id: str, settings: AllocationSettings
 ) -> dict[str, str]:
-    """The HAMi-core variables (spec §4.5), in HAMi's order."""
+    """The HAMi-core variables (memory and SM limits, region path, policy), in HAMi's order."""
     envs = {f"CUDA_DEVICE_MEMORY_LIMIT_{i}": f"{d.usedmem}m" for i, d in enumerate(devices)}
     envs["CUDA_DEVICE_SM_LIMIT"] = str(devices[0].usedcores)
     envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = str(settings.vgpu_dir / region_name(cache_id))
@@ -203,7 +203,8 @@ def hami_core_mounts(
     settings: AllocationSettings,
     files: HostFiles,
 ) -> tuple[Mount, ...]:
-    """The mounts of spec §4.5, the folder read-only with its writable region file inside.
+    """HAMi's mounts (libvgpu, its folder, ld.so.preload, license, validator), the folder
+    read-only with its writable region file inside.
 
     `control_off`: the container may run without libvgpu (no `ld.so.preload`)."""
     vgpu = settings.vgpu_dir

@@ -54,7 +54,7 @@ Decisions are deterministic: equal node scores go to the smaller node name (HAMi
 to goroutine timing).
 """
 
-from pyhami.engine.collapse import app_only_usage, collapse_init_usage
+from pyhami.engine.collapse import app_only_usage, collapse_init_usage, container_phases
 from pyhami.engine.decide import Decision, Outcome, decide
 from pyhami.engine.evaluate import NodeFailure, NodeVerdict
 from pyhami.engine.ledger import (
@@ -98,6 +98,7 @@ __all__ = [
     "app_only_usage",
     "build_ledger",
     "collapse_init_usage",
+    "container_phases",
     "decide",
     "init_containers_finished",
     "plan_pod",

@@ -182,6 +182,7 @@ def decide(
             node=winner.node,
             containers=winner.devices,
             init_count=plan.init_count,
+            sidecars=plan.sidecars,
             mig_allocations=winner.mig_allocations,
         ),
     )

@@ -99,7 +99,8 @@ class Cycle:
     quota_used: tuple[int, int]
     memory_factor: int
     mig_allowed: bool  # `nvidia.com/vgpu-mode` absent or naming mig
-    order_free: bool  # card order cannot change Fit's yes/no here (no NUMA binding, no quota)
+    # Card order cannot change Fit's yes/no here (no NUMA binding, no quota, no GPU sidecar).
+    order_free: bool
     screen: tuple[tuple[int, ContainerDeviceRequest], ...]  # what CardColumns can screen
     # No request after the first app container's: a quick or screened pass is the answer.
     one_app_step: bool
@@ -116,7 +117,8 @@ def make_cycle(
 ) -> Cycle:
     mode = plan.selectors.vgpu_mode
     quota = None if quotas is None else quotas.limit(plan.namespace)
-    order_free = not plan.selectors.numa_bind and quota is None
+    # A GPU sidecar's cards are taken before later containers fit, as card order decides.
+    order_free = not plan.selectors.numa_bind and quota is None and not plan.gpu_sidecar
     return Cycle(
         plan=plan,
         weights=weights,
@@ -229,8 +231,9 @@ def evaluate(
 ) -> NodeVerdict:
     """HAMi `scoreNode` for one pod on one node (nvidia-fit-score.md §6.6).
 
-    Init containers each start from the node's current usage; app containers accumulate on
-    one copy, and the card order of one app container carries over to the next. `quick` (only
+    Classic init containers each start from the node's current usage plus the sidecars
+    started before them; sidecars and app containers accumulate on one copy, and the card
+    order of one carries over to the next. `quick` (only
     where `_order_free`) stops after the first app container and reports fit without choosing
     cards; the caller then runs the full evaluation.
     """
@@ -238,14 +241,18 @@ def evaluate(
     checks: list[CardCheck] | None = [] if trace else None
     entries: list[ContainerDevices] = []
     migs: list[MigAllocation] = []
-    app_order: Sequence[LedgerCard] = node.typed_cards
-    app_cards: dict[str, LedgerCard] | None = None
+    # The cards as the next classic init container finds them: the node's, plus what the
+    # sidecars started so far hold. Sidecars and app containers book on one set of working
+    # copies, `held`, made at the first of them; the card order of one carries to the next.
+    base: Sequence[LedgerCard] = node.typed_cards
+    held_order: Sequence[LedgerCard] = node.typed_cards
+    held: dict[str, LedgerCard] | None = None
     for position, request in enumerate(plan.requests):
         if request is None:
             entries.append(())
             continue
-        is_init = position < plan.init_count
-        order: Sequence[LedgerCard] = node.typed_cards if is_init else app_order
+        lasting = position >= plan.init_count or position in plan.sidecars
+        order: Sequence[LedgerCard] = held_order if lasting else base
         if not quick:
             order = sort_cards(order, (request,), cycle.weights, cycle.sort_key)
         result = _fit_container(
@@ -260,18 +267,19 @@ def evaluate(
         if isinstance(result, NodeVerdict):
             return result
         if quick:
-            if not is_init:
+            if lasting:
                 return NodeVerdict(node.name, True, node.score)
             entries.append(result.devices)
             continue
-        if is_init:
-            workspace, _ = _copy_cards(node.typed_cards)
+        if not lasting:
+            workspace, _ = _copy_cards(base)  # a classic init container's usage ends with it
         else:
-            if app_cards is None:
-                app_cards, by_identity = _copy_cards(node.typed_cards)
+            if held is None:
+                held, by_identity = _copy_cards(node.typed_cards)
                 order = [by_identity[id(card)] for card in order]
-            app_order = order
-            workspace = app_cards
+                base = [by_identity[id(card)] for card in node.typed_cards]
+            held_order = order
+            workspace = held
         booked = _book(result.devices, workspace, position, migs)
         if isinstance(booked, str):
             return NodeVerdict(
@@ -388,7 +396,9 @@ def _quota_check(
     before = tuple(allocated)
 
     def fits(container: tuple[ContainerDevice, ...]) -> bool:
-        usage = collapse_init_usage((*before, container), cycle.plan.init_count, NVIDIA_VENDOR)
+        usage = collapse_init_usage(
+            (*before, container), cycle.plan.init_count, NVIDIA_VENDOR, cycle.plan.sidecars
+        )
         memory = sum(device.usedmem for device in usage)
         cores = sum(device.usedcores for device in usage)
         return limit.fits(cycle.quota_used, memory, cores, cycle.memory_factor)

@@ -13,7 +13,7 @@ a decision can visit candidate nodes best-first without sorting them.
 import copy as _copy
 from bisect import bisect_left, insort
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pyhami.devices.inventory import NodeInventory
 from pyhami.devices.nvidia.fit import HAMI_CORE_MODE, MIG_MODE
@@ -50,8 +50,11 @@ class PodAllocation:
     containers: PodSingleDevice
     init_count: int = 0
     mig_allocations: tuple[MigAllocation, ...] = ()
-    # Every init container terminated with exit code 0: only app usage remains (§6.1).
+    # Every classic init container terminated with exit code 0: only the sidecars' and the
+    # app containers' usage remains, as HAMi's pod informer counts it.
     init_finished: bool = False
+    # Positions of the native sidecars among the init containers: held for the pod's life.
+    sidecars: frozenset[int] = frozenset()
 
 
 class LedgerCard:
@@ -291,10 +294,10 @@ class Ledger:
         shrunk = allocation.init_finished or (previous is not None and previous.shrunk)
         if previous is not None:
             self.remove_pod(allocation.key)
-        if shrunk:
-            usage = app_only_usage(allocation.containers, allocation.init_count, NVIDIA_VENDOR)
-        else:
-            usage = collapse_init_usage(allocation.containers, allocation.init_count, NVIDIA_VENDOR)
+        collapse = app_only_usage if shrunk else collapse_init_usage
+        usage = collapse(
+            allocation.containers, allocation.init_count, NVIDIA_VENDOR, allocation.sidecars
+        )
         record = _PodRecord(allocation, usage, shrunk)
         self._pods[allocation.key] = record
         self._pods_by_node.setdefault(allocation.node, set()).add(allocation.key)
@@ -330,6 +333,18 @@ class Ledger:
 
     def pod_keys(self) -> list[PodKey]:
         return list(self._pods)
+
+    def pods_on(self, node: NodeName) -> list[PodAllocation]:
+        """The allocations charged to `node`, each as the ledger counts it (a pod once shrunk
+        to app-only usage says its init containers finished)."""
+        found = []
+        for key in sorted(self._pods_by_node.get(node, ())):
+            record = self._pods[key]
+            allocation = record.allocation
+            if record.shrunk and not allocation.init_finished:
+                allocation = replace(allocation, init_finished=True)
+            found.append(allocation)
+        return found
 
     def namespace_usage(self, namespace: str) -> tuple[int, int]:
         """(memory MiB, cores) the namespace's pods hold, for ResourceQuota checks."""

@@ -11,6 +11,7 @@ from typing import Any
 from pyhami.devices.config import NvidiaConfig
 from pyhami.devices.nvidia.request import ContainerSpecError, container_request
 from pyhami.devices.nvidia.selectors import CardSelectors
+from pyhami.engine.collapse import lasting_positions
 from pyhami.engine.ledger import PodAllocation, PodKey
 from pyhami.model import ContainerDeviceRequest, NodeName
 from pyhami.protocol import (
@@ -54,10 +55,23 @@ class PodPlan:
     gpu_policy: str
     node_policy: str
     weights_annotation: str | None
+    # Positions of the native sidecars among the init containers (`restartPolicy: Always`).
+    sidecars: frozenset[int] = frozenset()
 
     @property
     def wants_devices(self) -> bool:
         return any(request is not None for request in self.requests)
+
+    @property
+    def lasting_requests(self) -> list[ContainerDeviceRequest]:
+        """The requests of the containers that run for the pod's whole life (sidecars, app)."""
+        positions = lasting_positions(len(self.requests), self.init_count, self.sidecars)
+        return [r for r in (self.requests[p] for p in positions) if r is not None]
+
+    @property
+    def gpu_sidecar(self) -> bool:
+        """A sidecar asks for a GPU: later containers start from the cards it took."""
+        return any(self.requests[position] is not None for position in self.sidecars)
 
 
 def _mapping(value: object, where: str) -> Mapping[str, Any]:
@@ -108,6 +122,17 @@ def pod_containers(pod: Mapping[str, Any]) -> tuple[int, list[Mapping[str, Any]]
     return len(init), [*init, *app]
 
 
+def is_sidecar(container: Mapping[str, Any]) -> bool:
+    """A native sidecar: an init container with `restartPolicy: Always` (Kubernetes 1.28+),
+    which keeps running beside the app containers."""
+    return container.get("restartPolicy") == "Always"
+
+
+def sidecar_positions(init_count: int, containers: Sequence[Mapping[str, Any]]) -> frozenset[int]:
+    """The positions (init first) of the native sidecars among the init containers."""
+    return frozenset(n for n in range(init_count) if is_sidecar(containers[n]))
+
+
 def plan_pod(pod: Mapping[str, Any], config: EngineConfig) -> PodPlan:
     """Read a pending pod: HAMi `Resourcereqs` plus its policy and card-filter annotations."""
     key, namespace, name = pod_identity(pod)
@@ -127,16 +152,25 @@ def plan_pod(pod: Mapping[str, Any], config: EngineConfig) -> PodPlan:
         gpu_policy=annotations.get(KEY_GPU_SCHEDULER_POLICY, config.gpu_policy),
         node_policy=annotations.get(KEY_NODE_SCHEDULER_POLICY, config.node_policy),
         weights_annotation=annotations.get(KEY_DEVICE_SCORING_WEIGHTS),
+        sidecars=sidecar_positions(init_count, containers),
     )
 
 
 def init_containers_finished(pod: Mapping[str, Any]) -> bool:
-    """HAMi `AllInitContainersSucceeded`: at least one status, all terminated with exit 0."""
+    """HAMi `AllInitContainersSucceeded`: at least one status, all terminated with exit 0.
+
+    A native sidecar's status is left out: it keeps running (HAMi v2.10 counts it, so a pod
+    with a sidecar never drops its finished init containers' usage there).
+    """
     status = _mapping(pod.get("status"), "pod status")
     statuses = status.get("initContainerStatuses") or []
     if not isinstance(statuses, list) or not statuses:
         return False
+    init_count, containers = pod_containers(pod)
+    sidecars = {containers[n].get("name") for n in sidecar_positions(init_count, containers)}
     for entry in statuses:
+        if _mapping(entry, "initContainerStatuses[]").get("name") in sidecars:
+            continue
         state = _mapping(entry, "initContainerStatuses[]").get("state")
         terminated = _mapping(state, "initContainerStatuses[].state").get("terminated")
         if not isinstance(terminated, Mapping) or terminated.get("exitCode") != 0:
@@ -166,7 +200,7 @@ def allocation_of(pod: Mapping[str, Any]) -> PodAllocation | None:
         migs = decode_mig_allocations(annotations.get(KEY_MIG_ALLOCATIONS, ""))
     except ProtocolError:
         migs = ()  # HAMi ignores an invalid MIG annotation (scheduler.md §3.4)
-    init_count, _ = pod_containers(pod)
+    init_count, all_containers = pod_containers(pod)
     return PodAllocation(
         key=key,
         namespace=namespace,
@@ -174,6 +208,7 @@ def allocation_of(pod: Mapping[str, Any]) -> PodAllocation | None:
         node=NodeName(node),
         containers=containers,
         init_count=init_count,
+        sidecars=sidecar_positions(init_count, all_containers),
         mig_allocations=migs,
         init_finished=init_containers_finished(pod),
     )

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from pyhami.engine.pod import is_sidecar
 from pyhami.kube import PODS, Informer, InformerSettings, JsonObject, KubeClient
 from pyhami.model import ContainerDevices, MigAllocation, NodeName, PodUID
 from pyhami.protocol import (
@@ -38,12 +39,17 @@ class PodView:
     # One entry per container, init containers first (the annotation's order); may be shorter.
     allocated: tuple[ContainerDevices, ...] = ()
     mig: tuple[MigAllocation, ...] = ()
+    # The init containers that are native sidecars (`restartPolicy: Always`): they run for
+    # the pod's whole life, so their usage is exported like an app container's.
+    sidecars: tuple[str, ...] = ()
 
     def devices_of(self, container: str) -> ContainerDevices:
-        """The devices allocated to an app container by name (empty when none)."""
-        if container not in self.containers:
+        """The devices allocated to an app container or a native sidecar by name (empty when
+        none); a classic init container is short-lived and gets no usage series."""
+        names = self.init_containers + self.containers
+        if container not in self.containers and container not in self.sidecars:
             return ()
-        index = len(self.init_containers) + self.containers.index(container)
+        index = names.index(container)
         return self.allocated[index] if index < len(self.allocated) else ()
 
     def container_at(self, index: int) -> str | None:
@@ -87,6 +93,11 @@ def pod_view(obj: JsonObject) -> PodView:
         containers=_names(spec, "containers"),
         allocated=allocated,
         mig=mig,
+        sidecars=tuple(
+            str(c.get("name", ""))
+            for c in spec.get("initContainers") or ()
+            if isinstance(c, Mapping) and is_sidecar(c)
+        ),
     )
 
 

@@ -1,4 +1,4 @@
-"""One HAMi-core shared-region file (ops.md §1.2, hami-core.md §4), read and written by offset.
+"""One HAMi-core shared-region file (layout in monitor/layout.py), read and written by offset.
 
 The file lives in a directory the container writes, so everything in it, its size included, is
 the container's to change at any moment. The monitor therefore never touches it through a

@@ -45,6 +45,7 @@ from pyhami.scheduler.leader import ElectionTiming, LeaderElector
 from pyhami.scheduler.listener import ConnectionGuard, ConnectionLimits
 from pyhami.scheduler.metrics import SchedulerMetrics
 from pyhami.scheduler.ownership import OWNED_ANNOTATIONS, inventory_of_node
+from pyhami.scheduler.preemption import Preemption, preempt_route
 from pyhami.scheduler.server import build_app, build_metrics_app
 from pyhami.scheduler.service import Decider, FilterBind
 from pyhami.scheduler.settings import (
@@ -141,6 +142,7 @@ class SchedulerProcess:
             lock_retry_timeout=settings.node_lock_retry_timeout,
             explain_all=settings.explain_all,
         )
+        self.preemption = Preemption(self.service)
         self.admission = PodAdmission(
             WebhookConfig(
                 scheduler_name=settings.scheduler_name,
@@ -258,6 +260,7 @@ class SchedulerProcess:
             metrics_route=self._metrics_route_on_main,
             require_client_certificate=authenticated,
             body_timeout_s=self.limits.body_timeout_s,
+            preempt=preempt_route(self.preemption, self.limits.body_timeout_s),
         )
         host, port = split_host_port(self.settings.http_bind, "--http_bind")
         ssl = self.certificate.context if self.certificate is not None else None

@@ -77,7 +77,7 @@ def _json(body: JsonObject, status: int = 200) -> web.Response:
 
 
 # Routes that only kube-scheduler (or an operator's tool with a client certificate) may call.
-CALLER_ROUTES = frozenset({"/filter", "/bind", "/explain"})
+CALLER_ROUTES = frozenset({"/filter", "/bind", "/preempt", "/explain"})
 JSON_CONTENT_TYPE = "application/json"
 
 
@@ -144,6 +144,7 @@ def build_app(
     metrics_route: bool = False,
     require_client_certificate: bool = False,
     body_timeout_s: float = 10.0,
+    preempt: Callable[[web.Request], Awaitable[web.Response]] | None = None,
 ) -> web.Application:
     """The main server's routes (and `/metrics` too when asked, e.g. for a single-port demo)."""
 
@@ -229,6 +230,8 @@ def build_app(
     )
     app.router.add_post("/filter", filter_route)
     app.router.add_post("/bind", bind_route)
+    if preempt is not None:  # kube-scheduler's preemptVerb (scheduler/preemption.py)
+        app.router.add_post("/preempt", preempt)
     app.router.add_post("/webhook", admission_route(admission.review))
     app.router.add_post("/webhook/ownership", admission_route(admission.review_ownership))
     app.router.add_get("/healthz", healthz)

@@ -513,8 +513,7 @@ class FilterBind:
             except Exception as err:
                 await self._bind_failed(claim, args.node, pod, locked=False, err=err)
                 return ExtenderBindingResult(str(err))
-        app_requests = plan.requests[plan.init_count :]
-        needs_lock = any(request is not None for request in app_requests)
+        needs_lock = bool(plan.lasting_requests)
         # Waiting for the node (this process's earlier binds there, then the lock of a pod
         # that is not allocated yet) ends within --node-lock-retry-timeout, before
         # kube-scheduler's own timeout gives up on this bind.

@@ -52,7 +52,7 @@ def metrics_snapshot(state: ClusterState) -> MetricsSnapshot:
             if sample is not None:
                 migs.setdefault((allocation.node, entry.gpu_uuid), []).append(sample)
         usage = (app_only_usage if allocation.init_finished else collapse_init_usage)(
-            allocation.containers, allocation.init_count, NVIDIA
+            allocation.containers, allocation.init_count, NVIDIA, allocation.sidecars
         )
         pods.extend(
             PodDeviceSample(

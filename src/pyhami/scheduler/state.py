@@ -33,6 +33,7 @@ from pyhami.engine import (
     QuotaBook,
     allocation_of,
     collapse_init_usage,
+    container_phases,
     plan_pod,
     pod_identity,
 )
@@ -87,6 +88,8 @@ class ClusterState:
         self.nodes: dict[str, JsonObject] = {}
         self.pods: dict[tuple[str, str], JsonObject] = {}
         self._reserved: dict[PodKey, PodAllocation] = {}
+        # Claims offered by /preempt, per pod and node: held while the pod is nominated there.
+        self._nominations: dict[PodKey, dict[NodeName, PodAllocation]] = {}
         # Pods this process bound, until the pod is gone: the informer may not show the
         # binding yet when kube-scheduler, whose cache lags too, filters the pod again.
         self._bound: dict[PodKey, str] = {}
@@ -153,6 +156,7 @@ class ClusterState:
         phase = (pod.get("status") or {}).get("phase")
         if phase in TERMINAL_PHASES:
             self.pods.pop((namespace, name), None)
+            self._nominations.pop(key, None)
             self._forget(key)
             return
         self.pods[(namespace, name)] = pod
@@ -169,6 +173,10 @@ class ClusterState:
                 del self._reserved[key]
                 self.ledger.add_pod(allocation)
             return  # a view from before our patch landed
+        if allocation is not None:
+            self._nominations.pop(key, None)  # placed: a preemption claim has served
+        else:
+            allocation = self._nominated_claim(key, pod)
         if allocation is None:
             self.ledger.remove_pod(key)
         elif _meta(pod).get("deletionTimestamp") and self.ledger.pod(key) is None:
@@ -182,12 +190,29 @@ class ClusterState:
         except PodSpecError:
             return
         self.pods.pop((namespace, name), None)
+        self._nominations.pop(key, None)
         self._forget(key)
 
     def _forget(self, key: PodKey) -> None:
         self._reserved.pop(key, None)
         self._bound.pop(key, None)
         self.ledger.remove_pod(key)
+
+    # ----- claims of preempting pods ---------------------------------------------------------
+
+    def offer_nomination(self, key: PodKey, claims: Mapping[NodeName, PodAllocation]) -> None:
+        """Remember what /preempt found for the pod on each node it kept; kube-scheduler
+        nominates one of them, and the pod's next event there makes the claim count."""
+        self._nominations[key] = dict(claims)
+
+    def _nominated_claim(self, key: PodKey, pod: JsonObject) -> PodAllocation | None:
+        """The claim of a pending pod nominated to a node (`status.nominatedNodeName`), while
+        its victims terminate. The pod's own /filter releases it before deciding; the pod's
+        next event holds it again if that filter did not place the pod."""
+        node = (pod.get("status") or {}).get("nominatedNodeName")
+        if not node or (pod.get("spec") or {}).get("nodeName"):
+            return None
+        return self._nominations.get(key, {}).get(NodeName(str(node)))
 
     # ----- reservations made by /filter ------------------------------------------------------
 
@@ -228,21 +253,17 @@ class ClusterState:
 
     def exceeds_quota(self, pod: JsonObject) -> bool:
         """The webhook's pre-check (scheduler.md §7.2 step 8): the pod's NVIDIA memory and
-        cores (sum over app containers, peak over init containers) against its namespace's
+        cores (the peak over the pod's phases: each classic init container with the sidecars
+        started before it, then every sidecar with every app container) against its namespace's
         ResourceQuota limits and the ledger's usage there."""
         try:
             plan = plan_pod(pod, self.config)
         except PodSpecError:
             return False  # the filter answers the bad spec with its reason
-        app = [r for r in plan.requests[plan.init_count :] if r is not None]
-        init = [r for r in plan.requests[: plan.init_count] if r is not None]
-        memory = max(
-            sum(r.memreq * r.nums for r in app), max((r.memreq * r.nums for r in init), default=0)
-        )
-        cores = max(
-            sum(r.coresreq * r.nums for r in app),
-            max((r.coresreq * r.nums for r in init), default=0),
-        )
+        phases = container_phases(len(plan.requests), plan.init_count, plan.sidecars)
+        phase_requests = [[plan.requests[n] for n in phase] for phase in phases]
+        memory = max(sum(r.memreq * r.nums for r in group if r) for group in phase_requests)
+        cores = max(sum(r.coresreq * r.nums for r in group if r) for group in phase_requests)
         limit = self.quotas.limit(plan.namespace)
         if limit is None or (memory == 0 and cores == 0):
             return False
@@ -271,4 +292,6 @@ def _same_choice(seen: PodAllocation, reserved: PodAllocation) -> bool:
 
 
 def _usage(allocation: PodAllocation) -> ContainerDevices:
-    return collapse_init_usage(allocation.containers, allocation.init_count, NVIDIA_VENDOR)
+    return collapse_init_usage(
+        allocation.containers, allocation.init_count, NVIDIA_VENDOR, allocation.sidecars
+    )

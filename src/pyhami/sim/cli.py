@@ -1,6 +1,7 @@
 """The `simulate`, `explain` and `top` commands."""
 
 import asyncio
+import json
 import ssl
 import sys
 import time
@@ -25,7 +26,8 @@ from pyhami.engine import EngineConfig, GpuPolicy, NodePolicy
 from pyhami.sim.explain import explain as explain_pod
 from pyhami.sim.explain import explanation_data, render
 from pyhami.sim.inputs import ClusterInput, InputError, cluster_of, load_cluster
-from pyhami.sim.simulate import as_json, as_table, pods_data
+from pyhami.sim.preemption import WhatIf, simulate_with_preemption, what_if_data, what_if_lines
+from pyhami.sim.simulate import as_table, pods_data
 from pyhami.sim.simulate import simulate as simulate_pods
 from pyhami.sim.top import TopError, View, as_records, rows_for, scrape
 from pyhami.sim.top import as_table as top_table
@@ -84,11 +86,19 @@ def simulate(  # noqa: PLR0917 (typer reads the options from the signature)
     output: OutputOption = Output.JSON,
     namespace: NamespaceOption = None,
     now: NowOption = None,
+    preemption: Annotated[
+        bool,
+        typer.Option(
+            "--preemption",
+            help="a pod that fits nowhere evicts lower-priority pods as /preempt would answer",
+        ),
+    ] = False,
 ) -> None:
     """Schedule the pending pods of FILEs as the live /filter would, in input order.
 
     With -n, every pending pod is still decided (they compete for the same cards), and only
-    those of that namespace are shown."""
+    those of that namespace are shown. With --preemption, a pod that fits nowhere gets the
+    victims kube-scheduler would delete on our answer, and is placed once they are gone."""
     engine_config = _engine_config(config, node_policy, gpu_policy)
     try:
         cluster = load_cluster(file)
@@ -104,15 +114,31 @@ def simulate(  # noqa: PLR0917 (typer reads the options from the signature)
     for node in sorted(cluster.unreadable):
         # Left out as the live scheduler leaves it out, but the input is likely wrong: say so.
         typer.echo(f"warning: node {node} left out: {cluster.unregistered[node]}", err=True)
-    decisions = simulate_pods(cluster, engine_config, int(time.time()) if now is None else now)
+    moment = int(time.time()) if now is None else now
+    what_ifs: dict[str, WhatIf] = {}
+    if preemption:
+        decisions, what_ifs = simulate_with_preemption(cluster, engine_config, moment)
+    else:
+        decisions = simulate_pods(cluster, engine_config, moment)
     if namespace is not None:
         decisions = [d for d in decisions if d.namespace == namespace]
+    data = pods_data(decisions)
+    for entry in data["pods"]:
+        found = what_ifs.get(f"{entry['namespace']}/{entry['name']}")
+        if found is not None:
+            entry["preemption"] = what_if_data(found)
     if output is Output.JSON:
-        sys.stdout.write(as_json(decisions) + "\n")
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
     elif output is Output.YAML:
-        sys.stdout.write(as_data(pods_data(decisions), output))
+        sys.stdout.write(as_data(data, output))
     else:
         sys.stdout.write(as_table(decisions, wide=output is Output.WIDE))
+        for decision in decisions:
+            found = what_ifs.get(f"{decision.namespace}/{decision.name}")
+            if found is not None:
+                lines = what_if_lines(found)
+                sys.stdout.write(f"{decision.namespace}/{decision.name} {lines[0]}\n")
+                sys.stdout.write("".join(f"{line}\n" for line in lines[1:]) + "\n")
     errors = [d for d in decisions if d.error]
     for decision in errors:
         typer.echo(f"error: pod {decision.namespace}/{decision.name}: {decision.error}", err=True)

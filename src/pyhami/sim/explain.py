@@ -11,6 +11,7 @@ from pyhami.model import DeviceUsage, NodeName
 from pyhami.protocol import NVIDIA_VENDOR
 from pyhami.scheduler.service import explanation_json
 from pyhami.sim.inputs import ClusterInput, InputError
+from pyhami.sim.preemption import WhatIf, what_if, what_if_data, what_if_lines
 from pyhami.sim.simulate import prepare, schedule
 
 
@@ -23,6 +24,8 @@ class Explanation:
     earlier_pending: int = 0
     after_pending: bool = False
     unreadable: frozenset[NodeName] = frozenset()  # nodes whose registration cannot be read
+    # For a pod that fits nowhere: the victims preemption would choose, and why, per node.
+    preemption: WhatIf | None = None
 
 
 def _pod_key(pod: Mapping[str, Any]) -> str:
@@ -69,8 +72,17 @@ def explain(
     ledger = simulation.ledger
     cards = {node: ledger.device_usage(node) for node in ledger.node_names()}
     decision = schedule(simulation, cluster.pending[position], now, explain=True)
+    preemption = None
+    if decision.outcome is Outcome.UNSCHEDULABLE:
+        preemption = what_if(simulation, cluster, cluster.pending[position], now)
     return Explanation(
-        decision, cards, cluster.unregistered, position, after_pending, cluster.unreadable
+        decision,
+        cards,
+        cluster.unregistered,
+        position,
+        after_pending,
+        cluster.unreadable,
+        preemption,
     )
 
 
@@ -86,6 +98,8 @@ def explanation_data(explanation: Explanation) -> dict[str, Any]:
             node["notRegistered"] = explanation.unregistered[NodeName(node["node"])]
     data["earlierPending"] = explanation.earlier_pending
     data["afterPending"] = explanation.after_pending
+    if explanation.preemption is not None:
+        data["preemption"] = what_if_data(explanation.preemption)
     return data
 
 
@@ -117,6 +131,8 @@ def render(explanation: Explanation, *, wide: bool = False) -> str:
             continue
         cards = explanation.cards.get(verdict.node, ())
         lines.extend(_node_lines(verdict, decision.node, cards, wide))
+    if explanation.preemption is not None:
+        lines.extend(("", *what_if_lines(explanation.preemption)))
     return "\n".join(lines) + "\n"
 
 

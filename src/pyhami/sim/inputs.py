@@ -25,6 +25,7 @@ from pyhami.devices.nvidia.inventory import (
 )
 from pyhami.engine import PodAllocation, PodSpecError, allocation_of, pod_identity
 from pyhami.engine.pod import pod_annotations
+from pyhami.engine.preempt import pod_priority
 from pyhami.model import NodeName
 from pyhami.protocol import KEY_NODE_NVIDIA_REGISTER, KEY_NVIDIA_ALLOCATED, KEY_VGPU_NODE
 
@@ -49,6 +50,8 @@ class ClusterInput:
     quotas: list[tuple[str, str, Mapping[str, object]]]  # (key, namespace, spec.hard)
     # Every pod that is not pending, by NAMESPACE/NAME: why (finished, placed, running).
     not_pending: Mapping[str, str] = field(default_factory=dict)
+    # The existing pods' spec.priority by ledger key (for the preemption what-if).
+    priorities: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def finished(self) -> int:  # Succeeded or Failed: they hold nothing, are never decided
@@ -106,6 +109,7 @@ def cluster_of(objects: Iterable[tuple[str, Mapping[str, Any]]]) -> ClusterInput
     pending: list[Mapping[str, Any]] = []
     quotas: list[tuple[str, str, Mapping[str, object]]] = []
     not_pending: dict[str, str] = {}
+    priorities: dict[str, int] = {}
     for source, obj in objects:
         kind = obj.get("kind")
         if kind == "Node":
@@ -136,6 +140,7 @@ def cluster_of(objects: Iterable[tuple[str, Mapping[str, Any]]]) -> ClusterInput
                     allocation = allocation_of(_with_node(obj, str(bound)))
                     if allocation is not None:
                         existing.append(allocation)
+                        priorities[allocation.key] = pod_priority(obj)
                         not_pending[ref] = f"its GPUs are allocated on node {bound}"
                 elif node_name or phase == "Running":
                     # kubelet runs it; no scheduler decides it again
@@ -157,6 +162,7 @@ def cluster_of(objects: Iterable[tuple[str, Mapping[str, Any]]]) -> ClusterInput
         pending,
         quotas,
         not_pending,
+        priorities,
     )
 
 

@@ -5,7 +5,6 @@ each pending pod drops any earlier reservation, `engine.decide` runs on every no
 candidate, and a scheduled pod is reserved in the ledger before the next one is decided.
 """
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -64,10 +63,6 @@ def simulate(cluster: ClusterInput, config: EngineConfig, now: int) -> list[Deci
 def pods_data(decisions: list[Decision]) -> dict[str, Any]:
     """The `simulate --output json|yaml` contract."""
     return {"pods": [_pod_json(d) for d in decisions]}
-
-
-def as_json(decisions: list[Decision]) -> str:
-    return json.dumps(pods_data(decisions), indent=2)
 
 
 def _pod_json(decision: Decision) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from typing import Any, Protocol
 import grpc.aio
 import structlog
 
+from pyhami.engine.pod import is_sidecar
 from pyhami.kube import (
     LEASES,
     NODES,
@@ -199,20 +200,23 @@ def running_status(pod: Mapping[str, Any], now: str) -> JsonObject:
         "phase": "Running",
         "startTime": now,
         "conditions": _conditions(True, now),
+        # A native sidecar (restartPolicy: Always) keeps running; classic ones completed.
         "initContainerStatuses": [
-            _terminated(c, now, 0, ready=True) for c in spec.get("initContainers") or ()
+            _running(c, now) if is_sidecar(c) else _terminated(c, now, 0, ready=True)
+            for c in spec.get("initContainers") or ()
         ],
-        "containerStatuses": [
-            {
-                "name": c.get("name"),
-                "image": c.get("image", ""),
-                "ready": True,
-                "started": True,
-                "restartCount": 0,
-                "state": {"running": {"startedAt": now}},
-            }
-            for c in spec.get("containers") or ()
-        ],
+        "containerStatuses": [_running(c, now) for c in spec.get("containers") or ()],
+    }
+
+
+def _running(container: Mapping[str, Any], now: str) -> JsonObject:
+    return {
+        "name": container.get("name"),
+        "image": container.get("image", ""),
+        "ready": True,
+        "started": True,
+        "restartCount": 0,
+        "state": {"running": {"startedAt": now}},
     }
 
 

@@ -18,7 +18,7 @@ What runs, on 127.0.0.1 and free ports, everything under one temporary folder:
   resource quotas, garbage collection), each as its own service account;
 * kube-scheduler (started by `start_kube_scheduler` once the extender listens) with the
   profiles `hami-scheduler` and `default-scheduler` and pyhami's extender: `filter`, `bind`,
-  `nodeCacheCapable`, every resource name pyhami owns as a managed resource ignored by
+  `preempt`, `nodeCacheCapable`, every resource name pyhami owns as a managed resource ignored by
   kube-scheduler, HTTPS with the CA and a client certificate.
 
 Identities: the admin (`system:admin` in `system:masters`) and the components get client
@@ -194,6 +194,7 @@ def scheduler_configuration(
                 "urlPrefix": extender.url_prefix,
                 "filterVerb": "filter",
                 "bindVerb": "bind",
+                "preemptVerb": "preempt",
                 "nodeCacheCapable": True,
                 "weight": 1,
                 "httpTimeout": extender.http_timeout,

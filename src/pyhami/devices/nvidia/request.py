@@ -1,6 +1,6 @@
 """One container's NVIDIA request, as HAMi's `GenerateResourceRequests` computes it.
 
-nvidia-fit-score.md §4, with one deliberate difference: every GPU resource value is checked
+With one deliberate difference: every GPU resource value is checked
 first (`check_resource_values`), and a value nobody can honour is an error naming the
 container, the resource, the value and the valid range. HAMi instead drops the whole request
 for a memory value that is not an integer MiB count (`16Gi`) or overflows int32, clamps a

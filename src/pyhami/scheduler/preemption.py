@@ -1,0 +1,187 @@
+"""kube-scheduler's extender preemption verb (`/preempt`, `ProcessPreemption`).
+
+kube-scheduler sends `ExtenderPreemptionArgs` — the pod, and per candidate node its own victims:
+`NodeNameToMetaVictims` (pod UIDs, with `nodeCacheCapable: true`) or `NodeNameToVictims` (whole
+pods) — and takes back `ExtenderPreemptionResult{NodeNameToMetaVictims}`: the nodes kept, each
+with the victims to delete (at least one) and `NumPDBViolations`. The wire keys are the Go
+field names (no JSON tags); like the other verbs, any case is accepted on the way in.
+
+The answer is `pyhami.engine.preempt`'s, on the scheduler's ledger. Each kept node's claim (the
+cards the pod gets there once the victims are gone) is offered to the cluster state, which
+holds it for the pod while `status.nominatedNodeName` names that node, so that no other pod
+takes the freed cards while the victims terminate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from pyhami.engine import PodSpecError, pod_identity
+from pyhami.engine.preempt import (
+    NodePreemption,
+    PreemptionInput,
+    Proposal,
+    pod_priority,
+    preempt,
+)
+from pyhami.model import NodeName
+from pyhami.scheduler.extender import (
+    MAX_EXTENDER_BODY,
+    ExtenderDecodeError,
+    _field,
+    _loads_object,
+)
+from pyhami.scheduler.listener import read_body
+from pyhami.scheduler.service import FilterBind, FilterRefusedError
+
+log = structlog.get_logger(__name__)
+
+WHAT = "ExtenderPreemptionArgs"
+ANSWERS_KEPT = 256  # the latest answers kept for inspection, oldest dropped first
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionArgs:
+    """The pod and kube-scheduler's proposal per node."""
+
+    pod: Mapping[str, Any]
+    proposals: Mapping[NodeName, Proposal]
+
+    @classmethod
+    def from_json(cls, body: bytes) -> PreemptionArgs:
+        obj = _loads_object(body, WHAT)
+        pod = _field(obj, "Pod")
+        if not isinstance(pod, dict):
+            raise ExtenderDecodeError(f"{WHAT}: field Pod must be a Pod object")
+        meta = _field(obj, "NodeNameToMetaVictims")
+        full = _field(obj, "NodeNameToVictims")
+        proposals: dict[NodeName, Proposal] = {}
+        for field, victims in (("NodeNameToVictims", full), ("NodeNameToMetaVictims", meta)):
+            if victims is None:
+                continue
+            if not isinstance(victims, dict):
+                raise ExtenderDecodeError(f"{WHAT}: field {field} must be an object")
+            for node, entry in victims.items():
+                proposals[NodeName(node)] = _proposal(entry, f"{field}[{node}]")
+        return cls(pod, proposals)
+
+
+def _proposal(entry: object, where: str) -> Proposal:
+    if entry is None:
+        return Proposal(frozenset())
+    if not isinstance(entry, dict):
+        raise ExtenderDecodeError(f"{WHAT}: {where} must be an object")
+    pods = _field(entry, "Pods") or []
+    violations = _field(entry, "NumPDBViolations") or 0
+    if not isinstance(pods, list) or not isinstance(violations, int):
+        raise ExtenderDecodeError(
+            f"{WHAT}: {where} needs Pods (a list) and NumPDBViolations (an integer)"
+        )
+    uids = set()
+    for pod in pods:
+        uid = _pod_uid(pod)
+        if not uid:
+            raise ExtenderDecodeError(f"{WHAT}: {where}.Pods has an entry without a UID")
+        uids.add(uid)
+    return Proposal(frozenset(uids), violations)
+
+
+def _pod_uid(pod: object) -> str:
+    """A MetaPod's `UID`, or a whole Pod's `metadata.uid`."""
+    if not isinstance(pod, dict):
+        return ""
+    uid = _field(pod, "UID")
+    if uid is None:
+        metadata = pod.get("metadata")
+        uid = metadata.get("uid") if isinstance(metadata, dict) else None
+    return uid if isinstance(uid, str) else ""
+
+
+def preemption_result(answers: Mapping[NodeName, NodePreemption]) -> dict[str, Any]:
+    """`ExtenderPreemptionResult`: the kept nodes only, each with at least one victim."""
+    return {
+        "NodeNameToMetaVictims": {
+            node: {
+                "Pods": [{"UID": uid} for uid in answer.victims],
+                "NumPDBViolations": answer.pdb_violations,
+            }
+            for node, answer in answers.items()
+            if answer.kept
+        }
+    }
+
+
+class Preemption:
+    """The `/preempt` verb on the filter's state: the same ledger, pods and configuration."""
+
+    def __init__(self, service: FilterBind) -> None:
+        self.service = service
+        # The latest answers per namespace/name, for logs and tests to inspect.
+        self.last: dict[str, dict[NodeName, NodePreemption]] = {}
+
+    async def answer(self, args: PreemptionArgs) -> dict[NodeName, NodePreemption]:
+        service = self.service
+        refusal = service._not_leader()
+        if refusal is not None or not service.synced.is_set():
+            log.info("preemption not answered", why=refusal or "caches not synced")
+            return {}
+        try:
+            # Only the pod's namespace, name and UID are taken from the body, as for /filter.
+            pod = await service._trusted_pod(args.pod)
+            key, namespace, name = pod_identity(pod)
+        except (FilterRefusedError, PodSpecError) as err:
+            log.warning("preemption refused", error=str(err))
+            return {}
+        state = service.state
+        priorities: dict[str, int] = {}
+        names: dict[str, str] = {}
+        for node in args.proposals:
+            for allocation in state.ledger.pods_on(node):
+                held = state.pods.get((allocation.namespace, allocation.name))
+                priorities[allocation.key] = 0 if held is None else pod_priority(held)
+                names[allocation.key] = f"{allocation.namespace}/{allocation.name}"
+        question = PreemptionInput(pod, pod_priority(pod), priorities, names)
+        answers = preempt(
+            question,
+            args.proposals,
+            state.ledger,
+            config=state.config,
+            quotas=state.quotas,
+            now=service._now(),
+        )
+        state.offer_nomination(
+            key,
+            {
+                node: answer.allocation
+                for node, answer in answers.items()
+                if answer.kept and answer.allocation is not None
+            },
+        )
+        self.last.pop(f"{namespace}/{name}", None)
+        self.last[f"{namespace}/{name}"] = answers
+        while len(self.last) > ANSWERS_KEPT:
+            del self.last[next(iter(self.last))]
+        for node, answer in answers.items():
+            log.info("preemption", pod=f"{namespace}/{name}", node=node, answer=answer.reason)
+        return answers
+
+
+def preempt_route(
+    preemption: Preemption, body_timeout_s: float
+) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def route(request: web.Request) -> web.Response:
+        body = await read_body(request, MAX_EXTENDER_BODY, body_timeout_s)
+        try:
+            args = PreemptionArgs.from_json(body)
+        except ExtenderDecodeError as err:
+            # ExtenderPreemptionResult has no error field: refuse the request itself.
+            return web.json_response({"error": str(err)}, status=400)
+        answers = await preemption.answer(args)
+        return web.json_response(preemption_result(answers))
+
+    return route

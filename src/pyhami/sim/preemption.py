@@ -1,0 +1,111 @@
+"""The preemption what-if on offline state (`simulate --preemption`, `explain`).
+
+Offline there is no kube-scheduler to propose victims, so every node is proposed with all of
+its lower-priority pods, and the engine answers as `/preempt` does. Among the nodes kept, the
+one kube-scheduler would pick is taken: fewest PDB violations, then the lowest highest victim
+priority, the lowest sum of victim priorities, the fewest victims, then the node name.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pyhami.engine import Decision, EngineConfig, Outcome, pod_identity
+from pyhami.engine.preempt import NodePreemption, PreemptionInput, Proposal, pod_priority, preempt
+from pyhami.model import NodeName
+from pyhami.sim.inputs import ClusterInput
+from pyhami.sim.simulate import Simulation, prepare, schedule
+
+
+@dataclass(frozen=True, slots=True)
+class WhatIf:
+    """Which node and victims preemption would give a pod that fits nowhere, and why."""
+
+    answers: Mapping[NodeName, NodePreemption]
+    node: NodeName | None = None
+    victims: tuple[str, ...] = ()  # namespace/name
+    decision: Decision | None = None  # the pod decided again once the victims are gone
+
+
+def what_if(
+    simulation: Simulation, cluster: ClusterInput, pod: Mapping[str, Any], now: int
+) -> WhatIf | None:
+    """Preempt for `pod` on the simulation's ledger; with a node kept, its victims leave the
+    ledger and the pod is scheduled again (reserved there, as simulate does). None when no
+    pod anywhere has a lower priority: preemption has nothing to ask."""
+    ledger = simulation.ledger
+    priority = pod_priority(pod)
+    key = pod_identity(pod)[0]
+    names: dict[str, str] = {}
+    priorities: dict[str, int] = {}
+    proposals: dict[NodeName, Proposal] = {}
+    for node in ledger.node_names():
+        lower = set()
+        for allocation in ledger.pods_on(node):
+            names[allocation.key] = f"{allocation.namespace}/{allocation.name}"
+            priorities[allocation.key] = cluster.priorities.get(allocation.key, 0)
+            if allocation.key != key and priorities[allocation.key] < priority:
+                lower.add(allocation.key)
+        proposals[node] = Proposal(frozenset(lower))
+    if not any(proposal.victims for proposal in proposals.values()):
+        return None
+    answers = preempt(
+        PreemptionInput(pod, priority, priorities, names),
+        proposals,
+        ledger,
+        config=simulation.config,
+        quotas=simulation.quotas,
+        now=now,
+    )
+    kept = [answer for answer in answers.values() if answer.kept]
+    if not kept:
+        return WhatIf(answers)
+
+    def rank(answer: NodePreemption) -> tuple[int, int, int, int, str]:
+        ranks = [priorities.get(victim, 0) for victim in answer.victims]
+        return (answer.pdb_violations, max(ranks), sum(ranks), len(ranks), answer.node)
+
+    best = min(kept, key=rank)
+    for victim in best.victims:
+        ledger.remove_pod(victim)
+    decision = schedule(simulation, pod, now)
+    return WhatIf(answers, best.node, tuple(names[v] for v in best.victims), decision)
+
+
+def simulate_with_preemption(
+    cluster: ClusterInput, config: EngineConfig, now: int
+) -> tuple[list[Decision], dict[str, WhatIf]]:
+    """simulate, where a pod that fits nowhere preempts as it would live (by namespace/name)."""
+    simulation = prepare(cluster, config)
+    decisions = []
+    what_ifs: dict[str, WhatIf] = {}
+    for pod in cluster.pending:
+        decision = schedule(simulation, pod, now)
+        result = None
+        if decision.outcome is Outcome.UNSCHEDULABLE:
+            result = what_if(simulation, cluster, pod, now)
+        if result is not None:
+            what_ifs[f"{decision.namespace}/{decision.name}"] = result
+            decision = result.decision or decision
+        decisions.append(decision)
+    return decisions, what_ifs
+
+
+def what_if_data(result: WhatIf) -> dict[str, Any]:
+    """The JSON form: the chosen node and victims, and every node's answer."""
+    return {
+        "node": result.node,
+        "victims": list(result.victims),
+        "nodes": {node: answer.reason for node, answer in result.answers.items()},
+    }
+
+
+def what_if_lines(result: WhatIf) -> list[str]:
+    """A person's view, one line per node."""
+    if result.node is None:
+        head = "preemption: no eviction makes room"
+    else:
+        head = f"preemption: evict {', '.join(result.victims)} on {result.node}"
+        if result.decision is not None and result.decision.node is not None:
+            head += ", then it runs there"
+    return [head, *(f"  {node:<30} {answer.reason}" for node, answer in result.answers.items())]
