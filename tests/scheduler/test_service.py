@@ -539,3 +539,49 @@ async def test_a_bind_beyond_the_nodes_queue_fails_at_once(monkeypatch: pytest.M
     assert kube.lock is None and kube.bindings == []
     assert service.state.ledger.pod("uid-q") is None  # unbound: its reservation is released
     assert (await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))).error == ""
+
+
+def _as_written(pod: dict[str, Any], body: dict[str, Any], version: int) -> dict[str, Any]:
+    """The pod as the informer shows it after a merge patch of its annotations and labels."""
+    seen = copy.deepcopy(pod)
+    meta = seen["metadata"]
+    for field in ("annotations", "labels"):
+        values = dict(meta.get(field) or {})
+        for key, value in (body["metadata"].get(field) or {}).items():
+            if value is None:
+                values.pop(key, None)
+            else:
+                values[key] = value
+        meta[field] = values
+    meta["resourceVersion"] = str(version)
+    return seen
+
+
+async def test_a_refiltered_pods_reservation_outlives_the_late_echoes_of_its_failed_bind() -> None:
+    """Filter, failed bind (its cleanup strips the annotations), filter again to the same card:
+    the informer then shows the first patch, the bind phase and the cleanup late. The first
+    two match the new reservation by chance; none of them may end it (only a view at least
+    as new as the new patch), or the card looks free until the new patch's echo arrives."""
+    kube = MemoryKube()
+    service = _service(kube)
+    pod = gpu_pod("p")
+    await _filtered(kube, service, pod)
+    views = [_as_written(pod, kube.pod_patches[0][2], 1)]
+    service.state.on_pod(views[0])  # the informer shows the first decision
+    kube.fail_binding = True
+    failed = await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))
+    assert "binding refused" in failed.error
+    for version, (_, _, body) in enumerate(kube.pod_patches[1:], start=2):
+        views.append(_as_written(views[-1], body, version))  # bind phase, then the cleanup
+    assert views[-1]["metadata"]["annotations"] == {}
+    kube.fail_binding = False
+    assert (await service.filter(_args(views[0], "n1"))).node_names == ["n1"]
+    await service.drain()
+    decided = service.state.ledger.pod("uid-p")
+    assert decided is not None
+    for late in views:
+        service.state.on_pod(late)
+        assert service.state.holds(decided)
+    service.state.on_pod(_as_written(views[-1], kube.pod_patches[-1][2], len(kube.pod_patches)))
+    assert service.state.holds(decided)
+    assert (await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))).error == ""

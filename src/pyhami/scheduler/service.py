@@ -340,7 +340,7 @@ class FilterBind:
             await asyncio.wait([earlier])
         namespace, name = decision.namespace, decision.name
         try:
-            await self.kube.patch_pod(namespace, name, self._filter_patch(pod, decision))
+            answer = await self.kube.patch_pod(namespace, name, self._filter_patch(pod, decision))
         except Exception as err:
             self.metrics.decisions.labels(verb="filter", outcome="patch-failed").inc()
             message = f"failed to record the decision on pod {namespace}/{name}: {err}"
@@ -350,6 +350,8 @@ class FilterBind:
                 del self._claims[decision.key]
                 self.state.release(decision.key)
             raise FilterRecordError(message) from err
+        if decision.allocation is not None and isinstance(answer, Mapping):
+            self.state.recorded(decision.allocation, answer)
 
     async def drain(self) -> None:
         """Wait for the filter patches in flight (at shutdown)."""
