@@ -84,31 +84,33 @@ def _args(pod: dict[str, Any], *names: str) -> ExtenderArgs:
 
 
 async def _filter(service: FilterBind, pod: dict[str, Any], *names: str) -> ExtenderFilterResult:
-    """kube-scheduler's filter of a pod the scheduler's informer has seen, and the patch that
-    records its decision (written after the answer)."""
+    """kube-scheduler's filter of a pod the scheduler's informer has seen."""
     service.state.on_pod(pod)
-    result = await service.filter(_args(pod, *names))
-    await service.drain()
-    return result
+    return await service.filter(_args(pod, *names))
 
 
-async def test_filter_picks_a_node_records_the_decision_and_reserves() -> None:
+async def test_filter_picks_a_node_and_reserves_and_bind_records_the_decision() -> None:
     kube = MemoryKube()
     service = _service(kube)
     pod = gpu_pod("p", mem=3000, cores=30)
+    kube.pod_objects[("default", "p")] = pod
     result = await _filter(service, pod, "n1", "n1-busy", "ghost")
     assert result.node_names == ["n1"]
     assert result.failed_nodes is not None and result.failed_nodes["ghost"] == "node unregistered"
     assert "CardInsufficientMemory" in result.failed_nodes["n1-busy"]
-    namespace, name, body = kube.pod_patches[0]
+    assert kube.pod_patches == []  # the decision is written by the bind
+    reserved = service.state.ledger.pod("uid-p")
+    assert reserved is not None and reserved.node == "n1"
+    assert (await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))).error == ""
+    ((namespace, name, body),) = kube.pod_patches  # one patch: the decision and the phase
     notes = body["metadata"]["annotations"]
     assert (namespace, name) == ("default", "p")
     assert notes["hami.io/vgpu-node"] == "n1"
     assert notes["hami.io/vgpu-devices-allocated"] == notes["hami.io/vgpu-devices-to-allocate"]
     assert ",NVIDIA,3000,30:" in notes["hami.io/vgpu-devices-allocated"]
+    assert notes["hami.io/bind-phase"] == "allocating"
+    assert notes["hami.io/bind-time"] == str(int(NOW.timestamp()))
     assert body["metadata"]["labels"] == {"hami.io/vgpu-node": "n1"}
-    reserved = service.state.ledger.pod("uid-p")
-    assert reserved is not None and reserved.node == "n1"
     await service.events.drain()
     reasons = [(e["type"], e["reason"]) for e in kube.events]
     assert ("Normal", "FilteringSucceed") in reasons
@@ -158,9 +160,11 @@ async def test_refiltering_drops_the_old_reservation_and_stale_keys() -> None:
     kube = MemoryKube()
     service = _service(kube)
     pod = gpu_pod("p", mem=7000, annotations={"hami.io/vgpu-mig-allocations": "[]"})
+    kube.pod_objects[("default", "p")] = pod
     for _ in range(3):  # 7000 of 8000 MiB: a pod that counted against itself would not fit
         result = await _filter(service, pod, "n1")
         assert result.node_names == ["n1"]
+    assert (await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))).error == ""
     notes = kube.pod_patches[-1][2]["metadata"]["annotations"]
     assert notes["hami.io/vgpu-mig-allocations"] is None  # left over from an earlier attempt
 
@@ -190,74 +194,33 @@ async def test_unschedulable_answers_every_node_with_its_reason() -> None:
     assert "no available node, 2 nodes do not meet" in messages
 
 
-async def test_patch_failure_rolls_the_reservation_back_and_the_bind_is_refused() -> None:
+async def test_a_failed_pod_patch_fails_the_bind_and_rolls_the_reservation_back() -> None:
     kube = MemoryKube()
     kube.fail_pod_patch = True
     service = _service(kube)
-    result = await _filter(service, gpu_pod("p"), "n1")
-    assert result.node_names == ["n1"]  # answered before the patch
-    assert service.state.ledger.pod("uid-p") is None
-    await service.events.drain()
-    assert any("failed to record the decision" in e["message"] for e in kube.events)
+    kube.node["metadata"]["name"] = "n1"
+    await _filtered(kube, service, gpu_pod("p"))
     bound = await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))
-    assert "has no filter decision" in bound.error
-    assert kube.bindings == [] and kube.lock is None
+    assert "pods API down" in bound.error
+    assert kube.bindings == [] and kube.lock is None  # the lock taken meanwhile is given back
+    assert service.state.ledger.pod("uid-p") is None
+    again = await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))
+    assert "has no filter decision" in again.error
 
 
-async def test_bind_waits_for_the_filter_patch_and_fails_with_it() -> None:
+async def test_the_pods_patch_goes_out_while_the_bind_waits_for_its_node() -> None:
     kube = MemoryKube()
     service = _service(kube)
-    pod = gpu_pod("p")
-    kube.pod_objects[("default", "p")] = pod
-    service.state.on_pod(pod)
-    landed = asyncio.Event()
-    patch = kube.patch_pod
-
-    async def slow_patch(namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        await landed.wait()
-        kube.fail_pod_patch = True  # the filter patch fails; the cleanup fails too
-        return await patch(namespace, name, body)
-
-    kube.patch_pod = slow_patch  # type: ignore[method-assign]
-    assert (await service.filter(_args(pod, "n1"))).node_names == ["n1"]
-    bind = asyncio.create_task(service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1")))
-    for _ in range(20):
-        await asyncio.sleep(0)
-    assert not bind.done() and kube.lock is None and kube.bindings == []  # nothing written yet
-    landed.set()
-    result = await bind
-    assert "failed to record the decision on pod default/p" in result.error
-    assert kube.lock is None and kube.bindings == []
-    assert service.state.ledger.pod("uid-p") is None  # unbound: its reservation is released
-
-
-async def test_a_refiltered_pods_patch_is_written_after_the_earlier_one() -> None:
-    kube = MemoryKube()
-    service = _service(kube)
-    pod = gpu_pod("p")
-    service.state.on_pod(pod)
-    first_sent = asyncio.Event()
-    go_on = asyncio.Event()
-    patch = kube.patch_pod
-    order: list[str] = []
-
-    async def patch_in_order(namespace: str, name: str, body: dict[str, Any]) -> Any:
-        if not first_sent.is_set():
-            first_sent.set()
-            await go_on.wait()
-        order.append(body["metadata"]["annotations"]["hami.io/vgpu-node"])
-        return await patch(namespace, name, body)
-
-    kube.patch_pod = patch_in_order  # type: ignore[method-assign]
-    assert (await service.filter(_args(pod, "n1"))).node_names == ["n1"]
-    await first_sent.wait()
-    assert (await service.filter(_args(pod, "n1"))).node_names == ["n1"]
-    for _ in range(20):
-        await asyncio.sleep(0)
-    assert order == []  # the second waits for the first
-    go_on.set()
-    await service.drain()
-    assert order == ["n1", "n1"]
+    kube.node["metadata"]["name"] = "n1"
+    await _filtered(kube, service, gpu_pod("p"))
+    async with service.mutexes.hold("n1"):  # an earlier bind to n1 is in progress
+        bind = asyncio.create_task(service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1")))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert [name for _, name, _ in kube.pod_patches] == ["p"]
+        assert kube.lock is None and kube.bindings == []  # the binding waits for its turn
+    assert (await bind).error == ""
+    assert kube.lock == "2026-08-21T12:00:00Z,default,p" and len(kube.bindings) == 1
 
 
 async def test_followers_do_not_decide_and_say_so() -> None:
@@ -286,10 +249,8 @@ async def test_bind_locks_the_node_sets_bind_phase_and_binds() -> None:
     assert result.error == ""
     assert kube.lock == "2026-08-21T12:00:00Z,default,p"
     phase = kube.pod_patches[-1][2]["metadata"]["annotations"]
-    assert phase == {
-        "hami.io/bind-phase": "allocating",
-        "hami.io/bind-time": str(int(NOW.timestamp())),
-    }
+    assert phase["hami.io/bind-phase"] == "allocating"
+    assert phase["hami.io/bind-time"] == str(int(NOW.timestamp()))
     assert kube.bindings == [("default", "p", {"node": "n1", "uid": "uid-p"})]
 
 
@@ -396,7 +357,7 @@ async def test_a_pod_is_not_filtered_or_bound_again_while_its_bind_is_in_flight(
     kube.bind_pod = slow_bind  # type: ignore[method-assign]
     bind = asyncio.create_task(service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1")))
     async with asyncio.timeout(5):
-        while "hami.io/bind-phase" not in str(kube.pod_patches[-1]):
+        while "hami.io/bind-phase" not in str(kube.pod_patches):
             await asyncio.sleep(0)
     refused = await service.filter(_args(pod, "n1"))
     assert "is being bound to n1" in refused.error
@@ -429,8 +390,7 @@ async def test_filter_reads_the_pod_from_the_cluster_not_from_the_body() -> None
     anonymous = gpu_pod("fresh")
     del anonymous["metadata"]["uid"]
     assert "carries no metadata.uid" in (await service.filter(_args(anonymous, "n1"))).error
-    await service.drain()
-    assert [name for _, name, _ in kube.pod_patches] == ["fresh"]
+    assert kube.pod_patches == []  # refusals write nothing; the decision waits for its bind
 
 
 @pytest.mark.parametrize("names", [("n1",), ("n1", "n1-busy")])
@@ -498,49 +458,6 @@ async def test_bind_takes_the_lock_from_the_informers_node_and_reads_it_only_on_
     assert kube.lock == "2026-08-21T12:00:00Z,default,q"
 
 
-async def test_filters_wait_while_too_many_patches_are_unanswered(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(service_module, "FILTER_PATCHES_IN_FLIGHT", 1)
-    kube = MemoryKube()
-    service = _service(kube)
-    first, second = gpu_pod("a", mem=1000), gpu_pod("b", mem=1000)
-    for pod in (first, second):
-        service.state.on_pod(pod)
-    answered = asyncio.Event()
-    patch = kube.patch_pod
-
-    async def slow_patch(namespace: str, name: str, body: dict[str, Any]) -> Any:
-        await answered.wait()
-        return await patch(namespace, name, body)
-
-    kube.patch_pod = slow_patch  # type: ignore[method-assign]
-    assert (await service.filter(_args(first, "n1"))).node_names == ["n1"]
-    waiting = asyncio.create_task(service.filter(_args(second, "n1")))
-    for _ in range(20):
-        await asyncio.sleep(0)
-    assert not waiting.done()  # the first pod's patch is still unanswered
-    answered.set()
-    assert (await waiting).node_names == ["n1"]
-    await service.drain()
-    assert [name for _, name, _ in kube.pod_patches] == ["a", "b"]
-
-
-async def test_a_bind_beyond_the_nodes_queue_fails_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(service_module, "BINDS_QUEUED_PER_NODE", 1)
-    kube = MemoryKube()
-    service = _service(kube)
-    kube.node["metadata"]["name"] = "n1"
-    for name in ("p", "q"):
-        await _filtered(kube, service, gpu_pod(name, mem=1000))
-    async with service.mutexes.hold("n1"):  # a bind to n1 is in progress
-        result = await service.bind(ExtenderBindingArgs("q", "default", "uid-q", "n1"))
-    assert "node n1 has 1 binds queued: node lock contention" in result.error
-    assert kube.lock is None and kube.bindings == []
-    assert service.state.ledger.pod("uid-q") is None  # unbound: its reservation is released
-    assert (await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))).error == ""
-
-
 def _as_written(pod: dict[str, Any], body: dict[str, Any], version: int) -> dict[str, Any]:
     """The pod as the informer shows it after a merge patch of its annotations and labels."""
     seen = copy.deepcopy(pod)
@@ -558,30 +475,28 @@ def _as_written(pod: dict[str, Any], body: dict[str, Any], version: int) -> dict
 
 
 async def test_a_refiltered_pods_reservation_outlives_the_late_echoes_of_its_failed_bind() -> None:
-    """Filter, failed bind (its cleanup strips the annotations), filter again to the same card:
-    the informer then shows the first patch, the bind phase and the cleanup late. The first
-    two match the new reservation by chance; none of them may end it (only a view at least
-    as new as the new patch), or the card looks free until the new patch's echo arrives."""
+    """Filter, bind (its patch lands, the binding fails, the cleanup strips the annotations),
+    filter again to the same card; the informer shows the bind's patch and the cleanup only
+    then. The first matches the new reservation by chance: neither may end it (only a view at
+    least as new as the answer to the new bind's patch), or the card looks free meanwhile."""
     kube = MemoryKube()
     service = _service(kube)
     pod = gpu_pod("p")
     await _filtered(kube, service, pod)
-    views = [_as_written(pod, kube.pod_patches[0][2], 1)]
-    service.state.on_pod(views[0])  # the informer shows the first decision
     kube.fail_binding = True
     failed = await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))
     assert "binding refused" in failed.error
-    for version, (_, _, body) in enumerate(kube.pod_patches[1:], start=2):
-        views.append(_as_written(views[-1], body, version))  # bind phase, then the cleanup
+    views = [pod]
+    for version, (_, _, body) in enumerate(kube.pod_patches, start=1):
+        views.append(_as_written(views[-1], body, version))  # the decision, then the cleanup
     assert views[-1]["metadata"]["annotations"] == {}
     kube.fail_binding = False
     assert (await service.filter(_args(views[0], "n1"))).node_names == ["n1"]
-    await service.drain()
     decided = service.state.ledger.pod("uid-p")
     assert decided is not None
-    for late in views:
+    for late in views[1:]:
         service.state.on_pod(late)
         assert service.state.holds(decided)
+    assert (await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))).error == ""
     service.state.on_pod(_as_written(views[-1], kube.pod_patches[-1][2], len(kube.pod_patches)))
     assert service.state.holds(decided)
-    assert (await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))).error == ""

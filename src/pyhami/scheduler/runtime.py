@@ -328,7 +328,6 @@ class SchedulerProcess:
             await runner.cleanup()
         for informer in self.informers.values():
             await informer.stop()
-        await self.service.drain()
         await self.events.drain()
         gc.unfreeze()  # what this replica froze is garbage now (tests start many in one process)
 

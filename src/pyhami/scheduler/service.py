@@ -1,8 +1,9 @@
 """`/filter` and `/bind`: the engine's pure decision, with the effects around it.
 
 Filter (scheduler.md §3, protocol.md §4.4): drop the pod's old reservation, `engine.decide`,
-reserve, one merge patch of exactly HAMi's annotations, events. Bind (§4, protocol.md §4.5):
-per-node in-process serialisation, HAMi's annotation node lock, bind-phase, `pods/binding`.
+reserve, events. Bind (§4, protocol.md §4.5): one merge patch of exactly HAMi's annotations
+(the filter's decision and the bind phase), per-node in-process serialisation, HAMi's
+annotation node lock, `pods/binding`.
 
 Deliberate differences from HAMi, each a bug there (scheduler.md §10.1):
 * followers answer at once that they do not decide, instead of blocking for the whole
@@ -16,12 +17,14 @@ Deliberate differences from HAMi, each a bug there (scheduler.md §10.1):
   annotations are removed too, so an informer echo cannot charge it again) only while the pod
   is still unbound: a 409 because kube-scheduler's lagging cache filtered a bound pod again
   leaves the running pod's charge alone;
-* the filter patch also nulls scheduler annotations left from an earlier attempt (item 14);
-* filter answers once its decision is reserved; the patch goes out meanwhile (kube-scheduler
-  filters one pod at a time and need not wait for it), and bind waits for it before writing;
+* the decision is written by bind, in the patch that sets the bind phase (HAMi writes it at
+  filter, then the phase at bind: two writes of one pod); filter answers once the decision is
+  reserved in memory. Only a bound pod's annotations are read by a device plugin, and a
+  restarted scheduler has no filter decision to bind anyway (docs/protocol.md);
+* that patch also nulls scheduler annotations left from an earlier attempt (item 14);
 * bind takes the node lock from the informer's node (read from the API only on a 409), sends
-  it with the bind-phase patch, and waits for a node another pod has locked instead of failing
-  at once (docs/protocol.md);
+  it with the pod's patch, and waits for a node another pod has locked instead of failing at
+  once: the informer's node and pod events wake it (docs/protocol.md);
 * neither NodeNames nor Nodes is an error answer, not a crash (item 11);
 * per-reason FilteringFailed events are sent even when a node fits, for every rejected
   candidate (the engine's `all_reasons`: ~5 ms at 1,000 nodes against ~1 ms for the answer
@@ -34,7 +37,7 @@ import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -83,16 +86,9 @@ EXPLANATIONS_KEPT = 2048
 # two million verdict tuples (hundreds of MB, all walked by every full GC collection).
 EXPLAINED_VERDICTS_KEPT = 100_000
 
-# A bind waiting for a locked node reads the informer's node this often, and the API at least
-# every LOCK_RETRY_INTERVAL.
+# A bind waiting for a locked node looks again whenever the informer shows the node or a pod
+# on it change, and reads the node through the API at least every LOCK_RETRY_INTERVAL.
 LOCK_RETRY_INTERVAL = 1.0
-LOCK_POLL_INTERVAL = 0.01
-# Binds that may wait for one node's lock; one more fails at once, as in HAMi, and goes back
-# to kube-scheduler's backoff (a node takes binds only at the pace of its Allocate, so a long
-# queue would only end in timeouts).
-BINDS_QUEUED_PER_NODE = 8
-# Filter patches sent and not answered yet, at most (see _room_for_a_patch).
-FILTER_PATCHES_IN_FLIGHT = 16
 # Filter decisions kept for their bind: kube-scheduler binds within seconds, so only pods that
 # were deleted or sent elsewhere in between are ever dropped from here, oldest first.
 CLAIMS_KEPT = 16384
@@ -157,10 +153,9 @@ class FilterBind:
         # Filter decisions waiting for their bind, by pod UID, and binds in progress.
         self._claims: OrderedDict[PodKey, _Claim] = OrderedDict()
         self._binding: dict[PodKey, str] = {}
-        # Filter patches still in flight, by pod UID: a pod filtered again writes after them.
-        self._recording: dict[PodKey, asyncio.Task[None]] = {}
-        self._patches_in_flight = 0
-        self._patch_done = asyncio.Event()
+        # Binds waiting for a locked node, woken by the informer's news of that node.
+        self._node_news: dict[str, asyncio.Event] = {}
+        state.on_change(self._node_changed)
         self._explained_verdicts = 0
 
     # ----- leadership ------------------------------------------------------------------------
@@ -209,7 +204,6 @@ class FilterBind:
                 await asyncio.wait_for(self.synced.wait(), self._sync_wait.total_seconds())
             except TimeoutError:
                 return ExtenderFilterResult.failure("scheduler caches are not synced yet")
-        await self._room_for_a_patch()
         try:
             pod = await self._trusted_pod(args.pod or {})
         except FilterRefusedError as err:
@@ -239,13 +233,12 @@ class FilterBind:
                 f"no available node, {len(args.node_names)} nodes do not meet",
             )
             return ExtenderFilterResult(failed_nodes=_named(decision.failed_nodes))
-        # Reserved now, answered now: the patch that records the decision on the pod runs
-        # while kube-scheduler goes on with its next pod, and /bind waits for it.
+        # Reserved in memory and answered; /bind writes the decision on the pod.
         self.state.reserve(decision.allocation)
-        recorded = self._record(pod, decision)
         self.metrics.decisions.labels(verb="filter", outcome="scheduled").inc()
         chosen = str(decision.node)
-        self._claim(_Claim(key, namespace, name, chosen, decision.allocation, recorded))
+        annotations = self._decision_annotations(pod, decision)
+        self._claim(_Claim(key, namespace, name, chosen, decision.allocation, annotations))
         self.events.emit(pod, NORMAL, "FilteringSucceed", self._success_message(decision, args))
         # HAMi answers a fit with FailedNodes null; we also name every rejected node with its
         # reason (architecture.md), which kube-scheduler reads as those nodes not fitting.
@@ -301,70 +294,16 @@ class FilterBind:
         while len(self._claims) > CLAIMS_KEPT:
             self._claims.popitem(last=False)
 
-    def _record(self, pod: Mapping[str, Any], decision: Decision) -> asyncio.Task[None]:
-        """The filter patch as a task, written after any earlier one of the same pod."""
-        key = decision.key
-        earlier = self._recording.get(key)
-        task = asyncio.create_task(
-            self._write_decision(earlier, pod, decision),
-            name=f"filter patch {decision.namespace}/{decision.name}",
-        )
-        self._recording[key] = task
-        self._patches_in_flight += 1
-
-        def done(finished: asyncio.Task[None]) -> None:
-            self._patches_in_flight -= 1
-            self._patch_done.set()
-            if self._recording.get(key) is finished:
-                del self._recording[key]
-            if not finished.cancelled():
-                finished.exception()  # a bind that never comes need not read it
-
-        task.add_done_callback(done)
-        return task
-
-    async def _room_for_a_patch(self) -> None:
-        """Wait while FILTER_PATCHES_IN_FLIGHT filter patches are unanswered: an API server
-        that falls behind slows the filters down, instead of every bind waiting longer."""
-        while self._patches_in_flight >= FILTER_PATCHES_IN_FLIGHT:
-            self._patch_done.clear()
-            await self._patch_done.wait()
-
-    async def _write_decision(
-        self, earlier: asyncio.Task[None] | None, pod: Mapping[str, Any], decision: Decision
-    ) -> None:
-        """Patch the decision onto the pod. When that fails, the reservation goes (unless a
-        bind has taken the decision: its failure path undoes it) and the error is raised to
-        the bind that awaits it."""
-        if earlier is not None:
-            await asyncio.wait([earlier])
-        namespace, name = decision.namespace, decision.name
-        try:
-            answer = await self.kube.patch_pod(namespace, name, self._filter_patch(pod, decision))
-        except Exception as err:
-            self.metrics.decisions.labels(verb="filter", outcome="patch-failed").inc()
-            message = f"failed to record the decision on pod {namespace}/{name}: {err}"
-            self.events.emit(pod, WARNING, "FilteringFailed", message)
-            claim = self._claims.get(decision.key)
-            if claim is not None and claim.allocation is decision.allocation:
-                del self._claims[decision.key]
-                self.state.release(decision.key)
-            raise FilterRecordError(message) from err
-        if decision.allocation is not None and isinstance(answer, Mapping):
-            self.state.recorded(decision.allocation, answer)
-
-    async def drain(self) -> None:
-        """Wait for the filter patches in flight (at shutdown)."""
-        if self._recording:
-            await asyncio.wait(list(self._recording.values()))
-
-    def _filter_patch(self, pod: Mapping[str, Any], decision: Decision) -> JsonObject:
+    def _decision_annotations(
+        self, pod: Mapping[str, Any], decision: Decision
+    ) -> dict[str, str | None]:
+        """The decision's annotations, and null for the owned ones an earlier attempt left."""
         current = (pod.get("metadata") or {}).get("annotations") or {}
         values: dict[str, str | None] = {
             k: None for k in current if k in self._owned and k not in decision.annotations
         }
         values.update(decision.annotations)
-        return pod_annotations_patch(values)
+        return values
 
     def _reason_events(self, pod: Mapping[str, Any], decision: Decision) -> None:
         failed = {str(n): r for n, r in decision.failed_nodes.items()}
@@ -509,31 +448,22 @@ class FilterBind:
         if args.node not in self.state.nodes:
             self.events.emit(pod, WARNING, "BindingFailed", f"failed to get node {args.node}")
             return ExtenderBindingResult(f'node "{args.node}" not found')
-        if claim.recorded is not None:
-            try:
-                await claim.recorded  # nothing is written before the filter's patch landed
-            except Exception as err:
-                await self._bind_failed(claim, args.node, pod, locked=False, err=err)
-                return ExtenderBindingResult(str(err))
         needs_lock = bool(plan.lasting_requests)
         # Waiting for the node (this process's earlier binds there, then the lock of a pod
         # that is not allocated yet) ends within --node-lock-retry-timeout, before
         # kube-scheduler's own timeout gives up on this bind.
         until = asyncio.get_running_loop().time() + self._lock_retry.total_seconds()
+        # The pod's patch goes out at once, while the bind may wait for its node: only a pod
+        # bound to a node is read there, by its device plugin.
+        recorded = asyncio.ensure_future(self._record(claim))
         locked = False
         try:
-            queued = self.mutexes.queued(args.node)
-            if queued >= BINDS_QUEUED_PER_NODE:
-                raise NodeLockContentionError(f"node {args.node} has {queued} binds queued")
             async with self.mutexes.hold(args.node, within=self._wait_left(until)):
-                phase = self.kube.patch_pod(namespace, claim.name, self._bind_patch())
                 if needs_lock:
-                    # The node lock and the bind-phase go out together; the binding only
-                    # after both landed. (While a locked node is waited for, the pod already
-                    # shows `allocating`: only a bound pod's phase is read, by its node.)
+                    # The binding goes out only after the lock and the pod's patch landed.
                     results = await asyncio.gather(
                         self._lock(args.node, namespace, claim.name, until),
-                        phase,
+                        recorded,
                         return_exceptions=True,
                     )
                     # a lock write whose answer was lost may have landed: release it too
@@ -542,11 +472,12 @@ class FilterBind:
                         if isinstance(result, BaseException):
                             raise result
                 else:
-                    await phase
+                    await recorded
                 await self.kube.bind_pod(namespace, claim.name, args.node, uid=claim.key)
         except Exception as err:
             if isinstance(err, NodeTurnTimeoutError):
                 err = self._timed_out(args.node)
+            await asyncio.wait([recorded])  # the cleanup is written after it
             await self._bind_failed(claim, args.node, pod, locked=locked, err=err)
             return ExtenderBindingResult(str(err))
         self.state.mark_bound(claim.key, args.node)
@@ -577,9 +508,20 @@ class FilterBind:
             return f"pod {pod}: the reservation its filter made is gone; filter it again"
         return None
 
-    def _bind_patch(self) -> JsonObject:
+    async def _record(self, claim: _Claim) -> None:
+        """The filter's decision and the bind phase, in one patch of the pod; from its answer
+        on, the informer's view of the pod is current again (the reservation ends there)."""
         stamp = format_unix_seconds(self._now())
-        return pod_annotations_patch({KEY_BIND_PHASE: BindPhase.ALLOCATING, KEY_BIND_TIME: stamp})
+        values = {**claim.annotations, KEY_BIND_PHASE: BindPhase.ALLOCATING, KEY_BIND_TIME: stamp}
+        try:
+            answer = await self.kube.patch_pod(
+                claim.namespace, claim.name, pod_annotations_patch(values)
+            )
+        except Exception as err:
+            pod = f"{claim.namespace}/{claim.name}"
+            raise DecisionRecordError(f"failed to record the decision on pod {pod}: {err}") from err
+        if claim.allocation is not None and isinstance(answer, Mapping):
+            self.state.recorded(claim.allocation, answer)
 
     def _wait_left(self, until: float) -> float | None:
         """Seconds left to wait for a node; None (no limit) without a retry timeout."""
@@ -601,27 +543,40 @@ class FilterBind:
             await self.locker.lock(node, namespace, name, cached=self.state.nodes.get(node))
             return
         loop = asyncio.get_running_loop()
-        while True:
-            cached = self.state.nodes.get(node)
-            try:
-                await self.locker.lock(node, namespace, name, cached=cached)
-                return
-            except NodeLockContentionError as err:
-                if loop.time() >= until:
-                    raise self._timed_out(node) from err
-                await self._node_changes(node, cached, until)
+        news = self._node_news.setdefault(node, asyncio.Event())
+        try:
+            while True:
+                news.clear()
+                try:
+                    await self.locker.lock(node, namespace, name, cached=self.state.nodes.get(node))
+                    return
+                except NodeLockContentionError as err:
+                    if loop.time() >= until:
+                        raise self._timed_out(node) from err
+                await self._unlocked(node, news, until)
+        finally:
+            del self._node_news[node]
 
-    async def _node_changes(self, node: str, seen: Mapping[str, Any] | None, until: float) -> None:
-        """Until the informer shows the node changed since `seen` and without a lock (the
-        holder's device plugin released it), LOCK_RETRY_INTERVAL at most between reads
-        through the API (an expired or dangling lock changes nothing on the node)."""
+    async def _unlocked(self, node: str, news: asyncio.Event, until: float) -> None:
+        """Until the informer shows the node without a lock (the holder's device plugin
+        released it), LOCK_RETRY_INTERVAL at most between reads through the API (an expired
+        or dangling lock changes nothing on the node)."""
         loop = asyncio.get_running_loop()
         recheck = min(until, loop.time() + LOCK_RETRY_INTERVAL)
-        while loop.time() < recheck:
-            await asyncio.sleep(LOCK_POLL_INTERVAL)
-            current = self.state.nodes.get(node)
-            if current is not seen and current is not None and not _locked(current):
+        while not _unlocked_in(self.state.nodes.get(node)):
+            left = recheck - loop.time()
+            if left <= 0:
                 return
+            try:
+                await asyncio.wait_for(news.wait(), left)
+            except TimeoutError:
+                return
+            news.clear()
+
+    def _node_changed(self, node: str) -> None:
+        news = self._node_news.get(node)
+        if news is not None:
+            news.set()
 
     async def _bind_failed(
         self,
@@ -674,8 +629,8 @@ class FilterRefusedError(Exception):
     """/filter will not decide for the pod the body names; the text says why."""
 
 
-class FilterRecordError(Exception):
-    """The patch recording a /filter decision on its pod failed; the text says why."""
+class DecisionRecordError(Exception):
+    """The patch recording a decision and its bind phase on the pod failed; the text says why."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -689,11 +644,13 @@ class _Claim:
     name: str
     node: str | None
     allocation: PodAllocation | None
-    recorded: asyncio.Task[None] | None = None  # the filter patch, which bind waits for
+    annotations: Mapping[str, str | None] = field(default_factory=dict)  # written by bind
 
 
-def _locked(node: Mapping[str, Any]) -> bool:
-    return KEY_NODE_LOCK in ((node.get("metadata") or {}).get("annotations") or {})
+def _unlocked_in(node: Mapping[str, Any] | None) -> bool:
+    return node is not None and KEY_NODE_LOCK not in (
+        (node.get("metadata") or {}).get("annotations") or {}
+    )
 
 
 def _uid(pod: Mapping[str, Any]) -> str:

@@ -102,6 +102,15 @@ class ClusterState:
         self._registrations: dict[str, tuple[str | None, ...]] = {}
         # Nodes whose registration annotation is there but cannot be read, and why (/explain).
         self.registration_errors: dict[str, str] = {}
+        self._node_listeners: list[Callable[[str], None]] = []
+
+    def on_change(self, listener: Callable[[str], None]) -> None:
+        """Call `listener(node name)` after every event of a node."""
+        self._node_listeners.append(listener)
+
+    def _changed(self, name: str) -> None:
+        for listener in self._node_listeners:
+            listener(name)
 
     # ----- nodes -----------------------------------------------------------------------------
 
@@ -110,6 +119,7 @@ class ClusterState:
         if not name:
             return
         self.nodes[name] = node
+        self._changed(name)
         if not _labels_match(node, self._selector) or self._reports_no_gpus(node):
             self._forget_registration(name)
             return
@@ -138,6 +148,7 @@ class ClusterState:
         name = object_name(node)
         self.nodes.pop(name, None)
         self._forget_registration(name)
+        self._changed(name)
 
     def _forget_registration(self, name: str) -> None:
         self._registrations.pop(name, None)
