@@ -24,7 +24,7 @@ Deliberate differences from HAMi, each a bug there (scheduler.md §10.1):
 * that patch also nulls scheduler annotations left from an earlier attempt (item 14);
 * bind takes the node lock from the informer's node (read from the API only on a 409), sends
   it with the pod's patch, and waits for a node another pod has locked instead of failing at
-  once: the informer's node and pod events wake it (docs/protocol.md);
+  once: the informer's events of that node wake it (docs/protocol.md);
 * neither NodeNames nor Nodes is an error answer, not a crash (item 11);
 * per-reason FilteringFailed events are sent even when a node fits, for every rejected
   candidate (the engine's `all_reasons`: ~5 ms at 1,000 nodes against ~1 ms for the answer
