@@ -500,3 +500,29 @@ async def test_a_refiltered_pods_reservation_outlives_the_late_echoes_of_its_fai
     assert (await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))).error == ""
     service.state.on_pod(_as_written(views[-1], kube.pod_patches[-1][2], len(kube.pod_patches)))
     assert service.state.holds(decided)
+
+
+async def test_a_waiting_bind_does_not_read_the_node_again_until_the_informer_shows_news() -> None:
+    """The informer's node shows no lock but is stale (the API has one): after the 409 and the
+    read that finds the lock, the bind waits for the informer to show the node changed, not
+    for the same stale view to look unlocked again (a busy loop of writes and reads)."""
+    kube = MemoryKube()
+    service = _service(kube, lock_retry=timedelta(milliseconds=300))
+    kube.node["metadata"]["name"] = "n1"
+    service.state.on_node(copy.deepcopy(kube.node))
+    await _filtered(kube, service, gpu_pod("p"))
+    kube.node["metadata"]["annotations"][KEY_NODE_LOCK] = "2026-08-21T11:59:00Z,default,holder"
+    kube.node["metadata"]["resourceVersion"] = "2"
+    kube.pod_objects[("default", "holder")] = gpu_pod("holder")
+    reads = 0
+    get_node = kube.get_node
+
+    async def counted_get_node(name: str) -> dict[str, Any]:
+        nonlocal reads
+        reads += 1
+        return await get_node(name)
+
+    kube.get_node = counted_get_node  # type: ignore[method-assign]
+    result = await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))
+    assert "timed out" in result.error and "waiting for node n1" in result.error
+    assert reads <= 3  # the 409's read, then at most one a second, and the release's

@@ -547,23 +547,26 @@ class FilterBind:
         try:
             while True:
                 news.clear()
+                cached = self.state.nodes.get(node)
                 try:
-                    await self.locker.lock(node, namespace, name, cached=self.state.nodes.get(node))
+                    await self.locker.lock(node, namespace, name, cached=cached)
                     return
                 except NodeLockContentionError as err:
                     if loop.time() >= until:
                         raise self._timed_out(node) from err
-                await self._unlocked(node, news, until)
+                await self._unlocked(node, cached, news, until)
         finally:
             del self._node_news[node]
 
-    async def _unlocked(self, node: str, news: asyncio.Event, until: float) -> None:
-        """Until the informer shows the node without a lock (the holder's device plugin
-        released it), LOCK_RETRY_INTERVAL at most between reads through the API (an expired
-        or dangling lock changes nothing on the node)."""
+    async def _unlocked(
+        self, node: str, tried: Mapping[str, Any] | None, news: asyncio.Event, until: float
+    ) -> None:
+        """Until the informer shows the node changed since `tried` and without a lock (the
+        holder's device plugin released it), LOCK_RETRY_INTERVAL at most between reads through
+        the API (an expired or dangling lock changes nothing on the node)."""
         loop = asyncio.get_running_loop()
         recheck = min(until, loop.time() + LOCK_RETRY_INTERVAL)
-        while not _unlocked_in(self.state.nodes.get(node)):
+        while (current := self.state.nodes.get(node)) is tried or not _unlocked_in(current):
             left = recheck - loop.time()
             if left <= 0:
                 return
