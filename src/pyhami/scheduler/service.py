@@ -86,8 +86,8 @@ EXPLANATIONS_KEPT = 2048
 # two million verdict tuples (hundreds of MB, all walked by every full GC collection).
 EXPLAINED_VERDICTS_KEPT = 100_000
 
-# A bind waiting for a locked node looks again whenever the informer shows the node or a pod
-# on it change, and reads the node through the API at least every LOCK_RETRY_INTERVAL.
+# A bind waiting for a locked node looks again whenever the informer shows the node change,
+# and reads the node through the API at least every LOCK_RETRY_INTERVAL.
 LOCK_RETRY_INTERVAL = 1.0
 # Filter decisions kept for their bind: kube-scheduler binds within seconds, so only pods that
 # were deleted or sent elsewhere in between are ever dropped from here, oldest first.
