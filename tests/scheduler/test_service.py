@@ -526,3 +526,50 @@ async def test_a_waiting_bind_does_not_read_the_node_again_until_the_informer_sh
     result = await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))
     assert "timed out" in result.error and "waiting for node n1" in result.error
     assert reads <= 3  # the 409's read, then at most one a second, and the release's
+
+
+async def test_filters_wait_while_too_many_binds_are_at_work(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Binds past their node's turn are limited by holding the next filter back (a while at
+    most); binds queued for a busy node's turn do not count."""
+    monkeypatch.setattr(service_module, "BINDS_AT_WORK", 1)
+    kube = MemoryKube()
+    service = _service(kube)
+    kube.node["metadata"]["name"] = "n1"
+    first, queued, second = (gpu_pod(name, mem=1000) for name in ("a", "q", "b"))
+    for pod in (first, queued):
+        await _filtered(kube, service, pod)
+    entered, answered = asyncio.Event(), asyncio.Event()
+    binding = kube.bind_pod
+
+    async def slow_bind(namespace: str, name: str, node: str, *, uid: str | None = None) -> None:
+        entered.set()
+        await answered.wait()
+        await binding(namespace, name, node, uid=uid)
+
+    kube.bind_pod = slow_bind  # type: ignore[method-assign]
+    binds = [
+        asyncio.create_task(service.bind(ExtenderBindingArgs(n, "default", f"uid-{n}", "n1")))
+        for n in ("a", "q")
+    ]  # "a" holds n1's turn, "q" waits for it
+    await entered.wait()
+    service.state.on_pod(second)
+    waiting = asyncio.create_task(service.filter(_args(second, "n1")))
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert not waiting.done() and len(kube.bindings) == 0  # one bind at work: the limit
+    answered.set()
+    assert (await waiting).node_names == ["n1"]
+    assert (await binds[0]).error == ""
+    del kube.node["metadata"]["annotations"][KEY_NODE_LOCK]  # a's device plugin is done
+    kube.node["metadata"]["resourceVersion"] = "9"
+    service.state.on_node(copy.deepcopy(kube.node))
+    assert (await binds[1]).error == ""
+
+
+async def test_a_filter_waits_for_room_only_a_while(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(service_module, "BINDS_AT_WORK", 0)  # never room
+    monkeypatch.setattr(service_module, "ROOM_WAIT_S", 0.05)
+    service = _service(MemoryKube())
+    assert (await _filter(service, gpu_pod("p"), "n1")).node_names == ["n1"]

@@ -36,7 +36,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -89,6 +90,13 @@ EXPLAINED_VERDICTS_KEPT = 100_000
 # A bind waiting for a locked node looks again whenever the informer shows the node change,
 # and reads the node through the API at least every LOCK_RETRY_INTERVAL.
 LOCK_RETRY_INTERVAL = 1.0
+# Binds past their node's turn (writing, or waiting for the node's lock), at most, before
+# /filter waits for one to finish, and how long it waits at most: kube-scheduler filters far
+# faster than the API server takes binds, and binds beyond what it can take only queue in our
+# client, past kube-scheduler's 30 s timeout (with a new TLS connection each). Binds waiting
+# for their node's turn (binpack's queue) do not count.
+BINDS_AT_WORK = 32
+ROOM_WAIT_S = 5.0
 # Filter decisions kept for their bind: kube-scheduler binds within seconds, so only pods that
 # were deleted or sent elsewhere in between are ever dropped from here, oldest first.
 CLAIMS_KEPT = 16384
@@ -156,6 +164,8 @@ class FilterBind:
         # Binds waiting for a locked node, woken by the informer's news of that node.
         self._node_news: dict[str, asyncio.Event] = {}
         state.on_change(self._node_changed)
+        self._binds_at_work = 0
+        self._bind_done = asyncio.Event()
         self._explained_verdicts = 0
 
     # ----- leadership ------------------------------------------------------------------------
@@ -204,6 +214,7 @@ class FilterBind:
                 await asyncio.wait_for(self.synced.wait(), self._sync_wait.total_seconds())
             except TimeoutError:
                 return ExtenderFilterResult.failure("scheduler caches are not synced yet")
+        await self._room_for_a_bind()
         try:
             pod = await self._trusted_pod(args.pod or {})
         except FilterRefusedError as err:
@@ -287,6 +298,18 @@ class FilterBind:
                 "it is not filtered again"
             )
         return pod
+
+    async def _room_for_a_bind(self) -> None:
+        """Wait while BINDS_AT_WORK binds are past their node's turn, ROOM_WAIT_S at most
+        (a node whose lock is never released must not stop all filtering)."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + ROOM_WAIT_S
+        while self._binds_at_work >= BINDS_AT_WORK:
+            self._bind_done.clear()
+            try:
+                await asyncio.wait_for(self._bind_done.wait(), until - loop.time())
+            except TimeoutError:
+                return
 
     def _claim(self, claim: _Claim) -> None:
         self._claims[claim.key] = claim
@@ -458,7 +481,7 @@ class FilterBind:
         recorded = asyncio.ensure_future(self._record(claim))
         locked = False
         try:
-            async with self.mutexes.hold(args.node, within=self._wait_left(until)):
+            async with self._turn(args.node, self._wait_left(until)):
                 if needs_lock:
                     # The binding goes out only after the lock and the pod's patch landed.
                     results = await asyncio.gather(
@@ -507,6 +530,17 @@ class FilterBind:
         if claim.allocation is not None and not self.state.holds(claim.allocation):
             return f"pod {pod}: the reservation its filter made is gone; filter it again"
         return None
+
+    @asynccontextmanager
+    async def _turn(self, node: str, within: float | None) -> AsyncIterator[None]:
+        """The node's turn for this bind, counted among the binds at work while held."""
+        async with self.mutexes.hold(node, within=within):
+            self._binds_at_work += 1
+            try:
+                yield
+            finally:
+                self._binds_at_work -= 1
+                self._bind_done.set()
 
     async def _record(self, claim: _Claim) -> None:
         """The filter's decision and the bind phase, in one patch of the pod; from its answer
