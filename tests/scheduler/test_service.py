@@ -434,27 +434,32 @@ async def test_a_bind_to_a_locked_node_waits_for_the_release_the_informer_shows(
     assert kube.bindings == [("default", "p", {"node": "n1", "uid": "uid-p"})]
 
 
+def _count_node_reads(kube: MemoryKube) -> list[str]:
+    """The node names read through the API from now on, in order."""
+    reads: list[str] = []
+    get_node = kube.get_node
+
+    async def counted_get_node(name: str) -> dict[str, Any]:
+        reads.append(name)
+        return await get_node(name)
+
+    kube.get_node = counted_get_node  # type: ignore[method-assign]
+    return reads
+
+
 async def test_bind_takes_the_lock_from_the_informers_node_and_reads_it_only_on_conflict() -> None:
     kube = MemoryKube()
     service = _service(kube)
     kube.node["metadata"]["name"] = "n1"
-    reads = 0
-    get_node = kube.get_node
-
-    async def counted_get_node(name: str) -> dict[str, Any]:
-        nonlocal reads
-        reads += 1
-        return await get_node(name)
-
-    kube.get_node = counted_get_node  # type: ignore[method-assign]
+    reads = _count_node_reads(kube)
     service.state.on_node(copy.deepcopy(kube.node))
     for name in ("p", "q"):
         await _filtered(kube, service, gpu_pod(name, mem=1000))
     assert (await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))).error == ""
-    assert reads == 0  # the informer's node, written with its resourceVersion
+    assert reads == []  # the informer's node, written with its resourceVersion
     del kube.node["metadata"]["annotations"][KEY_NODE_LOCK]  # p's device plugin released it
     assert (await service.bind(ExtenderBindingArgs("q", "default", "uid-q", "n1"))).error == ""
-    assert reads == 1  # the cached node was stale (409): read once, then locked
+    assert len(reads) == 1  # the cached node was stale (409): read once, then locked
     assert kube.lock == "2026-08-21T12:00:00Z,default,q"
 
 
@@ -514,18 +519,10 @@ async def test_a_waiting_bind_does_not_read_the_node_again_until_the_informer_sh
     kube.node["metadata"]["annotations"][KEY_NODE_LOCK] = "2026-08-21T11:59:00Z,default,holder"
     kube.node["metadata"]["resourceVersion"] = "2"
     kube.pod_objects[("default", "holder")] = gpu_pod("holder")
-    reads = 0
-    get_node = kube.get_node
-
-    async def counted_get_node(name: str) -> dict[str, Any]:
-        nonlocal reads
-        reads += 1
-        return await get_node(name)
-
-    kube.get_node = counted_get_node  # type: ignore[method-assign]
+    reads = _count_node_reads(kube)
     result = await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))
     assert "timed out" in result.error and "waiting for node n1" in result.error
-    assert reads <= 3  # the 409's read, then at most one a second, and the release's
+    assert len(reads) <= 3  # the 409's read, then at most one a second, and the release's
 
 
 async def test_filters_wait_while_too_many_binds_are_at_work(

@@ -92,13 +92,7 @@ def test_pods_are_charged_from_annotations_and_released_when_done() -> None:
 
 
 def test_a_reservation_survives_informer_views_from_before_its_patch() -> None:
-    state, _ = _state()
-    state.on_node(node_object("n1", [card("GPU-a")]))
-    state.on_pod(_allocated("p", "GPU-a", 3000))
-    reserved = state.ledger.pod("uid-p")
-    assert reserved is not None
-    state.release("uid-p")
-    state.reserve(reserved)
+    state, reserved = _reserved_again()
     stale = _versioned(gpu_pod("p"), "7")  # the pod as it looked before the filter's patch
     state.on_pod(stale)
     assert state.ledger.pod("uid-p") is not None
@@ -112,6 +106,14 @@ def test_a_reservation_survives_informer_views_from_before_its_patch() -> None:
 
 
 def test_a_reservation_whose_answer_the_informer_showed_first_is_confirmed_by_it() -> None:
+    state, reserved = _reserved_again()
+    state.on_pod(_versioned(gpu_pod("p"), "12"))  # newer than the answer: someone stripped it
+    state.recorded(reserved, {"metadata": {"resourceVersion": "9"}})
+    assert state.ledger.pod("uid-p") is None
+
+
+def _reserved_again() -> tuple[ClusterState, PodAllocation]:
+    """A state where pod p's allocation is reserved by a filter whose patch is in flight."""
     state, _ = _state()
     state.on_node(node_object("n1", [card("GPU-a")]))
     state.on_pod(_allocated("p", "GPU-a", 3000))
@@ -119,9 +121,7 @@ def test_a_reservation_whose_answer_the_informer_showed_first_is_confirmed_by_it
     assert reserved is not None
     state.release("uid-p")
     state.reserve(reserved)
-    state.on_pod(_versioned(gpu_pod("p"), "12"))  # newer than the answer: someone stripped it
-    state.recorded(reserved, {"metadata": {"resourceVersion": "9"}})
-    assert state.ledger.pod("uid-p") is None
+    return state, reserved
 
 
 def _versioned(pod: dict[str, Any], version: str) -> dict[str, Any]:
