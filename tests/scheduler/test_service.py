@@ -208,19 +208,23 @@ async def test_a_failed_pod_patch_fails_the_bind_and_rolls_the_reservation_back(
     assert "has no filter decision" in again.error
 
 
-async def test_the_pods_patch_goes_out_while_the_bind_waits_for_its_node() -> None:
+async def test_a_bind_waiting_for_its_nodes_turn_writes_nothing_and_times_out_cleanly() -> None:
     kube = MemoryKube()
-    service = _service(kube)
+    service = _service(kube, lock_retry=timedelta(milliseconds=100))
     kube.node["metadata"]["name"] = "n1"
     await _filtered(kube, service, gpu_pod("p"))
-    async with service.mutexes.hold("n1"):  # an earlier bind to n1 is in progress
+    reads = _count_node_reads(kube)
+    async with service.mutexes.hold("n1"):  # an earlier bind to n1 holds the node's turn
         bind = asyncio.create_task(service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1")))
         for _ in range(20):
             await asyncio.sleep(0)
-        assert [name for _, name, _ in kube.pod_patches] == ["p"]
-        assert kube.lock is None and kube.bindings == []  # the binding waits for its turn
-    assert (await bind).error == ""
-    assert kube.lock == "2026-08-21T12:00:00Z,default,p" and len(kube.bindings) == 1
+        assert kube.pod_patches == [] and kube.lock is None  # nothing before its turn
+        result = await bind
+    assert "timed out after 0:00:00.100000 waiting for node n1" in result.error
+    assert kube.pod_patches == [] and reads == [] and kube.bindings == []  # nothing to undo
+    assert service.state.ledger.pod("uid-p") is None  # the reservation is released
+    await service.events.drain()
+    assert any(e["reason"] == "BindingFailed" for e in kube.events)
 
 
 async def test_followers_do_not_decide_and_say_so() -> None:

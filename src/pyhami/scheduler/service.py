@@ -476,12 +476,13 @@ class FilterBind:
         # that is not allocated yet) ends within --node-lock-retry-timeout, before
         # kube-scheduler's own timeout gives up on this bind.
         until = asyncio.get_running_loop().time() + self._lock_retry.total_seconds()
-        # The pod's patch goes out at once, while the bind may wait for its node: only a pod
-        # bound to a node is read there, by its device plugin.
-        recorded = asyncio.ensure_future(self._record(claim))
+        recorded: asyncio.Future[None] | None = None
         locked = False
         try:
             async with self._turn(args.node, self._wait_left(until)):
+                # Binds queued for a busy node write nothing before their turn (2,000 binpacked
+                # pods' patches at once left the API server no room for the node's own binds).
+                recorded = asyncio.ensure_future(self._record(claim))
                 if needs_lock:
                     # The binding goes out only after the lock and the pod's patch landed.
                     results = await asyncio.gather(
@@ -500,8 +501,10 @@ class FilterBind:
         except Exception as err:
             if isinstance(err, NodeTurnTimeoutError):
                 err = self._timed_out(args.node)
-            await asyncio.wait([recorded])  # the cleanup is written after it
-            await self._bind_failed(claim, args.node, pod, locked=locked, err=err)
+            if recorded is not None:
+                await asyncio.wait([recorded])  # the cleanup is written after it
+            wrote = recorded is not None
+            await self._bind_failed(claim, args.node, pod, locked=locked, wrote=wrote, err=err)
             return ExtenderBindingResult(str(err))
         self.state.mark_bound(claim.key, args.node)
         self.metrics.decisions.labels(verb="bind", outcome="bound").inc()
@@ -622,6 +625,7 @@ class FilterBind:
         pod: Mapping[str, Any],
         *,
         locked: bool,
+        wrote: bool,
         err: Exception,
     ) -> None:
         """Undo this bind's own reservation, and only while the pod is unbound: a pod that is
@@ -629,6 +633,10 @@ class FilterBind:
         and its annotations, since it is about to run with them."""
         self.metrics.decisions.labels(verb="bind", outcome="failed").inc()
         self.events.emit(pod, WARNING, "BindingFailed", str(err))
+        if not wrote:  # the pod and node are as they were: only the reservation goes
+            if claim.allocation is not None and self.state.holds(claim.allocation):
+                self.state.release(claim.key)
+            return
         namespace, name = claim.namespace, claim.name
         if locked:
             await _quietly(self.locker.release(node, namespace, name), "lock release")
