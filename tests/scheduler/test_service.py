@@ -438,6 +438,20 @@ async def test_a_bind_to_a_locked_node_waits_for_the_release_the_informer_shows(
     assert kube.bindings == [("default", "p", {"node": "n1", "uid": "uid-p"})]
 
 
+def _stalled_bindings(kube: MemoryKube) -> tuple[asyncio.Event, asyncio.Event]:
+    """Bindings from now on wait for the second event; the first is set when one arrives."""
+    entered, answered = asyncio.Event(), asyncio.Event()
+    binding = kube.bind_pod
+
+    async def slow_bind(namespace: str, name: str, node: str, *, uid: str | None = None) -> None:
+        entered.set()
+        await answered.wait()
+        await binding(namespace, name, node, uid=uid)
+
+    kube.bind_pod = slow_bind  # type: ignore[method-assign]
+    return entered, answered
+
+
 def _count_node_reads(kube: MemoryKube) -> list[str]:
     """The node names read through the API from now on, in order."""
     reads: list[str] = []
@@ -541,15 +555,7 @@ async def test_filters_wait_while_too_many_binds_are_at_work(
     first, queued, second = (gpu_pod(name, mem=1000) for name in ("a", "q", "b"))
     for pod in (first, queued):
         await _filtered(kube, service, pod)
-    entered, answered = asyncio.Event(), asyncio.Event()
-    binding = kube.bind_pod
-
-    async def slow_bind(namespace: str, name: str, node: str, *, uid: str | None = None) -> None:
-        entered.set()
-        await answered.wait()
-        await binding(namespace, name, node, uid=uid)
-
-    kube.bind_pod = slow_bind  # type: ignore[method-assign]
+    entered, answered = _stalled_bindings(kube)
     binds = [
         asyncio.create_task(service.bind(ExtenderBindingArgs(n, "default", f"uid-{n}", "n1")))
         for n in ("a", "q")
@@ -574,3 +580,25 @@ async def test_a_filter_waits_for_room_only_a_while(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(service_module, "ROOM_WAIT_S", 0.05)
     service = _service(MemoryKube())
     assert (await _filter(service, gpu_pod("p"), "n1")).node_names == ["n1"]
+
+
+async def test_a_filter_answers_with_a_node_only_when_its_bind_queue_has_room(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(service_module, "BINDS_QUEUED_PER_NODE", 1)
+    kube = MemoryKube()
+    service = _service(kube)
+    kube.node["metadata"]["name"] = "n1"
+    first, second = gpu_pod("a", mem=1000), gpu_pod("b", mem=1000)
+    await _filtered(kube, service, first)
+    entered, answered = _stalled_bindings(kube)
+    bind = asyncio.create_task(service.bind(ExtenderBindingArgs("a", "default", "uid-a", "n1")))
+    await entered.wait()
+    service.state.on_pod(second)
+    waiting = asyncio.create_task(service.filter(_args(second, "n1")))
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert not waiting.done()  # n1 has one bind queued: the limit
+    answered.set()
+    assert (await waiting).node_names == ["n1"]
+    assert (await bind).error == ""
