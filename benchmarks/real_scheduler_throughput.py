@@ -23,8 +23,9 @@ buckets of the phase's delta; bind failures as our scheduler counted them. The c
 give GPU pods/s against the plain-pod rate.
 
 Run from the repository root: `python3 benchmarks/real_scheduler_throughput.py [--nodes 200]
-[--pods 400] [--profile out.txt] [--scheduler-src DIR]` (`--scheduler-src` runs the pyhami
-scheduler from another checkout's src/, to compare two versions under the same harness).
+[--pods 400] [--policies spread,binpack] [--profile out.txt] [--scheduler-src DIR]`
+(`--policies` picks the GPU phases, `--scheduler-src` runs the pyhami scheduler from another
+checkout's src/, to compare two versions under the same harness).
 """
 
 from __future__ import annotations
@@ -466,7 +467,7 @@ async def main(args: argparse.Namespace) -> None:
             }
             phases = [
                 await run_phase(admin, Phase(name, args.pods), "default", scrapers, processes)
-                for name in ("spread", "binpack", "plain")
+                for name in (*args.policies.split(","), "plain")
             ]
             if profiler is not None:
                 profiler.send_signal(signal.SIGINT)
@@ -506,10 +507,24 @@ async def main(args: argparse.Namespace) -> None:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def policies(value: str) -> str:
+    names = value.split(",")
+    unknown = [name for name in names if name not in ("spread", "binpack")]
+    if unknown or not value:
+        raise argparse.ArgumentTypeError(f"unknown node policy {unknown}: spread, binpack")
+    return value
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--pods", type=int, default=2000)
+    parser.add_argument(
+        "--policies",
+        default="spread,binpack",
+        type=policies,
+        help="node policies to run, comma-separated (the plain-pod phase always runs last)",
+    )
     parser.add_argument("--profile", help="py-spy raw profile of the pyhami scheduler here")
     parser.add_argument("--scheduler-src", help="src/ of the pyhami to run as the scheduler")
     parser.add_argument("--json", help="write the phases' rates here")

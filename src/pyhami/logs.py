@@ -16,6 +16,7 @@ from structlog.typing import EventDict, Processor
 
 # Third-party loggers that stay at INFO even with debug logs on (their DEBUG is request bodies).
 QUIET_LIBRARIES = ("kubernetes_asyncio", "asyncio", "grpc", "urllib3")
+ACCESS_LOG = "aiohttp.access"
 LOG_FORMAT_ENV = "PYHAMI_LOG_FORMAT"
 
 
@@ -85,3 +86,5 @@ def configure_logging(
     root.setLevel(level)
     for name in QUIET_LIBRARIES:
         logging.getLogger(name).setLevel(max(level, logging.INFO))
+    # A line per HTTP request (kube-scheduler calls the extender twice per pod) only in debug.
+    logging.getLogger(ACCESS_LOG).setLevel(level if debug else logging.WARNING)

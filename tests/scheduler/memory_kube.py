@@ -20,12 +20,16 @@ class MemoryKube(MemoryNodes):
         self.events: list[dict[str, Any]] = []
         self.fail_pod_patch = False
         self.fail_binding = False
+        self.pod_version = 0  # the resourceVersion each pod write answers with, as etcd counts
 
     async def patch_pod(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         if self.fail_pod_patch:
             raise ConnectionError("pods API down")
         self.pod_patches.append((namespace, name, copy.deepcopy(body)))
-        return body
+        self.pod_version += 1
+        answer = copy.deepcopy(body)
+        answer.setdefault("metadata", {})["resourceVersion"] = str(self.pod_version)
+        return answer
 
     async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
         pod = self.pod_objects.get((namespace, name))

@@ -99,14 +99,19 @@ async def test_bad_bodies_unknown_pods_and_api_errors_get_error_answers(tmp_path
         assert "missing PodName" in (await cluster.post(process, "/bind", {}))["Error"]
         webhook = await cluster.post(process, "/webhook", b"")
         assert webhook["response"]["status"]["code"] == 400
-        # An API failure on the decision patch is an Error answer and leaves nothing reserved.
+        # An API failure on the decision patch (sent after the answer) fails the bind and
+        # leaves nothing reserved.
         created = await cluster.create_pod(pod_object("p"))
         cluster.api.faults.fail("patch", "pods", status=500)
         answer = await cluster.post(
             process, "/filter", {"Pod": created, "NodeNames": ["n1", "broken"]}
         )
-        assert "failed to record the decision" in answer["Error"]
-        assert process.state.ledger.pod(created["metadata"]["uid"]) is None
+        assert answer["NodeNames"] == ["n1"]
+        uid = created["metadata"]["uid"]
+        bind_args = {"PodName": "p", "PodNamespace": "default", "PodUID": uid, "Node": "n1"}
+        bind = await cluster.post(process, "/bind", bind_args)
+        assert "failed to record the decision" in bind["Error"]
+        assert process.state.ledger.pod(uid) is None
         status, _ = await cluster.get(process, "/healthz")
         assert status == 200
         status, text = await cluster.get(process, "/explain?pod=default/p")

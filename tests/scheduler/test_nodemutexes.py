@@ -2,7 +2,9 @@
 
 import asyncio
 
-from pyhami.scheduler.nodelock import NodeMutexes
+import pytest
+
+from pyhami.scheduler.nodelock import NodeMutexes, NodeTurnTimeoutError
 
 
 async def test_node_mutexes_serialise_per_node_only() -> None:
@@ -19,3 +21,13 @@ async def test_node_mutexes_serialise_per_node_only() -> None:
     assert order.index("a1-") < order.index("a2+")
     assert order.index("b1-") < order.index("a1-")
     mutexes.forget("a")
+
+
+async def test_a_turn_that_does_not_come_in_time_is_a_timeout_and_frees_nothing() -> None:
+    mutexes = NodeMutexes()
+    async with mutexes.hold("a"):
+        with pytest.raises(NodeTurnTimeoutError, match=r"node a: no turn within 0\.0s"):
+            async with mutexes.hold("a", within=0.01):
+                pass
+    async with mutexes.hold("a", within=0.01):  # free again once the holder is done
+        pass

@@ -1,6 +1,7 @@
 """The filter/bind flow over ClusterState with an in-memory API (unit level)."""
 
 import asyncio
+import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -53,6 +54,7 @@ def _service(
     *,
     explain_all: bool = True,
     synced: bool = True,
+    lock_retry: timedelta = timedelta(seconds=28),
 ) -> FilterBind:
     state = ClusterState(EngineConfig(), lambda n: INVENTORIES.get(object_name(n)))
     for name in INVENTORIES:
@@ -73,6 +75,7 @@ def _service(
         synced=ready,
         explain_all=explain_all,
         sync_wait=timedelta(milliseconds=50),
+        lock_retry_timeout=lock_retry,
     )
 
 
@@ -86,23 +89,28 @@ async def _filter(service: FilterBind, pod: dict[str, Any], *names: str) -> Exte
     return await service.filter(_args(pod, *names))
 
 
-async def test_filter_picks_a_node_records_the_decision_and_reserves() -> None:
+async def test_filter_picks_a_node_and_reserves_and_bind_records_the_decision() -> None:
     kube = MemoryKube()
     service = _service(kube)
     pod = gpu_pod("p", mem=3000, cores=30)
+    kube.pod_objects[("default", "p")] = pod
     result = await _filter(service, pod, "n1", "n1-busy", "ghost")
     assert result.node_names == ["n1"]
     assert result.failed_nodes is not None and result.failed_nodes["ghost"] == "node unregistered"
     assert "CardInsufficientMemory" in result.failed_nodes["n1-busy"]
-    namespace, name, body = kube.pod_patches[0]
+    assert kube.pod_patches == []  # the decision is written by the bind
+    reserved = service.state.ledger.pod("uid-p")
+    assert reserved is not None and reserved.node == "n1"
+    assert (await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))).error == ""
+    ((namespace, name, body),) = kube.pod_patches  # one patch: the decision and the phase
     notes = body["metadata"]["annotations"]
     assert (namespace, name) == ("default", "p")
     assert notes["hami.io/vgpu-node"] == "n1"
     assert notes["hami.io/vgpu-devices-allocated"] == notes["hami.io/vgpu-devices-to-allocate"]
     assert ",NVIDIA,3000,30:" in notes["hami.io/vgpu-devices-allocated"]
+    assert notes["hami.io/bind-phase"] == "allocating"
+    assert notes["hami.io/bind-time"] == str(int(NOW.timestamp()))
     assert body["metadata"]["labels"] == {"hami.io/vgpu-node": "n1"}
-    reserved = service.state.ledger.pod("uid-p")
-    assert reserved is not None and reserved.node == "n1"
     await service.events.drain()
     reasons = [(e["type"], e["reason"]) for e in kube.events]
     assert ("Normal", "FilteringSucceed") in reasons
@@ -152,9 +160,11 @@ async def test_refiltering_drops_the_old_reservation_and_stale_keys() -> None:
     kube = MemoryKube()
     service = _service(kube)
     pod = gpu_pod("p", mem=7000, annotations={"hami.io/vgpu-mig-allocations": "[]"})
+    kube.pod_objects[("default", "p")] = pod
     for _ in range(3):  # 7000 of 8000 MiB: a pod that counted against itself would not fit
         result = await _filter(service, pod, "n1")
         assert result.node_names == ["n1"]
+    assert (await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))).error == ""
     notes = kube.pod_patches[-1][2]["metadata"]["annotations"]
     assert notes["hami.io/vgpu-mig-allocations"] is None  # left over from an earlier attempt
 
@@ -184,13 +194,37 @@ async def test_unschedulable_answers_every_node_with_its_reason() -> None:
     assert "no available node, 2 nodes do not meet" in messages
 
 
-async def test_patch_failure_rolls_the_reservation_back() -> None:
+async def test_a_failed_pod_patch_fails_the_bind_and_rolls_the_reservation_back() -> None:
     kube = MemoryKube()
     kube.fail_pod_patch = True
     service = _service(kube)
-    result = await _filter(service, gpu_pod("p"), "n1")
-    assert "failed to record the decision" in result.error
+    kube.node["metadata"]["name"] = "n1"
+    await _filtered(kube, service, gpu_pod("p"))
+    bound = await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))
+    assert "pods API down" in bound.error
+    assert kube.bindings == [] and kube.lock is None  # the lock taken meanwhile is given back
     assert service.state.ledger.pod("uid-p") is None
+    again = await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))
+    assert "has no filter decision" in again.error
+
+
+async def test_a_bind_waiting_for_its_nodes_turn_writes_nothing_and_times_out_cleanly() -> None:
+    kube = MemoryKube()
+    service = _service(kube, lock_retry=timedelta(milliseconds=100))
+    kube.node["metadata"]["name"] = "n1"
+    await _filtered(kube, service, gpu_pod("p"))
+    reads = _count_node_reads(kube)
+    async with service.mutexes.hold("n1"):  # an earlier bind to n1 holds the node's turn
+        bind = asyncio.create_task(service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1")))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert kube.pod_patches == [] and kube.lock is None  # nothing before its turn
+        result = await bind
+    assert "timed out after 0:00:00.100000 waiting for node n1" in result.error
+    assert kube.pod_patches == [] and reads == [] and kube.bindings == []  # nothing to undo
+    assert service.state.ledger.pod("uid-p") is None  # the reservation is released
+    await service.events.drain()
+    assert any(e["reason"] == "BindingFailed" for e in kube.events)
 
 
 async def test_followers_do_not_decide_and_say_so() -> None:
@@ -223,7 +257,7 @@ async def test_a_leader_deposed_while_its_filter_reads_the_pod_writes_nothing() 
     assert service.state.ledger.pod("uid-p") is None
 
 
-@pytest.mark.parametrize("lost_after", ["node-lock", "bind-phase"])
+@pytest.mark.parametrize("lost_after", ["node-lock", "pod-patch"])
 async def test_a_leader_deposed_while_its_bind_awaits_the_api_writes_nothing_more(
     lost_after: str,
 ) -> None:
@@ -248,13 +282,12 @@ async def test_a_leader_deposed_while_its_bind_awaits_the_api_writes_nothing_mor
     result = await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))
     assert "not the leader (leader: other-replica)" in result.error
     assert kube.bindings == []
-    # only what was written while it still led: the bind-phase patch, when it lost the lead
-    # just after it
+    # The pod's one patch (decision and bind phase) goes out beside the node lock, so it was
+    # sent while the replica still led; the binding, after both, is never sent.
     written = [
         set(body["metadata"]["annotations"]) for _, _, body in kube.pod_patches[writes_before:]
     ]
-    bind_phase = {"hami.io/bind-phase", "hami.io/bind-time"}
-    assert written == ([] if lost_after == "node-lock" else [bind_phase])
+    assert len(written) == 1 and {"hami.io/bind-phase", "hami.io/bind-time"} <= written[0]
 
 
 async def _filtered(kube: MemoryKube, service: FilterBind, pod: dict[str, Any]) -> None:
@@ -272,10 +305,8 @@ async def test_bind_locks_the_node_sets_bind_phase_and_binds() -> None:
     assert result.error == ""
     assert kube.lock == "2026-08-21T12:00:00Z,default,p"
     phase = kube.pod_patches[-1][2]["metadata"]["annotations"]
-    assert phase == {
-        "hami.io/bind-phase": "allocating",
-        "hami.io/bind-time": str(int(NOW.timestamp())),
-    }
+    assert phase["hami.io/bind-phase"] == "allocating"
+    assert phase["hami.io/bind-time"] == str(int(NOW.timestamp()))
     assert kube.bindings == [("default", "p", {"node": "n1", "uid": "uid-p"})]
 
 
@@ -304,9 +335,10 @@ async def test_bind_failure_releases_lock_and_reservation() -> None:
 
 async def test_bind_contention_keeps_the_other_pods_lock() -> None:
     kube = MemoryKube()
-    service = _service(kube)
+    service = _service(kube, lock_retry=timedelta(milliseconds=50))
     await _filtered(kube, service, gpu_pod("p"))
     kube.node["metadata"]["annotations"][KEY_NODE_LOCK] = "2026-08-21T11:59:00Z,default,holder"
+    kube.node["metadata"]["resourceVersion"] = "2"  # the informer has not seen the lock yet
     kube.pod_objects[("default", "holder")] = gpu_pod("holder")
     result = await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))
     assert "node lock contention" in result.error
@@ -381,7 +413,7 @@ async def test_a_pod_is_not_filtered_or_bound_again_while_its_bind_is_in_flight(
     kube.bind_pod = slow_bind  # type: ignore[method-assign]
     bind = asyncio.create_task(service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1")))
     async with asyncio.timeout(5):
-        while "hami.io/bind-phase" not in str(kube.pod_patches[-1]):
+        while "hami.io/bind-phase" not in str(kube.pod_patches):
             await asyncio.sleep(0)
     refused = await service.filter(_args(pod, "n1"))
     assert "is being bound to n1" in refused.error
@@ -414,7 +446,7 @@ async def test_filter_reads_the_pod_from_the_cluster_not_from_the_body() -> None
     anonymous = gpu_pod("fresh")
     del anonymous["metadata"]["uid"]
     assert "carries no metadata.uid" in (await service.filter(_args(anonymous, "n1"))).error
-    assert [name for _, name, _ in kube.pod_patches] == ["fresh"]
+    assert kube.pod_patches == []  # refusals write nothing; the decision waits for its bind
 
 
 @pytest.mark.parametrize("names", [("n1",), ("n1", "n1-busy")])
@@ -433,3 +465,192 @@ async def test_filter_waits_for_sync_then_says_so() -> None:
     result = await _filter(service, gpu_pod("p"), "n1")
     assert result.error == "scheduler caches are not synced yet"
     assert service.readiness() == (False, "caches not synced")
+
+
+async def test_a_bind_to_a_locked_node_waits_for_the_release_the_informer_shows() -> None:
+    kube = MemoryKube()
+    service = _service(kube)
+    kube.node["metadata"]["name"] = "n1"
+    await _filtered(kube, service, gpu_pod("p"))
+    kube.node["metadata"]["annotations"][KEY_NODE_LOCK] = "2026-08-21T11:59:00Z,default,holder"
+    kube.pod_objects[("default", "holder")] = gpu_pod("holder")
+    kube.pods.add(("default", "holder"))
+    service.state.on_node(copy.deepcopy(kube.node))
+    bind = asyncio.create_task(service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1")))
+    await asyncio.sleep(0.05)
+    assert not bind.done() and kube.bindings == []  # waiting, not failed
+    # the holder's device plugin releases the lock; the informer shows it
+    del kube.node["metadata"]["annotations"][KEY_NODE_LOCK]
+    kube.node["metadata"]["resourceVersion"] = "7"
+    service.state.on_node(copy.deepcopy(kube.node))
+    async with asyncio.timeout(5):
+        result = await bind
+    assert result.error == ""
+    assert kube.lock == "2026-08-21T12:00:00Z,default,p"
+    assert kube.bindings == [("default", "p", {"node": "n1", "uid": "uid-p"})]
+
+
+def _stalled_bindings(kube: MemoryKube) -> tuple[asyncio.Event, asyncio.Event]:
+    """Bindings from now on wait for the second event; the first is set when one arrives."""
+    entered, answered = asyncio.Event(), asyncio.Event()
+    binding = kube.bind_pod
+
+    async def slow_bind(namespace: str, name: str, node: str, *, uid: str | None = None) -> None:
+        entered.set()
+        await answered.wait()
+        await binding(namespace, name, node, uid=uid)
+
+    kube.bind_pod = slow_bind  # type: ignore[method-assign]
+    return entered, answered
+
+
+def _count_node_reads(kube: MemoryKube) -> list[str]:
+    """The node names read through the API from now on, in order."""
+    reads: list[str] = []
+    get_node = kube.get_node
+
+    async def counted_get_node(name: str) -> dict[str, Any]:
+        reads.append(name)
+        return await get_node(name)
+
+    kube.get_node = counted_get_node  # type: ignore[method-assign]
+    return reads
+
+
+async def test_bind_takes_the_lock_from_the_informers_node_and_reads_it_only_on_conflict() -> None:
+    kube = MemoryKube()
+    service = _service(kube)
+    kube.node["metadata"]["name"] = "n1"
+    reads = _count_node_reads(kube)
+    service.state.on_node(copy.deepcopy(kube.node))
+    for name in ("p", "q"):
+        await _filtered(kube, service, gpu_pod(name, mem=1000))
+    assert (await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))).error == ""
+    assert reads == []  # the informer's node, written with its resourceVersion
+    del kube.node["metadata"]["annotations"][KEY_NODE_LOCK]  # p's device plugin released it
+    assert (await service.bind(ExtenderBindingArgs("q", "default", "uid-q", "n1"))).error == ""
+    assert len(reads) == 1  # the cached node was stale (409): read once, then locked
+    assert kube.lock == "2026-08-21T12:00:00Z,default,q"
+
+
+def _as_written(pod: dict[str, Any], body: dict[str, Any], version: int) -> dict[str, Any]:
+    """The pod as the informer shows it after a merge patch of its annotations and labels."""
+    seen = copy.deepcopy(pod)
+    meta = seen["metadata"]
+    for field in ("annotations", "labels"):
+        values = dict(meta.get(field) or {})
+        for key, value in (body["metadata"].get(field) or {}).items():
+            if value is None:
+                values.pop(key, None)
+            else:
+                values[key] = value
+        meta[field] = values
+    meta["resourceVersion"] = str(version)
+    return seen
+
+
+async def test_a_refiltered_pods_reservation_outlives_the_late_echoes_of_its_failed_bind() -> None:
+    """Filter, bind (its patch lands, the binding fails, the cleanup strips the annotations),
+    filter again to the same card; the informer shows the bind's patch and the cleanup only
+    then. The first matches the new reservation by chance: neither may end it (only a view at
+    least as new as the answer to the new bind's patch), or the card looks free meanwhile."""
+    kube = MemoryKube()
+    service = _service(kube)
+    pod = gpu_pod("p")
+    await _filtered(kube, service, pod)
+    kube.fail_binding = True
+    failed = await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))
+    assert "binding refused" in failed.error
+    views = [pod]
+    for version, (_, _, body) in enumerate(kube.pod_patches, start=1):
+        views.append(_as_written(views[-1], body, version))  # the decision, then the cleanup
+    assert views[-1]["metadata"]["annotations"] == {}
+    kube.fail_binding = False
+    assert (await service.filter(_args(views[0], "n1"))).node_names == ["n1"]
+    decided = service.state.ledger.pod("uid-p")
+    assert decided is not None
+    for late in views[1:]:
+        service.state.on_pod(late)
+        assert service.state.holds(decided)
+    assert (await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))).error == ""
+    service.state.on_pod(_as_written(views[-1], kube.pod_patches[-1][2], len(kube.pod_patches)))
+    assert service.state.holds(decided)
+
+
+async def test_a_waiting_bind_does_not_read_the_node_again_until_the_informer_shows_news() -> None:
+    """The informer's node shows no lock but is stale (the API has one): after the 409 and the
+    read that finds the lock, the bind waits for the informer to show the node changed, not
+    for the same stale view to look unlocked again (a busy loop of writes and reads)."""
+    kube = MemoryKube()
+    service = _service(kube, lock_retry=timedelta(milliseconds=300))
+    kube.node["metadata"]["name"] = "n1"
+    service.state.on_node(copy.deepcopy(kube.node))
+    await _filtered(kube, service, gpu_pod("p"))
+    kube.node["metadata"]["annotations"][KEY_NODE_LOCK] = "2026-08-21T11:59:00Z,default,holder"
+    kube.node["metadata"]["resourceVersion"] = "2"
+    kube.pod_objects[("default", "holder")] = gpu_pod("holder")
+    reads = _count_node_reads(kube)
+    result = await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))
+    assert "timed out" in result.error and "waiting for node n1" in result.error
+    assert len(reads) <= 3  # the 409's read, then at most one a second, and the release's
+
+
+async def test_filters_wait_while_too_many_binds_are_at_work(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Binds past their node's turn are limited by holding the next filter back (a while at
+    most); binds queued for a busy node's turn do not count."""
+    monkeypatch.setattr(service_module, "BINDS_AT_WORK", 1)
+    kube = MemoryKube()
+    service = _service(kube)
+    kube.node["metadata"]["name"] = "n1"
+    first, queued, second = (gpu_pod(name, mem=1000) for name in ("a", "q", "b"))
+    for pod in (first, queued):
+        await _filtered(kube, service, pod)
+    entered, answered = _stalled_bindings(kube)
+    binds = [
+        asyncio.create_task(service.bind(ExtenderBindingArgs(n, "default", f"uid-{n}", "n1")))
+        for n in ("a", "q")
+    ]  # "a" holds n1's turn, "q" waits for it
+    await entered.wait()
+    service.state.on_pod(second)
+    waiting = asyncio.create_task(service.filter(_args(second, "n1")))
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert not waiting.done() and len(kube.bindings) == 0  # one bind at work: the limit
+    answered.set()
+    assert (await waiting).node_names == ["n1"]
+    assert (await binds[0]).error == ""
+    del kube.node["metadata"]["annotations"][KEY_NODE_LOCK]  # a's device plugin is done
+    kube.node["metadata"]["resourceVersion"] = "9"
+    service.state.on_node(copy.deepcopy(kube.node))
+    assert (await binds[1]).error == ""
+
+
+async def test_a_filter_waits_for_room_only_a_while(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(service_module, "BINDS_AT_WORK", 0)  # never room
+    monkeypatch.setattr(service_module, "ROOM_WAIT_S", 0.05)
+    service = _service(MemoryKube())
+    assert (await _filter(service, gpu_pod("p"), "n1")).node_names == ["n1"]
+
+
+async def test_a_filter_answers_with_a_node_only_when_its_bind_queue_has_room(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(service_module, "BINDS_QUEUED_PER_NODE", 1)
+    kube = MemoryKube()
+    service = _service(kube)
+    kube.node["metadata"]["name"] = "n1"
+    first, second = gpu_pod("a", mem=1000), gpu_pod("b", mem=1000)
+    await _filtered(kube, service, first)
+    entered, answered = _stalled_bindings(kube)
+    bind = asyncio.create_task(service.bind(ExtenderBindingArgs("a", "default", "uid-a", "n1")))
+    await entered.wait()
+    service.state.on_pod(second)
+    waiting = asyncio.create_task(service.filter(_args(second, "n1")))
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert not waiting.done()  # n1 has one bind queued: the limit
+    answered.set()
+    assert (await waiting).node_names == ["n1"]
+    assert (await bind).error == ""

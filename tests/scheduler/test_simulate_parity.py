@@ -11,7 +11,7 @@ from pyhami.cli import app
 from pyhami.protocol import KEY_NVIDIA_ALLOCATED, KEY_VGPU_NODE, KEY_VGPU_TIME
 
 from .builders import card as gpu
-from .cluster import node_object, pod_object, running_cluster, wait_for
+from .cluster import DevicePluginDouble, node_object, pod_object, running_cluster, wait_for
 
 
 def _existing(name: str, node: str, devices: str) -> dict[str, Any]:
@@ -58,6 +58,8 @@ async def test_filter_matches_simulate_pod_after_pod(tmp_path: Path) -> None:
         process = await cluster.scheduler()
         await wait_for(lambda: len(process.state.ledger.pod_keys()) == 2, what="existing pods")
         names = [n["metadata"]["name"] for n in nodes]
+        plugin = DevicePluginDouble(cluster)  # releases each node lock, as Allocate would
+        plugin.start()
         for pod in pending:
             created = cluster.api.store.create("pods", "default", pod)
             answer = await cluster.post(process, "/filter", {"Pod": created, "NodeNames": names})
@@ -69,11 +71,16 @@ async def test_filter_matches_simulate_pod_after_pod(tmp_path: Path) -> None:
                 continue
             assert answer["NodeNames"] == [want["node"]], pod["metadata"]["name"]
             assert (answer["FailedNodes"] or {}) == want["failedNodes"]
+            uid = created["metadata"]["uid"]
+            bind = {"PodName": pod["metadata"]["name"], "PodNamespace": "default", "PodUID": uid}
+            bound = await cluster.post(process, "/bind", {**bind, "Node": want["node"]})
+            assert bound["Error"] == "", bound  # the bind writes the decision
             written = cluster.api.store.get("pods", "default", pod["metadata"]["name"])
             notes = {
                 k: v for k, v in written["metadata"]["annotations"].items() if k != KEY_VGPU_TIME
             }
             expected = {k: v for k, v in want["annotations"].items() if k != KEY_VGPU_TIME}
             assert {k: notes.get(k) for k in expected} == expected
+        await plugin.stop()
         assert simulated["too-big"]["node"] is None  # the comparison covered a failure too
         assert simulated["pick-uuid"]["node"] == "n3"

@@ -92,6 +92,28 @@ def test_pods_are_charged_from_annotations_and_released_when_done() -> None:
 
 
 def test_a_reservation_survives_informer_views_from_before_its_patch() -> None:
+    state, reserved = _reserved_again()
+    stale = _versioned(gpu_pod("p"), "7")  # the pod as it looked before the filter's patch
+    state.on_pod(stale)
+    assert state.ledger.pod("uid-p") is not None
+    state.on_pod(_versioned(_allocated("p", "GPU-a", 3000), "8"))  # landed, not answered yet
+    state.recorded(reserved, {"metadata": {"resourceVersion": "10"}})
+    state.on_pod(_versioned(gpu_pod("p"), "9"))  # still older than the answer
+    assert state.ledger.pod("uid-p") is not None
+    state.on_pod(_versioned(_allocated("p", "GPU-a", 3000), "10"))  # the patch, seen
+    state.on_pod(_versioned(stale, "11"))  # a later view without the annotation removes it
+    assert state.ledger.pod("uid-p") is None
+
+
+def test_a_reservation_whose_answer_the_informer_showed_first_is_confirmed_by_it() -> None:
+    state, reserved = _reserved_again()
+    state.on_pod(_versioned(gpu_pod("p"), "12"))  # newer than the answer: someone stripped it
+    state.recorded(reserved, {"metadata": {"resourceVersion": "9"}})
+    assert state.ledger.pod("uid-p") is None
+
+
+def _reserved_again() -> tuple[ClusterState, PodAllocation]:
+    """A state where pod p's allocation is reserved by a filter whose patch is in flight."""
     state, _ = _state()
     state.on_node(node_object("n1", [card("GPU-a")]))
     state.on_pod(_allocated("p", "GPU-a", 3000))
@@ -99,12 +121,11 @@ def test_a_reservation_survives_informer_views_from_before_its_patch() -> None:
     assert reserved is not None
     state.release("uid-p")
     state.reserve(reserved)
-    stale = gpu_pod("p")  # the pod as it looked before the filter's patch landed
-    state.on_pod(stale)
-    assert state.ledger.pod("uid-p") is not None
-    state.on_pod(_allocated("p", "GPU-a", 3000))  # the patch, seen: reservation confirmed
-    state.on_pod(stale)  # a later view without the annotation now does remove it
-    assert state.ledger.pod("uid-p") is None
+    return state, reserved
+
+
+def _versioned(pod: dict[str, Any], version: str) -> dict[str, Any]:
+    return {**pod, "metadata": {**pod["metadata"], "resourceVersion": version}}
 
 
 def test_quota_precheck_counts_usage_and_the_new_pod() -> None:
@@ -126,13 +147,17 @@ def test_quota_precheck_counts_usage_and_the_new_pod() -> None:
 def test_quota_precheck_adds_a_native_sidecar_to_the_app_container() -> None:
     """The webhook's pre-check: a sidecar runs beside the app, a classic init container before."""
     state, _ = _state()
-    state.on_quota({
-        "metadata": {"name": "q", "namespace": "default", "uid": "q1"},
-        "spec": {"hard": {"limits.nvidia.com/gpumem": "4000"}},
-    })
+    state.on_quota(
+        {
+            "metadata": {"name": "q", "namespace": "default", "uid": "q1"},
+            "spec": {"hard": {"limits.nvidia.com/gpumem": "4000"}},
+        }
+    )
     with_init = gpu_pod("p", mem=2500)
-    init = {"name": "helper", "resources": {"limits": {"nvidia.com/gpu": "1",
-                                                       "nvidia.com/gpumem": "2500"}}}
+    init = {
+        "name": "helper",
+        "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2500"}},
+    }
     with_init["spec"]["initContainers"] = [init]
     assert not state.exceeds_quota(with_init)
     with_init["spec"]["initContainers"] = [{**init, "restartPolicy": "Always"}]
@@ -143,8 +168,9 @@ def test_a_nominated_preemptor_holds_its_claim_until_it_is_filtered_again() -> N
     """/preempt offers a claim per node; it counts while status.nominatedNodeName names it."""
     state, _ = _state()
     state.on_node(node_object("n1", [card("GPU-a")]))
-    claim = PodAllocation("uid-hi", "default", "hi", NodeName("n1"),
-                          ((ContainerDevice("GPU-a", "NVIDIA", 5000, 0),),))
+    claim = PodAllocation(
+        "uid-hi", "default", "hi", NodeName("n1"), ((ContainerDevice("GPU-a", "NVIDIA", 5000, 0),),)
+    )
     state.offer_nomination("uid-hi", {NodeName("n1"): claim})
     pending = gpu_pod("hi", mem=5000)
     state.on_pod(pending)

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from pyhami.kube.errors import NotFound
+from pyhami.kube.errors import Conflict, NotFound
 from pyhami.protocol import (
     KEY_NODE_LOCK,
     KEY_VGPU_NODE,
@@ -131,8 +131,23 @@ class NodeLocker:
                     ) from err
                 await self._sleep(delay)
 
-    async def lock(self, node: str, namespace: str, pod: str) -> None:
-        """LockNode: take the lock for namespace/pod, taking over expired or dangling locks."""
+    async def lock(
+        self, node: str, namespace: str, pod: str, *, cached: Mapping[str, Any] | None = None
+    ) -> None:
+        """LockNode: take the lock for namespace/pod, taking over expired or dangling locks.
+
+        `cached` is the node as an informer last saw it: when it shows no lock, the lock is
+        written at once with its resourceVersion, and the node is read only if that write
+        answers 409 (the cache was stale)."""
+        if cached is not None and KEY_NODE_LOCK not in _annotations(cached):
+            body = node_lock_set_patch(
+                format_node_lock(self._now(), namespace, pod), _resource_version(cached)
+            )
+            try:
+                await self.api.patch_node(node, body)
+                return
+            except Conflict:
+                pass
         seen = await self.api.get_node(node)
         current = _annotations(seen).get(KEY_NODE_LOCK)
         if current is None:

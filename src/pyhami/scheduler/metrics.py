@@ -22,7 +22,10 @@ from pyhami import __version__
 
 MIB = 1 << 20
 ZONE = "vGPU"
-_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+# up to kube-scheduler's extender timeout (the chart's httpTimeout is 30 s)
+_LATENCY_BUCKETS = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

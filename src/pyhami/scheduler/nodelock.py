@@ -11,17 +11,43 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 
+class NodeTurnTimeoutError(TimeoutError):
+    """A bind's turn on its node did not come in time."""
+
+
 class NodeMutexes:
     """One asyncio lock per node, dropped when the node goes away."""
 
     def __init__(self) -> None:
         self._locks: dict[str, asyncio.Lock] = {}
+        self._queued: dict[str, int] = {}
+
+    def queued(self, node: str) -> int:
+        """Binds holding or waiting for the node's turn."""
+        return self._queued.get(node, 0)
 
     @asynccontextmanager
-    async def hold(self, node: str) -> Any:
+    async def hold(self, node: str, *, within: float | None = None) -> Any:
+        """The node's turn; NodeTurnTimeoutError when it does not come within `within` s."""
         lock = self._locks.setdefault(node, asyncio.Lock())
-        async with lock:
-            yield
+        self._queued[node] = self._queued.get(node, 0) + 1
+        try:
+            if within is None:
+                await lock.acquire()
+            else:
+                try:
+                    await asyncio.wait_for(lock.acquire(), max(within, 0.0))
+                except TimeoutError as err:
+                    message = f"node {node}: no turn within {within:.1f}s"
+                    raise NodeTurnTimeoutError(message) from err
+            try:
+                yield
+            finally:
+                lock.release()
+        finally:
+            self._queued[node] -= 1
+            if not self._queued[node]:
+                del self._queued[node]
 
     def forget(self, node: str) -> None:
         lock = self._locks.get(node)

@@ -11,9 +11,12 @@ that does not decode keeps the node's last good registration (as HAMi) and is lo
 Pod cache, as HAMi's: pods carrying `hami.io/vgpu-node` and an
 allocated annotation are charged to the ledger from their annotations alone, so a restarted
 scheduler rebuilds the same ledger. A reservation `/filter` just made is not undone by an
-informer event that predates its patch: until the informer shows the pod with exactly the
-reserved allocation, other views of it are stale and ignored (only deletion or a terminal
-phase ends a reservation early).
+informer event that predates its patch: views of the pod older than the patch's answer are
+stale and ignored (only deletion or a terminal phase ends a reservation early). Older is told
+by resourceVersion, compared as the decimal integers the API server issues; a view that
+merely shows the reserved cards is not enough, since a re-filtered pod's late views from
+before its failed bind's cleanup can show the same cards (where versions are not decimal,
+the reserved cards are all there is to go by).
 """
 
 from __future__ import annotations
@@ -88,6 +91,8 @@ class ClusterState:
         self.nodes: dict[str, JsonObject] = {}
         self.pods: dict[tuple[str, str], JsonObject] = {}
         self._reserved: dict[PodKey, PodAllocation] = {}
+        # The resourceVersion each reservation's patch answered with ("" when it had none).
+        self._recorded_at: dict[PodKey, str] = {}
         # Claims offered by /preempt, per pod and node: held while the pod is nominated there.
         self._nominations: dict[PodKey, dict[NodeName, PodAllocation]] = {}
         # Pods this process bound, until the pod is gone: the informer may not show the
@@ -97,6 +102,15 @@ class ClusterState:
         self._registrations: dict[str, tuple[str | None, ...]] = {}
         # Nodes whose registration annotation is there but cannot be read, and why (/explain).
         self.registration_errors: dict[str, str] = {}
+        self._node_listeners: list[Callable[[str], None]] = []
+
+    def on_change(self, listener: Callable[[str], None]) -> None:
+        """Call `listener(node name)` after every event of a node."""
+        self._node_listeners.append(listener)
+
+    def _changed(self, name: str) -> None:
+        for listener in self._node_listeners:
+            listener(name)
 
     # ----- nodes -----------------------------------------------------------------------------
 
@@ -105,6 +119,7 @@ class ClusterState:
         if not name:
             return
         self.nodes[name] = node
+        self._changed(name)
         if not _labels_match(node, self._selector) or self._reports_no_gpus(node):
             self._forget_registration(name)
             return
@@ -133,6 +148,7 @@ class ClusterState:
         name = object_name(node)
         self.nodes.pop(name, None)
         self._forget_registration(name)
+        self._changed(name)
 
     def _forget_registration(self, name: str) -> None:
         self._registrations.pop(name, None)
@@ -169,10 +185,9 @@ class ClusterState:
             allocation = None
         reserved = self._reserved.get(key)
         if reserved is not None:
-            if allocation is not None and _same_choice(allocation, reserved):
-                del self._reserved[key]
-                self.ledger.add_pod(allocation)
-            return  # a view from before our patch landed
+            if not self._shows_the_patch(key, pod, allocation, reserved):
+                return  # a view from before our patch landed
+            self._end_reservation(key)
         if allocation is not None:
             self._nominations.pop(key, None)  # placed: a preemption claim has served
         else:
@@ -194,7 +209,7 @@ class ClusterState:
         self._forget(key)
 
     def _forget(self, key: PodKey) -> None:
-        self._reserved.pop(key, None)
+        self._end_reservation(key)
         self._bound.pop(key, None)
         self.ledger.remove_pod(key)
 
@@ -238,6 +253,37 @@ class ClusterState:
         self._reserved[allocation.key] = allocation
         self.ledger.add_pod(allocation)
 
+    def recorded(self, allocation: PodAllocation, answer: JsonObject) -> None:
+        """The patch recording `allocation` on its pod was answered with `answer`: from that
+        resourceVersion on, the informer's view of the pod is current again (perhaps it
+        already is)."""
+        key = allocation.key
+        if self._reserved.get(key) is not allocation:
+            return  # released, or the pod was filtered again meanwhile
+        self._recorded_at[key] = _version(answer)
+        seen = self.pods.get((allocation.namespace, allocation.name))
+        if seen is not None and str(_meta(seen).get("uid") or "") == key:
+            self.on_pod(seen)
+
+    def _shows_the_patch(
+        self,
+        key: PodKey,
+        pod: JsonObject,
+        allocation: PodAllocation | None,
+        reserved: PodAllocation,
+    ) -> bool:
+        written = self._recorded_at.get(key)
+        if written is None:
+            return False  # not answered yet
+        seen = _version(pod)
+        if written.isdecimal() and seen.isdecimal():
+            return (len(seen), seen) >= (len(written), written)
+        return allocation is not None and _same_choice(allocation, reserved)
+
+    def _end_reservation(self, key: PodKey) -> None:
+        self._reserved.pop(key, None)
+        self._recorded_at.pop(key, None)
+
     def release(self, key: PodKey) -> None:
         """Drop a pod's reservation or recorded allocation (idempotent)."""
         self._forget(key)
@@ -261,9 +307,7 @@ class ClusterState:
         if node:
             return str(node)
         annotations = _meta(pod).get("annotations") or {}
-        if annotations.get(KEY_BIND_PHASE) == BindPhase.SUCCESS and annotations.get(
-            KEY_VGPU_NODE
-        ):
+        if annotations.get(KEY_BIND_PHASE) == BindPhase.SUCCESS and annotations.get(KEY_VGPU_NODE):
             return str(annotations[KEY_VGPU_NODE])
         return None
 
@@ -301,6 +345,10 @@ class ClusterState:
 def _quota_key(quota: JsonObject) -> str:
     meta = _meta(quota)
     return str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
+
+
+def _version(obj: JsonObject) -> str:
+    return str(_meta(obj).get("resourceVersion") or "")
 
 
 def _same_choice(seen: PodAllocation, reserved: PodAllocation) -> bool:
