@@ -96,12 +96,15 @@ async def explain(cluster: DemoCluster, name: str) -> JsonObject:
 
 
 def asked(cluster: DemoCluster, verb: str, subresource: str) -> list[str]:
-    """The pods whose `subresource` our scheduler asked the API server to `verb` (audit log)."""
+    """The pods whose `subresource` our scheduler asked the API server to `verb` (audit log).
+    kube-scheduler runs under the same ServiceAccount, as in the chart: its user agent tells it
+    apart."""
     assert cluster.real is not None
     return sorted(
         event["objectRef"]["name"]
         for event in cluster.real.audit_events()
         if event["user"]["username"] == SCHEDULER_USER
+        and not str(event.get("userAgent", "")).startswith("kube-scheduler/")
         and event["verb"] == verb
         and event["objectRef"].get("subresource") == subresource
     )
