@@ -24,12 +24,15 @@ from pyhami.kube.nodelock import NodeLockAPI, NodeLockContentionError, NodeLocke
 from pyhami.kube.ratelimit import RateLimit, TokenBucket
 from pyhami.kube.resources import (
     CONFIG_MAPS,
+    DEVICE_CLASSES,
     EVENTS,
     LEASES,
     MUTATING_WEBHOOK_CONFIGURATIONS,
     NAMESPACES,
     NODES,
     PODS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
     RESOURCE_QUOTAS,
     Resource,
 )
@@ -37,12 +40,15 @@ from pyhami.kube.tasks import cancel_and_wait, guarded_task
 
 __all__ = [
     "CONFIG_MAPS",
+    "DEVICE_CLASSES",
     "EVENTS",
     "LEASES",
     "MUTATING_WEBHOOK_CONFIGURATIONS",
     "NAMESPACES",
     "NODES",
     "PODS",
+    "RESOURCE_CLAIMS",
+    "RESOURCE_CLAIM_TEMPLATES",
     "RESOURCE_QUOTAS",
     "AlreadyExists",
     "AsyncService",

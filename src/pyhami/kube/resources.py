@@ -46,6 +46,12 @@ EVENTS = Resource("", "v1", "events", "Event", True)
 RESOURCE_QUOTAS = Resource("", "v1", "resourcequotas", "ResourceQuota", True)
 CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap", True)
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
+# Dynamic Resource Allocation
+RESOURCE_CLAIMS = Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True)
+RESOURCE_CLAIM_TEMPLATES = Resource(
+    "resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True
+)
+DEVICE_CLASSES = Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False)
 MUTATING_WEBHOOK_CONFIGURATIONS = Resource(
     "admissionregistration.k8s.io",
     "v1",

@@ -181,6 +181,17 @@ def device_count(container: Mapping[str, Any], resource: str) -> int:
     return count
 
 
+def dra_backed_resources(pod: Mapping[str, Any]) -> set[tuple[str, str]]:
+    """(container, resource) pairs kube-scheduler backed by a DRA claim (a DeviceClass's
+    extended resource name on a node whose device plugin does not offer it): the claim's
+    driver prepares them, no device plugin is asked."""
+    extended = (pod.get("status") or {}).get("extendedResourceClaimStatus") or {}
+    return {
+        (str(mapping.get("containerName", "")), str(mapping.get("resourceName", "")))
+        for mapping in extended.get("requestMappings") or ()
+    }
+
+
 def _conditions(ready: bool, now: str) -> list[JsonObject]:
     status = "True" if ready else "False"
     return [
@@ -462,7 +473,10 @@ class NodeAgent(AsyncService):
         ]
         started = []
         held = self._held.setdefault(_key(pod), [])
+        backed = dra_backed_resources(pod)
         for container, init in plan:
+            if (str(container.get("name", "")), self.resource) in backed:
+                continue
             count = device_count(container, self.resource)
             if count == 0:
                 continue
