@@ -69,8 +69,9 @@ class GpuShare:
             raise ValueError(f"a GPU share needs at least 1 card, got {self.count}")
         if self.memory_bytes is not None and self.memory_bytes < 1:
             raise ValueError(f"GPU memory must be positive, got {self.memory_bytes} bytes")
-        if self.cores_percent is not None and not 0 < self.cores_percent <= 100:
-            raise ValueError(f"GPU cores are 1..100 percent, got {self.cores_percent}")
+        # 0 cores: no SM limit on a shared card, as HAMi's gpucores=0
+        if self.cores_percent is not None and not 0 <= self.cores_percent <= 100:
+            raise ValueError(f"GPU cores are 0..100 percent, got {self.cores_percent}")
         if self.same is not None and self.same not in TOPOLOGY_ATTRIBUTES:
             raise ValueError(
                 f"unknown topology {self.same!r}; known: {', '.join(TOPOLOGY_ATTRIBUTES)}"
