@@ -44,6 +44,7 @@ from pyhami.kube import (
     cancel_and_wait,
 )
 from pyhami.protocol import LABEL_SCHEDULER_ROLE, SchedulerRole, pod_labels_patch
+from pyhami.scheduler.dra_nodes import DraAwareExtender
 from pyhami.scheduler.events import EventRecorder
 from pyhami.scheduler.leader import ElectionTiming, LeaderElector
 from pyhami.scheduler.listener import ConnectionGuard, ConnectionLimits
@@ -267,7 +268,12 @@ class SchedulerProcess:
             )
         authenticated = bool(self.settings.extender_client_ca)
         main = build_app(
-            self.service,
+            DraAwareExtender(
+                self.service,
+                self.state.nodes,
+                self.client,
+                scheduler_name=self.settings.scheduler_name,
+            ),
             self.admission,
             self.metrics,
             metrics_route=self._metrics_route_on_main,
