@@ -254,7 +254,6 @@ def fit(
     return FitOutcome(False, (), reasons, len(cards))
 
 
-
 def _devices(
     taken: Sequence[tuple[CardState, int, int]], vendor: str
 ) -> tuple[ContainerDevice, ...]:
