@@ -3,8 +3,8 @@
 Each GPU is published as device `gpu-<index>` in pool `<node name>` with
 * attributes (in the driver's own domain): uuid, index, productName, numaNode, pciBusID,
   driverVersion, cudaVersion, migCapable, and where NVML sees NVLinks nvlinkPeers (the uuids
-  of directly linked GPUs) and nvlinkDomain (one name for every GPU reachable over NVLink, so a
-  claim's `matchAttribute` keeps its GPUs on one NVLink island);
+  of directly linked GPUs, comma-separated) and nvlinkDomain (one name for every GPU reachable
+  over NVLink, so a claim's `matchAttribute` keeps its GPUs on one NVLink island);
 * capacities `memory` (bytes) and `cores` (percent of the SMs, 100), with
   `allowMultipleAllocations: true` so many claims share one card (KEP-5075). A claim that names
   no amount takes the whole card (the defaults), as a HAMi pod without gpumem/gpucores does;
@@ -147,7 +147,8 @@ def device_entry(facts: GpuFacts, trouble: str | None) -> dict[str, Any]:
     if gpu.numa is not None:
         attributes["numaNode"] = {"int": gpu.numa}
     if facts.nvlink_peers:
-        attributes["nvlinkPeers"] = {"strings": list(facts.nvlink_peers)}
+        # One comma-joined string: list-valued attributes are still alpha (off by default).
+        attributes["nvlinkPeers"] = {"string": ",".join(facts.nvlink_peers)}
     if facts.nvlink_domain is not None:
         attributes["nvlinkDomain"] = {"string": facts.nvlink_domain}
     memory = str(facts.memory_bytes)
