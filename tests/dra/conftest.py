@@ -18,34 +18,16 @@ from pyhami.dra.service import DraDriver, DriverOptions
 from pyhami.kube import KubeClient
 from pyhami.testing import FakeKubeAPIServer, FakeNVML
 from pyhami.testing.dra_kubelet import ClaimRef, DRAKubelet, DRAPluginConnection
+from pyhami.testing.dra_objects import allocation_result, claim_object, pod_using_claim
 from pyhami.testing.fake_nvml import a100_80g
 
 NODE = "gpu-node-1"
 GIB = 1 << 30
 
 
-def result(
-    device: str = "gpu-0",
-    *,
-    memory: str | None = "4Gi",
-    cores: str | None = "30",
-    request: str = "gpu",
-    driver: str = DRIVER_NAME,
-    pool: str = NODE,
-    share_id: str | None = "7a0c5c0e-0000-4000-8000-000000000001",
-) -> dict[str, Any]:
-    """One allocation result as kube-scheduler writes it for a shared device."""
-    consumed = {}
-    if memory is not None:
-        consumed["memory"] = memory
-    if cores is not None:
-        consumed["cores"] = cores
-    entry: dict[str, Any] = {"request": request, "driver": driver, "pool": pool, "device": device}
-    if consumed:
-        entry["consumedCapacity"] = consumed
-    if share_id is not None:
-        entry["shareID"] = share_id
-    return entry
+def result(device: str = "gpu-0", **overrides: Any) -> dict[str, Any]:
+    """An allocation result in this node's pool."""
+    return allocation_result(device, **{"pool": NODE, **overrides})
 
 
 @dataclass
@@ -99,52 +81,14 @@ class Node:
     async def plugin(self, registrations: int = 1) -> DRAPluginConnection:
         return await self.kubelet.wait_for_plugin(DRIVER_NAME, registrations=registrations)
 
-    def pod(self, name: str, claim: str, container: str = "main") -> dict[str, Any]:
-        """A pod using the claim in `container`, bound to this node."""
-        body = {
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {
-                "nodeName": NODE,
-                "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
-                "containers": [
-                    {"name": "sidecar", "image": "busybox"},
-                    {
-                        "name": container,
-                        "image": "cuda",
-                        "resources": {"claims": [{"name": "gpu"}]},
-                    },
-                ],
-            },
-        }
-        return self.api.store.create("pods", "default", body)
-
     def claim(
-        self,
-        name: str,
-        results: list[dict[str, Any]],
-        *,
-        pod: dict[str, Any] | None = None,
-        allocated: bool = True,
+        self, name: str, results: list[dict[str, Any]], *, allocated: bool = True
     ) -> ClaimRef:
-        """A claim allocated with `results` and reserved for `pod` (a new pod when None)."""
-        if pod is None:
-            pod = self.pod(f"pod-{name}", name)
-        status: dict[str, Any] = {
-            "reservedFor": [
-                {"resource": "pods", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}
-            ]
-        }
-        if allocated:
-            status["allocation"] = {"devices": {"results": results}}
-        body = {
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {
-                "devices": {
-                    "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.pyhami.io"}}]
-                }
-            },
-            "status": status,
-        }
+        """A claim allocated with `results`, reserved for a new pod `pod-<name>`."""
+        pod = self.api.store.create(
+            "pods", "default", pod_using_claim(f"pod-{name}", name, node=NODE)
+        )
+        body = claim_object(name, results, reserved_for=pod, allocated=allocated)
         created = self.api.store.create(RESOURCE_CLAIMS.plural, "default", body)
         return ClaimRef("default", name, created["metadata"]["uid"])
 

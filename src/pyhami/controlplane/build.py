@@ -191,7 +191,8 @@ def _go_command() -> str:
     go = shutil.which("go")
     if go is None:
         raise BuildError(
-            "no `go` command on PATH: install Go (https://go.dev/dl/) to build Kubernetes' binaries"
+            "no `go` command on PATH: install Go (https://go.dev/dl/) to build Kubernetes' "
+            "binaries"
         )
     return go
 
@@ -245,11 +246,7 @@ def _fetch_kubernetes_gomod(go: str, kubernetes_version: str, workdir: Path) -> 
     module = f"{KUBERNETES_MODULE}@{kubernetes_version}"
     done = subprocess.run(
         [go, "mod", "download", "-json", module],
-        cwd=workdir,
-        capture_output=True,
-        text=True,
-        check=False,
-        env=_go_env(),
+        cwd=workdir, capture_output=True, text=True, check=False, env=_go_env(),
     )
     try:
         answer = json.loads(done.stdout) if done.stdout.strip() else {}

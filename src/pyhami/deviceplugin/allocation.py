@@ -260,8 +260,8 @@ def plan_container(
     cache_dir = settings.vgpu_dir / "containers" / f"{pod_uid}_{name}"
     core_env = hami_core_env(slot.devices, cache_id, settings)
     envs = {"NVIDIA_VISIBLE_DEVICES": visible_devices(slot.devices), **core_env}
-    control_off = namespace in settings.limit_control_namespaces and disables_control(
-        slot.container
+    control_off = (
+        namespace in settings.limit_control_namespaces and disables_control(slot.container)
     )
     return ContainerPlan(
         envs=envs,

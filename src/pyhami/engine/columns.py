@@ -65,9 +65,8 @@ class CardColumns:
     def remove_node(self, slot: int) -> None:
         self._free_nodes.append(slot)
 
-    def add_card(
-        self, node_slot: int, *, totals: tuple[int, int, int], typed: bool, cordoned: bool
-    ) -> int:
+    def add_card(self, node_slot: int, *, totals: tuple[int, int, int], typed: bool,
+                 cordoned: bool) -> int:
         """A slot for a new card of `node_slot` with (count, totalmem, totalcore)."""
         if self._free_cards:
             slot = self._free_cards.pop()

@@ -342,7 +342,9 @@ def _fit_container(
     )
 
 
-def _too_few_cards(node: LedgerNode, position: int, checks: tuple[CardCheck, ...]) -> NodeVerdict:
+def _too_few_cards(
+    node: LedgerNode, position: int, checks: tuple[CardCheck, ...]
+) -> NodeVerdict:
     """HAMi's `NodeInsufficientDevice`: the container asks for more cards than the node has."""
     return NodeVerdict(
         node.name,

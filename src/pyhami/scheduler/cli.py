@@ -181,7 +181,11 @@ def scheduler(  # noqa: PLR0917 - one typer option per HAMi flag
     del kube_qps, kube_burst  # no client-side throttle: one process, one connection pool
     try:
         settings = _settings(
-            **{k: v for k, v in locals().items() if k not in ("debug", "verbosity", "log_format")}
+            **{
+                k: v
+                for k, v in locals().items()
+                if k not in ("debug", "verbosity", "log_format")
+            }
         )
         listen = {
             "--http_bind": split_host_port(settings.http_bind, "--http_bind"),

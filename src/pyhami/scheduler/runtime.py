@@ -286,7 +286,9 @@ class SchedulerProcess:
             metrics_port=self.metrics_port,
         )
 
-    async def _serve(self, name: str, app: web.Application, host: str, port: int, ssl: Any) -> int:
+    async def _serve(
+        self, name: str, app: web.Application, host: str, port: int, ssl: Any
+    ) -> int:
         guard = ConnectionGuard(self.limits)
         app.middlewares.insert(0, guard.middleware)  # outermost: it times the whole request
         runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)

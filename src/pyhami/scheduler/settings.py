@@ -132,10 +132,8 @@ class SchedulerSettings:
                 "--extender-client-ca needs --cert_file and --key_file (client certificates "
                 "are only seen over TLS)"
             )
-        if (
-            not self.extender_client_ca
-            and not self.extender_allow_any_caller
-            and not (is_loopback(host))
+        if not self.extender_client_ca and not self.extender_allow_any_caller and not (
+            is_loopback(host)
         ):
             raise SettingsError(
                 f"--http_bind {self.http_bind} is reachable beyond this host, and nothing says "

@@ -243,7 +243,9 @@ class ClusterState:
         if node:
             return str(node)
         annotations = _meta(pod).get("annotations") or {}
-        if annotations.get(KEY_BIND_PHASE) == BindPhase.SUCCESS and annotations.get(KEY_VGPU_NODE):
+        if annotations.get(KEY_BIND_PHASE) == BindPhase.SUCCESS and annotations.get(
+            KEY_VGPU_NODE
+        ):
             return str(annotations[KEY_VGPU_NODE])
         return None
 

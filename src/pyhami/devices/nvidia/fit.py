@@ -254,6 +254,7 @@ def fit(
     return FitOutcome(False, (), reasons, len(cards))
 
 
+
 def _devices(
     taken: Sequence[tuple[CardState, int, int]], vendor: str
 ) -> tuple[ContainerDevice, ...]:

@@ -128,7 +128,9 @@ def container_request(
     nums = _quantity(container, config.resource_count_name)
     if not nums:
         return None
-    memnum = (_quantity(container, config.resource_memory_name) or 0) * max(config.memory_factor, 1)
+    memnum = (_quantity(container, config.resource_memory_name) or 0) * max(
+        config.memory_factor, 1
+    )
     percentage = _quantity(container, config.resource_memory_percentage_name)
     mempnum = percentage if percentage else PERCENT_UNSET
     if mempnum == PERCENT_UNSET and memnum == 0:

@@ -104,11 +104,8 @@ async def run_demo(
     cluster = DemoCluster(settings, progress=lambda line: _say(f"  {line}"), kubernetes=kubernetes)
     workloads = None
     if not isinstance(native, str):
-        card_bytes = {
-            gpu.uuid: (gpu.memory_total_mib or 0) << 20
-            for cards in settings.node_cards()
-            for gpu in cards
-        }
+        card_bytes = {gpu.uuid: (gpu.memory_total_mib or 0) << 20 for cards in
+                      settings.node_cards() for gpu in cards}
         workloads = cluster.runtime = DemoWorkloads(native, card_bytes, cluster.workdir)
     async with cluster:
         try:
@@ -167,7 +164,9 @@ def demo(
     verbose: Annotated[bool, typer.Option("--verbose", help="show the services' logs")] = False,
     namespace: Annotated[
         str,
-        typer.Option("-n", "--namespace", metavar="NAMESPACE", help="for the pods that name none"),
+        typer.Option(
+            "-n", "--namespace", metavar="NAMESPACE", help="for the pods that name none"
+        ),
     ] = "default",
     control_plane: Annotated[
         ControlPlane,

@@ -22,8 +22,6 @@ HAMI_NVIDIA_RESOURCES = (
     "nvidia.com/gpumem-percentage",
     "nvidia.com/priority",
 )
-
-
 @dataclass(frozen=True, slots=True)
 class ManagedResource:
     name: str
