@@ -114,7 +114,7 @@ class DRAKubelet(AsyncService):
         self.refusals: list[tuple[Path, str]] = []
         self.registrations = 0
         self._by_socket: dict[Path, DRAPluginConnection] = {}
-        self._tried: set[Path] = set()
+        self._tried: dict[Path, tuple[int, int]] = {}  # socket -> (inode, ctime) seen
         self._changed = asyncio.Condition()
         self._watch: asyncio.Task[None] | None = None
 
@@ -146,13 +146,20 @@ class DRAKubelet(AsyncService):
 
     async def _watch_directory(self) -> None:
         while True:
-            present = set(self.registry_dir.glob("*.sock"))
-            for socket in sorted(present - self._tried):
-                self._tried.add(socket)
-                await self._register(socket)
-            for socket in self._tried - present:
-                self._tried.discard(socket)
-                await self._unregister(socket)
+            # By identity, as kubelet's file watcher sees a re-created socket as a new one.
+            present: dict[Path, tuple[int, int]] = {}
+            for socket in self.registry_dir.glob("*.sock"):
+                with contextlib.suppress(FileNotFoundError):
+                    stat = socket.stat()
+                    present[socket] = (stat.st_ino, stat.st_ctime_ns)
+            for socket, identity in list(self._tried.items()):
+                if present.get(socket) != identity:
+                    del self._tried[socket]
+                    await self._unregister(socket)
+            for socket, identity in sorted(present.items()):
+                if socket not in self._tried:
+                    self._tried[socket] = identity
+                    await self._register(socket)
             await asyncio.sleep(POLL_SECONDS)
 
     async def _register(self, socket: Path) -> None:
