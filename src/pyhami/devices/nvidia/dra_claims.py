@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pyhami.devices.quantity import parse_quantity, value_ceil
+
 JsonObject = dict[str, Any]
 
 DRIVER = "gpu.pyhami.io"
@@ -125,8 +127,11 @@ def claim_template(namespace: str, requests: Mapping[str, GpuShare]) -> JsonObje
     }
 
 
-def consumed_capacity(claim: Mapping[str, Any]) -> list[dict[str, str]]:
-    """Each allocated device's consumed capacity, from an allocated claim's status."""
+def consumed_capacity(claim: Mapping[str, Any]) -> list[dict[str, int]]:
+    """Each allocated device's consumed capacity (bytes, percent), from a claim's status."""
     allocation = (claim.get("status") or {}).get("allocation") or {}
     results: Sequence[Mapping[str, Any]] = (allocation.get("devices") or {}).get("results") or ()
-    return [dict(result.get("consumedCapacity") or {}) for result in results]
+    return [
+        {name: value_ceil(parse_quantity(value)) for name, value in consumed.items()}
+        for consumed in (result.get("consumedCapacity") or {} for result in results)
+    ]
