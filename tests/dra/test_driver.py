@@ -221,3 +221,13 @@ async def test_a_removed_registration_socket_is_opened_again(node: Node) -> None
     socket.unlink()
     await node.kubelet.wait_for_plugin(DRIVER_NAME, registrations=2)
     assert socket.exists()
+
+
+async def test_a_restarted_kubelet_registers_the_driver_again(node: Node) -> None:
+    await node.start()
+    await node.plugin()
+    await node.kubelet.stop()
+    await node.kubelet.start()
+    plugin = await node.plugin(registrations=2)
+    claim = node.claim("after-restart", [result()])
+    assert (await plugin.prepare([claim])).claims[claim.uid].error == ""
