@@ -11,6 +11,7 @@ from pyhami.dra.api import DRA_PLUGIN_SERVICE, DRIVER_NAME, PLUGIN_TYPE
 from pyhami.dra.checkpoint import CheckpointError
 from pyhami.dra.kubeapi import RESOURCE_CLAIMS
 from pyhami.protocol import LABEL_VGPU_NODE
+from pyhami.testing.dra_kubelet import CdiEdits, cdi_edits
 
 from .conftest import GIB, NODE, Node, result
 
@@ -20,17 +21,12 @@ def _spec(node: Node, uid: str) -> dict[str, Any]:
     return dict(json.loads(path.read_text()))
 
 
-def _env(spec: dict[str, Any]) -> dict[str, str]:
-    [device] = spec["devices"]
-    return dict(item.split("=", 1) for item in device["containerEdits"]["env"])
+def _edits(node: Node, uid: str) -> CdiEdits:
+    return cdi_edits(node.state / "cdi", f"{DRIVER_NAME}/gpu={uid}")
 
 
-def _mounts(spec: dict[str, Any]) -> dict[str, tuple[str, list[str]]]:
-    [device] = spec["devices"]
-    return {
-        m["containerPath"]: (m["hostPath"], m["options"])
-        for m in device["containerEdits"]["mounts"]
-    }
+def _mounts(edits: CdiEdits) -> dict[str, tuple[str, list[str]]]:
+    return {m.container_path: (m.host_path, list(m.options)) for m in edits.mounts}
 
 
 async def test_registers_with_kubelet_as_a_dra_plugin(node: Node) -> None:
@@ -56,9 +52,9 @@ async def test_prepare_gives_the_claim_libvgpu_limits_through_cdi(node: Node) ->
     assert list(device.cdi_device_ids) == [f"{DRIVER_NAME}/gpu={claim.uid}"]
     assert device.share_id == "7a0c5c0e-0000-4000-8000-000000000001"
 
-    spec = _spec(node, claim.uid)
-    assert spec["kind"] == f"{DRIVER_NAME}/gpu"
-    env = _env(spec)
+    assert _spec(node, claim.uid)["kind"] == f"{DRIVER_NAME}/gpu"
+    edits = _edits(node, claim.uid)
+    env = edits.env
     gpu1 = node.nvml.device_uuid(1)
     assert env["NVIDIA_VISIBLE_DEVICES"] == gpu1
     assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "4096m"
@@ -67,7 +63,7 @@ async def test_prepare_gives_the_claim_libvgpu_limits_through_cdi(node: Node) ->
     # The monitor's naming: <pod uid>_<container using the claim>.
     pod = node.api.store.get("pods", "default", "pod-train")
     folder = node.vgpu / "containers" / f"{pod['metadata']['uid']}_main"
-    mounts = _mounts(spec)
+    mounts = _mounts(edits)
     assert mounts[str(node.vgpu)] == (str(folder), ["ro", "nosuid", "nodev", "bind"])
     assert mounts[f"{node.vgpu}/{claim.uid}.cache"][0] == str(folder / f"{claim.uid}.cache")
     assert mounts["/etc/ld.so.preload"][0] == f"{node.vgpu}/ld.so.preload"
@@ -92,7 +88,7 @@ async def test_a_multi_gpu_claim_gets_one_limit_per_gpu(node: Node) -> None:
     assert answer.error == ""
     assert [d.device_name for d in answer.devices] == ["gpu-0", "gpu-1"]
     assert not answer.devices[0].HasField("share_id")
-    env = _env(_spec(node, claim.uid))
+    env = _edits(node, claim.uid).env
     assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "10240m"
     assert env["CUDA_DEVICE_MEMORY_LIMIT_1"] == "20480m"
     assert env["NVIDIA_VISIBLE_DEVICES"] == f"{node.nvml.device_uuid(0)},{node.nvml.device_uuid(1)}"

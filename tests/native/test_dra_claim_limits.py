@@ -4,7 +4,6 @@ host side of the spec's mount, as a container would see it) gets exactly 4 GiB."
 
 from __future__ import annotations
 
-import json
 from pathlib import Path, PurePosixPath
 
 from pyhami.deviceplugin.allocation import AllocationSettings
@@ -15,6 +14,7 @@ from pyhami.dra.prepare import ClaimKey, Preparer
 from pyhami.dra.slices import read_facts
 from pyhami.kube import KubeClient
 from pyhami.testing import FakeKubeAPIServer, FakeNVML
+from pyhami.testing.dra_kubelet import cdi_edits
 from pyhami.testing.dra_objects import allocation_result, claim_object, pod_using_claim
 from pyhami.testing.fake_nvml import a100_80g
 
@@ -44,10 +44,10 @@ async def _prepared_container_env(tmp_path: Path) -> dict[str, str]:
             cdi_dir=tmp_path / "cdi",
         )
         prepared = await preparer.prepare(ClaimKey("default", "c", claim["metadata"]["uid"]))
-    [device] = json.loads(Path(prepared.spec_file).read_text())["devices"]
-    edits = device["containerEdits"]
-    env = dict(item.split("=", 1) for item in edits["env"])
-    mounts = {m["containerPath"]: m["hostPath"] for m in edits["mounts"]}
+    [device_id] = prepared.cdi_ids
+    edits = cdi_edits(tmp_path / "cdi", device_id)
+    mounts = {m.container_path: m.host_path for m in edits.mounts}
+    env = dict(edits.env)
     env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = mounts[env["CUDA_DEVICE_MEMORY_SHARED_CACHE"]]
     return env
 
