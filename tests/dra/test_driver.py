@@ -15,6 +15,8 @@ from pyhami.testing.dra_kubelet import CdiEdits, cdi_edits
 
 from .conftest import GIB, NODE, Node, result
 
+SECOND_SHARE = "7a0c5c0e-0000-4000-8000-000000000002"
+
 
 def _spec(node: Node, uid: str) -> dict[str, Any]:
     path = node.state / "cdi" / f"{DRIVER_NAME}-{uid}.json"
@@ -227,3 +229,22 @@ async def test_a_restarted_kubelet_registers_the_driver_again(node: Node) -> Non
     plugin = await node.plugin(registrations=2)
     claim = node.claim("after-restart", [result()])
     assert (await plugin.prepare([claim])).claims[claim.uid].error == ""
+
+
+async def test_two_requests_sharing_one_gpu_add_up_on_it(node: Node) -> None:
+    await node.start()
+    plugin = await node.plugin()
+    claim = node.claim(
+        "twice",
+        [
+            result("gpu-0", request="a", memory="2Gi", cores="10"),
+            result("gpu-0", request="b", memory="3Gi", cores="20", share_id=SECOND_SHARE),
+        ],
+    )
+    answer = (await plugin.prepare([claim])).claims[claim.uid]
+    assert [list(d.request_names) for d in answer.devices] == [["a"], ["b"]]
+    env = _edits(node, claim.uid).env
+    assert env["NVIDIA_VISIBLE_DEVICES"] == node.nvml.device_uuid(0)
+    assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "5120m"
+    assert env["CUDA_DEVICE_SM_LIMIT"] == "30"
+    assert "CUDA_DEVICE_MEMORY_LIMIT_1" not in env

@@ -195,11 +195,14 @@ def _plan(
     settings: AllocationSettings,
     files: HostFiles,
 ) -> ContainerPlan:
+    # Two requests of one claim may share one GPU: the container sees it once, with the sum.
+    shares: dict[str, tuple[int, int]] = {}
+    for g in gpus:
+        memory, cores = shares.get(g.facts.gpu.uuid, (0, 0))
+        shares[g.facts.gpu.uuid] = (memory + g.memory_mib, min(CORES, cores + g.cores))
     devices = tuple(
-        ContainerDevice(
-            uuid=g.facts.gpu.uuid, type=GPU_TYPE, usedmem=g.memory_mib, usedcores=g.cores
-        )
-        for g in gpus
+        ContainerDevice(uuid=uuid, type=GPU_TYPE, usedmem=memory, usedcores=cores)
+        for uuid, (memory, cores) in shares.items()
     )
     slot = ContainerSlot(position=0, container=container, devices=devices)
     return plan_container(
