@@ -184,8 +184,9 @@ async def test_bad_claims_get_their_own_error_and_the_good_one_is_prepared(node:
     unknown = node.claim("unknown", [result("gpu-9")])
     foreign = node.claim("foreign", [result(pool="other-node")])
     unallocated = node.claim("pending", [], allocated=False)
+    admin = node.claim("admin", [{**result(), "adminAccess": True}])
     missing = type(good)("default", "missing", "0000")
-    claims = [good, other, no_memory, too_big, too_many_cores, unknown, foreign, unallocated]
+    claims = [good, other, no_memory, too_big, too_many_cores, unknown, foreign, unallocated, admin]
     response = await plugin.prepare([*claims, missing])
     errors = {c.name: response.claims[c.uid].error for c in [*claims, missing]}
     assert errors["good"] == ""
@@ -197,6 +198,7 @@ async def test_bad_claims_get_their_own_error_and_the_good_one_is_prepared(node:
     assert "'gpu-9': no such GPU" in errors["unknown"]
     assert "pool 'other-node' is not this node's" in errors["foreign"]
     assert "is not allocated" in errors["pending"]
+    assert "admin access is not supported" in errors["admin"]
     assert "does not exist" in errors["missing"]
     assert list(Path(node.state / "cdi").iterdir()) == [
         node.state / "cdi" / f"{DRIVER_NAME}-{good.uid}.json"

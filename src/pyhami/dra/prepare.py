@@ -117,6 +117,12 @@ def allocated_gpus(
             raise PrepareError(
                 f"{where}: pool {result.get('pool')!r} is not this node's ({node_name!r})"
             )
+        if result.get("adminAccess"):
+            # Admin access bypasses capacity accounting; there is no limit to hand libvgpu.
+            raise PrepareError(
+                f"{where}: admin access is not supported by {DRIVER_NAME} (use the device "
+                "plugin's CUDA_DISABLE_CONTROL namespaces for unlimited access)"
+            )
         gpu = by_name.get(device)
         if gpu is None:
             raise PrepareError(f"{where}: no such GPU on node {node_name}")
