@@ -11,8 +11,11 @@ from pyhami.dra.api import DRA_PLUGIN_SERVICE, DRIVER_NAME, PLUGIN_TYPE
 from pyhami.dra.checkpoint import CheckpointError
 from pyhami.dra.kubeapi import RESOURCE_CLAIMS
 from pyhami.protocol import LABEL_VGPU_NODE
+from pyhami.testing.dra_kubelet import CdiEdits, cdi_edits
 
 from .conftest import GIB, NODE, Node, result
+
+SECOND_SHARE = "7a0c5c0e-0000-4000-8000-000000000002"
 
 
 def _spec(node: Node, uid: str) -> dict[str, Any]:
@@ -20,17 +23,12 @@ def _spec(node: Node, uid: str) -> dict[str, Any]:
     return dict(json.loads(path.read_text()))
 
 
-def _env(spec: dict[str, Any]) -> dict[str, str]:
-    [device] = spec["devices"]
-    return dict(item.split("=", 1) for item in device["containerEdits"]["env"])
+def _edits(node: Node, uid: str) -> CdiEdits:
+    return cdi_edits(node.state / "cdi", f"{DRIVER_NAME}/gpu={uid}")
 
 
-def _mounts(spec: dict[str, Any]) -> dict[str, tuple[str, list[str]]]:
-    [device] = spec["devices"]
-    return {
-        m["containerPath"]: (m["hostPath"], m["options"])
-        for m in device["containerEdits"]["mounts"]
-    }
+def _mounts(edits: CdiEdits) -> dict[str, tuple[str, list[str]]]:
+    return {m.container_path: (m.host_path, list(m.options)) for m in edits.mounts}
 
 
 async def test_registers_with_kubelet_as_a_dra_plugin(node: Node) -> None:
@@ -56,9 +54,9 @@ async def test_prepare_gives_the_claim_libvgpu_limits_through_cdi(node: Node) ->
     assert list(device.cdi_device_ids) == [f"{DRIVER_NAME}/gpu={claim.uid}"]
     assert device.share_id == "7a0c5c0e-0000-4000-8000-000000000001"
 
-    spec = _spec(node, claim.uid)
-    assert spec["kind"] == f"{DRIVER_NAME}/gpu"
-    env = _env(spec)
+    assert _spec(node, claim.uid)["kind"] == f"{DRIVER_NAME}/gpu"
+    edits = _edits(node, claim.uid)
+    env = edits.env
     gpu1 = node.nvml.device_uuid(1)
     assert env["NVIDIA_VISIBLE_DEVICES"] == gpu1
     assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "4096m"
@@ -67,7 +65,7 @@ async def test_prepare_gives_the_claim_libvgpu_limits_through_cdi(node: Node) ->
     # The monitor's naming: <pod uid>_<container using the claim>.
     pod = node.api.store.get("pods", "default", "pod-train")
     folder = node.vgpu / "containers" / f"{pod['metadata']['uid']}_main"
-    mounts = _mounts(spec)
+    mounts = _mounts(edits)
     assert mounts[str(node.vgpu)] == (str(folder), ["ro", "nosuid", "nodev", "bind"])
     assert mounts[f"{node.vgpu}/{claim.uid}.cache"][0] == str(folder / f"{claim.uid}.cache")
     assert mounts["/etc/ld.so.preload"][0] == f"{node.vgpu}/ld.so.preload"
@@ -92,7 +90,7 @@ async def test_a_multi_gpu_claim_gets_one_limit_per_gpu(node: Node) -> None:
     assert answer.error == ""
     assert [d.device_name for d in answer.devices] == ["gpu-0", "gpu-1"]
     assert not answer.devices[0].HasField("share_id")
-    env = _env(_spec(node, claim.uid))
+    env = _edits(node, claim.uid).env
     assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "10240m"
     assert env["CUDA_DEVICE_MEMORY_LIMIT_1"] == "20480m"
     assert env["NVIDIA_VISIBLE_DEVICES"] == f"{node.nvml.device_uuid(0)},{node.nvml.device_uuid(1)}"
@@ -186,8 +184,9 @@ async def test_bad_claims_get_their_own_error_and_the_good_one_is_prepared(node:
     unknown = node.claim("unknown", [result("gpu-9")])
     foreign = node.claim("foreign", [result(pool="other-node")])
     unallocated = node.claim("pending", [], allocated=False)
+    admin = node.claim("admin", [{**result(), "adminAccess": True}])
     missing = type(good)("default", "missing", "0000")
-    claims = [good, other, no_memory, too_big, too_many_cores, unknown, foreign, unallocated]
+    claims = [good, other, no_memory, too_big, too_many_cores, unknown, foreign, unallocated, admin]
     response = await plugin.prepare([*claims, missing])
     errors = {c.name: response.claims[c.uid].error for c in [*claims, missing]}
     assert errors["good"] == ""
@@ -199,6 +198,7 @@ async def test_bad_claims_get_their_own_error_and_the_good_one_is_prepared(node:
     assert "'gpu-9': no such GPU" in errors["unknown"]
     assert "pool 'other-node' is not this node's" in errors["foreign"]
     assert "is not allocated" in errors["pending"]
+    assert "admin access is not supported" in errors["admin"]
     assert "does not exist" in errors["missing"]
     assert list(Path(node.state / "cdi").iterdir()) == [
         node.state / "cdi" / f"{DRIVER_NAME}-{good.uid}.json"
@@ -221,3 +221,32 @@ async def test_a_removed_registration_socket_is_opened_again(node: Node) -> None
     socket.unlink()
     await node.kubelet.wait_for_plugin(DRIVER_NAME, registrations=2)
     assert socket.exists()
+
+
+async def test_a_restarted_kubelet_registers_the_driver_again(node: Node) -> None:
+    await node.start()
+    await node.plugin()
+    await node.kubelet.stop()
+    await node.kubelet.start()
+    plugin = await node.plugin(registrations=2)
+    claim = node.claim("after-restart", [result()])
+    assert (await plugin.prepare([claim])).claims[claim.uid].error == ""
+
+
+async def test_two_requests_sharing_one_gpu_add_up_on_it(node: Node) -> None:
+    await node.start()
+    plugin = await node.plugin()
+    claim = node.claim(
+        "twice",
+        [
+            result("gpu-0", request="a", memory="2Gi", cores="10"),
+            result("gpu-0", request="b", memory="3Gi", cores="20", share_id=SECOND_SHARE),
+        ],
+    )
+    answer = (await plugin.prepare([claim])).claims[claim.uid]
+    assert [list(d.request_names) for d in answer.devices] == [["a"], ["b"]]
+    env = _edits(node, claim.uid).env
+    assert env["NVIDIA_VISIBLE_DEVICES"] == node.nvml.device_uuid(0)
+    assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "5120m"
+    assert env["CUDA_DEVICE_SM_LIMIT"] == "30"
+    assert "CUDA_DEVICE_MEMORY_LIMIT_1" not in env

@@ -74,10 +74,7 @@ def dra_driver(
         registry_dir=kubelet_registry_dir,
         cdi_dir=cdi_dir,
         settings=AllocationSettings(hook_path=PurePosixPath(hook_path), version=libvgpu_version),
-        xid_policy=XidPolicy.from_env(
-            os.environ.get("DP_DISABLE_HEALTHCHECKS", ""),
-            os.environ.get("DP_ENABLE_HEALTHCHECKS", ""),
-        ),
+        xid_policy=XidPolicy.from_environment(os.environ),
         recovery_after=health_recovery_seconds if health_recovery_seconds >= 0 else None,
     )
     check_kubeconfig(kubeconfig or None, "dra-driver")

@@ -117,6 +117,12 @@ def allocated_gpus(
             raise PrepareError(
                 f"{where}: pool {result.get('pool')!r} is not this node's ({node_name!r})"
             )
+        if result.get("adminAccess"):
+            # Admin access bypasses capacity accounting; there is no limit to hand libvgpu.
+            raise PrepareError(
+                f"{where}: admin access is not supported by {DRIVER_NAME} (use the device "
+                "plugin's CUDA_DISABLE_CONTROL namespaces for unlimited access)"
+            )
         gpu = by_name.get(device)
         if gpu is None:
             raise PrepareError(f"{where}: no such GPU on node {node_name}")
@@ -195,11 +201,14 @@ def _plan(
     settings: AllocationSettings,
     files: HostFiles,
 ) -> ContainerPlan:
+    # Two requests of one claim may share one GPU: the container sees it once, with the sum.
+    shares: dict[str, tuple[int, int]] = {}
+    for g in gpus:
+        memory, cores = shares.get(g.facts.gpu.uuid, (0, 0))
+        shares[g.facts.gpu.uuid] = (memory + g.memory_mib, min(CORES, cores + g.cores))
     devices = tuple(
-        ContainerDevice(
-            uuid=g.facts.gpu.uuid, type=GPU_TYPE, usedmem=g.memory_mib, usedcores=g.cores
-        )
-        for g in gpus
+        ContainerDevice(uuid=uuid, type=GPU_TYPE, usedmem=memory, usedcores=cores)
+        for uuid, (memory, cores) in shares.items()
     )
     slot = ContainerSlot(position=0, container=container, devices=devices)
     return plan_container(

@@ -8,14 +8,13 @@ socket that disappears (kubelet cleans its registry directory on some restarts) 
 """
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.deviceplugin.config import DeviceFilter
-from pyhami.deviceplugin.health import HealthBoard, HealthWatcher, XidPolicy
+from pyhami.deviceplugin.health import HealthBoard, HealthWatcher, XidPolicy, sleep_unless
 from pyhami.deviceplugin.inventory import Gpu, discover
 from pyhami.dra import cdi
 from pyhami.dra.api import (
@@ -155,9 +154,7 @@ class DraDriver:
 
     async def _keep_registration_socket(self, stop: asyncio.Event, server: SocketServer) -> None:
         while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.options.socket_poll):
-                    await stop.wait()
+            await sleep_unless(stop, self.options.socket_poll)
             if not stop.is_set() and not server.socket.exists():
                 log.info("registration socket %s was removed: opening it again", server.socket)
                 await server.stop()

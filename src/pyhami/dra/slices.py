@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyhami.deviceplugin.health import HealthBoard
+from pyhami.deviceplugin.health import HealthBoard, sleep_unless
 from pyhami.deviceplugin.inventory import Gpu
 from pyhami.dra.api import DRIVER_NAME
 from pyhami.dra.kubeapi import RESOURCE_SLICES
@@ -271,7 +271,7 @@ class SlicePublisher:
                 await self.publish()
             except KubeError as error:
                 log.error("cannot publish ResourceSlice %s, retrying: %s", self.name, error)
-                await _wait_for(stop, self._retry)
+                await sleep_unless(stop, self._retry)
                 continue
             change = asyncio.ensure_future(self._board.wait_for_change(seen))
             stopped = asyncio.ensure_future(stop.wait())
@@ -280,11 +280,3 @@ class SlicePublisher:
             finally:
                 change.cancel()
                 stopped.cancel()
-
-
-async def _wait_for(stop: asyncio.Event, seconds: float) -> None:
-    try:
-        async with asyncio.timeout(seconds):
-            await stop.wait()
-    except TimeoutError:
-        pass

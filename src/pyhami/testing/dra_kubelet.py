@@ -10,10 +10,12 @@ supported service it speaks, an absolute endpoint), tells the plugin with
         ...start a driver with registry_dir=kubelet.registry_dir...
         plugin = await kubelet.wait_for_plugin("gpu.pyhami.io")
         response = await plugin.prepare([ClaimRef("default", "claim-1", "uid-1")])
+        edits = cdi_edits(cdi_dir, response.claims["uid-1"].devices[0].cdi_device_ids[0])
 """
 
 import asyncio
 import contextlib
+import json
 import logging
 import shutil
 import tempfile
@@ -55,6 +57,49 @@ class ClaimRef:
 
     def message(self) -> dra_pb2.Claim:
         return dra_pb2.Claim(namespace=self.namespace, name=self.name, uid=self.uid)
+
+
+@dataclass(frozen=True)
+class CdiMount:
+    container_path: str
+    host_path: str
+    options: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CdiEdits:
+    """What a container runtime applies to a container for one CDI device."""
+
+    env: dict[str, str]
+    mounts: tuple[CdiMount, ...]
+
+
+def cdi_edits(cdi_dir: Path, device_id: str) -> CdiEdits:
+    """The container edits of the fully qualified CDI device `vendor/class=name`, looked up in
+    the spec files of `cdi_dir` as a runtime does (spec-wide edits first, then the device's)."""
+    kind, sep, name = device_id.partition("=")
+    if not sep or "/" not in kind or not name:
+        raise DRAKubeletError(f"{device_id!r} is not a CDI device id (vendor/class=name)")
+    for path in sorted(cdi_dir.glob("*.json")):
+        try:
+            spec = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            raise DRAKubeletError(f"unreadable CDI spec {path}: {error}") from error
+        if spec.get("kind") != kind:
+            continue
+        for device in spec.get("devices") or []:
+            if device.get("name") != name:
+                continue
+            env: dict[str, str] = {}
+            mounts: list[CdiMount] = []
+            for edits in (spec.get("containerEdits") or {}, device.get("containerEdits") or {}):
+                env.update(item.split("=", 1) for item in edits.get("env") or [])
+                mounts.extend(
+                    CdiMount(m["containerPath"], m["hostPath"], tuple(m.get("options") or ()))
+                    for m in edits.get("mounts") or []
+                )
+            return CdiEdits(env, tuple(mounts))
+    raise DRAKubeletError(f"no CDI spec in {cdi_dir} defines device {device_id}")
 
 
 class DRAPluginConnection:
