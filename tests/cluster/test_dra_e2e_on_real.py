@@ -8,7 +8,6 @@ is tainted and a new claim is not allocated on it."""
 
 import asyncio
 import contextlib
-import gc
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -144,21 +143,27 @@ async def node(kubernetes: BuiltBinaries, native: Native, tmp_path: Path) -> Asy
             await agent.register_node({NODE_MODE_LABEL: NODE_MODE_DRA})
             stop = asyncio.Event()
             driver = DraDriver(admin, nvml, options)
-            task = asyncio.create_task(driver.run(stop))
+            running = Node(
+                plane,
+                admin,
+                nvml,
+                options,
+                kubelet,
+                agent,
+                runtime,
+                driver,
+                stop,
+                asyncio.create_task(driver.run(stop)),
+            )
             try:
                 async with agent:
                     await kubelet.wait_for_plugin(DRIVER_NAME, timeout=30)
-                    yield Node(
-                        plane, admin, nvml, options, kubelet, agent, runtime, driver, stop, task
-                    )
+                    yield running
             finally:
                 await runtime.kill_all()
-                stop.set()
-                await asyncio.wait_for(task, 20)
+                running.stop.set()  # the driver running now: a test may have restarted it
+                await asyncio.wait_for(running.task, 20)
     finally:
-        # a gRPC server object dropped by a driver restart shuts down on this loop, not
-        # after it closed (its __del__ schedules the shutdown)
-        gc.collect()
         shutil.rmtree(state, ignore_errors=True)
 
 
