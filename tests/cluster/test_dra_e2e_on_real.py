@@ -45,7 +45,7 @@ from pyhami.testing.dra_kubelet import DRAKubelet
 from pyhami.testing.fake_kubelet import FakeKubelet
 from pyhami.testing.fake_nvml import FakeGpu, FakeNVML
 from pyhami.testing.namespace_runtime import NamespaceRuntime
-from pyhami.testing.native_build import Native, NativeBuildError, build_native
+from pyhami.testing.native_build import Native
 from pyhami.testing.node_agent import NodeAgent
 from pyhami.testing.real_cluster import RealControlPlane
 
@@ -55,15 +55,6 @@ MIB = 1 << 20
 CARD_MIB = 81920
 # The stub driver's card 0: the node's card has the same uuid, so the visible device is it.
 STUB_UUID = "GPU-00102030-4050-6070-8090-a0b0c0d0e0f0"
-NATIVE = Path(__file__).resolve().parents[2] / "native" / "libvgpu"
-
-
-@pytest.fixture(scope="session")
-def native() -> Native:
-    try:
-        return build_native(NATIVE)
-    except NativeBuildError as err:
-        pytest.fail(str(err))
 
 
 @dataclass

@@ -1,19 +1,9 @@
-"""The built libvgpu, its stub driver and the test driver program, made once per session."""
+"""What the system tests share: the checkout's root, and the built libvgpu's description (the
+`native` fixture that builds it is in tests/conftest.py)."""
 
 from pathlib import Path
 
-import pytest
-
-from pyhami.testing.native_build import Native, NativeBuildError, build_native
+from pyhami.testing.native_build import Native
 
 ROOT = Path(__file__).resolve().parents[2]
-NATIVE = ROOT / "native" / "libvgpu"
-__all__ = ["NATIVE", "ROOT", "Native"]
-
-
-@pytest.fixture(scope="session")
-def native() -> Native:
-    try:
-        return build_native(NATIVE)
-    except NativeBuildError as err:
-        pytest.fail(str(err))
+__all__ = ["ROOT", "Native"]

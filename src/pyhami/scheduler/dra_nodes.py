@@ -31,6 +31,7 @@ from pyhami.scheduler.extender import (
     ExtenderFilterResult,
     PodRef,
 )
+from pyhami.scheduler.server import ExtenderService
 
 JsonObject = dict[str, Any]
 DRA_NODE_REASON = (
@@ -41,18 +42,6 @@ DEVICE_PLUGIN_NODE_REASON = (
     "node runs the device plugin: a pod of kube-scheduler's own profiles gets GPUs on DRA nodes"
 )
 PASSED_KEPT = 4096  # pods passed to DRA nodes and not bound yet, newest kept
-
-
-class Extender(Protocol):
-    """The extender routes' service (FilterBind), as this wrapper needs it."""
-
-    async def filter(self, args: ExtenderArgs) -> ExtenderFilterResult: ...
-
-    async def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult: ...
-
-    def explain(self, pod: PodRef) -> JsonObject | None: ...
-
-    def readiness(self) -> tuple[bool, str]: ...
 
 
 class Binder(Protocol):
@@ -71,7 +60,7 @@ class DraAwareExtender:
 
     def __init__(
         self,
-        inner: Extender,
+        inner: ExtenderService,
         nodes: Mapping[str, Mapping[str, Any]],
         kube: Binder,
         *,
