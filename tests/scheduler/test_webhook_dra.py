@@ -72,10 +72,20 @@ def test_pods_asking_the_same_share_name_one_template() -> None:
     assert names[0] == names[1] != names[2]
 
 
-def test_a_whole_gpu_pod_keeps_its_extended_resource_and_the_default_scheduler() -> None:
-    response, mutated = _admit(_pod(_ctr(gpu="2")), mode="all")
-    assert response.allowed and not response.claim_templates
-    assert mutated["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "2"}
+def test_a_whole_gpu_pod_gets_a_claim_for_whole_cards_and_keeps_the_default_scheduler() -> None:
+    # not the DeviceClass's extended resource: in a mixed cluster that mapping would make
+    # kube-scheduler refuse every HAMi-style pod (gpumem is neither on the node nor DRA-backed)
+    response, mutated = _admit(_pod(_ctr(gpu="2"), _ctr("sidecar")), mode="all")
+    [template] = response.claim_templates
+    [request] = template["spec"]["spec"]["devices"]["requests"]
+    assert request["exactly"] == {
+        "deviceClassName": "gpu.pyhami.io",
+        "allocationMode": "ExactCount",
+        "count": 2,
+    }
+    containers = mutated["spec"]["containers"]
+    assert containers[0]["resources"] == {"limits": {}, "claims": [{"name": "gpu-0"}]}
+    assert "claims" not in containers[1]["resources"]
     assert "schedulerName" not in mutated["spec"]
 
 

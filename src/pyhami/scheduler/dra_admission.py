@@ -5,14 +5,16 @@ Which pods: with `dra_mode` "all" (every GPU node of the cluster runs the DRA dr
 pod the webhook takes; with "selected" (a mixed cluster) a pod whose `nodeSelector` names the
 DRA node label (`gpu.pyhami.io/mode: dra`); with "off" none.
 
-What changes, per container asking for a share (`nvidia.com/gpumem`, `gpumem-percentage`,
-`gpucores`): those resources and `nvidia.com/gpu` leave its limits and requests, and it uses
-a pod claim `gpu-<n>` made from a content-named ResourceClaimTemplate asking for `count`
-devices of class `gpu.pyhami.io` with `memory` (gpumem MiB in bytes) and `cores` (gpucores
-percent) as capacity requests. gpumem-percentage 100 (or no memory asked) takes the whole
-card's memory; another percentage has no DRA form (capacity is consumed in bytes, and cards
-differ) and is refused. A container that asks for whole GPUs only (`nvidia.com/gpu: N`)
-keeps its request: DeviceClass `gpu.pyhami.io`'s `extendedResourceName` maps it. A pod
+What changes, per container asking for GPUs (`nvidia.com/gpu`, `gpumem`, `gpumem-percentage`,
+`gpucores`): those resources leave its limits and requests, and it uses a pod claim `gpu-<n>`
+made from a content-named ResourceClaimTemplate asking for `count` devices of class
+`gpu.pyhami.io` with `memory` (gpumem MiB in bytes) and `cores` (gpucores percent) as capacity
+requests; an amount not asked is the whole card's. gpumem-percentage 100 is the whole card's
+memory; another percentage has no DRA form (capacity is consumed in bytes, and cards differ)
+and is refused. Whole-GPU containers become claims too, not the DeviceClass's extended
+resource: kube-scheduler refuses every node to a pod one of whose extended resources is backed
+by DRA while another (`gpumem`) is neither offered by the node nor backed by DRA, so in a mixed
+cluster the class must not map `nvidia.com/gpu`, or HAMi-style pods would fit nowhere. A pod
 annotated `gpu.pyhami.io/same-topology: numa|nvlink` keeps each container's cards on one NUMA
 node or NVLink domain.
 
@@ -76,12 +78,12 @@ def _whole_number(container: Mapping[str, Any], name: str) -> int | None:
 def container_share(
     container: Mapping[str, Any], cfg: NvidiaConfig, same: str | None
 ) -> GpuShare | None:
-    """The GPU share a container asks for in HAMi's resources; None when it asks for whole
-    GPUs only, or for none."""
+    """The GPU share a container asks for in HAMi's resources; None when it asks for none."""
     memory_mib = _whole_number(container, cfg.resource_memory_name)
     percentage = _whole_number(container, cfg.resource_memory_percentage_name)
     cores = _whole_number(container, cfg.resource_core_name)
-    if memory_mib is None and percentage is None and cores is None:
+    count = _whole_number(container, cfg.resource_count_name)
+    if memory_mib is None and percentage is None and cores is None and not count:
         return None
     name = container.get("name")
     if percentage is not None and percentage != 100:
@@ -90,10 +92,9 @@ def container_share(
             f"run on a DRA node (GPU memory is shared there in bytes): ask for "
             f"{cfg.resource_memory_name} in MiB instead"
         )
-    count = _whole_number(container, cfg.resource_count_name) or cfg.default_gpu_num
     try:
         return GpuShare(
-            count=count,
+            count=count or cfg.default_gpu_num,
             memory_bytes=memory_mib * MIB if memory_mib is not None else None,
             cores_percent=cores,
             same=same,
