@@ -64,6 +64,14 @@ def test_a_share_headed_to_a_dra_node_becomes_a_claim_with_capacity_requests() -
     assert "schedulerName" not in spec
 
 
+def test_a_memory_share_without_cores_has_no_sm_limit_as_in_hami() -> None:
+    response, _ = _admit(_pod(_ctr(gpumem="2048"), nodeSelector=DRA_SELECTOR))
+    [request] = response.claim_templates[0]["spec"]["spec"]["devices"]["requests"]
+    assert request["exactly"]["capacity"] == {
+        "requests": {"memory": str(2048 * 1024**2), "cores": "0"}
+    }
+
+
 def test_pods_asking_the_same_share_name_one_template() -> None:
     first, _ = _admit(_pod(_ctr(gpumem="2048"), nodeSelector=DRA_SELECTOR))
     second, _ = _admit(_pod(_ctr("other", gpumem="2048"), nodeSelector=DRA_SELECTOR))

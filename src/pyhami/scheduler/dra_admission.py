@@ -9,7 +9,8 @@ What changes, per container asking for GPUs (`nvidia.com/gpu`, `gpumem`, `gpumem
 `gpucores`): those resources leave its limits and requests, and it uses a pod claim `gpu-<n>`
 made from a content-named ResourceClaimTemplate asking for `count` devices of class
 `gpu.pyhami.io` with `memory` (gpumem MiB in bytes) and `cores` (gpucores percent) as capacity
-requests; an amount not asked is the whole card's. gpumem-percentage 100 is the whole card's
+requests; memory not asked is the whole card's, cores not asked are none (no SM limit) for a
+memory share and the whole card otherwise, as in HAMi. gpumem-percentage 100 is the whole card's
 memory; another percentage has no DRA form (capacity is consumed in bytes, and cards differ)
 and is refused. Whole-GPU containers become claims too, not the DeviceClass's extended
 resource: kube-scheduler refuses every node to a pod one of whose extended resources is backed
@@ -96,7 +97,8 @@ def container_share(
         return GpuShare(
             count=count or cfg.default_gpu_num,
             memory_bytes=memory_mib * MIB if memory_mib is not None else None,
-            cores_percent=cores,
+            # a share that names memory but no cores has no SM limit, as in HAMi
+            cores_percent=0 if cores is None and memory_mib is not None else cores,
             same=same,
         )
     except ValueError as err:

@@ -373,6 +373,9 @@ class DemoCluster(AsyncService):
         await admin.create(DEVICE_CLASSES, device_class(None if mixed else "nvidia.com/gpu"))
         for number, cards in enumerate(self.settings.dra_node_cards(), start=1):
             name = dra_node_name(number)
+            if self.settings.libvgpu is not None:
+                (self.workdir / name / "hook" / "vgpu").mkdir(parents=True)
+                install_libvgpu(self.settings.libvgpu, self.workdir / name / "hook" / "vgpu")
             node = await start_dra_node(
                 name,
                 cards,
@@ -429,7 +432,12 @@ class DemoCluster(AsyncService):
             extender_client_ca=str(self._tls.ca_file),
             scheduler_name=SCHEDULER_NAME,
             trusted_writers=TRUSTED_WRITERS,
-            dra_mode="selected" if self.settings.dra_nodes else "off",
+            # DRA nodes only: every GPU pod is translated; mixed: those headed there
+            dra_mode=(
+                "off"
+                if not self.settings.dra_nodes
+                else ("selected" if self.settings.node_cards() else "all")
+            ),
         )
         self._scheduler = SchedulerProcess(
             settings, await self._new_client(SCHEDULER_USER), load_device_config(str(config_file))

@@ -50,8 +50,8 @@ async def start_dra_node(
     runtime: ContainerRuntime | None,
 ) -> DraDemoNode:
     """The node registered with its label, the driver serving and registered with kubelet."""
-    hook = root / "hook"
-    (hook / "vgpu" / "containers").mkdir(parents=True)
+    hook = root / "hook"  # libvgpu in hook/vgpu when the caller installed it
+    (hook / "vgpu" / "containers").mkdir(parents=True, exist_ok=True)
     nvml = FakeNVML.with_gpus(*cards)
     options = DriverOptions(
         node_name=name,
