@@ -14,6 +14,7 @@ from pyhami.cli_errors import USAGE_EXIT
 from pyhami.cli_habits import VersionOption, command_group
 from pyhami.controlplane.cli import control_plane_app
 from pyhami.deviceplugin.cli import device_plugin
+from pyhami.dra.cli import dra_driver
 from pyhami.logs import configure_logging
 from pyhami.monitor.cli import MONITOR_CONTEXT, monitor
 from pyhami.scheduler.cli import scheduler
@@ -47,6 +48,7 @@ app.command()(sim_cli.explain)
 app.command()(sim_cli.top)
 app.command()(demo)
 app.command("device-plugin")(device_plugin)
+app.command("dra-driver")(dra_driver)
 app.command("monitor", context_settings=MONITOR_CONTEXT)(monitor)
 app.command("scheduler")(scheduler)
 app.add_typer(annotations_app)

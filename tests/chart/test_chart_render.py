@@ -14,6 +14,7 @@ import typer
 import yaml
 
 from pyhami.devices.config import parse_device_config
+from pyhami.devices.nvidia.dra_claims import device_class
 from pyhami.sim.demo.cluster import WEBHOOKS, trusted_writers_condition
 from pyhami.testing.fake_apiserver.cel import compile_expression
 from pyhami.testing.scheduler_harness.config import ExtenderConfig
@@ -605,3 +606,36 @@ def test_namespace_override_and_global_metadata() -> None:
     for spec in everything.pod_specs():
         assert spec["imagePullSecrets"] == [{"name": "registry"}]
     assert everything.one("Deployment")["metadata"]["annotations"] == {"owner": "ops"}
+
+
+def test_dra_values_render_the_device_class_the_flag_and_only_template_creation() -> None:
+    """(Kubernetes' DRA kinds are newer than the offline schemas: the DeviceClass is the one
+    the DRA tests on the real control plane create, and kube-apiserver validates that.)"""
+    out = helm(
+        "template",
+        "pyhami",
+        str(CHART),
+        *set_flags(("dra.mode=selected", "dra.deviceClass.create=true")),
+    )
+    rendered = Rendered(tuple(doc for doc in yaml.safe_load_all(out) if doc))
+    assert rendered.one("DeviceClass")["spec"] == device_class()["spec"]
+    assert any(
+        "--dra-mode=selected" in [*c.get("command", ()), *c.get("args", ())]
+        for _, c in rendered.containers()
+    )
+    rules = [
+        rule
+        for role in rendered.of_kind("ClusterRole")
+        for rule in role.get("rules") or ()
+        if "resource.k8s.io" in rule["apiGroups"]
+    ]
+    assert rules == [
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceclaimtemplates"],
+            "verbs": ["create"],
+        }
+    ]
+    defaults = render("defaults")
+    assert defaults.of_kind("DeviceClass") == []
+    assert not any("--dra-mode" in " ".join(c.get("args", ())) for _, c in defaults.containers())

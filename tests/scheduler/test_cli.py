@@ -1,6 +1,7 @@
 """`pyhami scheduler` flag handling (the process itself is run by the leader-election test)."""
 
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -32,6 +33,7 @@ FLAGS = {
     "legacy_metrics": False,
     "trusted_writers": [],
     "limit_control_namespaces": ["gpu-lab"],
+    "dra_mode": "selected",
     "explain_all": False,
     "extender_client_ca": "",
     "extender_allow_any_caller": False,
@@ -51,6 +53,7 @@ def test_the_lock_expiry_env_is_honoured_unless_the_flag_is_given(
     assert settings.node_label_selector == {"gpu": "on"}
     assert settings.trusted_writers == ("system:serviceaccount:hami:",)
     assert settings.limit_control_namespaces == ("gpu-lab",)
+    assert settings.dra_mode == "selected"
     assert _settings(**{**FLAGS, "node_lock_timeout": "1m"}).node_lock_timeout == timedelta(
         minutes=1
     )
@@ -62,3 +65,13 @@ def test_bad_flags_exit_2_with_the_reason() -> None:
     assert "--device-config-file is required" in result.output
     result = CliRunner().invoke(app, ["scheduler", "--device-config-file", "/nope"])
     assert result.exit_code == 2 and "cannot read /nope" in result.output
+
+
+def test_an_unknown_dra_mode_is_refused_naming_the_choices(tmp_path: Path) -> None:
+    config = tmp_path / "device-config.yaml"
+    config.write_text("nvidia: {}\n")
+    result = CliRunner().invoke(
+        app, ["scheduler", "--device-config-file", str(config), "--dra-mode", "some"]
+    )
+    assert result.exit_code == 2
+    assert "--dra-mode 'some': choose one of off, selected, all" in result.output

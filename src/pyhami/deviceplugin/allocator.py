@@ -71,7 +71,8 @@ def assigned(pod: JsonObject) -> PodSingleDevice | None:
         return None
 
 
-def _files(settings: AllocationSettings) -> HostFiles:
+def host_files(settings: AllocationSettings) -> HostFiles:
+    """Which optional HAMi-core files the node has under `<hook path>/vgpu`."""
     vgpu = Path(settings.vgpu_dir)
     return HostFiles(
         libvgpu_versioned=(vgpu / f"libvgpu.so.{settings.version}").exists(),
@@ -165,7 +166,7 @@ class Allocator:
     ) -> tuple[list[api_pb2.ContainerAllocateResponse], list[ContainerDevices]]:
         entries = to_allocate(pod)
         scheduled = assigned(pod)
-        files = await asyncio.to_thread(_files, self._settings)
+        files = await asyncio.to_thread(host_files, self._settings)
         responses = []
         mig_slots = []
         for container_request in request.container_requests:

@@ -194,10 +194,7 @@ def device_plugin(
             limit_control_namespaces=frozenset(limit_control_namespaces or ()),
         ),
         topology_score=enable_topology_score == "true",
-        xid_policy=XidPolicy.from_env(
-            os.environ.get("DP_DISABLE_HEALTHCHECKS", ""),
-            os.environ.get("DP_ENABLE_HEALTHCHECKS", ""),
-        ),
+        xid_policy=XidPolicy.from_environment(os.environ),
         recovery_after=health_recovery_seconds if health_recovery_seconds >= 0 else None,
     )
     check_kubeconfig(kubeconfig or None, "device-plugin")

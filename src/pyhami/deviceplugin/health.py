@@ -9,7 +9,7 @@ Cards whose events cannot be watched at all stay unhealthy until the plugin rest
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from pyhami.deviceplugin.inventory import Gpu
@@ -42,6 +42,13 @@ class XidPolicy:
         disabled_all, disabled = _xid_list(disable)
         enabled_all, enabled = _xid_list(enable)
         return cls(disabled_all, disabled, enabled_all, enabled)
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str]) -> "XidPolicy":
+        """From `DP_DISABLE_HEALTHCHECKS` and `DP_ENABLE_HEALTHCHECKS`, as NVIDIA's plugin."""
+        return cls.from_env(
+            environ.get("DP_DISABLE_HEALTHCHECKS", ""), environ.get("DP_ENABLE_HEALTHCHECKS", "")
+        )
 
     @property
     def active(self) -> bool:
@@ -195,7 +202,7 @@ class HealthWatcher:
                 watch = await asyncio.to_thread(self._nvml.watch_xids)
             except NvmlError as error:
                 log.error("cannot watch XID events, retrying in 30 s: %s", error)
-                await _sleep_unless(stop, 30.0)
+                await sleep_unless(stop, 30.0)
                 continue
             for index in watch.unwatched:
                 for gpu in self._gpus:
@@ -234,7 +241,8 @@ class HealthWatcher:
                 self._board.recover(uuid)
 
 
-async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:
+async def sleep_unless(stop: asyncio.Event, seconds: float) -> None:
+    """Sleep `seconds`, or less when `stop` is set meanwhile."""
     try:
         async with asyncio.timeout(seconds):
             await stop.wait()

@@ -24,6 +24,7 @@ from pyhami.kube.nodelock import NodeLockAPI, NodeLockContentionError, NodeLocke
 from pyhami.kube.ratelimit import RateLimit, TokenBucket
 from pyhami.kube.resources import (
     CONFIG_MAPS,
+    DEVICE_CLASSES,
     EVENTS,
     LEASES,
     MUTATING_WEBHOOK_CONFIGURATIONS,
@@ -31,13 +32,17 @@ from pyhami.kube.resources import (
     NODES,
     POD_DISRUPTION_BUDGETS,
     PODS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
     RESOURCE_QUOTAS,
+    RESOURCE_SLICES,
     Resource,
 )
 from pyhami.kube.tasks import cancel_and_wait, guarded_task
 
 __all__ = [
     "CONFIG_MAPS",
+    "DEVICE_CLASSES",
     "EVENTS",
     "LEASES",
     "MUTATING_WEBHOOK_CONFIGURATIONS",
@@ -45,7 +50,10 @@ __all__ = [
     "NODES",
     "PODS",
     "POD_DISRUPTION_BUDGETS",
+    "RESOURCE_CLAIMS",
+    "RESOURCE_CLAIM_TEMPLATES",
     "RESOURCE_QUOTAS",
+    "RESOURCE_SLICES",
     "AlreadyExists",
     "AsyncService",
     "BadRequest",

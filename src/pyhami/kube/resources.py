@@ -49,6 +49,13 @@ POD_DISRUPTION_BUDGETS = Resource(
     "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True
 )
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
+# Dynamic Resource Allocation
+RESOURCE_CLAIMS = Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True)
+RESOURCE_SLICES = Resource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False)
+RESOURCE_CLAIM_TEMPLATES = Resource(
+    "resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True
+)
+DEVICE_CLASSES = Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False)
 MUTATING_WEBHOOK_CONFIGURATIONS = Resource(
     "admissionregistration.k8s.io",
     "v1",

@@ -153,6 +153,14 @@ class PynvmlNvml:
     def device_count(self) -> int:
         return int(_call("nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount))
 
+    def driver_version(self) -> str:
+        return _text(_call("nvmlSystemGetDriverVersion", pynvml.nvmlSystemGetDriverVersion))
+
+    def cuda_driver_version(self) -> int:
+        return int(
+            _call("nvmlSystemGetCudaDriverVersion", pynvml.nvmlSystemGetCudaDriverVersion_v2)
+        )
+
     def device_uuid(self, index: int) -> str:
         return _text(_call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, self._handle(index)))
 

@@ -92,6 +92,8 @@ class AdmissionResponse:
     reason: str = ""
     patch: Sequence[Mapping[str, Any]] = ()
     warnings: Sequence[str] = field(default_factory=tuple)
+    # ResourceClaimTemplates the patched pod names: created before the answer is sent
+    claim_templates: Sequence[JsonObject] = ()
 
     @classmethod
     def allow(cls, message: str = "") -> AdmissionResponse:

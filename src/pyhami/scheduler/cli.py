@@ -29,6 +29,7 @@ from pyhami.protocol import NodePolicy
 from pyhami.scheduler.settings import (
     SchedulerSettings,
     SettingsError,
+    parse_dra_mode,
     parse_go_duration,
     parse_label_selector,
     split_host_port,
@@ -83,6 +84,7 @@ def _settings(**flags: object) -> SchedulerSettings:
         pod_namespace=namespace,
         trusted_writers=trusted,
         limit_control_namespaces=allowed,
+        dra_mode=parse_dra_mode(str(flags["dra_mode"])),
         explain_all=bool(flags["explain_all"]),
         extender_client_ca=str(flags["extender_client_ca"]),
         extender_allow_any_caller=bool(flags["extender_allow_any_caller"]),
@@ -167,6 +169,12 @@ def scheduler(  # noqa: PLR0917 - one typer option per HAMi flag
         [],
         "--allow-limit-control-namespace",
         help="namespace whose pods may set the env that controls libvgpu (repeatable)",
+    ),
+    dra_mode: str = typer.Option(
+        "off",
+        "--dra-mode",
+        help="which GPU pods ask for DRA claims instead of HAMi's resources: off, selected "
+        "(nodeSelector gpu.pyhami.io/mode=dra) or all",
     ),
     explain_all: bool = typer.Option(
         False, "--explain-all-nodes", help="evaluate every candidate per filter (slower)"

@@ -15,6 +15,7 @@ frozen set is thawed and fully collected once, so cyclic garbage that got frozen
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import time
 from collections.abc import Mapping
@@ -30,16 +31,20 @@ from pyhami.engine import EngineConfig
 from pyhami.kube import (
     NODES,
     PODS,
+    RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_QUOTAS,
+    AlreadyExists,
     EventHandlers,
     Informer,
     InformerSettings,
+    JsonObject,
     KubeClient,
     LeaseLock,
     NodeLocker,
     cancel_and_wait,
 )
 from pyhami.protocol import LABEL_SCHEDULER_ROLE, SchedulerRole, pod_labels_patch
+from pyhami.scheduler.dra_nodes import DraAwareExtender
 from pyhami.scheduler.events import EventRecorder
 from pyhami.scheduler.eviction import EvictingPreemption
 from pyhami.scheduler.leader import ElectionTiming, LeaderElector
@@ -155,9 +160,11 @@ class SchedulerProcess:
                 trusted_writers=settings.trusted_writers,
                 owned_annotations=OWNED_ANNOTATIONS,
                 limit_control_namespaces=frozenset(settings.limit_control_namespaces),
+                dra_mode=settings.dra_mode,
             ),
             device_config.nvidia,
             self.state.exceeds_quota,
+            ensure_object=self._ensure_claim_template,
         )
         resync = InformerSettings(resync_period_s=INFORMER_RESYNC_SECONDS)
         selector = ",".join(f"{k}={v}" for k, v in settings.node_label_selector.items())
@@ -194,6 +201,13 @@ class SchedulerProcess:
         self.metrics_port = 0
 
     # ----- wiring ----------------------------------------------------------------------------
+
+    async def _ensure_claim_template(self, template: JsonObject) -> None:
+        """The webhook's ResourceClaimTemplate (named by its content: one there already is it)."""
+        with contextlib.suppress(AlreadyExists):
+            await self.client.create(
+                RESOURCE_CLAIM_TEMPLATES, template, template["metadata"]["namespace"]
+            )
 
     def _wire_informers(self) -> None:
         state = self.state
@@ -262,7 +276,12 @@ class SchedulerProcess:
             )
         authenticated = bool(self.settings.extender_client_ca)
         main = build_app(
-            self.service,
+            DraAwareExtender(
+                self.service,
+                self.state.nodes,
+                self.client,
+                scheduler_name=self.settings.scheduler_name,
+            ),
             self.admission,
             self.metrics,
             metrics_route=self._metrics_route_on_main,
@@ -295,9 +314,7 @@ class SchedulerProcess:
             metrics_port=self.metrics_port,
         )
 
-    async def _serve(
-        self, name: str, app: web.Application, host: str, port: int, ssl: Any
-    ) -> int:
+    async def _serve(self, name: str, app: web.Application, host: str, port: int, ssl: Any) -> int:
         guard = ConnectionGuard(self.limits)
         app.middlewares.insert(0, guard.middleware)  # outermost: it times the whole request
         runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)

@@ -64,6 +64,8 @@ class Admission(Protocol):
 
     def review_ownership(self, request: AdmissionRequest) -> AdmissionResponse: ...
 
+    async def create_claim_templates(self, response: AdmissionResponse) -> AdmissionResponse: ...
+
 
 Decide = Callable[[AdmissionRequest], AdmissionResponse]
 
@@ -201,6 +203,8 @@ def build_app(
                 return _json(AdmissionResponse.errored(400, message).to_bare_review())
             try:
                 response = decide(review)
+                if response.allowed and response.claim_templates:
+                    response = await admission.create_claim_templates(response)
             except Exception as err:
                 log.exception("admission failed", path=request.path)
                 response = AdmissionResponse.errored(500, f"internal error: {err}")

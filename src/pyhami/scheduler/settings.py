@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from pyhami.protocol.goparse import GoDurationError, parse_duration
+from pyhami.scheduler.dra_admission import DRA_MODES, DraMode
 
 
 class SettingsError(ValueError):
@@ -34,6 +35,13 @@ def parse_label_selector(text: str) -> dict[str, str]:
             raise SettingsError(f"--node-label-selector: {item!r} is not key=value")
         selector[key.strip()] = value.strip()
     return selector
+
+
+def parse_dra_mode(text: str) -> DraMode:
+    for mode in DRA_MODES:
+        if text == mode:
+            return mode
+    raise SettingsError(f"--dra-mode {text!r}: choose one of {', '.join(DRA_MODES)}")
 
 
 def split_host_port(address: str, what: str) -> tuple[str, int]:
@@ -85,6 +93,9 @@ class SchedulerSettings:
     trusted_writers: tuple[str, ...] = ()
     # Namespaces whose pods may set the env that controls libvgpu (limits, CUDA_DISABLE_CONTROL).
     limit_control_namespaces: tuple[str, ...] = ()
+    # Which GPU pods the webhook turns into DRA claims: off, selected (nodeSelector
+    # gpu.pyhami.io/mode=dra) or all.
+    dra_mode: DraMode = "off"
     # Evaluate every candidate on every filter, for complete events and /explain.
     explain_all: bool = False
     # How long /filter waits for the caches to sync before answering with an error.

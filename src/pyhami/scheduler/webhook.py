@@ -34,7 +34,7 @@ Two more refusals (pyhami, not HAMi), for the pods the webhook takes:
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,8 +42,16 @@ from pyhami.devices.config import NvidiaConfig
 from pyhami.devices.nvidia.libvgpu_env import controls_libvgpu, derived_env, literal_env
 from pyhami.devices.nvidia.request import ContainerSpecError, check_resource_values
 from pyhami.devices.quantity import QuantityError, parse_quantity, value_ceil
+from pyhami.kube import KubeError
 from pyhami.protocol import LABEL_VGPU_NODE
 from pyhami.scheduler.admission import AdmissionRequest, AdmissionResponse, json_patch
+from pyhami.scheduler.dra_admission import (
+    DraMode,
+    DraTranslationError,
+    heads_to_dra,
+    translate_to_claims,
+)
+from pyhami.scheduler.dra_admission import resource_value as _lookup
 
 JsonObject = dict[str, Any]
 
@@ -62,6 +70,8 @@ class WebhookConfig:
     owned_annotations: frozenset[str] = frozenset()
     # Namespaces whose pods may set the env that controls libvgpu (--allow-limit-control-namespace).
     limit_control_namespaces: frozenset[str] = frozenset()
+    # Which GPU pods ask for DRA claims instead of HAMi's resources (--dra-mode).
+    dra_mode: DraMode = "off"
 
 
 class AdmissionError(ValueError):
@@ -74,16 +84,6 @@ def quantity_value(text: object, where: str) -> int:
         return value_ceil(parse_quantity(text))
     except QuantityError as err:
         raise AdmissionError(f"{where}: {err}") from err
-
-
-def _lookup(container: Mapping[str, Any], name: str) -> object | None:
-    resources = container.get("resources") or {}
-    for part in ("limits", "requests"):
-        values = resources.get(part) or {}
-        if name and name in values:
-            found: object = values[name]
-            return found
-    return None
 
 
 def _has_limit(container: Mapping[str, Any], name: str) -> bool:
@@ -152,12 +152,7 @@ def mutate_nvidia_container(container: JsonObject, pod: JsonObject, cfg: NvidiaC
         _append_env(container, name, value)
 
     has_resource = _has_limit(container, cfg.resource_count_name)
-    share_names = (
-        cfg.resource_core_name,
-        cfg.resource_memory_name,
-        cfg.resource_memory_percentage_name,
-    )
-    wants_share = any(_has_limit(container, name) for name in share_names)
+    wants_share = any(_has_limit(container, name) for name in _share_names(cfg))
     if not has_resource and cfg.default_gpu_num > 0 and wants_share:
         _set_limit(container, cfg.resource_count_name, str(cfg.default_gpu_num))
         has_resource = True
@@ -233,10 +228,30 @@ class PodAdmission:
         cfg: WebhookConfig,
         nvidia: NvidiaConfig,
         exceeds_quota: Callable[[JsonObject], bool],
+        ensure_object: Callable[[JsonObject], Awaitable[None]] | None = None,
     ) -> None:
         self.cfg = cfg
         self.nvidia = nvidia
         self._exceeds_quota = exceeds_quota
+        self._ensure_object = ensure_object
+
+    async def create_claim_templates(self, response: AdmissionResponse) -> AdmissionResponse:
+        """Create the ResourceClaimTemplates an allowed answer's pod names (one that exists
+        already is kept: templates are named by their content), before the pod is created;
+        when one cannot be, the pod is refused naming why."""
+        for template in response.claim_templates:
+            name = template["metadata"]["name"]
+            if self._ensure_object is None:
+                return AdmissionResponse.errored(
+                    500, f"cannot create ResourceClaimTemplate {name}: no API client"
+                )
+            try:
+                await self._ensure_object(template)
+            except KubeError as err:
+                return AdmissionResponse.errored(
+                    500, f"cannot create ResourceClaimTemplate {name}: {err}"
+                )
+        return response
 
     def review(self, request: AdmissionRequest) -> AdmissionResponse:
         """HAMi's webhook: the ownership rule, then the GPU pod mutation on CREATE."""
@@ -255,7 +270,11 @@ class PodAdmission:
             return decision
         message = decision.message if decision is not None else ""
         return AdmissionResponse(
-            allowed=True, message=message, patch=json_patch(before, pod), warnings=warnings
+            allowed=True,
+            message=message,
+            patch=json_patch(before, pod),
+            warnings=warnings,
+            claim_templates=decision.claim_templates if decision is not None else (),
         )
 
     def review_ownership(self, request: AdmissionRequest) -> AdmissionResponse:
@@ -314,6 +333,8 @@ class PodAdmission:
                 check_resource_values(container, self.nvidia)
             except ContainerSpecError as err:
                 return AdmissionResponse.deny(str(err))
+        if self.cfg.dra_mode != "off" and heads_to_dra(pod, self.cfg.dra_mode):
+            return self._admit_to_dra(pod, namespace, (*init, *app), privileged)
         has_resource = False
         may_control = namespace in self.cfg.limit_control_namespaces
         for container in (*init, *app):
@@ -333,3 +354,31 @@ class PodAdmission:
         if has_resource and self._exceeds_quota(pod):
             return AdmissionResponse.deny("exceeding resource quota")
         return None
+
+    def _admit_to_dra(
+        self,
+        pod: JsonObject,
+        namespace: str,
+        containers: Sequence[JsonObject],
+        privileged: Mapping[str, Any] | None,
+    ) -> AdmissionResponse:
+        """A pod headed to DRA nodes: its GPU shares become claims; kube-scheduler places it."""
+        gpu_names = (self.nvidia.resource_count_name, *_share_names(self.nvidia))
+        gpu_containers = [
+            c for c in containers if any(_lookup(c, n) is not None for n in gpu_names)
+        ]
+        refusals = (limit_control_refusal(c, self.nvidia, namespace) for c in gpu_containers)
+        refusal = next(filter(None, refusals), None)
+        if refusal is not None and namespace not in self.cfg.limit_control_namespaces:
+            return AdmissionResponse.deny(refusal)
+        try:
+            templates = translate_to_claims(pod, namespace, self.nvidia)
+        except DraTranslationError as err:
+            return AdmissionResponse.deny(str(err))
+        if privileged is not None and gpu_containers:
+            return AdmissionResponse.deny(f"container {privileged.get('name', '')} is privileged")
+        return AdmissionResponse(allowed=True, claim_templates=tuple(templates))
+
+
+def _share_names(cfg: NvidiaConfig) -> tuple[str, ...]:
+    return (cfg.resource_memory_name, cfg.resource_memory_percentage_name, cfg.resource_core_name)

@@ -309,6 +309,8 @@ class FakeNVML:
         self.created_watches: list[FakeXidWatch] = []
         self.opened = 0
         self.closed = 0
+        self.driver = "570.86.15"  # what `driver_version` answers
+        self.cuda_version = 12080  # what `cuda_driver_version` answers (CUDA 12.8)
 
     @classmethod
     def with_gpus(cls, *gpus: FakeGpu) -> "FakeNVML":
@@ -454,6 +456,14 @@ class FakeNVML:
         self.check("device_count", None)
         with self._lock:
             return len(self._state.gpus)
+
+    def driver_version(self) -> str:
+        self.check("driver_version", None)
+        return self.driver
+
+    def cuda_driver_version(self) -> int:
+        self.check("cuda_driver_version", None)
+        return self.cuda_version
 
     def device_uuid(self, index: int) -> str:
         return self._read("device_uuid", index).uuid

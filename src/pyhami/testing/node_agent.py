@@ -11,6 +11,11 @@ so a pod goes from bound to Running the way it does on a real node:
 * it hands each container to a `ContainerRuntime` (by default none: nothing is executed),
   then reports the pod `Running` through `pods/status`;
 * a failed `Allocate` fails the pod as kubelet does (`Failed`, `UnexpectedAdmissionError`);
+* with `claims` (kubelet's DRA manager, `pyhami.testing.dra_claims.ClaimPreparer`) a pod's
+  allocated ResourceClaims are prepared by their drivers before its containers start, and the
+  CDI devices' env and mounts are added to the containers that use them; a claim the driver
+  cannot prepare fails the pod (kubelet would retry; here the test sees it at once), and a
+  claim no pod here uses any more is unprepared;
 * a pod being deleted has its containers stopped and devices freed, then kubelet's final
   delete (grace 0) removes it; `finish()` ends a pod `Succeeded` (or `Failed`);
 * `register_node()` creates the Node as kubelet registers itself (with its own credentials:
@@ -32,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -79,6 +84,24 @@ class StartedContainer:
     device_ids: tuple[str, ...]
     envs: Mapping[str, str]
     mounts: tuple[ContainerMount, ...]
+    cdi_device_ids: tuple[str, ...] = ()  # from its DRA claims
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerEdits:
+    """What the CDI devices of a container's DRA claims add to it."""
+
+    cdi_device_ids: tuple[str, ...] = ()
+    envs: Mapping[str, str] = field(default_factory=dict)
+    mounts: tuple[ContainerMount, ...] = ()
+
+
+class ClaimPreparation(Protocol):
+    """kubelet's DRA manager: prepares a pod's claims before its containers start."""
+
+    async def prepare(self, pod: JsonObject) -> Mapping[str, ContainerEdits]: ...
+
+    async def release(self, pod_key: PodKey) -> list[str]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +206,21 @@ def device_count(container: Mapping[str, Any], resource: str) -> int:
     return count
 
 
+def _in_start_order(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]
+
+
+def dra_backed_resources(pod: Mapping[str, Any]) -> set[tuple[str, str]]:
+    """(container, resource) pairs kube-scheduler backed by a DRA claim (a DeviceClass's
+    extended resource name on a node whose device plugin does not offer it): the claim's
+    driver prepares them, no device plugin is asked."""
+    extended = (pod.get("status") or {}).get("extendedResourceClaimStatus") or {}
+    return {
+        (str(mapping.get("containerName", "")), str(mapping.get("resourceName", "")))
+        for mapping in extended.get("requestMappings") or ()
+    }
+
+
 def _conditions(ready: bool, now: str) -> list[JsonObject]:
     status = "True" if ready else "False"
     return [
@@ -261,6 +299,7 @@ class NodeAgent(AsyncService):
         *,
         resource: str = "nvidia.com/gpu",
         runtime: ContainerRuntime | None = None,
+        claims: ClaimPreparation | None = None,
         status_poll_s: float = 0.2,
         lease_renew_s: float = NODE_LEASE_DURATION_S / 4,
     ) -> None:
@@ -271,6 +310,7 @@ class NodeAgent(AsyncService):
         self.kubelet = kubelet
         self.resource = resource
         self.runtime: ContainerRuntime = runtime or RecordingRuntime()
+        self.claims = claims
         self.pods = Informer(
             client, PODS, field_selector=f"spec.nodeName={node_name}", name=f"kubelet/{node_name}"
         )
@@ -458,13 +498,50 @@ class NodeAgent(AsyncService):
         log.info("pod refused", node=self.node_name, pod=f"{namespace}/{name}", error=message)
 
     async def _allocate_all(self, pod: JsonObject) -> list[StartedContainer]:
+        """The device plugin's devices, then the DRA claims' CDI edits, per container."""
+        started = await self._allocate_devices(pod)
+        if self.claims is None:
+            return started
+        edits = dict(await self.claims.prepare(pod))
+        merged = []
+        for container in started:
+            extra = edits.pop(container.name, None)
+            merged.append(
+                container
+                if extra is None
+                else replace(
+                    container,
+                    envs={**container.envs, **extra.envs},
+                    mounts=container.mounts + extra.mounts,
+                    cdi_device_ids=extra.cdi_device_ids,
+                )
+            )
         spec = pod.get("spec") or {}
-        plan = [(c, True) for c in spec.get("initContainers") or ()] + [
-            (c, False) for c in spec.get("containers") or ()
-        ]
+        init_names = {str(c.get("name", "")) for c in spec.get("initContainers") or ()}
+        order = [str(c.get("name", "")) for c in _in_start_order(spec)]
+        for name, extra in edits.items():
+            merged.append(
+                StartedContainer(
+                    name=name,
+                    init=name in init_names,
+                    device_ids=(),
+                    envs=dict(extra.envs),
+                    mounts=extra.mounts,
+                    cdi_device_ids=extra.cdi_device_ids,
+                )
+            )
+        return sorted(merged, key=lambda c: order.index(c.name))
+
+    async def _allocate_devices(self, pod: JsonObject) -> list[StartedContainer]:
+        spec = pod.get("spec") or {}
+        init_count = len(spec.get("initContainers") or ())
+        plan = [(c, n < init_count) for n, c in enumerate(_in_start_order(spec))]
         started = []
         held = self._held.setdefault(_key(pod), [])
+        backed = dra_backed_resources(pod)
         for container, init in plan:
+            if (str(container.get("name", "")), self.resource) in backed:
+                continue
             count = device_count(container, self.resource)
             if count == 0:
                 continue
@@ -517,6 +594,9 @@ class NodeAgent(AsyncService):
         plugin = self.kubelet.plugins.get(self.resource)
         if plugin is not None:
             plugin.in_use.difference_update(ids)
+        if self.claims is not None:
+            for error in await self.claims.release(key):
+                log.warning("claim not unprepared", node=self.node_name, error=error)
 
     async def _patch_status(self, pod: JsonObject, status: JsonObject) -> None:
         namespace, name = _key(pod)

@@ -15,11 +15,13 @@ What runs, on 127.0.0.1 and free ports, everything under one temporary folder:
   service-account
   tokens signed by a key of its own;
 * kube-controller-manager with the controllers the tests need (service accounts, namespaces,
-  resource quotas, garbage collection), each as its own service account;
+  resource quotas, garbage collection; with `dra=True` also the ResourceClaim and device-taint
+  controllers of Dynamic Resource Allocation), each as its own service account;
 * kube-scheduler (started by `start_kube_scheduler` once the extender listens) with the
   profiles `hami-scheduler` and `default-scheduler` and pyhami's extender: `filter`, `bind`,
   `preempt`, `nodeCacheCapable`, every resource name pyhami owns as a managed resource ignored by
-  kube-scheduler, HTTPS with the CA and a client certificate.
+  kube-scheduler, HTTPS with the CA and a client certificate; without an extender it runs the
+  `default-scheduler` profile alone (DRA claims are kube-scheduler's own work).
 
 Identities: the admin (`system:admin` in `system:masters`) and the components get client
 certificates (`kubeconfig_for`), pyhami's components ServiceAccount tokens from the
@@ -79,6 +81,11 @@ CONTROLLERS = (
     "clusterrole-aggregation",
     "disruption",  # PodDisruptionBudgets' status, which evictions are checked against
 )
+# With `dra=True`: ResourceClaims made from a pod's ResourceClaimTemplates (and deleted with the
+# pod), and pods evicted from devices tainted NoExecute. Kubernetes 1.37 turns on every DRA
+# feature pyhami uses by default (core DRA, DRAConsumableCapacity, DRAExtendedResource,
+# DRADeviceTaints, DRAPrioritizedList), so no component needs a feature gate.
+DRA_CONTROLLERS = ("resourceclaim-controller", "device-taint-eviction-controller")
 # Every request's who, what and answer code (no bodies), once it is answered: the tests hold
 # our components' requests against RBAC with it.
 AUDIT_POLICY = {
@@ -173,6 +180,19 @@ def kubeconfig(
     }
 
 
+def plain_scheduler_configuration(
+    kubeconfig_file: Path, leader_election: JsonObject | None = None
+) -> JsonObject:
+    """kube-scheduler's configuration with its default profile only (no extender)."""
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": str(kubeconfig_file), "qps": 200, "burst": 400},
+        "leaderElection": leader_election or {"leaderElect": False},
+        "profiles": [{"schedulerName": "default-scheduler"}],
+    }
+
+
 def scheduler_configuration(
     kubeconfig_file: Path,
     extender: ExtenderTarget,
@@ -183,10 +203,7 @@ def scheduler_configuration(
     """kube-scheduler's configuration: our profile and the default one, our extender (kube-
     scheduler asks an extender only about pods that request one of its managed resources)."""
     return {
-        "apiVersion": "kubescheduler.config.k8s.io/v1",
-        "kind": "KubeSchedulerConfiguration",
-        "clientConnection": {"kubeconfig": str(kubeconfig_file), "qps": 200, "burst": 400},
-        "leaderElection": leader_election or {"leaderElect": False},
+        **plain_scheduler_configuration(kubeconfig_file, leader_election),
         "profiles": [
             {"schedulerName": extender.scheduler_name},
             {"schedulerName": "default-scheduler"},
@@ -235,8 +252,11 @@ class _Ports:
 class RealControlPlane(AsyncService):
     """Start with `async with`; stop ends every process and removes the folder."""
 
-    def __init__(self, binaries: BuiltBinaries, workdir: Path | None = None) -> None:
+    def __init__(
+        self, binaries: BuiltBinaries, workdir: Path | None = None, *, dra: bool = False
+    ) -> None:
         self.binaries = binaries
+        self.controllers = CONTROLLERS + (DRA_CONTROLLERS if dra else ())
         self._owns_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="pyhami-k8s-", dir="/tmp"))
         self.ports = _Ports()
@@ -408,20 +428,26 @@ class RealControlPlane(AsyncService):
 
     async def start_kube_scheduler(
         self,
-        extender: ExtenderTarget,
+        extender: ExtenderTarget | None = None,
         *,
         leader_election: JsonObject | None = None,
         kubeconfig_file: Path | None = None,
     ) -> None:
         """kube-scheduler, its extender pyhami's scheduler at `extender.url_prefix`; it shows
         the extender `extender.client_certificate`, which the extender's client CA signed.
-        It runs as `system:kube-scheduler` unless given another identity, and campaigns for a
-        Lease when given a `leaderElection` section."""
-        config = scheduler_configuration(
-            kubeconfig_file or self.kubeconfig_for(KUBE_SCHEDULER_USER),
-            extender,
-            client=extender.client_certificate,
-            leader_election=leader_election,
+        Without an extender, kube-scheduler's default profile alone. It runs as
+        `system:kube-scheduler` unless given another identity, and campaigns for a Lease when
+        given a `leaderElection` section."""
+        identity = kubeconfig_file or self.kubeconfig_for(KUBE_SCHEDULER_USER)
+        config = (
+            plain_scheduler_configuration(identity, leader_election)
+            if extender is None
+            else scheduler_configuration(
+                identity,
+                extender,
+                client=extender.client_certificate,
+                leader_election=leader_election,
+            )
         )
         config_file = self.workdir / "kube-scheduler.yaml"
         config_file.write_text(yaml.safe_dump(config))
@@ -552,7 +578,7 @@ class RealControlPlane(AsyncService):
                 f"--kubeconfig={self.kubeconfig_for(CONTROLLER_MANAGER_USER)}",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={port}",
-                f"--controllers={','.join(CONTROLLERS)}",
+                f"--controllers={','.join(self.controllers)}",
                 "--use-service-account-credentials=true",
                 "--node-monitor-period=1s",  # a new node is schedulable within a second
                 f"--root-ca-file={self.ca.cert_file}",

@@ -140,6 +140,25 @@ class ControlPlane(enum.StrEnum):
     REAL = "real"
 
 
+class NodeMode(enum.StrEnum):
+    """What serves the GPU nodes: the device plugin, pyhami's DRA driver, or half and half."""
+
+    DEVICE_PLUGIN = "device-plugin"
+    DRA = "dra"
+    MIXED = "mixed"
+
+
+def node_split(mode: NodeMode, nodes: int) -> tuple[int, int]:
+    """(device-plugin nodes, DRA nodes) for `nodes` GPU nodes; mixed: half run DRA, rounded down
+    but at least one."""
+    if mode is NodeMode.DRA:
+        return 0, nodes
+    if mode is NodeMode.MIXED:
+        dra = max(1, nodes // 2)
+        return max(1, nodes - dra), dra
+    return nodes, 0
+
+
 def _built_kubernetes() -> BuiltBinaries:
     """The pinned release's binaries, built first when they are not (progress on stdout)."""
     from pyhami.controlplane import BuildError, build_control_plane
@@ -181,6 +200,15 @@ def demo(
             "real: Kubernetes' own binaries (built by `pyhami control-plane build` on first use)",
         ),
     ] = ControlPlane.EMBEDDED,
+    mode: Annotated[
+        NodeMode,
+        typer.Option(
+            "--mode",
+            help="device-plugin: every node runs the device plugin; dra: every node runs the DRA "
+            "driver (kube-scheduler allocates claims; the webhook translates HAMi-style pods); "
+            "mixed: half the nodes each (dra and mixed need --control-plane real)",
+        ),
+    ] = NodeMode.DEVICE_PLUGIN,
 ) -> None:
     """Run the whole pyhami system on localhost with simulated GPU nodes and example pods.
 
@@ -189,7 +217,10 @@ def demo(
     an unusable pod file, or Kubernetes' binaries that cannot be built (`--control-plane real`).
     """
     try:
-        settings = DemoSettings(nodes=nodes, gpus=gpus)
+        if mode is not NodeMode.DEVICE_PLUGIN and control_plane is not ControlPlane.REAL:
+            raise ValueError(f"--mode {mode} needs --control-plane real (kube-scheduler's DRA)")
+        plugin_nodes, dra_nodes = node_split(mode, nodes)
+        settings = DemoSettings(nodes=plugin_nodes, gpus=gpus, dra_nodes=dra_nodes)
         pod_list = load_pods(pods, namespace)
     except (ValueError, PodFileError) as err:
         typer.echo(f"pyhami demo: {err}", err=True)

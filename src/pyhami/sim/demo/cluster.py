@@ -44,7 +44,9 @@ from pyhami.controlplane import BuiltBinaries
 from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.deviceplugin.config import VgpuConfig
 from pyhami.deviceplugin.service import DevicePlugin, PluginOptions
+from pyhami.devices.nvidia.dra_claims import device_class
 from pyhami.kube import (
+    DEVICE_CLASSES,
     MUTATING_WEBHOOK_CONFIGURATIONS,
     NODES,
     AsyncService,
@@ -60,6 +62,7 @@ from pyhami.monitor.settings import MonitorSettings
 from pyhami.protocol import KEY_NODE_NVIDIA_REGISTER
 from pyhami.scheduler.runtime import SchedulerProcess, load_device_config
 from pyhami.scheduler.settings import SchedulerSettings
+from pyhami.sim.demo.dra_nodes import DraDemoNode, dra_node_name, start_dra_node, stop_dra_node
 from pyhami.sim.demo.settings import DemoSettings, node_name
 from pyhami.testing import FakeGpu, FakeKubeAPIServer, FakeKubelet, FakeNVML
 from pyhami.testing.certs import KeyPair, ServingFiles, write_serving_certificate
@@ -247,10 +250,15 @@ class DemoCluster(AsyncService):
         self._api = FakeKubeAPIServer(bookmark_interval_s=0.5) if kubernetes is None else None
         # applied on the real control plane before any component starts
         self._rbac = tuple(chart_rbac() if rbac is None else rbac)
+        if settings.dra_nodes and kubernetes is None:
+            raise ValueError("DRA nodes need Kubernetes' own control plane (--control-plane real)")
         self.real = (
-            None if kubernetes is None else RealControlPlane(kubernetes, self.workdir / "k8s")
+            None
+            if kubernetes is None
+            else RealControlPlane(kubernetes, self.workdir / "k8s", dra=settings.dra_nodes > 0)
         )
         self.nodes: list[DemoNode] = []
+        self.dra_nodes: list[DraDemoNode] = []
         self._stop = asyncio.Event()
         self._clients: list[KubeClient] = []
         self._scheduler: SchedulerProcess | None = None
@@ -377,6 +385,8 @@ class DemoCluster(AsyncService):
         for number, cards in enumerate(self.settings.node_cards(), start=1):
             self.nodes.append(await self._start_node(number, cards))
         await self._wait_nodes_known()
+        if self.real is not None and self.settings.dra_nodes:
+            await self._start_dra_nodes(self.real)
         if self.real is not None:
             await self._start_kube_scheduler(self.real)
             return
@@ -390,6 +400,28 @@ class DemoCluster(AsyncService):
             f"kube-scheduler    profiles {SCHEDULER_NAME} (our /filter, /bind over HTTPS) "
             f"and {DEFAULT_SCHEDULER_NAME}"
         )
+
+    async def _start_dra_nodes(self, real: RealControlPlane) -> None:
+        admin = await real.client(real.admin_kubeconfig)
+        # With device-plugin nodes beside, the class maps no extended resource: kube-scheduler
+        # would refuse HAMi-style pods everywhere (their gpumem is neither offered nor mapped).
+        mixed = bool(self.nodes)
+        await admin.create(DEVICE_CLASSES, device_class(None if mixed else "nvidia.com/gpu"))
+        for number, cards in enumerate(self.settings.dra_node_cards(), start=1):
+            name = dra_node_name(number)
+            if self.settings.libvgpu is not None:
+                (self.workdir / name / "hook" / "vgpu").mkdir(parents=True)
+                install_libvgpu(self.settings.libvgpu, self.workdir / name / "hook" / "vgpu")
+            node = await start_dra_node(
+                name,
+                cards,
+                self.workdir / name,
+                driver_client=admin,  # the chart has no DRA driver account yet
+                node_client=await self._new_client(f"system:node:{name}"),
+                runtime=self.runtime,
+            )
+            self.dra_nodes.append(node)
+            self.progress(f"node {name:<12} {len(cards)} x A100: DRA driver, kubelet (DRA)")
 
     async def _start_kube_scheduler(self, real: RealControlPlane) -> None:
         ca_file = self.workdir / "scheduler-ca.crt"
@@ -440,6 +472,12 @@ class DemoCluster(AsyncService):
             extender_client_ca=str(self._tls.ca_file),
             scheduler_name=SCHEDULER_NAME,
             trusted_writers=TRUSTED_WRITERS,
+            # DRA nodes only: every GPU pod is translated; mixed: those headed there
+            dra_mode=(
+                "off"
+                if not self.settings.dra_nodes
+                else ("selected" if self.settings.node_cards() else "all")
+            ),
         )
         self._scheduler = SchedulerProcess(
             settings, await self._new_client(SCHEDULER_USER), load_device_config(str(config_file))
@@ -568,6 +606,7 @@ class DemoCluster(AsyncService):
             if harness is not None:
                 await harness.stop()
         await asyncio.gather(*(self._stop_node(node) for node in self.nodes))
+        await asyncio.gather(*(stop_dra_node(node) for node in self.dra_nodes))
         if self._scheduler is not None:
             await self._scheduler.stop()
         for client in self._clients:

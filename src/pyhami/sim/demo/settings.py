@@ -31,14 +31,29 @@ class DemoSettings:
     cards: Sequence[Sequence[FakeGpu]] | None = None
     # A built libvgpu.so to install on every node, as the device plugin's DaemonSet does.
     libvgpu: Path | None = None
+    # Nodes running the DRA driver instead of the device plugin (Kubernetes' own control plane
+    # only), each with `gpus` A100s; the webhook translates pods headed there (--dra-mode
+    # selected). With `nodes` 0 every GPU node is a DRA node.
+    dra_nodes: int = 0
 
     def __post_init__(self) -> None:
-        if self.cards is None and not 1 <= self.nodes <= 64:
+        if self.cards is None and not (0 if self.dra_nodes else 1) <= self.nodes <= 64:
             raise ValueError(f"--nodes must be 1..64, got {self.nodes}")
+        if not 0 <= self.dra_nodes <= 64:
+            raise ValueError(f"--dra-nodes must be 0..64, got {self.dra_nodes}")
         if self.cards is None and not 1 <= self.gpus <= 16:
             raise ValueError(f"--gpus must be 1..16 (NVML indexes per node), got {self.gpus}")
         if self.libvgpu is not None and not self.libvgpu.is_file():
             raise ValueError(f"libvgpu {self.libvgpu} is not a file (make -C native/libvgpu)")
+
+    def dra_node_cards(self) -> list[list[FakeGpu]]:
+        return [
+            [
+                a100_80g(numa=i * 2 // self.gpus, uuid=card_uuid(1000 + n, i))
+                for i in range(self.gpus)
+            ]
+            for n in range(1, self.dra_nodes + 1)
+        ]
 
     def node_cards(self) -> list[list[FakeGpu]]:
         if self.cards is not None:

@@ -95,6 +95,18 @@ CONFIG_MAPS = ResourceType("", "v1", "configmaps", "ConfigMap", True, tracks_gen
 SECRETS = ResourceType("", "v1", "secrets", "Secret", True, tracks_generation=False)
 SERVICE_ACCOUNTS = ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True)
 LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True)
+# Dynamic Resource Allocation (resource.k8s.io/v1)
+RESOURCE_SLICES = ResourceType(
+    "resource.k8s.io",
+    "v1",
+    "resourceslices",
+    "ResourceSlice",
+    False,
+    _CLUSTER_FIELDS | {"spec.nodeName", "spec.driver", "spec.pool.name"},
+)
+RESOURCE_CLAIMS = ResourceType(
+    "resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True, has_status=True
+)
 MUTATING_WEBHOOKS = ResourceType(
     "admissionregistration.k8s.io",
     "v1",
@@ -115,6 +127,8 @@ ALL_RESOURCES: tuple[ResourceType, ...] = (
     SECRETS,
     SERVICE_ACCOUNTS,
     LEASES,
+    RESOURCE_SLICES,
+    RESOURCE_CLAIMS,
     MUTATING_WEBHOOKS,
 )
 

@@ -1,0 +1,62 @@
+"""CDI spec files: how the container runtime learns a prepared claim's env and mounts.
+
+One spec file per claim, `<cdi dir>/gpu.pyhami.io-<claim uid>.json`, kind `gpu.pyhami.io/gpu`,
+holding one device named by the claim uid; kubelet passes its fully qualified id
+(`gpu.pyhami.io/gpu=<claim uid>`) to the runtime, which applies the device's containerEdits.
+"""
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pyhami.deviceplugin.allocation import Mount
+from pyhami.dra.api import DRIVER
+
+CDI_DIR = Path("/var/run/cdi")
+CDI_VERSION = "0.6.0"  # env and bind mounts need no newer spec; runtimes since 2023 read it
+CDI_KIND = f"{DRIVER}/gpu"
+
+
+def device_id(claim_uid: str) -> str:
+    """The fully qualified CDI device id of a claim."""
+    return f"{CDI_KIND}={claim_uid}"
+
+
+def spec_path(cdi_dir: Path, claim_uid: str) -> Path:
+    return cdi_dir / f"{DRIVER}-{claim_uid}.json"
+
+
+def _mount(mount: Mount) -> dict[str, Any]:
+    return {
+        "hostPath": mount.host_path,
+        "containerPath": mount.container_path,
+        "options": ["ro" if mount.read_only else "rw", "nosuid", "nodev", "bind"],
+    }
+
+
+def spec(claim_uid: str, envs: Mapping[str, str], mounts: Sequence[Mount]) -> dict[str, Any]:
+    """The CDI spec of one claim."""
+    return {
+        "cdiVersion": CDI_VERSION,
+        "kind": CDI_KIND,
+        "devices": [
+            {
+                "name": claim_uid,
+                "containerEdits": {
+                    "env": [f"{key}={value}" for key, value in envs.items()],
+                    "mounts": [_mount(m) for m in mounts],
+                },
+            }
+        ],
+    }
+
+
+def write_spec(path: Path, content: Mapping[str, Any]) -> None:
+    """Write atomically: a runtime reading the directory never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.tmp")
+    partial.write_text(json.dumps(content, indent=2) + "\n")
+    os.chmod(partial, 0o644)
+    partial.replace(path)

@@ -1,0 +1,103 @@
+"""`pyhami dra-driver`: the DRA driver `gpu.pyhami.io` on this node."""
+
+import asyncio
+import os
+import signal
+from pathlib import Path, PurePosixPath
+from typing import Annotated
+
+import typer
+
+from pyhami.cli_errors import check_kubeconfig, run_service
+from pyhami.cli_habits import LogFormatOption
+from pyhami.cli_klog import DEBUG_VERBOSITY, KlogVerbosity
+from pyhami.deviceplugin.allocation import AllocationSettings
+from pyhami.deviceplugin.health import XidPolicy
+from pyhami.dra import cdi
+from pyhami.dra.api import KUBELET_PLUGINS_DIR, KUBELET_REGISTRY_DIR
+from pyhami.dra.checkpoint import CheckpointError
+from pyhami.dra.service import DraDriver, DriverOptions
+from pyhami.kube import KubeClient
+from pyhami.logs import LogFormat, configure_logging
+from pyhami.nvml import Nvml, NvmlUnavailableError, open_nvml
+
+
+def dra_driver(
+    *,
+    node_name: Annotated[
+        str, typer.Option(envvar="NODE_NAME", help="This node (downward API spec.nodeName)")
+    ] = "",
+    kubelet_plugins_dir: Annotated[
+        Path, typer.Option(envvar="KUBELET_PLUGINS_DIR", help="holds <driver>/dra.sock")
+    ] = KUBELET_PLUGINS_DIR,
+    kubelet_registry_dir: Annotated[
+        Path,
+        typer.Option(envvar="KUBELET_REGISTRY_DIR", help="kubelet's plugin-registration dir"),
+    ] = KUBELET_REGISTRY_DIR,
+    cdi_dir: Annotated[
+        Path, typer.Option(envvar="CDI_DIR", help="where the runtime reads CDI specs")
+    ] = cdi.CDI_DIR,
+    hook_path: Annotated[
+        str, typer.Option(envvar="HOOK_PATH", help="HAMi-core dir without /vgpu")
+    ] = "/usr/local",
+    libvgpu_version: Annotated[
+        str, typer.Option(envvar="LIBVGPU_VERSION", help="mount libvgpu.so.<this> if present")
+    ] = "v2.10.0",
+    health_recovery_seconds: Annotated[
+        float,
+        typer.Option(
+            envvar="HEALTH_RECOVERY_SECONDS",
+            help="quiet time before an XID-unhealthy GPU loses its taint; <0: never",
+        ),
+    ] = 300.0,
+    kubeconfig: Annotated[str, typer.Option(envvar="KUBECONFIG")] = "",
+    verbosity: KlogVerbosity = 0,
+    debug: Annotated[
+        bool, typer.Option("--debug", help="debug logs, and a traceback on failure")
+    ] = False,
+    log_format: LogFormatOption = LogFormat.CONSOLE,
+) -> None:
+    """Run the DRA driver gpu.pyhami.io on this node (ResourceSlice, kubelet DRA plugin)."""
+    configure_logging(debug=debug or verbosity >= DEBUG_VERBOSITY, log_format=log_format)
+    if not node_name:
+        raise typer.BadParameter(
+            "set --node-name or NODE_NAME (downward API spec.nodeName)", param_hint="--node-name"
+        )
+    if any(c.isspace() for c in hook_path):
+        raise typer.BadParameter(
+            "must not contain whitespace (libvgpu's limits.env cannot carry it)",
+            param_hint="--hook-path",
+        )
+    options = DriverOptions(
+        node_name=node_name,
+        plugins_dir=kubelet_plugins_dir,
+        registry_dir=kubelet_registry_dir,
+        cdi_dir=cdi_dir,
+        settings=AllocationSettings(hook_path=PurePosixPath(hook_path), version=libvgpu_version),
+        xid_policy=XidPolicy.from_environment(os.environ),
+        recovery_after=health_recovery_seconds if health_recovery_seconds >= 0 else None,
+    )
+    check_kubeconfig(kubeconfig or None, "dra-driver")
+    try:
+        nvml = open_nvml()
+    except NvmlUnavailableError as error:
+        typer.echo(f"pyhami dra-driver: {error}", err=True)
+        raise typer.Exit(1) from error
+    try:
+        run_service(
+            "dra-driver",
+            _serve(kubeconfig, nvml, options),
+            debug=debug or verbosity >= DEBUG_VERBOSITY,
+            usage_errors=(CheckpointError,),
+        )
+    finally:
+        nvml.close()
+
+
+async def _serve(kubeconfig: str, nvml: Nvml, options: DriverOptions) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
+        loop.add_signal_handler(sig, stop.set)
+    async with await KubeClient.from_kubeconfig(kubeconfig or None) as kube:
+        await DraDriver(kube, nvml, options).run(stop)

@@ -1,0 +1,354 @@
+"""NodePrepareResources and NodeUnprepareResources for one claim: the effects and their checks.
+
+Prepare reads the claim from the API, takes from `status.allocation` the devices of
+`gpu.pyhami.io` in this node's pool with their `consumedCapacity` (memory bytes, cores percent),
+and gives the claim what the device plugin's Allocate gives a container for HAMi-core: the
+same env (memory limit per GPU in MiB, SM limit, visible devices, region path) and mounts
+(libvgpu.so, its read-only folder with the writable region file, `ld.so.preload`, the lock
+dir), and the same fresh cache folder with `limits.env`. They reach the container through one
+CDI device per claim, so every container using the claim shares one region: the claim's memory
+is what all of them together may use.
+
+The cache folder is `<hook>/vgpu/containers/<pod uid>_<container>` for the first pod the claim
+is reserved for and its first container using the claim, the name the monitor already matches
+to a pod; the pod gets the `hami.io/vgpu-node` label the monitor selects pods by.
+
+A claim prepared before (the checkpoint holds it) gets the same answer again without touching
+its folder, whose region live processes may be using.
+"""
+
+import asyncio
+import logging
+import shutil
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyhami.deviceplugin.allocation import (
+    AllocationSettings,
+    ContainerPlan,
+    ContainerSlot,
+    HostFiles,
+    plan_container,
+)
+from pyhami.deviceplugin.allocator import host_files, prepare_host
+from pyhami.devices.quantity import QuantityError, as_int64, parse_quantity
+from pyhami.dra import cdi
+from pyhami.dra.api import DRIVER
+from pyhami.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice
+from pyhami.dra.slices import CORES, MIB, GpuFacts, device_name
+from pyhami.kube import RESOURCE_CLAIMS, KubeClient, NotFound
+from pyhami.kube.errors import KubeError
+from pyhami.model import ContainerDevice
+from pyhami.protocol import LABEL_VGPU_NODE
+
+log = logging.getLogger(__name__)
+
+GPU_TYPE = "NVIDIA"
+
+
+class PrepareError(Exception):
+    """This claim cannot be prepared; the message is what kubelet shows in the pod's events."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimKey:
+    """A claim as kubelet names it in NodePrepareResources."""
+
+    namespace: str
+    name: str
+    uid: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name} ({self.uid})"
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatedGpu:
+    """One allocation result of our driver, checked against this node's GPUs."""
+
+    request: str
+    device: str
+    share_id: str | None
+    facts: GpuFacts
+    memory_mib: int
+    cores: int
+
+
+def _consumed(result: Mapping[str, Any], name: str, where: str) -> int:
+    consumed = result.get("consumedCapacity") or {}
+    if name not in consumed:
+        raise PrepareError(
+            f"{where}: no consumedCapacity.{name} in the allocation; the device is shared by "
+            "capacity, so kube-scheduler must record it (is the DRAConsumableCapacity feature "
+            "gate on in kube-apiserver and kube-scheduler?)"
+        )
+    try:
+        value = as_int64(parse_quantity(consumed[name]))
+    except QuantityError as error:
+        raise PrepareError(f"{where}: consumedCapacity.{name}: {error}") from error
+    if value is None:
+        raise PrepareError(
+            f"{where}: consumedCapacity.{name} {consumed[name]!r} is not a whole number"
+        )
+    return value
+
+
+def allocated_gpus(
+    claim: Mapping[str, Any], node_name: str, facts: Sequence[GpuFacts]
+) -> tuple[AllocatedGpu, ...]:
+    """The claim's devices of this driver, with the memory (MiB) and cores each may use."""
+    metadata = claim.get("metadata") or {}
+    ref = f"claim {metadata.get('namespace')}/{metadata.get('name')}"
+    allocation = (claim.get("status") or {}).get("allocation")
+    if not allocation:
+        raise PrepareError(f"{ref} is not allocated (no status.allocation)")
+    results = (allocation.get("devices") or {}).get("results") or []
+    by_name = {device_name(f.gpu): f for f in facts}
+    gpus: list[AllocatedGpu] = []
+    for result in results:
+        if result.get("driver") != DRIVER:
+            continue
+        device = str(result.get("device", ""))
+        where = f"{ref}, request {result.get('request')!r}, device {device!r}"
+        if result.get("pool") != node_name:
+            raise PrepareError(
+                f"{where}: pool {result.get('pool')!r} is not this node's ({node_name!r})"
+            )
+        if result.get("adminAccess"):
+            # Admin access bypasses capacity accounting; there is no limit to hand libvgpu.
+            raise PrepareError(
+                f"{where}: admin access is not supported by {DRIVER} (use the device "
+                "plugin's CUDA_DISABLE_CONTROL namespaces for unlimited access)"
+            )
+        gpu = by_name.get(device)
+        if gpu is None:
+            raise PrepareError(f"{where}: no such GPU on node {node_name}")
+        memory = _consumed(result, "memory", where)
+        cores = _consumed(result, "cores", where)
+        if not 0 < memory <= gpu.memory_bytes:
+            raise PrepareError(
+                f"{where}: consumed memory {memory} bytes is outside 1 byte .. the GPU's "
+                f"{gpu.memory_bytes} bytes"
+            )
+        if not 0 <= cores <= CORES:
+            raise PrepareError(f"{where}: consumed cores {cores} is outside 0..{CORES} percent")
+        share = result.get("shareID")
+        gpus.append(
+            AllocatedGpu(
+                request=str(result.get("request", "")),
+                device=device,
+                share_id=None if share is None else str(share),
+                facts=gpu,
+                # libvgpu limits are whole MiB; the slice's step keeps amounts MiB-aligned.
+                memory_mib=max(1, memory // MIB),
+                cores=cores,
+            )
+        )
+    if not gpus:
+        drivers = sorted({str(r.get("driver")) for r in results})
+        raise PrepareError(
+            f"{ref} has no device of driver {DRIVER} in its allocation (drivers: "
+            f"{', '.join(drivers) or 'none'})"
+        )
+    return tuple(gpus)
+
+
+def _claim_names(pod: Mapping[str, Any], claim_name: str) -> set[str]:
+    """The pod-level names (`spec.resourceClaims[].name`) under which the pod uses the claim."""
+    spec = pod.get("spec") or {}
+    generated = {
+        str(s.get("name")): s.get("resourceClaimName")
+        for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+    }
+    names: set[str] = set()
+    for entry in spec.get("resourceClaims") or []:
+        name = str(entry.get("name", ""))
+        if claim_name in (entry.get("resourceClaimName"), generated.get(name)):
+            names.add(name)
+    return names
+
+
+def container_using(pod: Mapping[str, Any], claim_name: str) -> Mapping[str, Any] | None:
+    """The first container (init containers first) that references the claim."""
+    names = _claim_names(pod, claim_name)
+    spec = pod.get("spec") or {}
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        claims = (container.get("resources") or {}).get("claims") or []
+        if any(c.get("name") in names for c in claims):
+            return dict(container)
+    return None
+
+
+def reserving_pods(claim: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(name, uid) of the pods the claim is reserved for, in the claim's order."""
+    reserved = (claim.get("status") or {}).get("reservedFor") or []
+    return [
+        (str(r.get("name", "")), str(r.get("uid", "")))
+        for r in reserved
+        if r.get("resource") == "pods" and not r.get("apiGroup")
+    ]
+
+
+def _plan(
+    gpus: Iterable[AllocatedGpu],
+    *,
+    pod_uid: str,
+    container: Mapping[str, Any],
+    claim: ClaimKey,
+    settings: AllocationSettings,
+    files: HostFiles,
+) -> ContainerPlan:
+    # Two requests of one claim may share one GPU: the container sees it once, with the sum.
+    shares: dict[str, tuple[int, int]] = {}
+    for g in gpus:
+        memory, cores = shares.get(g.facts.gpu.uuid, (0, 0))
+        shares[g.facts.gpu.uuid] = (memory + g.memory_mib, min(CORES, cores + g.cores))
+    devices = tuple(
+        ContainerDevice(uuid=uuid, type=GPU_TYPE, usedmem=memory, usedcores=cores)
+        for uuid, (memory, cores) in shares.items()
+    )
+    slot = ContainerSlot(position=0, container=container, devices=devices)
+    return plan_container(
+        slot,
+        pod_uid=pod_uid,
+        namespace=claim.namespace,
+        cache_id=claim.uid,
+        settings=settings,
+        files=files,
+    )
+
+
+class Preparer:
+    """Prepare and unprepare claims for one node, one call at a time."""
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        node_name: str,
+        facts: Sequence[GpuFacts],
+        settings: AllocationSettings,
+        checkpoint: Checkpoint,
+        *,
+        cdi_dir: Path = cdi.CDI_DIR,
+    ) -> None:
+        self._kube = kube
+        self._node = node_name
+        self._facts = tuple(facts)
+        self._settings = settings
+        self._checkpoint = checkpoint
+        self._cdi_dir = cdi_dir
+        self._lock = asyncio.Lock()
+
+    async def prepare(self, claim: ClaimKey) -> PreparedClaim:
+        """Prepare one claim (raises PrepareError with the reason kubelet should show)."""
+        async with self._lock:
+            done = self._checkpoint.claims.get(claim.uid)
+            if done is not None:
+                if not Path(done.spec_file).exists():
+                    raise PrepareError(
+                        f"claim {claim} was prepared but its CDI spec {done.spec_file} is gone; "
+                        "delete the pod so the claim is prepared afresh"
+                    )
+                return done
+            return await self._prepare_new(claim)
+
+    async def _prepare_new(self, claim: ClaimKey) -> PreparedClaim:
+        try:
+            obj = await self._kube.get(RESOURCE_CLAIMS, claim.name, claim.namespace)
+        except NotFound:
+            raise PrepareError(f"claim {claim} does not exist") from None
+        except KubeError as error:
+            raise PrepareError(f"cannot read claim {claim}: {error}") from error
+        uid = str((obj.get("metadata") or {}).get("uid", ""))
+        if uid != claim.uid:
+            raise PrepareError(
+                f"claim {claim.namespace}/{claim.name} now has uid {uid}, not {claim.uid}: "
+                "it was deleted and created again"
+            )
+        gpus = allocated_gpus(obj, self._node, self._facts)
+        pod_uid, container = await self._user(obj, claim)
+        files = await asyncio.to_thread(host_files, self._settings)
+        plan = _plan(
+            gpus,
+            pod_uid=pod_uid,
+            container=container,
+            claim=claim,
+            settings=self._settings,
+            files=files,
+        )
+        spec_file = cdi.spec_path(self._cdi_dir, claim.uid)
+        envs = {**plan.envs, **dict(self._settings.toolkit_env)}  # as Allocate
+        await asyncio.to_thread(prepare_host, plan, self._settings)
+        await asyncio.to_thread(cdi.write_spec, spec_file, cdi.spec(claim.uid, envs, plan.mounts))
+        cdi_ids = (cdi.device_id(claim.uid),)
+        prepared = PreparedClaim(
+            namespace=claim.namespace,
+            name=claim.name,
+            uid=claim.uid,
+            devices=tuple(
+                PreparedDevice(
+                    requests=(g.request,), pool=self._node, device=g.device, share_id=g.share_id
+                )
+                for g in gpus
+            ),
+            cdi_ids=cdi_ids,
+            spec_file=str(spec_file),
+            cache_dir=str(plan.cache_dir),
+        )
+        await asyncio.to_thread(self._checkpoint.put, prepared)
+        log.info(
+            "prepared claim %s: %s",
+            claim,
+            ", ".join(f"{g.device} {g.memory_mib} MiB {g.cores}% cores" for g in gpus),
+        )
+        return prepared
+
+    async def _user(
+        self, claim_obj: Mapping[str, Any], claim: ClaimKey
+    ) -> tuple[str, Mapping[str, Any]]:
+        """The pod uid and container spec the claim's folder is named after; labels the pod."""
+        pods = reserving_pods(claim_obj)
+        if not pods:
+            raise PrepareError(f"claim {claim} is not reserved for any pod (status.reservedFor)")
+        name, uid = pods[0]
+        try:
+            pod = await self._kube.get_pod(claim.namespace, name)
+        except KubeError as error:
+            raise PrepareError(f"claim {claim}: cannot read its pod {name}: {error}") from error
+        if str((pod.get("metadata") or {}).get("uid", "")) != uid:
+            raise PrepareError(f"claim {claim}: pod {claim.namespace}/{name} is not uid {uid}")
+        container = container_using(pod, claim.name)
+        if container is None:
+            # Referenced by the pod but by no container: nothing will load libvgpu with it.
+            container = {"name": f"claim-{claim.name}"}
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        if labels.get(LABEL_VGPU_NODE) != self._node:
+            try:
+                await self._kube.patch_pod(
+                    claim.namespace, name, {"metadata": {"labels": {LABEL_VGPU_NODE: self._node}}}
+                )
+            except KubeError as error:
+                log.warning(
+                    "pod %s/%s not labelled for the vGPU monitor (its usage is not exported): %s",
+                    claim.namespace,
+                    name,
+                    error,
+                )
+        return uid, container
+
+    async def unprepare(self, uid: str) -> None:
+        """Remove a claim's CDI spec, folder and checkpoint entry; an unknown uid is done."""
+        async with self._lock:
+            done = self._checkpoint.claims.get(uid)
+            if done is None:
+                return
+            await asyncio.to_thread(_remove, Path(done.spec_file), Path(done.cache_dir))
+            await asyncio.to_thread(self._checkpoint.remove, uid)
+            log.info("unprepared claim %s/%s (%s)", done.namespace, done.name, uid)
+
+
+def _remove(spec_file: Path, cache_dir: Path) -> None:
+    spec_file.unlink(missing_ok=True)
+    shutil.rmtree(cache_dir, ignore_errors=True)

@@ -1,0 +1,161 @@
+"""The DRA driver process: GPUs from NVML, their health, the slice, and kubelet's two sockets.
+
+`DraDriver.run(stop)` loads the checkpoint (a bad one stops the start with its reason),
+discovers the GPUs, starts XID health watching and the ResourceSlice publisher, serves the
+DRAPlugin service on `<plugins dir>/gpu.pyhami.io/dra.sock`, and only then opens the
+registration socket, so kubelet never finds a driver that cannot answer yet. A registration
+socket that disappears (kubelet cleans its registry directory on some restarts) is opened again.
+"""
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyhami.deviceplugin.allocation import AllocationSettings
+from pyhami.deviceplugin.config import DeviceFilter
+from pyhami.deviceplugin.health import HealthBoard, HealthWatcher, XidPolicy, sleep_unless
+from pyhami.deviceplugin.inventory import Gpu, discover
+from pyhami.dra import cdi
+from pyhami.dra.api import (
+    DRIVER,
+    KUBELET_PLUGINS_DIR,
+    KUBELET_REGISTRY_DIR,
+    dra_pb2_grpc,
+    pluginregistration_pb2_grpc,
+)
+from pyhami.dra.checkpoint import Checkpoint
+from pyhami.dra.plugin import DRAPluginServicer, RegistrationServicer, SocketServer
+from pyhami.dra.prepare import Preparer
+from pyhami.dra.slices import GpuFacts, SlicePublisher, read_facts
+from pyhami.kube import KubeClient, cancel_and_wait, guarded_task
+from pyhami.kube.errors import KubeError
+from pyhami.nvml import Nvml
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class DriverOptions:
+    node_name: str
+    plugins_dir: Path = KUBELET_PLUGINS_DIR
+    registry_dir: Path = KUBELET_REGISTRY_DIR
+    cdi_dir: Path = cdi.CDI_DIR
+    settings: AllocationSettings = field(default_factory=AllocationSettings)
+    device_filter: DeviceFilter = field(default_factory=DeviceFilter)
+    xid_policy: XidPolicy = field(default_factory=XidPolicy)
+    recovery_after: float | None = 300.0
+    xid_wait_ms: int = 1000
+    retry_interval: float = 5.0
+    socket_poll: float = 1.0
+
+    @property
+    def driver_dir(self) -> Path:
+        return self.plugins_dir / DRIVER
+
+    @property
+    def plugin_socket(self) -> Path:
+        return self.driver_dir / "dra.sock"
+
+    @property
+    def registration_socket(self) -> Path:
+        return self.registry_dir / f"{DRIVER}-reg.sock"
+
+    @property
+    def checkpoint_file(self) -> Path:
+        return self.driver_dir / "checkpoint.json"
+
+
+class DraDriver:
+    """The whole DRA driver for one node."""
+
+    def __init__(self, kube: KubeClient, nvml: Nvml, options: DriverOptions) -> None:
+        self.kube = kube
+        self.nvml = nvml
+        self.options = options
+        self.board = HealthBoard()
+        self.gpus: tuple[Gpu, ...] = ()
+        self.facts: tuple[GpuFacts, ...] = ()
+        self.publisher: SlicePublisher | None = None
+        self.registration: RegistrationServicer | None = None
+        self.ready = asyncio.Event()  # serving and registered-socket open
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve until `stop` is set (raises CheckpointError, InventoryError, NvmlError)."""
+        options = self.options
+        checkpoint = await asyncio.to_thread(Checkpoint.load, options.checkpoint_file)
+        self.gpus = await asyncio.to_thread(discover, self.nvml, options.device_filter)
+        self.facts = await asyncio.to_thread(read_facts, self.nvml, self.gpus)
+        self.board.track(gpu.uuid for gpu in self.gpus)
+        preparer = Preparer(
+            self.kube,
+            options.node_name,
+            self.facts,
+            options.settings,
+            checkpoint,
+            cdi_dir=options.cdi_dir,
+        )
+        self.publisher = SlicePublisher(
+            self.kube,
+            options.node_name,
+            self.facts,
+            self.board,
+            node_uid=await self._node_uid(),
+            retry_interval=options.retry_interval,
+        )
+        health = HealthWatcher(
+            self.nvml,
+            self.gpus,
+            self.board,
+            options.xid_policy,
+            recovery_after=options.recovery_after,
+            wait_ms=options.xid_wait_ms,
+        )
+        servicer = DRAPluginServicer(preparer)
+        self.registration = registration = RegistrationServicer(options.plugin_socket)
+        plugin_server = SocketServer(
+            options.plugin_socket,
+            lambda server: dra_pb2_grpc.add_DRAPluginServicer_to_server(servicer, server),
+        )
+        registration_server = SocketServer(
+            options.registration_socket,
+            lambda server: pluginregistration_pb2_grpc.add_RegistrationServicer_to_server(
+                registration, server
+            ),
+        )
+        tasks = [
+            guarded_task(self.publisher.run(stop), "dra-resourceslice"),
+            guarded_task(health.run(stop), "dra-xid-health", may_finish=True),
+        ]
+        try:
+            await plugin_server.start()
+            await registration_server.start()
+            log.info(
+                "DRA driver %s serving %d GPUs on %s (%d claims prepared before)",
+                DRIVER,
+                len(self.gpus),
+                options.plugin_socket,
+                len(checkpoint.claims),
+            )
+            self.ready.set()
+            await self._keep_registration_socket(stop, registration_server)
+        finally:
+            await cancel_and_wait(*tasks)
+            await registration_server.stop()
+            await plugin_server.stop()
+
+    async def _node_uid(self) -> str:
+        try:
+            node = await self.kube.get_node(self.options.node_name)
+        except KubeError as error:
+            log.warning("ResourceSlice without an owner (cannot read node): %s", error)
+            return ""
+        return str((node.get("metadata") or {}).get("uid", ""))
+
+    async def _keep_registration_socket(self, stop: asyncio.Event, server: SocketServer) -> None:
+        while not stop.is_set():
+            await sleep_unless(stop, self.options.socket_poll)
+            if not stop.is_set() and not server.socket.exists():
+                log.info("registration socket %s was removed: opening it again", server.socket)
+                await server.stop()
+                await server.start()

@@ -1,0 +1,126 @@
+"""Mixed clusters: the extender leaves DRA nodes to kube-scheduler.
+
+A node labelled `gpu.pyhami.io/mode=dra` runs pyhami's DRA driver instead of the device
+plugin: kube-scheduler allocates its GPUs through ResourceClaims. kube-scheduler asks our
+extender about every pod that requests one of its managed resources, whatever the pod's
+scheduler, so the extender answers for both kinds of pod:
+
+* a pod of our scheduler (HAMi-style: the webhook sent it to us) is decided on the
+  device-plugin nodes only; each DRA node is a failed node with the reason;
+* any other pod (the webhook left it to kube-scheduler: headed to DRA nodes, or asking whole
+  GPUs through the DeviceClass's `nvidia.com/gpu` mapping) passes on the DRA nodes untouched
+  (kube-scheduler's DRA plugin decides) and fails on the device-plugin nodes, whose devices
+  our ledger accounts; `/bind` of such a pod to a DRA node is a plain Binding.
+
+Without DRA nodes among the candidates everything is as before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from pyhami.devices.nvidia.dra_claims import NODE_MODE_DRA, NODE_MODE_LABEL
+from pyhami.kube import KubeError
+from pyhami.scheduler.extender import (
+    ExtenderArgs,
+    ExtenderBindingArgs,
+    ExtenderBindingResult,
+    ExtenderFilterResult,
+    PodRef,
+)
+from pyhami.scheduler.server import ExtenderService
+
+JsonObject = dict[str, Any]
+DRA_NODE_REASON = (
+    f"node {NODE_MODE_LABEL}={NODE_MODE_DRA}: its GPUs are allocated by kube-scheduler "
+    "through ResourceClaims, not by this extender"
+)
+DEVICE_PLUGIN_NODE_REASON = (
+    "node runs the device plugin: a pod of kube-scheduler's own profiles gets GPUs on DRA nodes"
+)
+PASSED_KEPT = 4096  # pods passed to DRA nodes and not bound yet, newest kept
+
+
+class Binder(Protocol):
+    async def bind_pod(
+        self, namespace: str, name: str, node: str, *, uid: str | None = None
+    ) -> Any: ...
+
+
+def is_dra_node(node: Mapping[str, Any] | None) -> bool:
+    labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+    return labels.get(NODE_MODE_LABEL) == NODE_MODE_DRA
+
+
+class DraAwareExtender:
+    """Wraps the extender: DRA nodes are kube-scheduler's (see the module's docstring)."""
+
+    def __init__(
+        self,
+        inner: ExtenderService,
+        nodes: Mapping[str, Mapping[str, Any]],
+        kube: Binder,
+        *,
+        scheduler_name: str,
+    ) -> None:
+        self._inner = inner
+        self._nodes = nodes  # the scheduler's node cache, by name
+        self._kube = kube
+        self._scheduler_name = scheduler_name
+        self._passed: OrderedDict[str, tuple[str, str]] = OrderedDict()  # uid -> namespace, name
+
+    async def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
+        names = args.node_names
+        dra = [n for n in names or () if is_dra_node(self._nodes.get(n))]
+        if names is None or not dra:
+            return await self._inner.filter(args)
+        others = tuple(n for n in names if n not in set(dra))
+        pod = args.pod or {}
+        if (pod.get("spec") or {}).get("schedulerName") != self._scheduler_name:
+            self._remember_passed(pod)
+            failed = dict.fromkeys(others, DEVICE_PLUGIN_NODE_REASON)
+            return ExtenderFilterResult(node_names=dra, failed_nodes=failed or None)
+        if others:
+            result = await self._inner.filter(dataclasses.replace(args, node_names=others))
+        else:
+            result = ExtenderFilterResult(node_names=[])
+        if result.error:
+            return result
+        failed = {**(result.failed_nodes or {}), **dict.fromkeys(dra, DRA_NODE_REASON)}
+        return dataclasses.replace(result, node_names=result.node_names or [], failed_nodes=failed)
+
+    def _remember_passed(self, pod: Mapping[str, Any]) -> None:
+        metadata = pod.get("metadata") or {}
+        uid = str(metadata.get("uid") or "")
+        if uid:
+            self._passed[uid] = (str(metadata.get("namespace", "")), str(metadata.get("name", "")))
+            self._passed.move_to_end(uid)
+            while len(self._passed) > PASSED_KEPT:
+                self._passed.popitem(last=False)
+
+    async def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
+        passed = self._passed.get(args.pod_uid)
+        if passed is None:
+            return await self._inner.bind(args)
+        if passed != (args.pod_namespace, args.pod_name):
+            wanted = f"{args.pod_namespace}/{args.pod_name}"
+            return ExtenderBindingResult(f"pod uid {args.pod_uid} is not {wanted}")
+        if not is_dra_node(self._nodes.get(args.node)):
+            return ExtenderBindingResult(f"node {args.node} is not a DRA node")
+        try:
+            await self._kube.bind_pod(
+                args.pod_namespace, args.pod_name, args.node, uid=args.pod_uid
+            )
+        except KubeError as err:
+            return ExtenderBindingResult(str(err))
+        del self._passed[args.pod_uid]
+        return ExtenderBindingResult()
+
+    def explain(self, pod: PodRef) -> JsonObject | None:
+        return self._inner.explain(pod)
+
+    def readiness(self) -> tuple[bool, str]:
+        return self._inner.readiness()

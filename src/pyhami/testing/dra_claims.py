@@ -1,0 +1,222 @@
+"""kubelet's DRA part for the node agent: before a pod's containers start, each of its allocated
+ResourceClaims is prepared by the claim's driver (`NodePrepareResources` over the plugin the
+`DRAKubelet` registered), and the CDI devices the driver names are resolved in the CDI spec
+files into the env and mounts the container runtime applies; when no pod on the node uses a
+claim any more, it is unprepared (`NodeUnprepareResources`).
+
+Which claims a pod has: `status.resourceClaimStatuses` (made from templates by
+kube-controller-manager), `spec.resourceClaims[].resourceClaimName` (made by the user) and
+`status.extendedResourceClaimStatus` (made by kube-scheduler for an extended resource backed
+by a DeviceClass). Which container gets which devices: a container's `resources.claims`
+(the whole claim, or one request of it), or the extended-resource request mapping.
+
+CDI (the Container Device Interface spec files a driver writes, JSON or YAML): a device id
+`vendor/class=name` names device `name` of the spec whose `kind` is `vendor/class`; its
+`containerEdits` and the spec's own apply, env as `KEY=value`, mounts with `ro` in options
+when read-only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc.aio
+import yaml
+
+from pyhami.kube import RESOURCE_CLAIMS, JsonObject, KubeClient
+from pyhami.testing.dra_kubelet import ClaimRef, DRAKubelet, DRAKubeletError
+from pyhami.testing.node_agent import (
+    AdmissionFailedError,
+    ContainerEdits,
+    ContainerMount,
+    PodKey,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Use:
+    """One container's use of a claim: all its devices, or those of one request."""
+
+    container: str
+    claim: str
+    request: str | None
+
+
+def _claim_names(pod: Mapping[str, Any]) -> dict[str, str]:
+    """The pod's claim entry name -> the ResourceClaim's name."""
+    names = {
+        str(entry["name"]): str(entry["resourceClaimName"])
+        for entry in (pod.get("spec") or {}).get("resourceClaims") or ()
+        if entry.get("resourceClaimName")
+    }
+    for entry in (pod.get("status") or {}).get("resourceClaimStatuses") or ():
+        if entry.get("resourceClaimName"):
+            names[str(entry["name"])] = str(entry["resourceClaimName"])
+    return names
+
+
+def claim_uses(pod: Mapping[str, Any]) -> list[_Use]:
+    """Every (container, claim, request) the pod's containers use."""
+    spec = pod.get("spec") or {}
+    names = _claim_names(pod)
+    uses = []
+    for container in [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]:
+        for entry in (container.get("resources") or {}).get("claims") or ():
+            claim = names.get(str(entry.get("name", "")))
+            if claim is None:
+                raise AdmissionFailedError(
+                    f"container {container.get('name')!r} uses claim {entry.get('name')!r}, "
+                    "which has no ResourceClaim yet"
+                )
+            uses.append(_Use(str(container.get("name", "")), claim, entry.get("request")))
+    extended = (pod.get("status") or {}).get("extendedResourceClaimStatus") or {}
+    for mapping in extended.get("requestMappings") or ():
+        uses.append(
+            _Use(
+                str(mapping["containerName"]),
+                str(extended["resourceClaimName"]),
+                str(mapping["requestName"]),
+            )
+        )
+    return uses
+
+
+def _spec_files(directories: Iterable[Path]) -> list[Path]:
+    files: list[Path] = []
+    for directory in directories:
+        if directory.is_dir():
+            files += sorted(p for p in directory.iterdir() if p.suffix in (".json", ".yaml"))
+    return files
+
+
+def _read_spec(path: Path) -> JsonObject:
+    text = path.read_text()
+    spec = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    if not isinstance(spec, dict) or not isinstance(spec.get("kind"), str):
+        raise AdmissionFailedError(f"CDI spec {path} has no kind")
+    return spec
+
+
+def resolve_cdi(device_ids: Sequence[str], directories: Iterable[Path]) -> ContainerEdits:
+    """The env and mounts CDI device ids add (a later device's env wins, as in the runtime)."""
+    specs = [(path, _read_spec(path)) for path in _spec_files(directories)]
+    envs: dict[str, str] = {}
+    mounts: list[ContainerMount] = []
+    for device_id in device_ids:
+        kind, sep, name = device_id.partition("=")
+        if not sep or "/" not in kind:
+            raise AdmissionFailedError(f"CDI device id {device_id!r} is not vendor/class=name")
+        edits = [
+            [spec.get("containerEdits") or {}, device.get("containerEdits") or {}]
+            for _path, spec in specs
+            if spec["kind"] == kind
+            for device in spec.get("devices") or ()
+            if device.get("name") == name
+        ]
+        if not edits:
+            raise AdmissionFailedError(f"unresolvable CDI device {device_id}: no spec names it")
+        for edit in edits[0]:
+            for line in edit.get("env") or ():
+                key, _, value = str(line).partition("=")
+                envs[key] = value
+            mounts += [
+                ContainerMount(
+                    str(m["containerPath"]), str(m["hostPath"]), "ro" in (m.get("options") or ())
+                )
+                for m in edit.get("mounts") or ()
+            ]
+    return ContainerEdits(tuple(device_ids), envs, tuple(mounts))
+
+
+class ClaimPreparer:
+    """Prepares and unprepares one node's pods' claims, as kubelet's DRA manager does."""
+
+    def __init__(self, client: KubeClient, kubelet: DRAKubelet, cdi_dirs: Sequence[Path]) -> None:
+        self._client = client
+        self._kubelet = kubelet
+        self._cdi_dirs = tuple(cdi_dirs)
+        # claim (namespace, name) -> its reference and drivers, and the pods here using it
+        self._prepared: dict[PodKey, tuple[ClaimRef, tuple[str, ...]]] = {}
+        self._users: dict[PodKey, set[PodKey]] = {}
+
+    def claims_of(self, pod_key: PodKey) -> list[PodKey]:
+        return sorted(claim for claim, pods in self._users.items() if pod_key in pods)
+
+    async def prepare(self, pod: JsonObject) -> dict[str, ContainerEdits]:
+        """Prepare the pod's claims; container name -> the edits its devices add. Raises
+        AdmissionFailedError (a claim not allocated, a driver not registered or failing)."""
+        metadata = pod.get("metadata") or {}
+        namespace, pod_name = str(metadata.get("namespace", "")), str(metadata.get("name", ""))
+        uses = claim_uses(pod)
+        devices: dict[str, list[tuple[tuple[str, ...], tuple[str, ...]]]] = {}
+        for claim_name in sorted({use.claim for use in uses}):
+            devices[claim_name] = await self._prepare_claim(namespace, claim_name)
+            self._users.setdefault((namespace, claim_name), set()).add((namespace, pod_name))
+        edits: dict[str, list[str]] = {}
+        for use in uses:
+            for requests, cdi_ids in devices[use.claim]:
+                if use.request is None or use.request in requests:
+                    edits.setdefault(use.container, []).extend(cdi_ids)
+        return {name: resolve_cdi(ids, self._cdi_dirs) for name, ids in edits.items()}
+
+    async def _prepare_claim(
+        self, namespace: str, name: str
+    ) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+        claim = await self._client.get(RESOURCE_CLAIMS, name, namespace)
+        allocation = (claim.get("status") or {}).get("allocation")
+        if not allocation:
+            raise AdmissionFailedError(f"ResourceClaim {namespace}/{name} is not allocated")
+        results = (allocation.get("devices") or {}).get("results") or ()
+        drivers = sorted({str(result["driver"]) for result in results})
+        ref = ClaimRef(namespace, name, str(claim["metadata"]["uid"]))
+        prepared: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+        for driver in drivers:
+            try:
+                answer = (await self._kubelet.plugin(driver).prepare([ref])).claims.get(ref.uid)
+            except DRAKubeletError as err:
+                raise AdmissionFailedError(str(err)) from err
+            except grpc.aio.AioRpcError as err:
+                answer = None
+                why = f"{err.code().name}: {err.details()}"
+            else:
+                why = answer.error if answer is not None else "no answer for the claim"
+            if answer is None or answer.error:
+                raise AdmissionFailedError(
+                    f"{driver} could not prepare ResourceClaim {namespace}/{name}: {why}"
+                )
+            prepared += [(tuple(d.request_names), tuple(d.cdi_device_ids)) for d in answer.devices]
+        self._prepared[(namespace, name)] = (ref, tuple(drivers))
+        return prepared
+
+    async def release(self, pod_key: PodKey) -> list[str]:
+        """The pod no longer runs here: unprepare each claim no other pod here uses; the
+        drivers' errors, if any."""
+        errors = []
+        for claim in self.claims_of(pod_key):
+            users = self._users[claim]
+            users.discard(pod_key)
+            if users:
+                continue
+            del self._users[claim]
+            prepared = self._prepared.pop(claim, None)
+            if prepared is not None:
+                ref, drivers = prepared
+                for driver in drivers:
+                    errors += await self._unprepare(driver, ref)
+        return errors
+
+    async def _unprepare(self, driver: str, ref: ClaimRef) -> list[str]:
+        plugin = self._kubelet.plugins.get(driver)
+        if plugin is None:
+            return [f"{driver} is not registered: {ref.name} stays prepared"]
+        try:
+            answer = (await plugin.unprepare([ref])).claims.get(ref.uid)
+        except grpc.aio.AioRpcError as err:
+            return [f"{driver} could not unprepare {ref.name}: {err.details()}"]
+        if answer is not None and answer.error:
+            return [f"{driver} could not unprepare {ref.name}: {answer.error}"]
+        return []

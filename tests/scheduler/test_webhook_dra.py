@@ -1,0 +1,186 @@
+"""The webhook's DRA translation: HAMi-style GPU shares of pods headed to DRA nodes become
+ResourceClaimTemplates with capacity requests; whole-GPU pods keep `nvidia.com/gpu` (the
+DeviceClass maps it); nothing changes for pods the mode does not send to DRA nodes."""
+
+import copy
+from typing import Any
+
+import pytest
+
+from pyhami.devices.config import NvidiaConfig
+from pyhami.kube import Forbidden, JsonObject
+from pyhami.scheduler.admission import AdmissionRequest, AdmissionResponse
+from pyhami.scheduler.webhook import PodAdmission, WebhookConfig
+
+from .patching import apply_patch
+
+DRA_SELECTOR = {"gpu.pyhami.io/mode": "dra"}
+
+
+def _pod(*containers: JsonObject, annotations: dict[str, str] | None = None, **spec: Any) -> Any:
+    return {
+        "metadata": {"name": "p", "namespace": "ns", "annotations": annotations or {}},
+        "spec": {"containers": list(containers), **spec},
+    }
+
+
+def _ctr(name: str = "c", **limits: str) -> JsonObject:
+    return {
+        "name": name,
+        "resources": {"limits": {f"nvidia.com/{k}": v for k, v in limits.items()}},
+    }
+
+
+def _admit(pod: JsonObject, mode: str = "selected") -> tuple[AdmissionResponse, JsonObject]:
+    config = WebhookConfig(scheduler_name="hami-scheduler", dra_mode=mode)  # type: ignore[arg-type]
+    admission = PodAdmission(config, NvidiaConfig(), lambda _: False)
+    request = AdmissionRequest("admission.k8s.io/v1", "uid", "CREATE", "ns", copy.deepcopy(pod))
+    response = admission.review(request)
+    return response, apply_patch(pod, [dict(op) for op in response.patch])
+
+
+def test_a_share_headed_to_a_dra_node_becomes_a_claim_with_capacity_requests() -> None:
+    pod = _pod(_ctr(gpu="1", gpumem="4096", gpucores="30"), nodeSelector=DRA_SELECTOR)
+    response, mutated = _admit(pod)
+    assert response.allowed
+    [template] = response.claim_templates
+    assert template["kind"] == "ResourceClaimTemplate"
+    assert template["metadata"]["namespace"] == "ns"
+    [request] = template["spec"]["spec"]["devices"]["requests"]
+    assert request["exactly"] == {
+        "deviceClassName": "gpu.pyhami.io",
+        "allocationMode": "ExactCount",
+        "count": 1,
+        "capacity": {"requests": {"memory": str(4 * 1024**3), "cores": "30"}},
+    }
+    spec = mutated["spec"]
+    assert spec["resourceClaims"] == [
+        {"name": "gpu-0", "resourceClaimTemplateName": template["metadata"]["name"]}
+    ]
+    container = spec["containers"][0]
+    assert container["resources"]["limits"] == {}
+    assert container["resources"]["claims"] == [{"name": "gpu-0"}]
+    # kube-scheduler allocates claims: the pod keeps the default scheduler
+    assert "schedulerName" not in spec
+
+
+def test_a_memory_share_without_cores_has_no_sm_limit_as_in_hami() -> None:
+    response, _ = _admit(_pod(_ctr(gpumem="2048"), nodeSelector=DRA_SELECTOR))
+    [request] = response.claim_templates[0]["spec"]["spec"]["devices"]["requests"]
+    assert request["exactly"]["capacity"] == {
+        "requests": {"memory": str(2048 * 1024**2), "cores": "0"}
+    }
+
+
+def test_pods_asking_the_same_share_name_one_template() -> None:
+    first, _ = _admit(_pod(_ctr(gpumem="2048"), nodeSelector=DRA_SELECTOR))
+    second, _ = _admit(_pod(_ctr("other", gpumem="2048"), nodeSelector=DRA_SELECTOR))
+    third, _ = _admit(_pod(_ctr(gpumem="1024"), nodeSelector=DRA_SELECTOR))
+    names = [r.claim_templates[0]["metadata"]["name"] for r in (first, second, third)]
+    assert names[0] == names[1] != names[2]
+
+
+def test_a_whole_gpu_pod_gets_a_claim_for_whole_cards_and_keeps_the_default_scheduler() -> None:
+    # not the DeviceClass's extended resource: in a mixed cluster that mapping would make
+    # kube-scheduler refuse every HAMi-style pod (gpumem is neither on the node nor DRA-backed)
+    response, mutated = _admit(_pod(_ctr(gpu="2"), _ctr("sidecar")), mode="all")
+    [template] = response.claim_templates
+    [request] = template["spec"]["spec"]["devices"]["requests"]
+    assert request["exactly"] == {
+        "deviceClassName": "gpu.pyhami.io",
+        "allocationMode": "ExactCount",
+        "count": 2,
+    }
+    containers = mutated["spec"]["containers"]
+    assert containers[0]["resources"] == {"limits": {}, "claims": [{"name": "gpu-0"}]}
+    assert "claims" not in containers[1]["resources"]
+    assert "schedulerName" not in mutated["spec"]
+
+
+def test_outside_the_mode_a_pod_goes_to_the_extender_as_before() -> None:
+    for mode, pod in [
+        ("selected", _pod(_ctr(gpumem="4096"))),
+        ("off", _pod(_ctr(gpumem="4096"), nodeSelector=DRA_SELECTOR)),
+    ]:
+        response, mutated = _admit(pod, mode=mode)
+        assert not response.claim_templates
+        assert mutated["spec"]["schedulerName"] == "hami-scheduler"
+        assert "resourceClaims" not in mutated["spec"]
+
+
+def test_multi_gpu_claims_keep_their_cards_on_one_numa_node_when_asked() -> None:
+    pod = _pod(
+        _ctr(gpu="2", gpumem="8192"),
+        annotations={"gpu.pyhami.io/same-topology": "numa"},
+        nodeSelector=DRA_SELECTOR,
+    )
+    response, _ = _admit(pod)
+    devices = response.claim_templates[0]["spec"]["spec"]["devices"]
+    assert devices["requests"][0]["exactly"]["count"] == 2
+    assert devices["constraints"] == [
+        {"requests": ["gpu"], "matchAttribute": "gpu.pyhami.io/numaNode"}
+    ]
+
+
+@pytest.mark.parametrize(
+    "pod, why",
+    [
+        pytest.param(
+            _pod(_ctr(**{"gpumem-percentage": "50"}), nodeSelector=DRA_SELECTOR),
+            "gpumem-percentage=50 cannot run on a DRA node",
+            id="percentage",
+        ),
+        pytest.param(
+            _pod(
+                _ctr(gpumem="1024"),
+                annotations={"gpu.pyhami.io/same-topology": "rack"},
+                nodeSelector=DRA_SELECTOR,
+            ),
+            "gpu.pyhami.io/same-topology='rack'",
+            id="unknown-topology",
+        ),
+        pytest.param(
+            _pod(
+                {**_ctr(gpumem="1024"), "securityContext": {"privileged": True}},
+                nodeSelector=DRA_SELECTOR,
+            ),
+            "container c is privileged",
+            id="privileged",
+        ),
+        pytest.param(
+            _pod(
+                {**_ctr(gpumem="1024"), "env": [{"name": "CUDA_DISABLE_CONTROL", "value": "1"}]},
+                nodeSelector=DRA_SELECTOR,
+            ),
+            "env CUDA_DISABLE_CONTROL controls libvgpu",
+            id="limit-control-env",
+        ),
+    ],
+)
+def test_what_has_no_dra_form_or_is_not_allowed_is_refused_naming_why(
+    pod: JsonObject, why: str
+) -> None:
+    response, _ = _admit(pod)
+    assert not response.allowed
+    assert why in response.message
+
+
+async def test_templates_are_created_before_the_answer_and_a_failure_refuses_the_pod() -> None:
+    created: list[JsonObject] = []
+
+    async def ensure(template: JsonObject) -> None:
+        created.append(template)
+
+    response, _ = _admit(_pod(_ctr(gpumem="1024"), nodeSelector=DRA_SELECTOR))
+    config = WebhookConfig(dra_mode="selected")
+    admission = PodAdmission(config, NvidiaConfig(), lambda _: False, ensure_object=ensure)
+    assert await admission.create_claim_templates(response) is response
+    assert created == list(response.claim_templates)
+
+    async def refuse(template: JsonObject) -> None:
+        raise Forbidden(403, "Forbidden", "the API server says no")
+
+    refusing = PodAdmission(config, NvidiaConfig(), lambda _: False, ensure_object=refuse)
+    answer = await refusing.create_claim_templates(response)
+    assert not answer.allowed and answer.code == 500
+    assert "cannot create ResourceClaimTemplate pyhami-gpu-" in answer.message
