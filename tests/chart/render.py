@@ -22,6 +22,7 @@ VALUE_SETS: dict[str, tuple[str, ...]] = {
     "cert-manager": ("scheduler.certManager.enabled=true",),
     "webhook-off": ("scheduler.admissionWebhook.enabled=false",),
     "leader-3-replicas": ("scheduler.leaderElect=true", "scheduler.replicas=3"),
+    "dra-selected": ("dra.mode=selected",),
     "scheduler-off": ("scheduler.enabled=false",),
     "device-plugin-off": ("devicePlugin.enabled=false",),
     "custom-names": (
