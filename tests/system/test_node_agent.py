@@ -19,7 +19,10 @@ from pyhami.testing import FakeKubeAPIServer, FakeKubelet, FakeNVML
 from pyhami.testing.fake_nvml import a100_80g
 from pyhami.testing.node_agent import (
     AdmissionFailedError,
+    ClaimsNotPreparedError,
+    ContainerEdits,
     NodeAgent,
+    PodKey,
     StartedContainer,
     device_count,
 )
@@ -45,6 +48,25 @@ class Runtime:
         self.stopped.append((pod["metadata"]["name"], container.name))
 
 
+class Claims:
+    """kubelet's DRA manager for pods without claims; it can be told to fail a number of times
+    first, as when the Node authorizer does not yet let kubelet read a new pod's claim."""
+
+    def __init__(self) -> None:
+        self.failures = 0
+        self.tries = 0
+
+    async def prepare(self, pod: JsonObject) -> dict[str, ContainerEdits]:
+        self.tries += 1
+        if self.failures:
+            self.failures -= 1
+            raise ClaimsNotPreparedError("ResourceClaim default/gpu: 403 Forbidden")
+        return {}
+
+    async def release(self, pod_key: PodKey) -> list[str]:
+        return []
+
+
 @dataclass
 class Node:
     api: FakeKubeAPIServer
@@ -52,6 +74,7 @@ class Node:
     kubelet: FakeKubelet
     agent: NodeAgent
     runtime: Runtime
+    claims: Claims
 
     def bind(self, name: str, containers: list[tuple[str, int]], *, scheduled: bool = True) -> None:
         """A pod as our scheduler's /bind leaves it: annotations, node lock, nodeName."""
@@ -135,9 +158,11 @@ async def node(tmp_path: Path) -> AsyncIterator[Node]:
             task = guarded_task(plugin.run(stop), "test/plugin", may_finish=True)
             connection = await kubelet.wait_for_plugin("nvidia.com/gpu")
             await connection.wait_for_devices(lambda d: len(d) == 2)
-            runtime = Runtime()
-            async with NodeAgent(client, NODE, kubelet, runtime=runtime) as agent:
-                yield Node(api, client, kubelet, agent, runtime)
+            runtime, claims = Runtime(), Claims()
+            async with NodeAgent(
+                client, NODE, kubelet, runtime=runtime, claims=claims, prepare_retry_s=0.05
+            ) as agent:
+                yield Node(api, client, kubelet, agent, runtime, claims)
             stop.set()
             await asyncio.wait_for(task, 10)
             await cancel_and_wait(task)
@@ -169,6 +194,18 @@ async def test_failed_allocate_fails_the_pod_like_kubelet(node: Node) -> None:
     assert node.agent.devices_in_use() == 0
     assert node.kubelet.plugin("nvidia.com/gpu").in_use == set()
     assert node.runtime.running == set()
+
+
+async def test_claims_not_prepared_yet_keep_the_pod_pending_and_are_tried_again(
+    node: Node,
+) -> None:
+    node.claims.failures = 2
+    node.bind("trainer", [("main", 1)])
+    started = await node.agent.wait_started("default", "trainer")
+    assert node.claims.tries == 3
+    assert node.phase("trainer") == "Running", "never Failed while the claims waited"
+    assert node.agent.devices_in_use() == 1, "Allocate once, its devices kept between tries"
+    assert started.container("main").envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "1000m"
 
 
 async def test_container_that_cannot_start_fails_the_pod_and_frees_everything(node: Node) -> None:

@@ -27,10 +27,10 @@ from typing import Any
 import grpc.aio
 import yaml
 
-from pyhami.kube import RESOURCE_CLAIMS, JsonObject, KubeClient
+from pyhami.kube import RESOURCE_CLAIMS, JsonObject, KubeClient, KubeError
 from pyhami.testing.dra_kubelet import ClaimRef, DRAKubelet, DRAKubeletError
 from pyhami.testing.node_agent import (
-    AdmissionFailedError,
+    ClaimsNotPreparedError,
     ContainerEdits,
     ContainerMount,
     PodKey,
@@ -68,7 +68,7 @@ def claim_uses(pod: Mapping[str, Any]) -> list[_Use]:
         for entry in (container.get("resources") or {}).get("claims") or ():
             claim = names.get(str(entry.get("name", "")))
             if claim is None:
-                raise AdmissionFailedError(
+                raise ClaimsNotPreparedError(
                     f"container {container.get('name')!r} uses claim {entry.get('name')!r}, "
                     "which has no ResourceClaim yet"
                 )
@@ -97,7 +97,7 @@ def _read_spec(path: Path) -> JsonObject:
     text = path.read_text()
     spec = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     if not isinstance(spec, dict) or not isinstance(spec.get("kind"), str):
-        raise AdmissionFailedError(f"CDI spec {path} has no kind")
+        raise ClaimsNotPreparedError(f"CDI spec {path} has no kind")
     return spec
 
 
@@ -109,7 +109,7 @@ def resolve_cdi(device_ids: Sequence[str], directories: Iterable[Path]) -> Conta
     for device_id in device_ids:
         kind, sep, name = device_id.partition("=")
         if not sep or "/" not in kind:
-            raise AdmissionFailedError(f"CDI device id {device_id!r} is not vendor/class=name")
+            raise ClaimsNotPreparedError(f"CDI device id {device_id!r} is not vendor/class=name")
         edits = [
             [spec.get("containerEdits") or {}, device.get("containerEdits") or {}]
             for _path, spec in specs
@@ -118,7 +118,7 @@ def resolve_cdi(device_ids: Sequence[str], directories: Iterable[Path]) -> Conta
             if device.get("name") == name
         ]
         if not edits:
-            raise AdmissionFailedError(f"unresolvable CDI device {device_id}: no spec names it")
+            raise ClaimsNotPreparedError(f"unresolvable CDI device {device_id}: no spec names it")
         for edit in edits[0]:
             for line in edit.get("env") or ():
                 key, _, value = str(line).partition("=")
@@ -148,7 +148,8 @@ class ClaimPreparer:
 
     async def prepare(self, pod: JsonObject) -> dict[str, ContainerEdits]:
         """Prepare the pod's claims; container name -> the edits its devices add. Raises
-        AdmissionFailedError (a claim not allocated, a driver not registered or failing)."""
+        ClaimsNotPreparedError (a claim not readable or not allocated yet, a driver not registered
+        or failing, a CDI device not resolvable)."""
         metadata = pod.get("metadata") or {}
         namespace, pod_name = str(metadata.get("namespace", "")), str(metadata.get("name", ""))
         uses = claim_uses(pod)
@@ -166,10 +167,14 @@ class ClaimPreparer:
     async def _prepare_claim(
         self, namespace: str, name: str
     ) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
-        claim = await self._client.get(RESOURCE_CLAIMS, name, namespace)
+        try:
+            claim = await self._client.get(RESOURCE_CLAIMS, name, namespace)
+        except KubeError as err:
+            # e.g. 403 until the Node authorizer's graph links the newly bound pod to its claim
+            raise ClaimsNotPreparedError(f"ResourceClaim {namespace}/{name}: {err}") from err
         allocation = (claim.get("status") or {}).get("allocation")
         if not allocation:
-            raise AdmissionFailedError(f"ResourceClaim {namespace}/{name} is not allocated")
+            raise ClaimsNotPreparedError(f"ResourceClaim {namespace}/{name} is not allocated")
         results = (allocation.get("devices") or {}).get("results") or ()
         drivers = sorted({str(result["driver"]) for result in results})
         ref = ClaimRef(namespace, name, str(claim["metadata"]["uid"]))
@@ -178,14 +183,14 @@ class ClaimPreparer:
             try:
                 answer = (await self._kubelet.plugin(driver).prepare([ref])).claims.get(ref.uid)
             except DRAKubeletError as err:
-                raise AdmissionFailedError(str(err)) from err
+                raise ClaimsNotPreparedError(str(err)) from err
             except grpc.aio.AioRpcError as err:
                 answer = None
                 why = f"{err.code().name}: {err.details()}"
             else:
                 why = answer.error if answer is not None else "no answer for the claim"
             if answer is None or answer.error:
-                raise AdmissionFailedError(
+                raise ClaimsNotPreparedError(
                     f"{driver} could not prepare ResourceClaim {namespace}/{name}: {why}"
                 )
             prepared += [(tuple(d.request_names), tuple(d.cdi_device_ids)) for d in answer.devices]

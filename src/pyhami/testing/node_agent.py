@@ -13,9 +13,11 @@ so a pod goes from bound to Running the way it does on a real node:
 * a failed `Allocate` fails the pod as kubelet does (`Failed`, `UnexpectedAdmissionError`);
 * with `claims` (kubelet's DRA manager, `pyhami.testing.dra_claims.ClaimPreparer`) a pod's
   allocated ResourceClaims are prepared by their drivers before its containers start, and the
-  CDI devices' env and mounts are added to the containers that use them; a claim the driver
-  cannot prepare fails the pod (kubelet would retry; here the test sees it at once), and a
-  claim no pod here uses any more is unprepared;
+  CDI devices' env and mounts are added to the containers that use them; while a claim cannot
+  be prepared (not readable yet, not allocated, its driver missing or failing) the pod stays
+  Pending and preparation is tried again after `prepare_retry_s`, as kubelet's pod worker
+  does (kubelet waits about 10 s), with the device plugin's devices kept; a claim no pod here
+  uses any more is unprepared;
 * a pod being deleted has its containers stopped and devices freed, then kubelet's final
   delete (grace 0) removes it; `finish()` ends a pod `Succeeded` (or `Failed`);
 * `register_node()` creates the Node as kubelet registers itself (with its own credentials:
@@ -123,6 +125,11 @@ class PodStart:
 
 class AdmissionFailedError(Exception):
     """kubelet refused the pod (Allocate failed); the message is the pod's status message."""
+
+
+class ClaimsNotPreparedError(Exception):
+    """The pod's ResourceClaims cannot be prepared yet; kubelet keeps the pod Pending and tries
+    again (a claim the Node authorizer does not let it read yet, a driver not registered yet)."""
 
 
 class ContainerRuntime(Protocol):
@@ -302,8 +309,10 @@ class NodeAgent(AsyncService):
         claims: ClaimPreparation | None = None,
         status_poll_s: float = 0.2,
         lease_renew_s: float = NODE_LEASE_DURATION_S / 4,
+        prepare_retry_s: float = 0.5,
     ) -> None:
         self._status_poll_s = status_poll_s
+        self._prepare_retry_s = prepare_retry_s
         self._lease_renew_s = lease_renew_s
         self._client = client
         self.node_name = node_name
@@ -323,6 +332,8 @@ class NodeAgent(AsyncService):
         self._queue: asyncio.Queue[JsonObject] = asyncio.Queue()
         self._handled: set[PodKey] = set()
         self._held: dict[PodKey, list[str]] = {}  # device ids in use, per pod
+        # the device plugin's answers, kept while the pod waits for its claims to be prepared
+        self._allocated: dict[PodKey, list[StartedContainer]] = {}
         self._stopping: set[PodKey] = set()
         self._changed = asyncio.Condition()
         self._tasks: list[asyncio.Task[None]] = []
@@ -468,6 +479,16 @@ class NodeAgent(AsyncService):
         uid = str((pod.get("metadata") or {}).get("uid", ""))
         try:
             containers = await self._allocate_all(pod)
+        except ClaimsNotPreparedError as err:
+            log.warning(
+                "claims not prepared",
+                node=self.node_name,
+                pod=f"{namespace}/{name}",
+                error=str(err),
+                retry_s=self._prepare_retry_s,
+            )
+            asyncio.get_running_loop().call_later(self._prepare_retry_s, self._retry, pod)
+            return
         except (AdmissionFailedError, KubeletError, grpc.aio.AioRpcError) as err:
             why = err.details() if isinstance(err, grpc.aio.AioRpcError) else str(err)
             await self._refuse(
@@ -489,6 +510,17 @@ class NodeAgent(AsyncService):
         await self._patch_status(pod, running_status(pod, _now()))
         await self._record(PodStart(namespace, name, uid, tuple(containers)))
 
+    def _retry(self, pod: JsonObject) -> None:
+        """Admit the pod again, as it is now, unless it is gone or being deleted (then the
+        deletion, already queued, frees what it holds)."""
+        namespace, name = _key(pod)
+        current = self.pods.get(name, namespace)
+        if current is None:
+            return
+        meta = current["metadata"]
+        if meta.get("uid") == pod["metadata"].get("uid") and not meta.get("deletionTimestamp"):
+            self._queue.put_nowait(current)
+
     async def _refuse(self, pod: JsonObject, reason: str, message: str) -> None:
         namespace, name = _key(pod)
         uid = str((pod.get("metadata") or {}).get("uid", ""))
@@ -499,7 +531,10 @@ class NodeAgent(AsyncService):
 
     async def _allocate_all(self, pod: JsonObject) -> list[StartedContainer]:
         """The device plugin's devices, then the DRA claims' CDI edits, per container."""
-        started = await self._allocate_devices(pod)
+        key = _key(pod)
+        started = self._allocated.get(key)
+        if started is None:
+            started = self._allocated[key] = await self._allocate_devices(pod)
         if self.claims is None:
             return started
         edits = dict(await self.claims.prepare(pod))
@@ -591,6 +626,7 @@ class NodeAgent(AsyncService):
             for container in started.containers:
                 await self.runtime.stop(pod, container)
         ids = self._held.pop(key, [])
+        self._allocated.pop(key, None)
         plugin = self.kubelet.plugins.get(self.resource)
         if plugin is not None:
             plugin.in_use.difference_update(ids)

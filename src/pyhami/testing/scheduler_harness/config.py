@@ -22,6 +22,8 @@ HAMI_NVIDIA_RESOURCES = (
     "nvidia.com/gpumem-percentage",
     "nvidia.com/priority",
 )
+
+
 @dataclass(frozen=True, slots=True)
 class ManagedResource:
     name: str
