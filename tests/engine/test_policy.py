@@ -16,10 +16,20 @@ from pyhami.protocol import DeviceScoringWeights
 from .builders import card, ledger_cards
 
 
-def gpu(uuid: str, *, type: str = "NVIDIA", used: int = 0, usedmem: int = 0, usedcores: int = 0,
-        count: int = 10, numa: int = 0, index: int = 0) -> LedgerCard:
+def gpu(
+    uuid: str,
+    *,
+    type: str = "NVIDIA",
+    used: int = 0,
+    usedmem: int = 0,
+    usedcores: int = 0,
+    count: int = 10,
+    numa: int = 0,
+    index: int = 0,
+) -> LedgerCard:
     info = card(uuid, count=count, type_=type, numa=numa, index=index)
     return ledger_cards((info, used, usedmem, usedcores))[0]
+
 
 W = DeviceScoringWeights()
 ASK = ContainerDeviceRequest(1, "NVIDIA", 1000, 101, 20)
@@ -27,10 +37,12 @@ ASK = ContainerDeviceRequest(1, "NVIDIA", 1000, 101, 20)
 
 def test_node_score_is_existing_load() -> None:
     """HAMi's worked scoring example: node1 = 3.0, node2 = 8.0."""
-    assert node_score(used=1, count=20, usedcores=25, totalcore=200, usedmem=2000,
-                      totalmem=16000) == pytest.approx(3.0)
-    assert node_score(used=1, count=20, usedcores=75, totalcore=200, usedmem=6000,
-                      totalmem=16000) == pytest.approx(8.0)
+    assert node_score(
+        used=1, count=20, usedcores=25, totalcore=200, usedmem=2000, totalmem=16000
+    ) == pytest.approx(3.0)
+    assert node_score(
+        used=1, count=20, usedcores=75, totalcore=200, usedmem=6000, totalmem=16000
+    ) == pytest.approx(8.0)
     assert node_score(used=0, count=0, usedcores=0, totalcore=1, usedmem=0, totalmem=1) == 0.0
 
 
@@ -42,6 +54,18 @@ def test_device_score_counts_the_request_only_for_an_equal_type() -> None:
     real = gpu("d", type="NVIDIA-A100", used=1, usedmem=4000, usedcores=50)
     assert device_score(real, [ASK], W) == pytest.approx(10 * (0.1 + 0.5 + 0.5))
     assert device_score(gpu("z", count=0), [ASK], W) == 0.0
+
+
+def test_device_score_books_a_percentage_as_hamis_score_does() -> None:
+    """int64 product, truncated toward zero, then int32 (Fit wraps the product instead)."""
+    memory_only = DeviceScoringWeights(slot=0, core=0, memory=1)
+    negative = ledger_cards((card("neg", -1001), 0, 0, 0))[0]  # a register may say anything
+    third = ContainerDeviceRequest(1, "NVIDIA", 0, 33, 0)
+    # Go: -33033 / 100 = -330; floor division would book -331.
+    assert device_score(negative, [third], memory_only) == f32(10 * f32(f32(-330) / f32(-1001)))
+    huge = ledger_cards((card("huge", 30_000_000), 0, 0, 0))[0]
+    whole = ContainerDeviceRequest(1, "NVIDIA", 0, 100, 0)
+    assert device_score(huge, [whole], memory_only) == 10.0
 
 
 def test_weights_scale_each_term() -> None:

@@ -17,20 +17,34 @@ card_state = st.tuples(
     st.booleans(),  # healthy
     st.sampled_from(["NVIDIA-A100", "NVIDIA-T4", "Ascend"]),  # a non-NVIDIA type is skipped
     st.booleans(),  # cordoned
+    # memory: a percentage of 1001 MiB truncates; of 30 000 000 MiB its int32 product wraps
+    st.sampled_from([10000, 10000, 1001, 30_000_000]),
 )
 node_state = st.tuples(st.lists(card_state, min_size=1, max_size=4), st.booleans())  # , MIG
 
 
-def build(nodes: list[tuple[list[tuple[int, int, int, bool, str, bool]], bool]]) -> Ledger:
+CardState = tuple[int, int, int, bool, str, bool, int]
+
+
+def build(nodes: list[tuple[list[CardState], bool]]) -> Ledger:
     ledger = Ledger()
     for n, (cards, mig) in enumerate(nodes):
         infos = []
         cordoned = set()
-        for c, (_, _, _, healthy, type_, cordon) in enumerate(cards):
+        for c, (_, _, _, healthy, type_, cordon, memory) in enumerate(cards):
             uuid = f"g{n}-{c}"
-            infos.append(card(uuid, 10000, count=4, type_=type_, index=c, health=healthy,
-                              mode="mig" if mig and c == 0 else "hami-core",
-                              profiles=(ONE_G,) if mig and c == 0 else ()))
+            infos.append(
+                card(
+                    uuid,
+                    memory,
+                    count=4,
+                    type_=type_,
+                    index=c,
+                    health=healthy,
+                    mode="mig" if mig and c == 0 else "hami-core",
+                    profiles=(ONE_G,) if mig and c == 0 else (),
+                )
+            )
             if cordon:
                 cordoned.add(uuid)
         ledger.upsert_node(N(f"n{n:02d}"), inventory(*infos, cordoned=frozenset(cordoned)))
@@ -63,7 +77,7 @@ request = st.builds(
     st.sampled_from(["binpack", "spread"]),
 )
 def test_screen_matches_fit_on_every_node(
-    nodes: list[tuple[list[tuple[int, int, int, bool, str, bool]], bool]],
+    nodes: list[tuple[list[CardState], bool]],
     limits: dict[str, str],
     more: list[dict[str, str]],
     init: list[dict[str, str]],
@@ -71,8 +85,13 @@ def test_screen_matches_fit_on_every_node(
     node_policy: str,
 ) -> None:
     ledger = build(nodes)
-    the_pod = pod("p", limits, *more, init=tuple(init),
-                  annotations={"hami.io/gpu-scheduler-policy": gpu_policy})
+    the_pod = pod(
+        "p",
+        limits,
+        *more,
+        init=tuple(init),
+        annotations={"hami.io/gpu-scheduler-policy": gpu_policy},
+    )
     names = [N(f"n{n:02d}") for n in range(len(nodes))] + [N("ghost")]
     config = EngineConfig(node_policy=node_policy)
     fast = decide(the_pod, names, ledger, config=config, quotas=None, now=0)
@@ -82,7 +101,8 @@ def test_screen_matches_fit_on_every_node(
     assert (every.node, every.devices) == (full.node, full.devices)
     assert every.failed_nodes == full.failed_nodes, "every candidate's reason, as in explain"
     assert {n for n, v in every.verdicts.items() if v.fits} == {
-        n for n, v in full.verdicts.items() if v.fits}
+        n for n, v in full.verdicts.items() if v.fits
+    }
     if fast.node is None:
         assert fast.failed_nodes == full.failed_nodes
         for name, verdict in fast.verdicts.items():
@@ -92,14 +112,15 @@ def test_screen_matches_fit_on_every_node(
 
 
 def test_screen_sees_usage_changes_and_node_changes() -> None:
-    ledger = build([([(0, 0, 0, True, "NVIDIA-A100", False)], False)] * 40)
+    ledger = build([([(0, 0, 0, True, "NVIDIA-A100", False, 10000)], False)] * 40)
     names = [N(f"n{n:02d}") for n in range(40)]
     big = pod("big", gpus(1, mem=9000))
     assert decide(big, names, ledger, config=EngineConfig(), quotas=None, now=0).node == "n00"
     for n in range(40):
         key = f"fill{n}"
-        ledger.add_pod(PodAllocation(key, "default", key, N(f"n{n:02d}"),
-                                     ((used(f"g{n}-0", 5000),),)))
+        ledger.add_pod(
+            PodAllocation(key, "default", key, N(f"n{n:02d}"), ((used(f"g{n}-0", 5000),),))
+        )
     answer = decide(big, names, ledger, config=EngineConfig(), quotas=None, now=0)
     assert answer.node is None
     assert set(answer.failed_nodes.values()) == {"1/1 CardInsufficientMemory"}
@@ -111,16 +132,21 @@ def test_screen_sees_usage_changes_and_node_changes() -> None:
 
 
 @settings(max_examples=15, deadline=None)
-@given(st.lists(node_state, min_size=34, max_size=40), request,
-       st.sampled_from(["binpack", "spread"]), st.data())
+@given(
+    st.lists(node_state, min_size=34, max_size=40),
+    request,
+    st.sampled_from(["binpack", "spread"]),
+    st.data(),
+)
 def test_a_few_candidates_decide_as_if_alone(
-    nodes: list[tuple[list[tuple[int, int, int, bool, str, bool]], bool]],
+    nodes: list[tuple[list[CardState], bool]],
     limits: dict[str, str],
     node_policy: str,
     data: st.DataObject,
 ) -> None:
-    picked = sorted(data.draw(st.lists(st.integers(0, len(nodes) - 1), min_size=1, max_size=2,
-                                       unique=True)))  # sorted: renaming keeps name order
+    picked = sorted(
+        data.draw(st.lists(st.integers(0, len(nodes) - 1), min_size=1, max_size=2, unique=True))
+    )  # sorted: renaming keeps name order
     names = [N(f"n{n:02d}") for n in picked]
     config = EngineConfig(node_policy=node_policy)
     the_pod = pod("p", limits)
@@ -134,11 +160,23 @@ def test_a_few_candidates_decide_as_if_alone(
 
 def test_absolute_memory_wins_over_percentage_in_the_screen() -> None:
     """A pod giving both gpumem and gpumem-percentage books the absolute amount."""
-    full = ([(1, 9950, 0, True, "NVIDIA-A100", False)], False)
-    roomy = ([(1, 6000, 0, True, "NVIDIA-A100", False)], False)  # 4000 MiB free
+    full = ([(1, 9950, 0, True, "NVIDIA-A100", False, 10000)], False)
+    roomy = ([(1, 6000, 0, True, "NVIDIA-A100", False, 10000)], False)  # 4000 MiB free
     ledger = build([full] * 39 + [roomy])  # binpack visits the full nodes first: n39 is screened
     names = [N(f"n{n:02d}") for n in range(40)]
     both = pod("p", gpus(1, mem=100, pct=65))  # 100 MiB fits n39; 65 % (6500 MiB) would not
     answer = decide(both, names, ledger, config=EngineConfig(), quotas=None, now=0)
     assert answer.node == "n39"
     assert answer.annotations["hami.io/vgpu-devices-allocated"] == "g39-0,NVIDIA,100,0:;"
+
+
+def test_the_screen_wraps_a_percentage_product_as_fit_does() -> None:
+    """100 % of a 30 000 000 MiB card is an int32 product that wraps negative: it fits."""
+    full = ([(1, 9950, 0, True, "NVIDIA-A100", False, 10000)], False)
+    huge = ([(1, 5000, 0, True, "NVIDIA-A100", False, 30_000_000)], False)
+    ledger = build([full] * 39 + [huge])  # binpack visits the full nodes first: n39 is screened
+    names = [N(f"n{n:02d}") for n in range(40)]
+    whole = pod("p", gpus(1, pct=100))
+    answer = decide(whole, names, ledger, config=EngineConfig(), quotas=None, now=0)
+    assert answer.node == "n39"
+    assert answer.annotations["hami.io/vgpu-devices-allocated"] == "g39-0,NVIDIA,-12949672,0:;"

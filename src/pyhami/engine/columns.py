@@ -17,6 +17,7 @@ import numpy.typing as npt
 from pyhami.devices.nvidia.fit import WHOLE_CARD_CORES, FitPolicy, fixed_memory
 from pyhami.model import ContainerDeviceRequest
 from pyhami.protocol import Reason
+from pyhami.protocol.arithmetic import percent_of
 
 # Codes of the screen, in HAMi's check order; 0 = the card passes every check.
 SCREEN_WORDS = (
@@ -65,8 +66,9 @@ class CardColumns:
     def remove_node(self, slot: int) -> None:
         self._free_nodes.append(slot)
 
-    def add_card(self, node_slot: int, *, totals: tuple[int, int, int], typed: bool,
-                 cordoned: bool) -> int:
+    def add_card(
+        self, node_slot: int, *, totals: tuple[int, int, int], typed: bool, cordoned: bool
+    ) -> int:
         """A slot for a new card of `node_slot` with (count, totalmem, totalcore)."""
         if self._free_cards:
             slot = self._free_cards.pop()
@@ -116,8 +118,7 @@ class CardColumns:
         if fixed is not None:
             memreq: Ints | int = fixed
         else:
-            product = (totalmem * request.mem_percentage_req + 2**31) % 2**32 - 2**31
-            memreq = np.sign(product) * (np.abs(product) // 100)  # int32, toward zero
+            memreq = percent_of(totalmem, request.mem_percentage_req)
         never = np.zeros(n, np.bool_)
         conditions = [
             ~self.health[:n],

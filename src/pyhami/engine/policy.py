@@ -13,6 +13,7 @@ from pyhami.devices.nvidia.fit import CardState
 from pyhami.devices.nvidia.request import PERCENT_UNSET
 from pyhami.model import ContainerDeviceRequest
 from pyhami.protocol import DeviceScoringWeights, GpuPolicy
+from pyhami.protocol.arithmetic import percent_of
 
 SCORE_WEIGHT = 10.0  # util.Weight
 
@@ -45,7 +46,7 @@ def device_score(
         slots += 1
         cores += request.coresreq
         if request.mem_percentage_req not in (0, PERCENT_UNSET):
-            mem += _int32(card.totalmem * request.mem_percentage_req // 100)
+            mem += percent_of(card.totalmem, request.mem_percentage_req, wide_product=True)
         else:
             mem += request.memreq
     slot_term = _ratio(weights.slot * (slots + card.used), card.count)
@@ -62,10 +63,6 @@ def node_score(
         return 0.0
     load = f32(_ratio(used, count) + _ratio(usedcores, totalcore))
     return f32(SCORE_WEIGHT * f32(load + _ratio(usedmem, totalmem)))
-
-
-def _int32(value: int) -> int:
-    return (value + 2**31) % 2**32 - 2**31
 
 
 C = TypeVar("C", bound=CardState)

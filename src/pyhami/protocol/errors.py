@@ -1,6 +1,12 @@
 """The one error every decoder raises (and every encoder, for values the wire cannot carry)."""
 
-from pyhami.protocol.goparse import go_quote
+from collections.abc import Callable
+from typing import TypeVar
+
+from pyhami.protocol.arithmetic import INT32_MAX, INT32_MIN
+from pyhami.protocol.goparse import GoNumError, go_quote
+
+_T = TypeVar("_T")
 
 _SHOWN = 200  # characters of a bad value quoted in a message
 
@@ -34,3 +40,16 @@ def check_range(field: str, where: str, number: int, low: int, high: int) -> int
     if not low <= number <= high:
         raise ProtocolError(field, str(number), f"{where} {number} is outside [{low}, {high}]")
     return number
+
+
+def check_int32(field: str, where: str, number: int) -> int:
+    """`number` if a Go `int32` (HAMi's device quantities) can hold it, else a ProtocolError."""
+    return check_range(field, where, number, INT32_MIN, INT32_MAX)
+
+
+def parse_field(field: str, value: str, name: str, text: str, parse: Callable[[str], _T]) -> _T:
+    """One field of a delimited annotation `value`, read by a Go parser; Go's error names it."""
+    try:
+        return parse(text)
+    except GoNumError as err:
+        raise ProtocolError(field, value, f"invalid {name} field: {err}") from None

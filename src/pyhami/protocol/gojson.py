@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
+from pyhami.protocol.arithmetic import INT32_MAX, INT32_MIN, UINT32_MAX
 from pyhami.protocol.errors import ProtocolError
 from pyhami.protocol.goparse import GoNumError, parse_int
 
@@ -174,6 +175,13 @@ class Reader:
         if not low <= number <= high:
             raise self.mismatch(where, value, go_type)
         return number
+
+    def int32(self, where: str, value: object) -> int:
+        """A Go `int32` field: HAMi's device quantities."""
+        return self.integer(where, value, "int32", INT32_MIN, INT32_MAX)
+
+    def uint32(self, where: str, value: object) -> int:
+        return self.integer(where, value, "uint32", 0, UINT32_MAX)
 
     def optional_integer(
         self, where: str, value: object, go_type: str, low: int, high: int

@@ -9,10 +9,8 @@ raises a `GoSyntaxError` / `GoRangeError` whose text is Go's `*NumError` text.
 
 import re
 
-INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-UINT32_MAX = 2**32 - 1
-UINT64_MAX = 2**64 - 1
+from pyhami.protocol.arithmetic import INT64_MAX
+
 _DECIMAL = re.compile(r"[+-]?[0-9]{1,30}", re.ASCII)
 
 _TRUE_WORDS = frozenset({"1", "t", "T", "TRUE", "true", "True"})
@@ -107,6 +105,11 @@ def _parse_signed(func: str, text: str, bits: int) -> int:
 def parse_int(text: str, bits: int = 64) -> int:
     """Go `strconv.ParseInt(text, 10, bits)`: optional sign, ASCII digits, in range."""
     return _parse_signed("ParseInt", text, bits)
+
+
+def parse_int32(text: str) -> int:
+    """Go `strconv.ParseInt(text, 10, 32)`: how HAMi reads an int32 device quantity."""
+    return _parse_signed("ParseInt", text, 32)
 
 
 def atoi(text: str) -> int:

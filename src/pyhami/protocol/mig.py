@@ -14,9 +14,9 @@ what it writes always decodes.
 from collections.abc import Sequence
 
 from pyhami.model import MigAllocation, MigPlacement
+from pyhami.protocol.arithmetic import INT64_MAX, INT64_MIN, UINT32_MAX
 from pyhami.protocol.errors import ProtocolError, check_range
 from pyhami.protocol.gojson import FieldNames, Pairs, Reader, dumps
-from pyhami.protocol.goparse import INT64_MAX, INT64_MIN, UINT32_MAX
 
 FIELD = "MIG allocations"
 _FIELDS = FieldNames(
@@ -56,12 +56,8 @@ def decode_mig_allocations(value: str) -> tuple[MigAllocation, ...]:
             gpu_uuid=reader.string(f"{where}.gpuUUID", fields.get("gpuUUID")),
             profile=reader.string(f"{where}.profile", fields.get("profile")),
             placement=MigPlacement(
-                start=reader.integer(
-                    f"{where}.placement.start", placement.get("start"), "uint32", 0, UINT32_MAX
-                ),
-                size=reader.integer(
-                    f"{where}.placement.size", placement.get("size"), "uint32", 0, UINT32_MAX
-                ),
+                start=reader.uint32(f"{where}.placement.start", placement.get("start")),
+                size=reader.uint32(f"{where}.placement.size", placement.get("size")),
             ),
             mig_uuid=reader.string(f"{where}.migUUID", fields.get("migUUID")),
             gpu_instance_id=reader.optional_integer(

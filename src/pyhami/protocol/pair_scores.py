@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from types import MappingProxyType
 
 from pyhami.model import DevicePairScore
+from pyhami.protocol.arithmetic import INT64_MAX, INT64_MIN
 from pyhami.protocol.errors import check_range
 from pyhami.protocol.gojson import FieldNames, Pairs, Reader, dumps
-from pyhami.protocol.goparse import INT64_MAX, INT64_MIN
 
 FIELD = "device pair scores"
 _FIELDS = FieldNames("uuid", "score")

@@ -27,8 +27,8 @@ would write it under the key `""`).
 from collections.abc import Mapping, Sequence
 
 from pyhami.model import ContainerDevice, ContainerDevices, PodSingleDevice
-from pyhami.protocol.errors import ProtocolError, check_range
-from pyhami.protocol.goparse import INT32_MAX, INT32_MIN, GoNumError, parse_int
+from pyhami.protocol.errors import ProtocolError, check_int32, check_range, parse_field
+from pyhami.protocol.goparse import parse_int32
 
 FIELD = "container devices"
 MISSING_FIELDS = "pod annotation format error, missing fields, do not use nodeName in task spec"
@@ -47,18 +47,11 @@ def decode_container_devices(value: str) -> ContainerDevices:
             ContainerDevice(
                 uuid=fields[0],
                 type=fields[1],
-                usedmem=_int32(value, "memory", fields[2]),
-                usedcores=_int32(value, "core", fields[3]),
+                usedmem=parse_field(FIELD, value, "memory", fields[2], parse_int32),
+                usedcores=parse_field(FIELD, value, "core", fields[3], parse_int32),
             )
         )
     return tuple(devices)
-
-
-def _int32(value: str, name: str, text: str) -> int:
-    try:
-        return parse_int(text, 32)
-    except GoNumError as err:
-        raise ProtocolError(FIELD, value, f"invalid {name} field: {err}") from None
 
 
 def decode_pod_single_device(value: str, field: str = "pod devices") -> PodSingleDevice:
@@ -93,7 +86,7 @@ def _encode_device(device: ContainerDevice) -> str:
         if any(sep in text for sep in ",:;"):
             raise ProtocolError(FIELD, text, f"device {name} contains ',', ':' or ';'")
     for name, number in (("usedmem", device.usedmem), ("usedcores", device.usedcores)):
-        check_range(FIELD, f"device {device.uuid} {name}", number, INT32_MIN, INT32_MAX)
+        check_int32(FIELD, f"device {device.uuid} {name}", number)
     return f"{device.uuid},{device.type},{device.usedmem},{device.usedcores}:"
 
 

@@ -16,12 +16,18 @@ from collections.abc import Sequence
 from types import MappingProxyType
 
 from pyhami.model import DeviceInfo, MigPlacement, MigProfile
+from pyhami.protocol.arithmetic import (
+    INT32_MAX,
+    INT32_MIN,
+    INT64_MAX,
+    INT64_MIN,
+    UINT32_MAX,
+    UINT64_MAX,
+)
 from pyhami.protocol.errors import check_range
 from pyhami.protocol.gojson import FieldNames, Pairs, Reader, dumps
-from pyhami.protocol.goparse import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, UINT32_MAX
 
 FIELD = "node device register"
-_UINT64_MAX = 2**64 - 1
 _DEVICE_FIELDS = FieldNames(
     "id",
     "index",
@@ -50,14 +56,6 @@ def decode_node_devices_json(value: str) -> tuple[DeviceInfo, ...]:
     return devices or ()
 
 
-def _int32(reader: Reader, where: str, value: object) -> int:
-    return reader.integer(where, value, "int32", INT32_MIN, INT32_MAX)
-
-
-def _uint32(reader: Reader, where: str, value: object) -> int:
-    return reader.integer(where, value, "uint32", 0, UINT32_MAX)
-
-
 def _device(reader: Reader, where: str, value: object) -> DeviceInfo:
     if value is None:
         raise reader.fail(where, "a device entry is null")
@@ -72,10 +70,10 @@ def _device(reader: Reader, where: str, value: object) -> DeviceInfo:
     )
     return DeviceInfo(
         id=reader.string(f"{where}.id", fields.get("id")),
-        index=reader.integer(f"{where}.index", fields.get("index"), "uint", 0, _UINT64_MAX),
-        count=_int32(reader, f"{where}.count", fields.get("count")),
-        devmem=_int32(reader, f"{where}.devmem", fields.get("devmem")),
-        devcore=_int32(reader, f"{where}.devcore", fields.get("devcore")),
+        index=reader.integer(f"{where}.index", fields.get("index"), "uint", 0, UINT64_MAX),
+        count=reader.int32(f"{where}.count", fields.get("count")),
+        devmem=reader.int32(f"{where}.devmem", fields.get("devmem")),
+        devcore=reader.int32(f"{where}.devcore", fields.get("devcore")),
         type=reader.string(f"{where}.type", fields.get("type")),
         numa=reader.integer(f"{where}.numa", fields.get("numa"), "int", INT64_MIN, INT64_MAX),
         mode=reader.string(f"{where}.mode", fields.get("mode")),
@@ -96,9 +94,9 @@ def _profile(reader: Reader, where: str, value: object) -> MigProfile:
     )
     return MigProfile(
         name=reader.string(f"{where}.name", fields.get("name")),
-        memory_mb=_int32(reader, f"{where}.memoryMB", fields.get("memoryMB")),
-        core=_int32(reader, f"{where}.core", fields.get("core")),
-        slice_count=_int32(reader, f"{where}.sliceCount", fields.get("sliceCount")),
+        memory_mb=reader.int32(f"{where}.memoryMB", fields.get("memoryMB")),
+        core=reader.int32(f"{where}.core", fields.get("core")),
+        slice_count=reader.int32(f"{where}.sliceCount", fields.get("sliceCount")),
         placements=placements,
     )
 
@@ -106,8 +104,8 @@ def _profile(reader: Reader, where: str, value: object) -> MigProfile:
 def _placement(reader: Reader, where: str, value: object) -> MigPlacement:
     fields = reader.fields(where, Pairs(()) if value is None else value, _PLACEMENT_FIELDS)
     return MigPlacement(
-        start=_uint32(reader, f"{where}.start", fields.get("start")),
-        size=_uint32(reader, f"{where}.size", fields.get("size")),
+        start=reader.uint32(f"{where}.start", fields.get("start")),
+        size=reader.uint32(f"{where}.size", fields.get("size")),
     )
 
 
@@ -124,7 +122,7 @@ def _device_json(i: int, device: DeviceInfo) -> dict[str, object]:
     at = f"devices[{i}]"
     body: dict[str, object] = {
         "id": device.id,
-        "index": _check(f"{at}.index", device.index, 0, _UINT64_MAX),
+        "index": _check(f"{at}.index", device.index, 0, UINT64_MAX),
         "count": _check(f"{at}.count", device.count, INT32_MIN, INT32_MAX),
         "devmem": _check(f"{at}.devmem", device.devmem, INT32_MIN, INT32_MAX),
         "devcore": _check(f"{at}.devcore", device.devcore, INT32_MIN, INT32_MAX),

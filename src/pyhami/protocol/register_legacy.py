@@ -11,26 +11,15 @@ decoder rejects (`missing device separator`); pyhami writes `":"`, which both de
 empty list.
 """
 
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Sequence
 
 from pyhami.model import DeviceInfo
-from pyhami.protocol.errors import ProtocolError, check_range
-from pyhami.protocol.goparse import (
-    INT32_MAX,
-    INT32_MIN,
-    INT64_MAX,
-    INT64_MIN,
-    GoNumError,
-    atoi,
-    go_quote,
-    parse_bool,
-    parse_int,
-)
+from pyhami.protocol.arithmetic import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
+from pyhami.protocol.errors import ProtocolError, check_range, parse_field
+from pyhami.protocol.goparse import atoi, go_quote, parse_bool, parse_int32
 
 FIELD = "node device register (colon form)"
 _LEGACY_MODE = "hami-core"  # what a 7-field entry means
-_T = TypeVar("_T")
 
 
 def decode_node_devices_legacy(value: str) -> tuple[DeviceInfo, ...]:
@@ -40,17 +29,6 @@ def decode_node_devices_legacy(value: str) -> tuple[DeviceInfo, ...]:
     return tuple(_device(value, segment) for segment in value.split(":") if segment)
 
 
-def _field(value: str, name: str, text: str, parse: Callable[[str], _T]) -> _T:
-    try:
-        return parse(text)
-    except GoNumError as err:
-        raise ProtocolError(FIELD, value, f"invalid {name} field: {err}") from None
-
-
-def _int32(text: str) -> int:
-    return parse_int(text, 32)
-
-
 def _device(value: str, segment: str) -> DeviceInfo:
     if "," not in segment:
         raise ProtocolError(FIELD, value, f"malformed node annotation segment: {go_quote(segment)}")
@@ -58,14 +36,15 @@ def _device(value: str, segment: str) -> DeviceInfo:
     if len(fields) not in (7, 9):
         why = f"unexpected field count {len(fields)} in node annotation"
         raise ProtocolError(FIELD, value, why)
-    count = _field(value, "count", fields[1], _int32)
-    devmem = _field(value, "memory", fields[2], _int32)
-    devcore = _field(value, "core", fields[3], _int32)
-    health = _field(value, "health", fields[6], parse_bool)  # HAMi reads health before numa
-    numa = _field(value, "numa", fields[5], atoi)
+    count = parse_field(FIELD, value, "count", fields[1], parse_int32)
+    devmem = parse_field(FIELD, value, "memory", fields[2], parse_int32)
+    devcore = parse_field(FIELD, value, "core", fields[3], parse_int32)
+    # HAMi reads health before numa, so a value bad in both fails on health.
+    health = parse_field(FIELD, value, "health", fields[6], parse_bool)
+    numa = parse_field(FIELD, value, "numa", fields[5], atoi)
     index, mode = 0, _LEGACY_MODE
     if len(fields) == 9:
-        index = _field(value, "index", fields[7], atoi)
+        index = parse_field(FIELD, value, "index", fields[7], atoi)
         if index < 0:
             raise ProtocolError(FIELD, value, f"index field must not be negative: {index}")
         mode = fields[8]

@@ -16,6 +16,7 @@ from pyhami.devices.nvidia.topology import PairScores, best_combination, worst_s
 from pyhami.devices.reasons import CardCheck
 from pyhami.model import ContainerDevice, ContainerDeviceRequest, MigPlacement, MigProfile
 from pyhami.protocol import NVIDIA_VENDOR, DeviceMode, Reason
+from pyhami.protocol.arithmetic import percent_of
 
 MIG_MODE = DeviceMode.MIG.value
 HAMI_CORE_MODE = DeviceMode.HAMI_CORE.value
@@ -107,16 +108,6 @@ _NUMA_NOT_FIT = Reason.NUMA_NOT_FIT.value
 _RESOURCE_QUOTA_NOT_FIT = Reason.RESOURCE_QUOTA_NOT_FIT.value
 
 
-def _int32(value: int) -> int:
-    return (value + 2**31) % 2**32 - 2**31
-
-
-def _quot(a: int, b: int) -> int:
-    """Go's integer division: truncation toward zero."""
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b > 0) else -q
-
-
 def fixed_memory(request: ContainerDeviceRequest) -> int | None:
     """The MiB a request books on any card, or None when it is a share of each card.
 
@@ -131,7 +122,7 @@ def resolve_memory(request: ContainerDeviceRequest, totalmem: int) -> int:
     """The MiB a request books on a card: absolute, else a percentage of this card (int32)."""
     memreq = request.memreq if request.memreq > 0 else 0
     if request.mem_percentage_req != PERCENT_UNSET and request.memreq == 0:
-        memreq = _quot(_int32(totalmem * request.mem_percentage_req), 100)
+        memreq = percent_of(totalmem, request.mem_percentage_req)
     return memreq
 
 
@@ -252,7 +243,6 @@ def fit(
     if taken:
         reasons[_ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(taken)
     return FitOutcome(False, (), reasons, len(cards))
-
 
 
 def _devices(

@@ -18,8 +18,8 @@ from pyhami.devices.config import NvidiaConfig
 from pyhami.devices.quantity import QuantityError, parse_quantity
 from pyhami.model import ContainerDeviceRequest
 from pyhami.protocol import NVIDIA_VENDOR
+from pyhami.protocol.arithmetic import INT32_MAX
 
-INT32_MAX = 2**31 - 1
 PERCENT_UNSET = 101  # HAMi's sentinel: no memory percentage was given
 MIB = 2**20
 
@@ -128,9 +128,7 @@ def container_request(
     nums = _quantity(container, config.resource_count_name)
     if not nums:
         return None
-    memnum = (_quantity(container, config.resource_memory_name) or 0) * max(
-        config.memory_factor, 1
-    )
+    memnum = (_quantity(container, config.resource_memory_name) or 0) * max(config.memory_factor, 1)
     percentage = _quantity(container, config.resource_memory_percentage_name)
     mempnum = percentage if percentage else PERCENT_UNSET
     if mempnum == PERCENT_UNSET and memnum == 0:
