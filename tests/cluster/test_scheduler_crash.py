@@ -17,7 +17,7 @@ from pyhami.controlplane import BuiltBinaries
 from pyhami.engine import allocation_of
 from pyhami.kube import NODES, JsonObject, KubeClient
 from pyhami.protocol import KEY_NODE_LOCK, KEY_VGPU_NODE, parse_node_lock
-from pyhami.scheduler.ownership import inventory_of_node
+from pyhami.scheduler.ownership import registered_inventory
 from pyhami.sim.demo.cluster import SCHEDULER_USER, DemoCluster
 from pyhami.sim.demo.settings import DemoSettings, card_uuid
 from pyhami.testing.fake_nvml import t4
@@ -188,7 +188,7 @@ async def test_a_scheduler_killed_mid_burst_and_restarted_loses_nothing_and_over
 
     # no card holds more than it has (capacity as the node registered it)
     for node in (await client.list(NODES)).items:
-        inventory = inventory_of_node(node)
+        inventory = registered_inventory(node)
         assert inventory is not None
         for card in inventory.devices:
             key = (node["metadata"]["name"], card.id)

@@ -243,10 +243,10 @@ async def _settled(cluster, process) -> dict:
 
 def _rebuilt(cluster, process) -> dict:
     """The ledger a fresh replica would build from what the API holds now."""
-    from pyhami.scheduler.ownership import inventory_of_node
+    from pyhami.scheduler.ownership import registered_inventory
     from pyhami.scheduler.state import ClusterState
 
-    fresh = ClusterState(process.state.config, inventory_of_node)
+    fresh = ClusterState(process.state.config, registered_inventory)
     for node in cluster.api.store.items("nodes"):
         fresh.on_node(node)
     for pod in cluster.api.store.items("pods"):

@@ -15,7 +15,7 @@ from pyhami.protocol import KEY_NVIDIA_ALLOCATED, KEY_VGPU_NODE
 from pyhami.scheduler.events import EventRecorder
 from pyhami.scheduler.eviction import LOWEST_PRIORITY_TTL, NOMINATION_MARGIN, EvictingPreemption
 from pyhami.scheduler.metrics import MetricsSnapshot, SchedulerMetrics
-from pyhami.scheduler.ownership import inventory_of_node
+from pyhami.scheduler.ownership import registered_inventory
 from pyhami.scheduler.state import ClusterState
 
 from .builders import card, gpu_pod
@@ -64,10 +64,14 @@ class World:
 
     def __init__(self, pdbs: list[dict[str, Any]] | None = None) -> None:
         self.now = START
-        self.state = ClusterState(EngineConfig(), inventory_of_node)
+        self.state = ClusterState(EngineConfig(), registered_inventory)
         self.state.on_node(node_object("n1", [card("c0", mem=15360), card("c1", 1, 15360)]))
-        for name, uuid, mem, priority in (("low-a", "c0", 8000, 100), ("low-b", "c0", 7000, 100),
-                                          ("low-c", "c1", 3000, 100), ("top-e", "c1", 3000, 9000)):
+        for name, uuid, mem, priority in (
+            ("low-a", "c0", 8000, 100),
+            ("low-b", "c0", 7000, 100),
+            ("low-c", "c1", 3000, 100),
+            ("top-e", "c1", 3000, 9000),
+        ):
             self.state.on_pod(running(name, uuid, mem, priority))
         self.api = Api(pdbs)
         events = EventRecorder(self.api.create_event, "test", lambda: self.now)
@@ -81,15 +85,22 @@ class World:
         """What /filter does for the pod: release its own claim, decide, call the hook."""
         self.state.on_pod(pod)
         self.state.release(pod["metadata"]["uid"])
-        decision = decide(pod, [NodeName("n1")], self.state.ledger, config=self.state.config,
-                          quotas=None, now=self.now)
+        decision = decide(
+            pod,
+            [NodeName("n1")],
+            self.state.ledger,
+            config=self.state.config,
+            quotas=None,
+            now=self.now,
+        )
         assert decision.outcome is Outcome.UNSCHEDULABLE
         await self.preemption.on_unschedulable(pod, decision)
         await self.events.drain()
 
     def attempts(self, outcome: str) -> float:
         value = self.metrics.registry.get_sample_value(
-            "pyhami_scheduler_preemption_attempts_total", {"path": "scheduler", "outcome": outcome})
+            "pyhami_scheduler_preemption_attempts_total", {"path": "scheduler", "outcome": outcome}
+        )
         return value or 0.0
 
     def usage(self) -> list[int]:
@@ -98,8 +109,10 @@ class World:
 
 def running(name: str, uuid: str, mem: int, priority: int, **labels: str) -> dict[str, Any]:
     pod = gpu_pod(name, mem=mem)
-    pod["metadata"]["annotations"] = {KEY_VGPU_NODE: "n1",
-                                      KEY_NVIDIA_ALLOCATED: f"{uuid},NVIDIA,{mem},0:;"}
+    pod["metadata"]["annotations"] = {
+        KEY_VGPU_NODE: "n1",
+        KEY_NVIDIA_ALLOCATED: f"{uuid},NVIDIA,{mem},0:;",
+    }
     pod["metadata"]["labels"] = labels or {"app": name}
     pod["spec"].update(nodeName="n1", priority=priority, terminationGracePeriodSeconds=5)
     pod["status"]["phase"] = "Running"
@@ -113,9 +126,11 @@ def pending(name: str, mem: int, priority: int, **spec: Any) -> dict[str, Any]:
 
 
 def budget(selector: Mapping[str, str], allowed: int) -> dict[str, Any]:
-    return {"metadata": {"name": "guard", "namespace": "default", "generation": 1},
-            "spec": {"selector": {"matchLabels": dict(selector)}},
-            "status": {"disruptionsAllowed": allowed, "observedGeneration": 1}}
+    return {
+        "metadata": {"name": "guard", "namespace": "default", "generation": 1},
+        "spec": {"selector": {"matchLabels": dict(selector)}},
+        "status": {"disruptionsAllowed": allowed, "observedGeneration": 1},
+    }
 
 
 async def test_the_two_victims_are_evicted_and_the_freed_card_is_held_for_the_pod() -> None:
@@ -129,12 +144,16 @@ async def test_the_two_victims_are_evicted_and_the_freed_card_is_held_for_the_po
     assert world.usage() == [8000 + 7000 + 14000, 6000], "the claim is held while they go"
     assert world.attempts("evicted") == 1
     victims = world.metrics.registry.get_sample_value(
-        "pyhami_scheduler_preemption_victims_total", {"path": "scheduler"})
+        "pyhami_scheduler_preemption_victims_total", {"path": "scheduler"}
+    )
     assert victims == 2
     assert world.preemption.explanation("default/high") == {
-        "path": "scheduler", "outcome": "evicted", "node": "n1",
+        "path": "scheduler",
+        "outcome": "evicted",
+        "node": "n1",
         "victims": ["default/low-a", "default/low-b"],
-        "nodes": {"n1": world.preemption.last["default/high"][NodeName("n1")].reason}}
+        "nodes": {"n1": world.preemption.last["default/high"][NodeName("n1")].reason},
+    }
 
     # The pod's next filter while the victims terminate: the claim again, no second eviction.
     await world.unschedulable(high)
@@ -146,8 +165,14 @@ async def test_the_two_victims_are_evicted_and_the_freed_card_is_held_for_the_po
         world.state.on_pod_deleted(running(name, "c0", 0, 100))
     assert world.usage() == [14000, 6000]
     world.state.release(high["metadata"]["uid"])
-    decision = decide(high, [NodeName("n1")], world.state.ledger, config=world.state.config,
-                      quotas=None, now=world.now)
+    decision = decide(
+        high,
+        [NodeName("n1")],
+        world.state.ledger,
+        config=world.state.config,
+        quotas=None,
+        now=world.now,
+    )
     assert decision.outcome is Outcome.SCHEDULED
 
 
@@ -181,7 +206,8 @@ async def test_a_refused_eviction_stops_and_holds_nothing() -> None:
     assert "eviction of default/low-a was refused" in event["message"]
     assert "nothing evicted" in event["message"]
     failed = world.metrics.registry.get_sample_value(
-        "pyhami_scheduler_preemption_evictions_failed_total", {"code": "429"})
+        "pyhami_scheduler_preemption_evictions_failed_total", {"code": "429"}
+    )
     assert failed == 1
     world.api.refuse = set()
     await world.unschedulable(high)  # retried on the next attempt

@@ -19,7 +19,7 @@ from pyhami.scheduler.extender import (
     PodRef,
 )
 from pyhami.scheduler.metrics import MetricsSnapshot, SchedulerMetrics
-from pyhami.scheduler.service import Decider, FilterBind
+from pyhami.scheduler.service import FilterBind, Leadership
 from pyhami.scheduler.state import ClusterState, object_name
 
 from .builders import card, gpu_pod, inventory, node
@@ -62,7 +62,9 @@ def _service(
     ready = asyncio.Event()
     if synced:
         ready.set()
-    decider = None if leader is None else Decider(lambda: leader.leading, lambda: "other-replica")
+    leadership = (
+        None if leader is None else Leadership(lambda: leader.leading, lambda: "other-replica")
+    )
     return FilterBind(
         state,
         kube,
@@ -71,7 +73,7 @@ def _service(
         SchedulerMetrics(MetricsSnapshot),
         now=lambda: NOW,
         owned_annotations=OWNED,
-        decider=decider,
+        leadership=leadership,
         synced=ready,
         explain_all=explain_all,
         sync_wait=timedelta(milliseconds=50),
@@ -214,7 +216,7 @@ async def test_a_bind_waiting_for_its_nodes_turn_writes_nothing_and_times_out_cl
     kube.node["metadata"]["name"] = "n1"
     await _filtered(kube, service, gpu_pod("p"))
     reads = _count_node_reads(kube)
-    async with service.mutexes.hold("n1"):  # an earlier bind to n1 holds the node's turn
+    async with service.bind_turns.hold("n1"):  # an earlier bind to n1 holds the node's turn
         bind = asyncio.create_task(service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1")))
         for _ in range(20):
             await asyncio.sleep(0)

@@ -5,7 +5,7 @@ from typing import Any
 from pyhami.engine import EngineConfig, PodAllocation
 from pyhami.model import ContainerDevice, NodeName
 from pyhami.protocol import KEY_DEVICE_CORDON, KEY_NODE_LOCK, KEY_NVIDIA_ALLOCATED, KEY_VGPU_NODE
-from pyhami.scheduler.ownership import inventory_of_node
+from pyhami.scheduler.ownership import registered_inventory
 from pyhami.scheduler.state import ClusterState
 
 from .builders import card, gpu_pod
@@ -17,7 +17,7 @@ def _state(**selector: str) -> tuple[ClusterState, list[str]]:
 
     def counting(node: dict[str, Any]) -> Any:
         decoded.append(node["metadata"]["name"])
-        return inventory_of_node(node)
+        return registered_inventory(node)
 
     return ClusterState(EngineConfig(), counting, node_selector=selector), decoded
 

@@ -1,5 +1,11 @@
 """Async Kubernetes access: a typed adapter over kubernetes-asyncio, an informer, Lease locks."""
 
+from pyhami.kube.annotation_lock import (
+    NodeLockAPI,
+    NodeLockContentionError,
+    NodeLocker,
+    NodeLockError,
+)
 from pyhami.kube.client import JsonObject, KubeClient, ObjectList, PatchType, WatchEvent
 from pyhami.kube.clock import Clock, SystemClock
 from pyhami.kube.errors import (
@@ -20,7 +26,6 @@ from pyhami.kube.errors import (
 from pyhami.kube.informer import EventHandlers, Informer, InformerSettings, InformerStats
 from pyhami.kube.lease import LeaseLock, LeaseRecord
 from pyhami.kube.lifecycle import AsyncService
-from pyhami.kube.nodelock import NodeLockAPI, NodeLockContentionError, NodeLocker, NodeLockError
 from pyhami.kube.ratelimit import RateLimit, TokenBucket
 from pyhami.kube.resources import (
     CONFIG_MAPS,

@@ -31,7 +31,7 @@ OWNED_ANNOTATIONS = frozenset(
 )
 
 
-def inventory_of_node(node: Mapping[str, Any]) -> NodeInventory | None:
+def registered_inventory(node: Mapping[str, Any]) -> NodeInventory | None:
     """The node's NVIDIA registration; None when it registers no card (no annotation, or
     one that lists none), ValueError when it cannot be read."""
     annotations = (node.get("metadata") or {}).get("annotations") or {}

@@ -49,10 +49,10 @@ from pyhami.scheduler.events import EventRecorder
 from pyhami.scheduler.eviction import EvictingPreemption
 from pyhami.scheduler.leader import ElectionTiming, LeaderElector
 from pyhami.scheduler.metrics import SchedulerMetrics
-from pyhami.scheduler.ownership import OWNED_ANNOTATIONS, inventory_of_node
+from pyhami.scheduler.ownership import OWNED_ANNOTATIONS, registered_inventory
 from pyhami.scheduler.preemption import Preemption, preempt_route
 from pyhami.scheduler.server import build_app, build_metrics_app
-from pyhami.scheduler.service import Decider, FilterBind
+from pyhami.scheduler.service import FilterBind, Leadership
 from pyhami.scheduler.settings import (
     SchedulerSettings,
     SettingsError,
@@ -104,11 +104,11 @@ class SchedulerProcess:
             gpu_policy=settings.gpu_scheduler_policy,
         )
         self.state = ClusterState(
-            config, inventory_of_node, node_selector=settings.node_label_selector
+            config, registered_inventory, node_selector=settings.node_label_selector
         )
         self.synced = asyncio.Event()
         self.elector: LeaderElector | None = None
-        decider = None
+        leadership = None
         if settings.leader_elect:
             lock = LeaseLock(
                 client,
@@ -129,7 +129,7 @@ class SchedulerProcess:
                 campaign=settings.leader_elect_campaign,
             )
             elector = self.elector
-            decider = Decider(lambda: elector.is_leader, lambda: elector.leader)
+            leadership = Leadership(lambda: elector.is_leader, lambda: elector.leader)
         self.metrics = SchedulerMetrics(
             lambda: metrics_snapshot(self.state), legacy=settings.legacy_metrics
         )
@@ -142,15 +142,13 @@ class SchedulerProcess:
             self.metrics,
             now=_now,
             owned_annotations=OWNED_ANNOTATIONS,
-            decider=decider,
+            leadership=leadership,
             synced=self.synced,
             sync_wait=settings.sync_wait,
             lock_retry_timeout=settings.node_lock_retry_timeout,
             explain_all=settings.explain_all,
         )
-        self.evicting = EvictingPreemption(
-            self.state, client, self.events, self.metrics, now=_now
-        )
+        self.evicting = EvictingPreemption(self.state, client, self.events, self.metrics, now=_now)
         self.preemption = Preemption(self.service, nominated=self.evicting.nominated)
         self.service.on_unschedulable = self.evicting.on_unschedulable
         self.admission = PodAdmission(
@@ -239,7 +237,7 @@ class SchedulerProcess:
     def _node_gone(self, node: Mapping[str, Any]) -> None:
         name = str((node.get("metadata") or {}).get("name") or "")
         self.state.on_node_deleted(node)
-        self.service.mutexes.forget(name)
+        self.service.bind_turns.forget(name)
 
     def _preemption_of(self, pod: str) -> dict[str, Any] | None:
         return self.evicting.explanation(pod) or self.preemption.explanation(pod)

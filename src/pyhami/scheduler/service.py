@@ -67,6 +67,7 @@ from pyhami.protocol import (
     pod_annotations_patch,
     remove_annotations_patch,
 )
+from pyhami.scheduler.bind_turns import BindTurns, NodeTurnTimeoutError
 from pyhami.scheduler.events import NORMAL, WARNING, EventRecorder, reason_events
 from pyhami.scheduler.extender import (
     ExtenderArgs,
@@ -76,7 +77,6 @@ from pyhami.scheduler.extender import (
     PodRef,
 )
 from pyhami.scheduler.metrics import SchedulerMetrics
-from pyhami.scheduler.nodelock import NodeMutexes, NodeTurnTimeoutError
 from pyhami.scheduler.state import TERMINAL_PHASES, ClusterState
 
 log = structlog.get_logger(__name__)
@@ -121,8 +121,8 @@ class SchedulerKube(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class Decider:
-    """Leadership and sync as the extender sees them."""
+class Leadership:
+    """Leadership as the extender sees it: whether this replica leads, and which one does."""
 
     is_leader: Callable[[], bool]
     leader_name: Callable[[], str]
@@ -141,7 +141,7 @@ class FilterBind:
         *,
         now: Callable[[], datetime],
         owned_annotations: frozenset[str],
-        decider: Decider | None = None,
+        leadership: Leadership | None = None,
         synced: asyncio.Event | None = None,
         sync_wait: timedelta = timedelta(seconds=25),
         lock_retry_timeout: timedelta = timedelta(seconds=28),
@@ -153,10 +153,10 @@ class FilterBind:
         self.locker = locker
         self.events = events
         self.metrics = metrics
-        self.mutexes = NodeMutexes()
+        self.bind_turns = BindTurns()
         self._now = now
         self._owned = owned_annotations
-        self._decider = decider
+        self._leadership = leadership
         self.synced = synced or asyncio.Event()
         self._sync_wait = sync_wait
         self._lock_retry = lock_retry_timeout
@@ -181,9 +181,9 @@ class FilterBind:
     # ----- leadership ------------------------------------------------------------------------
 
     def _not_leader(self) -> str | None:
-        if self._decider is None or self._decider.is_leader():
+        if self._leadership is None or self._leadership.is_leader():
             return None
-        leader = self._decider.leader_name() or "unknown"
+        leader = self._leadership.leader_name() or "unknown"
         return f"this replica is not the leader (leader: {leader}); followers do not decide"
 
     def _refused_unless_leading(self, verb: str) -> str | None:
@@ -277,7 +277,7 @@ class FilterBind:
         annotations = self._decision_annotations(pod, decision)
         self._claim(_Claim(key, namespace, name, chosen, decision.allocation, annotations))
         self.events.emit(pod, NORMAL, "FilteringSucceed", self._success_message(decision, args))
-        await self._room(lambda: self.mutexes.queued(chosen) >= BINDS_QUEUED_PER_NODE)
+        await self._room(lambda: self.bind_turns.queued(chosen) >= BINDS_QUEUED_PER_NODE)
         # HAMi answers a fit with FailedNodes null; we also name every rejected node with its
         # reason (architecture.md), which kube-scheduler reads as those nodes not fitting.
         failed = _named(decision.failed_nodes) or None
@@ -574,7 +574,7 @@ class FilterBind:
     @asynccontextmanager
     async def _turn(self, node: str, within: float | None) -> AsyncIterator[None]:
         """The node's turn for this bind, counted among the binds at work while held."""
-        async with self.mutexes.hold(node, within=within):
+        async with self.bind_turns.hold(node, within=within):
             self._binds_at_work += 1
             try:
                 yield

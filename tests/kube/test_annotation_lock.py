@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from pyhami.kube import NodeLockContentionError, NodeLocker, NodeLockError
-from pyhami.kube.nodelock import go_duration
+from pyhami.kube.annotation_lock import go_duration
 from pyhami.protocol import KEY_VGPU_NODE
 from pyhami.testing.memory_nodes import MemoryNodes
 

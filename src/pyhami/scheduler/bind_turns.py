@@ -1,6 +1,6 @@
 """Per-node serialisation of this scheduler's binds, in memory.
 
-The node lock itself (`hami.io/mutex.lock`) is `pyhami.kube.nodelock`; `NodeMutexes` makes
+The node lock itself (`hami.io/mutex.lock`) is `pyhami.kube.annotation_lock`; `BindTurns` makes
 concurrent binds to one node queue here instead of racing on the annotation.
 """
 
@@ -15,7 +15,7 @@ class NodeTurnTimeoutError(TimeoutError):
     """A bind's turn on its node did not come in time."""
 
 
-class NodeMutexes:
+class BindTurns:
     """One asyncio lock per node, dropped when the node goes away."""
 
     def __init__(self) -> None:
