@@ -73,19 +73,34 @@ def test_console_lines_quote_like_json_not_like_python() -> None:
         "one field"
     )
     first = lines[0].split(" ", 1)[1]
-    assert first == (
-        'INFO    pyhami.test: region refused detail="it\'s \\"odd\\" = bad" n=3'
-    )
+    assert first == ('INFO    pyhami.test: region refused detail="it\'s \\"odd\\" = bad" n=3')
     assert lines[1].split(" ", 1)[1].startswith("ERROR   pyhami.test: failed exception=")
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_structlog_follows_the_standard_library_levels_set_after_configuring() -> None:
+    """One level decides for both kinds of logger, both ways: the demo quiets everything with
+    one setLevel, and one logger's debug lines can be turned on without the others'."""
+    out = io.StringIO()
+    configure_logging(debug=False, stream=out)
+    logging.getLogger("pyhami.chatty").setLevel(logging.DEBUG)
+    structlog.get_logger("pyhami.chatty").debug("shown: its logger is at DEBUG")
+    structlog.get_logger("pyhami.test").debug("hidden: the root is at INFO")
+    logging.getLogger().setLevel(logging.WARNING)
+    structlog.get_logger("pyhami.test").info("hidden: the root is at WARNING now")
+    lines = [line.split(" ", 1)[1] for line in out.getvalue().splitlines()]
+    assert lines == ["DEBUG   pyhami.chatty: shown: its logger is at DEBUG"]
 
 
 def test_bad_log_formats_are_refused() -> None:
     result = CliRunner().invoke(app, ["scheduler", "--log-format", "xml"])
     assert result.exit_code == 2 and "--log-format" in result.output
-    monitor = CliRunner().invoke(app, ["monitor", "--log-format=xml"],
-                                 env={"HOOK_PATH": "/h", "NODE_NAME": "n"})
+    monitor = CliRunner().invoke(
+        app, ["monitor", "--log-format=xml"], env={"HOOK_PATH": "/h", "NODE_NAME": "n"}
+    )
     assert monitor.exit_code == 2 and "--log-format: 'xml' is not console or json" in (
-        monitor.output)
+        monitor.output
+    )
 
 
 def _free_port() -> int:
@@ -98,14 +113,27 @@ async def test_the_scheduler_process_logs_json_lines(tmp_path: Path) -> None:
     config = tmp_path / "device-config.yaml"
     config.write_text("nvidia:\n  resourceCountName: nvidia.com/gpu\n")
     async with FakeKubeAPIServer() as api:
-        env = {**os.environ, "KUBECONFIG": str(api.write_kubeconfig(tmp_path / "kubeconfig")),
-               "PYHAMI_LOG_FORMAT": "json"}
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(api.write_kubeconfig(tmp_path / "kubeconfig")),
+            "PYHAMI_LOG_FORMAT": "json",
+        }
         port = _free_port()
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", "from pyhami.cli import main; main()", "scheduler",
-            "--device-config-file", str(config), "--http_bind", f"127.0.0.1:{port}",
-            "--metrics-bind-address", f"127.0.0.1:{_free_port()}", "-v=4", env=env,
-            stderr=asyncio.subprocess.PIPE)
+            sys.executable,
+            "-c",
+            "from pyhami.cli import main; main()",
+            "scheduler",
+            "--device-config-file",
+            str(config),
+            "--http_bind",
+            f"127.0.0.1:{port}",
+            "--metrics-bind-address",
+            f"127.0.0.1:{_free_port()}",
+            "-v=4",
+            env=env,
+            stderr=asyncio.subprocess.PIPE,
+        )
         lines: list[str] = []
         try:
             assert process.stderr is not None
@@ -158,8 +186,11 @@ def test_commands_without_a_verbosity_flag_log_info_on_stderr_not_debug(
     ],
 )
 def test_the_services_show_debug_lines_only_with_v_or_debug(
-    argv: list[str], shown: bool, monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    argv: list[str],
+    shown: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
 ) -> None:
     module = import_module(f"pyhami.{argv[0]}.cli")
     if argv[0] == "scheduler":

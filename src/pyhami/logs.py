@@ -54,7 +54,12 @@ def _plain_exception(_logger: Any, _name: str, event: EventDict) -> EventDict:
 def configure_logging(
     *, debug: bool, log_format: LogFormat | str = LogFormat.CONSOLE, stream: TextIO | None = None
 ) -> None:
-    """Route every logger to one handler on `stream` (stderr) in `log_format`."""
+    """Route every logger to one handler on `stream` (stderr) in `log_format`.
+
+    structlog's records are filtered by the standard library's levels, so the one level the CLI
+    sets from `-v`/`--debug` (or a later `setLevel`, as the demo's quiet mode does) decides for
+    both kinds of logger.
+    """
     level = logging.DEBUG if debug else logging.INFO
     shared: list[Processor] = [
         structlog.contextvars.merge_contextvars,
@@ -69,9 +74,13 @@ def configure_logging(
         else render_console
     )
     structlog.configure(
-        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        processors=[
+            structlog.stdlib.filter_by_level,
+            *shared,
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
         logger_factory=structlog.stdlib.LoggerFactory(),
-        wrapper_class=structlog.make_filtering_bound_logger(level),
+        wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=False,
     )
     handler = logging.StreamHandler(stream or sys.stderr)

@@ -15,7 +15,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import structlog
 import typer
 
 from pyhami.kube import JsonObject
@@ -34,7 +33,6 @@ def _quiet_logs(verbose: bool) -> None:
     configure_logging(debug=False)
     if not verbose:
         logging.getLogger().setLevel(logging.CRITICAL)
-        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
 
 
 def _say(message: str) -> None:
@@ -105,8 +103,11 @@ async def run_demo(
     cluster = DemoCluster(settings, progress=lambda line: _say(f"  {line}"), kubernetes=kubernetes)
     workloads = None
     if not isinstance(native, str):
-        card_bytes = {gpu.uuid: (gpu.memory_total_mib or 0) << 20 for cards in
-                      settings.node_cards() for gpu in cards}
+        card_bytes = {
+            gpu.uuid: (gpu.memory_total_mib or 0) << 20
+            for cards in settings.node_cards()
+            for gpu in cards
+        }
         workloads = cluster.runtime = DemoWorkloads(native, card_bytes, cluster.workdir)
     async with cluster:
         try:
@@ -188,9 +189,7 @@ def demo(
     verbose: Annotated[bool, typer.Option("--verbose", help="show the services' logs")] = False,
     namespace: Annotated[
         str,
-        typer.Option(
-            "-n", "--namespace", metavar="NAMESPACE", help="for the pods that name none"
-        ),
+        typer.Option("-n", "--namespace", metavar="NAMESPACE", help="for the pods that name none"),
     ] = "default",
     control_plane: Annotated[
         ControlPlane,
