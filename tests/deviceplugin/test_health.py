@@ -8,7 +8,7 @@ from pyhami.deviceplugin.config import DeviceFilter
 from pyhami.deviceplugin.health import HealthBoard, HealthWatcher, XidPolicy
 from pyhami.deviceplugin.inventory import discover
 from pyhami.nvml import NvmlError
-from pyhami.testing import FakeNVML
+from pyhami.testing import FakeNVML, ManualClock
 from pyhami.testing.fake_nvml import a100_80g
 
 
@@ -33,14 +33,6 @@ def test_policy_all_disabled_is_inactive() -> None:
     assert XidPolicy.from_env("all", "79").active
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 async def wait_until(predicate, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
     async with asyncio.timeout(timeout):
         while not predicate():
@@ -51,7 +43,7 @@ async def test_fatal_xid_marks_then_quiet_card_recovers() -> None:
     nvml = FakeNVML.with_gpus(a100_80g(), a100_80g())
     gpus = discover(nvml, DeviceFilter())
     board = HealthBoard(g.uuid for g in gpus)
-    clock = Clock()
+    clock = ManualClock()
     watcher = HealthWatcher(
         nvml, gpus, board, XidPolicy(), recovery_after=60, wait_ms=20, clock=clock
     )
@@ -65,7 +57,7 @@ async def test_fatal_xid_marks_then_quiet_card_recovers() -> None:
     trouble = board.trouble(gpus[1].uuid)
     assert trouble is not None and trouble.reason == "XID 79"
     nvml.fail("device_memory", index=1)  # the probe fails: stays unhealthy
-    clock.now += 61
+    clock.advance(61)
     await asyncio.sleep(0.1)
     assert not board.healthy(gpus[1].uuid)
     nvml.heal()
@@ -79,7 +71,7 @@ async def test_unwatchable_card_stays_unhealthy_and_wait_errors_mark_all() -> No
     nvml.make_unwatchable(0)
     gpus = discover(nvml, DeviceFilter())
     board = HealthBoard(g.uuid for g in gpus)
-    clock = Clock()
+    clock = ManualClock()
     watcher = HealthWatcher(
         nvml, gpus, board, XidPolicy(), recovery_after=0, wait_ms=20, clock=clock
     )
@@ -88,7 +80,7 @@ async def test_unwatchable_card_stays_unhealthy_and_wait_errors_mark_all() -> No
     task = asyncio.create_task(watcher.run(stop))
     await wait_until(lambda: board.version >= 2)
     assert not board.healthy(gpus[0].uuid)
-    clock.now += 1
+    clock.advance(1)
     await wait_until(lambda: board.healthy(gpus[1].uuid))  # recovered after the bad wait
     assert not board.healthy(gpus[0].uuid)  # never recovers: cannot be watched
     stop.set()

@@ -8,17 +8,14 @@ import pytest
 from pyhami.kube import NodeLockContentionError, NodeLocker, NodeLockError
 from pyhami.kube.annotation_lock import go_duration
 from pyhami.protocol import KEY_VGPU_NODE
+from pyhami.testing import ManualClock
 from pyhami.testing.memory_nodes import MemoryNodes
 
 NOW = datetime(2026, 8, 21, 12, 0, 0, tzinfo=UTC)
 
 
-async def _no_sleep(_: float) -> None:
-    return None
-
-
 def _locker(api: MemoryNodes, now: datetime = NOW) -> NodeLocker:
-    return NodeLocker(api, now=lambda: now, sleep=_no_sleep)
+    return NodeLocker(api, clock=ManualClock(now))
 
 
 async def test_free_node_is_locked_with_owner_and_resource_version() -> None:

@@ -2,6 +2,7 @@
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from pyhami.monitor.metrics import MonitorCollector, monitor_registry
 from pyhami.monitor.pods import PodView, pod_view
 from pyhami.monitor.sanity import SanityAlarms
 from pyhami.monitor.scan import RegionDirectory
+from pyhami.testing import ManualClock
 
 NODE = NodeName("gpu-node-1")
 NOW = 1_800_000_000.0
@@ -84,7 +86,7 @@ class Scraper:
             regions=self.regions,
             open_nvml=self.open_nvml,
             alarms=self.alarms,
-            wall_clock=lambda: NOW,
+            clock=ManualClock(datetime.fromtimestamp(NOW, UTC)),
             legacy=self.legacy,
         )
         self.registry = monitor_registry(self.collector)

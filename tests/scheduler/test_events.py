@@ -1,7 +1,7 @@
 import asyncio
-from datetime import UTC, datetime
 
 from pyhami.scheduler.events import WARNING, EventRecorder, reason_events
+from pyhami.testing import ManualClock
 
 POD = {"metadata": {"name": "p", "namespace": "ns", "uid": "u1"}}
 
@@ -37,7 +37,7 @@ async def test_events_are_written_in_the_background_and_failures_do_not_leak() -
             raise ConnectionError("events API down")
         written.append((namespace, body))
 
-    recorder = EventRecorder(create, "hami-scheduler", lambda: datetime(2026, 1, 1, tzinfo=UTC))
+    recorder = EventRecorder(create, "hami-scheduler", ManualClock())
     recorder.emit(POD, WARNING, "FilteringFailed", "2 nodes CardInsufficientMemory(n1, n2)")
     recorder.emit(POD, WARNING, "Broken", "x")
     await recorder.drain()

@@ -17,6 +17,7 @@ from pyhami.scheduler.eviction import LOWEST_PRIORITY_TTL, NOMINATION_MARGIN, Ev
 from pyhami.scheduler.metrics import MetricsSnapshot, SchedulerMetrics
 from pyhami.scheduler.ownership import registered_inventory
 from pyhami.scheduler.state import ClusterState
+from pyhami.testing import ManualClock
 
 from .builders import card, gpu_pod
 from .cluster import node_object
@@ -63,7 +64,7 @@ class World:
     """n1: c0 low-a 8000 + low-b 7000, c1 low-c 3000 + top-e 3000 (15360 MiB cards)."""
 
     def __init__(self, pdbs: list[dict[str, Any]] | None = None) -> None:
-        self.now = START
+        self.clock = ManualClock(START)
         self.state = ClusterState(EngineConfig(), registered_inventory)
         self.state.on_node(node_object("n1", [card("c0", mem=15360), card("c1", 1, 15360)]))
         for name, uuid, mem, priority in (
@@ -74,10 +75,10 @@ class World:
         ):
             self.state.on_pod(running(name, uuid, mem, priority))
         self.api = Api(pdbs)
-        events = EventRecorder(self.api.create_event, "test", lambda: self.now)
+        events = EventRecorder(self.api.create_event, "test", self.clock)
         self.metrics = SchedulerMetrics(MetricsSnapshot)
         self.preemption = EvictingPreemption(
-            self.state, self.api, events, self.metrics, now=lambda: self.now
+            self.state, self.api, events, self.metrics, clock=self.clock
         )
         self.events = events
 
@@ -91,7 +92,7 @@ class World:
             self.state.ledger,
             config=self.state.config,
             quotas=None,
-            now=self.now,
+            now=self.clock.now(),
         )
         assert decision.outcome is Outcome.UNSCHEDULABLE
         await self.preemption.on_unschedulable(pod, decision)
@@ -171,7 +172,7 @@ async def test_the_two_victims_are_evicted_and_the_freed_card_is_held_for_the_po
         world.state.ledger,
         config=world.state.config,
         quotas=None,
-        now=world.now,
+        now=world.clock.now(),
     )
     assert decision.outcome is Outcome.SCHEDULED
 
@@ -189,7 +190,7 @@ async def test_the_nomination_lapses_after_the_grace_period_and_a_margin() -> No
     # Lapsed: the next filter may evict again (here, the same pods still running).
     world = World()
     await world.unschedulable(high)
-    world.now += timedelta(seconds=5) + NOMINATION_MARGIN + timedelta(seconds=1)
+    world.clock.advance((timedelta(seconds=5) + NOMINATION_MARGIN).total_seconds() + 1)
     await world.unschedulable(high)
     assert sorted(world.api.evicted) == ["low-a", "low-a", "low-b", "low-b"]
 
@@ -286,6 +287,6 @@ async def test_the_lowest_priority_is_read_again_after_a_second() -> None:
     world.state.on_pod(running("tiny", "c0", 0, 10))  # placed since (0 MiB beside low-a, b)
     await world.unschedulable(pending("mid", 14000, 100))
     assert world.api.evicted == [], "seen within the second: not yet"
-    world.now += LOWEST_PRIORITY_TTL
+    world.clock.advance(LOWEST_PRIORITY_TTL.total_seconds())
     await world.unschedulable(pending("mid", 14000, 100))
     assert world.api.reasons("PreemptionNotHelpful") == ["mid"], "tiny alone frees nothing"

@@ -29,6 +29,7 @@ from pyhami.scheduler.service import FilterBind
 from pyhami.scheduler.state import ClusterState, object_name
 from pyhami.scheduler.webhook import PodAdmission, WebhookConfig
 from pyhami.serving import ConnectionGuard, ConnectionLimits
+from pyhami.testing import ManualClock
 
 from .builders import card, gpu_pod, inventory, node
 from .memory_kube import MemoryKube
@@ -45,13 +46,14 @@ def _app() -> web.Application:
     state.on_pod(gpu_pod("p", mem=1000))
     kube = MemoryKube()
     metrics = SchedulerMetrics(MetricsSnapshot)
+    clock = ManualClock(NOW)
     service = FilterBind(
         state,
         kube,
-        NodeLocker(kube, now=lambda: NOW),
-        EventRecorder(kube.create_event, "hami-scheduler", lambda: NOW),
+        NodeLocker(kube, clock=clock),
+        EventRecorder(kube.create_event, "hami-scheduler", clock),
         metrics,
-        now=lambda: NOW,
+        clock=clock,
         owned_annotations=OWNED_ANNOTATIONS,
     )
     service.synced.set()
@@ -135,8 +137,25 @@ json_values = st.recursive(
     max_leaves=20,
 )
 field_names = st.sampled_from(
-    ["Pod", "pod", "NodeNames", "Nodes", "PodName", "PodNamespace", "PodUID", "Node", "request",
-     "apiVersion", "kind", "metadata", "spec", "uid", "name", "namespace", "object"]
+    [
+        "Pod",
+        "pod",
+        "NodeNames",
+        "Nodes",
+        "PodName",
+        "PodNamespace",
+        "PodUID",
+        "Node",
+        "request",
+        "apiVersion",
+        "kind",
+        "metadata",
+        "spec",
+        "uid",
+        "name",
+        "namespace",
+        "object",
+    ]
 )
 shaped = st.recursive(
     json_values,
@@ -185,9 +204,7 @@ def test_every_route_answers_every_body_in_its_json_shape(
 
 @pytest.mark.parametrize("route", ROUTES)
 def test_two_hundred_thousand_brackets_are_a_json_error(port: int, route: str) -> None:
-    status, answer_type, answer = _request(
-        port, "POST", route, b"[" * 200_000, "application/json"
-    )
+    status, answer_type, answer = _request(port, "POST", route, b"[" * 200_000, "application/json")
     _check(status, answer_type, answer, route)
     if route in ("/filter", "/bind"):
         assert status == 200 and "nested too deeply" in json.loads(answer)["Error"]

@@ -21,6 +21,7 @@ from pyhami.scheduler.extender import (
 from pyhami.scheduler.metrics import MetricsSnapshot, SchedulerMetrics
 from pyhami.scheduler.service import FilterBind, Leadership
 from pyhami.scheduler.state import ClusterState, object_name
+from pyhami.testing import ManualClock
 
 from .builders import card, gpu_pod, inventory, node
 from .memory_kube import MemoryKube
@@ -65,13 +66,14 @@ def _service(
     leadership = (
         None if leader is None else Leadership(lambda: leader.leading, lambda: "other-replica")
     )
+    clock = ManualClock(NOW)
     return FilterBind(
         state,
         kube,
-        NodeLocker(kube, now=lambda: NOW),
-        EventRecorder(kube.create_event, "hami-scheduler", lambda: NOW),
+        NodeLocker(kube, clock=clock),
+        EventRecorder(kube.create_event, "hami-scheduler", clock),
         SchedulerMetrics(MetricsSnapshot),
-        now=lambda: NOW,
+        clock=clock,
         owned_annotations=OWNED,
         leadership=leadership,
         synced=ready,

@@ -16,12 +16,19 @@ gone; the node lock is released at once either way. HAMi logs the failure and le
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pyhami.deviceplugin.allocation import AllocationError, pod_ref
 from pyhami.deviceplugin.kubeapi import JsonObject, annotations, metadata_field
-from pyhami.kube import KubeClient, KubeError, NodeLocker, NodeLockError, NotFound, SystemClock
+from pyhami.kube import (
+    Clock,
+    KubeClient,
+    KubeError,
+    NodeLocker,
+    NodeLockError,
+    NotFound,
+    SystemClock,
+)
 from pyhami.kube.tasks import cancel_and_wait, guarded_task
 from pyhami.protocol import (
     KEY_BIND_PHASE,
@@ -80,16 +87,15 @@ class PodBinding:
         kube: KubeClient,
         node_name: str,
         *,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Clock | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self._kube = kube
         self._node = node_name
-        self._sleep = sleep
+        self._clock: Clock = clock or SystemClock()
         self._rng = rng or random.Random()
         self._repairs: dict[tuple[str, str], asyncio.Task[None]] = {}
-        # Releasing never reads the clock; only taking the lock does.
-        self._locker = NodeLocker(kube, now=SystemClock().now, sleep=sleep, rng=rng)
+        self._locker = NodeLocker(kube, clock=self._clock, rng=rng)
 
     async def pending_pod(self) -> JsonObject:
         """The pod kubelet is admitting now; AllocationError says why none can be found."""
@@ -196,7 +202,7 @@ class PodBinding:
         """Write `body` until it lands or the pod is gone, backing off with jitter."""
         delay = REPAIR_FIRST_DELAY_S
         while True:
-            await self._sleep(delay * (0.5 + self._rng.random() / 2))
+            await self._clock.sleep(delay * (0.5 + self._rng.random() / 2))
             try:
                 await self._kube.patch_pod(namespace, name, body)
             except NotFound:

@@ -8,11 +8,11 @@ Cards whose events cannot be watched at all stay unhealthy until the plugin rest
 
 import asyncio
 import logging
-import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from pyhami.deviceplugin.inventory import Gpu
+from pyhami.kube import Clock, SystemClock
 from pyhami.nvml import Nvml, NvmlError, NvmlNotSupportedError, XidEvent, XidWatch
 
 log = logging.getLogger(__name__)
@@ -162,7 +162,7 @@ class HealthWatcher:
         *,
         recovery_after: float | None = 300.0,
         wait_ms: int = 1000,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock | None = None,
     ) -> None:
         self._nvml = nvml
         self._gpus = gpus
@@ -171,7 +171,7 @@ class HealthWatcher:
         self._policy = policy
         self._recovery_after = recovery_after
         self._wait_ms = wait_ms
-        self._clock = clock
+        self._clock: Clock = clock or SystemClock()
 
     async def run(self, stop: asyncio.Event) -> None:
         if not self._policy.active:
@@ -210,14 +210,14 @@ class HealthWatcher:
                         self._board.mark(
                             gpu.uuid,
                             "its XID events cannot be watched",
-                            self._clock(),
+                            self._clock.monotonic(),
                             permanent=True,
                         )
             return watch
         return None
 
     async def _wait_failed(self, error: NvmlError) -> None:
-        now = self._clock()
+        now = self._clock.monotonic()
         for gpu in self._gpus:
             self._board.mark(gpu.uuid, f"NVML event wait failed: {error}", now)
         await asyncio.sleep(self._wait_ms / 1000)  # do not spin on a persistent error
@@ -231,12 +231,12 @@ class HealthWatcher:
         if not self._policy.is_fatal(event.xid):
             log.info("XID %d on %s ignored (application error or disabled)", event.xid, event.uuid)
             return
-        self._board.mark(event.uuid, f"XID {event.xid}", self._clock())
+        self._board.mark(event.uuid, f"XID {event.xid}", self._clock.monotonic())
 
     async def _recover(self) -> None:
         if self._recovery_after is None:
             return
-        for uuid in self._board.quiet_since(self._clock() - self._recovery_after):
+        for uuid in self._board.quiet_since(self._clock.monotonic() - self._recovery_after):
             if await asyncio.to_thread(_probe, self._nvml, self._by_uuid[uuid]):
                 self._board.recover(uuid)
 

@@ -11,8 +11,7 @@ Each is a fix listed in docs/hami-compatibility.md.
 
 import asyncio
 import logging
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from pyhami.deviceplugin.config import OperatingMode, VgpuConfig
 from pyhami.deviceplugin.health import HealthBoard
@@ -20,7 +19,7 @@ from pyhami.deviceplugin.inventory import Gpu
 from pyhami.deviceplugin.kubeapi import annotations
 from pyhami.deviceplugin.mig import MigManager
 from pyhami.deviceplugin.topology import PairScores, read_pair_scores
-from pyhami.kube import KubeClient, KubeError
+from pyhami.kube import Clock, KubeClient, KubeError, SystemClock
 from pyhami.model import DeviceInfo, MigProfile
 from pyhami.nvml import Nvml, NvmlError, NvmlNotSupportedError
 from pyhami.protocol import (
@@ -158,7 +157,7 @@ class NodeRegistrar:
         *,
         interval: float = 30.0,
         retry_interval: float = 5.0,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock | None = None,
     ) -> None:
         self._kube = kube
         self._node = node_name
@@ -166,7 +165,7 @@ class NodeRegistrar:
         self._board = board
         self._interval = interval
         self._retry_interval = retry_interval
-        self._clock = clock
+        self._clock: Clock = clock or SystemClock()
         self._warned: dict[tuple[str, str], float] = {}
         self._kubelet_counts: dict[str, int] = {}
         self.patches = 0
@@ -224,7 +223,7 @@ class NodeRegistrar:
                 waiter.cancel()
 
     async def _warn_asymmetric(self, scores: PairScores) -> None:
-        now = self._clock()
+        now = self._clock.monotonic()
         for pair in scores.asymmetric:
             last = self._warned.get(pair)
             if last is not None and now - last < EVENT_DEDUP_SECONDS:

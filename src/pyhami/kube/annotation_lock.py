@@ -14,12 +14,12 @@ whole timeout (5 minutes by default) and binds nothing else to the node meanwhil
 
 from __future__ import annotations
 
-import asyncio
 import random
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Protocol
 
+from pyhami.kube.clock import Clock
 from pyhami.kube.errors import Conflict, NotFound
 from pyhami.protocol import (
     KEY_NODE_LOCK,
@@ -97,14 +97,12 @@ class NodeLocker:
         api: NodeLockAPI,
         *,
         timeout: timedelta = timedelta(minutes=5),
-        now: Callable[[], datetime],
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Clock,
         rng: random.Random | None = None,
     ) -> None:
         self.api = api
         self.timeout = timeout
-        self._now = now
-        self._sleep = sleep
+        self._clock = clock
         self._rng = rng or random.Random()
 
     def _delays(self) -> Iterator[float]:
@@ -129,7 +127,7 @@ class NodeLocker:
                         f"failed to {what} (retry strategy={RETRY_STEPS} steps from "
                         f"{RETRY_FIRST_DELAY}s x{RETRY_FACTOR:g}): {err}"
                     ) from err
-                await self._sleep(delay)
+                await self._clock.sleep(delay)
 
     async def lock(
         self, node: str, namespace: str, pod: str, *, cached: Mapping[str, Any] | None = None
@@ -141,7 +139,7 @@ class NodeLocker:
         answers 409 (the cache was stale)."""
         if cached is not None and KEY_NODE_LOCK not in _annotations(cached):
             body = node_lock_set_patch(
-                format_node_lock(self._now(), namespace, pod), _resource_version(cached)
+                format_node_lock(self._clock.now(), namespace, pod), _resource_version(cached)
             )
             try:
                 await self.api.patch_node(node, body)
@@ -157,7 +155,7 @@ class NodeLocker:
             held: NodeLock = parse_node_lock(current)
         except ProtocolError as err:
             raise NodeLockError(f"node {node}: {err}") from err
-        if is_expired(held, self._now(), self.timeout):
+        if is_expired(held, self._clock.now(), self.timeout):
             await self.release(node, namespace, pod, skip_owner_check=True)
             await self._set(node, namespace, pod)
             return
@@ -203,7 +201,7 @@ class NodeLocker:
                     return  # our earlier write landed but its answer was lost
                 raise NodeLockContentionError(f"node {node} is locked")
             body = node_lock_set_patch(
-                format_node_lock(self._now(), namespace, pod), _resource_version(fresh)
+                format_node_lock(self._clock.now(), namespace, pod), _resource_version(fresh)
             )
             await self.api.patch_node(node, body)
 

@@ -12,7 +12,7 @@ refused the same way: its numbers are not exported, it counts in
 """
 
 import platform
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
@@ -20,6 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from pyhami import __version__
+from pyhami.kube import Clock
 from pyhami.model import NodeName
 from pyhami.monitor.host import HostCard, NvmlOpener, read_host_cards
 from pyhami.monitor.layout import UUID_LABEL_BYTES
@@ -137,7 +138,7 @@ class MonitorCollector(Collector):
         regions: RegionDirectory,
         open_nvml: NvmlOpener | None,
         alarms: SanityAlarms,
-        wall_clock: Callable[[], float],
+        clock: Clock,
         legacy: bool = False,
     ) -> None:
         self.node = node
@@ -145,7 +146,7 @@ class MonitorCollector(Collector):
         self.regions = regions
         self.open_nvml = open_nvml
         self.alarms = alarms
-        self.wall_clock = wall_clock
+        self.clock = clock
         self.legacy = legacy
         # Regions refused by the last scrape, with the reason, to log a reason once.
         self._refused: dict[ContainerKey, str] = {}
@@ -154,7 +155,7 @@ class MonitorCollector(Collector):
         out = _Families()
         cards = self._host(out)
         by_uuid = {card.uuid: card for card in cards}
-        now = self.wall_clock()
+        now = self.clock.now().timestamp()
         refused: dict[ContainerKey, str] = {}
         for pod in self.pods.pods():
             for row in self._rows(pod, by_uuid, refused):

@@ -62,7 +62,7 @@ class MonitorService:
             regions=self.regions,
             open_nvml=open_nvml,
             alarms=self.alarms,
-            wall_clock=self._wall,
+            clock=clock,
             legacy=settings.legacy_metrics,
         )
         self.registry = monitor_registry(self.collector)

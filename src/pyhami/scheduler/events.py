@@ -14,6 +14,8 @@ from typing import Any
 
 import structlog
 
+from pyhami.kube import Clock
+
 log = structlog.get_logger(__name__)
 
 JsonObject = dict[str, Any]
@@ -30,17 +32,17 @@ def _timestamp(moment: datetime) -> str:
 class EventRecorder:
     """Writes core/v1 Events about pods through `create(namespace, body)`."""
 
-    def __init__(self, create: CreateEvent, component: str, now: Callable[[], datetime]) -> None:
+    def __init__(self, create: CreateEvent, component: str, clock: Clock) -> None:
         self._create = create
         self.component = component or "pyhami-scheduler"
-        self._now = now
+        self._clock = clock
         self._inflight: set[asyncio.Task[None]] = set()
 
     def body(self, pod: Mapping[str, Any], kind: str, reason: str, message: str) -> JsonObject:
         meta = pod.get("metadata") or {}
         name = str(meta.get("name") or "")
         namespace = str(meta.get("namespace") or "default")
-        stamp = _timestamp(self._now())
+        stamp = _timestamp(self._clock.now())
         return {
             "apiVersion": "v1",
             "kind": "Event",

@@ -26,7 +26,7 @@ A pod with `preemptionPolicy: Never` never preempts.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -44,6 +44,7 @@ from pyhami.engine.preempt import (
 )
 from pyhami.kube import (
     POD_DISRUPTION_BUDGETS,
+    Clock,
     KubeError,
     NotFound,
     ObjectList,
@@ -110,13 +111,13 @@ class EvictingPreemption:
         events: EventRecorder,
         metrics: SchedulerMetrics,
         *,
-        now: Callable[[], datetime],
+        clock: Clock,
     ) -> None:
         self.state = state
         self.kube = kube
         self.events = events
         self.metrics = metrics
-        self._now = now
+        self._clock = clock
         self.nominations: dict[PodKey, Nomination] = {}
         # The latest answers per namespace/name (every node asked, kept or dropped, and why).
         self.last: dict[str, dict[NodeName, NodePreemption]] = {}
@@ -139,7 +140,7 @@ class EvictingPreemption:
     def nominated(self, key: PodKey) -> bool:
         """Whether this path's nomination of the pod is alive (its victims may still go)."""
         nomination = self.nominations.get(key)
-        return nomination is not None and self._now() < nomination.expires
+        return nomination is not None and self._clock.now() < nomination.expires
 
     async def _preempt(self, pod: JsonObject, decision: Decision) -> None:
         key, namespace, name = pod_identity(pod)
@@ -183,7 +184,7 @@ class EvictingPreemption:
             self.state.ledger,
             config=self.state.config,
             quotas=self.state.quotas,
-            now=self._now(),
+            now=self._clock.now(),
         )
         answers = {node: counted(answer, judged, budgets) for node, answer in answers.items()}
         best = best_node(answers, question.priorities)
@@ -229,7 +230,7 @@ class EvictingPreemption:
         return False
 
     def _above_some_pod(self, priority: int) -> bool:
-        now = self._now()
+        now = self._clock.now()
         if self._lowest is None or now - self._lowest[0] >= LOWEST_PRIORITY_TTL:
             pods = self.state.pods.values()
             self._lowest = (now, min((pod_priority(p) for p in pods), default=priority))
@@ -328,7 +329,9 @@ class EvictingPreemption:
         self._outcome("evicted", f"{namespace}/{name}")
         grace = max((_grace_s(v) for v in victims), default=DEFAULT_GRACE_S)
         self.nominations[key] = Nomination(
-            chosen.node, tuple(evicted), self._now() + timedelta(seconds=grace) + NOMINATION_MARGIN
+            chosen.node,
+            tuple(evicted),
+            self._clock.now() + timedelta(seconds=grace) + NOMINATION_MARGIN,
         )
         lapse = asyncio.create_task(self._lapse(key, self.nominations[key]))
         self._lapses.add(lapse)
@@ -370,7 +373,7 @@ class EvictingPreemption:
             log.warning("nominatedNodeName not written", pod=f"{namespace}/{name}", error=str(err))
 
     async def _lapse(self, key: PodKey, nomination: Nomination) -> None:
-        await asyncio.sleep((nomination.expires - self._now()).total_seconds())
+        await asyncio.sleep((nomination.expires - self._clock.now()).total_seconds())
         if self.nominations.get(key) is nomination:
             await self.expire(key)
 

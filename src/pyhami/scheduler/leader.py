@@ -22,12 +22,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from datetime import datetime
 from typing import Protocol
 
 import structlog
 
-from pyhami.kube import LeaseRecord
+from pyhami.kube import Clock, LeaseRecord
 
 log = structlog.get_logger(__name__)
 
@@ -67,8 +66,7 @@ class LeaderElector:
         identity: str,
         timing: ElectionTiming,
         *,
-        wall_clock: Callable[[], datetime],
-        monotonic: Callable[[], float],
+        clock: Clock,
         on_change: Callable[[bool], Awaitable[None]] | None = None,
         campaign: bool = True,
     ) -> None:
@@ -77,8 +75,7 @@ class LeaderElector:
         self.store = store
         self.identity = identity
         self.timing = timing
-        self._wall = wall_clock
-        self._mono = monotonic
+        self._clock = clock
         self._on_change = on_change
         self.campaign = campaign
         self.is_leader = False
@@ -90,7 +87,7 @@ class LeaderElector:
     def _observe(self, record: LeaseRecord | None) -> None:
         if record != self._observed:
             self._observed = record
-            self._observed_at = self._mono()
+            self._observed_at = self._clock.monotonic()
         self.leader = record.holder if record is not None else ""
 
     def _ours(self, holder: str) -> bool:
@@ -104,11 +101,11 @@ class LeaderElector:
         self._observe(current)
         if current is None or not self._ours(current.holder):
             return False
-        return self._observed_at + current.lease_duration_s > self._mono()
+        return self._observed_at + current.lease_duration_s > self._clock.monotonic()
 
     async def try_acquire_or_renew(self) -> bool:
         """One round: True when we hold the lease afterwards."""
-        now = self._wall()
+        now = self._clock.now()
         duration = max(1, round(self.timing.lease_duration))
         mine = LeaseRecord(self.identity, duration, acquire_time=now, renew_time=now)
         current = await self.store.get()
@@ -118,7 +115,7 @@ class LeaderElector:
             return True
         self._observe(current)
         held_by_other = current.holder not in ("", self.identity)
-        if held_by_other and self._observed_at + current.lease_duration_s > self._mono():
+        if held_by_other and self._observed_at + current.lease_duration_s > self._clock.monotonic():
             return False
         if current.holder == self.identity:
             mine = replace(mine, acquire_time=current.acquire_time, transitions=current.transitions)
@@ -151,9 +148,12 @@ class LeaderElector:
             log.warning("lease round failed", identity=self.identity, error=str(err))
             acquired = False
         if acquired:
-            self._renewed_at = self._mono()
+            self._renewed_at = self._clock.monotonic()
             await self._set_leading(True)
-        elif not self.is_leader or self._mono() - self._renewed_at > self.timing.renew_deadline:
+        elif (
+            not self.is_leader
+            or self._clock.monotonic() - self._renewed_at > self.timing.renew_deadline
+        ):
             await self._set_leading(False)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -178,7 +178,7 @@ class LeaderElector:
             current = await self.store.get()
             if current is not None and current.holder == self.identity:
                 await self.store.update(
-                    replace(current, holder="", lease_duration_s=1, renew_time=self._wall())
+                    replace(current, holder="", lease_duration_s=1, renew_time=self._clock.now())
                 )
         except Exception as err:
             log.warning("lease release failed", identity=self.identity, error=str(err))

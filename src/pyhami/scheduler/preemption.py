@@ -159,7 +159,7 @@ class Preemption:
             state.ledger,
             config=state.config,
             quotas=state.quotas,
-            now=service._now(),
+            now=service.clock.now(),
         )
         state.offer_nomination(
             key,
@@ -181,7 +181,6 @@ class Preemption:
         for node, answer in answers.items():
             log.info("preemption", pod=f"{namespace}/{name}", node=node, answer=answer.reason)
         return answers
-
 
     def explanation(self, pod: str) -> dict[str, Any] | None:
         """The latest answer for `pod` (namespace/name) as /explain shows it (kube-scheduler

@@ -17,9 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +32,7 @@ from pyhami.kube import (
     RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_QUOTAS,
     AlreadyExists,
+    Clock,
     EventHandlers,
     Informer,
     InformerSettings,
@@ -41,6 +40,7 @@ from pyhami.kube import (
     KubeClient,
     LeaseLock,
     NodeLocker,
+    SystemClock,
     cancel_and_wait,
 )
 from pyhami.protocol import LABEL_SCHEDULER_ROLE, SchedulerRole, pod_labels_patch
@@ -81,10 +81,6 @@ def load_device_config(path: str) -> DeviceConfig:
     return parse_device_config(text, source=path)
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 class SchedulerProcess:
     """One scheduler replica: caches, decisions, servers."""
 
@@ -95,9 +91,11 @@ class SchedulerProcess:
         device_config: DeviceConfig,
         *,
         metrics_route_on_main: bool = False,
+        clock: Clock | None = None,
     ) -> None:
         self.settings = settings
         self.client = client
+        self.clock: Clock = clock or SystemClock()
         config = EngineConfig(
             nvidia=device_config.nvidia,
             node_policy=settings.node_scheduler_policy,
@@ -123,8 +121,7 @@ class SchedulerProcess:
                     settings.renew_deadline.total_seconds(),
                     settings.retry_period.total_seconds(),
                 ),
-                wall_clock=_now,
-                monotonic=time.monotonic,
+                clock=self.clock,
                 on_change=self._leadership_changed,
                 campaign=settings.leader_elect_campaign,
             )
@@ -133,14 +130,14 @@ class SchedulerProcess:
         self.metrics = SchedulerMetrics(
             lambda: metrics_snapshot(self.state), legacy=settings.legacy_metrics
         )
-        self.events = EventRecorder(client.create_event, settings.scheduler_name, _now)
+        self.events = EventRecorder(client.create_event, settings.scheduler_name, self.clock)
         self.service = FilterBind(
             self.state,
             client,
-            NodeLocker(client, timeout=settings.node_lock_timeout, now=_now),
+            NodeLocker(client, timeout=settings.node_lock_timeout, clock=self.clock),
             self.events,
             self.metrics,
-            now=_now,
+            clock=self.clock,
             owned_annotations=OWNED_ANNOTATIONS,
             leadership=leadership,
             synced=self.synced,
@@ -148,7 +145,9 @@ class SchedulerProcess:
             lock_retry_timeout=settings.node_lock_retry_timeout,
             explain_all=settings.explain_all,
         )
-        self.evicting = EvictingPreemption(self.state, client, self.events, self.metrics, now=_now)
+        self.evicting = EvictingPreemption(
+            self.state, client, self.events, self.metrics, clock=self.clock
+        )
         self.preemption = Preemption(self.service, nominated=self.evicting.nominated)
         self.service.on_unschedulable = self.evicting.on_unschedulable
         self.admission = PodAdmission(

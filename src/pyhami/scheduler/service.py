@@ -34,12 +34,11 @@ Deliberate differences from HAMi, each a bug there (docs/hami-compatibility.md):
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Protocol
 
 import structlog
@@ -55,7 +54,7 @@ from pyhami.engine import (
     plan_pod,
     pod_identity,
 )
-from pyhami.kube import NodeLockContentionError, NodeLocker, NotFound
+from pyhami.kube import Clock, NodeLockContentionError, NodeLocker, NotFound
 from pyhami.model import NodeName
 from pyhami.protocol import (
     KEY_BIND_PHASE,
@@ -139,14 +138,13 @@ class FilterBind:
         events: EventRecorder,
         metrics: SchedulerMetrics,
         *,
-        now: Callable[[], datetime],
+        clock: Clock,
         owned_annotations: frozenset[str],
         leadership: Leadership | None = None,
         synced: asyncio.Event | None = None,
         sync_wait: timedelta = timedelta(seconds=25),
         lock_retry_timeout: timedelta = timedelta(seconds=28),
         explain_all: bool = False,
-        engine_clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.state = state
         self.kube = kube
@@ -154,14 +152,13 @@ class FilterBind:
         self.events = events
         self.metrics = metrics
         self.bind_turns = BindTurns()
-        self._now = now
+        self.clock = clock
         self._owned = owned_annotations
         self._leadership = leadership
         self.synced = synced or asyncio.Event()
         self._sync_wait = sync_wait
         self._lock_retry = lock_retry_timeout
         self._explain_all = explain_all
-        self._clock = engine_clock
         self.engine_seconds = 0.0  # time spent inside engine.decide (benchmarks read it)
         self._explanations: OrderedDict[tuple[str, str], Decision] = OrderedDict()
         # Filter decisions waiting for their bind, by pod UID, and binds in progress.
@@ -206,7 +203,7 @@ class FilterBind:
     # ----- filter ----------------------------------------------------------------------------
 
     def _decide(self, pod: Mapping[str, Any], names: tuple[str, ...], explain: bool) -> Decision:
-        started = self._clock()
+        started = self.clock.monotonic()
         try:
             return decide(
                 pod,
@@ -214,12 +211,12 @@ class FilterBind:
                 self.state.ledger,
                 config=self.state.config,
                 quotas=self.state.quotas,
-                now=self._now(),
+                now=self.clock.now(),
                 all_reasons=True,
                 explain=explain,
             )
         finally:
-            self.engine_seconds += self._clock() - started
+            self.engine_seconds += self.clock.monotonic() - started
 
     async def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
         if args.nodes is not None:
@@ -389,17 +386,17 @@ class FilterBind:
                 unregistered[name] = "node unregistered"
             else:
                 ledger.upsert_node(NodeName(name), inventory)
-        started = self._clock()
+        started = self.clock.monotonic()
         decision = decide(
             args.pod or {},
             [NodeName(n) for n in by_name],
             ledger,
             config=self.state.config,
             quotas=self.state.quotas,
-            now=self._now(),
+            now=self.clock.now(),
             explain=True,
         )
-        self.engine_seconds += self._clock() - started
+        self.engine_seconds += self.clock.monotonic() - started
         if decision.outcome is Outcome.NO_DEVICE_REQUEST:
             return ExtenderFilterResult(nodes=args.nodes)
         if decision.outcome is Outcome.ERROR:
@@ -585,7 +582,7 @@ class FilterBind:
     async def _record(self, claim: _Claim) -> None:
         """The filter's decision and the bind phase, in one patch of the pod; from its answer
         on, the informer's view of the pod is current again (the reservation ends there)."""
-        stamp = format_unix_seconds(self._now())
+        stamp = format_unix_seconds(self.clock.now())
         values = {**claim.annotations, KEY_BIND_PHASE: BindPhase.ALLOCATING, KEY_BIND_TIME: stamp}
         try:
             answer = await self.kube.patch_pod(

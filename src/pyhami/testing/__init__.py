@@ -1,5 +1,6 @@
 """Doubles shipped with the package: the tests and the demo use the same ones."""
 
+from pyhami.testing.clock import ManualClock
 from pyhami.testing.fake_apiserver import FakeKubeAPIServer
 from pyhami.testing.fake_kubelet import FakeKubelet
 from pyhami.testing.fake_nvml import FakeGpu, FakeNVML
@@ -12,4 +13,5 @@ __all__ = [
     "FakeKubelet",
     "FakeNVML",
     "KubeSchedulerHarness",
+    "ManualClock",
 ]

@@ -12,7 +12,6 @@ import ssl
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import yaml
 from aiohttp import web
 from kubernetes_asyncio.client import Configuration
 
+from pyhami.kube.clock import Clock
 from pyhami.kube.lifecycle import AsyncService
 from pyhami.testing.fake_apiserver.admission import AdmissionChain
 from pyhami.testing.fake_apiserver.faults import FaultInjector
@@ -82,7 +82,7 @@ class FakeKubeAPIServer(AsyncService):
         *,
         host: str = "127.0.0.1",
         port: int = 0,
-        clock: Callable[[], datetime] | None = None,
+        clock: Clock | None = None,
         history_limit: int = 10_000,
         bookmark_interval_s: float = 1.0,
         pod_grace_cap_s: float = 0.2,

@@ -14,10 +14,11 @@ import copy
 import random
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from pyhami.kube.clock import Clock, SystemClock
 from pyhami.testing.fake_apiserver import patches, validation
 from pyhami.testing.fake_apiserver.resources import (
     ALL_RESOURCES,
@@ -40,7 +41,6 @@ from pyhami.testing.fake_apiserver.status import (
 from pyhami.testing.fake_apiserver.watch import Change, Watcher, with_kind
 
 JsonObject = dict[str, Any]
-WallClock = Callable[[], datetime]
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -61,7 +61,7 @@ class ObjectStore:
     def __init__(
         self,
         *,
-        clock: WallClock | None = None,
+        clock: Clock | None = None,
         history_limit: int = 10_000,
         pod_grace_cap_s: float = 0.2,
         seed: int | None = None,
@@ -69,7 +69,7 @@ class ObjectStore:
     ):
         if history_limit < 1:
             raise ValueError(f"history_limit must be at least 1, got {history_limit}")
-        self._clock = clock or (lambda: datetime.now(UTC))
+        self._clock: Clock = clock or SystemClock()
         self._rng = random.Random(seed)
         self._objects: dict[ResourceType, dict[tuple[str, str], JsonObject]] = {
             r: {} for r in ALL_RESOURCES
@@ -205,7 +205,7 @@ class ObjectStore:
         if key in self._objects[resource]:
             raise already_exists(resource, metadata["name"])
         metadata["uid"] = self.new_uid()
-        metadata["creationTimestamp"] = rfc3339(self._clock())
+        metadata["creationTimestamp"] = rfc3339(self._clock.now())
         if resource.tracks_generation:
             metadata["generation"] = 1
         for transient in ("deletionTimestamp", "deletionGracePeriodSeconds"):
@@ -355,7 +355,8 @@ class ObjectStore:
             return copy.deepcopy(old)
         new = copy.deepcopy(old)
         seconds = grace or 0
-        new["metadata"]["deletionTimestamp"] = rfc3339(self._clock() + timedelta(seconds=seconds))
+        deleted_at = self._clock.now() + timedelta(seconds=seconds)
+        new["metadata"]["deletionTimestamp"] = rfc3339(deleted_at)
         new["metadata"]["deletionGracePeriodSeconds"] = seconds
         new["metadata"].pop("generation", None)
         if resource.tracks_generation:
@@ -445,7 +446,7 @@ class ObjectStore:
                 "type": "PodScheduled",
                 "status": "True",
                 "lastProbeTime": None,
-                "lastTransitionTime": rfc3339(self._clock()),
+                "lastTransitionTime": rfc3339(self._clock.now()),
             }
         )
         self._commit(PODS, "MODIFIED", new, copy.deepcopy(old))
