@@ -1,4 +1,6 @@
-"""Time as a parameter: loops take a Clock so tests can drive them."""
+"""Time as a parameter: everything that reads or waits on time takes this one Clock, so tests
+drive it (`pyhami.testing.ManualClock`). The engine stays pure: it takes time values, not a clock.
+"""
 
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ whose message names the field and the bad value. Module per format:
 * `pair_scores`, `pod_devices` (to-allocate / allocated), `mig`, `node_lock`, `handshake`,
   `bookkeeping` + `times`, `selectors` + `weights` (selection and policy annotations),
   `reasons` (filter failure reasons), `patches` (merge-patch bodies);
-* `goparse`, `gojson` - Go's strconv / encoding/json behaviour the formats depend on.
+* `goparse`, `gojson`, `arithmetic` - Go's strconv / encoding/json / int32 behaviour the formats
+  and HAMi's device arithmetic depend on.
 
 Decisions: pyhami encodes pod devices with one segment per pod container, init containers
 first (see `pod_devices`); encoders refuse values the wire cannot carry. docs/protocol.md
