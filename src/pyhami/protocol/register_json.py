@@ -16,15 +16,8 @@ from collections.abc import Sequence
 from types import MappingProxyType
 
 from pyhami.model import DeviceInfo, MigPlacement, MigProfile
-from pyhami.protocol.arithmetic import (
-    INT32_MAX,
-    INT32_MIN,
-    INT64_MAX,
-    INT64_MIN,
-    UINT32_MAX,
-    UINT64_MAX,
-)
-from pyhami.protocol.errors import check_range
+from pyhami.protocol.arithmetic import INT64_MAX, INT64_MIN, UINT32_MAX, UINT64_MAX
+from pyhami.protocol.errors import check_int32, check_range
 from pyhami.protocol.gojson import FieldNames, Pairs, Reader, dumps
 
 FIELD = "node device register"
@@ -123,9 +116,9 @@ def _device_json(i: int, device: DeviceInfo) -> dict[str, object]:
     body: dict[str, object] = {
         "id": device.id,
         "index": _check(f"{at}.index", device.index, 0, UINT64_MAX),
-        "count": _check(f"{at}.count", device.count, INT32_MIN, INT32_MAX),
-        "devmem": _check(f"{at}.devmem", device.devmem, INT32_MIN, INT32_MAX),
-        "devcore": _check(f"{at}.devcore", device.devcore, INT32_MIN, INT32_MAX),
+        "count": check_int32(FIELD, f"{at}.count", device.count),
+        "devmem": check_int32(FIELD, f"{at}.devmem", device.devmem),
+        "devcore": check_int32(FIELD, f"{at}.devcore", device.devcore),
         "type": device.type,
         "numa": _check(f"{at}.numa", device.numa, INT64_MIN, INT64_MAX),
         "mode": device.mode,
@@ -140,9 +133,9 @@ def _device_json(i: int, device: DeviceInfo) -> dict[str, object]:
 def _profile_json(at: str, profile: MigProfile) -> dict[str, object]:
     return {
         "name": profile.name,
-        "memoryMB": _check(f"{at}.memoryMB", profile.memory_mb, INT32_MIN, INT32_MAX),
-        "core": _check(f"{at}.core", profile.core, INT32_MIN, INT32_MAX),
-        "sliceCount": _check(f"{at}.sliceCount", profile.slice_count, INT32_MIN, INT32_MAX),
+        "memoryMB": check_int32(FIELD, f"{at}.memoryMB", profile.memory_mb),
+        "core": check_int32(FIELD, f"{at}.core", profile.core),
+        "sliceCount": check_int32(FIELD, f"{at}.sliceCount", profile.slice_count),
         "placements": None
         if profile.placements is None
         else [
