@@ -27,12 +27,14 @@ import structlog
 from aiohttp import web
 
 from pyhami.devices.config import DeviceConfig, parse_device_config
+from pyhami.devices.nvidia.dra_claims import DRIVER
 from pyhami.engine import EngineConfig
 from pyhami.kube import (
     NODES,
     PODS,
     RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_QUOTAS,
+    RESOURCE_SLICES,
     AlreadyExists,
     EventHandlers,
     Informer,
@@ -44,6 +46,7 @@ from pyhami.kube import (
     cancel_and_wait,
 )
 from pyhami.protocol import LABEL_SCHEDULER_ROLE, SchedulerRole, pod_labels_patch
+from pyhami.scheduler.dra_cards import DraCardMemories
 from pyhami.scheduler.dra_nodes import DraAwareExtender
 from pyhami.scheduler.events import EventRecorder
 from pyhami.scheduler.eviction import EvictingPreemption
@@ -148,11 +151,10 @@ class SchedulerProcess:
             lock_retry_timeout=settings.node_lock_retry_timeout,
             explain_all=settings.explain_all,
         )
-        self.evicting = EvictingPreemption(
-            self.state, client, self.events, self.metrics, now=_now
-        )
+        self.evicting = EvictingPreemption(self.state, client, self.events, self.metrics, now=_now)
         self.preemption = Preemption(self.service, nominated=self.evicting.nominated)
         self.service.on_unschedulable = self.evicting.on_unschedulable
+        self.dra_cards = DraCardMemories()
         self.admission = PodAdmission(
             WebhookConfig(
                 scheduler_name=settings.scheduler_name,
@@ -165,6 +167,7 @@ class SchedulerProcess:
             device_config.nvidia,
             self.state.exceeds_quota,
             ensure_object=self._ensure_claim_template,
+            dra_card_memories=self.dra_cards.sizes,
         )
         resync = InformerSettings(resync_period_s=INFORMER_RESYNC_SECONDS)
         selector = ",".join(f"{k}={v}" for k, v in settings.node_label_selector.items())
@@ -177,6 +180,15 @@ class SchedulerProcess:
                 client, RESOURCE_QUOTAS, settings=resync, name="scheduler/resourcequotas"
             ),
         }
+        if settings.dra_mode != "off":
+            # the DRA GPUs' memory sizes, for the webhook's gpumem-percentage alternatives
+            self.informers["resourceslices"] = Informer(
+                client,
+                RESOURCE_SLICES,
+                field_selector=f"spec.driver={DRIVER}",
+                settings=resync,
+                name="scheduler/resourceslices",
+            )
         self._wire_informers()
         self._metrics_route_on_main = metrics_route_on_main
         self.certificate: ReloadingCertificate | None = None
@@ -232,6 +244,15 @@ class SchedulerProcess:
                 on_delete=state.on_quota_deleted,
             )
         )
+        slices = self.informers.get("resourceslices")
+        if slices is not None:
+            slices.add_handlers(
+                EventHandlers(
+                    on_add=self.dra_cards.on_slice,
+                    on_update=lambda _old, new: self.dra_cards.on_slice(new),
+                    on_delete=self.dra_cards.on_slice_deleted,
+                )
+            )
 
     def _node_seen(self, node: Mapping[str, Any]) -> None:
         self.state.on_node(node)
