@@ -421,7 +421,8 @@ class DemoCluster(AsyncService):
                 runtime=self.runtime,
             )
             self.dra_nodes.append(node)
-            self.progress(f"node {name:<12} {len(cards)} x A100: DRA driver, kubelet (DRA)")
+            models = ", ".join(sorted({card.name for card in cards}))
+            self.progress(f"node {name:<12} {len(cards)} x {models}: DRA driver, kubelet (DRA)")
 
     async def _start_kube_scheduler(self, real: RealControlPlane) -> None:
         ca_file = self.workdir / "scheduler-ca.crt"

@@ -35,8 +35,14 @@ class DemoSettings:
     # only), each with `gpus` A100s; the webhook translates pods headed there (--dra-mode
     # selected). With `nodes` 0 every GPU node is a DRA node.
     dra_nodes: int = 0
+    # Cards per DRA node (one entry per node of `dra_nodes`), overriding the A100s.
+    dra_cards: Sequence[Sequence[FakeGpu]] | None = None
 
     def __post_init__(self) -> None:
+        if self.dra_cards is not None and len(self.dra_cards) != self.dra_nodes:
+            raise ValueError(
+                f"dra_cards names {len(self.dra_cards)} nodes' cards for {self.dra_nodes} DRA nodes"
+            )
         if self.cards is None and not (0 if self.dra_nodes else 1) <= self.nodes <= 64:
             raise ValueError(f"--nodes must be 1..64, got {self.nodes}")
         if not 0 <= self.dra_nodes <= 64:
@@ -47,6 +53,8 @@ class DemoSettings:
             raise ValueError(f"libvgpu {self.libvgpu} is not a file (make -C native/libvgpu)")
 
     def dra_node_cards(self) -> list[list[FakeGpu]]:
+        if self.dra_cards is not None:
+            return [list(cards) for cards in self.dra_cards]
         return [
             [
                 a100_80g(numa=i * 2 // self.gpus, uuid=card_uuid(1000 + n, i))
