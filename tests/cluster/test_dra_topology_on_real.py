@@ -12,13 +12,22 @@ card size is chosen, by HAMi's rounding. An annotation written to break out of i
 matches no card."""
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
+import yaml
 
 from pyhami.controlplane import BuiltBinaries
 from pyhami.devices.nvidia.dra_claims import consumed_capacity
-from pyhami.kube import PODS, RESOURCE_CLAIMS, JsonObject, KubeClient
+from pyhami.kube import (
+    PODS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    JsonObject,
+    KubeClient,
+)
 from pyhami.sim.demo.cluster import DemoCluster
 from pyhami.sim.demo.dra_nodes import dra_node_name
 from pyhami.sim.demo.settings import DemoSettings
@@ -27,6 +36,7 @@ from pyhami.testing.fake_nvml import a100_40g, a100_80g, h100_80g
 from .conftest import assert_none_refused, render_chart
 from .test_dra_mixed_on_real import RBAC_KINDS, claim_named_in, placed, unschedulable
 
+USER_GUIDE = Path(__file__).resolve().parents[2] / "docs" / "user-guide.md"
 NS = "default"
 MIB = 1 << 20
 NUMA_CARDS = [
@@ -75,6 +85,7 @@ async def card_sizes_known(demo: DemoCluster, count: int, timeout_s: float = 30)
 async def test_numa_bind_card_types_and_percentages_place_as_in_hami(cluster: DemoCluster) -> None:
     client: KubeClient = cluster.client
     numa, mixed = dra_node_name(1), dra_node_name(2)
+    await user_guide_templates_are_accepted(client)
 
     bound = gpu_pod("bound", {"nvidia.com/gpu": "2"}, {"nvidia.com/numa-bind": "true"})
     await client.create(PODS, bound, NS)
@@ -114,3 +125,23 @@ async def test_numa_bind_card_types_and_percentages_place_as_in_hami(cluster: De
         for s in (await client.get(PODS, "hostile", NS))["status"]["resourceClaimStatuses"]
     ]
     assert "allocation" not in (await client.get(RESOURCE_CLAIMS, claim_name, NS)).get("status", {})
+
+
+async def user_guide_templates_are_accepted(client: KubeClient) -> None:
+    """The user guide's topology templates, applied as written (one cluster start serves both
+    checks: each costs seconds)."""
+    blocks = re.findall(r"```yaml\n(.*?)```", USER_GUIDE.read_text(), re.DOTALL)
+    templates = [
+        doc
+        for block in blocks
+        for doc in yaml.safe_load_all(block)
+        if isinstance(doc, dict)
+        and doc.get("kind") == "ResourceClaimTemplate"
+        and "constraints" in str(doc)
+    ]
+    attributes = set()
+    for template in templates:
+        created = await client.create(RESOURCE_CLAIM_TEMPLATES, template, NS)
+        [constraint] = created["spec"]["spec"]["devices"]["constraints"]
+        attributes.add(constraint["matchAttribute"])
+    assert attributes == {"gpu.pyhami.io/numaNode", "gpu.pyhami.io/nvlinkDomain"}
