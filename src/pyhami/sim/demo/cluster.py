@@ -87,7 +87,7 @@ KUBE_SCHEDULER_USER = "system:kube-scheduler"
 TRUSTED_WRITERS = (SCHEDULER_USER, DEVICE_PLUGIN_USER)
 JsonObject = dict[str, Any]
 # The chart's ServiceAccounts, roles and bindings as helm renders them for the names above
-# (tests/chart/test_demo_rbac.py keeps this copy equal to the chart).
+# with DRA on (tests/chart/test_demo_rbac.py keeps this copy equal to the chart).
 CHART_RBAC_FILE = Path(__file__).with_name("chart-rbac.yaml")
 
 
