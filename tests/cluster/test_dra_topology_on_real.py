@@ -116,7 +116,8 @@ async def test_numa_bind_card_types_and_percentages_place_as_in_hami(cluster: De
     [(pool, device, _)] = allocated(await claim_named_in(client, await placed(client, "not-h100")))
     assert (pool, device) == (mixed, "gpu-0")
 
-    hostile = {"nvidia.com/use-gputype": 'H100"]) || true || (["'}
+    # kube-apiserver compiles every escape cel_string writes: quote, backslash, \u and \U forms
+    hostile = {"nvidia.com/use-gputype": 'H100"]) || true || (["\\\n\u2028\U000e0001é'}
     await client.create(PODS, gpu_pod("hostile", {"nvidia.com/gpumem": "1024"}, hostile), NS)
     message = await unschedulable(client, "hostile")
     assert "cannot allocate all claims" in message
