@@ -127,21 +127,21 @@ def memory_by_card(percentage: int, card_memories: Collection[int]) -> tuple[tup
 
 
 def _percentage_share(
-    name: object, percentage: int, card_memories: Collection[int], resource: str
+    name: object, percentage: int, card_memories: Collection[int], cfg: NvidiaConfig
 ) -> tuple[tuple[int, int], ...]:
+    asked = f"container {name!r}: {cfg.resource_memory_percentage_name}={percentage}"
     if not card_memories:
         raise DraTranslationError(
-            f"container {name!r}: {resource}={percentage}: no GPU of the DRA driver is known "
-            "yet (no ResourceSlice), so the percentage cannot be turned into memory; create "
-            f"the pod again once the driver runs, or ask for {resource.replace('-percentage', '')}"
-            " in MiB"
+            f"{asked}: no GPU of the DRA driver is known yet (no ResourceSlice), so the "
+            "percentage cannot be turned into memory; create the pod again once the driver "
+            f"runs, or ask for {cfg.resource_memory_name} in MiB"
         )
     sizes = len(set(card_memories))
     if sizes > MAX_ALTERNATIVES:
         raise DraTranslationError(
-            f"container {name!r}: {resource}={percentage}: the DRA GPUs have {sizes} memory "
-            f"sizes, more than the {MAX_ALTERNATIVES} alternatives a claim request may have; "
-            "ask for memory in MiB"
+            f"{asked}: the DRA GPUs have {sizes} memory sizes, more than the "
+            f"{MAX_ALTERNATIVES} alternatives a claim request may have; ask for "
+            f"{cfg.resource_memory_name} in MiB"
         )
     return memory_by_card(percentage, card_memories)
 
@@ -169,9 +169,7 @@ def container_share(
                 f"container {name!r}: {cfg.resource_memory_percentage_name}={percentage} "
                 "is not a percentage (0..100)"
             )
-        by_card = _percentage_share(
-            name, percentage, card_memories, cfg.resource_memory_percentage_name
-        )
+        by_card = _percentage_share(name, percentage, card_memories, cfg)
     try:
         return GpuShare(
             count=count or cfg.default_gpu_num,
