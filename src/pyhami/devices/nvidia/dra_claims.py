@@ -99,7 +99,7 @@ def _cel_list(items: Sequence[str]) -> str:
 
 def _type_selectors(types: TypeSelector) -> list[str]:
     """HAMi's `CheckType`: some `use` item and no `nouse` item is a substring of the card type
-    (items are upper-cased already; a rule whose items are all empty admits no card)."""
+    (items are upper-cased already; a `use` rule whose items are all empty admits no card)."""
     found = []
     if types.use is not None:
         found.append(f"{_cel_list(sorted(set(types.use)))}.exists(t, {_CARD_TYPE}.contains(t))")
