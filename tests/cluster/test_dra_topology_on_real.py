@@ -6,7 +6,7 @@ Two DRA nodes (every GPU node runs the DRA driver, `dra.mode=all`, the chart's R
   with `nvidia.com/numa-bind` gets gpu-1 and gpu-2 (without the constraint the allocator's
   first pick, gpu-0 and gpu-1, would span both);
 * `mixed`: an A100-40GB on NUMA node 0 and an H100-80GB on NUMA node 1 (no two cards share a
-  NUMA node, so the NUMA-bound pod fits only on `numa`).
+  NUMA node, so the NUMA-bound pods fit only on `numa`).
 Card-type annotations pick the model, and `gpumem-percentage` takes that share of whichever
 card size is chosen, by HAMi's rounding. An annotation written to break out of its CEL string
 matches no card."""
@@ -115,6 +115,16 @@ async def test_numa_bind_card_types_and_percentages_place_as_in_hami(cluster: De
     await client.create(PODS, gpu_pod("not-h100", {"nvidia.com/gpumem": "1024"}, avoid), NS)
     [(pool, device, _)] = allocated(await claim_named_in(client, await placed(client, "not-h100")))
     assert (pool, device) == (mixed, "gpu-0")
+
+    # a constraint on a request with alternatives holds for the alternative chosen
+    await client.delete(PODS, "bound", NS)
+    quarter = {"nvidia.com/gpu": "2", "nvidia.com/gpumem-percentage": "25"}
+    await client.create(PODS, gpu_pod("bound-quarters", quarter, {"nvidia.com/numa-bind": "1"}), NS)
+    claim = await claim_named_in(client, await placed(client, "bound-quarters"))
+    assert sorted(allocated(claim)) == [
+        (numa, "gpu-1", {"memory": 20480 * MIB, "cores": 0}),
+        (numa, "gpu-2", {"memory": 20480 * MIB, "cores": 0}),
+    ]
 
     # kube-apiserver compiles every escape cel_string writes: quote, backslash, \u and \U forms
     hostile = {"nvidia.com/use-gputype": 'H100"]) || true || (["\\\n\u2028\U000e0001é'}
