@@ -608,7 +608,7 @@ def test_namespace_override_and_global_metadata() -> None:
     assert everything.one("Deployment")["metadata"]["annotations"] == {"owner": "ops"}
 
 
-def test_dra_values_render_the_device_class_the_flag_and_only_template_creation() -> None:
+def test_dra_values_render_the_device_class_the_flag_and_only_the_webhooks_dra_grants() -> None:
     """(Kubernetes' DRA kinds are newer than the offline schemas: the DeviceClass is the one
     the DRA tests on the real control plane create, and kube-apiserver validates that.)"""
     out = helm(
@@ -629,12 +629,18 @@ def test_dra_values_render_the_device_class_the_flag_and_only_template_creation(
         for rule in role.get("rules") or ()
         if "resource.k8s.io" in rule["apiGroups"]
     ]
+    # templates for translated pods; the slices' card sizes for gpumem-percentage
     assert rules == [
         {
             "apiGroups": ["resource.k8s.io"],
             "resources": ["resourceclaimtemplates"],
             "verbs": ["create"],
-        }
+        },
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceslices"],
+            "verbs": ["list", "watch"],
+        },
     ]
     defaults = render("defaults")
     assert defaults.of_kind("DeviceClass") == []

@@ -131,8 +131,13 @@ def test_scheduler_roles_grant_exactly_what_the_scheduler_calls() -> None:
     used = requests_made("scheduler")
     assert ("create", "pods/binding") in used and ("update", "leases") in used  # the walk works
     grants = granted("leader-3-replicas", "-scheduler", ("ClusterRole", "Role"))
-    # the webhook writes ResourceClaimTemplates only for DRA nodes, granted with DRA on
-    for_dra = {("create", "resourceclaimtemplates")}
+    # the webhook writes ResourceClaimTemplates only for DRA nodes, and reads the DRA GPUs'
+    # memory sizes from ResourceSlices: granted with DRA on
+    for_dra = {
+        ("create", "resourceclaimtemplates"),
+        ("list", "resourceslices"),
+        ("watch", "resourceslices"),
+    }
     assert grants == used - for_dra
     assert granted("dra-selected", "-scheduler", ("ClusterRole", "Role")) == grants | for_dra
 

@@ -17,7 +17,8 @@ from pyhami.controlplane import BuiltBinaries
 from pyhami.devices.nvidia.dra_claims import NODE_MODE_DRA, NODE_MODE_LABEL, consumed_capacity
 from pyhami.kube import PODS, RESOURCE_CLAIMS, JsonObject, KubeClient, NotFound
 from pyhami.sim.demo.cluster import DemoCluster
-from pyhami.sim.demo.settings import DemoSettings
+from pyhami.sim.demo.settings import DemoSettings, card_uuid
+from pyhami.testing.fake_nvml import a100_80g
 
 from .conftest import assert_none_refused, render_chart
 
@@ -31,7 +32,13 @@ A100_MIB = 81920
 @pytest.fixture
 async def mixed(kubernetes: BuiltBinaries) -> AsyncIterator[DemoCluster]:
     rbac = [o for o in render_chart("dra.mode=selected") if o["kind"] in RBAC_KINDS]
-    settings = DemoSettings(nodes=1, gpus=1, dra_nodes=1, harness_backoff_s=(0.1, 1.0))
+    settings = DemoSettings(
+        nodes=1,
+        gpus=1,
+        dra_nodes=1,
+        dra_cards=([a100_80g(uuid=card_uuid(2, 0))],),
+        harness_backoff_s=(0.1, 1.0),
+    )
     async with DemoCluster(settings, kubernetes=kubernetes, rbac=rbac) as demo:
         yield demo
         assert_none_refused(demo)

@@ -10,6 +10,7 @@ import pytest
 from pyhami.devices.config import NvidiaConfig
 from pyhami.kube import Forbidden, JsonObject
 from pyhami.scheduler.admission import AdmissionRequest, AdmissionResponse
+from pyhami.scheduler.dra_cards import DraCardMemories
 from pyhami.scheduler.webhook import PodAdmission, WebhookConfig
 
 from .patching import apply_patch
@@ -31,9 +32,13 @@ def _ctr(name: str = "c", **limits: str) -> JsonObject:
     }
 
 
-def _admit(pod: JsonObject, mode: str = "selected") -> tuple[AdmissionResponse, JsonObject]:
+def _admit(
+    pod: JsonObject, mode: str = "selected", card_memories: frozenset[int] = frozenset()
+) -> tuple[AdmissionResponse, JsonObject]:
     config = WebhookConfig(scheduler_name="hami-scheduler", dra_mode=mode)  # type: ignore[arg-type]
-    admission = PodAdmission(config, NvidiaConfig(), lambda _: False)
+    admission = PodAdmission(
+        config, NvidiaConfig(), lambda _: False, dra_card_memories=lambda: card_memories
+    )
     request = AdmissionRequest("admission.k8s.io/v1", "uid", "CREATE", "ns", copy.deepcopy(pod))
     response = admission.review(request)
     return response, apply_patch(pod, [dict(op) for op in response.patch])
@@ -108,6 +113,87 @@ def test_outside_the_mode_a_pod_goes_to_the_extender_as_before() -> None:
         assert "resourceClaims" not in mutated["spec"]
 
 
+@pytest.mark.parametrize(
+    "annotations, constraints",
+    [
+        ({"nvidia.com/numa-bind": "true"}, ["numaNode"]),
+        ({"nvidia.com/numa-bind": "T"}, ["numaNode"]),  # Go ParseBool, as HAMi
+        ({"nvidia.com/numa-bind": "false"}, []),
+        ({"nvidia.com/numa-bind": "yes"}, []),
+        (
+            {"nvidia.com/numa-bind": "1", "gpu.pyhami.io/same-topology": "nvlink"},
+            ["numaNode", "nvlinkDomain"],
+        ),
+        ({"gpu.pyhami.io/same-topology": "nvlink"}, ["nvlinkDomain"]),
+    ],
+)
+def test_hamis_numa_bind_keeps_a_containers_cards_on_one_numa_node(
+    annotations: dict[str, str], constraints: list[str]
+) -> None:
+    pod = _pod(_ctr(gpu="2"), annotations=annotations, nodeSelector=DRA_SELECTOR)
+    response, _ = _admit(pod)
+    devices = response.claim_templates[0]["spec"]["spec"]["devices"]
+    assert devices.get("constraints", []) == [
+        {"requests": ["gpu"], "matchAttribute": f"gpu.pyhami.io/{name}"} for name in constraints
+    ]
+
+
+def test_one_card_needs_no_topology_constraint() -> None:
+    pod = _pod(_ctr(gpu="1"), annotations={"nvidia.com/numa-bind": "true"})
+    response, _ = _admit(pod, mode="all")
+    assert "constraints" not in response.claim_templates[0]["spec"]["spec"]["devices"]
+
+
+def test_card_type_and_uuid_annotations_become_selectors_on_every_request() -> None:
+    annotations = {
+        "nvidia.com/use-gputype": "A100",
+        "nvidia.com/nouse-gpuuuid": "GPU-0",
+    }
+    pod = _pod(_ctr(gpumem="1024"), _ctr("second", gpu="1"), annotations=annotations)
+    response, _ = _admit(pod, mode="all")
+    for template in response.claim_templates:
+        [request] = template["spec"]["spec"]["devices"]["requests"]
+        expressions = [s["cel"]["expression"] for s in request["exactly"]["selectors"]]
+        assert expressions[0].startswith('["A100"].exists(t, ')
+        assert expressions[1] == '!(device.attributes["gpu.pyhami.io"].uuid in ["GPU-0"])'
+
+
+GIB = 1024**3
+
+
+def test_a_memory_percentage_is_an_alternative_per_card_size_with_hamis_rounding() -> None:
+    pod = _pod(_ctr(gpu="1", **{"gpumem-percentage": "33"}), nodeSelector=DRA_SELECTOR)
+    sizes = frozenset({80 * GIB, 24 * GIB, 40 * GIB})
+    response, mutated = _admit(pod, card_memories=sizes)
+    assert response.allowed
+    [request] = response.claim_templates[0]["spec"]["spec"]["devices"]["requests"]
+    alternatives = request["firstAvailable"]
+    assert [a["name"] for a in alternatives] == ["card-24576mib", "card-40960mib", "card-81920mib"]
+    # 33 % of 24576 MiB is 8110.08 MiB: HAMi truncates
+    assert [a["capacity"]["requests"] for a in alternatives] == [
+        {"memory": str(mib * 1024**2), "cores": "0"} for mib in (8110, 13516, 27033)
+    ]
+    assert mutated["spec"]["containers"][0]["resources"]["limits"] == {}
+
+
+def test_gpumem_wins_over_a_percentage_and_whole_percentages_are_the_whole_card() -> None:
+    both = _pod(_ctr(gpumem="1024", **{"gpumem-percentage": "50"}), nodeSelector=DRA_SELECTOR)
+    response, _ = _admit(both)  # no slice known: the percentage is not needed
+    [request] = response.claim_templates[0]["spec"]["spec"]["devices"]["requests"]
+    assert request["exactly"]["capacity"]["requests"]["memory"] == str(1024 * 1024**2)
+    whole = _pod(_ctr(**{"gpumem-percentage": "100"}), nodeSelector=DRA_SELECTOR)
+    response, _ = _admit(whole)
+    [request] = response.claim_templates[0]["spec"]["spec"]["devices"]["requests"]
+    assert "capacity" not in request["exactly"]
+
+
+def test_more_card_sizes_than_a_request_has_alternatives_is_refused() -> None:
+    pod = _pod(_ctr(**{"gpumem-percentage": "50"}), nodeSelector=DRA_SELECTOR)
+    response, _ = _admit(pod, card_memories=frozenset(n * GIB for n in range(1, 10)))
+    assert not response.allowed
+    assert "9 memory sizes, more than the 8 alternatives" in response.message
+
+
 def test_multi_gpu_claims_keep_their_cards_on_one_numa_node_when_asked() -> None:
     pod = _pod(
         _ctr(gpu="2", gpumem="8192"),
@@ -127,8 +213,8 @@ def test_multi_gpu_claims_keep_their_cards_on_one_numa_node_when_asked() -> None
     [
         pytest.param(
             _pod(_ctr(**{"gpumem-percentage": "50"}), nodeSelector=DRA_SELECTOR),
-            "gpumem-percentage=50 cannot run on a DRA node",
-            id="percentage",
+            "gpumem-percentage=50: no GPU of the DRA driver is known yet (no ResourceSlice)",
+            id="percentage-before-any-slice",
         ),
         pytest.param(
             _pod(
@@ -184,3 +270,22 @@ async def test_templates_are_created_before_the_answer_and_a_failure_refuses_the
     answer = await refusing.create_claim_templates(response)
     assert not answer.allowed and answer.code == 500
     assert "cannot create ResourceClaimTemplate pyhami-gpu-" in answer.message
+
+
+def _slice(name: str, driver: str, *memories: str) -> JsonObject:
+    devices = [
+        {"name": f"gpu-{i}", "capacity": {"memory": {"value": m}}} for i, m in enumerate(memories)
+    ]
+    return {"metadata": {"name": name}, "spec": {"driver": driver, "devices": devices}}
+
+
+def test_card_sizes_follow_the_drivers_slices() -> None:
+    cards = DraCardMemories()
+    cards.on_slice(_slice("a", "gpu.pyhami.io", "80Gi", str(80 * GIB)))
+    cards.on_slice(_slice("b", "gpu.pyhami.io", "40Gi"))
+    cards.on_slice(_slice("other", "gpu.example.com", "16Gi"))
+    assert cards.sizes() == {80 * GIB, 40 * GIB}
+    cards.on_slice(_slice("b", "gpu.pyhami.io", "24Gi"))  # an update replaces the slice's sizes
+    assert cards.sizes() == {80 * GIB, 24 * GIB}
+    cards.on_slice_deleted(_slice("a", "gpu.pyhami.io"))
+    assert cards.sizes() == {24 * GIB}

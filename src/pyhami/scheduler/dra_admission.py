@@ -10,33 +10,46 @@ What changes, per container asking for GPUs (`nvidia.com/gpu`, `gpumem`, `gpumem
 made from a content-named ResourceClaimTemplate asking for `count` devices of class
 `gpu.pyhami.io` with `memory` (gpumem MiB in bytes) and `cores` (gpucores percent) as capacity
 requests; memory not asked is the whole card's, cores not asked are none (no SM limit) for a
-memory share and the whole card otherwise, as in HAMi. gpumem-percentage 100 is the whole card's
-memory; another percentage has no DRA form (capacity is consumed in bytes, and cards differ)
-and is refused. Whole-GPU containers become claims too, not the DeviceClass's extended
-resource: kube-scheduler refuses every node to a pod one of whose extended resources is backed
-by DRA while another (`gpumem`) is neither offered by the node nor backed by DRA, so in a mixed
-cluster the class must not map `nvidia.com/gpu`, or HAMi-style pods would fit nowhere. A pod
-annotated `gpu.pyhami.io/same-topology: numa|nvlink` keeps each container's cards on one NUMA
-node or NVLink domain.
+memory share and the whole card otherwise, as in HAMi. A gpumem-percentage below 100 (and no
+gpumem, which wins as in HAMi) becomes one alternative per card memory size known from the
+driver's ResourceSlices, each taking that percentage of such a card with HAMi's rounding; with
+no size known yet the pod is refused. Whole-GPU containers become claims too, not the
+DeviceClass's extended resource: kube-scheduler refuses every node to a pod one of whose
+extended resources is backed by DRA while another (`gpumem`) is neither offered by the node nor
+backed by DRA, so in a mixed cluster the class must not map `nvidia.com/gpu`, or HAMi-style pods
+would fit nowhere.
+
+HAMi's card annotations carry over: `nvidia.com/use-gputype` / `nouse-gputype` and
+`use-gpuuuid` / `nouse-gpuuuid` become CEL selectors on the card's attributes, and
+`nvidia.com/numa-bind` keeps each container's cards on one NUMA node (a `matchAttribute`
+constraint), as does `gpu.pyhami.io/same-topology: numa`; `gpu.pyhami.io/same-topology: nvlink`
+keeps them on one NVLink domain.
 
 The pod keeps its scheduler: kube-scheduler allocates claims itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pyhami.devices.config import NvidiaConfig
 from pyhami.devices.nvidia.dra_claims import (
+    MAX_ALTERNATIVES,
     MIB,
     NODE_MODE_DRA,
     NODE_MODE_LABEL,
     TOPOLOGY_ATTRIBUTES,
     GpuShare,
+    card_selectors,
     claim_template,
 )
+from pyhami.devices.nvidia.fit import resolve_memory
+from pyhami.devices.nvidia.selectors import CardSelectors
 from pyhami.devices.quantity import QuantityError, parse_quantity, value_ceil
+from pyhami.model import ContainerDeviceRequest
+from pyhami.protocol import NVIDIA_VENDOR
 
 JsonObject = dict[str, Any]
 DraMode = Literal["off", "selected", "all"]
@@ -76,10 +89,71 @@ def _whole_number(container: Mapping[str, Any], name: str) -> int | None:
         raise DraTranslationError(f"container {container.get('name')!r}: {name}: {err}") from err
 
 
+@dataclass(frozen=True, slots=True)
+class PodCardRules:
+    """What a pod's annotations ask of every card of its claims."""
+
+    same: frozenset[str] = frozenset()  # topologies: "numa", "nvlink"
+    selectors: tuple[str, ...] = ()  # CEL
+
+    @classmethod
+    def from_annotations(cls, annotations: Mapping[str, str]) -> PodCardRules:
+        same = annotations.get(TOPOLOGY_ANNOTATION)
+        if same is not None and same not in TOPOLOGY_ATTRIBUTES:
+            raise DraTranslationError(
+                f"annotation {TOPOLOGY_ANNOTATION}={same!r}: known values are "
+                f"{', '.join(TOPOLOGY_ATTRIBUTES)}"
+            )
+        cards = CardSelectors.from_annotations(annotations)
+        topologies = {same} if same is not None else set()
+        if cards.numa_bind:
+            topologies.add("numa")
+        try:
+            return cls(same=frozenset(topologies), selectors=card_selectors(cards))
+        except ValueError as err:
+            raise DraTranslationError(str(err)) from err
+
+
+def memory_by_card(percentage: int, card_memories: Collection[int]) -> tuple[tuple[int, int], ...]:
+    """`percentage` of each card memory size (bytes, whole MiB), smallest card first so
+    kube-scheduler's choice on a node with several sizes is always the same. HAMi's rounding:
+    the card's MiB times the percentage over 100, truncated."""
+    request = ContainerDeviceRequest(
+        nums=1, type=NVIDIA_VENDOR, memreq=0, mem_percentage_req=percentage, coresreq=0
+    )
+    return tuple(
+        (card, resolve_memory(request, card // MIB) * MIB) for card in sorted(set(card_memories))
+    )
+
+
+def _percentage_share(
+    name: object, percentage: int, card_memories: Collection[int], cfg: NvidiaConfig
+) -> tuple[tuple[int, int], ...]:
+    asked = f"container {name!r}: {cfg.resource_memory_percentage_name}={percentage}"
+    if not card_memories:
+        raise DraTranslationError(
+            f"{asked}: no GPU of the DRA driver is known yet (no ResourceSlice), so the "
+            "percentage cannot be turned into memory; create the pod again once the driver "
+            f"runs, or ask for {cfg.resource_memory_name} in MiB"
+        )
+    sizes = len(set(card_memories))
+    if sizes > MAX_ALTERNATIVES:
+        raise DraTranslationError(
+            f"{asked}: the DRA GPUs have {sizes} memory sizes, more than the "
+            f"{MAX_ALTERNATIVES} alternatives a claim request may have; ask for "
+            f"{cfg.resource_memory_name} in MiB"
+        )
+    return memory_by_card(percentage, card_memories)
+
+
 def container_share(
-    container: Mapping[str, Any], cfg: NvidiaConfig, same: str | None
+    container: Mapping[str, Any],
+    cfg: NvidiaConfig,
+    rules: PodCardRules,
+    card_memories: Collection[int] = (),
 ) -> GpuShare | None:
-    """The GPU share a container asks for in HAMi's resources; None when it asks for none."""
+    """The GPU share a container asks for in HAMi's resources; None when it asks for none.
+    `card_memories`: the memory sizes (bytes) of the DRA driver's GPUs, for a percentage."""
     memory_mib = _whole_number(container, cfg.resource_memory_name)
     percentage = _whole_number(container, cfg.resource_memory_percentage_name)
     cores = _whole_number(container, cfg.resource_core_name)
@@ -87,35 +161,38 @@ def container_share(
     if memory_mib is None and percentage is None and cores is None and not count:
         return None
     name = container.get("name")
-    if percentage is not None and percentage != 100:
-        raise DraTranslationError(
-            f"container {name!r}: {cfg.resource_memory_percentage_name}={percentage} cannot "
-            f"run on a DRA node (GPU memory is shared there in bytes): ask for "
-            f"{cfg.resource_memory_name} in MiB instead"
-        )
+    by_card: tuple[tuple[int, int], ...] = ()
+    # gpumem wins over a percentage, and 0 or 100 percent is the whole card, as in HAMi
+    if memory_mib is None and percentage is not None and percentage not in (0, 100):
+        if not 0 < percentage < 100:
+            raise DraTranslationError(
+                f"container {name!r}: {cfg.resource_memory_percentage_name}={percentage} "
+                "is not a percentage (0..100)"
+            )
+        by_card = _percentage_share(name, percentage, card_memories, cfg)
     try:
         return GpuShare(
             count=count or cfg.default_gpu_num,
             memory_bytes=memory_mib * MIB if memory_mib is not None else None,
             # a share that names memory but no cores has no SM limit, as in HAMi
-            cores_percent=0 if cores is None and memory_mib is not None else cores,
-            same=same,
+            cores_percent=0 if cores is None and (memory_mib is not None or by_card) else cores,
+            same=rules.same,
+            selectors=rules.selectors,
+            memory_by_card=by_card,
         )
     except ValueError as err:
         raise DraTranslationError(f"container {name!r}: {err}") from err
 
 
-def translate_to_claims(pod: JsonObject, namespace: str, cfg: NvidiaConfig) -> list[JsonObject]:
+def translate_to_claims(
+    pod: JsonObject, namespace: str, cfg: NvidiaConfig, card_memories: Collection[int] = ()
+) -> list[JsonObject]:
     """Rewrite the pod's share requests as claims (in place); the templates they name, which
-    must exist before the pod is created."""
+    must exist before the pod is created. `card_memories`: the memory sizes (bytes) of the
+    DRA driver's GPUs, for gpumem-percentage."""
     spec = pod.setdefault("spec", {})
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    same = annotations.get(TOPOLOGY_ANNOTATION)
-    if same is not None and same not in TOPOLOGY_ATTRIBUTES:
-        raise DraTranslationError(
-            f"annotation {TOPOLOGY_ANNOTATION}={same!r}: known values are "
-            f"{', '.join(TOPOLOGY_ATTRIBUTES)}"
-        )
+    rules = PodCardRules.from_annotations(annotations)
     owned = (
         cfg.resource_count_name,
         cfg.resource_memory_name,
@@ -125,7 +202,7 @@ def translate_to_claims(pod: JsonObject, namespace: str, cfg: NvidiaConfig) -> l
     templates: dict[str, JsonObject] = {}
     containers = [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]
     for number, container in enumerate(containers):
-        share = container_share(container, cfg, same)
+        share = container_share(container, cfg, rules, card_memories)
         if share is None:
             continue
         template = claim_template(namespace, {"gpu": share})

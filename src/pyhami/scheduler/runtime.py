@@ -25,12 +25,14 @@ import structlog
 from aiohttp import web
 
 from pyhami.devices.config import DeviceConfig, parse_device_config
+from pyhami.devices.nvidia.dra_claims import DRIVER
 from pyhami.engine import EngineConfig
 from pyhami.kube import (
     NODES,
     PODS,
     RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_QUOTAS,
+    RESOURCE_SLICES,
     AlreadyExists,
     Clock,
     EventHandlers,
@@ -44,6 +46,7 @@ from pyhami.kube import (
     cancel_and_wait,
 )
 from pyhami.protocol import LABEL_SCHEDULER_ROLE, SchedulerRole, pod_labels_patch
+from pyhami.scheduler.dra_cards import DraCardMemories
 from pyhami.scheduler.dra_nodes import DraAwareExtender
 from pyhami.scheduler.events import EventRecorder
 from pyhami.scheduler.eviction import EvictingPreemption
@@ -150,6 +153,7 @@ class SchedulerProcess:
         )
         self.preemption = Preemption(self.service, nominated=self.evicting.nominated)
         self.service.on_unschedulable = self.evicting.on_unschedulable
+        self.dra_cards = DraCardMemories()
         self.admission = PodAdmission(
             WebhookConfig(
                 scheduler_name=settings.scheduler_name,
@@ -162,6 +166,7 @@ class SchedulerProcess:
             device_config.nvidia,
             self.state.exceeds_quota,
             ensure_object=self._ensure_claim_template,
+            dra_card_memories=self.dra_cards.sizes,
         )
         resync = InformerSettings(resync_period_s=INFORMER_RESYNC_SECONDS)
         selector = ",".join(f"{k}={v}" for k, v in settings.node_label_selector.items())
@@ -174,6 +179,15 @@ class SchedulerProcess:
                 client, RESOURCE_QUOTAS, settings=resync, name="scheduler/resourcequotas"
             ),
         }
+        if settings.dra_mode != "off":
+            # the DRA GPUs' memory sizes, for the webhook's gpumem-percentage alternatives
+            self.informers["resourceslices"] = Informer(
+                client,
+                RESOURCE_SLICES,
+                field_selector=f"spec.driver={DRIVER}",
+                settings=resync,
+                name="scheduler/resourceslices",
+            )
         self._wire_informers()
         self._metrics_route_on_main = metrics_route_on_main
         self.certificate: ReloadingCertificate | None = None
@@ -229,6 +243,15 @@ class SchedulerProcess:
                 on_delete=state.on_quota_deleted,
             )
         )
+        slices = self.informers.get("resourceslices")
+        if slices is not None:
+            slices.add_handlers(
+                EventHandlers(
+                    on_add=self.dra_cards.on_slice,
+                    on_update=lambda _old, new: self.dra_cards.on_slice(new),
+                    on_delete=self.dra_cards.on_slice_deleted,
+                )
+            )
 
     def _node_seen(self, node: Mapping[str, Any]) -> None:
         self.state.on_node(node)
@@ -324,7 +347,9 @@ class SchedulerProcess:
         return int(listener.sockets[0].getsockname()[1])
 
     async def _wait_synced(self) -> None:
-        await asyncio.gather(*(i.synced.wait() for i in self.informers.values()))
+        # the engine's caches; the DRA card sizes (for the webhook) do not hold the extender back
+        engine = (self.informers[name] for name in ("pods", "nodes", "quotas"))
+        await asyncio.gather(*(i.synced.wait() for i in engine))
         freeze_heap(full=True)
         self.synced.set()
         log.info("scheduler caches synced", nodes=len(self.state.ledger.node_names()))

@@ -34,7 +34,7 @@ Two more refusals (pyhami, not HAMi), for the pods the webhook takes:
 from __future__ import annotations
 
 import copy
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -229,11 +229,14 @@ class PodAdmission:
         nvidia: NvidiaConfig,
         exceeds_quota: Callable[[JsonObject], bool],
         ensure_object: Callable[[JsonObject], Awaitable[None]] | None = None,
+        dra_card_memories: Callable[[], Collection[int]] = frozenset,
     ) -> None:
         self.cfg = cfg
         self.nvidia = nvidia
         self._exceeds_quota = exceeds_quota
         self._ensure_object = ensure_object
+        # the memory sizes (bytes) of the DRA driver's GPUs, for gpumem-percentage
+        self._dra_card_memories = dra_card_memories
 
     async def create_claim_templates(self, response: AdmissionResponse) -> AdmissionResponse:
         """Create the ResourceClaimTemplates an allowed answer's pod names (one that exists
@@ -372,7 +375,7 @@ class PodAdmission:
         if refusal is not None and namespace not in self.cfg.limit_control_namespaces:
             return AdmissionResponse.deny(refusal)
         try:
-            templates = translate_to_claims(pod, namespace, self.nvidia)
+            templates = translate_to_claims(pod, namespace, self.nvidia, self._dra_card_memories())
         except DraTranslationError as err:
             return AdmissionResponse.deny(str(err))
         if privileged is not None and gpu_containers:

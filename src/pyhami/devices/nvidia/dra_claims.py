@@ -9,6 +9,10 @@ defaults to the whole capacity: a request that names no capacity, as the claim k
 makes for a plain `nvidia.com/gpu: 1` through the class's `extendedResourceName`, takes the
 whole card.
 
+A share can be limited to some cards with CEL selectors on the device's attributes (HAMi's
+card-type and UUID annotations), and a share of each card's memory in percent becomes
+`firstAvailable` alternatives, one per card memory size.
+
 Pure functions of their arguments: no I/O.
 """
 
@@ -20,7 +24,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pyhami.devices.nvidia.selectors import CardSelectors
 from pyhami.devices.quantity import parse_quantity, value_ceil
+from pyhami.protocol.selectors import TypeSelector, UuidSelector
 
 JsonObject = dict[str, Any]
 
@@ -38,6 +44,17 @@ ATTRIBUTE_NVLINK_DOMAIN = f"{DRIVER}/nvlinkDomain"
 TOPOLOGY_ATTRIBUTES = {"numa": ATTRIBUTE_NUMA_NODE, "nvlink": ATTRIBUTE_NVLINK_DOMAIN}
 TEMPLATE_PREFIX = "pyhami-gpu-"
 MIB = 1024 * 1024
+# kube-apiserver's limits on a request's alternatives and on one CEL selector
+MAX_ALTERNATIVES = 8
+MAX_SELECTOR_LENGTH = 10 * 1024
+_ATTRIBUTES = f'device.attributes["{DRIVER}"]'
+# HAMi's card type (the device plugin's registered type): the NVML name, `NVIDIA-` prefixed
+# unless it starts with NVIDIA; compared upper-cased, as HAMi's `CheckType`.
+_CARD_TYPE = (
+    f'({_ATTRIBUTES}.productName.startsWith("NVIDIA") ? {_ATTRIBUTES}.productName'
+    f' : "NVIDIA-" + {_ATTRIBUTES}.productName).upperAscii()'
+)
+_CARD_MEMORY = f'device.capacity["{DRIVER}"].memory'
 
 
 def device_class(extended_resource_name: str | None = "nvidia.com/gpu") -> JsonObject:
@@ -56,6 +73,63 @@ def device_class(extended_resource_name: str | None = "nvidia.com/gpu") -> JsonO
     }
 
 
+def cel_string(text: str) -> str:
+    """`text` as a CEL string literal. Backslashes, quotes and every character that is not
+    printable are escaped, so no value can end the literal and add to the expression."""
+    parts = ['"']
+    for char in text:
+        code = ord(char)
+        if 0xD800 <= code <= 0xDFFF:
+            raise ValueError(f"{text!r} is not valid Unicode text (a lone surrogate)")
+        if char in '\\"':
+            parts.append("\\" + char)
+        elif char.isprintable():
+            parts.append(char)
+        elif code <= 0xFFFF:
+            parts.append(f"\\u{code:04x}")
+        else:
+            parts.append(f"\\U{code:08x}")
+    parts.append('"')
+    return "".join(parts)
+
+
+def _cel_list(items: Sequence[str]) -> str:
+    return "[" + ", ".join(cel_string(item) for item in items) + "]"
+
+
+def _type_selectors(types: TypeSelector) -> list[str]:
+    """HAMi's `CheckType`: some `use` item and no `nouse` item is a substring of the card type
+    (items are upper-cased already; a `use` rule whose items are all empty admits no card)."""
+    found = []
+    if types.use is not None:
+        found.append(f"{_cel_list(sorted(set(types.use)))}.exists(t, {_CARD_TYPE}.contains(t))")
+    if types.nouse is not None and types.nouse:
+        found.append(f"!{_cel_list(sorted(set(types.nouse)))}.exists(t, {_CARD_TYPE}.contains(t))")
+    return found
+
+
+def _uuid_selectors(uuids: UuidSelector) -> list[str]:
+    """HAMi's `CheckUUID`: the card's uuid is (not) one of the listed, exactly."""
+    found = []
+    if uuids.use is not None:
+        found.append(f"{_ATTRIBUTES}.uuid in {_cel_list(sorted(uuids.use))}")
+    if uuids.nouse is not None:
+        found.append(f"!({_ATTRIBUTES}.uuid in {_cel_list(sorted(uuids.nouse))})")
+    return found
+
+
+def card_selectors(selectors: CardSelectors) -> tuple[str, ...]:
+    """CEL selectors every card of a share must pass: HAMi's card-type and UUID rules."""
+    found = (*_type_selectors(selectors.types), *_uuid_selectors(selectors.uuids))
+    for expression in found:
+        if len(expression) > MAX_SELECTOR_LENGTH:
+            raise ValueError(
+                f"a card-type or UUID annotation makes a CEL selector of {len(expression)} "
+                f"characters; Kubernetes takes at most {MAX_SELECTOR_LENGTH}"
+            )
+    return found
+
+
 @dataclass(frozen=True, slots=True)
 class GpuShare:
     """What one container asks of GPUs: how many cards, and of each how much (None: all)."""
@@ -63,8 +137,13 @@ class GpuShare:
     count: int = 1
     memory_bytes: int | None = None
     cores_percent: int | None = None
-    # "numa" or "nvlink": all `count` cards share that attribute's value
-    same: str | None = None
+    # "numa", "nvlink": all `count` cards share each named attribute's value
+    same: frozenset[str] = frozenset()
+    # CEL expressions each card must satisfy
+    selectors: tuple[str, ...] = ()
+    # A share of each card's memory: (card memory, bytes to take of it) per card size, tried
+    # in this order; instead of `memory_bytes`.
+    memory_by_card: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         if self.count < 1:
@@ -74,28 +153,52 @@ class GpuShare:
         # 0 cores: no SM limit on a shared card, as HAMi's gpucores=0
         if self.cores_percent is not None and not 0 <= self.cores_percent <= 100:
             raise ValueError(f"GPU cores are 0..100 percent, got {self.cores_percent}")
-        if self.same is not None and self.same not in TOPOLOGY_ATTRIBUTES:
+        unknown = sorted(self.same - TOPOLOGY_ATTRIBUTES.keys())
+        if unknown:
+            raise ValueError(f"unknown topology {unknown}; known: {', '.join(TOPOLOGY_ATTRIBUTES)}")
+        if self.memory_by_card and self.memory_bytes is not None:
+            raise ValueError("a GPU share names its memory in bytes or per card size, not both")
+        if len(self.memory_by_card) > MAX_ALTERNATIVES:
             raise ValueError(
-                f"unknown topology {self.same!r}; known: {', '.join(TOPOLOGY_ATTRIBUTES)}"
+                f"{len(self.memory_by_card)} card memory sizes: a claim request takes at most "
+                f"{MAX_ALTERNATIVES} alternatives"
             )
+        if any(not 0 < taken <= card for card, taken in self.memory_by_card):
+            raise ValueError(f"memory per card size out of range: {self.memory_by_card}")
 
 
-def device_request(name: str, share: GpuShare) -> JsonObject:
-    """One `spec.devices.requests[]` entry: `count` devices of the class, each with the
-    capacity `share` asks for (a capacity not named is the policy's default: the whole)."""
+def _exactly(share: GpuShare, memory_bytes: int | None, selectors: Sequence[str]) -> JsonObject:
+    """`count` devices of the class passing `selectors`, each with the capacity asked for (a
+    capacity not named is the policy's default: the whole)."""
     exactly: JsonObject = {
         "deviceClassName": DEVICE_CLASS,
         "allocationMode": "ExactCount",
         "count": share.count,
     }
+    if selectors:
+        exactly["selectors"] = [{"cel": {"expression": e}} for e in selectors]
     requests: JsonObject = {}
-    if share.memory_bytes is not None:
-        requests[CAPACITY_MEMORY] = str(share.memory_bytes)
+    if memory_bytes is not None:
+        requests[CAPACITY_MEMORY] = str(memory_bytes)
     if share.cores_percent is not None:
         requests[CAPACITY_CORES] = str(share.cores_percent)
     if requests:
         exactly["capacity"] = {"requests": requests}
-    return {"name": name, "exactly": exactly}
+    return exactly
+
+
+def device_request(name: str, share: GpuShare) -> JsonObject:
+    """One `spec.devices.requests[]` entry. A share of each card's memory becomes one
+    alternative per card size (`firstAvailable`, subrequests `card-<MiB>mib`), each for cards
+    of that memory only; kube-scheduler takes, on each node, the first that fits there."""
+    if not share.memory_by_card:
+        return {"name": name, "exactly": _exactly(share, share.memory_bytes, share.selectors)}
+    alternatives = []
+    for card, taken in share.memory_by_card:
+        only_this_size = f'{_CARD_MEMORY}.compareTo(quantity("{card}")) == 0'
+        exactly = _exactly(share, taken, (*share.selectors, only_this_size))
+        alternatives.append({"name": f"card-{card // MIB}mib", **exactly})
+    return {"name": name, "firstAvailable": alternatives}
 
 
 def claim_spec(requests: Mapping[str, GpuShare]) -> JsonObject:
@@ -105,9 +208,10 @@ def claim_spec(requests: Mapping[str, GpuShare]) -> JsonObject:
         "requests": [device_request(name, share) for name, share in requests.items()]
     }
     constraints = [
-        {"requests": [name], "matchAttribute": TOPOLOGY_ATTRIBUTES[share.same]}
+        {"requests": [name], "matchAttribute": TOPOLOGY_ATTRIBUTES[same]}
         for name, share in requests.items()
-        if share.same is not None and share.count > 1
+        if share.count > 1
+        for same in sorted(share.same)
     ]
     if constraints:
         devices["constraints"] = constraints

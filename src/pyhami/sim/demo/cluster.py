@@ -87,7 +87,7 @@ KUBE_SCHEDULER_USER = "system:kube-scheduler"
 TRUSTED_WRITERS = (SCHEDULER_USER, DEVICE_PLUGIN_USER)
 JsonObject = dict[str, Any]
 # The chart's ServiceAccounts, roles and bindings as helm renders them for the names above
-# (tests/chart/test_demo_rbac.py keeps this copy equal to the chart).
+# with DRA on (tests/chart/test_demo_rbac.py keeps this copy equal to the chart).
 CHART_RBAC_FILE = Path(__file__).with_name("chart-rbac.yaml")
 
 
@@ -421,7 +421,8 @@ class DemoCluster(AsyncService):
                 runtime=self.runtime,
             )
             self.dra_nodes.append(node)
-            self.progress(f"node {name:<12} {len(cards)} x A100: DRA driver, kubelet (DRA)")
+            models = ", ".join(sorted({card.name for card in cards}))
+            self.progress(f"node {name:<12} {len(cards)} x {models}: DRA driver, kubelet (DRA)")
 
     async def _start_kube_scheduler(self, real: RealControlPlane) -> None:
         ca_file = self.workdir / "scheduler-ca.crt"

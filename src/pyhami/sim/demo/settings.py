@@ -32,11 +32,18 @@ class DemoSettings:
     # A built libvgpu.so to install on every node, as the device plugin's DaemonSet does.
     libvgpu: Path | None = None
     # Nodes running the DRA driver instead of the device plugin (Kubernetes' own control plane
-    # only), each with `gpus` A100s; the webhook translates pods headed there (--dra-mode
-    # selected). With `nodes` 0 every GPU node is a DRA node.
+    # only), numbered after the device-plugin nodes for their card models and uuids; the webhook
+    # translates pods headed there (--dra-mode selected). With `nodes` 0 every GPU node is a
+    # DRA node.
     dra_nodes: int = 0
+    # Cards per DRA node (one entry per node of `dra_nodes`), overriding MODELS and `gpus`.
+    dra_cards: Sequence[Sequence[FakeGpu]] | None = None
 
     def __post_init__(self) -> None:
+        if self.dra_cards is not None and len(self.dra_cards) != self.dra_nodes:
+            raise ValueError(
+                f"dra_cards names {len(self.dra_cards)} nodes' cards for {self.dra_nodes} DRA nodes"
+            )
         if self.cards is None and not (0 if self.dra_nodes else 1) <= self.nodes <= 64:
             raise ValueError(f"--nodes must be 1..64, got {self.nodes}")
         if not 0 <= self.dra_nodes <= 64:
@@ -47,21 +54,21 @@ class DemoSettings:
             raise ValueError(f"libvgpu {self.libvgpu} is not a file (make -C native/libvgpu)")
 
     def dra_node_cards(self) -> list[list[FakeGpu]]:
-        return [
-            [
-                a100_80g(numa=i * 2 // self.gpus, uuid=card_uuid(1000 + n, i))
-                for i in range(self.gpus)
-            ]
-            for n in range(1, self.dra_nodes + 1)
-        ]
+        if self.dra_cards is not None:
+            return [list(cards) for cards in self.dra_cards]
+        first = len(self.node_cards()) + 1
+        return self._cards_of(range(first, first + self.dra_nodes))
 
     def node_cards(self) -> list[list[FakeGpu]]:
         if self.cards is not None:
             return [list(cards) for cards in self.cards]
+        return self._cards_of(range(1, self.nodes + 1))
+
+    def _cards_of(self, numbers: range) -> list[list[FakeGpu]]:
         return [
             [
                 MODELS[(n - 1) % len(MODELS)](numa=i * 2 // self.gpus, uuid=card_uuid(n, i))
                 for i in range(self.gpus)
             ]
-            for n in range(1, self.nodes + 1)
+            for n in numbers
         ]
