@@ -77,7 +77,8 @@ class DraAwareExtender:
         dra = [n for n in names or () if is_dra_node(self._nodes.get(n))]
         if names is None or not dra:
             return await self._inner.filter(args)
-        others = tuple(n for n in names if n not in set(dra))
+        dra_names = set(dra)
+        others = tuple(n for n in names if n not in dra_names)
         pod = args.pod or {}
         if (pod.get("spec") or {}).get("schedulerName") != self._scheduler_name:
             self._remember_passed(pod)
