@@ -283,8 +283,9 @@ def test_webhook_values_reach_the_webhook() -> None:
 
 
 def test_the_webhooks_are_the_demos() -> None:
-    """The demo (and so the whole-system tests) registers what the chart installs."""
-    rendered = render("defaults")
+    """The demo (and so the whole-system tests) registers what the chart installs with DRA on
+    (the demo's DRA nodes run the chart's DRA driver, a trusted writer)."""
+    rendered = render("dra-selected")
     hooks = rendered.one("MutatingWebhookConfiguration")["webhooks"]
     assert [
         (h["name"], h["clientConfig"]["service"]["path"], h["rules"], h.get("objectSelector"))

@@ -15,8 +15,9 @@ from pyhami.sim.demo.cluster import CHART_RBAC_FILE, COMPONENT_NAMESPACE, chart_
 from .render import CHART, helm, set_flags
 
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
-# The demo's components are named as the chart names them with fullnameOverride=pyhami.
-DEMO_VALUES = ("fullnameOverride=pyhami",)
+# The demo's components are named as the chart names them with fullnameOverride=pyhami; its
+# DRA nodes need the chart's RBAC with DRA on.
+DEMO_VALUES = ("fullnameOverride=pyhami", "dra.mode=selected")
 REFRESH = "cd tests && python3 -m chart.test_demo_rbac"
 
 
