@@ -23,6 +23,7 @@ VALUE_SETS: dict[str, tuple[str, ...]] = {
     "webhook-off": ("scheduler.admissionWebhook.enabled=false",),
     "leader-3-replicas": ("scheduler.leaderElect=true", "scheduler.replicas=3"),
     "dra-selected": ("dra.mode=selected",),
+    "dra-all": ("dra.mode=all",),
     "scheduler-off": ("scheduler.enabled=false",),
     "device-plugin-off": ("devicePlugin.enabled=false",),
     "custom-names": (

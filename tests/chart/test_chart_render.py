@@ -20,10 +20,23 @@ from pyhami.testing.fake_apiserver.cel import compile_expression
 from pyhami.testing.scheduler_harness.config import ExtenderConfig
 
 from .commands import parse_pyhami
-from .render import CHART, NAMESPACE, VALUE_SETS, Rendered, helm, render, set_flags, values
+from .render import (
+    CHART,
+    NAMESPACE,
+    RELEASE,
+    VALUE_SETS,
+    Rendered,
+    helm,
+    render,
+    set_flags,
+    values,
+)
 
 # Chart.yaml's kubeVersion floor and the newest schemas kubernetes-validate bundles.
 KUBE_VERSIONS = ("1.29.0", kubernetes_validate.latest_version())
+# The DRA driver's ValidatingAdmissionPolicy and its binding: admissionregistration.k8s.io/v1
+# from 1.30.
+NEWER_THAN_1_29 = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 
 # The used fields of the CRD kinds the chart renders; anything else is rejected.
 CRD_SCHEMAS: dict[str, dict[str, Any]] = {
@@ -137,6 +150,8 @@ def test_a_wrong_value_type_fails_to_render() -> None:
 def test_every_object_passes_the_strict_schema(value_set: str, kube_version: str) -> None:
     for obj in render(value_set).objects:
         name = f"{obj['kind']}/{obj['metadata']['name']}"
+        if obj["kind"] in NEWER_THAN_1_29 and kube_version == KUBE_VERSIONS[0]:
+            continue  # rendered only with DRA on, which needs Kubernetes 1.34
         if obj["kind"] in CRD_SCHEMAS:
             assert obj["apiVersion"] == CRD_API_VERSIONS[obj["kind"]], name
             jsonschema.validate(obj["spec"], CRD_SCHEMAS[obj["kind"]])
@@ -273,8 +288,9 @@ def test_webhook_values_reach_the_webhook() -> None:
 
 
 def test_the_webhooks_are_the_demos() -> None:
-    """The demo (and so the whole-system tests) registers what the chart installs."""
-    rendered = render("defaults")
+    """The demo (and so the whole-system tests) registers what the chart installs with DRA on
+    (the demo's DRA nodes run the chart's DRA driver, a trusted writer)."""
+    rendered = render("dra-selected")
     hooks = rendered.one("MutatingWebhookConfiguration")["webhooks"]
     assert [
         (h["name"], h["clientConfig"]["service"]["path"], h["rules"], h.get("objectSelector"))
@@ -383,9 +399,17 @@ def test_cert_manager_replaces_the_job_and_injects_the_ca() -> None:
 # --- containers: arguments and the paths behind them -------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "value_set", ["defaults", "custom-names", "leader-3-replicas", "hami-values"]
-)
+RUNS = {
+    "defaults": {"scheduler", "device-plugin", "monitor"},
+    "custom-names": {"scheduler", "device-plugin", "monitor"},
+    "leader-3-replicas": {"scheduler", "device-plugin", "monitor"},
+    "hami-values": {"scheduler", "device-plugin", "monitor"},
+    "dra-selected": {"scheduler", "device-plugin", "dra-driver", "monitor"},
+    "dra-all": {"scheduler", "dra-driver", "monitor"},
+}
+
+
+@pytest.mark.parametrize("value_set", sorted(RUNS))
 def test_every_pyhami_container_parses_and_its_paths_are_mounted(value_set: str) -> None:
     rendered = render(value_set)
     seen = set()
@@ -405,10 +429,13 @@ def test_every_pyhami_container_parses_and_its_paths_are_mounted(value_set: str)
                 "config_file",
                 "node_config_file",
                 "plugin_dir",
+                "kubelet_plugins_dir",
+                "kubelet_registry_dir",
+                "cdi_dir",
             )
             if params.get(key)
         ]
-        if argv[1] == "device-plugin":
+        if argv[1] in ("device-plugin", "dra-driver"):
             paths += [f"{params['hook_path']}/vgpu", "/tmp/vgpulock"]
         if argv[1] == "monitor":
             paths += [f"{env['HOOK_PATH']}/containers", "/tmp/hami"]
@@ -416,7 +443,73 @@ def test_every_pyhami_container_parses_and_its_paths_are_mounted(value_set: str)
             assert backed_by_mount(spec, container, path), (
                 f"{container['name']}: {path} not mounted"
             )
-    assert seen == {"scheduler", "device-plugin", "monitor"}
+    assert seen == RUNS[value_set]
+
+
+def test_the_dra_driver_runs_on_dra_nodes_and_the_device_plugin_keeps_off_them() -> None:
+    selected = render("dra-selected")
+    driver = selected.one("DaemonSet", "-dra-driver")["spec"]["template"]["spec"]
+    plugin = selected.one("DaemonSet", "-device-plugin")["spec"]["template"]["spec"]
+    assert driver["nodeSelector"] == {"gpu.pyhami.io/mode": "dra"}
+    [term] = plugin["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert term == {
+        "matchExpressions": [{"key": "gpu.pyhami.io/mode", "operator": "NotIn", "values": ["dra"]}]
+    }
+    # one monitor, the same beside either component, and libvgpu installed the same way
+    by_name = [{c["name"]: c for c in spec["containers"]} for spec in (driver, plugin)]
+    assert by_name[0]["vgpu-monitor"] == by_name[1]["vgpu-monitor"]
+    assert by_name[0]["dra-driver"]["command"][2] == by_name[1]["device-plugin"]["command"][2]
+    # the driver labels the pods it prepares hami.io/vgpu-node: a trusted writer
+    account = f"system:serviceaccount:{NAMESPACE}:{driver['serviceAccountName']}"
+    writers = parse_pyhami(pyhami_argv(extender_container(selected)) or [])["trusted_writers"]
+    assert account in writers
+    assert (
+        account
+        not in parse_pyhami(pyhami_argv(extender_container(render("defaults"))) or [])[
+            "trusted_writers"
+        ]
+    )
+    [policy] = selected.of_kind("ValidatingAdmissionPolicy")
+    [condition] = policy["spec"]["matchConditions"]
+    assert condition["expression"] == f'request.userInfo.username == "{account}"'
+    assert (
+        selected.one("ValidatingAdmissionPolicyBinding")["spec"]["policyName"]
+        == (policy["metadata"]["name"])
+    )
+    assert (
+        render_with("dra.mode=selected", "dra.driver.ownNodeSlicesOnly=false").of_kind(
+            "ValidatingAdmissionPolicy"
+        )
+        == []
+    )
+    everywhere = render("dra-all")
+    [only] = everywhere.of_kind("DaemonSet")
+    assert only["metadata"]["name"].endswith("-dra-driver"), "no device plugin with dra.mode=all"
+    gpu_nodes = values("dra-all")["devicePlugin"]["nvidiaNodeSelector"]
+    assert only["spec"]["template"]["spec"]["nodeSelector"] == gpu_nodes
+    assert [d["metadata"]["name"] for d in render("defaults").of_kind("DaemonSet")] == [
+        f"{RELEASE}-pyhami-device-plugin"
+    ]
+
+
+def test_the_device_plugins_own_affinity_keeps_its_terms_with_dra_selected() -> None:
+    rendered = render_with(
+        "dra.mode=selected",
+        "devicePlugin.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+        ".nodeSelectorTerms[0].matchExpressions[0].key=zone",
+        "devicePlugin.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+        ".nodeSelectorTerms[0].matchExpressions[0].operator=Exists",
+    )
+    spec = rendered.one("DaemonSet", "-device-plugin")["spec"]["template"]["spec"]
+    [term] = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert term["matchExpressions"] == [
+        {"key": "zone", "operator": "Exists"},
+        {"key": "gpu.pyhami.io/mode", "operator": "NotIn", "values": ["dra"]},
+    ]
 
 
 def test_the_plugin_copies_libvgpu_where_it_mounts_it_from() -> None:
@@ -626,6 +719,7 @@ def test_dra_values_render_the_device_class_the_flag_and_only_the_webhooks_dra_g
     rules = [
         rule
         for role in rendered.of_kind("ClusterRole")
+        if role["metadata"]["name"].endswith("-scheduler")
         for rule in role.get("rules") or ()
         if "resource.k8s.io" in rule["apiGroups"]
     ]

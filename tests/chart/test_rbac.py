@@ -148,6 +148,14 @@ def test_device_plugin_role_grants_exactly_what_plugin_and_monitor_call() -> Non
     assert granted("defaults", "-device-plugin", ("ClusterRole",)) == used
 
 
+def test_dra_driver_role_grants_exactly_what_driver_and_monitor_call() -> None:
+    used = requests_made("dra") | requests_made("monitor")
+    assert ("update", "resourceslices") in used and ("list", "pods") in used  # the walk works
+    assert granted("dra-selected", "-dra-driver", ("ClusterRole",)) == used
+    assert granted("dra-all", "-dra-driver", ("ClusterRole",)) == used
+    assert granted("defaults", "-dra-driver", ("ClusterRole",)) == set(), "DRA is off"
+
+
 def test_no_lease_role_without_leader_election() -> None:
     rendered = render("defaults")
     assert rendered.of_kind("Role")  # leaderElect defaults to true

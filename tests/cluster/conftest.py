@@ -58,6 +58,14 @@ def render_chart(*values: str) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
 
 
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+
+
+def chart_rbac_with(*values: str) -> list[dict[str, Any]]:
+    """The chart's ServiceAccounts, roles and bindings as `render_chart` renders them."""
+    return [obj for obj in render_chart(*values) if obj["kind"] in RBAC_KINDS]
+
+
 def assert_none_refused(demo: DemoCluster) -> None:
     """The real authorizer and admission refused no request of our components or kubelets: the
     chart grants what they use."""

@@ -16,6 +16,8 @@ from .conftest import render_chart
         pytest.param(("scheduler.leaderElect=true", "scheduler.replicas=3"), id="leader-election"),
         pytest.param(("scheduler.admissionWebhook.enabled=false",), id="webhook-off"),
         pytest.param(("dashboards.enabled=true",), id="dashboards"),
+        pytest.param(("dra.mode=selected", "dra.deviceClass.create=true"), id="dra-selected"),
+        pytest.param(("dra.mode=all", "dra.deviceClass.create=true"), id="dra-all"),
     ],
 )
 async def test_the_rendered_chart_passes_a_server_side_dry_run(
@@ -26,4 +28,7 @@ async def test_the_rendered_chart_passes_a_server_side_dry_run(
         out = await plane.apply(objects, dry_run=True)
     kinds = {obj["kind"] for obj in objects}
     assert {"Deployment", "DaemonSet", "MutatingWebhookConfiguration"} & kinds
+    if "dra.deviceClass.create=true" in values:
+        names = {obj["metadata"]["name"] for obj in objects if obj["kind"] == "DaemonSet"}
+        assert "pyhami-dra-driver" in names and "DeviceClass" in kinds
     assert out.count("(server dry run)") == len(objects)

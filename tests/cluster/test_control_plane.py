@@ -3,6 +3,7 @@ leaves nothing behind."""
 
 import asyncio
 import contextlib
+import json
 import subprocess
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -85,3 +86,30 @@ async def test_it_starts_judges_identities_and_stops_cleanly(kubernetes: BuiltBi
     for name, pid in pids.items():
         assert not Path(f"/proc/{pid}").exists(), f"{name} (pid {pid}) still runs"
     assert not any(port_is_open(port) for port in ports)
+
+
+def test_a_nodes_read_refused_for_graph_lag_counts_only_until_it_succeeds(
+    kubernetes: BuiltBinaries, tmp_path: Path
+) -> None:
+    plane = RealControlPlane(kubernetes, tmp_path)
+    claim = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/c"
+    lag = "node: no relationship found between node 'n1' and this object"
+
+    def event(user: str, uri: str, code: int, message: str = "") -> str:
+        status = {"code": code, "message": message}
+        return json.dumps(
+            {"user": {"username": user}, "verb": "get", "requestURI": uri, "responseStatus": status}
+        )
+
+    def refused(*lines: str) -> list[str]:
+        plane.audit_log.write_text("".join(f"{line}\n" for line in lines))
+        return plane.refused_requests({"system:node:n1", "alice"})
+
+    assert refused(event("system:node:n1", claim, 403, lag)) != [], "never answered"
+    assert (
+        refused(event("system:node:n1", claim, 403, lag), event("system:node:n1", claim, 200)) == []
+    )
+    assert refused(event("system:node:n1", claim, 200), event("system:node:n1", claim, 403, lag))
+    rbac = "cannot get resource"
+    assert refused(event("system:node:n1", claim, 403, rbac), event("system:node:n1", claim, 200))
+    assert refused(event("alice", claim, 403, lag), event("alice", claim, 200)), "not a node"

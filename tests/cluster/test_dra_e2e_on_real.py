@@ -2,9 +2,11 @@
 kube-controller-manager makes the pod's claim from its template, kube-scheduler allocates 4 GiB
 and 30 % of the card's cores from the ResourceSlice pyhami's DRA driver publishes, the node
 agent (kubelet's DRA part) has the driver prepare the claim, applies the CDI spec's env and
-mounts, and a real process under the real libvgpu is refused past 4 GiB. A restarted driver
-still knows the claim (its checkpoint) and unprepares it when the pod goes; an unhealthy GPU
-is tainted and a new claim is not allocated on it."""
+mounts, and a real process under the real libvgpu is refused past 4 GiB while the vGPU monitor
+beside the driver exports its use against the 4 GiB limit. A restarted driver still knows the
+claim (its checkpoint) and unprepares it when the pod goes; an unhealthy GPU is tainted and a
+new claim is not allocated on it. The driver and the monitor run under the chart's RBAC for
+the DRA driver, and the API server refuses none of their or the node's requests."""
 
 import asyncio
 import contextlib
@@ -39,7 +41,9 @@ from pyhami.kube import (
     KubeClient,
     NotFound,
 )
-from pyhami.sim.demo.cluster import install_libvgpu
+from pyhami.sim.demo.cluster import DRA_DRIVER_USER, install_libvgpu
+from pyhami.sim.demo.monitors import NodeMonitor, node_monitor
+from pyhami.sim.top import scrape
 from pyhami.testing.dra_claims import ClaimPreparer
 from pyhami.testing.dra_kubelet import DRAKubelet
 from pyhami.testing.fake_kubelet import FakeKubelet
@@ -48,6 +52,8 @@ from pyhami.testing.namespace_runtime import NamespaceRuntime
 from pyhami.testing.native_build import Native
 from pyhami.testing.node_agent import NodeAgent
 from pyhami.testing.real_cluster import RealControlPlane
+
+from .conftest import chart_rbac_with
 
 NS = "default"
 NODE = "dra-node-1"
@@ -61,12 +67,14 @@ STUB_UUID = "GPU-00102030-4050-6070-8090-a0b0c0d0e0f0"
 class Node:
     plane: RealControlPlane
     admin: KubeClient
+    as_driver: KubeClient  # the DRA driver's ServiceAccount
     nvml: FakeNVML
     options: DriverOptions
     kubelet: DRAKubelet
     agent: NodeAgent
     runtime: NamespaceRuntime
     driver: DraDriver
+    monitor: NodeMonitor
     stop: asyncio.Event
     task: "asyncio.Task[None]"
 
@@ -75,7 +83,7 @@ class Node:
         self.stop.set()
         await self.task
         self.stop = asyncio.Event()
-        self.driver = DraDriver(self.admin, self.nvml, self.options)
+        self.driver = DraDriver(self.as_driver, self.nvml, self.options)
         self.task = asyncio.create_task(self.driver.run(self.stop))
 
 
@@ -121,6 +129,8 @@ async def node(kubernetes: BuiltBinaries, native: Native, tmp_path: Path) -> Asy
             FakeKubelet(state / "kubelet") as device_kubelet,
         ):
             admin = await plane.client(plane.admin_kubeconfig)
+            await plane.apply(chart_rbac_with("dra.mode=selected"))
+            as_driver = await plane.client(await plane.kubeconfig_of(DRA_DRIVER_USER))
             await plane.start_kube_scheduler()
             await admin.create(DEVICE_CLASSES, device_class())
             as_node = await plane.client(plane.node_kubeconfig(NODE))
@@ -133,19 +143,26 @@ async def node(kubernetes: BuiltBinaries, native: Native, tmp_path: Path) -> Asy
             )
             await agent.register_node({NODE_MODE_LABEL: NODE_MODE_DRA})
             stop = asyncio.Event()
-            driver = DraDriver(admin, nvml, options)
+            driver = DraDriver(as_driver, nvml, options)
+            monitor = node_monitor(
+                NODE, hook, nvml, as_driver, tick_s=0.5, mig_apply_lock=tmp_path / "no-lock"
+            )
             running = Node(
                 plane,
                 admin,
+                as_driver,
                 nvml,
                 options,
                 kubelet,
                 agent,
                 runtime,
                 driver,
+                monitor,
                 stop,
                 asyncio.create_task(driver.run(stop)),
             )
+            monitor_stop = asyncio.Event()
+            monitor_task = await monitor.start(monitor_stop, NODE)
             try:
                 async with agent:
                     await kubelet.wait_for_plugin(DRIVER, timeout=30)
@@ -154,6 +171,11 @@ async def node(kubernetes: BuiltBinaries, native: Native, tmp_path: Path) -> Asy
                 await runtime.kill_all()
                 running.stop.set()  # the driver running now: a test may have restarted it
                 await asyncio.wait_for(running.task, 20)
+                monitor_stop.set()
+                await monitor_task
+                await monitor.stop()
+            refused = plane.refused_requests({DRA_DRIVER_USER, f"system:node:{NODE}"})
+            assert refused == [], "the API server refused requests:\n" + "\n".join(refused)
     finally:
         shutil.rmtree(state, ignore_errors=True)
 
@@ -187,6 +209,23 @@ async def claim_of(admin: KubeClient, pod: str) -> JsonObject:
             await asyncio.sleep(0.1)
 
 
+async def memory_series(url: str, pod: str, timeout_s: float = 30) -> tuple[float, float]:
+    """Used and limit bytes of the pod's main container on the card, once it shows use."""
+    async with asyncio.timeout(timeout_s):
+        while True:
+            found = {
+                name: value
+                for name, labels, value in await scrape([url])
+                if labels.get("pod") == pod
+                and labels.get("container") == "main"
+                and labels.get("device_uuid") == STUB_UUID
+            }
+            used = found.get("hami_vgpu_memory_used_bytes", 0)
+            if used > 0:
+                return used, found["hami_vgpu_memory_limit_bytes"]
+            await asyncio.sleep(0.2)
+
+
 async def test_a_4gib_30_percent_claim_is_allocated_prepared_and_enforced_by_libvgpu(
     node: Node, native: Native, tmp_path: Path
 ) -> None:
@@ -214,6 +253,10 @@ async def test_a_4gib_30_percent_claim_is_allocated_prepared_and_enforced_by_lib
     assert allocs == ["rc=0", "rc=0", "rc=2"], (
         f"4000 + 96 MiB fit 4 GiB, 1 MiB more is OOM: {lines}"
     )
+    # the monitor beside the driver: the process's use against the claim's limit, on the card
+    used, limit = await memory_series(node.monitor.metrics_url, "trainer")
+    assert limit == 4096 * MIB
+    assert 4096 * MIB >= used >= (4000 + 96) * MIB, f"the process holds 4096 MiB: {used}"
 
     # the driver restarts: it registers again and still knows the claim it prepared
     cdi_specs = sorted(node.options.cdi_dir.iterdir())

@@ -3,7 +3,9 @@ driver (label gpu.pyhami.io/mode=dra), our scheduler and webhook under the chart
 `dra.mode=selected`. A HAMi-style pod lands on the device-plugin node through the extender; the
 same pod headed to DRA nodes is translated by the webhook into a ResourceClaimTemplate with
 capacity requests and runs on the DRA node with the driver-prepared limits; a plain
-`nvidia.com/gpu: 1` pod headed there gets a claim for a whole GPU. (In a mixed cluster the
+`nvidia.com/gpu: 1` pod headed there gets a claim for a whole GPU. The vGPU monitor beside the
+DRA driver exports the translated pod as the device plugin's monitor exports the HAMi-style one.
+(In a mixed cluster the
 DeviceClass maps no extended resource: kube-scheduler would then refuse every HAMi-style pod,
 whose gpumem is neither on a node nor DRA-backed.)"""
 
@@ -18,11 +20,10 @@ from pyhami.devices.nvidia.dra_claims import NODE_MODE_DRA, NODE_MODE_LABEL, con
 from pyhami.kube import PODS, RESOURCE_CLAIMS, JsonObject, KubeClient, NotFound
 from pyhami.sim.demo.cluster import DemoCluster
 from pyhami.sim.demo.settings import DemoSettings, card_uuid
+from pyhami.sim.top import scrape
 from pyhami.testing.fake_nvml import a100_80g
 
-from .conftest import assert_none_refused, render_chart
-
-RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+from .conftest import assert_none_refused, chart_rbac_with
 
 NS = "default"
 MIB = 1 << 20
@@ -31,7 +32,7 @@ A100_MIB = 81920
 
 @pytest.fixture
 async def mixed(kubernetes: BuiltBinaries) -> AsyncIterator[DemoCluster]:
-    rbac = [o for o in render_chart("dra.mode=selected") if o["kind"] in RBAC_KINDS]
+    rbac = chart_rbac_with("dra.mode=selected")
     settings = DemoSettings(
         nodes=1,
         gpus=1,
@@ -101,6 +102,12 @@ async def test_every_pod_lands_on_the_right_kind_of_node(mixed: DemoCluster) -> 
     main = started.container("main")
     assert main.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "4096m"
     assert main.envs["CUDA_DEVICE_SM_LIMIT"] == "30"
+    # the monitors: the same series for either pod, on its own node's card
+    series = await container_series(dra_node.metrics_url, "translated")
+    assert series == await container_series(plugin_node.metrics_url, "hami-style")
+    assert series[("hami_vgpu_memory_limit_bytes", "main", "0")] == 4096 * MIB
+    assert series[("hami_vgpu_memory_used_bytes", "main", "0")] == 0  # nothing runs CUDA
+    assert await device_uuids(dra_node.metrics_url, "translated") == {dra_node.nvml.device_uuid(0)}
 
     plain = await client.create(PODS, gpu_pod("whole", {"nvidia.com/gpu": "1"}, dra=True), NS)
     assert plain["spec"]["containers"][0]["resources"]["claims"] == [{"name": "gpu-0"}]
@@ -112,6 +119,34 @@ async def test_every_pod_lands_on_the_right_kind_of_node(mixed: DemoCluster) -> 
     assert running["spec"]["nodeName"] == dra_node.name
     claim = await claim_named_in(client, running)
     assert consumed_capacity(claim) == [{"memory": A100_MIB * MIB, "cores": 100}]
+
+
+VGPU_SERIES = ("hami_vgpu_", "hami_container_")
+
+
+async def container_series(
+    url: str, pod: str, timeout_s: float = 30
+) -> dict[tuple[str, str, str], float]:
+    """(metric, container, vdevice index) -> value of the pod's container series, once the
+    monitor at `url` exports them."""
+    async with asyncio.timeout(timeout_s):
+        while True:
+            found = {
+                (name, labels["container"], labels["vdevice_index"]): value
+                for name, labels, value in await scrape([url])
+                if name.startswith(VGPU_SERIES) and labels.get("pod") == pod
+            }
+            if found:
+                return found
+            await asyncio.sleep(0.2)
+
+
+async def device_uuids(url: str, pod: str) -> set[str]:
+    return {
+        labels["device_uuid"]
+        for name, labels, _ in await scrape([url])
+        if name.startswith(VGPU_SERIES) and labels.get("pod") == pod
+    }
 
 
 async def unschedulable(client: KubeClient, name: str, timeout_s: float = 30) -> str:

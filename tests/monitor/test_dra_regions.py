@@ -1,10 +1,17 @@
-"""The vGPU monitor finds a DRA-prepared claim's region and exports it as a device-plugin
-container's: the DRA driver names the folder `<pod uid>_<container>` and labels the pod."""
+"""The vGPU monitor exports a DRA-prepared container as a device-plugin container: the DRA driver
+names the folder `<pod uid>_<container>`, labels the pod and leaves the allocation record in
+the folder, which stands in for the allocation annotation a DRA pod does not have."""
 
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from structlog.testing import capture_logs
 
 from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.deviceplugin.config import DeviceFilter
@@ -14,30 +21,73 @@ from pyhami.dra.prepare import ClaimKey, Preparer
 from pyhami.dra.slices import read_facts
 from pyhami.kube import KubeClient
 from pyhami.kube.clock import SystemClock
+from pyhami.model import ContainerDevice
 from pyhami.monitor.pods import InformerPodSource
 from pyhami.monitor.service import MonitorService
 from pyhami.monitor.settings import MonitorSettings
+from pyhami.protocol import RECORD_FILE_NAME, encode_pod_single_device
 from pyhami.testing import FakeKubeAPIServer, FakeNVML
 from pyhami.testing.dra_objects import allocation_result, claim_object, pod_using_claim
 from pyhami.testing.fake_nvml import a100_80g
 
-from .builders import NODE
+from .builders import NODE, pod_object
 from .regionfile import Mem, Proc, RegionSpec, write_region
 
 MIB = 1 << 20
+Sample = tuple[str, str, str, str, float]  # name, container, vdevice_index, device_uuid, value
 
 
-async def test_the_monitor_exports_a_dra_claims_usage(tmp_path: Path) -> None:
+@dataclass
+class Node:
+    """One node: the DRA driver's preparer and the monitor, on one fake API server."""
+
+    api: FakeKubeAPIServer
+    nvml: FakeNVML
+    vgpu: Path
+    preparer: Preparer
+    service: MonitorService
+    pods: InformerPodSource
+
+    async def prepared(self, name: str, memory: str, cores: str) -> tuple[ClaimKey, Path]:
+        """A pod using a claim for `memory` and `cores` of the node's second GPU, prepared;
+        returns the claim and the container's folder."""
+        pod = self.api.store.create("pods", "default", pod_using_claim(name, name, node=NODE))
+        results = [allocation_result("gpu-1", pool=NODE, memory=memory, cores=cores)]
+        claim = self.api.store.create(
+            "resourceclaims", "default", claim_object(name, results, reserved_for=pod)
+        )
+        key = ClaimKey("default", name, claim["metadata"]["uid"])
+        await self.preparer.prepare(key)
+        return key, self.vgpu / "containers" / f"{pod['metadata']['uid']}_main"
+
+    async def scrape(self, pod: str) -> dict[Sample, None]:
+        """The pod's container samples after one tick (as a set that keeps the order)."""
+        await self.pods.informer.wait_synced(5)
+        self.service.tick()
+        return {
+            (
+                s.name,
+                s.labels["container"],
+                s.labels["vdevice_index"],
+                s.labels["device_uuid"],
+                s.value,
+            ): None
+            for family in text_string_to_metric_families(self.exposition())
+            for s in family.samples
+            if s.labels.get("pod") == pod
+        }
+
+    def exposition(self) -> str:
+        return generate_latest(self.service.registry).decode()
+
+
+@pytest.fixture
+async def node(tmp_path: Path) -> AsyncIterator[Node]:
     nvml = FakeNVML.with_gpus(a100_80g(), a100_80g())
     facts = read_facts(nvml, discover(nvml, DeviceFilter()))
     vgpu = tmp_path / "hook" / "vgpu"
-    vgpu.mkdir(parents=True)
+    (vgpu / "containers").mkdir(parents=True)
     async with FakeKubeAPIServer() as api, KubeClient(api.configuration()) as kube:
-        pod = api.store.create("pods", "default", pod_using_claim("infer", "infer", node=NODE))
-        results = [allocation_result("gpu-1", pool=NODE, memory="6Gi", cores="25")]
-        claim = api.store.create(
-            "resourceclaims", "default", claim_object("infer", results, reserved_for=pod)
-        )
         preparer = Preparer(
             kube,
             NODE,
@@ -46,40 +96,88 @@ async def test_the_monitor_exports_a_dra_claims_usage(tmp_path: Path) -> None:
             Checkpoint(tmp_path / "checkpoint.json"),
             cdi_dir=tmp_path / "cdi",
         )
-        key = ClaimKey("default", "infer", claim["metadata"]["uid"])
-        await preparer.prepare(key)
-        # What libvgpu writes into the claim's region once a process in the container runs.
-        uuid = nvml.device_uuid(1)
-        write_region(
-            vgpu / "containers" / f"{pod['metadata']['uid']}_main" / f"{key.uid}.cache",
-            RegionSpec(
-                uuids=(uuid,),
-                limits=(6144 * MIB,),
-                sm_limits=(25,),
-                procs=(Proc(pid=7, hostpid=4242, used={0: Mem(total=1500 * MIB)}),),
-            ),
-        )
-        settings = MonitorSettings(hook_path=vgpu, node_name=NODE)
         pods = InformerPodSource(kube, NODE, resync_period_s=600)
-        pods.informer.start()
         service = MonitorService(
-            settings, pods, None, SystemClock(), mig_apply_lock=tmp_path / "no-lock"
+            MonitorSettings(hook_path=vgpu, node_name=NODE),
+            pods,
+            None,
+            SystemClock(),
+            mig_apply_lock=tmp_path / "no-lock",
         )
+        pods.informer.start()
         try:
-            await pods.informer.wait_synced(5)
-            assert [p.name for p in pods.pods()] == ["infer"], "labelled by the driver"
-            service.tick()
-            text = generate_latest(service.registry).decode()
+            yield Node(api, nvml, vgpu, preparer, service, pods)
         finally:
             service.close()
             await pods.informer.stop()
-    samples = {
-        (s.name, s.labels["container"]): s
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-        if s.labels.get("pod") == "infer"
-    }
-    used = samples[("hami_vgpu_memory_used_bytes", "main")]
-    assert used.value == 1500 * MIB
-    assert used.labels["device_uuid"] == uuid
-    assert samples[("hami_vgpu_memory_limit_bytes", "main")].value == 6144 * MIB
+
+
+async def test_the_monitor_exports_a_dra_claims_usage(node: Node) -> None:
+    key, folder = await node.prepared("infer", "6Gi", "25")
+    # What libvgpu writes into the claim's region once a process in the container runs.
+    uuid = node.nvml.device_uuid(1)
+    write_region(
+        folder / f"{key.uid}.cache",
+        RegionSpec(
+            uuids=(uuid,),
+            limits=(6144 * MIB,),
+            sm_limits=(25,),
+            procs=(Proc(pid=7, hostpid=4242, used={0: Mem(total=1500 * MIB)}),),
+        ),
+    )
+    samples = await node.scrape("infer")
+    assert ("hami_vgpu_memory_used_bytes", "main", "0", uuid, 1500 * MIB) in samples
+    assert ("hami_vgpu_memory_limit_bytes", "main", "0", uuid, 6144 * MIB) in samples
+    assert [p.name for p in node.pods.pods()] == ["infer"], "labelled by the driver"
+
+
+async def test_before_its_first_cuda_call_a_dra_container_looks_like_a_device_plugin_one(
+    node: Node,
+) -> None:
+    await node.prepared("infer", "6Gi", "25")
+    uuid = node.nvml.device_uuid(1)
+    # The same allocation given by the device plugin: the scheduler's annotation, no record.
+    allocated = encode_pod_single_device([[], [ContainerDevice(uuid, "NVIDIA", 6144, 25)]])
+    node.api.store.create(
+        "pods",
+        "default",
+        pod_object("plugin", "uid-plugin", ("sidecar", "main"), allocated=allocated),
+    )
+    async with asyncio.timeout(5):
+        while len(node.pods.pods()) < 2:  # until the informer's watch delivers the second pod
+            await asyncio.sleep(0.01)
+    dra, plugin = await node.scrape("infer"), await node.scrape("plugin")
+    assert ("hami_vgpu_memory_limit_bytes", "main", "0", uuid, 6144 * MIB) in dra
+    assert ("hami_vgpu_memory_used_bytes", "main", "0", uuid, 0) in dra
+    assert list(dra) == list(plugin)
+
+
+REFUSED = 'pyhami_monitor_regions_refused{zone="vGPU"} 1.0'
+
+
+async def test_a_bad_record_is_refused_with_its_reason_and_the_monitor_keeps_serving(
+    node: Node,
+) -> None:
+    _, folder = await node.prepared("infer", "6Gi", "25")
+    record = folder / RECORD_FILE_NAME
+    record.write_text('{"version":1,"devices":[{"uuid":"GPU-1","memoryMiB":-1,"cores":25}]}')
+    with capture_logs() as logs:
+        assert await node.scrape("infer") == {}
+    assert REFUSED in node.exposition()
+    [refusal] = [log for log in logs if log["event"] == "allocation record refused"]
+    assert "memoryMiB is -1" in refusal["reason"]
+    record.unlink()
+    os.symlink(folder.parent / "elsewhere.json", record)  # a link is never followed
+    with capture_logs() as logs:
+        assert await node.scrape("infer") == {}
+    assert REFUSED in node.exposition()
+    [refusal] = [log for log in logs if log["event"] == "allocation record refused"]
+    assert "a symbolic link" in refusal["reason"]
+
+
+async def test_unprepare_removes_the_record_with_the_folder(node: Node) -> None:
+    key, folder = await node.prepared("infer", "6Gi", "25")
+    assert (folder / RECORD_FILE_NAME).is_file()
+    await node.preparer.unprepare(key.uid)
+    assert not folder.exists()
+    assert await node.scrape("infer") == {}

@@ -11,7 +11,10 @@ is what all of them together may use.
 
 The cache folder is `<hook>/vgpu/containers/<pod uid>_<container>` for the first pod the claim
 is reserved for and its first container using the claim, the name the monitor already matches
-to a pod; the pod gets the `hami.io/vgpu-node` label the monitor selects pods by.
+to a pod; the pod gets the `hami.io/vgpu-node` label the monitor selects pods by. The folder
+also gets the allocation record (`pyhami.protocol.allocation_record`): the devices with their
+memory and cores, which a device-plugin pod's annotation gives the monitor. Unprepare removes
+the folder, record included.
 
 A claim prepared before (the checkpoint holds it) gets the same answer again without touching
 its folder, whose region live processes may be using.
@@ -19,6 +22,7 @@ its folder, whose region live processes may be using.
 
 import asyncio
 import logging
+import os
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -40,12 +44,16 @@ from pyhami.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice
 from pyhami.dra.slices import CORES, MIB, GpuFacts, device_name
 from pyhami.kube import RESOURCE_CLAIMS, KubeClient, NotFound
 from pyhami.kube.errors import KubeError
-from pyhami.model import ContainerDevice
-from pyhami.protocol import LABEL_VGPU_NODE
+from pyhami.model import ContainerDevice, ContainerDevices
+from pyhami.protocol import (
+    LABEL_VGPU_NODE,
+    NVIDIA_VENDOR,
+    RECORD_FILE_NAME,
+    ProtocolError,
+    encode_allocation_record,
+)
 
 log = logging.getLogger(__name__)
-
-GPU_TYPE = "NVIDIA"
 
 
 class PrepareError(Exception):
@@ -191,8 +199,22 @@ def reserving_pods(claim: Mapping[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
+def container_devices(gpus: Iterable[AllocatedGpu]) -> ContainerDevices:
+    """What the container gets per GPU, in the order of its `CUDA_DEVICE_MEMORY_LIMIT_<i>`:
+    two requests of one claim may share one GPU, which the container then sees once, with
+    the sum."""
+    shares: dict[str, tuple[int, int]] = {}
+    for g in gpus:
+        memory, cores = shares.get(g.facts.gpu.uuid, (0, 0))
+        shares[g.facts.gpu.uuid] = (memory + g.memory_mib, min(CORES, cores + g.cores))
+    return tuple(
+        ContainerDevice(uuid=uuid, type=NVIDIA_VENDOR, usedmem=memory, usedcores=cores)
+        for uuid, (memory, cores) in shares.items()
+    )
+
+
 def _plan(
-    gpus: Iterable[AllocatedGpu],
+    devices: ContainerDevices,
     *,
     pod_uid: str,
     container: Mapping[str, Any],
@@ -200,15 +222,6 @@ def _plan(
     settings: AllocationSettings,
     files: HostFiles,
 ) -> ContainerPlan:
-    # Two requests of one claim may share one GPU: the container sees it once, with the sum.
-    shares: dict[str, tuple[int, int]] = {}
-    for g in gpus:
-        memory, cores = shares.get(g.facts.gpu.uuid, (0, 0))
-        shares[g.facts.gpu.uuid] = (memory + g.memory_mib, min(CORES, cores + g.cores))
-    devices = tuple(
-        ContainerDevice(uuid=uuid, type=GPU_TYPE, usedmem=memory, usedcores=cores)
-        for uuid, (memory, cores) in shares.items()
-    )
     slot = ContainerSlot(position=0, container=container, devices=devices)
     return plan_container(
         slot,
@@ -268,10 +281,15 @@ class Preparer:
                 "it was deleted and created again"
             )
         gpus = allocated_gpus(obj, self._node, self._facts)
+        devices = container_devices(gpus)
+        try:
+            record = encode_allocation_record(devices)
+        except ProtocolError as error:
+            raise PrepareError(f"claim {claim}: {error}") from error
         pod_uid, container = await self._user(obj, claim)
         files = await asyncio.to_thread(host_files, self._settings)
         plan = _plan(
-            gpus,
+            devices,
             pod_uid=pod_uid,
             container=container,
             claim=claim,
@@ -281,6 +299,7 @@ class Preparer:
         spec_file = cdi.spec_path(self._cdi_dir, claim.uid)
         envs = {**plan.envs, **dict(self._settings.toolkit_env)}  # as Allocate
         await asyncio.to_thread(prepare_host, plan, self._settings)
+        await asyncio.to_thread(_write_record, Path(plan.cache_dir), record)
         await asyncio.to_thread(cdi.write_spec, spec_file, cdi.spec(claim.uid, envs, plan.mounts))
         cdi_ids = (cdi.device_id(claim.uid),)
         prepared = PreparedClaim(
@@ -347,6 +366,14 @@ class Preparer:
             await asyncio.to_thread(_remove, Path(done.spec_file), Path(done.cache_dir))
             await asyncio.to_thread(self._checkpoint.remove, uid)
             log.info("unprepared claim %s/%s (%s)", done.namespace, done.name, uid)
+
+
+def _write_record(cache_dir: Path, record: str) -> None:
+    """The record, complete or not at all: the monitor may read the folder at any moment."""
+    partial = cache_dir / f".{RECORD_FILE_NAME}.tmp"
+    partial.write_text(record)
+    os.chmod(partial, 0o644)
+    os.replace(partial, cache_dir / RECORD_FILE_NAME)
 
 
 def _remove(spec_file: Path, cache_dir: Path) -> None:

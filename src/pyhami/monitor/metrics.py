@@ -5,10 +5,13 @@ Names, labels and help texts are HAMi's; every family carries `zone="vGPU"` exce
 families of its own: `pyhami_monitor_sanity_alarms_total` and `pyhami_monitor_regions_refused`.
 
 Container series come from the region when it names a device, else from the pod's allocation
-annotation with zero usage, so an allocated container is visible before its first CUDA call.
+annotation with zero usage, so an allocated container is visible before its first CUDA call; a
+pod without that annotation (its GPUs came through DRA) has the allocation record the DRA
+driver left in the container's folder instead, so both kinds of pod get the same series.
 A region that cannot be read this scrape, or that holds impossible numbers (see `sanity`), is
 refused the same way: its numbers are not exported, it counts in
-`pyhami_monitor_regions_refused` and the reason is logged when it changes.
+`pyhami_monitor_regions_refused` and the reason is logged when it changes. A refused
+allocation record counts there too.
 """
 
 import platform
@@ -21,7 +24,7 @@ from prometheus_client.registry import Collector
 
 from pyhami import __version__
 from pyhami.kube import Clock
-from pyhami.model import NodeName
+from pyhami.model import ContainerDevices, NodeName
 from pyhami.monitor.host import HostCard, NvmlOpener, read_host_cards
 from pyhami.monitor.layout import UUID_LABEL_BYTES
 from pyhami.monitor.pods import PodSource, PodView
@@ -98,7 +101,8 @@ ALARMS = _Spec(
 )
 REFUSED = _Spec(
     "pyhami_monitor_regions_refused",
-    "Container directories whose region file is currently refused (unreadable or impossible)",
+    "Container directories whose region file or allocation record is currently refused "
+    "(unreadable or impossible)",
     (),
 )
 
@@ -168,7 +172,8 @@ class MonitorCollector(Collector):
             alarms.add_metric((kind.value, ZONE), self.alarms.counts[kind])
         yield alarms
         refused_now = GaugeMetricFamily(REFUSED.name, REFUSED.help, labels=("zone",))
-        refused_now.add_metric((ZONE,), len(self.regions.refused) + len(refused))
+        directories = {*self.regions.refused, *self.regions.records.refused, *refused}
+        refused_now.add_metric((ZONE,), len(directories))
         yield refused_now
 
     # ----- host -----
@@ -211,10 +216,17 @@ class MonitorCollector(Collector):
                     else:
                         devices, last_kernel = snapshot.devices, snapshot.last_kernel_time
             if not devices:
-                devices = _allocated_devices(pod, container)
+                devices = _allocated_devices(self._allocation(pod, key))
             for device in devices:
                 labels = (pod.namespace, pod.name, container, str(device.index), device.uuid)
                 yield _Row(labels, device, last_kernel)
+
+    def _allocation(self, pod: PodView, key: ContainerKey) -> ContainerDevices:
+        """The container's devices from the pod's annotation, or from the DRA driver's record
+        when the pod has no annotation."""
+        if pod.allocated:
+            return pod.devices_of(key.container)
+        return self.regions.records.devices.get(key, ())
 
     def _note_refused(self, refused: dict[ContainerKey, str]) -> None:
         for key, reason in refused.items():
@@ -274,8 +286,8 @@ class MonitorCollector(Collector):
                 out.add(LEGACY_MIG, (*labels, gpu_instance), 1)
 
 
-def _allocated_devices(pod: PodView, container: str) -> tuple[VirtualDevice, ...]:
-    """Zero-usage devices from the allocation annotation (limit = the reserved MiB)."""
+def _allocated_devices(allocated: ContainerDevices) -> tuple[VirtualDevice, ...]:
+    """Zero-usage devices from the allocation (limit = the reserved MiB)."""
     return tuple(
         VirtualDevice(
             index=index,
@@ -288,7 +300,7 @@ def _allocated_devices(pod: PodView, container: str) -> tuple[VirtualDevice, ...
             buffer=0,
             sm_util=0,
         )
-        for index, device in enumerate(pod.devices_of(container))
+        for index, device in enumerate(allocated)
     )
 
 

@@ -386,28 +386,35 @@ _FILE_KINDS = (
 )
 
 
-def _open_regular(path: Path) -> int:
-    """Open `path` read-write only if it is a regular file itself, not a link to anything.
+class NotRegularFileError(Exception):
+    """The name is something other than a regular file; the message says what it is."""
+
+
+def open_regular(path: Path, flags: int) -> int:
+    """Open `path` with `flags` only if it is a regular file itself, not a link to anything.
 
     The container can put anything under that name, and swap it at any moment. `O_PATH`
     opens the name without opening what it is (a device's open has effects of its own), and
     `O_NOFOLLOW` makes a symlink the thing opened, not its target; once that inode is known to
     be a regular file it is reopened through `/proc/self/fd`, which reaches that same inode
-    whatever the name points to by then.
+    whatever the name points to by then. Raises NotRegularFileError or OSError.
     """
-    try:
-        handle = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as err:
-        raise RegionError(path, RejectReason.UNREADABLE, f"cannot open: {err}") from err
+    handle = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         mode = os.fstat(handle).st_mode
         if not stat.S_ISREG(mode):
             kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a file")
-            raise RegionError(
-                path, RejectReason.NOT_REGULAR, f"is {kind}, not a regular file; not read"
-            )
-        return os.open(f"/proc/self/fd/{handle}", os.O_RDWR | os.O_CLOEXEC)
-    except OSError as err:
-        raise RegionError(path, RejectReason.UNREADABLE, f"cannot open: {err}") from err
+            raise NotRegularFileError(f"is {kind}, not a regular file; not read")
+        return os.open(f"/proc/self/fd/{handle}", flags | os.O_CLOEXEC)
     finally:
         os.close(handle)
+
+
+def _open_regular(path: Path) -> int:
+    """The region file opened read-write (see `open_regular`), or a RegionError."""
+    try:
+        return open_regular(path, os.O_RDWR)
+    except NotRegularFileError as err:
+        raise RegionError(path, RejectReason.NOT_REGULAR, str(err)) from err
+    except OSError as err:
+        raise RegionError(path, RejectReason.UNREADABLE, f"cannot open: {err}") from err

@@ -1,7 +1,8 @@
 """The directory scan of `$HOOK_PATH/containers/<podUID>_<container>/`.
 
-Each tick: open the region of every directory whose pod is on this node, drop the ones whose
-directory went away, and delete orphaned directories once their grace period is over.
+Each tick: open the region of every directory whose pod is on this node, read its allocation
+record where the DRA driver wrote one (`monitor.record`), drop the ones whose directory went
+away, and delete orphaned directories once their grace period is over.
 
 Where we differ from HAMi, on purpose:
 * A loaded directory is looked at again every tick: a `.cache` file that appears later, or one
@@ -16,13 +17,14 @@ Where we differ from HAMi, on purpose:
 
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
 
-from pyhami.model import PodUID
+from pyhami.model import ContainerDevices, PodUID
+from pyhami.monitor.record import Identity, RecordError, read_record, record_identity
 from pyhami.monitor.region import Region, RegionError
 
 log = structlog.get_logger(__name__)
@@ -67,6 +69,7 @@ class RegionDirectory:
         self.refused: dict[ContainerKey, str] = {}
         self._warned_names: set[str] = set()
         self.deleted: list[Path] = []  # orphans removed, newest last (for logs and tests)
+        self.records = AllocationRecords()  # what the DRA driver gave each container
 
     def update(self, pods_on_node: set[PodUID], now: float) -> None:
         """One scan; `now` is wall-clock Unix time, compared with file mtimes."""
@@ -91,10 +94,12 @@ class RegionDirectory:
                 continue
             present.add(key)
             self._refresh(key, directory)
+            self.records.refresh(key, directory)
         for key in [k for k in self.loaded if k not in present]:
             self._forget(key)
         for key in [k for k in self.refused if k not in present]:
             del self.refused[key]
+        self.records.keep_only(present)
 
     def close(self) -> None:
         for key in list(self.loaded):
@@ -164,6 +169,7 @@ class RegionDirectory:
     def _delete(self, key: ContainerKey, directory: Path) -> None:
         self._forget(key)
         self.refused.pop(key, None)
+        self.records.forget(key)
         try:
             shutil.rmtree(directory)
         except OSError as err:
@@ -216,3 +222,42 @@ def _same_file(loaded: LoadedRegion, path: Path) -> bool:
     except OSError:
         return False
     return (stat.st_dev, stat.st_ino) == loaded.region.identity
+
+
+class AllocationRecords:
+    """The records of the container folders of this node's pods; `refresh` each tick."""
+
+    def __init__(self) -> None:
+        self.devices: dict[ContainerKey, ContainerDevices] = {}
+        # The reason each refused record was refused for, so the same reason is logged once.
+        self.refused: dict[ContainerKey, str] = {}
+        self._read: dict[ContainerKey, Identity] = {}
+
+    def refresh(self, key: ContainerKey, directory: Path) -> None:
+        """Read the folder's record again if it is new or changed; drop it if it is gone."""
+        try:
+            identity = record_identity(directory)
+            if identity is None:
+                self.forget(key)
+                return
+            if self._read.get(key) == identity:
+                return  # unchanged: keep the devices, or the refusal, of the last read
+            self._read[key] = identity
+            self.devices[key] = read_record(directory)
+        except RecordError as err:
+            self.devices.pop(key, None)
+            report_refusal("allocation record refused", key, str(err), self.refused)
+            self.refused[key] = str(err)
+            return
+        if self.refused.pop(key, None) is not None:
+            log.info("allocation record accepted", pod_uid=key.pod_uid, container=key.container)
+
+    def forget(self, key: ContainerKey) -> None:
+        self.devices.pop(key, None)
+        self.refused.pop(key, None)
+        self._read.pop(key, None)
+
+    def keep_only(self, keys: Iterable[ContainerKey]) -> None:
+        keep = set(keys)
+        for key in [k for k in self._read.keys() | self.refused.keys() if k not in keep]:
+            self.forget(key)

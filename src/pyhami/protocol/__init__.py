@@ -5,7 +5,8 @@ whose message names the field and the bad value. Module per format:
 
 * `keys`, `vendors` - annotation/label keys and value enums; per-vendor key table;
 * `register_json`, `register_legacy`, `register` - node device register (JSON and colon forms);
-* `pair_scores`, `pod_devices` (to-allocate / allocated), `mig`, `node_lock`, `handshake`,
+* `pair_scores`, `pod_devices` (to-allocate / allocated), `allocation_record` (the DRA
+  driver's per-container record for the monitor), `mig`, `node_lock`, `handshake`,
   `bookkeeping` + `times`, `selectors` + `weights` (selection and policy annotations),
   `reasons` (filter failure reasons), `patches` (merge-patch bodies);
 * `goparse`, `gojson`, `arithmetic` - Go's strconv / encoding/json / int32 behaviour the formats
@@ -16,6 +17,11 @@ first (see `pod_devices`); encoders refuse values the wire cannot carry. docs/pr
 lists every format and its codec; docs/hami-compatibility.md, what is kept and what differs.
 """
 
+from pyhami.protocol.allocation_record import (
+    RECORD_FILE_NAME,
+    decode_allocation_record,
+    encode_allocation_record,
+)
 from pyhami.protocol.bookkeeping import parse_bind_phase
 from pyhami.protocol.errors import ProtocolError
 from pyhami.protocol.handshake import Handshake, format_handshake_request, parse_handshake
@@ -153,6 +159,7 @@ __all__ = [
     "LABEL_VGPU_NODE",
     "MERGE_PATCH",
     "NVIDIA_VENDOR",
+    "RECORD_FILE_NAME",
     "SCHEDULER_COMPONENT",
     "VENDORS",
     "BindPhase",
@@ -171,6 +178,7 @@ __all__ = [
     "UuidSelector",
     "VendorKeys",
     "ascend_keys",
+    "decode_allocation_record",
     "decode_container_devices",
     "decode_mig_allocations",
     "decode_node_devices",
@@ -179,6 +187,7 @@ __all__ = [
     "decode_pair_scores",
     "decode_pod_devices",
     "decode_pod_single_device",
+    "encode_allocation_record",
     "encode_container_devices",
     "encode_mig_allocations",
     "encode_node_devices",

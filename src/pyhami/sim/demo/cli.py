@@ -61,11 +61,20 @@ def _endpoints(cluster: DemoCluster, pods: list[JsonObject]) -> str:
         f"'{cluster.scheduler_url}/explain?pod={last['namespace']}/{last['name']}'",
         f"  scheduler metrics  curl -s {cluster.scheduler_metrics_url}",
     ]
-    lines.extend(f"  monitor {node.name:<10} curl -s {node.metrics_url}" for node in cluster.nodes)
+    lines.extend(
+        f"  monitor {name:<10} curl -s {url}" for name, url in _monitor_urls(cluster).items()
+    )
     monitors = " ".join(f"--monitor {node.metrics_url}" for node in cluster.nodes)
     scheduler = f"--scheduler {cluster.scheduler_metrics_url}"
     lines.append(f"  top                pyhami top pods {scheduler} {monitors}")
     return "\n".join(lines)
+
+
+def _monitor_urls(cluster: DemoCluster) -> dict[str, str]:
+    """Each node's monitor, device-plugin and DRA nodes alike."""
+    urls = {node.name: node.metrics_url for node in cluster.nodes}
+    urls.update((node.name, node.metrics_url) for node in cluster.dra_nodes)
+    return urls
 
 
 async def _wait_for_signal() -> None:
@@ -117,7 +126,7 @@ async def run_demo(
             if workloads is not None:
                 _say("Measuring what the pods use (their programs run under libvgpu) ...")
                 running = [(r.namespace, r.name) for r in results if r.ok and r.cards]
-                usage = await measured_usage([n.metrics_url for n in cluster.nodes], running)
+                usage = await measured_usage(_monitor_urls(cluster).values(), running)
             _say("")
             _say(outcome_table(results, usage))
             if isinstance(native, str):

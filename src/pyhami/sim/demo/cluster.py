@@ -51,18 +51,14 @@ from pyhami.kube import (
     NODES,
     AsyncService,
     KubeClient,
-    SystemClock,
     cancel_and_wait,
     guarded_task,
 )
-from pyhami.model import NodeName
-from pyhami.monitor.pods import InformerPodSource
-from pyhami.monitor.service import MonitorService
-from pyhami.monitor.settings import MonitorSettings
 from pyhami.protocol import KEY_NODE_NVIDIA_REGISTER
 from pyhami.scheduler.runtime import SchedulerProcess, load_device_config
 from pyhami.scheduler.settings import SchedulerSettings
 from pyhami.sim.demo.dra_nodes import DraDemoNode, dra_node_name, start_dra_node, stop_dra_node
+from pyhami.sim.demo.monitors import NodeMonitor, node_monitor
 from pyhami.sim.demo.settings import DemoSettings, node_name
 from pyhami.testing import FakeGpu, FakeKubeAPIServer, FakeKubelet, FakeNVML
 from pyhami.testing.certs import KeyPair, ServingFiles, write_serving_certificate
@@ -82,9 +78,12 @@ SPLIT_COUNT = 10  # HAMi's default deviceSplitCount
 COMPONENT_NAMESPACE = "kube-system"
 SCHEDULER_USER = service_account(COMPONENT_NAMESPACE, "pyhami-scheduler")
 DEVICE_PLUGIN_USER = service_account(COMPONENT_NAMESPACE, "pyhami-device-plugin")
+# The DRA driver and the monitor beside it (the chart's dra-driver DaemonSet).
+DRA_DRIVER_USER = service_account(COMPONENT_NAMESPACE, "pyhami-dra-driver")
 KUBE_SCHEDULER_USER = "system:kube-scheduler"
-# Who may move a pod through its allocation states (the chart's pyhami.trustedWriters).
-TRUSTED_WRITERS = (SCHEDULER_USER, DEVICE_PLUGIN_USER)
+# Who may move a pod through its allocation states (the chart's pyhami.trustedWriters with DRA
+# on: the DRA driver labels the pods whose claims it prepares).
+TRUSTED_WRITERS = (SCHEDULER_USER, DEVICE_PLUGIN_USER, DRA_DRIVER_USER)
 JsonObject = dict[str, Any]
 # The chart's ServiceAccounts, roles and bindings as helm renders them for the names above
 # with DRA on (tests/chart/test_demo_rbac.py keeps this copy equal to the chart).
@@ -210,14 +209,12 @@ class DemoNode:
     kubelet: FakeKubelet
     plugin: DevicePlugin
     agent: NodeAgent
-    monitor: MonitorService
-    monitor_pods: InformerPodSource
-    metrics_port: int = 0
+    monitor: NodeMonitor
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @property
     def metrics_url(self) -> str:
-        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+        return self.monitor.metrics_url
 
 
 class DemoCluster(AsyncService):
@@ -329,13 +326,15 @@ class DemoCluster(AsyncService):
         return f"http://127.0.0.1:{self.scheduler.metrics_port}/metrics"
 
     def refused_requests(self) -> list[str]:
-        """Each request of our components (scheduler, device plugins, monitors) and of the nodes'
-        kubelets that the real API server refused (403: RBAC, the Node authorizer,
+        """Each request of our components (scheduler, device plugins, DRA drivers, monitors) and
+        of the nodes' kubelets that the real API server refused (403: RBAC, the Node authorizer,
         NodeRestriction); none on the double, which has no authorizer."""
         if self.real is None:
             return []
-        nodes = {f"system:node:{node.name}" for node in self.nodes}
-        return self.real.refused_requests({SCHEDULER_USER, DEVICE_PLUGIN_USER, *nodes})
+        names = [node.name for node in self.nodes] + [node.name for node in self.dra_nodes]
+        nodes = {f"system:node:{name}" for name in names}
+        users = {SCHEDULER_USER, DEVICE_PLUGIN_USER, DRA_DRIVER_USER, *nodes}
+        return self.real.refused_requests(users)
 
     def node(self, name: str) -> DemoNode:
         for node in self.nodes:
@@ -416,13 +415,17 @@ class DemoCluster(AsyncService):
                 name,
                 cards,
                 self.workdir / name,
-                driver_client=admin,  # the chart has no DRA driver account yet
+                driver_client=await self._new_client(DRA_DRIVER_USER),
                 node_client=await self._new_client(f"system:node:{name}"),
                 runtime=self.runtime,
+                monitor_client=await self._new_client(DRA_DRIVER_USER),
+                monitor_tick_s=self.settings.monitor_tick_s,
             )
             self.dra_nodes.append(node)
             models = ", ".join(sorted({card.name for card in cards}))
-            self.progress(f"node {name:<12} {len(cards)} x {models}: DRA driver, kubelet (DRA)")
+            self.progress(
+                f"node {name:<12} {len(cards)} x {models}: DRA driver, kubelet (DRA), monitor"
+            )
 
     async def _start_kube_scheduler(self, real: RealControlPlane) -> None:
         ca_file = self.workdir / "scheduler-ca.crt"
@@ -538,33 +541,22 @@ class DemoCluster(AsyncService):
         )
         config = VgpuConfig(resource_name=RESOURCE, device_split_count=SPLIT_COUNT)
         plugin = DevicePlugin(plugin_client, nvml, options, lambda: config.check(name))
-        pods = InformerPodSource(monitor_client, NodeName(name), resync_period_s=300.0)
-        monitor = MonitorService(
-            MonitorSettings(
-                hook_path=hook / "vgpu",
-                node_name=NodeName(name),
-                host="127.0.0.1",
-                port=0,
-                tick_interval_s=self.settings.monitor_tick_s,
-            ),
-            pods,
-            nvml.open,
-            SystemClock(),
+        monitor = node_monitor(
+            name,
+            hook,
+            nvml,
+            monitor_client,
+            tick_s=self.settings.monitor_tick_s,
             mig_apply_lock=mig_apply_lock,
         )
-        node = DemoNode(name, nvml, hook, kubelet, plugin, agent, monitor, pods)
+        node = DemoNode(name, nvml, hook, kubelet, plugin, agent, monitor)
         node.tasks.append(
             guarded_task(plugin.run(self._stop), f"demo/{name}/device-plugin", may_finish=True)
         )
         connection = await kubelet.wait_for_plugin(RESOURCE, timeout=20)
         await connection.wait_for_devices(lambda d: len(d) == len(cards) * SPLIT_COUNT, 20)
         await agent.start()
-        pods.informer.start()
-        await pods.informer.wait_synced(20)
-        node.tasks.append(
-            guarded_task(monitor.run(self._stop), f"demo/{name}/monitor", may_finish=True)
-        )
-        node.metrics_port = await monitor.start_http()
+        node.tasks.append(await monitor.start(self._stop, name))
         models = sorted({card.name for card in cards})
         self.progress(
             f"node {name:<12} {len(cards)} x {', '.join(models)}: device plugin, kubelet, monitor"
@@ -596,9 +588,7 @@ class DemoCluster(AsyncService):
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.gather(*node.tasks, return_exceptions=True), 10)
         await cancel_and_wait(*node.tasks)
-        await node.monitor.stop_http()
-        await node.monitor_pods.informer.stop()
-        node.monitor.close()
+        await node.monitor.stop()
         await node.kubelet.stop()
 
     async def stop(self) -> None:

@@ -1,6 +1,7 @@
 """The demo's DRA nodes (Kubernetes' own control plane only): each runs pyhami's DRA driver on
-FakeNVML cards instead of the device plugin, carries the label `gpu.pyhami.io/mode=dra`, and
-its kubelet double prepares a pod's claims through the driver before the containers start."""
+FakeNVML cards instead of the device plugin, with the vGPU monitor beside it (as in the chart's
+DaemonSet), carries the label `gpu.pyhami.io/mode=dra`, and its kubelet double prepares a
+pod's claims through the driver before the containers start."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.devices.nvidia.dra_claims import NODE_MODE_DRA, NODE_MODE_LABEL
 from pyhami.dra.api import DRIVER
 from pyhami.dra.service import DraDriver, DriverOptions
-from pyhami.kube import KubeClient
+from pyhami.kube import KubeClient, cancel_and_wait
+from pyhami.sim.demo.monitors import NodeMonitor, node_monitor
 from pyhami.testing import FakeGpu, FakeKubelet, FakeNVML
 from pyhami.testing.dra_claims import ClaimPreparer
 from pyhami.testing.dra_kubelet import DRAKubelet
@@ -36,8 +38,14 @@ class DraDemoNode:
     device_kubelet: FakeKubelet  # kubelet's device-plugin side: nothing registers on a DRA node
     agent: NodeAgent
     driver: DraDriver
+    monitor: NodeMonitor
     stop: asyncio.Event
     task: asyncio.Task[None]
+    monitor_task: asyncio.Task[None]
+
+    @property
+    def metrics_url(self) -> str:
+        return self.monitor.metrics_url
 
 
 async def start_dra_node(
@@ -48,8 +56,11 @@ async def start_dra_node(
     driver_client: KubeClient,
     node_client: KubeClient,
     runtime: ContainerRuntime | None,
+    monitor_client: KubeClient,
+    monitor_tick_s: float,
 ) -> DraDemoNode:
-    """The node registered with its label, the driver serving and registered with kubelet."""
+    """The node registered with its label, the driver serving and registered with kubelet, the
+    monitor serving."""
     hook = root / "hook"  # libvgpu in hook/vgpu when the caller installed it
     (hook / "vgpu" / "containers").mkdir(parents=True, exist_ok=True)
     nvml = FakeNVML.with_gpus(*cards)
@@ -77,10 +88,20 @@ async def start_dra_node(
     stop = asyncio.Event()
     driver = DraDriver(driver_client, nvml, options)
     task = asyncio.create_task(driver.run(stop), name=f"demo/{name}/dra-driver")
-    node = DraDemoNode(name, nvml, hook, kubelet, device_kubelet, agent, driver, stop, task)
     await kubelet.wait_for_plugin(DRIVER, timeout=30)
     await agent.start()
-    return node
+    monitor = node_monitor(
+        name,
+        hook,
+        nvml,
+        monitor_client,
+        tick_s=monitor_tick_s,
+        mig_apply_lock=root / "hami" / "hami-mig-apply.lock",  # the node's /tmp/hami
+    )
+    monitor_task = await monitor.start(stop, name)
+    return DraDemoNode(
+        name, nvml, hook, kubelet, device_kubelet, agent, driver, monitor, stop, task, monitor_task
+    )
 
 
 async def stop_dra_node(node: DraDemoNode) -> None:
@@ -88,5 +109,7 @@ async def stop_dra_node(node: DraDemoNode) -> None:
     node.stop.set()
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(node.task, DRIVER_STOP_TIMEOUT_S)
+    await cancel_and_wait(node.monitor_task)
+    await node.monitor.stop()
     await node.kubelet.stop()
     await node.device_kubelet.stop()
