@@ -33,8 +33,8 @@ from pyhami.sim.demo.dra_nodes import dra_node_name
 from pyhami.sim.demo.settings import DemoSettings
 from pyhami.testing.fake_nvml import a100_40g, a100_80g, h100_80g
 
-from .conftest import assert_none_refused, render_chart
-from .test_dra_mixed_on_real import RBAC_KINDS, claim_named_in, placed, unschedulable
+from .conftest import assert_none_refused, chart_rbac_with
+from .test_dra_mixed_on_real import claim_named_in, placed, unschedulable
 
 USER_GUIDE = Path(__file__).resolve().parents[2] / "docs" / "user-guide.md"
 NS = "default"
@@ -49,7 +49,7 @@ MIXED_CARDS = [a100_40g(numa=0, uuid="GPU-m0"), h100_80g(numa=1, uuid="GPU-m1")]
 
 @pytest.fixture
 async def cluster(kubernetes: BuiltBinaries) -> AsyncIterator[DemoCluster]:
-    rbac = [o for o in render_chart("dra.mode=all") if o["kind"] in RBAC_KINDS]
+    rbac = chart_rbac_with("dra.mode=all")
     settings = DemoSettings(
         nodes=0,
         dra_nodes=2,
