@@ -2,6 +2,7 @@
 `--keep-running` hands the user a kubeconfig for the built kubectl."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -32,6 +33,32 @@ def test_the_demo_runs_its_pods_on_kubernetes_own_control_plane(
     # the reason comes from Kubernetes' kube-scheduler, carrying our words
     assert "kube-scheduler: 0/3 nodes are available: 3 4/4 CardInsufficientMemory." in demo.stdout
     assert demo.stderr == "", "the services' logs stay quiet unless --verbose"
+
+
+def test_the_demo_in_dra_mode_shows_each_pods_claimed_cards_and_their_use(
+    kubernetes: BuiltBinaries,
+) -> None:
+    """Every GPU node runs the DRA driver: kube-scheduler places the translated pods, and the
+    table shows the cards their claims were given and the use the node's monitor exports."""
+    demo = subprocess.run(
+        [*PYHAMI, "demo", "--control-plane", "real", "--mode", "dra"],
+        capture_output=True, text=True, check=False, env=ENVIRONMENT, timeout=240,
+    )  # fmt: skip
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    # kube-scheduler picks among nodes and cards that fit alike, so rows may name any of them
+    row = re.search(
+        r"^two-whole-cards +dra-node-\d +\S+ +#\d +(\d+) MiB +100% +Running +(\d+)/(\d+) MiB$",
+        demo.stdout,
+        re.MULTILINE,
+    )
+    assert row is not None, demo.stdout
+    card, used, limit = (int(group) for group in row.groups())
+    assert limit == 2 * card, "a whole card's memory on each of the two cards"
+    assert used > 0, "the monitor on the DRA node exported the workload's use"
+    assert re.search(r"^slice-3g-30pct +dra-node-\d .* 3000 MiB +30% +Running", demo.stdout, re.M)
+    for too_much in ("too-big-200g", "wants-an-h100"):
+        assert re.search(rf"^{too_much} +- +- +not scheduled$", demo.stdout, re.M), demo.stdout
+    assert "(no GPU)" not in demo.stdout
 
 
 def test_keep_running_prints_the_admin_kubeconfig_for_kubectl(kubernetes: BuiltBinaries) -> None:

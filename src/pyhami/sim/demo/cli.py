@@ -114,7 +114,7 @@ async def run_demo(
     if not isinstance(native, str):
         card_bytes = {
             gpu.uuid: (gpu.memory_total_mib or 0) << 20
-            for cards in settings.node_cards()
+            for cards in [*settings.node_cards(), *settings.dra_node_cards()]
             for gpu in cards
         }
         workloads = cluster.runtime = DemoWorkloads(native, card_bytes, cluster.workdir)

@@ -18,7 +18,9 @@ from typing import Any
 
 import aiohttp
 
-from pyhami.kube import JsonObject, KubeError
+from pyhami.devices.nvidia.dra_claims import CAPACITY_CORES, CAPACITY_MEMORY, DRIVER, MIB
+from pyhami.devices.quantity import QuantityError, parse_quantity, value_ceil
+from pyhami.kube import RESOURCE_CLAIMS, JsonObject, KubeError
 from pyhami.kube.errors import AlreadyExists
 from pyhami.kube.resources import NAMESPACES
 from pyhami.protocol import KEY_NVIDIA_ALLOCATED, ProtocolError, decode_pod_single_device
@@ -31,10 +33,21 @@ SLOW_S = 2.0  # a pod that takes longer gets a progress line
 
 
 def card_directory(cluster: DemoCluster) -> dict[str, CardInfo]:
-    """Every card's uuid → node, model and NVML index."""
+    """Every card's uuid → node, model and NVML index (device-plugin and DRA nodes)."""
+    nodes = [(node.name, node.nvml) for node in cluster.nodes]
+    nodes += [(node.name, node.nvml) for node in cluster.dra_nodes]
     return {
-        gpu.uuid: CardInfo(node.name, gpu.name, index)
-        for node in cluster.nodes
+        gpu.uuid: CardInfo(name, gpu.name, index)
+        for name, nvml in nodes
+        for index, gpu in enumerate(nvml.gpus)
+    }
+
+
+def dra_device_directory(cluster: DemoCluster) -> dict[tuple[str, str], str]:
+    """(node, DRA device name) → the card's uuid: the driver names a node's cards gpu-<index>."""
+    return {
+        (node.name, f"gpu-{index}"): gpu.uuid
+        for node in cluster.dra_nodes
         for index, gpu in enumerate(node.nvml.gpus)
     }
 
@@ -109,6 +122,8 @@ async def _settle(
         phase = str(status.get("phase", "Pending"))
         if phase in ("Running", "Failed", "Succeeded"):
             cards = allocated_cards(pod, card_directory(cluster))
+            if not cards:
+                cards = await claimed_cards(cluster, pod)
             message = str(status.get("message", ""))
             node = str((pod.get("spec") or {}).get("nodeName", ""))
             return PodResult(namespace, name, phase, node, cards, message)
@@ -158,6 +173,57 @@ def allocated_cards(pod: JsonObject, cards: Mapping[str, CardInfo]) -> tuple[Car
                 )
             )
     return tuple(shares)
+
+
+async def claimed_cards(cluster: DemoCluster, pod: JsonObject) -> tuple[CardShare, ...]:
+    """A pod placed by kube-scheduler through ResourceClaims (a DRA node): each container's
+    cards as the claims' allocations record them, with the memory and cores they consumed."""
+    spec = pod.get("spec") or {}
+    namespace = str((pod.get("metadata") or {}).get("namespace", ""))
+    claim_of = {  # the pod's name for a claim → the ResourceClaim's own name
+        str(entry.get("name", "")): str(entry.get("resourceClaimName") or "")
+        for entry in (pod.get("status") or {}).get("resourceClaimStatuses") or ()
+    }
+    cards, devices = card_directory(cluster), dra_device_directory(cluster)
+    shares: list[CardShare] = []
+    for container in [*spec.get("initContainers", ()), *spec.get("containers", ())]:
+        for ref in (container.get("resources") or {}).get("claims") or ():
+            claim_name = claim_of.get(str(ref.get("name", "")))
+            if not claim_name:
+                continue
+            try:
+                claim = await cluster.client.get(RESOURCE_CLAIMS, claim_name, namespace)
+            except KubeError:
+                continue  # the report shows the pod without that claim's cards
+            shares.extend(_claim_shares(str(container.get("name", "")), claim, ref, cards, devices))
+    return tuple(shares)
+
+
+def _claim_shares(
+    container: str,
+    claim: Mapping[str, Any],
+    ref: Mapping[str, Any],
+    cards: Mapping[str, CardInfo],
+    devices: Mapping[tuple[str, str], str],
+) -> list[CardShare]:
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    wanted = ref.get("request")  # a container may name one request of the claim, else all
+    shares = []
+    for result in (allocation.get("devices") or {}).get("results") or ():
+        request = str(result.get("request", ""))
+        if result.get("driver") != DRIVER or (wanted and request.partition("/")[0] != wanted):
+            continue
+        node = str(result.get("pool", ""))
+        uuid = devices.get((node, str(result.get("device", ""))), "")
+        info = cards.get(uuid, CardInfo(node, "?", -1))
+        consumed = result.get("consumedCapacity") or {}
+        try:
+            memory = value_ceil(parse_quantity(consumed.get(CAPACITY_MEMORY, 0))) // MIB
+            cores = value_ceil(parse_quantity(consumed.get(CAPACITY_CORES, 0)))
+        except QuantityError:
+            memory = cores = 0  # kube-apiserver validated the claim; nothing better to show
+        shares.append(CardShare(container, node, uuid, info.model, info.index, memory, cores))
+    return shares
 
 
 async def explain(
