@@ -166,5 +166,6 @@ def _rebuild_then_decide(
     fresh = engine.build_ledger(inventories, pods)
     return engine.decide(pod, candidates, fresh, **options)
 
+
 if __name__ == "__main__":
     main()

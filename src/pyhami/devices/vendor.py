@@ -165,7 +165,11 @@ class Vendor(Protocol):
         container: int,
     ) -> FitOutcome:
         """HAMi `Fit`: which of `cards` (policy-sorted; the last is tried first) the request
-        gets, with the per-reason counts of the cards it cannot use."""
+        gets, with the per-reason counts of the cards it cannot use.
+
+        Without NUMA binding, quota and MIG cards its yes/no and counts must not depend on card
+        order: the engine then asks it first on the cards in registration order (the cheap
+        screen of many nodes) and sorts only for the node that passes."""
         ...
 
     def partition(self, card: CardState, memory: int) -> tuple[MigProfile, MigPlacement] | None:

@@ -183,4 +183,3 @@ VENDORS: Mapping[str, VendorKeys] = _table(
         nouse_uuid="vastaitech.com/nouse-gpuuuid",
     ),
 )
-
