@@ -47,10 +47,6 @@ class AcmeVendor:
     keys: VendorKeys = NPU_KEYS
     column_screen: bool = False
 
-    @property
-    def resource_names(self) -> frozenset[str]:
-        return frozenset({NPU})
-
     def container_request(self, container: Mapping[str, Any]) -> ContainerDeviceRequest | None:
         value = container.get("resources", {}).get("limits", {}).get(NPU)
         if value is None:

@@ -127,11 +127,6 @@ class Vendor(Protocol):
         ...
 
     @property
-    def resource_names(self) -> frozenset[str]:
-        """The extended resource names it reads from a container."""
-        ...
-
-    @property
     def keys(self) -> VendorKeys:
         """The pod and node annotation keys it reads and writes (the protocol's table row)."""
         ...

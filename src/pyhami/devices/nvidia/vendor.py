@@ -8,7 +8,7 @@ from pyhami.devices.config import NvidiaConfig
 from pyhami.devices.inventory import PairScores
 from pyhami.devices.nvidia.fit import fit as nvidia_fit
 from pyhami.devices.nvidia.mig import select_candidate
-from pyhami.devices.nvidia.request import container_request, value_ranges
+from pyhami.devices.nvidia.request import container_request
 from pyhami.devices.nvidia.selectors import pod_card_selectors
 from pyhami.devices.reasons import CardCheck
 from pyhami.devices.selectors import CardSelectors
@@ -22,14 +22,18 @@ class NvidiaVendor:
     """The NVIDIA backend, configured by the `nvidia` section of the device configuration."""
 
     config: NvidiaConfig = field(default_factory=NvidiaConfig)
-    name: str = NVIDIA_VENDOR
-    keys: VendorKeys = VENDORS[NVIDIA_VENDOR]
-    # Its Fit makes the column screen's checks when no card filter is set.
-    column_screen: bool = True
 
     @property
-    def resource_names(self) -> frozenset[str]:
-        return frozenset(value_ranges(self.config))
+    def name(self) -> str:
+        return NVIDIA_VENDOR
+
+    @property
+    def keys(self) -> VendorKeys:
+        return VENDORS[NVIDIA_VENDOR]
+
+    @property
+    def column_screen(self) -> bool:
+        return True  # the screen runs this Fit's checks, in its order (tests/engine/test_screen.py)
 
     def container_request(self, container: Mapping[str, Any]) -> ContainerDeviceRequest | None:
         return container_request(container, self.config)
