@@ -23,7 +23,10 @@ from typing import Any
 
 from pyhami import engine
 from pyhami.devices.inventory import NodeInventory
+from pyhami.devices.nvidia.vendor import NvidiaVendor
 from pyhami.model import ContainerDevice, DeviceInfo, NodeName
+
+ENGINE_CONFIG = engine.EngineConfig(vendor=NvidiaVendor())
 
 GPUS_PER_NODE = 8
 PODS_PER_NODE = 8
@@ -115,7 +118,7 @@ def main() -> None:
     args = parser.parse_args()
     clock = time.perf_counter if args.clock == "wall" else time.thread_time
     print(f"clock: {args.clock}")
-    options: dict[str, Any] = {"config": engine.EngineConfig(), "quotas": None, "now": 0}
+    options: dict[str, Any] = {"config": ENGINE_CONFIG, "quotas": None, "now": 0}
     print(
         f"{'nodes':>6} {'pod':<10} {'engine p50':>11} {'p99':>8} "
         f"{'rebuild p50':>12} {'p99':>9} {'ratio p50':>10} {'ratio p99':>10}"
@@ -162,6 +165,7 @@ def _rebuild_then_decide(
     """HAMi's method: every node's usage rebuilt from every pod, then the same decision."""
     fresh = engine.build_ledger(inventories, pods)
     return engine.decide(pod, candidates, fresh, **options)
+
 
 if __name__ == "__main__":
     main()

@@ -13,7 +13,7 @@ from pyhami.devices.nvidia.dra_claims import (
     cel_string,
     claim_spec,
 )
-from pyhami.devices.nvidia.selectors import CardSelectors
+from pyhami.devices.nvidia.selectors import pod_card_selectors
 
 # A CEL double-quoted string: any character but a quote, backslash or line break, or an escape.
 _LITERAL = re.compile(r'"(?:[^"\\\n\r]|\\(?:[\\"]|u[0-9a-f]{4}|U[0-9a-f]{8}))*"')
@@ -47,11 +47,11 @@ def test_a_cel_literal_is_one_literal_that_reads_back_as_the_text(text: str) -> 
 
 
 def _type_rule(value: str) -> tuple[str, ...]:
-    return card_selectors(CardSelectors.from_annotations({"nvidia.com/use-gputype": value}))
+    return card_selectors(pod_card_selectors({"nvidia.com/use-gputype": value}))
 
 
 def _uuid_rule(value: str) -> tuple[str, ...]:
-    return card_selectors(CardSelectors.from_annotations({"nvidia.com/nouse-gpuuuid": value}))
+    return card_selectors(pod_card_selectors({"nvidia.com/nouse-gpuuuid": value}))
 
 
 @given(unicode_text.filter(lambda t: "," not in t and t.strip() and len(t) < 2000))
@@ -71,7 +71,7 @@ def test_a_value_written_to_break_out_of_its_string_stays_a_string() -> None:
 
 
 def test_type_rules_follow_hamis_check_type() -> None:
-    cards = CardSelectors.from_annotations(
+    cards = pod_card_selectors(
         {"nvidia.com/use-gputype": " a100 ,h100", "nvidia.com/nouse-gputype": "mig"}
     )
     use, nouse = card_selectors(cards)
@@ -83,11 +83,11 @@ def test_type_rules_follow_hamis_check_type() -> None:
     # a value whose items are all empty admits no card, as in HAMi
     [nothing] = _type_rule(",")
     assert nothing.startswith("[].exists(")
-    assert card_selectors(CardSelectors.from_annotations({"nvidia.com/use-gputype": " "})) == ()
+    assert card_selectors(pod_card_selectors({"nvidia.com/use-gputype": " "})) == ()
 
 
 def test_uuid_rules_match_exactly() -> None:
-    cards = CardSelectors.from_annotations(
+    cards = pod_card_selectors(
         {"nvidia.com/use-gpuuuid": "GPU-b, GPU-a", "nvidia.com/nouse-gpuuuid": "GPU-c"}
     )
     assert card_selectors(cards) == (

@@ -4,9 +4,11 @@ from collections.abc import Mapping
 
 import pytest
 
-from pyhami.devices.nvidia.fit import FitPolicy, fit, resolve_memory
-from pyhami.devices.nvidia.selectors import CardSelectors
+from pyhami.devices.nvidia.fit import fit
+from pyhami.devices.nvidia.selectors import pod_card_selectors
 from pyhami.devices.reasons import CardCheck
+from pyhami.devices.selectors import CardSelectors
+from pyhami.devices.vendor import FitPolicy, resolve_memory
 from pyhami.model import ContainerDeviceRequest, MigPlacement
 from pyhami.protocol import Reason
 
@@ -22,7 +24,7 @@ def ask(nums: int = 1, mem: int = 0, pct: int = 101, cores: int = 0) -> Containe
 
 
 def select(annotations: Mapping[str, str]) -> CardSelectors:
-    return CardSelectors.from_annotations(annotations)
+    return pod_card_selectors(annotations)
 
 
 def uuids(outcome_devices: tuple) -> list[str]:  # type: ignore[type-arg]

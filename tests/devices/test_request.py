@@ -8,8 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyhami.devices.config import NvidiaConfig
-from pyhami.devices.nvidia.request import ContainerSpecError, container_request, value_ranges
+from pyhami.devices.nvidia.request import container_request, value_ranges
 from pyhami.devices.quantity import parse_quantity
+from pyhami.devices.vendor import ContainerSpecError
 from pyhami.model import ContainerDeviceRequest
 
 DEFAULT = NvidiaConfig()

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from pyhami import engine
 from pyhami.devices.config import NvidiaConfig
+from pyhami.devices.nvidia.vendor import NvidiaVendor
 from pyhami.engine import EngineConfig, Ledger, NodeFailure, Outcome, QuotaBook, decide
 from pyhami.model import MigPlacement, MigProfile
 from pyhami.protocol import Reason
@@ -31,7 +32,8 @@ def run(ledger: Ledger, the_pod: dict[str, Any], *, node_policy: str = "binpack"
         gpu_policy: str = "spread", quotas: QuotaBook | None = None,
         candidates: list[str] | None = None, explain: bool = False,
         config: NvidiaConfig | None = None) -> engine.Decision:
-    cfg = EngineConfig(nvidia=config or NvidiaConfig(), node_policy=node_policy,
+    nvidia = config or NvidiaConfig()
+    cfg = EngineConfig(vendor=NvidiaVendor(nvidia), nvidia=nvidia, node_policy=node_policy,
                        gpu_policy=gpu_policy)
     names = [N(c) for c in candidates] if candidates else CANDIDATES
     return decide(the_pod, names, ledger, config=cfg, quotas=quotas, now=1755763200,

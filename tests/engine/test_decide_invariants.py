@@ -14,12 +14,15 @@ from hypothesis import strategies as st
 
 from pyhami.devices.config import NvidiaConfig
 from pyhami.devices.inventory import NodeInventory
-from pyhami.devices.nvidia.fit import resolve_memory
 from pyhami.devices.nvidia.request import container_request
+from pyhami.devices.nvidia.vendor import NvidiaVendor
+from pyhami.devices.vendor import resolve_memory
 from pyhami.engine import EngineConfig, Ledger, Outcome, decide, plan_pod
 from pyhami.model import NodeName
 
 from .builders import alloc_of, card, gpus, pod, used
+
+ENGINE_CONFIG = EngineConfig(vendor=NvidiaVendor())
 
 TYPES = ("NVIDIA A100", "NVIDIA V100", "NVIDIA T4")
 GPU_POLICIES = ("binpack", "spread", "topology-aware", "mutex", "binpack,numa", "spread,numa")
@@ -86,7 +89,7 @@ def check_scheduled(
     ledger: Ledger, the_pod: dict[str, Any], node: NodeName, devices: tuple[tuple[Any, ...], ...]
 ) -> None:
     config = NvidiaConfig()
-    plan = plan_pod(the_pod, EngineConfig(nvidia=config))
+    plan = plan_pod(the_pod, EngineConfig(vendor=NvidiaVendor(config), nvidia=config))
     ledger_node = ledger.node(node)
     assert ledger_node is not None
     inventory = {c.id: c for c in ledger_node.cards}
@@ -134,7 +137,7 @@ def test_a_scheduled_pod_gets_exactly_its_cards_and_each_fits(
         for n, (uuid, mem, cores) in enumerate(usage):
             ledger.add_pod(alloc_of(f"{uuid}-user{n}", name, (used(uuid, mem, cores),)))
     the_pod = pod("p", *apps, init=tuple(init), annotations=notes)
-    config = EngineConfig(nvidia=NvidiaConfig(), node_policy=node_policy, gpu_policy=gpu_policy)
+    config = EngineConfig(vendor=NvidiaVendor(), node_policy=node_policy, gpu_policy=gpu_policy)
     decision = decide(
         the_pod,
         [name for name, _, _ in cluster],
@@ -168,7 +171,7 @@ def test_topology_aware_takes_the_best_pair_when_every_total_is_negative() -> No
         "p", gpus(2, mem=10), annotations={"hami.io/gpu-scheduler-policy": "topology-aware"}
     )
     decision = decide(
-        the_pod, [NodeName("n")], ledger, config=EngineConfig(), quotas=None, now=1755763200
+        the_pod, [NodeName("n")], ledger, config=ENGINE_CONFIG, quotas=None, now=1755763200
     )
     assert decision.outcome is Outcome.SCHEDULED
     assert sorted(d.uuid for d in decision.devices[0]) == ["a", "c"]

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pyhami.devices.nvidia.vendor import NvidiaVendor
 from pyhami.engine import (
     EngineConfig,
     Ledger,
@@ -18,6 +19,8 @@ from pyhami.engine import (
 from pyhami.model import ContainerDevice, MigAllocation, MigPlacement
 
 from .builders import N, card, gpus, inventory, pod
+
+ENGINE_CONFIG = EngineConfig(vendor=NvidiaVendor())
 
 
 def scheduled(annotations: dict[str, str], **extra: Any) -> dict[str, Any]:
@@ -93,12 +96,12 @@ def test_malformed_allocation_names_the_pod_and_key() -> None:
 )
 def test_unreadable_pods(bad: dict[str, Any], match: str) -> None:
     with pytest.raises(PodSpecError, match=match):
-        plan_pod(bad, EngineConfig())
+        plan_pod(bad, ENGINE_CONFIG)
 
 
 def test_plan_reads_policies_and_requests_init_first() -> None:
     plan = plan_pod(pod("p", {}, gpus(2, mem=100), init=(gpus(1),),
-                        annotations={"hami.io/gpu-scheduler-policy": "binpack"}), EngineConfig())
+                        annotations={"hami.io/gpu-scheduler-policy": "binpack"}), ENGINE_CONFIG)
     assert plan.init_count == 1 and plan.gpu_policy == "binpack" and plan.node_policy == "binpack"
     assert [r.nums if r else 0 for r in plan.requests] == [1, 0, 2]
 
@@ -131,7 +134,7 @@ pod_like = st.fixed_dictionaries({
 def test_decide_never_crashes_on_a_malformed_pod(the_pod: dict[str, Any]) -> None:
     ledger = Ledger()
     ledger.upsert_node(N("node1"), inventory(card("g0")))
-    decision = decide(the_pod, [N("node1")], ledger, config=EngineConfig(), quotas=None, now=0)
+    decision = decide(the_pod, [N("node1")], ledger, config=ENGINE_CONFIG, quotas=None, now=0)
     assert decision.outcome in set(Outcome)
     if decision.outcome is Outcome.ERROR:
         assert decision.error

@@ -8,13 +8,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyhami.devices.config import NvidiaConfig
+from pyhami.devices.nvidia.vendor import NvidiaVendor
 from pyhami.engine import EngineConfig, Ledger, Outcome, PodAllocation, QuotaBook, decide
 from pyhami.engine.preempt import PreemptionInput, Proposal, preempt
 from pyhami.model import NodeName
 
 from .builders import N, card, gpus, inventory, pod, used
 
-CONFIG = EngineConfig()
+CONFIG = EngineConfig(vendor=NvidiaVendor())
 
 
 def holder(key: str, node: str, uuid: str, mem: int, namespace: str = "default") -> PodAllocation:

@@ -3,10 +3,13 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pyhami.devices.nvidia.vendor import NvidiaVendor
 from pyhami.engine import EngineConfig, Ledger, PodAllocation, decide
 from pyhami.model import MigPlacement, MigProfile
 
 from .builders import N, card, gpus, inventory, pod, used
+
+ENGINE_CONFIG = EngineConfig(vendor=NvidiaVendor())
 
 ONE_G = MigProfile("1g.10gb", 9856, 15, 1, tuple(MigPlacement(s, 1) for s in range(7)))
 
@@ -93,7 +96,7 @@ def test_screen_matches_fit_on_every_node(
         annotations={"hami.io/gpu-scheduler-policy": gpu_policy},
     )
     names = [N(f"n{n:02d}") for n in range(len(nodes))] + [N("ghost")]
-    config = EngineConfig(node_policy=node_policy)
+    config = EngineConfig(vendor=NvidiaVendor(), node_policy=node_policy)
     fast = decide(the_pod, names, ledger, config=config, quotas=None, now=0)
     full = decide(the_pod, names, ledger, config=config, quotas=None, now=0, explain=True)
     assert (fast.node, fast.devices) == (full.node, full.devices)
@@ -115,19 +118,19 @@ def test_screen_sees_usage_changes_and_node_changes() -> None:
     ledger = build([([(0, 0, 0, True, "NVIDIA-A100", False, 10000)], False)] * 40)
     names = [N(f"n{n:02d}") for n in range(40)]
     big = pod("big", gpus(1, mem=9000))
-    assert decide(big, names, ledger, config=EngineConfig(), quotas=None, now=0).node == "n00"
+    assert decide(big, names, ledger, config=ENGINE_CONFIG, quotas=None, now=0).node == "n00"
     for n in range(40):
         key = f"fill{n}"
         ledger.add_pod(
             PodAllocation(key, "default", key, N(f"n{n:02d}"), ((used(f"g{n}-0", 5000),),))
         )
-    answer = decide(big, names, ledger, config=EngineConfig(), quotas=None, now=0)
+    answer = decide(big, names, ledger, config=ENGINE_CONFIG, quotas=None, now=0)
     assert answer.node is None
     assert set(answer.failed_nodes.values()) == {"1/1 CardInsufficientMemory"}
     ledger.remove_pod("fill39")
     ledger.remove_node(N("n00"))
     ledger.upsert_node(N("n00"), inventory(card("new", 20000)))
-    answer = decide(big, names, ledger, config=EngineConfig(), quotas=None, now=0)
+    answer = decide(big, names, ledger, config=ENGINE_CONFIG, quotas=None, now=0)
     assert answer.node == "n00"  # n00 and n39 are both idle now: the tie goes to the smaller name
 
 
@@ -148,7 +151,7 @@ def test_a_few_candidates_decide_as_if_alone(
         data.draw(st.lists(st.integers(0, len(nodes) - 1), min_size=1, max_size=2, unique=True))
     )  # sorted: renaming keeps name order
     names = [N(f"n{n:02d}") for n in picked]
-    config = EngineConfig(node_policy=node_policy)
+    config = EngineConfig(vendor=NvidiaVendor(), node_policy=node_policy)
     the_pod = pod("p", limits)
     among_all = decide(the_pod, names, build(nodes), config=config, quotas=None, now=0)
     alone = build([nodes[n] for n in picked])  # the same nodes, renamed n00, n01
@@ -165,7 +168,7 @@ def test_absolute_memory_wins_over_percentage_in_the_screen() -> None:
     ledger = build([full] * 39 + [roomy])  # binpack visits the full nodes first: n39 is screened
     names = [N(f"n{n:02d}") for n in range(40)]
     both = pod("p", gpus(1, mem=100, pct=65))  # 100 MiB fits n39; 65 % (6500 MiB) would not
-    answer = decide(both, names, ledger, config=EngineConfig(), quotas=None, now=0)
+    answer = decide(both, names, ledger, config=ENGINE_CONFIG, quotas=None, now=0)
     assert answer.node == "n39"
     assert answer.annotations["hami.io/vgpu-devices-allocated"] == "g39-0,NVIDIA,100,0:;"
 
@@ -177,6 +180,6 @@ def test_the_screen_wraps_a_percentage_product_as_fit_does() -> None:
     ledger = build([full] * 39 + [huge])  # binpack visits the full nodes first: n39 is screened
     names = [N(f"n{n:02d}") for n in range(40)]
     whole = pod("p", gpus(1, pct=100))
-    answer = decide(whole, names, ledger, config=EngineConfig(), quotas=None, now=0)
+    answer = decide(whole, names, ledger, config=ENGINE_CONFIG, quotas=None, now=0)
     assert answer.node == "n39"
     assert answer.annotations["hami.io/vgpu-devices-allocated"] == "g39-0,NVIDIA,-12949672,0:;"

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyhami.devices.config import NvidiaConfig
+from pyhami.devices.nvidia.vendor import NvidiaVendor
 from pyhami.engine import (
     EngineConfig,
     Ledger,
@@ -21,6 +22,8 @@ from pyhami.model import ContainerDevice
 
 from .builders import N, card, gpus, inventory, pod
 
+ENGINE_CONFIG = EngineConfig(vendor=NvidiaVendor())
+
 T4 = 16384
 
 
@@ -31,7 +34,7 @@ def t4_node(ledger: Ledger, name: str, cards: int) -> None:
 
 def run(ledger: Ledger, the_pod: dict[str, Any], *nodes: str,
         quotas: QuotaBook | None = None) -> Any:
-    return decide(the_pod, [N(n) for n in nodes], ledger, config=EngineConfig(), quotas=quotas,
+    return decide(the_pod, [N(n) for n in nodes], ledger, config=ENGINE_CONFIG, quotas=quotas,
                   now=1_700_000_000)
 
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from pyhami.devices.nvidia.vendor import NvidiaVendor
 from pyhami.engine import EngineConfig, Outcome, decide
 from pyhami.kube import Resource, ServerError, TooManyRequests
 from pyhami.kube.client import ObjectList
@@ -65,7 +66,7 @@ class World:
 
     def __init__(self, pdbs: list[dict[str, Any]] | None = None) -> None:
         self.clock = ManualClock(START)
-        self.state = ClusterState(EngineConfig(), registered_inventory)
+        self.state = ClusterState(EngineConfig(vendor=NvidiaVendor()), registered_inventory)
         self.state.on_node(node_object("n1", [card("c0", mem=15360), card("c1", 1, 15360)]))
         for name, uuid, mem, priority in (
             ("low-a", "c0", 8000, 100),

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pyhami.devices.config import NvidiaConfig
+from pyhami.devices.nvidia.vendor import NvidiaVendor
 from pyhami.engine import EngineConfig
 from pyhami.kube import NodeLocker
 from pyhami.scheduler.events import EventRecorder
@@ -34,6 +35,8 @@ from pyhami.testing import ManualClock
 from .builders import card, gpu_pod, inventory, node
 from .memory_kube import MemoryKube
 
+ENGINE_CONFIG = EngineConfig(vendor=NvidiaVendor())
+
 NOW = datetime(2026, 8, 21, 12, 0, 0, tzinfo=UTC)
 JSON_ROUTES = ("/filter", "/bind", "/webhook", "/webhook/ownership", "/explain", "/nowhere")
 ROUTES = (*JSON_ROUTES, "/healthz", "/readyz")
@@ -41,7 +44,7 @@ ROUTES = (*JSON_ROUTES, "/healthz", "/readyz")
 
 def _app() -> web.Application:
     inventories = {"n1": inventory(card("GPU-1a", 0), card("GPU-1b", 1))}
-    state = ClusterState(EngineConfig(), lambda n: inventories.get(object_name(n)))
+    state = ClusterState(ENGINE_CONFIG, lambda n: inventories.get(object_name(n)))
     state.on_node(node("n1"))
     state.on_pod(gpu_pod("p", mem=1000))
     kube = MemoryKube()

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from pyhami.devices.nvidia.vendor import NvidiaVendor
 from pyhami.engine import EngineConfig
 from pyhami.kube import NodeLocker
 from pyhami.protocol import KEY_NODE_LOCK
@@ -25,6 +26,8 @@ from pyhami.testing import ManualClock
 
 from .builders import card, gpu_pod, inventory, node
 from .memory_kube import MemoryKube
+
+ENGINE_CONFIG = EngineConfig(vendor=NvidiaVendor())
 
 NOW = datetime(2026, 8, 21, 12, 0, 0, tzinfo=UTC)
 OWNED = frozenset(
@@ -57,7 +60,7 @@ def _service(
     synced: bool = True,
     lock_retry: timedelta = timedelta(seconds=28),
 ) -> FilterBind:
-    state = ClusterState(EngineConfig(), lambda n: INVENTORIES.get(object_name(n)))
+    state = ClusterState(ENGINE_CONFIG, lambda n: INVENTORIES.get(object_name(n)))
     for name in INVENTORIES:
         state.on_node(node(name))
     ready = asyncio.Event()

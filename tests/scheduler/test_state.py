@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from pyhami.devices.nvidia.vendor import NvidiaVendor
 from pyhami.engine import EngineConfig, PodAllocation
 from pyhami.model import ContainerDevice, NodeName
 from pyhami.protocol import KEY_DEVICE_CORDON, KEY_NODE_LOCK, KEY_NVIDIA_ALLOCATED, KEY_VGPU_NODE
@@ -11,6 +12,8 @@ from pyhami.scheduler.state import ClusterState
 from .builders import card, gpu_pod
 from .cluster import node_object
 
+ENGINE_CONFIG = EngineConfig(vendor=NvidiaVendor())
+
 
 def _state(**selector: str) -> tuple[ClusterState, list[str]]:
     decoded: list[str] = []
@@ -19,7 +22,7 @@ def _state(**selector: str) -> tuple[ClusterState, list[str]]:
         decoded.append(node["metadata"]["name"])
         return registered_inventory(node)
 
-    return ClusterState(EngineConfig(), counting, node_selector=selector), decoded
+    return ClusterState(ENGINE_CONFIG, counting, node_selector=selector), decoded
 
 
 def test_registration_is_decoded_only_when_it_changes() -> None:

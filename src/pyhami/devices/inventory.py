@@ -6,15 +6,16 @@ from types import MappingProxyType
 
 from pyhami.model import DeviceInfo
 
+# uuid -> other uuid -> score (`hami.io/node-nvidia-score`), read in one direction.
+PairScores = Mapping[str, Mapping[str, int]]
+
 
 @dataclass(frozen=True, slots=True)
 class NodeInventory:
     """One node's devices as registered, plus the node-level facts Fit reads."""
 
     devices: tuple[DeviceInfo, ...]
-    # uuid -> other uuid -> score (`hami.io/node-nvidia-score`); empty without topology scoring.
-    pair_scores: Mapping[str, Mapping[str, int]] = field(
-        default_factory=lambda: MappingProxyType({})
-    )
+    # Empty without topology scoring.
+    pair_scores: PairScores = field(default_factory=lambda: MappingProxyType({}))
     # UUIDs listed in `hami.io/device-cordon`: no new allocations there.
     cordoned: frozenset[str] = frozenset()

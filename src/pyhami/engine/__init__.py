@@ -1,14 +1,19 @@
 """The pure scheduling engine: where a GPU pod goes, which cards it gets, and why not elsewhere.
 
 No I/O, no clock, no globals: everything a decision depends on is passed in, so the live
-`/filter`, `pyhami simulate`, explanations and benchmarks run the very same code.
+`/filter`, `pyhami simulate`, explanations and benchmarks run the very same code. The device
+backend too: the engine reads requests, card filters and Fit through `EngineConfig.vendor`
+(`devices/vendor.py`) and never imports one.
 
 How a service uses it::
 
     from pyhami import engine
     from pyhami.devices.nvidia.inventory import InventoryError, node_inventory
+    from pyhami.devices.nvidia.vendor import NvidiaVendor
 
-    ledger = engine.Ledger()                      # per-card usage, updated incrementally
+    vendor = NvidiaVendor(config.nvidia)          # the device backend, built once at start
+    engine_config = engine.EngineConfig(vendor=vendor, nvidia=config.nvidia)
+    ledger = engine.Ledger(vendor.name)           # per-card usage, updated incrementally
     quotas = engine.QuotaBook(config.nvidia)      # ResourceQuota limits per namespace
 
     # node informer / registry: registration, pair scores, cordon list (InventoryError: skip)

@@ -14,7 +14,7 @@ screen reads current usage without building anything per decision.
 import numpy as np
 import numpy.typing as npt
 
-from pyhami.devices.nvidia.fit import WHOLE_CARD_CORES, FitPolicy, fixed_memory
+from pyhami.devices.vendor import WHOLE_CARD_CORES, FitPolicy, fixed_memory
 from pyhami.model import ContainerDeviceRequest
 from pyhami.protocol import Reason
 from pyhami.protocol.arithmetic import percent_of
@@ -51,7 +51,7 @@ class CardColumns:
         self.node: Ints = np.zeros(0, np.int64)  # the owning node's slot
         self.health = np.zeros(0, np.bool_)
         self.cordoned = np.zeros(0, np.bool_)
-        self.active = np.zeros(0, np.bool_)  # a live card Fit considers (type names NVIDIA)
+        self.active = np.zeros(0, np.bool_)  # a live card Fit considers (type names the vendor)
         self._free_cards: list[int] = []
         self._next_card = 0
         self._free_nodes: list[int] = []

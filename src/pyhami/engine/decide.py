@@ -42,12 +42,11 @@ from pyhami.model import (
 )
 from pyhami.protocol import (
     KEY_MIG_ALLOCATIONS,
-    KEY_NVIDIA_ALLOCATED,
-    KEY_NVIDIA_TO_ALLOCATE,
     KEY_VGPU_NODE,
     KEY_VGPU_TIME,
     NodePolicy,
     ProtocolError,
+    VendorKeys,
     encode_mig_allocations,
     encode_pod_single_device,
     format_unix_seconds,
@@ -99,7 +98,13 @@ def decide(
     success) and the search stops at the winner. With `all_reasons`, every candidate gets its
     verdict (fits, or the reason) through the cheap paths — enough for events on every filter.
     With `explain`, every candidate is evaluated in full and its per-card checks are kept.
+    ValueError when the ledger books another vendor than `config.vendor`.
     """
+    if ledger.vendor_name != config.vendor.name:
+        raise ValueError(
+            f"the ledger books {ledger.vendor_name!r} devices but the configured vendor "
+            f"is {config.vendor.name!r}"
+        )
     try:
         plan = plan_pod(pod, config)
     except PodSpecError as err:
@@ -172,7 +177,7 @@ def decide(
         node=winner.node,
         score=winner.score,
         devices=winner.devices,
-        annotations=_annotations(winner, now),
+        annotations=_annotations(winner, config.vendor.keys, now),
         failed_nodes=failed,
         verdicts=ordered,
         allocation=PodAllocation(
@@ -197,15 +202,15 @@ def _error_decision(pod: Mapping[str, Any], message: str) -> Decision:
     return Decision(key, namespace, name, Outcome.ERROR, error=message)
 
 
-def _annotations(winner: NodeVerdict, now: datetime | int) -> dict[str, str]:
+def _annotations(winner: NodeVerdict, keys: VendorKeys, now: datetime | int) -> dict[str, str]:
     """What HAMi's Filter patches onto the pod (node, time, devices), time from `now`."""
     moment = datetime.fromtimestamp(now, UTC) if isinstance(now, int) else now
     encoded = encode_pod_single_device(winner.devices)
     annotations = {
         KEY_VGPU_NODE: winner.node,
         KEY_VGPU_TIME: format_unix_seconds(moment),
-        KEY_NVIDIA_TO_ALLOCATE: encoded,
-        KEY_NVIDIA_ALLOCATED: encoded,
+        keys.to_allocate: encoded,
+        keys.allocated: encoded,
     }
     if winner.mig_allocations:
         annotations[KEY_MIG_ALLOCATIONS] = encode_mig_allocations(winner.mig_allocations)

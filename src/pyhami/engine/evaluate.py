@@ -17,12 +17,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pyhami.devices.nvidia.fit import MIG_MODE, FitOutcome, FitPolicy, QuotaCheck, fit
-from pyhami.devices.nvidia.mig import select_candidate
 from pyhami.devices.reasons import CardCheck
+from pyhami.devices.vendor import FitOutcome, FitPolicy, QuotaCheck, Vendor
 from pyhami.engine.collapse import collapse_init_usage
 from pyhami.engine.columns import SCREEN_WORDS
-from pyhami.engine.ledger import Ledger, LedgerCard, LedgerNode
+from pyhami.engine.ledger import MIG_MODE, Ledger, LedgerCard, LedgerNode
 from pyhami.engine.pod import (
     EngineConfig,
     PodPlan,
@@ -38,7 +37,6 @@ from pyhami.model import (
     PodSingleDevice,
 )
 from pyhami.protocol import (
-    NVIDIA_VENDOR,
     DeviceScoringWeights,
     GpuPolicy,
     Reason,
@@ -92,6 +90,7 @@ class Cycle:
     """Per-pod facts computed once and read for every node."""
 
     plan: PodPlan
+    vendor: Vendor
     weights: DeviceScoringWeights
     fit_policy: FitPolicy
     sort_key: CardSortKey
@@ -121,6 +120,7 @@ def make_cycle(
     order_free = not plan.selectors.numa_bind and quota is None and not plan.gpu_sidecar
     return Cycle(
         plan=plan,
+        vendor=config.vendor,
         weights=weights,
         fit_policy=FitPolicy(
             need_topology=policy_contains(plan.gpu_policy, GpuPolicy.TOPOLOGY_AWARE),
@@ -132,7 +132,7 @@ def make_cycle(
         memory_factor=config.nvidia.memory_factor,
         mig_allowed=mode is None or MIG_MODE in mode,
         order_free=order_free,
-        screen=_screenable(plan, order_free),
+        screen=_screenable(plan, order_free and config.vendor.column_screen),
         one_app_step=_one_app_step(plan),
         texts={},
     )
@@ -280,7 +280,7 @@ def evaluate(
                 base = [by_identity[id(card)] for card in node.typed_cards]
             held_order = order
             workspace = held
-        booked = _book(result.devices, workspace, position, migs)
+        booked = _book(cycle.vendor, result.devices, workspace, position, migs)
         if isinstance(booked, str):
             return NodeVerdict(
                 node.name,
@@ -330,7 +330,7 @@ def _fit_container(
         cycle.mig_allowed and any(card.mode == MIG_MODE for card in order)
     ):
         return _too_few_cards(node, position, tuple(checks or ()))
-    outcome = fit(
+    outcome = cycle.vendor.fit(
         order,
         request,
         selectors=cycle.plan.selectors,
@@ -357,9 +357,7 @@ def _fit_container(
     )
 
 
-def _too_few_cards(
-    node: LedgerNode, position: int, checks: tuple[CardCheck, ...]
-) -> NodeVerdict:
+def _too_few_cards(node: LedgerNode, position: int, checks: tuple[CardCheck, ...]) -> NodeVerdict:
     """HAMi's `NodeInsufficientDevice`: the container asks for more cards than the node has."""
     return NodeVerdict(
         node.name,
@@ -398,7 +396,7 @@ def _quota_check(
 
     def fits(container: tuple[ContainerDevice, ...]) -> bool:
         usage = collapse_init_usage(
-            (*before, container), cycle.plan.init_count, NVIDIA_VENDOR, cycle.plan.sidecars
+            (*before, container), cycle.plan.init_count, cycle.vendor.name, cycle.plan.sidecars
         )
         memory = sum(device.usedmem for device in usage)
         cores = sum(device.usedcores for device in usage)
@@ -408,6 +406,7 @@ def _quota_check(
 
 
 def _book(
+    vendor: Vendor,
     devices: Sequence[ContainerDevice],
     workspace: Mapping[str, LedgerCard],
     position: int,
@@ -418,22 +417,19 @@ def _book(
     for device_index, device in enumerate(devices):
         card = workspace[device.uuid]
         if card.mode == MIG_MODE:
-            choice = select_candidate(card.mig_profiles, card.mig_in_use, device.usedmem)
+            choice = vendor.partition(card, device.usedmem)
             if choice is None:
                 return (
                     f"AddResourceUsage failed for device {card.id}: "
                     "MIG profile and placement allocation failed"
                 )
             # The instance's real size replaces the request, as in HAMi.
+            profile, placement = choice
             device = replace(  # noqa: PLW2901
-                device, usedmem=choice.profile.memory_mb, usedcores=choice.profile.core
+                device, usedmem=profile.memory_mb, usedcores=profile.core
             )
-            card.mig_in_use.append(choice.placement)
-            migs.append(
-                MigAllocation(
-                    position, device_index, card.id, choice.profile.name, choice.placement
-                )
-            )
+            card.mig_in_use.append(placement)
+            migs.append(MigAllocation(position, device_index, card.id, profile.name, placement))
         card.used += 1
         card.usedcores += device.usedcores
         card.usedmem += device.usedmem

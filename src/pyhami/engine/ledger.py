@@ -16,7 +16,6 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from pyhami.devices.inventory import NodeInventory
-from pyhami.devices.nvidia.fit import HAMI_CORE_MODE, MIG_MODE
 from pyhami.engine.collapse import app_only_usage, collapse_init_usage
 from pyhami.engine.columns import CardColumns
 from pyhami.engine.policy import node_score
@@ -30,8 +29,10 @@ from pyhami.model import (
     NodeName,
     PodSingleDevice,
 )
-from pyhami.protocol import NVIDIA_VENDOR
+from pyhami.protocol import NVIDIA_VENDOR, DeviceMode
 
+MIG_MODE = DeviceMode.MIG.value
+HAMI_CORE_MODE = DeviceMode.HAMI_CORE.value
 PodKey = str  # the pod UID, or "namespace/name" where a pod has none (offline input)
 
 
@@ -145,12 +146,13 @@ class LedgerNode:
         "usedmem",
     )
 
-    def __init__(self, name: NodeName, inventory: NodeInventory) -> None:
+    def __init__(self, name: NodeName, inventory: NodeInventory, vendor_name: str) -> None:
         self.name = name
         self.inventory = inventory
         self.cards = tuple(LedgerCard(info) for info in inventory.devices)
         # HAMi `getNodeResources`: the cards whose type names the vendor, case-insensitively.
-        self.typed_cards = tuple(c for c in self.cards if NVIDIA_VENDOR.lower() in c.type.lower())
+        vendor = vendor_name.lower()
+        self.typed_cards = tuple(c for c in self.cards if vendor in c.type.lower())
         self.has_mig = any(card.mode == MIG_MODE for card in self.cards)
         self.by_uuid: dict[str, LedgerCard] = {}
         for card in self.cards:
@@ -193,9 +195,14 @@ class _PodRecord:
 
 
 class Ledger:
-    """Per-card usage of every known node from every known pod allocation."""
+    """Per-card usage of every known node from every known pod allocation.
 
-    def __init__(self) -> None:
+    `vendor_name` is the scheduling vendor's (`Vendor.name`): Fit sees the cards whose type
+    contains it, and pod usage is booked under it.
+    """
+
+    def __init__(self, vendor_name: str = NVIDIA_VENDOR) -> None:
+        self.vendor_name = vendor_name
         self._nodes: dict[NodeName, LedgerNode] = {}
         self._pods: dict[PodKey, _PodRecord] = {}
         self._pods_by_node: dict[NodeName, set[PodKey]] = {}
@@ -218,7 +225,7 @@ class Ledger:
                 self._unapply(self._pods[key])
             self._unorder(old)
             self._release_columns(old)
-        node = LedgerNode(name, inventory)
+        node = LedgerNode(name, inventory, self.vendor_name)
         self._nodes[name] = node
         node.slot = self.columns.add_node()
         typed = {id(card) for card in node.typed_cards}
@@ -296,7 +303,7 @@ class Ledger:
             self.remove_pod(allocation.key)
         collapse = app_only_usage if shrunk else collapse_init_usage
         usage = collapse(
-            allocation.containers, allocation.init_count, NVIDIA_VENDOR, allocation.sidecars
+            allocation.containers, allocation.init_count, self.vendor_name, allocation.sidecars
         )
         record = _PodRecord(allocation, usage, shrunk)
         self._pods[allocation.key] = record
@@ -444,9 +451,13 @@ class Ledger:
             self._sync(card)
 
 
-def build_ledger(nodes: Mapping[NodeName, NodeInventory], pods: Sequence[PodAllocation]) -> Ledger:
+def build_ledger(
+    nodes: Mapping[NodeName, NodeInventory],
+    pods: Sequence[PodAllocation],
+    vendor_name: str = NVIDIA_VENDOR,
+) -> Ledger:
     """A ledger built from scratch (HAMi's way, per decision; used as the baseline)."""
-    ledger = Ledger()
+    ledger = Ledger(vendor_name)
     for name, inventory in nodes.items():
         ledger.upsert_node(name, inventory)
     for allocation in pods:

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyhami.devices.config import NvidiaConfig
-from pyhami.devices.nvidia.request import ContainerSpecError, container_request
-from pyhami.devices.nvidia.selectors import CardSelectors
+from pyhami.devices.selectors import CardSelectors
+from pyhami.devices.vendor import ContainerSpecError, Vendor
 from pyhami.engine.collapse import lasting_positions
 from pyhami.engine.ledger import PodAllocation, PodKey
 from pyhami.model import ContainerDeviceRequest, NodeName
@@ -37,6 +37,8 @@ class PodSpecError(ValueError):
 class EngineConfig:
     """Everything a decision depends on besides the pod and the cluster state."""
 
+    vendor: Vendor  # the device backend the pods are scheduled for, built by the service
+    # The NVIDIA section the quota book and the scheduler's node reading use.
     nvidia: NvidiaConfig = field(default_factory=NvidiaConfig)
     node_policy: str = NodePolicy.BINPACK  # --node-scheduler-policy
     gpu_policy: str = GpuPolicy.SPREAD  # --gpu-scheduler-policy
@@ -139,7 +141,7 @@ def plan_pod(pod: Mapping[str, Any], config: EngineConfig) -> PodPlan:
     annotations = pod_annotations(pod)
     init_count, containers = pod_containers(pod)
     try:
-        requests = tuple(container_request(c, config.nvidia) for c in containers)
+        requests = tuple(config.vendor.container_request(c) for c in containers)
     except ContainerSpecError as err:
         raise PodSpecError(f"pod {namespace}/{name}: {err}") from err
     return PodPlan(
@@ -148,7 +150,7 @@ def plan_pod(pod: Mapping[str, Any], config: EngineConfig) -> PodPlan:
         name=name,
         init_count=init_count,
         requests=requests,
-        selectors=CardSelectors.from_annotations(annotations),
+        selectors=config.vendor.card_selectors(annotations),
         gpu_policy=annotations.get(KEY_GPU_SCHEDULER_POLICY, config.gpu_policy),
         node_policy=annotations.get(KEY_NODE_SCHEDULER_POLICY, config.node_policy),
         weights_annotation=annotations.get(KEY_DEVICE_SCORING_WEIGHTS),

@@ -9,8 +9,7 @@ import struct
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
-from pyhami.devices.nvidia.fit import CardState
-from pyhami.devices.nvidia.request import PERCENT_UNSET
+from pyhami.devices.vendor import PERCENT_UNSET, CardState
 from pyhami.model import ContainerDeviceRequest
 from pyhami.protocol import DeviceScoringWeights, GpuPolicy
 from pyhami.protocol.arithmetic import percent_of

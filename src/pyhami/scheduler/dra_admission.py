@@ -45,9 +45,9 @@ from pyhami.devices.nvidia.dra_claims import (
     card_selectors,
     claim_template,
 )
-from pyhami.devices.nvidia.fit import resolve_memory
-from pyhami.devices.nvidia.selectors import CardSelectors
+from pyhami.devices.nvidia.selectors import pod_card_selectors
 from pyhami.devices.quantity import QuantityError, parse_quantity, value_ceil
+from pyhami.devices.vendor import resolve_memory
 from pyhami.model import ContainerDeviceRequest
 from pyhami.protocol import NVIDIA_VENDOR
 
@@ -104,7 +104,7 @@ class PodCardRules:
                 f"annotation {TOPOLOGY_ANNOTATION}={same!r}: known values are "
                 f"{', '.join(TOPOLOGY_ATTRIBUTES)}"
             )
-        cards = CardSelectors.from_annotations(annotations)
+        cards = pod_card_selectors(annotations)
         topologies = {same} if same is not None else set()
         if cards.numa_bind:
             topologies.add("numa")

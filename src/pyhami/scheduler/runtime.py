@@ -26,6 +26,7 @@ from aiohttp import web
 
 from pyhami.devices.config import DeviceConfig, parse_device_config
 from pyhami.devices.nvidia.dra_claims import DRIVER
+from pyhami.devices.nvidia.vendor import NvidiaVendor
 from pyhami.engine import EngineConfig
 from pyhami.kube import (
     NODES,
@@ -100,6 +101,7 @@ class SchedulerProcess:
         self.client = client
         self.clock: Clock = clock or SystemClock()
         config = EngineConfig(
+            vendor=NvidiaVendor(device_config.nvidia),
             nvidia=device_config.nvidia,
             node_policy=settings.node_scheduler_policy,
             gpu_policy=settings.gpu_scheduler_policy,

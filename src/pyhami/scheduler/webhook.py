@@ -40,8 +40,9 @@ from typing import Any
 
 from pyhami.devices.config import NvidiaConfig
 from pyhami.devices.nvidia.libvgpu_env import controls_libvgpu, derived_env, literal_env
-from pyhami.devices.nvidia.request import ContainerSpecError, check_resource_values
+from pyhami.devices.nvidia.request import check_resource_values
 from pyhami.devices.quantity import QuantityError, parse_quantity, value_ceil
+from pyhami.devices.vendor import ContainerSpecError
 from pyhami.kube import KubeError
 from pyhami.protocol import LABEL_VGPU_NODE
 from pyhami.scheduler.admission import AdmissionRequest, AdmissionResponse, json_patch

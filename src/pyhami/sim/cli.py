@@ -22,6 +22,7 @@ from pyhami.cli_habits import (
     qualified_pod,
 )
 from pyhami.devices.config import DeviceConfigError, NvidiaConfig, parse_device_config
+from pyhami.devices.nvidia.vendor import NvidiaVendor
 from pyhami.engine import EngineConfig, GpuPolicy, NodePolicy
 from pyhami.sim.explain import explain as explain_pod
 from pyhami.sim.explain import explanation_data, render
@@ -75,7 +76,9 @@ def _engine_config(config: Path | None, node_policy: str, gpu_policy: str) -> En
             nvidia = parse_device_config(text, source=str(config)).nvidia
         except DeviceConfigError as err:
             raise _fail(str(err)) from err
-    return EngineConfig(nvidia=nvidia, node_policy=node_policy, gpu_policy=gpu_policy)
+    return EngineConfig(
+        vendor=NvidiaVendor(nvidia), nvidia=nvidia, node_policy=node_policy, gpu_policy=gpu_policy
+    )
 
 
 def simulate(  # noqa: PLR0917 (typer reads the options from the signature)

@@ -24,8 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyhami.devices.nvidia.selectors import CardSelectors
 from pyhami.devices.quantity import parse_quantity, value_ceil
+from pyhami.devices.selectors import CardSelectors
 from pyhami.protocol.selectors import TypeSelector, UuidSelector
 
 JsonObject = dict[str, Any]

@@ -5,94 +5,30 @@ the most preferred. The check order and reason words are HAMi's, because the rea
 node gets is part of the filter answer.
 """
 
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from collections.abc import Collection, Sequence
 
+from pyhami.devices.inventory import PairScores
 from pyhami.devices.nvidia.mig import can_place_all
-from pyhami.devices.nvidia.request import PERCENT_UNSET
-from pyhami.devices.nvidia.selectors import CardSelectors
-from pyhami.devices.nvidia.topology import PairScores, best_combination, worst_single
+from pyhami.devices.nvidia.topology import best_combination, worst_single
 from pyhami.devices.reasons import CardCheck
-from pyhami.model import ContainerDevice, ContainerDeviceRequest, MigPlacement, MigProfile
+from pyhami.devices.selectors import CardSelectors
+from pyhami.devices.vendor import (
+    REASON_BY_WORD,
+    WHOLE_CARD_CORES,
+    CardState,
+    FitOutcome,
+    FitPolicy,
+    QuotaCheck,
+    fixed_memory,
+    resolve_memory,
+)
+from pyhami.model import ContainerDevice, ContainerDeviceRequest
 from pyhami.protocol import NVIDIA_VENDOR, DeviceMode, Reason
-from pyhami.protocol.arithmetic import percent_of
 
 MIG_MODE = DeviceMode.MIG.value
-HAMI_CORE_MODE = DeviceMode.HAMI_CORE.value
-WHOLE_CARD_CORES = 100
-
-
-class CardState(Protocol):
-    """A card's capacity and current usage, as Fit reads it (HAMi `DeviceUsage`)."""
-
-    @property
-    def id(self) -> str: ...
-    @property
-    def index(self) -> int: ...
-    @property
-    def used(self) -> int: ...
-    @property
-    def count(self) -> int: ...
-    @property
-    def usedmem(self) -> int: ...
-    @property
-    def totalmem(self) -> int: ...
-    @property
-    def usedcores(self) -> int: ...
-    @property
-    def totalcore(self) -> int: ...
-    @property
-    def type(self) -> str: ...
-    @property
-    def numa(self) -> int: ...
-    @property
-    def mode(self) -> str: ...
-    @property
-    def health(self) -> bool: ...
-    @property
-    def mig_profiles(self) -> tuple[MigProfile, ...]: ...
-    @property
-    def mig_in_use(self) -> Sequence[MigPlacement]: ...
-
-
-# Given the devices this container would hold (the gathered ones plus the candidate card),
-# does the pod still fit its namespace quota? None: the namespace has no quota.
-QuotaCheck = Callable[[tuple[ContainerDevice, ...]], bool]
-
-
-@dataclass(frozen=True, slots=True)
-class FitPolicy:
-    """The GPU-policy flags Fit reads (`topology-aware` and `mutex` are filters, not sorts)."""
-
-    need_topology: bool = False
-    is_mutex: bool = False
-
-
-class FitOutcome(NamedTuple):
-    """Fit's answer: the chosen devices and the per-reason counts.
-
-    A NamedTuple rather than a frozen dataclass: one is made per candidate node, and a
-    tuple is built several times faster.
-
-    On failure HAMi also returns the partial last run; it decides nothing, so it is left out
-    here (a trace shows which cards were gathered).
-    """
-
-    ok: bool
-    devices: tuple[ContainerDevice, ...]
-    counts: Mapping[str, int]  # reason word -> how many cards (plain words: cheap to count)
-    total: int  # the number of cards considered: the denominator of the reason string
-
-    @property
-    def reasons(self) -> dict[Reason, int]:
-        """The counts keyed by Reason."""
-        return {_BY_WORD[word]: count for word, count in self.counts.items()}
-
 
 # The per-card loop counts plain words: reading an enum member and hashing it (Enum's
 # __hash__ is Python code) costs several times more, per card.
-_BY_WORD = {reason.value: reason for reason in Reason}
 _ALLOCATED_CARDS_INSUFFICIENT_REQUEST = Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST.value
 _CARD_COMPUTE_UNITS_EXHAUSTED = Reason.CARD_COMPUTE_UNITS_EXHAUSTED.value
 _CARD_CORDONED = Reason.CARD_CORDONED.value
@@ -106,24 +42,6 @@ _CARD_UUID_MISMATCH = Reason.CARD_UUID_MISMATCH.value
 _EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT = Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT.value
 _NUMA_NOT_FIT = Reason.NUMA_NOT_FIT.value
 _RESOURCE_QUOTA_NOT_FIT = Reason.RESOURCE_QUOTA_NOT_FIT.value
-
-
-def fixed_memory(request: ContainerDeviceRequest) -> int | None:
-    """The MiB a request books on any card, or None when it is a share of each card.
-
-    An absolute amount wins over a percentage, as in HAMi.
-    """
-    if request.mem_percentage_req == PERCENT_UNSET or request.memreq != 0:
-        return max(request.memreq, 0)
-    return None
-
-
-def resolve_memory(request: ContainerDeviceRequest, totalmem: int) -> int:
-    """The MiB a request books on a card: absolute, else a percentage of this card (int32)."""
-    memreq = request.memreq if request.memreq > 0 else 0
-    if request.mem_percentage_req != PERCENT_UNSET and request.memreq == 0:
-        memreq = percent_of(totalmem, request.mem_percentage_req)
-    return memreq
 
 
 def fit(
@@ -219,7 +137,7 @@ def fit(
         if reason is not None:
             reasons[reason] = reasons.get(reason, 0) + 1
             if trace is not None:
-                trace.append(CardCheck(card.id, card.index, _BY_WORD[reason], container))
+                trace.append(CardCheck(card.id, card.index, REASON_BY_WORD[reason], container))
             continue
         if nums > 0:
             if not need_topology:

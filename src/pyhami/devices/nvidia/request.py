@@ -16,16 +16,12 @@ from typing import Any
 
 from pyhami.devices.config import NvidiaConfig
 from pyhami.devices.quantity import QuantityError, parse_quantity
+from pyhami.devices.vendor import PERCENT_UNSET, ContainerSpecError
 from pyhami.model import ContainerDeviceRequest
 from pyhami.protocol import NVIDIA_VENDOR
 from pyhami.protocol.arithmetic import INT32_MAX
 
-PERCENT_UNSET = 101  # HAMi's sentinel: no memory percentage was given
 MIB = 2**20
-
-
-class ContainerSpecError(ValueError):
-    """A container's resources cannot be read; the message names the container and the key."""
 
 
 @dataclass(frozen=True, slots=True)

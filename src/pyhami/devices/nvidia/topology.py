@@ -5,11 +5,12 @@ a missing score counts as 0. HAMi panics on a candidate missing from the node's 
 here it simply has no scores.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from itertools import combinations
 from typing import TypeVar
 
-PairScores = Mapping[str, Mapping[str, int]]
+from pyhami.devices.inventory import PairScores
+
 T = TypeVar("T")
 
 

@@ -1,0 +1,71 @@
+"""NVIDIA behind the vendor seam: HAMi's NVIDIA request, card filters, Fit and MIG instances."""
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyhami.devices.config import NvidiaConfig
+from pyhami.devices.inventory import PairScores
+from pyhami.devices.nvidia.fit import fit as nvidia_fit
+from pyhami.devices.nvidia.mig import select_candidate
+from pyhami.devices.nvidia.request import container_request
+from pyhami.devices.nvidia.selectors import pod_card_selectors
+from pyhami.devices.reasons import CardCheck
+from pyhami.devices.selectors import CardSelectors
+from pyhami.devices.vendor import CardState, FitOutcome, FitPolicy, QuotaCheck
+from pyhami.model import ContainerDeviceRequest, MigPlacement, MigProfile
+from pyhami.protocol import NVIDIA_VENDOR, VENDORS, VendorKeys
+
+
+@dataclass(frozen=True, slots=True)
+class NvidiaVendor:
+    """The NVIDIA backend, configured by the `nvidia` section of the device configuration."""
+
+    config: NvidiaConfig = field(default_factory=NvidiaConfig)
+
+    @property
+    def name(self) -> str:
+        return NVIDIA_VENDOR
+
+    @property
+    def keys(self) -> VendorKeys:
+        return VENDORS[NVIDIA_VENDOR]
+
+    @property
+    def column_screen(self) -> bool:
+        return True  # the screen runs this Fit's checks, in its order (tests/engine/test_screen.py)
+
+    def container_request(self, container: Mapping[str, Any]) -> ContainerDeviceRequest | None:
+        return container_request(container, self.config)
+
+    def card_selectors(self, annotations: Mapping[str, str]) -> CardSelectors:
+        return pod_card_selectors(annotations)
+
+    def fit(
+        self,
+        cards: Sequence[CardState],
+        request: ContainerDeviceRequest,
+        *,
+        selectors: CardSelectors,
+        policy: FitPolicy,
+        cordoned: Collection[str],
+        pair_scores: PairScores,
+        quota_ok: QuotaCheck | None,
+        trace: list[CardCheck] | None,
+        container: int,
+    ) -> FitOutcome:
+        return nvidia_fit(
+            cards,
+            request,
+            selectors=selectors,
+            policy=policy,
+            cordoned=cordoned,
+            pair_scores=pair_scores,
+            quota_ok=quota_ok,
+            trace=trace,
+            container=container,
+        )
+
+    def partition(self, card: CardState, memory: int) -> tuple[MigProfile, MigPlacement] | None:
+        choice = select_candidate(card.mig_profiles, card.mig_in_use, memory)
+        return None if choice is None else (choice.profile, choice.placement)
