@@ -54,10 +54,9 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # not an installed copy
 
+from benchmarks.gpu_cluster import GPU_POD_LIMITS, GPUS_PER_NODE, TOLERATE_ALL, node_object
 from pyhami.controlplane import KUBERNETES_VERSION, default_cache_root, find_built
 from pyhami.kube import NODES, PODS, EventHandlers, Informer, KubeClient
-from pyhami.model import DeviceInfo
-from pyhami.protocol import KEY_NODE_NVIDIA_REGISTER, encode_node_devices
 from pyhami.sim.demo.cluster import DEVICE_CONFIG, SCHEDULER_NAME, SCHEDULER_USER
 from pyhami.testing.certs import write_serving_certificate
 from pyhami.testing.real_cluster import ExtenderTarget, RealControlPlane, free_port
@@ -65,50 +64,9 @@ from pyhami.testing.scheduler_harness.config import HAMI_NVIDIA_RESOURCES
 from tests.scheduler.cluster import DevicePluginDouble
 
 ROOT = Path(__file__).resolve().parents[1]
-GPUS_PER_NODE = 8
-CARD_MIB = 81920
-SPLIT = 10
 CREATES_IN_FLIGHT = 32
 KEY_NODE_POLICY = "hami.io/node-scheduler-policy"
 PHASE_TIMEOUT_S = 900.0
-TOLERATE_ALL = [{"operator": "Exists"}]  # registered-only nodes never report Ready
-
-
-def node_object(name: str, index: int) -> dict[str, Any]:
-    cards = [
-        DeviceInfo(
-            id=f"GPU-{index:05d}-{c}",
-            index=c,
-            count=SPLIT,
-            devmem=CARD_MIB,
-            devcore=100,
-            type="NVIDIA-A100-SXM4-80GB",
-            numa=0,
-            mode="hami-core",
-            health=True,
-        )
-        for c in range(GPUS_PER_NODE)
-    ]
-    capacity = {
-        "cpu": "64",
-        "memory": "512Gi",
-        "pods": "250",
-        "nvidia.com/gpu": str(GPUS_PER_NODE * SPLIT),
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "labels": {"gpu": "on", "kubernetes.io/hostname": name},
-            "annotations": {KEY_NODE_NVIDIA_REGISTER: encode_node_devices(cards)},
-        },
-        "status": {
-            "capacity": capacity,
-            "allocatable": capacity,
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
-        },
-    }
 
 
 def pod_object(name: str, phase: str) -> dict[str, Any]:
@@ -116,8 +74,7 @@ def pod_object(name: str, phase: str) -> dict[str, Any]:
     annotations: dict[str, str] = {}
     scheduler = "default-scheduler"
     if phase != "plain":
-        limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "10"}
-        container["resources"] = {"limits": limits}
+        container["resources"] = {"limits": dict(GPU_POD_LIMITS)}
         annotations[KEY_NODE_POLICY] = phase
         scheduler = SCHEDULER_NAME
     return {
