@@ -33,13 +33,13 @@ ENTRY_POINTS = {
 
 
 def entry_point(role: str) -> Any:
+    missing = []
     for module, name in ENTRY_POINTS[role]:
         try:
             return getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError):
-            continue
-    tried = ", ".join(f"{module}.{name}" for module, name in ENTRY_POINTS[role])
-    raise SystemExit(f"this pyhami has no {role} entry point (tried {tried})")
+        except (ImportError, AttributeError) as err:
+            missing.append(f"{module}.{name}: {err}")
+    raise SystemExit(f"this pyhami has no {role} entry point ({'; '.join(missing)})")
 
 
 def rss_bytes() -> int:

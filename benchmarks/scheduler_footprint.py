@@ -46,6 +46,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # not an installed copy
 
+from benchmarks.filter_scale import p as percentile
 from benchmarks.gpu_cluster import (
     GPU_POD_LIMITS,
     GPUS_PER_NODE,
@@ -121,11 +122,6 @@ def source_lines(source: Path) -> int:
     return sum(
         1 for path in source.rglob("*.py") for line in path.read_text().splitlines() if line.strip()
     )
-
-
-def percentile(samples: Sequence[float], fraction: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
 @dataclass
