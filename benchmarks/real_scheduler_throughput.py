@@ -54,10 +54,10 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # not an installed copy
 
+from benchmarks.gpu_cluster import GPU_POD_LIMITS, GPUS_PER_NODE, TOLERATE_ALL, node_object
+from benchmarks.prometheus_text import counter, histogram, quantile, samples
 from pyhami.controlplane import KUBERNETES_VERSION, default_cache_root, find_built
 from pyhami.kube import NODES, PODS, EventHandlers, Informer, KubeClient
-from pyhami.model import DeviceInfo
-from pyhami.protocol import KEY_NODE_NVIDIA_REGISTER, encode_node_devices
 from pyhami.sim.demo.cluster import DEVICE_CONFIG, SCHEDULER_NAME, SCHEDULER_USER
 from pyhami.testing.certs import write_serving_certificate
 from pyhami.testing.real_cluster import ExtenderTarget, RealControlPlane, free_port
@@ -65,50 +65,9 @@ from pyhami.testing.scheduler_harness.config import HAMI_NVIDIA_RESOURCES
 from tests.scheduler.cluster import DevicePluginDouble
 
 ROOT = Path(__file__).resolve().parents[1]
-GPUS_PER_NODE = 8
-CARD_MIB = 81920
-SPLIT = 10
 CREATES_IN_FLIGHT = 32
 KEY_NODE_POLICY = "hami.io/node-scheduler-policy"
 PHASE_TIMEOUT_S = 900.0
-TOLERATE_ALL = [{"operator": "Exists"}]  # registered-only nodes never report Ready
-
-
-def node_object(name: str, index: int) -> dict[str, Any]:
-    cards = [
-        DeviceInfo(
-            id=f"GPU-{index:05d}-{c}",
-            index=c,
-            count=SPLIT,
-            devmem=CARD_MIB,
-            devcore=100,
-            type="NVIDIA-A100-SXM4-80GB",
-            numa=0,
-            mode="hami-core",
-            health=True,
-        )
-        for c in range(GPUS_PER_NODE)
-    ]
-    capacity = {
-        "cpu": "64",
-        "memory": "512Gi",
-        "pods": "250",
-        "nvidia.com/gpu": str(GPUS_PER_NODE * SPLIT),
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "labels": {"gpu": "on", "kubernetes.io/hostname": name},
-            "annotations": {KEY_NODE_NVIDIA_REGISTER: encode_node_devices(cards)},
-        },
-        "status": {
-            "capacity": capacity,
-            "allocatable": capacity,
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
-        },
-    }
 
 
 def pod_object(name: str, phase: str) -> dict[str, Any]:
@@ -116,8 +75,7 @@ def pod_object(name: str, phase: str) -> dict[str, Any]:
     annotations: dict[str, str] = {}
     scheduler = "default-scheduler"
     if phase != "plain":
-        limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "10"}
-        container["resources"] = {"limits": limits}
+        container["resources"] = {"limits": dict(GPU_POD_LIMITS)}
         annotations[KEY_NODE_POLICY] = phase
         scheduler = SCHEDULER_NAME
     return {
@@ -129,63 +87,6 @@ def pod_object(name: str, phase: str) -> dict[str, Any]:
             "tolerations": TOLERATE_ALL,
             "containers": [container],
         },
-    }
-
-
-# ----- Prometheus text: histograms and counters -------------------------------------------------
-
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
-
-
-def samples(text: str) -> dict[tuple[str, str], float]:
-    found: dict[tuple[str, str], float] = {}
-    for line in text.splitlines():
-        match = _SAMPLE.match(line)
-        if match:
-            found[(match[1], match[2] or "")] = float(match[3])
-    return found
-
-
-def histogram(
-    before: Mapping[tuple[str, str], float],
-    after: Mapping[tuple[str, str], float],
-    name: str,
-    label_filter: str = "",
-) -> list[tuple[float, float]]:
-    """(upper bound, count in the phase) per cumulative bucket of `name`."""
-    buckets: dict[float, float] = collections.defaultdict(float)
-    for (metric, labels), value in after.items():
-        if metric != f"{name}_bucket" or label_filter not in labels:
-            continue
-        le = re.search(r'le="([^"]+)"', labels)
-        assert le is not None
-        buckets[float(le[1])] += value - before.get((metric, labels), 0.0)
-    return sorted(buckets.items())
-
-
-def quantile(buckets: list[tuple[float, float]], q: float) -> float | None:
-    """Prometheus' histogram_quantile: linear inside the bucket that holds rank q."""
-    if not buckets or buckets[-1][1] <= 0:
-        return None
-    rank = q * buckets[-1][1]
-    lower, below = 0.0, 0.0
-    for upper, count in buckets:
-        if count >= rank:
-            if upper == float("inf"):
-                return lower
-            inside = count - below
-            return lower + (upper - lower) * ((rank - below) / inside if inside else 1.0)
-        lower, below = upper, count
-    return None
-
-
-def counter(
-    before: Mapping[tuple[str, str], float], after: Mapping[tuple[str, str], float], name: str
-) -> dict[str, float]:
-    return {
-        labels: value - before.get((metric, labels), 0.0)
-        for (metric, labels), value in after.items()
-        if metric == name and value - before.get((metric, labels), 0.0)
     }
 
 
