@@ -10,6 +10,7 @@ from typing import Any
 from pyhami.engine import EngineConfig, Outcome, decide
 from pyhami.kube import Resource, ServerError, TooManyRequests
 from pyhami.kube.client import ObjectList
+from pyhami.kube.views import read_pod
 from pyhami.model import NodeName
 from pyhami.protocol import KEY_NVIDIA_ALLOCATED, KEY_VGPU_NODE
 from pyhami.scheduler.events import EventRecorder
@@ -87,7 +88,7 @@ class World:
         self.state.on_pod(pod)
         self.state.release(pod["metadata"]["uid"])
         decision = decide(
-            pod,
+            read_pod(pod),
             [NodeName("n1")],
             self.state.ledger,
             config=self.state.config,
@@ -167,7 +168,7 @@ async def test_the_two_victims_are_evicted_and_the_freed_card_is_held_for_the_po
     assert world.usage() == [14000, 6000]
     world.state.release(high["metadata"]["uid"])
     decision = decide(
-        high,
+        read_pod(high),
         [NodeName("n1")],
         world.state.ledger,
         config=world.state.config,

@@ -33,13 +33,12 @@ from typing import Any, Protocol
 
 import structlog
 
-from pyhami.engine import Decision, PodKey, pod_identity
+from pyhami.engine import Decision, PodKey
 from pyhami.engine.preempt import (
     NodePreemption,
     PreemptionInput,
     Proposal,
     best_node,
-    pod_priority,
     preempt,
 )
 from pyhami.kube import (
@@ -51,6 +50,7 @@ from pyhami.kube import (
     Resource,
     cancel_and_wait,
 )
+from pyhami.kube.views import pod_identity, pod_priority, read_pod
 from pyhami.model import NodeName
 from pyhami.scheduler.budgets import (
     Budget,
@@ -280,7 +280,7 @@ class EvictingPreemption:
                 if held and bound and _terminating(held) and priorities[allocation.key] < priority:
                     going.add(allocation.key)
             proposals[node] = Proposal(frozenset(going))
-        return PreemptionInput(pod, priority, priorities, names), proposals
+        return PreemptionInput(read_pod(pod), priority, priorities, names), proposals
 
     def _victim_pods(self, priorities: Mapping[PodKey, int]) -> dict[PodKey, JsonObject]:
         found = {}

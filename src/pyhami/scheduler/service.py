@@ -52,10 +52,10 @@ from pyhami.engine import (
     PodSpecError,
     decide,
     plan_pod,
-    pod_identity,
 )
 from pyhami.kube import Clock, NodeLockContentionError, NodeLocker, NotFound
-from pyhami.model import NodeName
+from pyhami.kube.views import pod_identity, read_pod
+from pyhami.model import NodeName, PodView
 from pyhami.protocol import (
     KEY_BIND_PHASE,
     KEY_BIND_TIME,
@@ -202,7 +202,7 @@ class FilterBind:
 
     # ----- filter ----------------------------------------------------------------------------
 
-    def _decide(self, pod: Mapping[str, Any], names: tuple[str, ...], explain: bool) -> Decision:
+    def _decide(self, pod: PodView, names: tuple[str, ...], explain: bool) -> Decision:
         started = self.clock.monotonic()
         try:
             return decide(
@@ -244,7 +244,10 @@ class FilterBind:
         key, namespace, name = pod_identity(pod)
         self.state.release(key)  # a re-filtered pod must not compete with itself
         self._claims.pop(key, None)
-        decision = self._decide(pod, args.node_names, self._explain_all)
+        try:
+            decision = self._decide(read_pod(pod), args.node_names, self._explain_all)
+        except PodSpecError as err:
+            decision = Decision(key, namespace, name, Outcome.ERROR, error=str(err))
         self._remember(decision)
         if decision.outcome is Outcome.NO_DEVICE_REQUEST:
             self.metrics.decisions.labels(verb="filter", outcome="pass-through").inc()
@@ -386,9 +389,13 @@ class FilterBind:
                 unregistered[name] = "node unregistered"
             else:
                 ledger.upsert_node(NodeName(name), inventory)
+        try:
+            pod = read_pod(args.pod or {})
+        except PodSpecError as err:
+            return ExtenderFilterResult.failure(str(err))
         started = self.clock.monotonic()
         decision = decide(
-            args.pod or {},
+            pod,
             [NodeName(n) for n in by_name],
             ledger,
             config=self.state.config,
@@ -447,7 +454,9 @@ class FilterBind:
         if own is not None:
             ledger.remove_pod(decision.key)
         try:
-            return self._decide(pod, tuple(decision.verdicts), explain=True)
+            return self._decide(read_pod(pod), tuple(decision.verdicts), explain=True)
+        except PodSpecError:
+            return decision  # changed since it was decided: keep that answer
         finally:
             if own is not None:
                 ledger.add_pod(own)
@@ -488,7 +497,7 @@ class FilterBind:
                 self.metrics.decisions.labels(verb="bind", outcome="unknown-pod").inc()
                 return ExtenderBindingResult(f'pod "{namespace}/{claim.name}" not found: {err}')
         try:
-            plan = plan_pod(pod, self.state.config)
+            plan = plan_pod(read_pod(pod), self.state.config)
         except PodSpecError as err:
             return ExtenderBindingResult(str(err))
         if args.node not in self.state.nodes:

@@ -38,8 +38,8 @@ from pyhami.engine import (
     collapse_init_usage,
     container_phases,
     plan_pod,
-    pod_identity,
 )
+from pyhami.kube.views import pod_identity, read_pod
 from pyhami.model import ContainerDevices, NodeName
 from pyhami.protocol import (
     KEY_BIND_PHASE,
@@ -177,7 +177,7 @@ class ClusterState:
             return
         self.pods[(namespace, name)] = pod
         try:
-            allocation = allocation_of(pod)
+            allocation = allocation_of(read_pod(pod))
         except PodSpecError as err:
             log.warning(
                 "pod allocation unreadable; not charged", pod=f"{namespace}/{name}", error=str(err)
@@ -319,7 +319,7 @@ class ClusterState:
         started before it, then every sidecar with every app container) against its namespace's
         ResourceQuota limits and the ledger's usage there."""
         try:
-            plan = plan_pod(pod, self.config)
+            plan = plan_pod(read_pod(pod), self.config)
         except PodSpecError:
             return False  # the filter answers the bad spec with its reason
         phases = container_phases(len(plan.requests), plan.init_count, plan.sidecars)

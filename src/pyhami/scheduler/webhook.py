@@ -43,6 +43,8 @@ from pyhami.devices.nvidia.libvgpu_env import controls_libvgpu, derived_env, lit
 from pyhami.devices.nvidia.request import ContainerSpecError, check_resource_values
 from pyhami.devices.quantity import QuantityError, parse_quantity, value_ceil
 from pyhami.kube import KubeError
+from pyhami.kube.views import read_container
+from pyhami.model import PodSpecError
 from pyhami.protocol import LABEL_VGPU_NODE
 from pyhami.scheduler.admission import AdmissionRequest, AdmissionResponse, json_patch
 from pyhami.scheduler.dra_admission import (
@@ -333,8 +335,8 @@ class PodAdmission:
         )
         for container in (*init, *app):
             try:
-                check_resource_values(container, self.nvidia)
-            except ContainerSpecError as err:
+                check_resource_values(read_container(container, init=False), self.nvidia)
+            except (ContainerSpecError, PodSpecError) as err:
                 return AdmissionResponse.deny(str(err))
         if self.cfg.dra_mode != "off" and heads_to_dra(pod, self.cfg.dra_mode):
             return self._admit_to_dra(pod, namespace, (*init, *app), privileged)
