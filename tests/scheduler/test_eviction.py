@@ -87,8 +87,9 @@ class World:
         """What /filter does for the pod: release its own claim, decide, call the hook."""
         self.state.on_pod(pod)
         self.state.release(pod["metadata"]["uid"])
+        view = read_pod(pod)
         decision = decide(
-            read_pod(pod),
+            view,
             [NodeName("n1")],
             self.state.ledger,
             config=self.state.config,
@@ -96,7 +97,7 @@ class World:
             now=self.clock.now(),
         )
         assert decision.outcome is Outcome.UNSCHEDULABLE
-        await self.preemption.on_unschedulable(pod, decision)
+        await self.preemption.on_unschedulable(view, decision)
         await self.events.drain()
 
     def attempts(self, outcome: str) -> float:

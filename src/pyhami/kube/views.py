@@ -98,6 +98,13 @@ def is_sidecar(container: Mapping[str, Any]) -> bool:
     return container.get("restartPolicy") == "Always"
 
 
+def _grace(value: object) -> int | None:
+    """A grace period in seconds; None when absent or unusable."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
 def pod_priority(pod: Mapping[str, Any]) -> int:
     """`spec.priority` as the Priority admission plugin set it (0 when absent)."""
     spec = pod.get("spec")
@@ -139,6 +146,9 @@ def read_pod(pod: Mapping[str, Any]) -> PodView:
         phase=_text(status.get("phase")),
         deleting=metadata.get("deletionTimestamp") is not None,
         priority=pod_priority(pod),
+        preemption_policy=_text(spec.get("preemptionPolicy")),
+        termination_grace_s=_grace(spec.get("terminationGracePeriodSeconds")),
+        nominated_node_name=_text(status.get("nominatedNodeName")),
         init_containers=_containers(spec, "initContainers", ref),
         containers=_containers(spec, "containers", ref),
         init_statuses=_init_statuses(status, ref),

@@ -73,6 +73,9 @@ class PodView:
     phase: str = ""
     deleting: bool = False  # metadata.deletionTimestamp is set
     priority: int = 0  # spec.priority as the Priority admission plugin set it
+    preemption_policy: str = ""  # spec.preemptionPolicy ("Never": the pod never preempts)
+    termination_grace_s: int | None = None  # spec.terminationGracePeriodSeconds
+    nominated_node_name: str = ""  # status.nominatedNodeName
     init_containers: tuple[ContainerView, ...] = ()
     containers: tuple[ContainerView, ...] = ()
     init_statuses: tuple[InitStatusView, ...] = ()

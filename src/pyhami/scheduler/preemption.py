@@ -28,7 +28,6 @@ from pyhami.engine.preempt import (
     Proposal,
     preempt,
 )
-from pyhami.kube.views import pod_priority, read_pod
 from pyhami.model import NodeName
 from pyhami.scheduler.extender import (
     MAX_EXTENDER_BODY,
@@ -136,7 +135,7 @@ class Preemption:
             return {}
         try:
             # Only the pod's namespace, name and UID are taken from the body, as for /filter.
-            pod = read_pod(await service._trusted_pod(args.pod))
+            pod = await service._trusted_pod(args.pod)
         except (FilterRefusedError, PodSpecError) as err:
             log.warning("preemption refused", error=str(err))
             return {}
@@ -149,7 +148,7 @@ class Preemption:
         for node in args.proposals:
             for allocation in state.ledger.pods_on(node):
                 held = state.pods.get((allocation.namespace, allocation.name))
-                priorities[allocation.key] = 0 if held is None else pod_priority(held)
+                priorities[allocation.key] = 0 if held is None else held.priority
                 names[allocation.key] = f"{allocation.namespace}/{allocation.name}"
         question = PreemptionInput(pod, pod.priority, priorities, names)
         answers = preempt(

@@ -40,7 +40,7 @@ from pyhami.engine import (
     plan_pod,
 )
 from pyhami.kube.views import pod_identity, read_pod
-from pyhami.model import ContainerDevices, NodeName
+from pyhami.model import ContainerDevices, NodeName, PodView
 from pyhami.protocol import (
     KEY_BIND_PHASE,
     KEY_DEVICE_CORDON,
@@ -55,7 +55,6 @@ log = structlog.get_logger(__name__)
 
 JsonObject = Mapping[str, Any]
 InventoryOf = Callable[[JsonObject], NodeInventory | None]
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 REGISTRATION_KEYS = (KEY_NODE_NVIDIA_REGISTER, KEY_NODE_NVIDIA_SCORE, KEY_DEVICE_CORDON)
 
 
@@ -89,7 +88,7 @@ class ClusterState:
         self.inventory_of = inventory_of
         self._selector = dict(node_selector or {})
         self.nodes: dict[str, JsonObject] = {}
-        self.pods: dict[tuple[str, str], JsonObject] = {}
+        self.pods: dict[tuple[str, str], PodView] = {}
         self._reserved: dict[PodKey, PodAllocation] = {}
         # The resourceVersion each reservation's patch answered with ("" when it had none).
         self._recorded_at: dict[PodKey, str] = {}
@@ -164,24 +163,26 @@ class ClusterState:
     # ----- pods ------------------------------------------------------------------------------
 
     def on_pod(self, pod: JsonObject) -> None:
+        """A pod informer event: the pod is read into its view here, once."""
         try:
-            key, namespace, name = pod_identity(pod)
+            view = read_pod(pod)
         except PodSpecError as err:
             log.warning("pod event ignored", error=str(err))
             return
-        phase = (pod.get("status") or {}).get("phase")
-        if phase in TERMINAL_PHASES:
+        self._on_view(view)
+
+    def _on_view(self, pod: PodView) -> None:
+        key, namespace, name = pod.key, pod.namespace, pod.name
+        if pod.finished:
             self.pods.pop((namespace, name), None)
             self._nominations.pop(key, None)
             self._forget(key)
             return
         self.pods[(namespace, name)] = pod
         try:
-            allocation = allocation_of(read_pod(pod))
+            allocation = allocation_of(pod)
         except PodSpecError as err:
-            log.warning(
-                "pod allocation unreadable; not charged", pod=f"{namespace}/{name}", error=str(err)
-            )
+            log.warning("pod allocation unreadable; not charged", pod=pod.ref, error=str(err))
             allocation = None
         reserved = self._reserved.get(key)
         if reserved is not None:
@@ -194,7 +195,7 @@ class ClusterState:
             allocation = self._nominated_claim(key, pod)
         if allocation is None:
             self.ledger.remove_pod(key)
-        elif _meta(pod).get("deletionTimestamp") and self.ledger.pod(key) is None:
+        elif pod.deleting and self.ledger.pod(key) is None:
             return  # HAMi: a terminating pod is not charged anew (e.g. after a restart)
         else:
             self.ledger.add_pod(allocation)
@@ -220,14 +221,13 @@ class ClusterState:
         nominates one of them, and the pod's next event there makes the claim count."""
         self._nominations[key] = dict(claims)
 
-    def _nominated_claim(self, key: PodKey, pod: JsonObject) -> PodAllocation | None:
+    def _nominated_claim(self, key: PodKey, pod: PodView) -> PodAllocation | None:
         """The claim of a pending pod nominated to a node (`status.nominatedNodeName`), while
         its victims terminate. The pod's own /filter releases it before deciding; the pod's
         next event holds it again if that filter did not place the pod."""
-        node = (pod.get("status") or {}).get("nominatedNodeName")
-        if not node or (pod.get("spec") or {}).get("nodeName"):
+        if not pod.nominated_node_name or pod.node_name:
             return None
-        return self._nominations.get(key, {}).get(NodeName(str(node)))
+        return self._nominations.get(key, {}).get(NodeName(pod.nominated_node_name))
 
     def hold_nomination(self, key: PodKey, node: NodeName) -> bool:
         """Charge the pod's claim on `node` now, unless the pod is charged already (placed or
@@ -262,20 +262,20 @@ class ClusterState:
             return  # released, or the pod was filtered again meanwhile
         self._recorded_at[key] = _version(answer)
         seen = self.pods.get((allocation.namespace, allocation.name))
-        if seen is not None and str(_meta(seen).get("uid") or "") == key:
-            self.on_pod(seen)
+        if seen is not None and seen.uid == key:
+            self._on_view(seen)
 
     def _shows_the_patch(
         self,
         key: PodKey,
-        pod: JsonObject,
+        pod: PodView,
         allocation: PodAllocation | None,
         reserved: PodAllocation,
     ) -> bool:
         written = self._recorded_at.get(key)
         if written is None:
             return False  # not answered yet
-        seen = _version(pod)
+        seen = pod.resource_version
         if written.isdecimal() and seen.isdecimal():
             return (len(seen), seen) >= (len(written), written)
         return allocation is not None and _same_choice(allocation, reserved)
@@ -298,17 +298,16 @@ class ClusterState:
     def mark_bound(self, key: PodKey, node: str) -> None:
         self._bound[key] = node
 
-    def bound_node(self, key: PodKey, pod: JsonObject) -> str | None:
+    def bound_node(self, key: PodKey, pod: PodView) -> str | None:
         """The node the pod is bound to, as far as this process knows: its own binding, the
         pod's spec.nodeName, or a device plugin's bind-phase success on an allocated node."""
         if key in self._bound:
             return self._bound[key]
-        node = (pod.get("spec") or {}).get("nodeName")
-        if node:
-            return str(node)
-        annotations = _meta(pod).get("annotations") or {}
+        if pod.node_name:
+            return pod.node_name
+        annotations = pod.annotations
         if annotations.get(KEY_BIND_PHASE) == BindPhase.SUCCESS and annotations.get(KEY_VGPU_NODE):
-            return str(annotations[KEY_VGPU_NODE])
+            return annotations[KEY_VGPU_NODE]
         return None
 
     # ----- quotas ----------------------------------------------------------------------------

@@ -55,7 +55,7 @@ class ClusterInput:
     priorities: Mapping[str, int] = field(default_factory=dict)
     # The existing pods themselves by ledger key, and the PodDisruptionBudgets that may cover
     # them (preemption evicts a pod a budget protects only where nothing else makes room).
-    existing_pods: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    existing_pods: Mapping[str, PodView] = field(default_factory=dict)
     budgets: tuple[Budget, ...] = ()
 
     @property
@@ -115,7 +115,7 @@ def cluster_of(objects: Iterable[tuple[str, Mapping[str, Any]]]) -> ClusterInput
     quotas: list[tuple[str, str, Mapping[str, object]]] = []
     not_pending: dict[str, str] = {}
     priorities: dict[str, int] = {}
-    existing_pods: dict[str, Mapping[str, Any]] = {}
+    existing_pods: dict[str, PodView] = {}
     budgets: list[Budget] = []
     for source, obj in objects:
         kind = obj.get("kind")
@@ -143,7 +143,7 @@ def cluster_of(objects: Iterable[tuple[str, Mapping[str, Any]]]) -> ClusterInput
                     if allocation is not None:
                         existing.append(allocation)
                         priorities[allocation.key] = view.priority
-                        existing_pods[allocation.key] = obj
+                        existing_pods[allocation.key] = view
                         not_pending[ref] = f"its GPUs are allocated on node {bound}"
                 elif view.node_name or view.phase == "Running":
                     # kubelet runs it; no scheduler decides it again
