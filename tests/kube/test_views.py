@@ -138,6 +138,18 @@ def test_a_container_name_must_be_text() -> None:
         read_container({"name": 5}, init=False)
 
 
+def test_env_keeps_literal_values_and_names_from_elsewhere() -> None:
+    env = [
+        {"name": "A", "value": "1"},
+        {"name": "B", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"value": "nameless"},
+        "junk",
+    ]
+    assert read_container({"name": "c", "env": env}, init=False).env == (("A", "1"), ("B", None))
+    with pytest.raises(PodSpecError, match=r"container 'c': env must be a list"):
+        read_container({"name": "c", "env": {"A": "1"}}, init=False)
+
+
 def test_nodes_keep_labels_annotations_and_resources() -> None:
     node = read_node(
         {

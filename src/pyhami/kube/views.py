@@ -59,10 +59,18 @@ def read_container(value: Mapping[str, Any], *, init: bool) -> ContainerView:
         if not isinstance(values, Mapping):
             raise PodSpecError(f"container {label}: resources.{section} must be a mapping")
         sections.append(MappingProxyType(dict(values)))
+    env = value.get("env") or []
+    if not isinstance(env, list):
+        raise PodSpecError(f"container {label}: env must be a list")
     return ContainerView(
         name=name,
         limits=sections[0],
         requests=sections[1],
+        env=tuple(
+            (item["name"], item.get("value") if "valueFrom" not in item else None)
+            for item in env
+            if isinstance(item, Mapping) and isinstance(item.get("name"), str)
+        ),
         sidecar=init and is_sidecar(value),
     )
 

@@ -23,6 +23,8 @@ class ContainerView:
     name: str
     limits: Mapping[str, object] = field(default_factory=dict)
     requests: Mapping[str, object] = field(default_factory=dict)
+    # (name, value) of each `env` entry; value None when it comes from `valueFrom`.
+    env: tuple[tuple[str, object], ...] = ()
     # A native sidecar: an init container with `restartPolicy: Always` (Kubernetes 1.28+),
     # which keeps running beside the app containers.
     sidecar: bool = False
