@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from pyhami.devices.nvidia.dra_claims import NODE_MODE_DRA, NODE_MODE_LABEL
 from pyhami.kube import KubeError
+from pyhami.model import NodeView
 from pyhami.scheduler.extender import (
     ExtenderArgs,
     ExtenderBindingArgs,
@@ -50,9 +51,8 @@ class Binder(Protocol):
     ) -> Any: ...
 
 
-def is_dra_node(node: Mapping[str, Any] | None) -> bool:
-    labels = ((node or {}).get("metadata") or {}).get("labels") or {}
-    return labels.get(NODE_MODE_LABEL) == NODE_MODE_DRA
+def is_dra_node(node: NodeView | None) -> bool:
+    return node is not None and node.labels.get(NODE_MODE_LABEL) == NODE_MODE_DRA
 
 
 class DraAwareExtender:
@@ -61,7 +61,7 @@ class DraAwareExtender:
     def __init__(
         self,
         inner: ExtenderService,
-        nodes: Mapping[str, Mapping[str, Any]],
+        nodes: Mapping[str, NodeView],
         kube: Binder,
         *,
         scheduler_name: str,

@@ -54,8 +54,8 @@ from pyhami.engine import (
     plan_pod,
 )
 from pyhami.kube import Clock, NodeLockContentionError, NodeLocker, NotFound
-from pyhami.kube.views import pod_identity, read_pod
-from pyhami.model import NodeName, PodView
+from pyhami.kube.views import pod_identity, read_node, read_pod
+from pyhami.model import NodeName, NodeView, PodView
 from pyhami.protocol import (
     KEY_BIND_PHASE,
     KEY_BIND_TIME,
@@ -376,8 +376,8 @@ class FilterBind:
             name = str((node.get("metadata") or {}).get("name") or "")
             by_name[name] = node
             try:
-                inventory = self.state.inventory_of(node)
-            except ValueError:
+                inventory = self.state.inventory_of(read_node(node))
+            except ValueError:  # NodeSpecError included
                 inventory = None
             if inventory is None or not inventory.devices:
                 unregistered[name] = "node unregistered"
@@ -632,7 +632,7 @@ class FilterBind:
             del self._node_news[node]
 
     async def _unlocked(
-        self, node: str, tried: Mapping[str, Any] | None, news: asyncio.Event, until: float
+        self, node: str, tried: NodeView | None, news: asyncio.Event, until: float
     ) -> None:
         """Until the informer shows the node changed since `tried` and without a lock (the
         holder's device plugin released it), LOCK_RETRY_INTERVAL at most between reads through
@@ -731,10 +731,8 @@ class _Claim:
     annotations: Mapping[str, str | None] = field(default_factory=dict)  # written by bind
 
 
-def _unlocked_in(node: Mapping[str, Any] | None) -> bool:
-    return node is not None and KEY_NODE_LOCK not in (
-        (node.get("metadata") or {}).get("annotations") or {}
-    )
+def _unlocked_in(node: NodeView | None) -> bool:
+    return node is not None and KEY_NODE_LOCK not in node.annotations
 
 
 def _named(failed: Mapping[NodeName, str]) -> dict[str, str]:

@@ -39,8 +39,8 @@ from pyhami.engine import (
     container_phases,
     plan_pod,
 )
-from pyhami.kube.views import pod_identity, read_pod
-from pyhami.model import ContainerDevices, NodeName, PodView
+from pyhami.kube.views import pod_identity, read_node, read_pod
+from pyhami.model import ContainerDevices, NodeName, NodeSpecError, NodeView, PodView
 from pyhami.protocol import (
     KEY_BIND_PHASE,
     KEY_DEVICE_CORDON,
@@ -54,7 +54,7 @@ from pyhami.protocol import (
 log = structlog.get_logger(__name__)
 
 JsonObject = Mapping[str, Any]
-InventoryOf = Callable[[JsonObject], NodeInventory | None]
+InventoryOf = Callable[[NodeView], NodeInventory | None]
 REGISTRATION_KEYS = (KEY_NODE_NVIDIA_REGISTER, KEY_NODE_NVIDIA_SCORE, KEY_DEVICE_CORDON)
 
 
@@ -67,9 +67,8 @@ def object_name(obj: JsonObject) -> str:
     return str(_meta(obj).get("name") or "")
 
 
-def _labels_match(obj: JsonObject, selector: Mapping[str, str]) -> bool:
-    labels = _meta(obj).get("labels") or {}
-    return all(labels.get(key) == value for key, value in selector.items())
+def _labels_match(node: NodeView, selector: Mapping[str, str]) -> bool:
+    return all(node.labels.get(key) == value for key, value in selector.items())
 
 
 class ClusterState:
@@ -87,7 +86,7 @@ class ClusterState:
         self.quotas = QuotaBook(config.nvidia)
         self.inventory_of = inventory_of
         self._selector = dict(node_selector or {})
-        self.nodes: dict[str, JsonObject] = {}
+        self.nodes: dict[str, NodeView] = {}
         self.pods: dict[tuple[str, str], PodView] = {}
         self._reserved: dict[PodKey, PodAllocation] = {}
         # The resourceVersion each reservation's patch answered with ("" when it had none).
@@ -113,10 +112,14 @@ class ClusterState:
 
     # ----- nodes -----------------------------------------------------------------------------
 
-    def on_node(self, node: JsonObject) -> None:
-        name = object_name(node)
-        if not name:
+    def on_node(self, obj: JsonObject) -> None:
+        """A node informer event: the node is read into its view here, once."""
+        try:
+            node = read_node(obj)
+        except NodeSpecError as err:
+            log.warning("node event ignored", error=str(err))
             return
+        name = node.name
         self.nodes[name] = node
         self._changed(name)
         if not _labels_match(node, self._selector) or self._reports_no_gpus(node):
@@ -124,8 +127,7 @@ class ClusterState:
             return
         # Most node updates (the lock annotation, heartbeats) leave the registration alone;
         # only decode it again when one of the annotations it comes from changed.
-        annotations = _meta(node).get("annotations") or {}
-        registration = tuple(annotations.get(key) for key in REGISTRATION_KEYS)
+        registration = tuple(node.annotations.get(key) for key in REGISTRATION_KEYS)
         if self._registrations.get(name) == registration:
             return
         self._registrations[name] = registration
@@ -154,10 +156,9 @@ class ClusterState:
         self.registration_errors.pop(name, None)
         self.ledger.remove_node(NodeName(name))
 
-    def _reports_no_gpus(self, node: JsonObject) -> bool:
+    def _reports_no_gpus(self, node: NodeView) -> bool:
         """The kubelet says the device plugin is gone: allocatable count present and zero."""
-        allocatable = (node.get("status") or {}).get("allocatable") or {}
-        value = allocatable.get(self.config.nvidia.resource_count_name)
+        value = node.allocatable.get(self.config.nvidia.resource_count_name)
         return value is not None and str(value).strip() in ("0", "")
 
     # ----- pods ------------------------------------------------------------------------------
