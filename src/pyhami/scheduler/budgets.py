@@ -20,8 +20,6 @@ from pyhami.engine import PodKey
 from pyhami.engine.preempt import NodePreemption
 from pyhami.model import PodView
 
-JsonObject = Mapping[str, Any]
-
 
 class BudgetError(ValueError):
     """A budget whose selector cannot be read; the text names it and what is wrong."""
@@ -54,7 +52,7 @@ class Budget:
     disrupted: frozenset[str]  # pod names the budget already counts as going
 
     @classmethod
-    def from_object(cls, pdb: JsonObject) -> Budget:
+    def from_object(cls, pdb: Mapping[str, Any]) -> Budget:
         meta = pdb.get("metadata") or {}
         namespace = str(meta.get("namespace") or "")
         name = f"{namespace}/{meta.get('name') or ''}"
@@ -97,7 +95,7 @@ def _requirements(selector: object, name: str) -> tuple[_Requirement, ...] | Non
     return tuple(found)
 
 
-def read_budgets(pdbs: Iterable[JsonObject]) -> tuple[Budget, ...]:
+def read_budgets(pdbs: Iterable[Mapping[str, Any]]) -> tuple[Budget, ...]:
     return tuple(Budget.from_object(pdb) for pdb in pdbs)
 
 

@@ -48,10 +48,10 @@ from pyhami.devices.nvidia.dra_claims import (
 from pyhami.devices.nvidia.fit import resolve_memory
 from pyhami.devices.nvidia.selectors import CardSelectors
 from pyhami.devices.quantity import QuantityError, parse_quantity, value_ceil
+from pyhami.kube import JsonObject
 from pyhami.model import ContainerDeviceRequest
 from pyhami.protocol import NVIDIA_VENDOR
 
-JsonObject = dict[str, Any]
 DraMode = Literal["off", "selected", "all"]
 DRA_MODES: tuple[DraMode, ...] = ("off", "selected", "all")
 TOPOLOGY_ANNOTATION = "gpu.pyhami.io/same-topology"

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from pyhami.devices.nvidia.dra_claims import NODE_MODE_DRA, NODE_MODE_LABEL
-from pyhami.kube import KubeError
+from pyhami.kube import JsonObject, KubeError
 from pyhami.model import NodeView
 from pyhami.scheduler.extender import (
     ExtenderArgs,
@@ -34,7 +34,6 @@ from pyhami.scheduler.extender import (
 )
 from pyhami.scheduler.server import ExtenderService
 
-JsonObject = dict[str, Any]
 DRA_NODE_REASON = (
     f"node {NODE_MODE_LABEL}={NODE_MODE_DRA}: its GPUs are allocated by kube-scheduler "
     "through ResourceClaims, not by this extender"

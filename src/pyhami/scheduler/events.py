@@ -10,16 +10,14 @@ import asyncio
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
-from typing import Any
 
 import structlog
 
-from pyhami.kube import Clock
+from pyhami.kube import Clock, JsonObject
 from pyhami.model import PodView
 
 log = structlog.get_logger(__name__)
 
-JsonObject = dict[str, Any]
 CreateEvent = Callable[[str, JsonObject], Awaitable[object]]
 
 NORMAL = "Normal"

@@ -65,7 +65,6 @@ from pyhami.scheduler.state import ClusterState
 
 log = structlog.get_logger(__name__)
 
-JsonObject = Mapping[str, Any]
 PATH = "scheduler"  # the `path` label of the preemption metrics
 DEFAULT_GRACE_S = 30  # a pod's terminationGracePeriodSeconds when its spec does not say
 # How long a nomination outlives its victims' longest grace period: time for the kubelet to

@@ -53,7 +53,7 @@ from pyhami.engine import (
     decide,
     plan_pod,
 )
-from pyhami.kube import Clock, NodeLockContentionError, NodeLocker, NotFound
+from pyhami.kube import Clock, JsonObject, NodeLockContentionError, NodeLocker, NotFound
 from pyhami.kube.views import pod_identity, read_node, read_pod
 from pyhami.model import NodeName, NodeView, PodView
 from pyhami.protocol import (
@@ -80,7 +80,6 @@ from pyhami.scheduler.state import ClusterState
 
 log = structlog.get_logger(__name__)
 
-JsonObject = dict[str, Any]
 EXPLANATIONS_KEPT = 2048
 # Also bound what /explain keeps by node verdicts: at 1,000 nodes 2,048 decisions would hold
 # two million verdict tuples (hundreds of MB, all walked by every full GC collection).

@@ -53,17 +53,16 @@ from pyhami.protocol import (
 
 log = structlog.get_logger(__name__)
 
-JsonObject = Mapping[str, Any]
 InventoryOf = Callable[[NodeView], NodeInventory | None]
 REGISTRATION_KEYS = (KEY_NODE_NVIDIA_REGISTER, KEY_NODE_NVIDIA_SCORE, KEY_DEVICE_CORDON)
 
 
-def _meta(obj: JsonObject) -> Mapping[str, Any]:
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = obj.get("metadata")
     return meta if isinstance(meta, Mapping) else {}
 
 
-def object_name(obj: JsonObject) -> str:
+def object_name(obj: Mapping[str, Any]) -> str:
     return str(_meta(obj).get("name") or "")
 
 
@@ -112,7 +111,7 @@ class ClusterState:
 
     # ----- nodes -----------------------------------------------------------------------------
 
-    def on_node(self, obj: JsonObject) -> None:
+    def on_node(self, obj: Mapping[str, Any]) -> None:
         """A node informer event: the node is read into its view here, once."""
         try:
             node = read_node(obj)
@@ -145,7 +144,7 @@ class ClusterState:
         else:
             self.ledger.upsert_node(NodeName(name), inventory)
 
-    def on_node_deleted(self, node: JsonObject) -> None:
+    def on_node_deleted(self, node: Mapping[str, Any]) -> None:
         name = object_name(node)
         self.nodes.pop(name, None)
         self._forget_registration(name)
@@ -163,7 +162,7 @@ class ClusterState:
 
     # ----- pods ------------------------------------------------------------------------------
 
-    def on_pod(self, pod: JsonObject) -> None:
+    def on_pod(self, pod: Mapping[str, Any]) -> None:
         """A pod informer event: the pod is read into its view here, once."""
         try:
             view = read_pod(pod)
@@ -201,7 +200,7 @@ class ClusterState:
         else:
             self.ledger.add_pod(allocation)
 
-    def on_pod_deleted(self, pod: JsonObject) -> None:
+    def on_pod_deleted(self, pod: Mapping[str, Any]) -> None:
         try:
             key, namespace, name = pod_identity(pod)
         except PodSpecError:
@@ -254,7 +253,7 @@ class ClusterState:
         self._reserved[allocation.key] = allocation
         self.ledger.add_pod(allocation)
 
-    def recorded(self, allocation: PodAllocation, answer: JsonObject) -> None:
+    def recorded(self, allocation: PodAllocation, answer: Mapping[str, Any]) -> None:
         """The patch recording `allocation` on its pod was answered with `answer`: from that
         resourceVersion on, the informer's view of the pod is current again (perhaps it
         already is)."""
@@ -313,7 +312,7 @@ class ClusterState:
 
     # ----- quotas ----------------------------------------------------------------------------
 
-    def exceeds_quota(self, pod: JsonObject) -> bool:
+    def exceeds_quota(self, pod: Mapping[str, Any]) -> bool:
         """The webhook's quota pre-check: the pod's NVIDIA memory and
         cores (the peak over the pod's phases: each classic init container with the sidecars
         started before it, then every sidecar with every app container) against its namespace's
@@ -332,22 +331,22 @@ class ClusterState:
         used = self.ledger.namespace_usage(plan.namespace)
         return not limit.fits(used, memory, cores, self.config.nvidia.memory_factor)
 
-    def on_quota(self, quota: JsonObject) -> None:
+    def on_quota(self, quota: Mapping[str, Any]) -> None:
         hard = (quota.get("spec") or {}).get("hard") or {}
         namespace = str(_meta(quota).get("namespace") or "")
         self.quota_namespaces.add(namespace)
         self.quotas.set_quota(_quota_key(quota), namespace, hard)
 
-    def on_quota_deleted(self, quota: JsonObject) -> None:
+    def on_quota_deleted(self, quota: Mapping[str, Any]) -> None:
         self.quotas.remove_quota(_quota_key(quota))
 
 
-def _quota_key(quota: JsonObject) -> str:
+def _quota_key(quota: Mapping[str, Any]) -> str:
     meta = _meta(quota)
     return str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
 
 
-def _version(obj: JsonObject) -> str:
+def _version(obj: Mapping[str, Any]) -> str:
     return str(_meta(obj).get("resourceVersion") or "")
 
 

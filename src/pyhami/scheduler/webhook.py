@@ -42,7 +42,7 @@ from pyhami.devices.config import NvidiaConfig
 from pyhami.devices.nvidia.libvgpu_env import controls_libvgpu, derived_env
 from pyhami.devices.nvidia.request import ContainerSpecError, check_resource_values
 from pyhami.devices.quantity import QuantityError, parse_quantity, value_ceil
-from pyhami.kube import KubeError
+from pyhami.kube import JsonObject, KubeError
 from pyhami.kube.views import read_container
 from pyhami.model import ContainerView, PodSpecError
 from pyhami.protocol import LABEL_VGPU_NODE
@@ -54,8 +54,6 @@ from pyhami.scheduler.dra_admission import (
     translate_to_claims,
 )
 from pyhami.scheduler.dra_admission import resource_value as _lookup
-
-JsonObject = dict[str, Any]
 
 DEFAULT_SCHEDULER = "default-scheduler"
 
