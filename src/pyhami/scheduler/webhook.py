@@ -53,7 +53,6 @@ from pyhami.scheduler.dra_admission import (
     heads_to_dra,
     translate_to_claims,
 )
-from pyhami.scheduler.dra_admission import resource_value as _lookup
 
 DEFAULT_SCHEDULER = "default-scheduler"
 
@@ -84,6 +83,18 @@ def quantity_value(text: object, where: str) -> int:
         return value_ceil(parse_quantity(text))
     except QuantityError as err:
         raise AdmissionError(f"{where}: {err}") from err
+
+
+def _lookup(container: Mapping[str, Any], name: str) -> object | None:
+    """The container's value for a resource as the mutation left it: its limit, else its
+    request (the container's view is the one from before the mutation)."""
+    resources = container.get("resources") or {}
+    for part in ("limits", "requests"):
+        values = resources.get(part) or {}
+        if name and name in values:
+            found: object = values[name]
+            return found
+    return None
 
 
 def _has_limit(container: Mapping[str, Any], name: str) -> bool:
@@ -380,7 +391,9 @@ class PodAdmission:
         if refusal is not None and namespace not in self.cfg.limit_control_namespaces:
             return AdmissionResponse.deny(refusal)
         try:
-            templates = translate_to_claims(pod, namespace, self.nvidia, self._dra_card_memories())
+            templates = translate_to_claims(
+                pod, containers, namespace, self.nvidia, self._dra_card_memories()
+            )
         except DraTranslationError as err:
             return AdmissionResponse.deny(str(err))
         if privileged is not None and gpu_containers:
