@@ -1,7 +1,7 @@
 """The one reader of pod and node JSON: each object is checked and turned into its view once.
 
 Every field pyhami decides on is read here, container resources included, so the webhook,
-the engine, the device plugin and the monitor agree on what a pod asks for. A value that
+the engine and the device plugin agree on what a pod asks for. A value that
 cannot be read is a `PodSpecError` (`NodeSpecError`) naming the object and the field.
 """
 
@@ -181,9 +181,6 @@ def read_node(node: Mapping[str, Any]) -> NodeView:
             f"node {name}: metadata.annotations",
             "node annotation",
             NodeSpecError,
-        ),
-        capacity=MappingProxyType(
-            dict(_object(status.get("capacity"), f"node {name}: status.capacity", NodeSpecError))
         ),
         allocatable=MappingProxyType(
             dict(

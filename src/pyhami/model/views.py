@@ -106,11 +106,10 @@ class PodView:
 
 @dataclass(frozen=True, slots=True)
 class NodeView:
-    """One node: name, labels, annotations and the resources it offers."""
+    """One node: name, labels, annotations and the resources it offers pods."""
 
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
-    capacity: Mapping[str, object] = field(default_factory=dict)
     allocatable: Mapping[str, object] = field(default_factory=dict)
     resource_version: str = ""
