@@ -23,7 +23,8 @@ from typing import Any
 
 from pyhami import engine
 from pyhami.devices.inventory import NodeInventory
-from pyhami.model import ContainerDevice, DeviceInfo, NodeName
+from pyhami.kube.views import read_pod
+from pyhami.model import ContainerDevice, DeviceInfo, NodeName, PodView
 
 GPUS_PER_NODE = 8
 PODS_PER_NODE = 8
@@ -70,11 +71,13 @@ def make_cluster(
     return inventories, pods
 
 
-def pending_pod(name: str, limits: Mapping[str, str]) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
-        "spec": {"containers": [{"name": "main", "resources": {"limits": dict(limits)}}]},
-    }
+def pending_pod(name: str, limits: Mapping[str, str]) -> PodView:
+    return read_pod(
+        {
+            "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+            "spec": {"containers": [{"name": "main", "resources": {"limits": dict(limits)}}]},
+        }
+    )
 
 
 FITS = pending_pod(
@@ -153,7 +156,7 @@ def main() -> None:
 
 
 def _rebuild_then_decide(
-    pod: dict[str, Any],
+    pod: PodView,
     candidates: list[NodeName],
     inventories: dict[NodeName, NodeInventory],
     pods: list[engine.PodAllocation],

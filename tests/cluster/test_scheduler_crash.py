@@ -16,7 +16,7 @@ import pytest
 from pyhami.controlplane import BuiltBinaries
 from pyhami.engine import allocation_of
 from pyhami.kube import NODES, JsonObject, KubeClient
-from pyhami.kube.views import read_pod
+from pyhami.kube.views import read_node, read_pod
 from pyhami.protocol import KEY_NODE_LOCK, KEY_VGPU_NODE, parse_node_lock
 from pyhami.scheduler.ownership import registered_inventory
 from pyhami.sim.demo.cluster import SCHEDULER_USER, DemoCluster
@@ -189,7 +189,7 @@ async def test_a_scheduler_killed_mid_burst_and_restarted_loses_nothing_and_over
 
     # no card holds more than it has (capacity as the node registered it)
     for node in (await client.list(NODES)).items:
-        inventory = registered_inventory(node)
+        inventory = registered_inventory(read_node(node))
         assert inventory is not None
         for card in inventory.devices:
             key = (node["metadata"]["name"], card.id)
