@@ -24,7 +24,8 @@ from typing import Any
 from pyhami import engine
 from pyhami.devices.inventory import NodeInventory
 from pyhami.devices.nvidia.vendor import NvidiaVendor
-from pyhami.model import ContainerDevice, DeviceInfo, NodeName
+from pyhami.kube.views import read_pod
+from pyhami.model import ContainerDevice, DeviceInfo, NodeName, PodView
 
 ENGINE_CONFIG = engine.EngineConfig(vendor=NvidiaVendor())
 
@@ -73,11 +74,13 @@ def make_cluster(
     return inventories, pods
 
 
-def pending_pod(name: str, limits: Mapping[str, str]) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
-        "spec": {"containers": [{"name": "main", "resources": {"limits": dict(limits)}}]},
-    }
+def pending_pod(name: str, limits: Mapping[str, str]) -> PodView:
+    return read_pod(
+        {
+            "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+            "spec": {"containers": [{"name": "main", "resources": {"limits": dict(limits)}}]},
+        }
+    )
 
 
 FITS = pending_pod(
@@ -156,7 +159,7 @@ def main() -> None:
 
 
 def _rebuild_then_decide(
-    pod: dict[str, Any],
+    pod: PodView,
     candidates: list[NodeName],
     inventories: dict[NodeName, NodeInventory],
     pods: list[engine.PodAllocation],

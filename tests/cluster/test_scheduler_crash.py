@@ -16,6 +16,7 @@ import pytest
 from pyhami.controlplane import BuiltBinaries
 from pyhami.engine import allocation_of
 from pyhami.kube import NODES, JsonObject, KubeClient
+from pyhami.kube.views import read_node, read_pod
 from pyhami.protocol import KEY_NODE_LOCK, KEY_VGPU_NODE, parse_node_lock
 from pyhami.scheduler.ownership import registered_inventory
 from pyhami.sim.demo.cluster import SCHEDULER_USER, DemoCluster
@@ -176,7 +177,7 @@ async def test_a_scheduler_killed_mid_burst_and_restarted_loses_nothing_and_over
         annotations = bound_pod["metadata"]["annotations"]
         node = bound_pod["spec"]["nodeName"]
         assert annotations[KEY_VGPU_NODE] == node
-        allocation = allocation_of(bound_pod)
+        allocation = allocation_of(read_pod(bound_pod))
         assert allocation is not None, f"{name} is bound without an allocation record"
         for container in allocation.containers:
             for device in container:
@@ -184,11 +185,11 @@ async def test_a_scheduler_killed_mid_burst_and_restarted_loses_nothing_and_over
                 per_card[(node, device.uuid)] += device.usedmem
                 slots[(node, device.uuid)] += 1
     for pending_pod in pending:
-        assert allocation_of(pending_pod) is None, pending_pod["metadata"]["name"]
+        assert allocation_of(read_pod(pending_pod)) is None, pending_pod["metadata"]["name"]
 
     # no card holds more than it has (capacity as the node registered it)
     for node in (await client.list(NODES)).items:
-        inventory = registered_inventory(node)
+        inventory = registered_inventory(read_node(node))
         assert inventory is not None
         for card in inventory.devices:
             key = (node["metadata"]["name"], card.id)

@@ -13,7 +13,8 @@ from pyhami.deviceplugin.allocation import (
     plan_container,
     take_next,
 )
-from pyhami.model import ContainerDevice, ContainerDevices
+from pyhami.kube.views import read_pod
+from pyhami.model import ContainerDevice, ContainerDevices, PodView
 
 A = "GPU-aaaaaaaa-1111-2222-3333-444455556666"
 B = "GPU-bbbbbbbb-1111-2222-3333-444455556666"
@@ -24,16 +25,23 @@ def dev(uuid: str, mem: int, cores: int) -> ContainerDevice:
 
 
 def pod(
-    init: list[str], regular: list[str], env: dict[str, list[dict[str, str]]] | None = None
-) -> dict[str, Any]:
+    init: list[str],
+    regular: list[str],
+    env: dict[str, list[dict[str, str]]] | None = None,
+    limits: dict[str, str] | None = None,
+) -> PodView:
+    """`limits`: the resource limits of every app container."""
     env = env or {}
-    return {
+    resources = {"limits": limits} if limits else {}
+    return read_pod({
         "metadata": {"namespace": "default", "name": "p", "uid": "uid-1"},
         "spec": {
             "initContainers": [{"name": n, "env": env.get(n, [])} for n in init],
-            "containers": [{"name": n, "env": env.get(n, [])} for n in regular],
+            "containers": [
+                {"name": n, "env": env.get(n, []), "resources": resources} for n in regular
+            ],
         },
-    }
+    })
 
 
 def test_entries_map_init_first_and_skip_empty_ones() -> None:
@@ -41,8 +49,8 @@ def test_entries_map_init_first_and_skip_empty_ones() -> None:
     subject = pod(["init-a", "init-b"], ["main", "side"])
     first = take_next(subject, entries, ["x"])
     second = take_next(subject, entries, ["y"])
-    assert (first.position, first.container["name"]) == (1, "init-b")
-    assert (second.position, second.container["name"]) == (3, "side")
+    assert (first.position, first.container.name) == (1, "init-b")
+    assert (second.position, second.container.name) == (3, "side")
     assert entries == [(), (), (), ()]
     with pytest.raises(AllocationError, match="no pending device allocation found"):
         take_next(subject, entries, ["z"])
@@ -66,9 +74,7 @@ def plan(
     namespace: str = "team-a",
     limits: dict[str, str] | None = None,
 ) -> ContainerPlan:
-    subject = pod([], ["main"], {"main": env or []})
-    if limits:
-        subject["spec"]["containers"][0]["resources"] = {"limits": limits}
+    subject = pod([], ["main"], {"main": env or []}, limits)
     slot = take_next(subject, [devices], ["k"] * len(devices))
     return plan_container(
         slot,
@@ -199,18 +205,18 @@ def test_limits_file_takes_the_specs_values_in_a_namespace_allowed_to_control_li
     )
 
 
-def gpu_pod(init: list[tuple[str, int]], regular: list[tuple[str, int]]) -> dict[str, Any]:
+def gpu_pod(init: list[tuple[str, int]], regular: list[tuple[str, int]]) -> PodView:
     def spec(name: str, gpus: int) -> dict[str, Any]:
         limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}
         return {"name": name, "resources": {"limits": limits}}
 
-    return {
+    return read_pod({
         "metadata": {"namespace": "default", "name": "p", "uid": "u"},
         "spec": {
             "initContainers": [spec(n, g) for n, g in init],
             "containers": [spec(n, g) for n, g in regular],
         },
-    }
+    })
 
 
 def test_hami_dense_values_map_to_the_containers_that_asked() -> None:
@@ -220,7 +226,7 @@ def test_hami_dense_values_map_to_the_containers_that_asked() -> None:
     assigned = tuple(dense)
     first = take_next(subject, dense, ["x"], assigned=assigned)
     second = take_next(subject, dense, ["y"], assigned=assigned)
-    assert (first.container["name"], second.container["name"]) == ("main", "tail")
+    assert (first.container.name, second.container.name) == ("main", "tail")
 
 
 def test_per_container_values_map_positionally_either_way() -> None:
@@ -228,6 +234,6 @@ def test_per_container_values_map_positionally_either_way() -> None:
     entries: list[ContainerDevices] = [(dev(A, 1, 1),), (), (dev(B, 2, 2),), ()]
     assigned = tuple(entries)
     names = [
-        take_next(subject, entries, ["x"], assigned=assigned).container["name"] for _ in range(2)
+        take_next(subject, entries, ["x"], assigned=assigned).container.name for _ in range(2)
     ]
     assert names == ["setup", "main"]

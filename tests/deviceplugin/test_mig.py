@@ -13,6 +13,7 @@ from pyhami.deviceplugin.inventory import discover
 from pyhami.deviceplugin.mig import MigManager
 from pyhami.deviceplugin.service import DevicePlugin
 from pyhami.devices.config import MigAllowlistEntry
+from pyhami.kube.views import read_pod
 from pyhami.model import MigAllocation, MigPlacement
 from pyhami.protocol import decode_mig_allocations, decode_node_devices, encode_mig_allocations
 from pyhami.testing import FakeNVML
@@ -136,7 +137,7 @@ async def test_stale_resource_version_is_retried_not_lost(gpu_node: Node) -> Non
         "application/merge-patch+json",
         {"metadata": {"labels": {"touched": "yes"}}},
     )
-    await pods.record_identity(stale)
+    await pods.record_identity(read_pod(stale))
     (recorded,) = decode_mig_allocations(node.pod_annotations("racy")[KEY])
     assert recorded.runtime_ready and node.pod("racy")["metadata"]["labels"]["touched"] == "yes"
 

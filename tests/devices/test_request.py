@@ -11,18 +11,21 @@ from pyhami.devices.config import NvidiaConfig
 from pyhami.devices.nvidia.request import container_request, value_ranges
 from pyhami.devices.quantity import parse_quantity
 from pyhami.devices.vendor import ContainerSpecError
-from pyhami.model import ContainerDeviceRequest
+from pyhami.kube.views import read_container
+from pyhami.model import ContainerDeviceRequest, ContainerView, PodSpecError
 
 DEFAULT = NvidiaConfig()
 
 
-def container(limits: dict[str, Any] | None = None, requests: dict[str, Any] | None = None):
+def container(
+    limits: dict[str, Any] | None = None, requests: dict[str, Any] | None = None
+) -> ContainerView:
     resources: dict[str, Any] = {}
     if limits is not None:
         resources["limits"] = limits
     if requests is not None:
         resources["requests"] = requests
-    return {"name": "main", "resources": resources}
+    return read_container({"name": "main", "resources": resources}, init=False)
 
 
 def ask(nums: int, memreq: int = 0, pct: int = 101, cores: int = 0) -> ContainerDeviceRequest:
@@ -85,15 +88,15 @@ def ask(nums: int, memreq: int = 0, pct: int = 101, cores: int = 0) -> Container
         ),
     ],
 )
-def test_container_request(spec: dict[str, Any], config: NvidiaConfig, want: Any) -> None:
+def test_container_request(spec: ContainerView, config: NvidiaConfig, want: Any) -> None:
     assert container_request(spec, config) == want
 
 
 def test_unreadable_quantity_names_container_and_key() -> None:
     with pytest.raises(ContainerSpecError, match=r"'main'.*nvidia.com/gpumem.*lots"):
         container_request(container({"nvidia.com/gpu": 1, "nvidia.com/gpumem": "lots"}), DEFAULT)
-    with pytest.raises(ContainerSpecError, match=r"resources\.limits must be a mapping"):
-        container_request({"name": "main", "resources": {"limits": [1]}}, DEFAULT)
+    with pytest.raises(PodSpecError, match=r"'main': resources\.limits must be a mapping"):
+        read_container({"name": "main", "resources": {"limits": [1]}}, init=False)
 
 
 @pytest.mark.parametrize(

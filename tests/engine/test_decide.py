@@ -9,7 +9,16 @@ from hypothesis import strategies as st
 from pyhami import engine
 from pyhami.devices.config import NvidiaConfig
 from pyhami.devices.nvidia.vendor import NvidiaVendor
-from pyhami.engine import EngineConfig, Ledger, NodeFailure, Outcome, QuotaBook, decide
+from pyhami.engine import (
+    EngineConfig,
+    Ledger,
+    NodeFailure,
+    Outcome,
+    PodSpecError,
+    QuotaBook,
+    decide,
+)
+from pyhami.kube.views import read_pod
 from pyhami.model import MigPlacement, MigProfile
 from pyhami.protocol import Reason
 
@@ -36,7 +45,7 @@ def run(ledger: Ledger, the_pod: dict[str, Any], *, node_policy: str = "binpack"
     cfg = EngineConfig(vendor=NvidiaVendor(nvidia), nvidia=nvidia, node_policy=node_policy,
                        gpu_policy=gpu_policy)
     names = [N(c) for c in candidates] if candidates else CANDIDATES
-    return decide(the_pod, names, ledger, config=cfg, quotas=quotas, now=1755763200,
+    return decide(read_pod(the_pod), names, ledger, config=cfg, quotas=quotas, now=1755763200,
                   explain=explain)
 
 
@@ -111,8 +120,11 @@ def test_bad_weights_fail_the_filter() -> None:
 
 
 def test_malformed_pod_is_an_error_not_a_crash() -> None:
-    decision = run(example_ledger(), {"metadata": {"name": "x"}, "spec": {"containers": "no"}})
-    assert decision.outcome is Outcome.ERROR and "spec.containers" in (decision.error or "")
+    with pytest.raises(PodSpecError, match=r"pod default/x: spec\.containers"):
+        read_pod({"metadata": {"name": "x"}, "spec": {"containers": "no"}})
+    bad_value = pod("x", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "lots"})
+    decision = run(example_ledger(), bad_value)
+    assert decision.outcome is Outcome.ERROR and "gpumem" in (decision.error or "")
 
 
 def test_init_containers_each_start_from_existing_usage() -> None:

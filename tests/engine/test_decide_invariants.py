@@ -18,6 +18,7 @@ from pyhami.devices.nvidia.request import container_request
 from pyhami.devices.nvidia.vendor import NvidiaVendor
 from pyhami.devices.vendor import resolve_memory
 from pyhami.engine import EngineConfig, Ledger, Outcome, decide, plan_pod
+from pyhami.kube.views import read_container, read_pod
 from pyhami.model import NodeName
 
 from .builders import alloc_of, card, gpus, pod, used
@@ -89,14 +90,14 @@ def check_scheduled(
     ledger: Ledger, the_pod: dict[str, Any], node: NodeName, devices: tuple[tuple[Any, ...], ...]
 ) -> None:
     config = NvidiaConfig()
-    plan = plan_pod(the_pod, EngineConfig(vendor=NvidiaVendor(config), nvidia=config))
+    plan = plan_pod(read_pod(the_pod), EngineConfig(vendor=NvidiaVendor(config), nvidia=config))
     ledger_node = ledger.node(node)
     assert ledger_node is not None
     inventory = {c.id: c for c in ledger_node.cards}
     containers = [*the_pod["spec"]["initContainers"], *the_pod["spec"]["containers"]]
     assert len(devices) == len(containers)
     for container, request, given_devices in zip(containers, plan.requests, devices, strict=True):
-        expected = container_request(container, config)
+        expected = container_request(read_container(container, init=False), config)
         assert request == expected
         if request is None:
             assert given_devices == ()
@@ -139,7 +140,7 @@ def test_a_scheduled_pod_gets_exactly_its_cards_and_each_fits(
     the_pod = pod("p", *apps, init=tuple(init), annotations=notes)
     config = EngineConfig(vendor=NvidiaVendor(), node_policy=node_policy, gpu_policy=gpu_policy)
     decision = decide(
-        the_pod,
+        read_pod(the_pod),
         [name for name, _, _ in cluster],
         ledger,
         config=config,
@@ -171,7 +172,12 @@ def test_topology_aware_takes_the_best_pair_when_every_total_is_negative() -> No
         "p", gpus(2, mem=10), annotations={"hami.io/gpu-scheduler-policy": "topology-aware"}
     )
     decision = decide(
-        the_pod, [NodeName("n")], ledger, config=ENGINE_CONFIG, quotas=None, now=1755763200
+        read_pod(the_pod),
+        [NodeName("n")],
+        ledger,
+        config=ENGINE_CONFIG,
+        quotas=None,
+        now=1755763200,
     )
     assert decision.outcome is Outcome.SCHEDULED
     assert sorted(d.uuid for d in decision.devices[0]) == ["a", "c"]

@@ -16,6 +16,7 @@ from pyhami.engine import (
     decide,
     plan_pod,
 )
+from pyhami.kube.views import read_pod
 from pyhami.model import ContainerDevice, MigAllocation, MigPlacement
 
 from .builders import N, card, gpus, inventory, pod
@@ -36,7 +37,7 @@ RECORDED = {
 
 
 def test_allocation_is_read_from_the_allocated_annotation() -> None:
-    allocation = allocation_of(scheduled(RECORDED))
+    allocation = allocation_of(read_pod(scheduled(RECORDED)))
     assert allocation is not None
     assert allocation.key == "uid-p" and allocation.node == "node1" and allocation.init_count == 1
     assert allocation.containers == (
@@ -49,10 +50,11 @@ def test_allocation_is_read_from_the_allocated_annotation() -> None:
 
 def test_finished_init_containers_shrink_the_allocation() -> None:
     status = {"initContainerStatuses": [{"state": {"terminated": {"exitCode": 0}}}]}
-    allocation = allocation_of(scheduled(RECORDED, status=status))
+    allocation = allocation_of(read_pod(scheduled(RECORDED, status=status)))
     assert allocation is not None and allocation.init_finished
     failed = {"initContainerStatuses": [{"state": {"terminated": {"exitCode": 1}}}]}
-    assert not allocation_of(scheduled(RECORDED, status=failed)).init_finished  # type: ignore[union-attr]
+    finished = allocation_of(read_pod(scheduled(RECORDED, status=failed)))
+    assert finished is not None and not finished.init_finished
 
 
 @pytest.mark.parametrize(
@@ -65,24 +67,25 @@ def test_finished_init_containers_shrink_the_allocation() -> None:
     ],
 )
 def test_pods_that_hold_nothing(annotations: dict[str, str], extra: dict[str, Any]) -> None:
-    assert allocation_of(scheduled(annotations, **extra)) is None
+    assert allocation_of(read_pod(scheduled(annotations, **extra))) is None
 
 
 def test_mig_reservations_are_read_and_invalid_ones_ignored() -> None:
     mig = ('[{"containerIndex":1,"deviceIndex":0,"gpuUUID":"GPU-a","profile":"1g.10gb",'
            '"placement":{"start":6,"size":1}}]')
-    allocation = allocation_of(scheduled({**RECORDED, "hami.io/vgpu-mig-allocations": mig}))
+    recorded = scheduled({**RECORDED, "hami.io/vgpu-mig-allocations": mig})
+    allocation = allocation_of(read_pod(recorded))
     assert allocation is not None
     assert allocation.mig_allocations == (
         MigAllocation(1, 0, "GPU-a", "1g.10gb", MigPlacement(6, 1)),)
-    broken = allocation_of(scheduled({**RECORDED, "hami.io/vgpu-mig-allocations": "[{"}))
+    broken = allocation_of(read_pod(scheduled({**RECORDED, "hami.io/vgpu-mig-allocations": "[{"})))
     assert broken is not None and broken.mig_allocations == ()
 
 
 def test_malformed_allocation_names_the_pod_and_key() -> None:
     bad = {**RECORDED, "hami.io/vgpu-devices-allocated": "GPU-a,NVIDIA,lots,1:;"}
     with pytest.raises(PodSpecError, match=r"default/p: hami\.io/vgpu-devices-allocated"):
-        allocation_of(scheduled(bad))
+        allocation_of(read_pod(scheduled(bad)))
 
 
 @pytest.mark.parametrize(
@@ -96,12 +99,12 @@ def test_malformed_allocation_names_the_pod_and_key() -> None:
 )
 def test_unreadable_pods(bad: dict[str, Any], match: str) -> None:
     with pytest.raises(PodSpecError, match=match):
-        plan_pod(bad, ENGINE_CONFIG)
+        plan_pod(read_pod(bad), ENGINE_CONFIG)
 
 
 def test_plan_reads_policies_and_requests_init_first() -> None:
-    plan = plan_pod(pod("p", {}, gpus(2, mem=100), init=(gpus(1),),
-                        annotations={"hami.io/gpu-scheduler-policy": "binpack"}), ENGINE_CONFIG)
+    plan = plan_pod(read_pod(pod("p", {}, gpus(2, mem=100), init=(gpus(1),),
+                        annotations={"hami.io/gpu-scheduler-policy": "binpack"})), ENGINE_CONFIG)
     assert plan.init_count == 1 and plan.gpu_policy == "binpack" and plan.node_policy == "binpack"
     assert [r.nums if r else 0 for r in plan.requests] == [1, 0, 2]
 
@@ -134,7 +137,12 @@ pod_like = st.fixed_dictionaries({
 def test_decide_never_crashes_on_a_malformed_pod(the_pod: dict[str, Any]) -> None:
     ledger = Ledger()
     ledger.upsert_node(N("node1"), inventory(card("g0")))
-    decision = decide(the_pod, [N("node1")], ledger, config=ENGINE_CONFIG, quotas=None, now=0)
+    try:
+        view = read_pod(the_pod)
+    except PodSpecError as err:
+        assert str(err)  # refused at the edge, with a reason
+        return
+    decision = decide(view, [N("node1")], ledger, config=ENGINE_CONFIG, quotas=None, now=0)
     assert decision.outcome in set(Outcome)
     if decision.outcome is Outcome.ERROR:
         assert decision.error

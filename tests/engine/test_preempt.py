@@ -11,6 +11,7 @@ from pyhami.devices.config import NvidiaConfig
 from pyhami.devices.nvidia.vendor import NvidiaVendor
 from pyhami.engine import EngineConfig, Ledger, Outcome, PodAllocation, QuotaBook, decide
 from pyhami.engine.preempt import PreemptionInput, Proposal, preempt
+from pyhami.kube.views import read_pod
 from pyhami.model import NodeName
 
 from .builders import N, card, gpus, inventory, pod, used
@@ -24,7 +25,8 @@ def holder(key: str, node: str, uuid: str, mem: int, namespace: str = "default")
 
 def question(the_pod: dict[str, Any], priority: int, priorities: dict[str, int]) -> PreemptionInput:
     the_pod["spec"]["priority"] = priority
-    return PreemptionInput(the_pod, priority, priorities, {k: f"default/{k}" for k in priorities})
+    names = {k: f"default/{k}" for k in priorities}
+    return PreemptionInput(read_pod(the_pod), priority, priorities, names)
 
 
 def two_t4s() -> Ledger:
@@ -181,7 +183,9 @@ def test_an_answer_never_names_a_victim_that_is_not_needed(
         for n, (index, mem, _) in enumerate(holders):
             if f"p{n}" not in victims:
                 rest.add_pod(holder(f"p{n}", "n1", f"c{index}", mem))
-        decision = decide(the_pod, [NodeName("n1")], rest, config=CONFIG, quotas=None, now=0)
+        decision = decide(
+            read_pod(the_pod), [NodeName("n1")], rest, config=CONFIG, quotas=None, now=0
+        )
         return decision.outcome is Outcome.SCHEDULED
 
     if fits_without(set()):

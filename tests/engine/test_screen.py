@@ -5,6 +5,7 @@ from hypothesis import strategies as st
 
 from pyhami.devices.nvidia.vendor import NvidiaVendor
 from pyhami.engine import EngineConfig, Ledger, PodAllocation, decide
+from pyhami.kube.views import read_pod
 from pyhami.model import MigPlacement, MigProfile
 
 from .builders import N, card, gpus, inventory, pod, used
@@ -97,10 +98,12 @@ def test_screen_matches_fit_on_every_node(
     )
     names = [N(f"n{n:02d}") for n in range(len(nodes))] + [N("ghost")]
     config = EngineConfig(vendor=NvidiaVendor(), node_policy=node_policy)
-    fast = decide(the_pod, names, ledger, config=config, quotas=None, now=0)
-    full = decide(the_pod, names, ledger, config=config, quotas=None, now=0, explain=True)
+    fast = decide(read_pod(the_pod), names, ledger, config=config, quotas=None, now=0)
+    full = decide(read_pod(the_pod), names, ledger, config=config, quotas=None, now=0, explain=True)
     assert (fast.node, fast.devices) == (full.node, full.devices)
-    every = decide(the_pod, names, ledger, config=config, quotas=None, now=0, all_reasons=True)
+    every = decide(
+        read_pod(the_pod), names, ledger, config=config, quotas=None, now=0, all_reasons=True
+    )
     assert (every.node, every.devices) == (full.node, full.devices)
     assert every.failed_nodes == full.failed_nodes, "every candidate's reason, as in explain"
     assert {n for n, v in every.verdicts.items() if v.fits} == {
@@ -118,19 +121,20 @@ def test_screen_sees_usage_changes_and_node_changes() -> None:
     ledger = build([([(0, 0, 0, True, "NVIDIA-A100", False, 10000)], False)] * 40)
     names = [N(f"n{n:02d}") for n in range(40)]
     big = pod("big", gpus(1, mem=9000))
-    assert decide(big, names, ledger, config=ENGINE_CONFIG, quotas=None, now=0).node == "n00"
+    first = decide(read_pod(big), names, ledger, config=ENGINE_CONFIG, quotas=None, now=0)
+    assert first.node == "n00"
     for n in range(40):
         key = f"fill{n}"
         ledger.add_pod(
             PodAllocation(key, "default", key, N(f"n{n:02d}"), ((used(f"g{n}-0", 5000),),))
         )
-    answer = decide(big, names, ledger, config=ENGINE_CONFIG, quotas=None, now=0)
+    answer = decide(read_pod(big), names, ledger, config=ENGINE_CONFIG, quotas=None, now=0)
     assert answer.node is None
     assert set(answer.failed_nodes.values()) == {"1/1 CardInsufficientMemory"}
     ledger.remove_pod("fill39")
     ledger.remove_node(N("n00"))
     ledger.upsert_node(N("n00"), inventory(card("new", 20000)))
-    answer = decide(big, names, ledger, config=ENGINE_CONFIG, quotas=None, now=0)
+    answer = decide(read_pod(big), names, ledger, config=ENGINE_CONFIG, quotas=None, now=0)
     assert answer.node == "n00"  # n00 and n39 are both idle now: the tie goes to the smaller name
 
 
@@ -153,10 +157,10 @@ def test_a_few_candidates_decide_as_if_alone(
     names = [N(f"n{n:02d}") for n in picked]
     config = EngineConfig(vendor=NvidiaVendor(), node_policy=node_policy)
     the_pod = pod("p", limits)
-    among_all = decide(the_pod, names, build(nodes), config=config, quotas=None, now=0)
+    among_all = decide(read_pod(the_pod), names, build(nodes), config=config, quotas=None, now=0)
     alone = build([nodes[n] for n in picked])  # the same nodes, renamed n00, n01
     renamed = {N(f"n{i:02d}"): name for i, name in enumerate(names)}
-    by_itself = decide(the_pod, list(renamed), alone, config=config, quotas=None, now=0)
+    by_itself = decide(read_pod(the_pod), list(renamed), alone, config=config, quotas=None, now=0)
     assert among_all.node == (renamed[by_itself.node] if by_itself.node else None)
     assert list(among_all.failed_nodes.values()) == list(by_itself.failed_nodes.values())
 
@@ -168,7 +172,7 @@ def test_absolute_memory_wins_over_percentage_in_the_screen() -> None:
     ledger = build([full] * 39 + [roomy])  # binpack visits the full nodes first: n39 is screened
     names = [N(f"n{n:02d}") for n in range(40)]
     both = pod("p", gpus(1, mem=100, pct=65))  # 100 MiB fits n39; 65 % (6500 MiB) would not
-    answer = decide(both, names, ledger, config=ENGINE_CONFIG, quotas=None, now=0)
+    answer = decide(read_pod(both), names, ledger, config=ENGINE_CONFIG, quotas=None, now=0)
     assert answer.node == "n39"
     assert answer.annotations["hami.io/vgpu-devices-allocated"] == "g39-0,NVIDIA,100,0:;"
 
@@ -180,6 +184,6 @@ def test_the_screen_wraps_a_percentage_product_as_fit_does() -> None:
     ledger = build([full] * 39 + [huge])  # binpack visits the full nodes first: n39 is screened
     names = [N(f"n{n:02d}") for n in range(40)]
     whole = pod("p", gpus(1, pct=100))
-    answer = decide(whole, names, ledger, config=ENGINE_CONFIG, quotas=None, now=0)
+    answer = decide(read_pod(whole), names, ledger, config=ENGINE_CONFIG, quotas=None, now=0)
     assert answer.node == "n39"
     assert answer.annotations["hami.io/vgpu-devices-allocated"] == "g39-0,NVIDIA,-12949672,0:;"

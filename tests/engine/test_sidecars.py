@@ -18,6 +18,7 @@ from pyhami.engine import (
     collapse_init_usage,
     decide,
 )
+from pyhami.kube.views import read_pod
 from pyhami.model import ContainerDevice
 
 from .builders import N, card, gpus, inventory, pod
@@ -34,8 +35,8 @@ def t4_node(ledger: Ledger, name: str, cards: int) -> None:
 
 def run(ledger: Ledger, the_pod: dict[str, Any], *nodes: str,
         quotas: QuotaBook | None = None) -> Any:
-    return decide(the_pod, [N(n) for n in nodes], ledger, config=ENGINE_CONFIG, quotas=quotas,
-                  now=1_700_000_000)
+    return decide(read_pod(the_pod), [N(n) for n in nodes], ledger, config=ENGINE_CONFIG,
+                  quotas=quotas, now=1_700_000_000)
 
 
 def sidecar_pod(name: str = "p", sidecar_mem: int = 10000, app_mem: int = 10000) -> dict[str, Any]:
@@ -130,7 +131,7 @@ def test_finished_init_containers_are_dropped_but_the_sidecar_stays() -> None:
         {"name": "i0", "state": {"running": {}}},
         {"name": "i1", "state": {"terminated": {"exitCode": 0}}},
     ]}
-    allocation = allocation_of(the_pod)
+    allocation = allocation_of(read_pod(the_pod))
     assert allocation is not None and allocation.init_finished
     assert allocation.sidecars == frozenset({0})
     ledger = Ledger()
@@ -138,7 +139,7 @@ def test_finished_init_containers_are_dropped_but_the_sidecar_stays() -> None:
     ledger.add_pod(allocation)
     assert ledger.device_usage(N("t4"))[0].usedmem == 4000, "sidecar 3000 + app 1000"
     the_pod["status"]["initContainerStatuses"][1]["state"] = {"running": {}}
-    running = allocation_of(the_pod)
+    running = allocation_of(read_pod(the_pod))
     assert running is not None and not running.init_finished
     fresh = Ledger()
     fresh.upsert_node(N("t4"), inventory(card("GPU-a", T4)))

@@ -2,7 +2,6 @@
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
 
@@ -18,7 +17,14 @@ from pyhami.devices.vendor import (
     Vendor,
 )
 from pyhami.engine import EngineConfig, Ledger, Outcome, decide
-from pyhami.model import ContainerDevice, ContainerDeviceRequest, MigPlacement, MigProfile
+from pyhami.kube.views import read_pod
+from pyhami.model import (
+    ContainerDevice,
+    ContainerDeviceRequest,
+    ContainerView,
+    MigPlacement,
+    MigProfile,
+)
 from pyhami.protocol import (
     KEY_NVIDIA_ALLOCATED,
     KEY_VGPU_NODE,
@@ -47,12 +53,12 @@ class AcmeVendor:
     keys: VendorKeys = NPU_KEYS
     column_screen: bool = False
 
-    def container_request(self, container: Mapping[str, Any]) -> ContainerDeviceRequest | None:
-        value = container.get("resources", {}).get("limits", {}).get(NPU)
+    def container_request(self, container: ContainerView) -> ContainerDeviceRequest | None:
+        value = container.limits.get(NPU)
         if value is None:
             return None
-        if not value.isdigit():
-            raise ContainerSpecError(f"container {container.get('name')!r}: {NPU} {value!r}")
+        if not isinstance(value, str) or not value.isdigit():
+            raise ContainerSpecError(f"container {container.label}: {NPU} {value!r}")
         return ContainerDeviceRequest(nums=int(value), type=self.name, coresreq=100)
 
     def card_selectors(self, annotations: Mapping[str, str]) -> CardSelectors:
@@ -76,8 +82,7 @@ class AcmeVendor:
             counts = {Reason.CARD_TYPE_MISMATCH.value: len(cards) - len(free)}
             return FitOutcome(False, (), counts, len(cards))
         chosen = tuple(
-            ContainerDevice(c.id, self.name, c.totalmem, 100, c.index)
-            for c in free[: request.nums]
+            ContainerDevice(c.id, self.name, c.totalmem, 100, c.index) for c in free[: request.nums]
         )
         return FitOutcome(True, chosen, {}, len(cards))
 
@@ -92,22 +97,35 @@ CONFIG = EngineConfig(vendor=ACME)
 def acme_ledger() -> Ledger:
     ledger = Ledger(ACME.name)
     # Only Acme's cards count on a node; the NVIDIA card beside them is not Acme's to give.
-    ledger.upsert_node(N("mixed"), inventory(
-        card("gpu-0", type_="NVIDIA-A100", index=1),
-        card("npu-0", type_="ACME-N1", index=0),
-    ))
-    ledger.upsert_node(N("acme"), inventory(
-        card("npu-1", type_="ACME-N1", index=0),
-        card("npu-2", type_="ACME-N1", index=1),
-    ))
+    ledger.upsert_node(
+        N("mixed"),
+        inventory(
+            card("gpu-0", type_="NVIDIA-A100", index=1),
+            card("npu-0", type_="ACME-N1", index=0),
+        ),
+    )
+    ledger.upsert_node(
+        N("acme"),
+        inventory(
+            card("npu-1", type_="ACME-N1", index=0),
+            card("npu-2", type_="ACME-N1", index=1),
+        ),
+    )
     return ledger
 
 
 def test_a_second_vendor_schedules_through_its_own_request_fit_and_keys() -> None:
     ledger = acme_ledger()
     the_pod = pod("p", {NPU: "1"})
-    decision = decide(the_pod, [N("mixed"), N("acme")], ledger, config=CONFIG, quotas=None,
-                      now=0, all_reasons=True)
+    decision = decide(
+        read_pod(the_pod),
+        [N("mixed"), N("acme")],
+        ledger,
+        config=CONFIG,
+        quotas=None,
+        now=0,
+        all_reasons=True,
+    )
     assert decision.outcome is Outcome.SCHEDULED
     assert decision.node == "acme"
     assert decision.allocation is not None
@@ -123,28 +141,44 @@ def test_a_second_vendor_schedules_through_its_own_request_fit_and_keys() -> Non
 
 def test_the_booked_usage_is_the_vendors() -> None:
     ledger = acme_ledger()
-    first = decide(pod("p", {NPU: "1"}), [N("acme")], ledger, config=CONFIG, quotas=None,
-                   now=0)
+    first = decide(
+        read_pod(pod("p", {NPU: "1"})), [N("acme")], ledger, config=CONFIG, quotas=None, now=0
+    )
     assert first.allocation is not None
     ledger.add_pod(first.allocation)
-    second = decide(pod("q", {NPU: "1"}), [N("acme")], ledger, config=CONFIG, quotas=None,
-                    now=0)
+    second = decide(
+        read_pod(pod("q", {NPU: "1"})), [N("acme")], ledger, config=CONFIG, quotas=None, now=0
+    )
     assert second.outcome is Outcome.UNSCHEDULABLE
 
 
 def test_another_vendors_resources_are_no_request() -> None:
-    decision = decide(pod("p", {"nvidia.com/gpu": "1"}), [N("acme")], acme_ledger(),
-                      config=CONFIG, quotas=None, now=0)
+    decision = decide(
+        read_pod(pod("p", {"nvidia.com/gpu": "1"})),
+        [N("acme")],
+        acme_ledger(),
+        config=CONFIG,
+        quotas=None,
+        now=0,
+    )
     assert decision.outcome is Outcome.NO_DEVICE_REQUEST
 
 
 def test_the_vendors_request_errors_name_the_pod() -> None:
-    decision = decide(pod("p", {NPU: "lots"}), [N("acme")], acme_ledger(), config=CONFIG,
-                      quotas=None, now=0)
+    decision = decide(
+        read_pod(pod("p", {NPU: "lots"})),
+        [N("acme")],
+        acme_ledger(),
+        config=CONFIG,
+        quotas=None,
+        now=0,
+    )
     assert decision.outcome is Outcome.ERROR
     assert decision.error == "pod default/p: container 'c0': example.com/npu 'lots'"
 
 
 def test_a_ledger_of_another_vendor_is_refused() -> None:
     with pytest.raises(ValueError, match=r"ledger books 'NVIDIA' devices.*vendor is 'Acme'"):
-        decide(pod("p", {NPU: "1"}), [N("acme")], Ledger(), config=CONFIG, quotas=None, now=0)
+        decide(
+            read_pod(pod("p", {NPU: "1"})), [N("acme")], Ledger(), config=CONFIG, quotas=None, now=0
+        )

@@ -74,6 +74,7 @@ def test_a_process_without_any_cuda_environment_gets_the_device_plugins_limits(
     """The escape HAMi-core left open: `env -i` (or a login shell) drops the variables and the
     process saw the whole card. The device plugin's limits.env in /usr/local/vgpu closes it."""
     from pyhami.deviceplugin.allocation import AllocationSettings, limits_text
+    from pyhami.kube.views import read_container
 
     upper = plain_only.tmp / "usr-local"
     (upper / "vgpu").mkdir(parents=True)
@@ -81,7 +82,7 @@ def test_a_process_without_any_cuda_environment_gets_the_device_plugins_limits(
     (upper / "vgpu" / "limits.env").write_text(limits_text(
         {"CUDA_DEVICE_MEMORY_LIMIT_0": "1000m", "CUDA_DEVICE_SM_LIMIT": "30",
          "CUDA_DEVICE_MEMORY_SHARED_CACHE": cache},
-        {"resources": {"limits": {"nvidia.com/priority": "0"}}},
+        read_container({"resources": {"limits": {"nvidia.com/priority": "0"}}}, init=False),
         AllocationSettings(),
         may_control=False,
     ))

@@ -2,6 +2,8 @@
 
 import pytest
 
+from pyhami.kube.views import read_pod
+from pyhami.model import PodView
 from pyhami.scheduler.budgets import Budget, BudgetError, protected, read_budgets, violations
 
 
@@ -13,8 +15,8 @@ def pdb(name: str, selector: object, allowed: int, *, generation: int = 1, obser
                        "disruptedPods": {p: "2026-01-01T00:00:00Z" for p in disrupted}}}
 
 
-def pod(name: str, namespace: str = "team", **labels: str) -> dict[str, object]:
-    return {"metadata": {"name": name, "namespace": namespace, "labels": labels}}
+def pod(name: str, namespace: str = "team", **labels: str) -> PodView:
+    return read_pod({"metadata": {"name": name, "namespace": namespace, "labels": labels}})
 
 
 def test_selectors_cover_pods_of_their_namespace_only() -> None:

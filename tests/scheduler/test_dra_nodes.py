@@ -5,6 +5,7 @@ changes."""
 from typing import Any
 
 from pyhami.kube import Conflict, JsonObject
+from pyhami.kube.views import read_node
 from pyhami.scheduler.dra_nodes import (
     DEVICE_PLUGIN_NODE_REASON,
     DRA_NODE_REASON,
@@ -19,9 +20,9 @@ from pyhami.scheduler.extender import (
 )
 
 NODES = {
-    "dp-1": {"metadata": {"name": "dp-1", "labels": {"gpu": "on"}}},
-    "dp-2": {"metadata": {"name": "dp-2", "labels": {"gpu": "on"}}},
-    "dra-1": {"metadata": {"name": "dra-1", "labels": {"gpu.pyhami.io/mode": "dra"}}},
+    "dp-1": read_node({"metadata": {"name": "dp-1", "labels": {"gpu": "on"}}}),
+    "dp-2": read_node({"metadata": {"name": "dp-2", "labels": {"gpu": "on"}}}),
+    "dra-1": read_node({"metadata": {"name": "dra-1", "labels": {"gpu.pyhami.io/mode": "dra"}}}),
 }
 
 

@@ -1,9 +1,10 @@
 import asyncio
 
+from pyhami.kube.views import read_pod
 from pyhami.scheduler.events import WARNING, EventRecorder, reason_events
 from pyhami.testing import ManualClock
 
-POD = {"metadata": {"name": "p", "namespace": "ns", "uid": "u1"}}
+POD = read_pod({"metadata": {"name": "p", "namespace": "ns", "uid": "u1"}})
 
 
 def _parse(text: str) -> dict[str, int]:

@@ -11,6 +11,7 @@ from pyhami.devices.nvidia.vendor import NvidiaVendor
 from pyhami.engine import EngineConfig, Outcome, decide
 from pyhami.kube import Resource, ServerError, TooManyRequests
 from pyhami.kube.client import ObjectList
+from pyhami.kube.views import read_pod
 from pyhami.model import NodeName
 from pyhami.protocol import KEY_NVIDIA_ALLOCATED, KEY_VGPU_NODE
 from pyhami.scheduler.events import EventRecorder
@@ -87,8 +88,9 @@ class World:
         """What /filter does for the pod: release its own claim, decide, call the hook."""
         self.state.on_pod(pod)
         self.state.release(pod["metadata"]["uid"])
+        view = read_pod(pod)
         decision = decide(
-            pod,
+            view,
             [NodeName("n1")],
             self.state.ledger,
             config=self.state.config,
@@ -96,7 +98,7 @@ class World:
             now=self.clock.now(),
         )
         assert decision.outcome is Outcome.UNSCHEDULABLE
-        await self.preemption.on_unschedulable(pod, decision)
+        await self.preemption.on_unschedulable(view, decision)
         await self.events.drain()
 
     def attempts(self, outcome: str) -> float:
@@ -168,7 +170,7 @@ async def test_the_two_victims_are_evicted_and_the_freed_card_is_held_for_the_po
     assert world.usage() == [14000, 6000]
     world.state.release(high["metadata"]["uid"])
     decision = decide(
-        high,
+        read_pod(high),
         [NodeName("n1")],
         world.state.ledger,
         config=world.state.config,

@@ -27,7 +27,7 @@ from pyhami.scheduler.metrics import MetricsSnapshot, SchedulerMetrics
 from pyhami.scheduler.ownership import OWNED_ANNOTATIONS
 from pyhami.scheduler.server import build_app
 from pyhami.scheduler.service import FilterBind
-from pyhami.scheduler.state import ClusterState, object_name
+from pyhami.scheduler.state import ClusterState
 from pyhami.scheduler.webhook import PodAdmission, WebhookConfig
 from pyhami.serving import ConnectionGuard, ConnectionLimits
 from pyhami.testing import ManualClock
@@ -44,7 +44,7 @@ ROUTES = (*JSON_ROUTES, "/healthz", "/readyz")
 
 def _app() -> web.Application:
     inventories = {"n1": inventory(card("GPU-1a", 0), card("GPU-1b", 1))}
-    state = ClusterState(ENGINE_CONFIG, lambda n: inventories.get(object_name(n)))
+    state = ClusterState(ENGINE_CONFIG, lambda n: inventories.get(n.name))
     state.on_node(node("n1"))
     state.on_pod(gpu_pod("p", mem=1000))
     kube = MemoryKube()

@@ -21,7 +21,7 @@ from pyhami.scheduler.extender import (
 )
 from pyhami.scheduler.metrics import MetricsSnapshot, SchedulerMetrics
 from pyhami.scheduler.service import FilterBind, Leadership
-from pyhami.scheduler.state import ClusterState, object_name
+from pyhami.scheduler.state import ClusterState
 from pyhami.testing import ManualClock
 
 from .builders import card, gpu_pod, inventory, node
@@ -60,7 +60,7 @@ def _service(
     synced: bool = True,
     lock_retry: timedelta = timedelta(seconds=28),
 ) -> FilterBind:
-    state = ClusterState(ENGINE_CONFIG, lambda n: INVENTORIES.get(object_name(n)))
+    state = ClusterState(ENGINE_CONFIG, lambda n: INVENTORIES.get(n.name))
     for name in INVENTORIES:
         state.on_node(node(name))
     ready = asyncio.Event()

@@ -4,7 +4,7 @@ from typing import Any
 
 from pyhami.devices.nvidia.vendor import NvidiaVendor
 from pyhami.engine import EngineConfig, PodAllocation
-from pyhami.model import ContainerDevice, NodeName
+from pyhami.model import ContainerDevice, NodeName, NodeView
 from pyhami.protocol import KEY_DEVICE_CORDON, KEY_NODE_LOCK, KEY_NVIDIA_ALLOCATED, KEY_VGPU_NODE
 from pyhami.scheduler.ownership import registered_inventory
 from pyhami.scheduler.state import ClusterState
@@ -18,8 +18,8 @@ ENGINE_CONFIG = EngineConfig(vendor=NvidiaVendor())
 def _state(**selector: str) -> tuple[ClusterState, list[str]]:
     decoded: list[str] = []
 
-    def counting(node: dict[str, Any]) -> Any:
-        decoded.append(node["metadata"]["name"])
+    def counting(node: NodeView) -> Any:
+        decoded.append(node.name)
         return registered_inventory(node)
 
     return ClusterState(ENGINE_CONFIG, counting, node_selector=selector), decoded

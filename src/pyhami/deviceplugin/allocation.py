@@ -14,7 +14,6 @@ The folder is mounted before the files inside it, so every runtime mounts them i
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import Any
 
 from pyhami.devices.nvidia.libvgpu_env import (
     CORE_POLICY,
@@ -22,10 +21,9 @@ from pyhami.devices.nvidia.libvgpu_env import (
     TASK_PRIORITY,
     derived_env,
     disables_control,
-    literal_env,
 )
 from pyhami.devices.quantity import QuantityError
-from pyhami.model import ContainerDevices, PodSingleDevice
+from pyhami.model import ContainerDevices, ContainerView, PodSingleDevice, PodView
 
 VGPU_LOCK_DIR = PurePosixPath("/tmp/vgpulock")  # HAMi-core's cross-process lock dir
 LIMITS_FILE_NAME = "limits.env"
@@ -82,7 +80,7 @@ class ContainerSlot:
     """The annotation entry popped for one kubelet container request."""
 
     position: int  # index in the to-allocate list (init containers first)
-    container: Mapping[str, Any]  # the pod-spec container it belongs to
+    container: ContainerView  # the pod-spec container it belongs to
     devices: ContainerDevices
 
 
@@ -101,28 +99,9 @@ class ContainerPlan:
     region_file: PurePosixPath  # created 0666: libvgpu sizes and formats it on first use
 
 
-def _containers(pod: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
-    spec = pod.get("spec") or {}
-    return list(spec.get(key) or [])
-
-
-def pod_ref(pod: Mapping[str, Any]) -> str:
-    metadata = pod.get("metadata") or {}
-    return f"{metadata.get('namespace', '')}/{metadata.get('name', '')}"
-
-
-def _requests(container: Mapping[str, Any], resource: str) -> bool:
-    resources = container.get("resources") or {}
-    for kind in ("limits", "requests"):
-        value = str((resources.get(kind) or {}).get(resource, "0")).strip()
-        if value not in ("", "0"):
-            return True
-    return False
-
-
 def _container_at(
-    pod: Mapping[str, Any], position: int, assigned: PodSingleDevice | None, resource: str
-) -> Mapping[str, Any]:
+    pod: PodView, position: int, assigned: PodSingleDevice | None, resource: str
+) -> ContainerView:
     """The container that the entry at `position` belongs to.
 
     HAMi maps entry i to the i-th container (init first). That holds for the one-segment-per-
@@ -131,8 +110,8 @@ def _container_at(
     entry of the scheduler's (never rewritten) allocated value to the k-th container asking for
     `resource`; without that information, HAMi's positional rule is used.
     """
-    everyone = _containers(pod, "initContainers") + _containers(pod, "containers")
-    wanting = [c for c in everyone if _requests(c, resource)]
+    everyone = pod.all_containers
+    wanting = [c for c in everyone if c.asks_for(resource)]
     if assigned is not None and wanting and position < len(assigned):
         k = sum(1 for entry in assigned[:position] if entry)
         if k < len(wanting):
@@ -140,15 +119,15 @@ def _container_at(
     if position < len(everyone):
         return everyone[position]
     raise AllocationError(
-        f"pod {pod_ref(pod)}: container index {position} out of range "
-        f"(init={len(_containers(pod, 'initContainers'))}, "
-        f"regular={len(_containers(pod, 'containers'))}); the scheduler's annotation does not "
+        f"pod {pod.ref}: container index {position} out of range "
+        f"(init={len(pod.init_containers)}, "
+        f"regular={len(pod.containers)}); the scheduler's annotation does not "
         "match this pod's containers: delete and recreate the pod"
     )
 
 
 def take_next(
-    pod: Mapping[str, Any],
+    pod: PodView,
     entries: list[ContainerDevices],
     kubelet_ids: Sequence[str],
     *,
@@ -162,7 +141,7 @@ def take_next(
     position = next((i for i, entry in enumerate(entries) if entry), None)
     if position is None:
         raise AllocationError(
-            f"no pending device allocation found for pod {pod_ref(pod)}: every GPU container "
+            f"no pending device allocation found for pod {pod.ref}: every GPU container "
             "was already served; kubelet asked for more containers than the scheduler assigned "
             "(was the pod's spec changed after scheduling? delete and recreate it)"
         )
@@ -171,7 +150,7 @@ def take_next(
     container = _container_at(pod, position, assigned, resource)
     if len(devices) != len(kubelet_ids):
         raise AllocationError(
-            f"pod {pod_ref(pod)} container {container.get('name')!r}: device number not matched: "
+            f"pod {pod.ref} container {container.name!r}: device number not matched: "
             f"kubelet allocates {len(kubelet_ids)} device(s), the scheduler assigned "
             f"{len(devices)}; delete and recreate the pod so it is scheduled again"
         )
@@ -236,7 +215,7 @@ def hami_core_mounts(
 
 def limits_text(
     core_env: Mapping[str, str],
-    container: Mapping[str, Any],
+    container: ContainerView,
     settings: AllocationSettings,
     *,
     may_control: bool,
@@ -262,7 +241,7 @@ def limits_text(
         values.setdefault(key, derived_value)
     values.setdefault(TASK_PRIORITY, DEFAULT_TASK_PRIORITY)
     if may_control:
-        for name, value in literal_env(container):
+        for name, value in container.env:
             # The file format allows no whitespace at all; such a value stays env-only.
             usable = isinstance(value, str) and value != "" and not any(c.isspace() for c in value)
             if name in (TASK_PRIORITY, CORE_POLICY) and usable and name not in core_env:
@@ -281,7 +260,7 @@ def plan_container(
     files: HostFiles,
 ) -> ContainerPlan:
     """Env, mounts and host preparation for one container (hami-core / mps mode)."""
-    name = str(slot.container.get("name", ""))
+    name = slot.container.name
     cache_dir = settings.vgpu_dir / "containers" / f"{pod_uid}_{name}"
     core_env = hami_core_env(slot.devices, cache_id, settings)
     envs = {"NVIDIA_VISIBLE_DEVICES": visible_devices(slot.devices), **core_env}

@@ -21,16 +21,14 @@ from pyhami.deviceplugin.allocation import (
     ContainerPlan,
     HostFiles,
     plan_container,
-    pod_ref,
     take_next,
 )
 from pyhami.deviceplugin.api import api_pb2
 from pyhami.deviceplugin.binding import PodBinding
-from pyhami.deviceplugin.kubeapi import JsonObject, annotations, metadata_field
 from pyhami.deviceplugin.listing import NoPreferenceError, physical_id, preferred_replicas
 from pyhami.deviceplugin.migpods import MigPods
 from pyhami.kube import KubeClient
-from pyhami.model import ContainerDevice, ContainerDevices, PodSingleDevice
+from pyhami.model import ContainerDevice, ContainerDevices, PodSingleDevice, PodView
 from pyhami.protocol import (
     KEY_NVIDIA_ALLOCATED,
     KEY_NVIDIA_TO_ALLOCATE,
@@ -43,26 +41,26 @@ from pyhami.protocol import (
 log = logging.getLogger(__name__)
 
 
-def to_allocate(pod: JsonObject) -> list[ContainerDevices]:
+def to_allocate(pod: PodView) -> list[ContainerDevices]:
     """The NVIDIA to-allocate entries of the pod, one per container, init containers first."""
-    notes = annotations(pod)
+    notes = pod.annotations
     if KEY_NVIDIA_TO_ALLOCATE not in notes:
         raise AllocationError(
-            f"device request not found: pod {pod_ref(pod)} has no {KEY_NVIDIA_TO_ALLOCATE} "
+            f"device request not found: pod {pod.ref} has no {KEY_NVIDIA_TO_ALLOCATE} "
             "annotation, so it was not scheduled by pyhami (or HAMi); check its schedulerName"
         )
     try:
         return list(decode_pod_single_device(notes[KEY_NVIDIA_TO_ALLOCATE]))
     except ProtocolError as error:
         raise AllocationError(
-            f"pod {pod_ref(pod)}: {KEY_NVIDIA_TO_ALLOCATE} is malformed ({error}); delete the pod "
+            f"pod {pod.ref}: {KEY_NVIDIA_TO_ALLOCATE} is malformed ({error}); delete the pod "
             "so the scheduler places it again"
         ) from error
 
 
-def assigned(pod: JsonObject) -> PodSingleDevice | None:
+def assigned(pod: PodView) -> PodSingleDevice | None:
     """The allocated annotation (never rewritten); None when absent or unreadable."""
-    value = annotations(pod).get(KEY_NVIDIA_ALLOCATED)
+    value = pod.annotations.get(KEY_NVIDIA_ALLOCATED)
     if value is None:
         return None
     try:
@@ -156,13 +154,13 @@ class Allocator:
                 raise
             except Exception as error:
                 await self._binding.finish(pod, BindPhase.FAILED)
-                raise AllocationError(f"pod {pod_ref(pod)}: allocation failed: {error}") from error
+                raise AllocationError(f"pod {pod.ref}: allocation failed: {error}") from error
             if not any(remaining):
                 await self._binding.finish(pod, BindPhase.SUCCESS)
             return api_pb2.AllocateResponse(container_responses=responses)
 
     async def _serve(
-        self, pod: JsonObject, request: api_pb2.AllocateRequest
+        self, pod: PodView, request: api_pb2.AllocateRequest
     ) -> tuple[list[api_pb2.ContainerAllocateResponse], list[ContainerDevices]]:
         entries = to_allocate(pod)
         scheduled = assigned(pod)
@@ -179,8 +177,8 @@ class Allocator:
                 slot = replace(slot, devices=_realigned(slot.devices, kubelet_ids))
             plan = plan_container(
                 slot,
-                pod_uid=metadata_field(pod, "uid"),
-                namespace=metadata_field(pod, "namespace"),
+                pod_uid=pod.uid,
+                namespace=pod.namespace,
                 cache_id=self._new_cache_id(),
                 settings=self._settings,
                 files=files,
@@ -189,8 +187,8 @@ class Allocator:
             responses.append(_response(plan))
             log.info(
                 "Allocate: pod %s container %s gets %s",
-                pod_ref(pod),
-                slot.container.get("name"),
+                pod.ref,
+                slot.container.name,
                 plan.envs["NVIDIA_VISIBLE_DEVICES"],
             )
         if self._mig is not None:
@@ -201,8 +199,8 @@ class Allocator:
         # byte compatibility with HAMi's own readers.
         blanked = encode_pod_single_device(tuple(entries))
         await self._kube.patch_pod(
-            metadata_field(pod, "namespace"),
-            metadata_field(pod, "name"),
+            pod.namespace,
+            pod.name,
             {"metadata": {"annotations": {KEY_NVIDIA_TO_ALLOCATE: blanked}}},
         )
         return responses, entries
@@ -222,7 +220,7 @@ class Allocator:
                     container.allocation_size,
                 )
             except NoPreferenceError as error:
-                log.warning("no preferred allocation for %s: %s", pod_ref(pod), error)
+                log.warning("no preferred allocation for %s: %s", pod.ref, error)
                 continue
             response.container_responses.append(
                 api_pb2.ContainerPreferredAllocationResponse(deviceIDs=chosen)

@@ -18,8 +18,8 @@ import logging
 import random
 from typing import Any
 
-from pyhami.deviceplugin.allocation import AllocationError, pod_ref
-from pyhami.deviceplugin.kubeapi import JsonObject, annotations, metadata_field
+from pyhami.deviceplugin.allocation import AllocationError
+from pyhami.deviceplugin.kubeapi import annotations
 from pyhami.kube import (
     Clock,
     KubeClient,
@@ -30,6 +30,8 @@ from pyhami.kube import (
     SystemClock,
 )
 from pyhami.kube.tasks import cancel_and_wait, guarded_task
+from pyhami.kube.views import read_pod
+from pyhami.model import PodSpecError, PodView
 from pyhami.protocol import (
     KEY_BIND_PHASE,
     KEY_BIND_TIME,
@@ -50,20 +52,20 @@ REPAIR_FIRST_DELAY_S = 0.5
 REPAIR_MAX_DELAY_S = 30.0
 
 
-def _is_binding_here(pod: JsonObject, node: str) -> bool:
-    notes = annotations(pod)
+def _is_binding_here(pod: PodView, node: str) -> bool:
+    notes = pod.annotations
     return (
         notes.get(KEY_VGPU_NODE) == node
         and notes.get(KEY_BIND_PHASE) in _BINDING_PHASES
         and KEY_BIND_TIME in notes
-        and not metadata_field(pod, "deletionTimestamp")
-        and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
+        and not pod.deleting
+        and pod.phase in ("", "Pending")
     )
 
 
-def _served(pod: JsonObject) -> bool:
+def _served(pod: PodView) -> bool:
     """Every container already got its devices (a readable, all-empty to-allocate value)."""
-    value = annotations(pod).get(KEY_NVIDIA_TO_ALLOCATE)
+    value = pod.annotations.get(KEY_NVIDIA_TO_ALLOCATE)
     if value is None:
         return False
     try:
@@ -72,9 +74,9 @@ def _served(pod: JsonObject) -> bool:
         return False  # not served: Allocate will report the malformed value
 
 
-def _bind_time(pod: JsonObject) -> int:
+def _bind_time(pod: PodView) -> int:
     try:
-        return int(annotations(pod).get(KEY_BIND_TIME, ""))
+        return int(pod.annotations.get(KEY_BIND_TIME, ""))
     except ValueError:
         return 0
 
@@ -97,7 +99,7 @@ class PodBinding:
         self._repairs: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._locker = NodeLocker(kube, clock=self._clock, rng=rng)
 
-    async def pending_pod(self) -> JsonObject:
+    async def pending_pod(self) -> PodView:
         """The pod kubelet is admitting now; AllocationError says why none can be found."""
         try:
             node = await self._kube.get_node(self._node)
@@ -110,7 +112,7 @@ class PodBinding:
                 return owner
         return await self._scan()
 
-    async def _lock_owner(self, lock: str) -> JsonObject | None:
+    async def _lock_owner(self, lock: str) -> PodView | None:
         try:
             held = parse_node_lock(lock)
         except ProtocolError as error:
@@ -121,8 +123,8 @@ class PodBinding:
         if not held.name:
             return None  # legacy lock without an owner: HAMi scans too
         try:
-            pod = await self._kube.get_pod(held.namespace, held.name)
-        except KubeError as error:
+            pod = read_pod(await self._kube.get_pod(held.namespace, held.name))
+        except (KubeError, PodSpecError) as error:
             log.warning(
                 "node lock owner %s/%s cannot be read (%s); scanning pods on %s",
                 held.namespace,
@@ -134,22 +136,28 @@ class PodBinding:
         if not _is_binding_here(pod, self._node) or _served(pod):
             log.warning(
                 "node lock owner %s is not being bound to %s (or is served); scanning instead",
-                pod_ref(pod),
+                pod.ref,
                 self._node,
             )
             return None
         return pod
 
-    async def _scan(self) -> JsonObject:
+    async def _scan(self) -> PodView:
         try:
-            pods = (await self._kube.list_pods(field_selector=f"spec.nodeName={self._node}")).items
+            listed = await self._kube.list_pods(field_selector=f"spec.nodeName={self._node}")
         except KubeError as error:
             raise AllocationError(f"cannot list pods on node {self._node}: {error}") from error
+        pods = []
+        for item in listed.items:
+            try:
+                pods.append(read_pod(item))
+            except PodSpecError as error:
+                log.warning("pod on %s left out of the scan: %s", self._node, error)
         # Pods whose containers were all served (bind-phase success, still Pending while they
         # start) are not candidates; HAMi could pick one of them and fail it.
         binding = sorted(
             (p for p in pods if _is_binding_here(p, self._node) and not _served(p)),
-            key=lambda pod: (_bind_time(pod), pod_ref(pod)),
+            key=lambda pod: (_bind_time(pod), pod.ref),
         )
         if not binding:
             raise AllocationError(
@@ -159,11 +167,10 @@ class PodBinding:
             )
         return binding[0]
 
-    async def finish(self, pod: JsonObject, phase: BindPhase) -> None:
+    async def finish(self, pod: PodView, phase: BindPhase) -> None:
         """Mark the pod's bind-phase and release the node lock (errors are logged, not raised;
         a bind-phase that cannot be written now is written again in the background)."""
-        namespace = metadata_field(pod, "namespace")
-        name = metadata_field(pod, "name")
+        namespace, name = pod.namespace, pod.name
         body = {"metadata": {"annotations": {KEY_BIND_PHASE: phase.value}}}
         try:
             await self._kube.patch_pod(namespace, name, body)
@@ -172,16 +179,14 @@ class PodBinding:
                 "cannot set %s=%s on %s: %s; retrying in the background",
                 KEY_BIND_PHASE,
                 phase.value,
-                pod_ref(pod),
+                pod.ref,
                 error,
             )
             self._start_repair(namespace, name, body)
         try:
             await self.release_lock(namespace, name)
         except (KubeError, NodeLockError) as error:
-            log.error(
-                "cannot release the node lock of %s on %s: %s", pod_ref(pod), self._node, error
-            )
+            log.error("cannot release the node lock of %s on %s: %s", pod.ref, self._node, error)
 
     def _start_repair(self, namespace: str, name: str, body: dict[str, Any]) -> None:
         key = (namespace, name)

@@ -1,9 +1,8 @@
 """Reading the plain JSON objects `pyhami.kube.KubeClient` returns."""
 
 from collections.abc import Mapping
-from typing import Any
 
-JsonObject = Mapping[str, Any]
+from pyhami.kube import JsonObject
 
 
 def annotations(obj: JsonObject) -> Mapping[str, str]:

@@ -11,12 +11,12 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 
-from pyhami.deviceplugin.allocation import AllocationError, ContainerSlot, pod_ref
+from pyhami.deviceplugin.allocation import AllocationError, ContainerSlot
 from pyhami.deviceplugin.api import api_pb2
-from pyhami.deviceplugin.kubeapi import JsonObject, annotations, metadata_field
 from pyhami.deviceplugin.mig import InstanceKey, MigError, MigManager
 from pyhami.kube import Conflict, KubeClient, KubeError
-from pyhami.model import MigAllocation
+from pyhami.kube.views import read_pod
+from pyhami.model import MigAllocation, PodSpecError, PodView
 from pyhami.protocol import (
     KEY_MIG_ALLOCATIONS,
     ProtocolError,
@@ -27,46 +27,42 @@ from pyhami.protocol import (
 
 log = logging.getLogger(__name__)
 
-_FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 
-
-def is_active(pod: JsonObject) -> bool:
+def is_active(pod: PodView) -> bool:
     """Not being deleted and not finished: its MIG instances must stay."""
-    if metadata_field(pod, "deletionTimestamp"):
-        return False
-    return (pod.get("status") or {}).get("phase") not in _FINISHED_PHASES
+    return not pod.deleting and not pod.finished
 
 
-def pod_mig_allocations(pod: JsonObject) -> tuple[MigAllocation, ...]:
+def pod_mig_allocations(pod: PodView) -> tuple[MigAllocation, ...]:
     """The pod's reservations; AllocationError naming the annotation when it is malformed."""
     try:
-        return decode_mig_allocations(annotations(pod).get(KEY_MIG_ALLOCATIONS, ""))
+        return decode_mig_allocations(pod.annotations.get(KEY_MIG_ALLOCATIONS, ""))
     except ProtocolError as error:
         raise AllocationError(
-            f"pod {pod_ref(pod)}: {KEY_MIG_ALLOCATIONS} is malformed ({error}); delete the pod "
+            f"pod {pod.ref}: {KEY_MIG_ALLOCATIONS} is malformed ({error}); delete the pod "
             "so the scheduler places it again"
         ) from error
 
 
 def container_reservations(
-    pod: JsonObject, slot: ContainerSlot, allocations: Sequence[MigAllocation]
+    pod: PodView, slot: ContainerSlot, allocations: Sequence[MigAllocation]
 ) -> list[MigAllocation]:
     """The container's reservations in device order, checked against its to-allocate entry."""
     mine = sorted(
         (a for a in allocations if a.container_index == slot.position),
         key=lambda a: a.device_index,
     )
-    name = slot.container.get("name")
+    name = slot.container.name
     if len(mine) != len(slot.devices):
         raise AllocationError(
-            f"pod {pod_ref(pod)} container {name!r}: {len(mine)} MIG reservation(s) in "
+            f"pod {pod.ref} container {name!r}: {len(mine)} MIG reservation(s) in "
             f"{KEY_MIG_ALLOCATIONS} for container index {slot.position}, but {len(slot.devices)} "
             "device(s) assigned; delete the pod so the scheduler places it again"
         )
     for reservation, device in zip(mine, slot.devices, strict=True):
         if reservation.gpu_uuid != device.uuid:
             raise AllocationError(
-                f"pod {pod_ref(pod)} container {name!r}: MIG reservation "
+                f"pod {pod.ref} container {name!r}: MIG reservation "
                 f"{reservation.device_index} is on {reservation.gpu_uuid} but the device "
                 f"assigned is {device.uuid}"
             )
@@ -92,9 +88,12 @@ class MigPods:
         self._attempts = patch_attempts
         self.reconciles = 0
 
-    async def _node_pods(self) -> list[JsonObject]:
+    async def _node_pods(self) -> list[PodView]:
         listed = await self._kube.list_pods(field_selector=f"spec.nodeName={self._node}")
-        return list(listed.items)
+        try:
+            return [read_pod(item) for item in listed.items]
+        except PodSpecError as error:
+            raise AllocationError(f"a pod on {self._node} cannot be read: {error}") from error
 
     async def _active_allocations(self) -> list[MigAllocation]:
         """Reservations of every active pod here; raises on an API or decode error."""
@@ -140,7 +139,7 @@ class MigPods:
         await asyncio.to_thread(self.manager.startup, active)
 
     async def serve(
-        self, pod: JsonObject, slots: Sequence[ContainerSlot]
+        self, pod: PodView, slots: Sequence[ContainerSlot]
     ) -> list[api_pb2.ContainerAllocateResponse]:
         """Realise the containers' reservations, record their identity, answer kubelet."""
         # Reconcile first: a pod deleted since the last 5 s tick may still hold the slices this
@@ -157,7 +156,7 @@ class MigPods:
                 realised = await asyncio.to_thread(self.manager.realise_all, reservations)
             except MigError as error:
                 raise AllocationError(
-                    f"pod {pod_ref(pod)} container {slot.container.get('name')!r}: {error}"
+                    f"pod {pod.ref} container {slot.container.name!r}: {error}"
                 ) from error
             visible = ",".join(r.mig_uuid for r in realised)
             responses.append(
@@ -165,8 +164,8 @@ class MigPods:
             )
             log.info(
                 "Allocate: pod %s container %s gets %s",
-                pod_ref(pod),
-                slot.container.get("name"),
+                pod.ref,
+                slot.container.name,
                 visible,
             )
         await self.record_identity(pod)
@@ -196,36 +195,34 @@ class MigPods:
             )
         return updated, any_known
 
-    async def record_identity(self, pod: JsonObject) -> None:
+    async def record_identity(self, pod: PodView) -> None:
         """Patch migUUID/GI/CI into the pod's reservations, guarded by its resourceVersion."""
-        namespace, name = metadata_field(pod, "namespace"), metadata_field(pod, "name")
+        namespace, name = pod.namespace, pod.name
         current = pod
         for attempt in range(1, self._attempts + 1):
             updated, any_known = self._with_identity(pod_mig_allocations(current))
             if not any_known:
                 raise AllocationError(
-                    f"pod {pod_ref(pod)}: none of its MIG reservations is realised on this node"
+                    f"pod {pod.ref}: none of its MIG reservations is realised on this node"
                 )
-            patch = mig_allocations_patch(
-                encode_mig_allocations(updated), metadata_field(current, "resourceVersion")
-            )
+            patch = mig_allocations_patch(encode_mig_allocations(updated), current.resource_version)
             try:
                 await self._kube.patch_pod(namespace, name, patch)
                 return
             except Conflict:
                 log.info(
                     "MIG identity patch of %s conflicted (try %d); re-reading",
-                    pod_ref(pod),
+                    pod.ref,
                     attempt,
                 )
             except KubeError as error:
                 raise AllocationError(
-                    f"pod {pod_ref(pod)}: MIG identity patch failed: {error}"
+                    f"pod {pod.ref}: MIG identity patch failed: {error}"
                 ) from error
             try:
-                current = await self._kube.get_pod(namespace, name)
-            except KubeError as error:
-                raise AllocationError(f"pod {pod_ref(pod)}: cannot re-read it: {error}") from error
+                current = read_pod(await self._kube.get_pod(namespace, name))
+            except (KubeError, PodSpecError) as error:
+                raise AllocationError(f"pod {pod.ref}: cannot re-read it: {error}") from error
         raise AllocationError(
-            f"pod {pod_ref(pod)}: MIG identity patch conflicted {self._attempts} times; giving up"
+            f"pod {pod.ref}: MIG identity patch conflicted {self._attempts} times; giving up"
         )

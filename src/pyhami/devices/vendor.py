@@ -10,12 +10,18 @@ percentage of each card, cores in percent of one card) and the shapes of Fit's i
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 from pyhami.devices.inventory import PairScores
 from pyhami.devices.reasons import CardCheck
 from pyhami.devices.selectors import CardSelectors
-from pyhami.model import ContainerDevice, ContainerDeviceRequest, MigPlacement, MigProfile
+from pyhami.model import (
+    ContainerDevice,
+    ContainerDeviceRequest,
+    ContainerView,
+    MigPlacement,
+    MigProfile,
+)
 from pyhami.protocol import Reason, VendorKeys
 from pyhami.protocol.arithmetic import percent_of
 
@@ -137,7 +143,7 @@ class Vendor(Protocol):
         the engine's numpy column screen (`engine/columns.py`), so the screen may stand in."""
         ...
 
-    def container_request(self, container: Mapping[str, Any]) -> ContainerDeviceRequest | None:
+    def container_request(self, container: ContainerView) -> ContainerDeviceRequest | None:
         """The container's request, or None when it asks for none of this vendor's devices.
         ContainerSpecError when a resource value is unreadable or out of range."""
         ...

@@ -44,7 +44,8 @@ from pyhami.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice
 from pyhami.dra.slices import CORES, MIB, GpuFacts, device_name
 from pyhami.kube import RESOURCE_CLAIMS, KubeClient, NotFound
 from pyhami.kube.errors import KubeError
-from pyhami.model import ContainerDevice, ContainerDevices
+from pyhami.kube.views import read_container
+from pyhami.model import ContainerDevice, ContainerDevices, PodSpecError
 from pyhami.protocol import (
     LABEL_VGPU_NODE,
     NVIDIA_VENDOR,
@@ -222,7 +223,11 @@ def _plan(
     settings: AllocationSettings,
     files: HostFiles,
 ) -> ContainerPlan:
-    slot = ContainerSlot(position=0, container=container, devices=devices)
+    try:
+        view = read_container(container, init=False)
+    except PodSpecError as error:
+        raise PrepareError(f"claim {claim}: the pod's {error}") from error
+    slot = ContainerSlot(position=0, container=view, devices=devices)
     return plan_container(
         slot,
         pod_uid=pod_uid,

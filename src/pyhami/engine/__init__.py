@@ -20,11 +20,12 @@ How a service uses it::
     ledger.upsert_node(name, node_inventory(node_annotations))
     ledger.remove_node(name)
 
-    # pod informer: `allocation_of` reads hami.io/vgpu-node + the allocated annotation
-    # (PodSpecError on a malformed one: log and skip, as HAMi does)
+    # pod informer: `allocation_of` reads hami.io/vgpu-node + the allocated annotation of the
+    # pod's view (`pyhami.kube.views.read_pod`; PodSpecError on a malformed one: log and skip,
+    # as HAMi does)
     allocation = engine.allocation_of(pod)        # None: not scheduled by us, or finished
     if allocation is None:
-        ledger.remove_pod(engine.pod_identity(pod)[0])
+        ledger.remove_pod(pod.key)
     else:
         ledger.add_pod(allocation)                # replaces an earlier entry for the same key
 
@@ -73,13 +74,12 @@ from pyhami.engine.ledger import (
 from pyhami.engine.pod import (
     EngineConfig,
     PodPlan,
-    PodSpecError,
     allocation_of,
     init_containers_finished,
     plan_pod,
-    pod_identity,
 )
 from pyhami.engine.quota import QuotaBook, QuotaLimit
+from pyhami.model import PodSpecError
 from pyhami.protocol import GpuPolicy, NodePolicy
 
 __all__ = [
@@ -107,5 +107,4 @@ __all__ = [
     "decide",
     "init_containers_finished",
     "plan_pod",
-    "pod_identity",
 ]

@@ -18,7 +18,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Any
 
 from pyhami.engine.evaluate import (
     SEQUENTIAL_NODES,
@@ -32,13 +31,14 @@ from pyhami.engine.evaluate import (
 from pyhami.engine.ledger import Ledger, PodAllocation, PodKey
 from pyhami.engine.pod import (
     EngineConfig,
-    PodSpecError,
     plan_pod,
 )
 from pyhami.engine.quota import QuotaBook
 from pyhami.model import (
     NodeName,
     PodSingleDevice,
+    PodSpecError,
+    PodView,
 )
 from pyhami.protocol import (
     KEY_MIG_ALLOCATIONS,
@@ -80,7 +80,7 @@ class Decision:
 
 
 def decide(
-    pod: Mapping[str, Any],
+    pod: PodView,
     candidates: Sequence[NodeName],
     ledger: Ledger,
     *,
@@ -108,7 +108,7 @@ def decide(
     try:
         plan = plan_pod(pod, config)
     except PodSpecError as err:
-        return _error_decision(pod, str(err))
+        return Decision(pod.key, pod.namespace, pod.name, Outcome.ERROR, error=str(err))
     if not plan.wants_devices:
         return Decision(plan.key, plan.namespace, plan.name, Outcome.NO_DEVICE_REQUEST)
     try:
@@ -191,15 +191,6 @@ def decide(
             mig_allocations=winner.mig_allocations,
         ),
     )
-
-
-def _error_decision(pod: Mapping[str, Any], message: str) -> Decision:
-    metadata = pod.get("metadata")
-    metadata = metadata if isinstance(metadata, Mapping) else {}
-    name = str(metadata.get("name") or "")
-    namespace = str(metadata.get("namespace") or "default")
-    key = str(metadata.get("uid") or f"{namespace}/{name}")
-    return Decision(key, namespace, name, Outcome.ERROR, error=message)
 
 
 def _annotations(winner: NodeVerdict, keys: VendorKeys, now: datetime | int) -> dict[str, str]:

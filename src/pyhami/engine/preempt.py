@@ -25,14 +25,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import combinations
-from typing import Any
 
 from pyhami.engine.collapse import collapse_init_usage
 from pyhami.engine.decide import Decision, Outcome, decide
 from pyhami.engine.ledger import Ledger, PodAllocation, PodKey
-from pyhami.engine.pod import EngineConfig, pod_identity
+from pyhami.engine.pod import EngineConfig
 from pyhami.engine.quota import QuotaBook
-from pyhami.model import ContainerDevice, NodeName
+from pyhami.model import ContainerDevice, NodeName, PodView
 from pyhami.protocol import NVIDIA_VENDOR
 
 # Victim sets tried in order of size before the search turns greedy (a node holds few pods;
@@ -71,20 +70,13 @@ class NodePreemption:
 class PreemptionInput:
     """What one preemption question reads besides the ledger."""
 
-    pod: Mapping[str, Any]
+    pod: PodView
     priority: int
     priorities: Mapping[PodKey, int]  # of the pods on the proposed nodes; absent means 0
     names: Mapping[PodKey, str]  # namespace/name of those pods, for the reasons
     # Pods whose eviction a PodDisruptionBudget forbids now: victims only where the others
     # cannot make room.
     protected: frozenset[PodKey] = frozenset()
-
-
-def pod_priority(pod: Mapping[str, Any]) -> int:
-    """`spec.priority` as the Priority admission plugin set it (0 when absent)."""
-    spec = pod.get("spec")
-    value = spec.get("priority") if isinstance(spec, Mapping) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def preempt(
@@ -140,7 +132,7 @@ class _Scratch:
     def decide_without(
         self,
         victims: Sequence[PodKey],
-        pod: Mapping[str, Any],
+        pod: PodView,
         node: NodeName,
         *,
         config: EngineConfig,
@@ -169,8 +161,7 @@ def _node_answer(
 ) -> NodePreemption:
     if ledger.node(node) is None:
         return NodePreemption(node, (), 0, "dropped: the node has no registered GPUs")
-    key, namespace, _ = pod_identity(question.pod)
-    scratch = _Scratch(ledger, node, key, namespace)
+    scratch = _Scratch(ledger, node, question.pod.key, question.pod.namespace)
 
     def attempt(victims: Sequence[PodKey]) -> Decision:
         return scratch.decide_without(

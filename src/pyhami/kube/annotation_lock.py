@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from pyhami.kube.clock import Clock
 from pyhami.kube.errors import Conflict, NotFound
+from pyhami.model import NodeView
 from pyhami.protocol import (
     KEY_NODE_LOCK,
     KEY_VGPU_NODE,
@@ -130,16 +131,16 @@ class NodeLocker:
                 await self._clock.sleep(delay)
 
     async def lock(
-        self, node: str, namespace: str, pod: str, *, cached: Mapping[str, Any] | None = None
+        self, node: str, namespace: str, pod: str, *, cached: NodeView | None = None
     ) -> None:
         """LockNode: take the lock for namespace/pod, taking over expired or dangling locks.
 
         `cached` is the node as an informer last saw it: when it shows no lock, the lock is
         written at once with its resourceVersion, and the node is read only if that write
         answers 409 (the cache was stale)."""
-        if cached is not None and KEY_NODE_LOCK not in _annotations(cached):
+        if cached is not None and KEY_NODE_LOCK not in cached.annotations:
             body = node_lock_set_patch(
-                format_node_lock(self._clock.now(), namespace, pod), _resource_version(cached)
+                format_node_lock(self._clock.now(), namespace, pod), cached.resource_version
             )
             try:
                 await self.api.patch_node(node, body)

@@ -1,4 +1,5 @@
-"""Plain, immutable data shared by every layer: devices, usages, requests, allocations.
+"""Plain, immutable data shared by every layer: devices, usages, requests, allocations, and
+the views of pods and nodes (read from the API by `pyhami.kube.views`).
 
 No I/O and no parsing here; `pyhami.protocol` turns these into annotation strings and back.
 Field names follow HAMi's Go structs (snake_case) so the specs read across directly.
@@ -15,6 +16,14 @@ from pyhami.model.device import DeviceInfo, DevicePairScore, MigPlacement, MigPr
 from pyhami.model.names import CardUUID, NodeName, PodUID, VendorKey
 from pyhami.model.request import ContainerDeviceRequest, ContainerRequests, PodRequests
 from pyhami.model.usage import DeviceUsage
+from pyhami.model.views import (
+    ContainerView,
+    InitStatusView,
+    NodeSpecError,
+    NodeView,
+    PodSpecError,
+    PodView,
+)
 
 __all__ = [
     "CardUUID",
@@ -22,16 +31,22 @@ __all__ = [
     "ContainerDeviceRequest",
     "ContainerDevices",
     "ContainerRequests",
+    "ContainerView",
     "DeviceInfo",
     "DevicePairScore",
     "DeviceUsage",
+    "InitStatusView",
     "MigAllocation",
     "MigPlacement",
     "MigProfile",
     "NodeName",
+    "NodeSpecError",
+    "NodeView",
     "PodDevices",
     "PodRequests",
     "PodSingleDevice",
+    "PodSpecError",
     "PodUID",
+    "PodView",
     "VendorKey",
 ]

@@ -12,8 +12,8 @@ from typing import Any, Protocol
 
 import structlog
 
-from pyhami.engine.pod import is_sidecar
 from pyhami.kube import PODS, Informer, InformerSettings, JsonObject, KubeClient
+from pyhami.kube.views import is_sidecar
 from pyhami.model import ContainerDevices, MigAllocation, NodeName, PodUID
 from pyhami.protocol import (
     KEY_MIG_ALLOCATIONS,

@@ -14,11 +14,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyhami.kube import JsonObject
+
 # controller-runtime's admission body limit.
 MAX_ADMISSION_BODY = 7 << 20
 ADMISSION_VERSIONS = frozenset({"admission.k8s.io/v1", "admission.k8s.io/v1beta1"})
-
-JsonObject = dict[str, Any]
 
 
 class AdmissionDecodeError(ValueError):

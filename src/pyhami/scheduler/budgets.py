@@ -18,8 +18,7 @@ from typing import Any
 
 from pyhami.engine import PodKey
 from pyhami.engine.preempt import NodePreemption
-
-JsonObject = Mapping[str, Any]
+from pyhami.model import PodView
 
 
 class BudgetError(ValueError):
@@ -53,7 +52,7 @@ class Budget:
     disrupted: frozenset[str]  # pod names the budget already counts as going
 
     @classmethod
-    def from_object(cls, pdb: JsonObject) -> Budget:
+    def from_object(cls, pdb: Mapping[str, Any]) -> Budget:
         meta = pdb.get("metadata") or {}
         namespace = str(meta.get("namespace") or "")
         name = f"{namespace}/{meta.get('name') or ''}"
@@ -72,12 +71,10 @@ class Budget:
             frozenset(status.get("disruptedPods") or {}),
         )
 
-    def covers(self, pod: JsonObject) -> bool:
-        meta = pod.get("metadata") or {}
-        if self.requirements is None or str(meta.get("namespace") or "") != self.namespace:
+    def covers(self, pod: PodView) -> bool:
+        if self.requirements is None or pod.namespace != self.namespace:
             return False
-        labels = meta.get("labels") or {}
-        return all(requirement.holds(labels) for requirement in self.requirements)
+        return all(requirement.holds(pod.labels) for requirement in self.requirements)
 
 
 def _requirements(selector: object, name: str) -> tuple[_Requirement, ...] | None:
@@ -98,11 +95,11 @@ def _requirements(selector: object, name: str) -> tuple[_Requirement, ...] | Non
     return tuple(found)
 
 
-def read_budgets(pdbs: Iterable[JsonObject]) -> tuple[Budget, ...]:
+def read_budgets(pdbs: Iterable[Mapping[str, Any]]) -> tuple[Budget, ...]:
     return tuple(Budget.from_object(pdb) for pdb in pdbs)
 
 
-def protected(pods: Iterable[tuple[str, JsonObject]], budgets: Sequence[Budget]) -> frozenset[str]:
+def protected(pods: Iterable[tuple[str, PodView]], budgets: Sequence[Budget]) -> frozenset[str]:
     """The keys of the pods that cannot be evicted now, even alone."""
     found = set()
     for key, pod in pods:
@@ -112,27 +109,26 @@ def protected(pods: Iterable[tuple[str, JsonObject]], budgets: Sequence[Budget])
     return frozenset(found)
 
 
-def violations(victims: Sequence[JsonObject], budgets: Sequence[Budget]) -> list[str]:
+def violations(victims: Sequence[PodView], budgets: Sequence[Budget]) -> list[str]:
     """For each violating victim, in order, `pod: budget` (its budgets left below zero)."""
     left = {budget.name: budget.allowed for budget in budgets}
     found = []
     for pod in victims:
-        meta = pod.get("metadata") or {}
         covering = [budget for budget in budgets if budget.covers(pod)]
         broken = []
         for budget in covering:
-            if str(meta.get("name") or "") in budget.disrupted:
+            if pod.name in budget.disrupted:
                 continue
             left[budget.name] -= 1
             if left[budget.name] < 0 or len(covering) > 1:
                 broken.append(budget.name)
         if broken:
-            found.append(f"{meta.get('namespace')}/{meta.get('name')}: {', '.join(broken)}")
+            found.append(f"{pod.ref}: {', '.join(broken)}")
     return found
 
 
 def counted(
-    answer: NodePreemption, pods: Mapping[PodKey, JsonObject], budgets: Sequence[Budget]
+    answer: NodePreemption, pods: Mapping[PodKey, PodView], budgets: Sequence[Budget]
 ) -> NodePreemption:
     """The answer with its exact count of budget violations, for a question with no
     kube-scheduler proposal (where the engine counts every victim as a possible one)."""

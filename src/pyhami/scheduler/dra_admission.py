@@ -30,7 +30,7 @@ The pod keeps its scheduler: kube-scheduler allocates claims itself.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -48,10 +48,10 @@ from pyhami.devices.nvidia.dra_claims import (
 from pyhami.devices.nvidia.selectors import pod_card_selectors
 from pyhami.devices.quantity import QuantityError, parse_quantity, value_ceil
 from pyhami.devices.vendor import resolve_memory
-from pyhami.model import ContainerDeviceRequest
+from pyhami.kube import JsonObject
+from pyhami.model import ContainerDeviceRequest, ContainerView
 from pyhami.protocol import NVIDIA_VENDOR
 
-JsonObject = dict[str, Any]
 DraMode = Literal["off", "selected", "all"]
 DRA_MODES: tuple[DraMode, ...] = ("off", "selected", "all")
 TOPOLOGY_ANNOTATION = "gpu.pyhami.io/same-topology"
@@ -61,17 +61,6 @@ class DraTranslationError(ValueError):
     """The pod asks for something that has no DRA form; the message says what."""
 
 
-def resource_value(container: Mapping[str, Any], name: str) -> object | None:
-    """A container's value for a resource: its limit, else its request."""
-    resources = container.get("resources") or {}
-    for part in ("limits", "requests"):
-        values = resources.get(part) or {}
-        if name and name in values:
-            found: object = values[name]
-            return found
-    return None
-
-
 def heads_to_dra(pod: Mapping[str, Any], mode: DraMode) -> bool:
     if mode == "all":
         return True
@@ -79,14 +68,14 @@ def heads_to_dra(pod: Mapping[str, Any], mode: DraMode) -> bool:
     return mode == "selected" and selector.get(NODE_MODE_LABEL) == NODE_MODE_DRA
 
 
-def _whole_number(container: Mapping[str, Any], name: str) -> int | None:
-    value = resource_value(container, name)
+def _whole_number(container: ContainerView, name: str) -> int | None:
+    value = container.quantity(name) if name else None
     if value is None:
         return None
     try:
         return value_ceil(parse_quantity(value))
     except QuantityError as err:
-        raise DraTranslationError(f"container {container.get('name')!r}: {name}: {err}") from err
+        raise DraTranslationError(f"container {container.name!r}: {name}: {err}") from err
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +136,7 @@ def _percentage_share(
 
 
 def container_share(
-    container: Mapping[str, Any],
+    container: ContainerView,
     cfg: NvidiaConfig,
     rules: PodCardRules,
     card_memories: Collection[int] = (),
@@ -160,7 +149,7 @@ def container_share(
     count = _whole_number(container, cfg.resource_count_name)
     if memory_mib is None and percentage is None and cores is None and not count:
         return None
-    name = container.get("name")
+    name = container.name
     by_card: tuple[tuple[int, int], ...] = ()
     # gpumem wins over a percentage, and 0 or 100 percent is the whole card, as in HAMi
     if memory_mib is None and percentage is not None and percentage not in (0, 100):
@@ -185,11 +174,16 @@ def container_share(
 
 
 def translate_to_claims(
-    pod: JsonObject, namespace: str, cfg: NvidiaConfig, card_memories: Collection[int] = ()
+    pod: JsonObject,
+    views: Sequence[ContainerView],
+    namespace: str,
+    cfg: NvidiaConfig,
+    card_memories: Collection[int] = (),
 ) -> list[JsonObject]:
     """Rewrite the pod's share requests as claims (in place); the templates they name, which
-    must exist before the pod is created. `card_memories`: the memory sizes (bytes) of the
-    DRA driver's GPUs, for gpumem-percentage."""
+    must exist before the pod is created. `views`: the pod's containers as they came in, init
+    containers first. `card_memories`: the memory sizes (bytes) of the DRA driver's GPUs, for
+    gpumem-percentage."""
     spec = pod.setdefault("spec", {})
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     rules = PodCardRules.from_annotations(annotations)
@@ -201,8 +195,8 @@ def translate_to_claims(
     )
     templates: dict[str, JsonObject] = {}
     containers = [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]
-    for number, container in enumerate(containers):
-        share = container_share(container, cfg, rules, card_memories)
+    for number, (container, view) in enumerate(zip(containers, views, strict=True)):
+        share = container_share(view, cfg, rules, card_memories)
         if share is None:
             continue
         template = claim_template(namespace, {"gpu": share})

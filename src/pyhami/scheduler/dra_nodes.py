@@ -23,7 +23,8 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from pyhami.devices.nvidia.dra_claims import NODE_MODE_DRA, NODE_MODE_LABEL
-from pyhami.kube import KubeError
+from pyhami.kube import JsonObject, KubeError
+from pyhami.model import NodeView
 from pyhami.scheduler.extender import (
     ExtenderArgs,
     ExtenderBindingArgs,
@@ -33,7 +34,6 @@ from pyhami.scheduler.extender import (
 )
 from pyhami.scheduler.server import ExtenderService
 
-JsonObject = dict[str, Any]
 DRA_NODE_REASON = (
     f"node {NODE_MODE_LABEL}={NODE_MODE_DRA}: its GPUs are allocated by kube-scheduler "
     "through ResourceClaims, not by this extender"
@@ -50,9 +50,8 @@ class Binder(Protocol):
     ) -> Any: ...
 
 
-def is_dra_node(node: Mapping[str, Any] | None) -> bool:
-    labels = ((node or {}).get("metadata") or {}).get("labels") or {}
-    return labels.get(NODE_MODE_LABEL) == NODE_MODE_DRA
+def is_dra_node(node: NodeView | None) -> bool:
+    return node is not None and node.labels.get(NODE_MODE_LABEL) == NODE_MODE_DRA
 
 
 class DraAwareExtender:
@@ -61,7 +60,7 @@ class DraAwareExtender:
     def __init__(
         self,
         inner: ExtenderService,
-        nodes: Mapping[str, Mapping[str, Any]],
+        nodes: Mapping[str, NodeView],
         kube: Binder,
         *,
         scheduler_name: str,

@@ -10,15 +10,14 @@ import asyncio
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
-from typing import Any
 
 import structlog
 
-from pyhami.kube import Clock
+from pyhami.kube import Clock, JsonObject
+from pyhami.model import PodView
 
 log = structlog.get_logger(__name__)
 
-JsonObject = dict[str, Any]
 CreateEvent = Callable[[str, JsonObject], Awaitable[object]]
 
 NORMAL = "Normal"
@@ -38,10 +37,8 @@ class EventRecorder:
         self._clock = clock
         self._inflight: set[asyncio.Task[None]] = set()
 
-    def body(self, pod: Mapping[str, Any], kind: str, reason: str, message: str) -> JsonObject:
-        meta = pod.get("metadata") or {}
-        name = str(meta.get("name") or "")
-        namespace = str(meta.get("namespace") or "default")
+    def body(self, pod: PodView, kind: str, reason: str, message: str) -> JsonObject:
+        name, namespace = pod.name, pod.namespace
         stamp = _timestamp(self._clock.now())
         return {
             "apiVersion": "v1",
@@ -52,7 +49,7 @@ class EventRecorder:
                 "kind": "Pod",
                 "name": name,
                 "namespace": namespace,
-                "uid": str(meta.get("uid") or ""),
+                "uid": pod.uid,
             },
             "reason": reason,
             "message": message,
@@ -64,7 +61,7 @@ class EventRecorder:
             "reportingComponent": self.component,
         }
 
-    def emit(self, pod: Mapping[str, Any], kind: str, reason: str, message: str) -> None:
+    def emit(self, pod: PodView, kind: str, reason: str, message: str) -> None:
         body = self.body(pod, kind, reason, message)
         task = asyncio.create_task(self._send(body), name=f"event {reason}")
         self._inflight.add(task)

@@ -33,13 +33,12 @@ from typing import Any, Protocol
 
 import structlog
 
-from pyhami.engine import Decision, PodKey, pod_identity
+from pyhami.engine import Decision, PodKey
 from pyhami.engine.preempt import (
     NodePreemption,
     PreemptionInput,
     Proposal,
     best_node,
-    pod_priority,
     preempt,
 )
 from pyhami.kube import (
@@ -51,7 +50,7 @@ from pyhami.kube import (
     Resource,
     cancel_and_wait,
 )
-from pyhami.model import NodeName
+from pyhami.model import NodeName, PodView
 from pyhami.scheduler.budgets import (
     Budget,
     BudgetError,
@@ -66,7 +65,6 @@ from pyhami.scheduler.state import ClusterState
 
 log = structlog.get_logger(__name__)
 
-JsonObject = Mapping[str, Any]
 PATH = "scheduler"  # the `path` label of the preemption metrics
 DEFAULT_GRACE_S = 30  # a pod's terminationGracePeriodSeconds when its spec does not say
 # How long a nomination outlives its victims' longest grace period: time for the kubelet to
@@ -128,7 +126,7 @@ class EvictingPreemption:
         self._lapses: set[asyncio.Task[None]] = set()
         self._lowest: tuple[datetime, int] | None = None  # when seen, the lowest pod priority
 
-    async def on_unschedulable(self, pod: JsonObject, decision: Decision) -> None:
+    async def on_unschedulable(self, pod: PodView, decision: Decision) -> None:
         """Preempt for `pod`, which `decision` found room for on none of its nodes. Nothing
         that goes wrong here changes /filter's answer: it is logged and counted."""
         try:
@@ -142,8 +140,8 @@ class EvictingPreemption:
         nomination = self.nominations.get(key)
         return nomination is not None and self._clock.now() < nomination.expires
 
-    async def _preempt(self, pod: JsonObject, decision: Decision) -> None:
-        key, namespace, name = pod_identity(pod)
+    async def _preempt(self, pod: PodView, decision: Decision) -> None:
+        key, namespace, name = pod.key, pod.namespace, pod.name
         nomination = self.nominations.get(key)
         if nomination is not None:
             if self.nominated(key) and self.state.hold_nomination(key, nomination.node):
@@ -155,11 +153,11 @@ class EvictingPreemption:
                 )
                 return
             await self.expire(key)
-        if (pod.get("spec") or {}).get("preemptionPolicy") == "Never":
+        if pod.preemption_policy == "Never":
             return
         if self._victims_terminating(pod):
             return
-        if not self._above_some_pod(pod_priority(pod)) or not self._question(pod, decision)[1]:
+        if not self._above_some_pod(pod.priority) or not self._question(pod, decision)[1]:
             return  # no lower-priority pod holds a card where the pod was refused
         try:
             budgets = read_budgets((await self.kube.list(POD_DISRUPTION_BUDGETS)).items)
@@ -176,7 +174,7 @@ class EvictingPreemption:
         question, proposals = self._question(pod, decision)
         victim_pods = self._victim_pods(question.priorities)
         # A pod that terminates already is deleted again without asking its budgets.
-        judged = {k: v for k, v in victim_pods.items() if not _terminating(v)}
+        judged = {k: v for k, v in victim_pods.items() if not v.deleting}
         question = replace(question, protected=protected(judged.items(), budgets))
         answers = preempt(
             question,
@@ -214,17 +212,17 @@ class EvictingPreemption:
             return
         await self._evict(pod, best, [victim_pods[v] for v in best.victims], budgets)
 
-    def _victims_terminating(self, pod: JsonObject) -> bool:
+    def _victims_terminating(self, pod: PodView) -> bool:
         """kube-scheduler's rule for either path: a pod nominated to a node where a pod of
         lower priority is terminating waits for it, and keeps its claim there meanwhile."""
-        key = pod_identity(pod)[0]
-        node = NodeName(str((pod.get("status") or {}).get("nominatedNodeName") or ""))
+        key = pod.key
+        node = NodeName(pod.nominated_node_name)
         if not node:
             return False
-        priority = pod_priority(pod)
+        priority = pod.priority
         for allocation in self.state.ledger.pods_on(node):
             held = self.state.pods.get((allocation.namespace, allocation.name))
-            if held and _terminating(held) and pod_priority(held) < priority:
+            if held and held.deleting and held.priority < priority:
                 self.state.hold_nomination(key, node)
                 return True
         return False
@@ -233,32 +231,26 @@ class EvictingPreemption:
         now = self._clock.now()
         if self._lowest is None or now - self._lowest[0] >= LOWEST_PRIORITY_TTL:
             pods = self.state.pods.values()
-            self._lowest = (now, min((pod_priority(p) for p in pods), default=priority))
+            self._lowest = (now, min((p.priority for p in pods), default=priority))
         return priority > self._lowest[1]
 
     def _question(
-        self, pod: JsonObject, decision: Decision
+        self, pod: PodView, decision: Decision
     ) -> tuple[PreemptionInput, dict[NodeName, Proposal]]:
         """The engine's question, and the refused nodes where a lower-priority pod holds cards
         (no eviction helps the others), each proposing its lower-priority pods that terminate
         already (the victims that cost nothing more). One pass over the pods finds those
         nodes: most refusals have none, and that pass is all they cost."""
-        priority = pod_priority(pod)
+        priority = pod.priority
         refused = decision.failed_nodes
         found: set[NodeName] = set()
         # The cheap test first: most pods are not below the preemptor.
-        below = [
-            held
-            for held in self.state.pods.values()
-            if ((held.get("spec") or {}).get("priority") or 0) < priority
-        ]
+        below = [held for held in self.state.pods.values() if held.priority < priority]
         for other in below:
-            if pod_priority(other) >= priority:
-                continue
-            node = NodeName(str((other.get("spec") or {}).get("nodeName") or ""))
+            node = NodeName(other.node_name)
             if node in found or node not in refused:
                 continue
-            allocation = self.state.ledger.pod(_uid(other))
+            allocation = self.state.ledger.pod(other.uid)
             if (
                 allocation is not None
                 and allocation.node == node
@@ -274,15 +266,15 @@ class EvictingPreemption:
                 held = self.state.pods.get((allocation.namespace, allocation.name))
                 # Only pods bound to the node are victims: a claim or reservation of a pod not
                 # bound yet counts as the preemptor's equal.
-                bound = held is not None and _bound(held)
-                priorities[allocation.key] = pod_priority(held) if held and bound else priority
+                bound = held is not None and bool(held.node_name)
+                priorities[allocation.key] = held.priority if held and bound else priority
                 names[allocation.key] = f"{allocation.namespace}/{allocation.name}"
-                if held and bound and _terminating(held) and priorities[allocation.key] < priority:
+                if held and bound and held.deleting and priorities[allocation.key] < priority:
                     going.add(allocation.key)
             proposals[node] = Proposal(frozenset(going))
         return PreemptionInput(pod, priority, priorities, names), proposals
 
-    def _victim_pods(self, priorities: Mapping[PodKey, int]) -> dict[PodKey, JsonObject]:
+    def _victim_pods(self, priorities: Mapping[PodKey, int]) -> dict[PodKey, PodView]:
         found = {}
         for key in priorities:
             allocation = self.state.ledger.pod(key)
@@ -297,12 +289,12 @@ class EvictingPreemption:
 
     async def _evict(
         self,
-        pod: JsonObject,
+        pod: PodView,
         chosen: NodePreemption,
-        victims: Sequence[JsonObject],
+        victims: Sequence[PodView],
         budgets: Sequence[Budget],
     ) -> None:
-        key, namespace, name = pod_identity(pod)
+        key, namespace, name = pod.key, pod.namespace, pod.name
         assert chosen.allocation is not None  # best_node keeps only answers with a claim
         self.state.offer_nomination(key, {chosen.node: chosen.allocation})
         self.state.hold_nomination(key, chosen.node)
@@ -310,9 +302,9 @@ class EvictingPreemption:
         ordered = sorted(victims, key=lambda v: not any(b.covers(v) for b in budgets))
         evicted: list[str] = []
         for victim in ordered:
-            _, victim_namespace, victim_name = pod_identity(victim)
+            victim_namespace, victim_name = victim.namespace, victim.name
             try:
-                await self.kube.evict_pod(victim_namespace, victim_name, uid=_uid(victim))
+                await self.kube.evict_pod(victim_namespace, victim_name, uid=victim.uid)
             except NotFound:
                 pass  # gone already: what the eviction was for
             except KubeError as err:
@@ -341,14 +333,14 @@ class EvictingPreemption:
 
     async def _refused(
         self,
-        pod: JsonObject,
+        pod: PodView,
         chosen: NodePreemption,
         evicted: Sequence[str],
         victim: str,
         err: KubeError,
     ) -> None:
         """An eviction failed: stop, hold nothing (the cards cannot all be freed), say so."""
-        key, namespace, name = pod_identity(pod)
+        key, namespace, name = pod.key, pod.namespace, pod.name
         self.state.drop_nomination(key)
         self.metrics.preemption_evictions_failed.labels(code=str(err.code)).inc()
         self.metrics.preemption_victims.labels(path=PATH).inc(len(evicted))
@@ -389,13 +381,10 @@ class EvictingPreemption:
         if nomination is None:
             return
         for pod in list(self.state.pods.values()):
-            if _uid(pod) != key:
+            if pod.uid != key:
                 continue
-            status = pod.get("status") or {}
-            spec = pod.get("spec") or {}
-            if not spec.get("nodeName") and status.get("nominatedNodeName") == nomination.node:
-                _, namespace, name = pod_identity(pod)
-                await self._nominate(namespace, name, None)
+            if not pod.node_name and pod.nominated_node_name == nomination.node:
+                await self._nominate(pod.namespace, pod.name, None)
 
     def explanation(self, pod: str) -> dict[str, Any] | None:
         """The latest preemption for `pod` (namespace/name) as /explain shows it: the node
@@ -437,19 +426,5 @@ class EvictingPreemption:
             log.info("own preemption", pod=pod, node=node, answer=answer.reason)
 
 
-def _bound(pod: JsonObject) -> bool:
-    return bool((pod.get("spec") or {}).get("nodeName"))
-
-
-def _terminating(pod: JsonObject) -> bool:
-    """Being deleted: the Eviction API deletes it again without asking its budgets."""
-    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
-
-
-def _uid(pod: JsonObject) -> str:
-    return str((pod.get("metadata") or {}).get("uid") or "")
-
-
-def _grace_s(pod: JsonObject) -> int:
-    value = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
-    return value if isinstance(value, int) and value >= 0 else DEFAULT_GRACE_S
+def _grace_s(pod: PodView) -> int:
+    return DEFAULT_GRACE_S if pod.termination_grace_s is None else pod.termination_grace_s

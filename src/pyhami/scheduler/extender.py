@@ -13,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pyhami.kube import JsonObject
+
 # The extender body limit HAMi applies to /filter and /bind.
 MAX_EXTENDER_BODY = 1 << 20
-
-JsonObject = dict[str, Any]
 
 
 class ExtenderDecodeError(ValueError):

@@ -8,11 +8,9 @@ filter patch clears stale ones; a failed bind removes them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from pyhami.devices.inventory import NodeInventory
 from pyhami.devices.nvidia.inventory import InventoryError, NoGpusRegisteredError, node_inventory
+from pyhami.model import NodeView
 from pyhami.protocol import (
     KEY_BIND_PHASE,
     KEY_BIND_TIME,
@@ -31,10 +29,10 @@ OWNED_ANNOTATIONS = frozenset(
 )
 
 
-def registered_inventory(node: Mapping[str, Any]) -> NodeInventory | None:
+def registered_inventory(node: NodeView) -> NodeInventory | None:
     """The node's NVIDIA registration; None when it registers no card (no annotation, or
     one that lists none), ValueError when it cannot be read."""
-    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    annotations = node.annotations
     if KEY_NODE_NVIDIA_REGISTER not in annotations:
         return None
     try:
@@ -42,5 +40,4 @@ def registered_inventory(node: Mapping[str, Any]) -> NodeInventory | None:
     except NoGpusRegisteredError:
         return None  # the plugin looked and found no card: a GPU-less node, not bad input
     except InventoryError as err:
-        name = (node.get("metadata") or {}).get("name")
-        raise ValueError(f"node {name}: {err}") from err
+        raise ValueError(f"node {node.name}: {err}") from err

@@ -21,12 +21,11 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from pyhami.engine import PodSpecError, pod_identity
+from pyhami.engine import PodSpecError
 from pyhami.engine.preempt import (
     NodePreemption,
     PreemptionInput,
     Proposal,
-    pod_priority,
     preempt,
 )
 from pyhami.model import NodeName
@@ -137,11 +136,10 @@ class Preemption:
         try:
             # Only the pod's namespace, name and UID are taken from the body, as for /filter.
             pod = await service._trusted_pod(args.pod)
-            key, namespace, name = pod_identity(pod)
         except (FilterRefusedError, PodSpecError) as err:
             log.warning("preemption refused", error=str(err))
             return {}
-        if self._nominated(key):
+        if self._nominated(pod.key):
             log.info("preemption not answered", why="the pod's own victims are terminating")
             return {}
         state = service.state
@@ -150,9 +148,9 @@ class Preemption:
         for node in args.proposals:
             for allocation in state.ledger.pods_on(node):
                 held = state.pods.get((allocation.namespace, allocation.name))
-                priorities[allocation.key] = 0 if held is None else pod_priority(held)
+                priorities[allocation.key] = 0 if held is None else held.priority
                 names[allocation.key] = f"{allocation.namespace}/{allocation.name}"
-        question = PreemptionInput(pod, pod_priority(pod), priorities, names)
+        question = PreemptionInput(pod, pod.priority, priorities, names)
         answers = preempt(
             question,
             args.proposals,
@@ -162,15 +160,15 @@ class Preemption:
             now=service.clock.now(),
         )
         state.offer_nomination(
-            key,
+            pod.key,
             {
                 node: answer.allocation
                 for node, answer in answers.items()
                 if answer.kept and answer.allocation is not None
             },
         )
-        self.last.pop(f"{namespace}/{name}", None)
-        self.last[f"{namespace}/{name}"] = answers
+        self.last.pop(pod.ref, None)
+        self.last[pod.ref] = answers
         while len(self.last) > ANSWERS_KEPT:
             del self.last[next(iter(self.last))]
         kept = [answer for answer in answers.values() if answer.kept]
@@ -179,7 +177,7 @@ class Preemption:
         metrics.preemption_attempts.labels(path="extender", outcome=outcome).inc()
         metrics.preemption_victims.labels(path="extender").inc(sum(len(a.victims) for a in kept))
         for node, answer in answers.items():
-            log.info("preemption", pod=f"{namespace}/{name}", node=node, answer=answer.reason)
+            log.info("preemption", pod=pod.ref, node=node, answer=answer.reason)
         return answers
 
     def explanation(self, pod: str) -> dict[str, Any] | None:

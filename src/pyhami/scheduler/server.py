@@ -24,6 +24,7 @@ import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from pyhami.kube import JsonObject
 from pyhami.scheduler.admission import (
     MAX_ADMISSION_BODY,
     AdmissionDecodeError,
@@ -43,8 +44,6 @@ from pyhami.scheduler.metrics import SchedulerMetrics
 from pyhami.serving import BodyTimeoutError, Handler, read_body
 
 log = structlog.get_logger(__name__)
-
-JsonObject = dict[str, Any]
 
 
 class ExtenderService(Protocol):

@@ -52,10 +52,10 @@ from pyhami.engine import (
     PodSpecError,
     decide,
     plan_pod,
-    pod_identity,
 )
-from pyhami.kube import Clock, NodeLockContentionError, NodeLocker, NotFound
-from pyhami.model import NodeName
+from pyhami.kube import Clock, JsonObject, NodeLockContentionError, NodeLocker, NotFound
+from pyhami.kube.views import pod_identity, read_node, read_pod
+from pyhami.model import NodeName, NodeView, PodView
 from pyhami.protocol import (
     KEY_BIND_PHASE,
     KEY_BIND_TIME,
@@ -76,11 +76,10 @@ from pyhami.scheduler.extender import (
     PodRef,
 )
 from pyhami.scheduler.metrics import SchedulerMetrics
-from pyhami.scheduler.state import TERMINAL_PHASES, ClusterState
+from pyhami.scheduler.state import ClusterState
 
 log = structlog.get_logger(__name__)
 
-JsonObject = dict[str, Any]
 EXPLANATIONS_KEPT = 2048
 # Also bound what /explain keeps by node verdicts: at 1,000 nodes 2,048 decisions would hold
 # two million verdict tuples (hundreds of MB, all walked by every full GC collection).
@@ -171,9 +170,7 @@ class FilterBind:
         self._bind_done = asyncio.Event()
         self._explained_verdicts = 0
         # Called when the pod fits none of its nodes: the scheduler's own preemption.
-        self.on_unschedulable: Callable[[Mapping[str, Any], Decision], Awaitable[None]] | None = (
-            None
-        )
+        self.on_unschedulable: Callable[[PodView, Decision], Awaitable[None]] | None = None
 
     # ----- leadership ------------------------------------------------------------------------
 
@@ -202,7 +199,7 @@ class FilterBind:
 
     # ----- filter ----------------------------------------------------------------------------
 
-    def _decide(self, pod: Mapping[str, Any], names: tuple[str, ...], explain: bool) -> Decision:
+    def _decide(self, pod: PodView, names: tuple[str, ...], explain: bool) -> Decision:
         started = self.clock.monotonic()
         try:
             return decide(
@@ -241,7 +238,7 @@ class FilterBind:
         refusal = self._refused_unless_leading("filter")
         if refusal is not None:
             return ExtenderFilterResult.failure(refusal)
-        key, namespace, name = pod_identity(pod)
+        key, namespace, name = pod.key, pod.namespace, pod.name
         self.state.release(key)  # a re-filtered pod must not compete with itself
         self._claims.pop(key, None)
         decision = self._decide(pod, args.node_names, self._explain_all)
@@ -280,7 +277,7 @@ class FilterBind:
         failed = _named(decision.failed_nodes) or None
         return ExtenderFilterResult(node_names=[str(decision.node)], failed_nodes=failed)
 
-    async def _trusted_pod(self, claimed: Mapping[str, Any]) -> Mapping[str, Any]:
+    async def _trusted_pod(self, claimed: Mapping[str, Any]) -> PodView:
         """The pod the body names, as the API server has it: only its namespace, name and
         UID are read from the body (a caller cannot make us decide for a pod it made up).
 
@@ -294,22 +291,19 @@ class FilterBind:
         if not uid:
             raise FilterRefusedError(f"ExtenderArgs.Pod {namespace}/{name} carries no metadata.uid")
         pod = self.state.pods.get((namespace, name))
-        if pod is None or _uid(pod) != uid:
+        if pod is None or pod.uid != uid:
             try:
-                pod = await self.kube.get_pod(namespace, name)
+                pod = await self._get_pod(namespace, name)
             except NotFound as err:
                 raise FilterRefusedError(f"pod {namespace}/{name} does not exist") from err
             except Exception as err:
                 raise FilterRefusedError(f"cannot read pod {namespace}/{name}: {err}") from err
-        if _uid(pod) != uid:
+        if pod.uid != uid:
             raise FilterRefusedError(
-                f"pod {namespace}/{name} has uid {_uid(pod) or '(none)'}, not {uid}: "
+                f"pod {namespace}/{name} has uid {pod.uid or '(none)'}, not {uid}: "
                 "it was deleted and created again; nothing filtered"
             )
-        meta = pod.get("metadata") or {}
-        if meta.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in (
-            TERMINAL_PHASES
-        ):
+        if pod.deleting or pod.finished:
             raise FilterRefusedError(f"pod {namespace}/{name} is finished or being deleted")
         bound = self.state.bound_node(uid, pod)
         if bound is not None:
@@ -322,6 +316,10 @@ class FilterBind:
                 "it is not filtered again"
             )
         return pod
+
+    async def _get_pod(self, namespace: str, name: str) -> PodView:
+        """The pod as the API server has it now, read into its view (PodSpecError, NotFound)."""
+        return read_pod(await self.kube.get_pod(namespace, name))
 
     async def _room(self, crowded: Callable[[], bool]) -> None:
         """Wait while `crowded()`, looking again as each bind leaves its node's turn,
@@ -341,18 +339,16 @@ class FilterBind:
         while len(self._claims) > CLAIMS_KEPT:
             self._claims.popitem(last=False)
 
-    def _decision_annotations(
-        self, pod: Mapping[str, Any], decision: Decision
-    ) -> dict[str, str | None]:
+    def _decision_annotations(self, pod: PodView, decision: Decision) -> dict[str, str | None]:
         """The decision's annotations, and null for the owned ones an earlier attempt left."""
-        current = (pod.get("metadata") or {}).get("annotations") or {}
+        current = pod.annotations
         values: dict[str, str | None] = {
             k: None for k in current if k in self._owned and k not in decision.annotations
         }
         values.update(decision.annotations)
         return values
 
-    def _reason_events(self, pod: Mapping[str, Any], decision: Decision) -> None:
+    def _reason_events(self, pod: PodView, decision: Decision) -> None:
         failed = {str(n): r for n, r in decision.failed_nodes.items()}
         for word, count in _reason_counts(decision).items():
             self.metrics.filter_failures.labels(reason=word).inc(count)
@@ -379,16 +375,20 @@ class FilterBind:
             name = str((node.get("metadata") or {}).get("name") or "")
             by_name[name] = node
             try:
-                inventory = self.state.inventory_of(node)
-            except ValueError:
+                inventory = self.state.inventory_of(read_node(node))
+            except ValueError:  # NodeSpecError included
                 inventory = None
             if inventory is None or not inventory.devices:
                 unregistered[name] = "node unregistered"
             else:
                 ledger.upsert_node(NodeName(name), inventory)
+        try:
+            pod = read_pod(args.pod or {})
+        except PodSpecError as err:
+            return ExtenderFilterResult.failure(str(err))
         started = self.clock.monotonic()
         decision = decide(
-            args.pod or {},
+            pod,
             [NodeName(n) for n in by_name],
             ledger,
             config=self.state.config,
@@ -481,9 +481,9 @@ class FilterBind:
     ) -> ExtenderBindingResult:
         namespace = claim.namespace
         pod = self.state.pods.get((namespace, claim.name))
-        if pod is None or _uid(pod) != claim.key:
+        if pod is None or pod.uid != claim.key:
             try:
-                pod = await self.kube.get_pod(namespace, claim.name)
+                pod = await self._get_pod(namespace, claim.name)
             except Exception as err:
                 self.metrics.decisions.labels(verb="bind", outcome="unknown-pod").inc()
                 return ExtenderBindingResult(f'pod "{namespace}/{claim.name}" not found: {err}')
@@ -631,7 +631,7 @@ class FilterBind:
             del self._node_news[node]
 
     async def _unlocked(
-        self, node: str, tried: Mapping[str, Any] | None, news: asyncio.Event, until: float
+        self, node: str, tried: NodeView | None, news: asyncio.Event, until: float
     ) -> None:
         """Until the informer shows the node changed since `tried` and without a lock (the
         holder's device plugin released it), LOCK_RETRY_INTERVAL at most between reads through
@@ -657,7 +657,7 @@ class FilterBind:
         self,
         claim: _Claim,
         node: str,
-        pod: Mapping[str, Any],
+        pod: PodView,
         *,
         locked: bool,
         wrote: bool,
@@ -676,7 +676,7 @@ class FilterBind:
         if locked:
             await _quietly(self.locker.release(node, namespace, name), "lock release")
         try:
-            current = await self.kube.get_pod(namespace, name)
+            current = await self._get_pod(namespace, name)
         except Exception as read_err:
             log.warning(
                 "bind failed and the pod cannot be read; its reservation is kept",
@@ -684,11 +684,10 @@ class FilterBind:
                 error=str(read_err),
             )
             return
-        bound = (current.get("spec") or {}).get("nodeName")
-        if _uid(current) != claim.key:
+        if current.uid != claim.key:
             return  # another pod of that name now: nothing of ours to undo
-        if bound:
-            self.state.mark_bound(claim.key, str(bound))
+        if current.node_name:
+            self.state.mark_bound(claim.key, current.node_name)
             return
         if claim.allocation is None or not self.state.holds(claim.allocation):
             return
@@ -731,14 +730,8 @@ class _Claim:
     annotations: Mapping[str, str | None] = field(default_factory=dict)  # written by bind
 
 
-def _unlocked_in(node: Mapping[str, Any] | None) -> bool:
-    return node is not None and KEY_NODE_LOCK not in (
-        (node.get("metadata") or {}).get("annotations") or {}
-    )
-
-
-def _uid(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("metadata") or {}).get("uid") or "")
+def _unlocked_in(node: NodeView | None) -> bool:
+    return node is not None and KEY_NODE_LOCK not in node.annotations
 
 
 def _named(failed: Mapping[NodeName, str]) -> dict[str, str]:

@@ -38,9 +38,9 @@ from pyhami.engine import (
     collapse_init_usage,
     container_phases,
     plan_pod,
-    pod_identity,
 )
-from pyhami.model import ContainerDevices, NodeName
+from pyhami.kube.views import pod_identity, read_node, read_pod
+from pyhami.model import ContainerDevices, NodeName, NodeSpecError, NodeView, PodView
 from pyhami.protocol import (
     KEY_BIND_PHASE,
     KEY_DEVICE_CORDON,
@@ -53,24 +53,21 @@ from pyhami.protocol import (
 
 log = structlog.get_logger(__name__)
 
-JsonObject = Mapping[str, Any]
-InventoryOf = Callable[[JsonObject], NodeInventory | None]
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+InventoryOf = Callable[[NodeView], NodeInventory | None]
 REGISTRATION_KEYS = (KEY_NODE_NVIDIA_REGISTER, KEY_NODE_NVIDIA_SCORE, KEY_DEVICE_CORDON)
 
 
-def _meta(obj: JsonObject) -> Mapping[str, Any]:
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = obj.get("metadata")
     return meta if isinstance(meta, Mapping) else {}
 
 
-def object_name(obj: JsonObject) -> str:
+def object_name(obj: Mapping[str, Any]) -> str:
     return str(_meta(obj).get("name") or "")
 
 
-def _labels_match(obj: JsonObject, selector: Mapping[str, str]) -> bool:
-    labels = _meta(obj).get("labels") or {}
-    return all(labels.get(key) == value for key, value in selector.items())
+def _labels_match(node: NodeView, selector: Mapping[str, str]) -> bool:
+    return all(node.labels.get(key) == value for key, value in selector.items())
 
 
 class ClusterState:
@@ -88,8 +85,8 @@ class ClusterState:
         self.quotas = QuotaBook(config.nvidia)
         self.inventory_of = inventory_of
         self._selector = dict(node_selector or {})
-        self.nodes: dict[str, JsonObject] = {}
-        self.pods: dict[tuple[str, str], JsonObject] = {}
+        self.nodes: dict[str, NodeView] = {}
+        self.pods: dict[tuple[str, str], PodView] = {}
         self._reserved: dict[PodKey, PodAllocation] = {}
         # The resourceVersion each reservation's patch answered with ("" when it had none).
         self._recorded_at: dict[PodKey, str] = {}
@@ -114,10 +111,14 @@ class ClusterState:
 
     # ----- nodes -----------------------------------------------------------------------------
 
-    def on_node(self, node: JsonObject) -> None:
-        name = object_name(node)
-        if not name:
+    def on_node(self, obj: Mapping[str, Any]) -> None:
+        """A node informer event: the node is read into its view here, once."""
+        try:
+            node = read_node(obj)
+        except NodeSpecError as err:
+            log.warning("node event ignored", error=str(err))
             return
+        name = node.name
         self.nodes[name] = node
         self._changed(name)
         if not _labels_match(node, self._selector) or self._reports_no_gpus(node):
@@ -125,8 +126,7 @@ class ClusterState:
             return
         # Most node updates (the lock annotation, heartbeats) leave the registration alone;
         # only decode it again when one of the annotations it comes from changed.
-        annotations = _meta(node).get("annotations") or {}
-        registration = tuple(annotations.get(key) for key in REGISTRATION_KEYS)
+        registration = tuple(node.annotations.get(key) for key in REGISTRATION_KEYS)
         if self._registrations.get(name) == registration:
             return
         self._registrations[name] = registration
@@ -144,7 +144,7 @@ class ClusterState:
         else:
             self.ledger.upsert_node(NodeName(name), inventory)
 
-    def on_node_deleted(self, node: JsonObject) -> None:
+    def on_node_deleted(self, node: Mapping[str, Any]) -> None:
         name = object_name(node)
         self.nodes.pop(name, None)
         self._forget_registration(name)
@@ -155,22 +155,25 @@ class ClusterState:
         self.registration_errors.pop(name, None)
         self.ledger.remove_node(NodeName(name))
 
-    def _reports_no_gpus(self, node: JsonObject) -> bool:
+    def _reports_no_gpus(self, node: NodeView) -> bool:
         """The kubelet says the device plugin is gone: allocatable count present and zero."""
-        allocatable = (node.get("status") or {}).get("allocatable") or {}
-        value = allocatable.get(self.config.nvidia.resource_count_name)
+        value = node.allocatable.get(self.config.nvidia.resource_count_name)
         return value is not None and str(value).strip() in ("0", "")
 
     # ----- pods ------------------------------------------------------------------------------
 
-    def on_pod(self, pod: JsonObject) -> None:
+    def on_pod(self, pod: Mapping[str, Any]) -> None:
+        """A pod informer event: the pod is read into its view here, once."""
         try:
-            key, namespace, name = pod_identity(pod)
+            view = read_pod(pod)
         except PodSpecError as err:
             log.warning("pod event ignored", error=str(err))
             return
-        phase = (pod.get("status") or {}).get("phase")
-        if phase in TERMINAL_PHASES:
+        self._on_view(view)
+
+    def _on_view(self, pod: PodView) -> None:
+        key, namespace, name = pod.key, pod.namespace, pod.name
+        if pod.finished:
             self.pods.pop((namespace, name), None)
             self._nominations.pop(key, None)
             self._forget(key)
@@ -179,9 +182,7 @@ class ClusterState:
         try:
             allocation = allocation_of(pod)
         except PodSpecError as err:
-            log.warning(
-                "pod allocation unreadable; not charged", pod=f"{namespace}/{name}", error=str(err)
-            )
+            log.warning("pod allocation unreadable; not charged", pod=pod.ref, error=str(err))
             allocation = None
         reserved = self._reserved.get(key)
         if reserved is not None:
@@ -194,12 +195,12 @@ class ClusterState:
             allocation = self._nominated_claim(key, pod)
         if allocation is None:
             self.ledger.remove_pod(key)
-        elif _meta(pod).get("deletionTimestamp") and self.ledger.pod(key) is None:
+        elif pod.deleting and self.ledger.pod(key) is None:
             return  # HAMi: a terminating pod is not charged anew (e.g. after a restart)
         else:
             self.ledger.add_pod(allocation)
 
-    def on_pod_deleted(self, pod: JsonObject) -> None:
+    def on_pod_deleted(self, pod: Mapping[str, Any]) -> None:
         try:
             key, namespace, name = pod_identity(pod)
         except PodSpecError:
@@ -220,14 +221,13 @@ class ClusterState:
         nominates one of them, and the pod's next event there makes the claim count."""
         self._nominations[key] = dict(claims)
 
-    def _nominated_claim(self, key: PodKey, pod: JsonObject) -> PodAllocation | None:
+    def _nominated_claim(self, key: PodKey, pod: PodView) -> PodAllocation | None:
         """The claim of a pending pod nominated to a node (`status.nominatedNodeName`), while
         its victims terminate. The pod's own /filter releases it before deciding; the pod's
         next event holds it again if that filter did not place the pod."""
-        node = (pod.get("status") or {}).get("nominatedNodeName")
-        if not node or (pod.get("spec") or {}).get("nodeName"):
+        if not pod.nominated_node_name or pod.node_name:
             return None
-        return self._nominations.get(key, {}).get(NodeName(str(node)))
+        return self._nominations.get(key, {}).get(NodeName(pod.nominated_node_name))
 
     def hold_nomination(self, key: PodKey, node: NodeName) -> bool:
         """Charge the pod's claim on `node` now, unless the pod is charged already (placed or
@@ -253,7 +253,7 @@ class ClusterState:
         self._reserved[allocation.key] = allocation
         self.ledger.add_pod(allocation)
 
-    def recorded(self, allocation: PodAllocation, answer: JsonObject) -> None:
+    def recorded(self, allocation: PodAllocation, answer: Mapping[str, Any]) -> None:
         """The patch recording `allocation` on its pod was answered with `answer`: from that
         resourceVersion on, the informer's view of the pod is current again (perhaps it
         already is)."""
@@ -262,20 +262,20 @@ class ClusterState:
             return  # released, or the pod was filtered again meanwhile
         self._recorded_at[key] = _version(answer)
         seen = self.pods.get((allocation.namespace, allocation.name))
-        if seen is not None and str(_meta(seen).get("uid") or "") == key:
-            self.on_pod(seen)
+        if seen is not None and seen.uid == key:
+            self._on_view(seen)
 
     def _shows_the_patch(
         self,
         key: PodKey,
-        pod: JsonObject,
+        pod: PodView,
         allocation: PodAllocation | None,
         reserved: PodAllocation,
     ) -> bool:
         written = self._recorded_at.get(key)
         if written is None:
             return False  # not answered yet
-        seen = _version(pod)
+        seen = pod.resource_version
         if written.isdecimal() and seen.isdecimal():
             return (len(seen), seen) >= (len(written), written)
         return allocation is not None and _same_choice(allocation, reserved)
@@ -298,28 +298,27 @@ class ClusterState:
     def mark_bound(self, key: PodKey, node: str) -> None:
         self._bound[key] = node
 
-    def bound_node(self, key: PodKey, pod: JsonObject) -> str | None:
+    def bound_node(self, key: PodKey, pod: PodView) -> str | None:
         """The node the pod is bound to, as far as this process knows: its own binding, the
         pod's spec.nodeName, or a device plugin's bind-phase success on an allocated node."""
         if key in self._bound:
             return self._bound[key]
-        node = (pod.get("spec") or {}).get("nodeName")
-        if node:
-            return str(node)
-        annotations = _meta(pod).get("annotations") or {}
+        if pod.node_name:
+            return pod.node_name
+        annotations = pod.annotations
         if annotations.get(KEY_BIND_PHASE) == BindPhase.SUCCESS and annotations.get(KEY_VGPU_NODE):
-            return str(annotations[KEY_VGPU_NODE])
+            return annotations[KEY_VGPU_NODE]
         return None
 
     # ----- quotas ----------------------------------------------------------------------------
 
-    def exceeds_quota(self, pod: JsonObject) -> bool:
+    def exceeds_quota(self, pod: Mapping[str, Any]) -> bool:
         """The webhook's quota pre-check: the pod's NVIDIA memory and
         cores (the peak over the pod's phases: each classic init container with the sidecars
         started before it, then every sidecar with every app container) against its namespace's
         ResourceQuota limits and the ledger's usage there."""
         try:
-            plan = plan_pod(pod, self.config)
+            plan = plan_pod(read_pod(pod), self.config)
         except PodSpecError:
             return False  # the filter answers the bad spec with its reason
         phases = container_phases(len(plan.requests), plan.init_count, plan.sidecars)
@@ -332,22 +331,22 @@ class ClusterState:
         used = self.ledger.namespace_usage(plan.namespace)
         return not limit.fits(used, memory, cores, self.config.nvidia.memory_factor)
 
-    def on_quota(self, quota: JsonObject) -> None:
+    def on_quota(self, quota: Mapping[str, Any]) -> None:
         hard = (quota.get("spec") or {}).get("hard") or {}
         namespace = str(_meta(quota).get("namespace") or "")
         self.quota_namespaces.add(namespace)
         self.quotas.set_quota(_quota_key(quota), namespace, hard)
 
-    def on_quota_deleted(self, quota: JsonObject) -> None:
+    def on_quota_deleted(self, quota: Mapping[str, Any]) -> None:
         self.quotas.remove_quota(_quota_key(quota))
 
 
-def _quota_key(quota: JsonObject) -> str:
+def _quota_key(quota: Mapping[str, Any]) -> str:
     meta = _meta(quota)
     return str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
 
 
-def _version(obj: JsonObject) -> str:
+def _version(obj: Mapping[str, Any]) -> str:
     return str(_meta(obj).get("resourceVersion") or "")
 
 

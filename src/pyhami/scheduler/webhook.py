@@ -39,11 +39,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyhami.devices.config import NvidiaConfig
-from pyhami.devices.nvidia.libvgpu_env import controls_libvgpu, derived_env, literal_env
+from pyhami.devices.nvidia.libvgpu_env import controls_libvgpu, derived_env
 from pyhami.devices.nvidia.request import check_resource_values
 from pyhami.devices.quantity import QuantityError, parse_quantity, value_ceil
 from pyhami.devices.vendor import ContainerSpecError
-from pyhami.kube import KubeError
+from pyhami.kube import JsonObject, KubeError
+from pyhami.kube.views import read_container
+from pyhami.model import ContainerView, PodSpecError
 from pyhami.protocol import LABEL_VGPU_NODE
 from pyhami.scheduler.admission import AdmissionRequest, AdmissionResponse, json_patch
 from pyhami.scheduler.dra_admission import (
@@ -52,9 +54,6 @@ from pyhami.scheduler.dra_admission import (
     heads_to_dra,
     translate_to_claims,
 )
-from pyhami.scheduler.dra_admission import resource_value as _lookup
-
-JsonObject = dict[str, Any]
 
 DEFAULT_SCHEDULER = "default-scheduler"
 
@@ -87,6 +86,18 @@ def quantity_value(text: object, where: str) -> int:
         raise AdmissionError(f"{where}: {err}") from err
 
 
+def _lookup(container: Mapping[str, Any], name: str) -> object | None:
+    """The container's value for a resource as the mutation left it: its limit, else its
+    request (the container's view is the one from before the mutation)."""
+    resources = container.get("resources") or {}
+    for part in ("limits", "requests"):
+        values = resources.get(part) or {}
+        if name and name in values:
+            found: object = values[name]
+            return found
+    return None
+
+
 def _has_limit(container: Mapping[str, Any], name: str) -> bool:
     limits = (container.get("resources") or {}).get("limits") or {}
     return bool(name) and name in limits
@@ -108,7 +119,7 @@ def _append_env(container: JsonObject, name: str, value: str) -> None:
         env.append({"name": name, "value": value})
 
 
-def webhook_env(container: Mapping[str, Any], cfg: NvidiaConfig) -> dict[str, str]:
+def webhook_env(container: ContainerView, cfg: NvidiaConfig) -> dict[str, str]:
     """The libvgpu settings the webhook itself writes into a container's env."""
     try:
         return derived_env(
@@ -117,21 +128,21 @@ def webhook_env(container: Mapping[str, Any], cfg: NvidiaConfig) -> dict[str, st
             core_policy=cfg.gpu_core_policy,
         )
     except QuantityError as err:
-        where = f"container {container.get('name') or ''}: {cfg.resource_priority_name}"
+        where = f"container {container.name}: {cfg.resource_priority_name}"
         raise AdmissionError(f"{where}: {err}") from err
 
 
 def limit_control_refusal(
-    container: Mapping[str, Any], cfg: NvidiaConfig, namespace: str
+    container: ContainerView, cfg: NvidiaConfig, namespace: str
 ) -> str | None:
     """Why the container may not carry its env (None: it may): a variable that controls
     libvgpu, other than a value the webhook writes itself."""
     own = webhook_env(container, cfg)
-    for name, value in literal_env(container):
+    for name, value in container.env:
         written_by_us = name in own and own[name] == value
         if controls_libvgpu(name) and not written_by_us:
             return (
-                f"container {container.get('name') or ''!r}: env {name} controls libvgpu (the "
+                f"container {container.name!r}: env {name} controls libvgpu (the "
                 "GPU memory and core limits) and may not be set by a pod; the operator may "
                 f"allow it for namespace {namespace!r} (scheduler flag "
                 "--allow-limit-control-namespace, chart value "
@@ -140,8 +151,11 @@ def limit_control_refusal(
     return None
 
 
-def mutate_nvidia_container(container: JsonObject, pod: JsonObject, cfg: NvidiaConfig) -> bool:
-    """NVIDIA MutateAdmission for one container; True when it asks for NVIDIA devices."""
+def mutate_nvidia_container(
+    container: JsonObject, view: ContainerView, pod: JsonObject, cfg: NvidiaConfig
+) -> bool:
+    """NVIDIA MutateAdmission for one container (`view`: the container as it came in); True
+    when it asks for NVIDIA devices."""
     cname = str(container.get("name") or "")
     percentage = _lookup(container, cfg.resource_memory_percentage_name)
     percentage_value: int | None = None
@@ -149,7 +163,7 @@ def mutate_nvidia_container(container: JsonObject, pod: JsonObject, cfg: NvidiaC
         percentage_value = quantity_value(
             percentage, f"container {cname}: {cfg.resource_memory_percentage_name}"
         )
-    for name, value in webhook_env(container, cfg).items():
+    for name, value in webhook_env(view, cfg).items():
         _append_env(container, name, value)
 
     has_resource = _has_limit(container, cfg.resource_count_name)
@@ -332,19 +346,21 @@ class PodAdmission:
             ),
             None,
         )
-        for container in (*init, *app):
-            try:
-                check_resource_values(container, self.nvidia)
-            except ContainerSpecError as err:
-                return AdmissionResponse.deny(str(err))
+        containers = (*init, *app)
+        try:
+            # Read before the mutation adds the webhook's own env and limits.
+            views = [read_container(c, init=n < len(init)) for n, c in enumerate(containers)]
+            for view in views:
+                check_resource_values(view, self.nvidia)
+        except (ContainerSpecError, PodSpecError) as err:
+            return AdmissionResponse.deny(str(err))
         if self.cfg.dra_mode != "off" and heads_to_dra(pod, self.cfg.dra_mode):
-            return self._admit_to_dra(pod, namespace, (*init, *app), privileged)
+            return self._admit_to_dra(pod, namespace, views, privileged)
         has_resource = False
         may_control = namespace in self.cfg.limit_control_namespaces
-        for container in (*init, *app):
-            # Read before the mutation adds the webhook's own env.
-            refusal = limit_control_refusal(container, self.nvidia, namespace)
-            if not mutate_nvidia_container(container, pod, self.nvidia):
+        for container, view in zip(containers, views, strict=True):
+            refusal = limit_control_refusal(view, self.nvidia, namespace)
+            if not mutate_nvidia_container(container, view, pod, self.nvidia):
                 continue
             has_resource = True
             if refusal is not None and not may_control:
@@ -363,20 +379,22 @@ class PodAdmission:
         self,
         pod: JsonObject,
         namespace: str,
-        containers: Sequence[JsonObject],
+        containers: Sequence[ContainerView],
         privileged: Mapping[str, Any] | None,
     ) -> AdmissionResponse:
         """A pod headed to DRA nodes: its GPU shares become claims; kube-scheduler places it."""
         gpu_names = (self.nvidia.resource_count_name, *_share_names(self.nvidia))
         gpu_containers = [
-            c for c in containers if any(_lookup(c, n) is not None for n in gpu_names)
+            c for c in containers if any(n and c.quantity(n) is not None for n in gpu_names)
         ]
         refusals = (limit_control_refusal(c, self.nvidia, namespace) for c in gpu_containers)
         refusal = next(filter(None, refusals), None)
         if refusal is not None and namespace not in self.cfg.limit_control_namespaces:
             return AdmissionResponse.deny(refusal)
         try:
-            templates = translate_to_claims(pod, namespace, self.nvidia, self._dra_card_memories())
+            templates = translate_to_claims(
+                pod, containers, namespace, self.nvidia, self._dra_card_memories()
+            )
         except DraTranslationError as err:
             return AdmissionResponse.deny(str(err))
         if privileged is not None and gpu_containers:

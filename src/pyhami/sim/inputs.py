@@ -11,7 +11,7 @@ and PodDisruptionBudgets are read too.
 
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +24,9 @@ from pyhami.devices.nvidia.inventory import (
     NoGpusRegisteredError,
     node_inventory,
 )
-from pyhami.engine import PodAllocation, PodSpecError, allocation_of, pod_identity
-from pyhami.engine.pod import pod_annotations
-from pyhami.engine.preempt import pod_priority
-from pyhami.model import NodeName
+from pyhami.engine import PodAllocation, PodSpecError, allocation_of
+from pyhami.kube.views import read_pod
+from pyhami.model import NodeName, PodView
 from pyhami.protocol import KEY_NODE_NVIDIA_REGISTER, KEY_NVIDIA_ALLOCATED, KEY_VGPU_NODE
 from pyhami.scheduler.budgets import Budget, BudgetError
 
@@ -56,7 +55,7 @@ class ClusterInput:
     priorities: Mapping[str, int] = field(default_factory=dict)
     # The existing pods themselves by ledger key, and the PodDisruptionBudgets that may cover
     # them (preemption evicts a pod a budget protects only where nothing else makes room).
-    existing_pods: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    existing_pods: Mapping[str, PodView] = field(default_factory=dict)
     budgets: tuple[Budget, ...] = ()
 
     @property
@@ -116,7 +115,7 @@ def cluster_of(objects: Iterable[tuple[str, Mapping[str, Any]]]) -> ClusterInput
     quotas: list[tuple[str, str, Mapping[str, object]]] = []
     not_pending: dict[str, str] = {}
     priorities: dict[str, int] = {}
-    existing_pods: dict[str, Mapping[str, Any]] = {}
+    existing_pods: dict[str, PodView] = {}
     budgets: list[Budget] = []
     for source, obj in objects:
         kind = obj.get("kind")
@@ -134,26 +133,21 @@ def cluster_of(objects: Iterable[tuple[str, Mapping[str, Any]]]) -> ClusterInput
                 unreadable.add(name)
         elif kind == "Pod":
             try:
-                _, namespace, pod_name = pod_identity(obj)  # a pod must at least be named
-                annotations = pod_annotations(obj)
-                spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
-                status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
-                phase = status.get("phase")  # type: ignore[union-attr]
-                node_name = spec.get("nodeName")  # type: ignore[union-attr]
-                bound = annotations.get(KEY_VGPU_NODE) or node_name
-                ref = f"{namespace}/{pod_name}"
-                if phase in _FINISHED_PHASES:
-                    not_pending[ref] = f"{FINISHED} ({phase}) and holds nothing"
-                elif bound and KEY_NVIDIA_ALLOCATED in annotations:
-                    allocation = allocation_of(_with_node(obj, str(bound)))
+                view = read_pod(obj)  # a pod must at least be named
+                bound = view.annotations.get(KEY_VGPU_NODE) or view.node_name
+                ref = view.ref
+                if view.finished:
+                    not_pending[ref] = f"{FINISHED} ({view.phase}) and holds nothing"
+                elif bound and KEY_NVIDIA_ALLOCATED in view.annotations:
+                    allocation = allocation_of(_with_node(view, bound))
                     if allocation is not None:
                         existing.append(allocation)
-                        priorities[allocation.key] = pod_priority(obj)
-                        existing_pods[allocation.key] = obj
+                        priorities[allocation.key] = view.priority
+                        existing_pods[allocation.key] = view
                         not_pending[ref] = f"its GPUs are allocated on node {bound}"
-                elif node_name or phase == "Running":
+                elif view.node_name or view.phase == "Running":
                     # kubelet runs it; no scheduler decides it again
-                    where = f"it is {phase or 'bound'} on node {node_name or '?'}"
+                    where = f"it is {view.phase or 'bound'} on node {view.node_name or '?'}"
                     not_pending[ref] = f"{where} {NO_RECORD}"
                 else:
                     pending.append(obj)
@@ -203,8 +197,6 @@ def _node(obj: Mapping[str, Any], source: str) -> tuple[NodeName, Mapping[str, s
     return NodeName(metadata["name"]), annotations
 
 
-def _with_node(pod: Mapping[str, Any], node: str) -> Mapping[str, Any]:
+def _with_node(pod: PodView, node: str) -> PodView:
     """A pod bound through spec.nodeName only still counts on that node."""
-    metadata = dict(pod.get("metadata") or {})
-    metadata["annotations"] = {KEY_VGPU_NODE: node, **(metadata.get("annotations") or {})}
-    return {**pod, "metadata": metadata}
+    return replace(pod, annotations={KEY_VGPU_NODE: node, **pod.annotations})

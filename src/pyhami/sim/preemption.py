@@ -10,15 +10,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pyhami.engine import Decision, EngineConfig, Outcome, pod_identity
+from pyhami.engine import Decision, EngineConfig, Outcome
 from pyhami.engine.preempt import (
     NodePreemption,
     PreemptionInput,
     Proposal,
     best_node,
-    pod_priority,
     preempt,
 )
+from pyhami.kube.views import read_pod
 from pyhami.model import NodeName
 from pyhami.scheduler.budgets import counted, protected, violations
 from pyhami.sim.inputs import ClusterInput
@@ -44,8 +44,8 @@ def what_if(
     ledger and the pod is scheduled again (reserved there, as simulate does). None when no
     pod anywhere has a lower priority: preemption has nothing to ask."""
     ledger = simulation.ledger
-    priority = pod_priority(pod)
-    key = pod_identity(pod)[0]
+    view = read_pod(pod)
+    priority, key = view.priority, view.key
     names: dict[str, str] = {}
     priorities: dict[str, int] = {}
     proposals: dict[NodeName, Proposal] = {}
@@ -61,7 +61,7 @@ def what_if(
         return None
     pods, budgets = cluster.existing_pods, cluster.budgets
     answers = preempt(
-        PreemptionInput(pod, priority, priorities, names, protected(pods.items(), budgets)),
+        PreemptionInput(view, priority, priorities, names, protected(pods.items(), budgets)),
         proposals,
         ledger,
         config=simulation.config,

@@ -11,7 +11,8 @@ from typing import Any
 
 from pyhami import engine
 from pyhami.engine import Decision, EngineConfig, Ledger, Outcome, QuotaBook
-from pyhami.model import NodeName
+from pyhami.kube.views import pod_identity, read_pod
+from pyhami.model import NodeName, PodSpecError
 from pyhami.sim.inputs import ClusterInput
 
 
@@ -39,10 +40,14 @@ def schedule(
 ) -> Decision:
     """One `/filter` call: drop the pod's stale reservation, decide, reserve the choice."""
     ledger = simulation.ledger
-    key = engine.pod_identity(pod)[0]
+    key, namespace, name = pod_identity(pod)
     ledger.remove_pod(key)
+    try:
+        view = read_pod(pod)
+    except PodSpecError as err:
+        return Decision(key, namespace, name, Outcome.ERROR, error=str(err))
     decision = engine.decide(
-        pod,
+        view,
         simulation.candidates,
         ledger,
         config=simulation.config,

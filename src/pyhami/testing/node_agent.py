@@ -47,7 +47,6 @@ import grpc.aio
 import structlog
 
 from pyhami.devices.quantity import QuantityError, as_int64, parse_quantity
-from pyhami.engine.pod import is_sidecar
 from pyhami.kube import (
     LEASES,
     NODES,
@@ -63,6 +62,7 @@ from pyhami.kube import (
     cancel_and_wait,
     guarded_task,
 )
+from pyhami.kube.views import is_sidecar
 from pyhami.testing.fake_kubelet import FakeKubelet, KubeletError
 
 log = structlog.get_logger(__name__)

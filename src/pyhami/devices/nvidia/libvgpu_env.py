@@ -8,10 +8,9 @@ namespace) and the device plugin writes the limits itself.
 """
 
 import re
-from collections.abc import Mapping
-from typing import Any
 
 from pyhami.devices.quantity import parse_quantity, value_ceil
+from pyhami.model import ContainerView
 
 MEMORY_LIMIT = "CUDA_DEVICE_MEMORY_LIMIT"  # also MEMORY_LIMIT_<i>
 SM_LIMIT = "CUDA_DEVICE_SM_LIMIT"  # also SM_LIMIT_<i>
@@ -39,32 +38,20 @@ def controls_libvgpu(name: str) -> bool:
     return name in _EXACT or _PER_DEVICE.fullmatch(name) is not None
 
 
-def literal_env(container: Mapping[str, Any]) -> list[tuple[str, object]]:
-    """(name, value) of the container's `env` entries; value None when it comes from
-    `valueFrom` (its name still counts)."""
-    found: list[tuple[str, object]] = []
-    for item in container.get("env") or []:
-        if isinstance(item, Mapping) and isinstance(item.get("name"), str):
-            found.append((item["name"], item.get("value") if "valueFrom" not in item else None))
-    return found
-
-
-def disables_control(container: Mapping[str, Any]) -> bool:
+def disables_control(container: ContainerView) -> bool:
     """The container's spec sets CUDA_DISABLE_CONTROL to a Go-true value."""
-    return any(
-        name == DISABLE_CONTROL and str(value) in _GO_TRUE for name, value in literal_env(container)
-    )
+    return any(name == DISABLE_CONTROL and str(value) in _GO_TRUE for name, value in container.env)
 
 
 def derived_env(
-    container: Mapping[str, Any], *, priority_resource: str, core_policy: str
+    container: ContainerView, *, priority_resource: str, core_policy: str
 ) -> dict[str, str]:
     """The libvgpu settings pyhami derives itself for a GPU container: `CUDA_TASK_PRIORITY`
     from the container's priority resource limit (a value it asked and was admitted for), and
     the configured core policy when it is not the default. A malformed priority raises
     `QuantityError`."""
     env: dict[str, str] = {}
-    limits = (container.get("resources") or {}).get("limits") or {}
+    limits = container.limits
     if priority_resource and priority_resource in limits:
         env[TASK_PRIORITY] = str(value_ceil(parse_quantity(limits[priority_resource])))
     if core_policy not in ("", "default"):

@@ -9,15 +9,13 @@ such pods at admission and `/filter` refuses pods the webhook never saw, both th
 check. Kept from HAMi: a percentage of 0 means "not given".
 """
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
 
 from pyhami.devices.config import NvidiaConfig
 from pyhami.devices.quantity import QuantityError, parse_quantity
 from pyhami.devices.vendor import PERCENT_UNSET, ContainerSpecError
-from pyhami.model import ContainerDeviceRequest
+from pyhami.model import ContainerDeviceRequest, ContainerView
 from pyhami.protocol import NVIDIA_VENDOR
 from pyhami.protocol.arithmetic import INT32_MAX
 
@@ -54,25 +52,6 @@ def value_ranges(config: NvidiaConfig) -> dict[str, ValueRange]:
     return {name: bounds for name, bounds in ranges.items() if name}
 
 
-def _name(container: Mapping[str, Any]) -> str:
-    return repr(container.get("name", "<unnamed>"))
-
-
-def _sections(container: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    resources = container.get("resources") or {}
-    if not isinstance(resources, Mapping):
-        raise ContainerSpecError(f"container {_name(container)}: resources must be a mapping")
-    found = []
-    for section in ("limits", "requests"):
-        values = resources.get(section) or {}
-        if not isinstance(values, Mapping):
-            raise ContainerSpecError(
-                f"container {_name(container)}: resources.{section} must be a mapping"
-            )
-        found.append((section, values))
-    return found
-
-
 def _unit_hint(text: object, exact: Fraction) -> str:
     """For a memory value written with a unit: the MiB count it probably meant."""
     if isinstance(text, str) and not text.lstrip("+-").isdigit() and exact % MIB == 0:
@@ -80,18 +59,18 @@ def _unit_hint(text: object, exact: Fraction) -> str:
     return ""
 
 
-def check_resource_values(container: Mapping[str, Any], config: NvidiaConfig) -> None:
+def check_resource_values(container: ContainerView, config: NvidiaConfig) -> None:
     """ContainerSpecError for the first GPU resource value that is unreadable or out of range.
 
     The message names the container, the resource, the value as written and the valid range.
     """
     ranges = value_ranges(config)
-    for section, values in _sections(container):
+    for section, values in container.sections():
         for name, text in values.items():
             bounds = ranges.get(name)
             if bounds is None:
                 continue
-            where = f"container {_name(container)}: resources.{section}[{name}] {text!r}"
+            where = f"container {container.label}: resources.{section}[{name}] {text!r}"
             try:
                 exact = parse_quantity(text)
             except QuantityError as err:
@@ -105,16 +84,14 @@ def check_resource_values(container: Mapping[str, Any], config: NvidiaConfig) ->
                 )
 
 
-def _quantity(container: Mapping[str, Any], name: str) -> int | None:
+def _quantity(container: ContainerView, name: str) -> int | None:
     """`limits[name]`, else `requests[name]` (HAMi's order), on a checked container."""
-    for _, values in _sections(container):
-        if name in values:
-            return int(parse_quantity(values[name]))
-    return None
+    text = container.quantity(name)
+    return None if text is None else int(parse_quantity(text))
 
 
 def container_request(
-    container: Mapping[str, Any], config: NvidiaConfig
+    container: ContainerView, config: NvidiaConfig
 ) -> ContainerDeviceRequest | None:
     """The NVIDIA request of one container, or None when it asks for no NVIDIA GPU.
 

@@ -2,7 +2,6 @@
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from pyhami.devices.config import NvidiaConfig
 from pyhami.devices.nvidia.fit import fit as nvidia_fit
@@ -11,7 +10,7 @@ from pyhami.devices.nvidia.request import container_request
 from pyhami.devices.nvidia.selectors import pod_card_selectors
 from pyhami.devices.selectors import CardSelectors
 from pyhami.devices.vendor import CardState
-from pyhami.model import ContainerDeviceRequest, MigPlacement, MigProfile
+from pyhami.model import ContainerDeviceRequest, ContainerView, MigPlacement, MigProfile
 from pyhami.protocol import NVIDIA_VENDOR, VENDORS, VendorKeys
 
 
@@ -33,7 +32,7 @@ class NvidiaVendor:
     def column_screen(self) -> bool:
         return True  # the screen runs this Fit's checks, in its order (tests/engine/test_screen.py)
 
-    def container_request(self, container: Mapping[str, Any]) -> ContainerDeviceRequest | None:
+    def container_request(self, container: ContainerView) -> ContainerDeviceRequest | None:
         return container_request(container, self.config)
 
     def card_selectors(self, annotations: Mapping[str, str]) -> CardSelectors:

@@ -36,7 +36,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 import yaml
 
@@ -50,6 +49,7 @@ from pyhami.kube import (
     MUTATING_WEBHOOK_CONFIGURATIONS,
     NODES,
     AsyncService,
+    JsonObject,
     KubeClient,
     cancel_and_wait,
     guarded_task,
@@ -84,7 +84,6 @@ KUBE_SCHEDULER_USER = "system:kube-scheduler"
 # Who may move a pod through its allocation states (the chart's pyhami.trustedWriters with DRA
 # on: the DRA driver labels the pods whose claims it prepares).
 TRUSTED_WRITERS = (SCHEDULER_USER, DEVICE_PLUGIN_USER, DRA_DRIVER_USER)
-JsonObject = dict[str, Any]
 # The chart's ServiceAccounts, roles and bindings as helm renders them for the names above
 # with DRA on (tests/chart/test_demo_rbac.py keeps this copy equal to the chart).
 CHART_RBAC_FILE = Path(__file__).with_name("chart-rbac.yaml")

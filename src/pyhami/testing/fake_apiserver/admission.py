@@ -26,6 +26,7 @@ from typing import Any
 
 import aiohttp
 
+from pyhami.kube import JsonObject
 from pyhami.testing.fake_apiserver.cel import (
     CelEvaluationError,
     CelProgram,
@@ -38,9 +39,6 @@ from pyhami.testing.fake_apiserver.resources import MUTATING_WEBHOOKS, NAMESPACE
 from pyhami.testing.fake_apiserver.selectors import label_selector_matcher
 from pyhami.testing.fake_apiserver.status import ApiError, internal
 from pyhami.testing.fake_apiserver.store import ObjectStore
-
-JsonObject = dict[str, Any]
-
 
 POD_CREATE_RULES: tuple[JsonObject, ...] = (
     {"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]},

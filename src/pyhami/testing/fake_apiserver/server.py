@@ -20,6 +20,7 @@ import yaml
 from aiohttp import web
 from kubernetes_asyncio.client import Configuration
 
+from pyhami.kube import JsonObject
 from pyhami.kube.clock import Clock
 from pyhami.kube.lifecycle import AsyncService
 from pyhami.testing.fake_apiserver.admission import AdmissionChain
@@ -39,7 +40,6 @@ from pyhami.testing.fake_apiserver.status import (
 from pyhami.testing.fake_apiserver.store import (
     DEFAULT_NAMESPACES,
     PATCH_TYPES,
-    JsonObject,
     ObjectStore,
 )
 from pyhami.testing.fake_apiserver.watch import Watcher, with_kind

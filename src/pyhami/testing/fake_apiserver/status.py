@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from pyhami.kube import JsonObject
 from pyhami.testing.fake_apiserver.resources import ResourceType
-
-JsonObject = dict[str, Any]
 
 # The reason kube-apiserver puts beside each HTTP status it answers with (metav1.StatusReason).
 REASON_FOR_CODE = {

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from pyhami.kube import JsonObject
 from pyhami.kube.clock import Clock, SystemClock
 from pyhami.testing.fake_apiserver import patches, validation
 from pyhami.testing.fake_apiserver.resources import (
@@ -39,8 +40,6 @@ from pyhami.testing.fake_apiserver.status import (
     stale,
 )
 from pyhami.testing.fake_apiserver.watch import Change, Watcher, with_kind
-
-JsonObject = dict[str, Any]
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"

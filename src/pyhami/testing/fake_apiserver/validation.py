@@ -5,14 +5,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from pyhami.kube import JsonObject
 from pyhami.testing.fake_apiserver.quantities import (
     QuantityFormatError,
     canonicalize_resource_lists,
 )
 from pyhami.testing.fake_apiserver.resources import NAMESPACES, PODS, ResourceType
 from pyhami.testing.fake_apiserver.status import ApiError, bad_request, invalid
-
-JsonObject = dict[str, Any]
 
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
 
+from pyhami.kube import JsonObject
 from pyhami.testing.fake_apiserver.resources import ResourceType
 from pyhami.testing.fake_apiserver.selectors import Selector
-
-JsonObject = dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)

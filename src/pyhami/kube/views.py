@@ -1,0 +1,193 @@
+"""The one reader of pod and node JSON: each object is checked and turned into its view once.
+
+Every field pyhami decides on is read here, container resources included, so the webhook,
+the engine and the device plugin agree on what a pod asks for. A value that
+cannot be read is a `PodSpecError` (`NodeSpecError`) naming the object and the field.
+"""
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from pyhami.model import (
+    ContainerView,
+    InitStatusView,
+    NodeSpecError,
+    NodeView,
+    PodSpecError,
+    PodView,
+)
+
+
+def _object(value: object, where: str, error: type[ValueError] = PodSpecError) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise error(f"{where} must be an object, got {type(value).__name__}")
+    return value
+
+
+def _strings(
+    value: object, where: str, entry: str, error: type[ValueError] = PodSpecError
+) -> Mapping[str, str]:
+    """Labels or annotations: an object whose values are all strings."""
+    found = _object(value, where, error)
+    for key, text in found.items():
+        if not isinstance(text, str):
+            raise error(f"{entry} {key!r} must be a string, got {text!r}")
+    return MappingProxyType(dict(found))
+
+
+def _text(value: object) -> str:
+    """An optional string field; anything else counts as absent."""
+    return value if isinstance(value, str) else ""
+
+
+def read_container(value: Mapping[str, Any], *, init: bool) -> ContainerView:
+    """One container's view (`init`: it is an init container, so it may be a sidecar);
+    PodSpecError naming the container when its name or resources are unreadable."""
+    name = value.get("name", "")
+    if not isinstance(name, str):
+        raise PodSpecError(f"container name must be a string, got {name!r}")
+    label = ContainerView(name=name).label
+    resources = value.get("resources") or {}
+    if not isinstance(resources, Mapping):
+        raise PodSpecError(f"container {label}: resources must be a mapping")
+    sections = []
+    for section in ("limits", "requests"):
+        values = resources.get(section) or {}
+        if not isinstance(values, Mapping):
+            raise PodSpecError(f"container {label}: resources.{section} must be a mapping")
+        sections.append(MappingProxyType(dict(values)))
+    env = value.get("env") or []
+    if not isinstance(env, list):
+        raise PodSpecError(f"container {label}: env must be a list")
+    return ContainerView(
+        name=name,
+        limits=sections[0],
+        requests=sections[1],
+        env=tuple(
+            (item["name"], item.get("value") if "valueFrom" not in item else None)
+            for item in env
+            if isinstance(item, Mapping) and isinstance(item.get("name"), str)
+        ),
+        sidecar=init and is_sidecar(value),
+    )
+
+
+def _containers(spec: Mapping[str, Any], field: str, pod: str) -> tuple[ContainerView, ...]:
+    containers = spec.get(field)
+    if containers is None:
+        return ()
+    if not isinstance(containers, list) or not all(isinstance(c, Mapping) for c in containers):
+        raise PodSpecError(f"pod {pod}: spec.{field} must be a list of containers")
+    try:
+        return tuple(read_container(c, init=field == "initContainers") for c in containers)
+    except PodSpecError as err:
+        raise PodSpecError(f"pod {pod}: {err}") from err
+
+
+def _init_statuses(status: Mapping[str, Any], pod: str) -> tuple[InitStatusView, ...]:
+    entries = status.get("initContainerStatuses") or []
+    if not isinstance(entries, list):
+        return ()  # unreadable: the init containers count as not finished
+    found = []
+    for value in entries:
+        entry = _object(value, f"pod {pod}: status.initContainerStatuses[]")
+        state = _object(entry.get("state"), f"pod {pod}: status.initContainerStatuses[].state")
+        terminated = state.get("terminated")
+        succeeded = isinstance(terminated, Mapping) and terminated.get("exitCode") == 0
+        found.append(InitStatusView(name=_text(entry.get("name")), succeeded=succeeded))
+    return tuple(found)
+
+
+def is_sidecar(container: Mapping[str, Any]) -> bool:
+    """A native sidecar, when `container` is an init container (`restartPolicy: Always`)."""
+    return container.get("restartPolicy") == "Always"
+
+
+def _grace(value: object) -> int | None:
+    """A grace period in seconds; None when absent or unusable."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
+def pod_priority(pod: Mapping[str, Any]) -> int:
+    """`spec.priority` as the Priority admission plugin set it (0 when absent)."""
+    spec = pod.get("spec")
+    value = spec.get("priority") if isinstance(spec, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def pod_identity(pod: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(key, namespace, name): the key is the UID, or namespace/name when there is none
+    (offline input). PodSpecError when the pod has no name or a namespace that is no string."""
+    metadata = _object(pod.get("metadata"), "pod metadata")
+    name = metadata.get("name")
+    if not isinstance(name, str) or not name:
+        raise PodSpecError("pod has no metadata.name")
+    namespace = metadata.get("namespace") or "default"
+    if not isinstance(namespace, str):
+        raise PodSpecError(f"pod {name}: metadata.namespace must be a string")
+    return _text(metadata.get("uid")) or f"{namespace}/{name}", namespace, name
+
+
+def read_pod(pod: Mapping[str, Any]) -> PodView:
+    """The pod's view; PodSpecError naming the pod and the field when a field is unreadable."""
+    key, namespace, name = pod_identity(pod)
+    metadata = _object(pod.get("metadata"), "pod metadata")
+    ref = f"{namespace}/{name}"
+    spec = _object(pod.get("spec"), f"pod {ref}: spec")
+    status = _object(pod.get("status"), f"pod {ref}: status")
+    return PodView(
+        key=key,
+        namespace=namespace,
+        name=name,
+        uid=_text(metadata.get("uid")),
+        labels=_strings(metadata.get("labels"), "pod metadata.labels", "pod label"),
+        annotations=_strings(
+            metadata.get("annotations"), "pod metadata.annotations", "pod annotation"
+        ),
+        scheduler_name=_text(spec.get("schedulerName")),
+        node_name=_text(spec.get("nodeName")),
+        phase=_text(status.get("phase")),
+        deleting=metadata.get("deletionTimestamp") is not None,
+        priority=pod_priority(pod),
+        preemption_policy=_text(spec.get("preemptionPolicy")),
+        termination_grace_s=_grace(spec.get("terminationGracePeriodSeconds")),
+        nominated_node_name=_text(status.get("nominatedNodeName")),
+        init_containers=_containers(spec, "initContainers", ref),
+        containers=_containers(spec, "containers", ref),
+        init_statuses=_init_statuses(status, ref),
+        resource_version=_text(metadata.get("resourceVersion")),
+    )
+
+
+def read_node(node: Mapping[str, Any]) -> NodeView:
+    """The node's view; NodeSpecError naming the node and the field when one is unreadable."""
+    metadata = _object(node.get("metadata"), "node metadata", NodeSpecError)
+    name = metadata.get("name")
+    if not isinstance(name, str) or not name:
+        raise NodeSpecError("node has no metadata.name")
+    status = _object(node.get("status"), f"node {name}: status", NodeSpecError)
+    return NodeView(
+        name=name,
+        labels=_strings(
+            metadata.get("labels"), f"node {name}: metadata.labels", "node label", NodeSpecError
+        ),
+        annotations=_strings(
+            metadata.get("annotations"),
+            f"node {name}: metadata.annotations",
+            "node annotation",
+            NodeSpecError,
+        ),
+        allocatable=MappingProxyType(
+            dict(
+                _object(
+                    status.get("allocatable"), f"node {name}: status.allocatable", NodeSpecError
+                )
+            )
+        ),
+        resource_version=_text(metadata.get("resourceVersion")),
+    )

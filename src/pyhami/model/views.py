@@ -1,0 +1,115 @@
+"""Pods, containers and nodes as pyhami reads them: checked once, then immutable.
+
+`pyhami.kube.views` builds these from the API's JSON (the only reader of that JSON); every
+layer above the model decides on them and never looks at the raw object again.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+class PodSpecError(ValueError):
+    """The pod cannot be read; the message names the pod and what is wrong."""
+
+
+class NodeSpecError(ValueError):
+    """The node cannot be read; the message names the node and what is wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerView:
+    """One container: its resource quantities as written (parsed by whoever knows the resource)."""
+
+    name: str
+    limits: Mapping[str, object] = field(default_factory=dict)
+    requests: Mapping[str, object] = field(default_factory=dict)
+    # (name, value) of each `env` entry; value None when it comes from `valueFrom`.
+    env: tuple[tuple[str, object], ...] = ()
+    # A native sidecar: an init container with `restartPolicy: Always` (Kubernetes 1.28+),
+    # which keeps running beside the app containers.
+    sidecar: bool = False
+
+    @property
+    def label(self) -> str:
+        """The name as messages quote it."""
+        return repr(self.name or "<unnamed>")
+
+    def sections(self) -> tuple[tuple[str, Mapping[str, object]], ...]:
+        """(`limits`, values) then (`requests`, values): HAMi reads limits first."""
+        return (("limits", self.limits), ("requests", self.requests))
+
+    def quantity(self, resource: str) -> object | None:
+        """`limits[resource]`, else `requests[resource]`, as written; None when neither has it."""
+        for _, values in self.sections():
+            if resource in values:
+                return values[resource]
+        return None
+
+    def asks_for(self, resource: str) -> bool:
+        """Some section names `resource` with a value other than empty or zero."""
+        return any(
+            str(values.get(resource, "0")).strip() not in ("", "0") for _, values in self.sections()
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class InitStatusView:
+    """One entry of `status.initContainerStatuses`."""
+
+    name: str
+    succeeded: bool  # terminated with exit code 0
+
+
+@dataclass(frozen=True, slots=True)
+class PodView:
+    """One pod: identity, the annotations and spec fields pyhami decides on, its containers."""
+
+    key: str  # the UID, or namespace/name where a pod has none (offline input)
+    namespace: str
+    name: str
+    uid: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    scheduler_name: str = ""
+    node_name: str = ""
+    phase: str = ""
+    deleting: bool = False  # metadata.deletionTimestamp is set
+    priority: int = 0  # spec.priority as the Priority admission plugin set it
+    preemption_policy: str = ""  # spec.preemptionPolicy ("Never": the pod never preempts)
+    termination_grace_s: int | None = None  # spec.terminationGracePeriodSeconds
+    nominated_node_name: str = ""  # status.nominatedNodeName
+    init_containers: tuple[ContainerView, ...] = ()
+    containers: tuple[ContainerView, ...] = ()
+    init_statuses: tuple[InitStatusView, ...] = ()
+    resource_version: str = ""
+
+    @property
+    def ref(self) -> str:
+        """namespace/name, as messages and the API name the pod."""
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def all_containers(self) -> tuple[ContainerView, ...]:
+        """Init containers first, then the app containers (HAMi's container order)."""
+        return self.init_containers + self.containers
+
+    @property
+    def sidecars(self) -> frozenset[int]:
+        """The positions (init first) of the native sidecars among the init containers."""
+        return frozenset(n for n, c in enumerate(self.init_containers) if c.sidecar)
+
+    @property
+    def finished(self) -> bool:
+        """Succeeded or Failed: the pod holds nothing any more."""
+        return self.phase in ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """One node: name, labels, annotations and the resources it offers pods."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    allocatable: Mapping[str, object] = field(default_factory=dict)
+    resource_version: str = ""
