@@ -121,7 +121,7 @@ def main() -> None:
     args = parser.parse_args()
     clock = time.perf_counter if args.clock == "wall" else time.thread_time
     print(f"clock: {args.clock}")
-    options: dict[str, Any] = {"config": ENGINE_CONFIG, "quotas": None, "now": 0}
+    options: dict[str, Any] = {"config": ENGINE_CONFIG, "quotas": None}
     print(
         f"{'nodes':>6} {'pod':<10} {'engine p50':>11} {'p99':>8} "
         f"{'rebuild p50':>12} {'p99':>9} {'ratio p50':>10} {'ratio p99':>10}"

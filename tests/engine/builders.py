@@ -3,8 +3,9 @@
 from typing import Any
 
 from pyhami.devices.inventory import NodeInventory
-from pyhami.engine import Ledger, LedgerCard, PodAllocation
+from pyhami.engine import Decision, Ledger, LedgerCard, PodAllocation
 from pyhami.model import ContainerDevice, DeviceInfo, MigProfile, NodeName
+from pyhami.protocol import NVIDIA_VENDOR, VENDORS, VendorKeys, filter_annotations
 
 
 def card(uuid: str, mem: int = 8000, *, count: int = 10, type_: str = "NVIDIA", numa: int = 0,
@@ -76,3 +77,11 @@ def ledger_cards(*specs: tuple[DeviceInfo, int, int, int]) -> tuple[LedgerCard, 
 
 def alloc_of(key: str, node: str, *containers: tuple[ContainerDevice, ...]) -> PodAllocation:
     return PodAllocation(key, "default", key, N(node), tuple(containers))
+
+
+def written(decision: Decision, keys: VendorKeys = VENDORS[NVIDIA_VENDOR],
+            now: int = 1755763200) -> dict[str, str]:
+    """The annotations the scheduler writes for a placed pod's decision, at `now`."""
+    chosen = decision.allocation
+    assert chosen is not None, f"{decision.name} was not placed: {decision.outcome}"
+    return filter_annotations(chosen.node, chosen.containers, chosen.mig_allocations, keys, now)

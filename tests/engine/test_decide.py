@@ -22,7 +22,7 @@ from pyhami.kube.views import read_pod
 from pyhami.model import MigPlacement, MigProfile
 from pyhami.protocol import Reason
 
-from .builders import N, alloc_of, card, gpus, inventory, pod, used
+from .builders import N, alloc_of, card, gpus, inventory, pod, used, written
 
 CANDIDATES = [N("node1"), N("node2")]
 
@@ -45,7 +45,7 @@ def run(ledger: Ledger, the_pod: dict[str, Any], *, node_policy: str = "binpack"
     cfg = EngineConfig(vendor=NvidiaVendor(nvidia), nvidia=nvidia, node_policy=node_policy,
                        gpu_policy=gpu_policy)
     names = [N(c) for c in candidates] if candidates else CANDIDATES
-    return decide(read_pod(the_pod), names, ledger, config=cfg, quotas=quotas, now=1755763200,
+    return decide(read_pod(the_pod), names, ledger, config=cfg, quotas=quotas,
                   explain=explain)
 
 
@@ -64,7 +64,7 @@ def test_worked_example(node_policy: str, gpu_policy: str, node: str, device: st
     assert decision.outcome is Outcome.SCHEDULED and decision.node == node
     assert decision.score == pytest.approx(8.0 if node == "node2" else 3.0)
     value = f"{device},NVIDIA,1000,20:;"
-    assert decision.annotations == {
+    assert written(decision) == {
         "hami.io/vgpu-node": node,
         "hami.io/vgpu-time": "1755763200",
         "hami.io/vgpu-devices-to-allocate": value,
@@ -77,7 +77,7 @@ def test_pod_annotations_override_policies() -> None:
     annotated = pod("new", gpus(1, mem=1000, cores=20), annotations={
         "hami.io/node-scheduler-policy": "spread", "hami.io/gpu-scheduler-policy": "binpack"})
     decision = run(example_ledger(), annotated)
-    assert (decision.node, decision.devices[0][0].uuid) == ("node1", "device1")
+    assert (decision.node, decision.allocation.containers[0][0].uuid) == ("node1", "device1")
 
 
 def test_every_failed_node_gets_hami_reason_text() -> None:
@@ -133,7 +133,7 @@ def test_init_containers_each_start_from_existing_usage() -> None:
     two_inits = pod("p", gpus(1, mem=5000), init=(gpus(1, mem=6000), gpus(1, mem=6000)))
     decision = run(ledger, two_inits, candidates=["node1"])
     assert decision.node == "node1"
-    assert decision.annotations["hami.io/vgpu-devices-allocated"] == (
+    assert written(decision)["hami.io/vgpu-devices-allocated"] == (
         "g0,NVIDIA,6000,0:;g0,NVIDIA,6000,0:;g0,NVIDIA,5000,0:;")
     assert decision.allocation is not None
     ledger.add_pod(decision.allocation)
@@ -153,7 +153,7 @@ def test_gpu_less_containers_keep_their_segment() -> None:
     ledger.upsert_node(N("node1"), inventory(card("g0", type_="NVIDIA-A100")))
     mixed = pod("p", {}, gpus(1, mem=100), init=({},))
     decision = run(ledger, mixed, candidates=["node1"])
-    assert decision.annotations["hami.io/vgpu-devices-allocated"] == ";;g0,NVIDIA,100,0:;"
+    assert written(decision)["hami.io/vgpu-devices-allocated"] == ";;g0,NVIDIA,100,0:;"
 
 
 def test_quota_limits_namespace_memory() -> None:
@@ -183,9 +183,9 @@ def test_mig_instances_rewrite_the_booking_and_are_recorded() -> None:
     ledger.upsert_node(N("node1"), inventory(
         card("mig0", 81920, count=7, mode="mig", profiles=(ONE_G, THREE_G))))
     decision = run(ledger, pod("p", gpus(2, mem=5000)), candidates=["node1"])
-    assert decision.annotations["hami.io/vgpu-devices-allocated"] == (
+    assert written(decision)["hami.io/vgpu-devices-allocated"] == (
         "mig0,NVIDIA,9856,15:mig0,NVIDIA,9856,15:;")
-    assert decision.annotations["hami.io/vgpu-mig-allocations"] == (
+    assert written(decision)["hami.io/vgpu-mig-allocations"] == (
         '[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"mig0","profile":"1g.10gb",'
         '"placement":{"start":6,"size":1}},{"containerIndex":0,"deviceIndex":1,'
         '"gpuUUID":"mig0","profile":"1g.10gb","placement":{"start":5,"size":1}}]')
@@ -196,7 +196,7 @@ def test_mig_instances_rewrite_the_booking_and_are_recorded() -> None:
     assert sorted(node.cards[0].mig_in_use, key=lambda p: p.start) == [
         MigPlacement(5, 1), MigPlacement(6, 1)]
     big = run(ledger, pod("q", gpus(1, mem=30000)), candidates=["node1"])
-    assert big.annotations["hami.io/vgpu-devices-allocated"] == "mig0,NVIDIA,40192,43:;"
+    assert written(big)["hami.io/vgpu-devices-allocated"] == "mig0,NVIDIA,40192,43:;"
 
 
 def test_topology_aware_prefers_linked_pair() -> None:
@@ -208,7 +208,7 @@ def test_topology_aware_prefers_linked_pair() -> None:
                                              scores=scores))
     decision = run(ledger, pod("p", gpus(2, mem=10)), gpu_policy="topology-aware",
                    candidates=["node1"])
-    assert sorted(d.uuid for d in decision.devices[0]) == ["b", "c"]
+    assert sorted(d.uuid for d in decision.allocation.containers[0]) == ["b", "c"]
 
 
 def test_cordoned_cards_are_skipped() -> None:
@@ -254,7 +254,7 @@ def test_decisions_never_overcommit_and_quick_equals_full(
                       sidecars=tuple(n for n, (_, sidecar) in enumerate(init) if sidecar))
         fast = run(ledger, the_pod, candidates=names)
         full = run(ledger, the_pod, candidates=names, explain=True)
-        assert (fast.node, fast.devices) == (full.node, full.devices)
+        assert (fast.node, fast.allocation) == (full.node, full.allocation)
         if fast.node is None:
             assert fast.failed_nodes == full.failed_nodes
         if fast.allocation is not None:
@@ -278,7 +278,7 @@ def test_weights_break_topology_ties() -> None:
         the_pod = pod("p", gpus(1, mem=10), annotations={
             "hami.io/gpu-scheduler-policy": "topology-aware",
             "hami.io/device-scoring-weights": weights})
-        return run(ledger, the_pod, candidates=["node1"]).devices[0][0].uuid
+        return run(ledger, the_pod, candidates=["node1"]).allocation.containers[0][0].uuid
 
     # spread order puts the higher score first, so Fit meets the lower-scored card first
     assert chosen("slot=0,core=0,memory=1") == "slot-busy"  # memory makes mem-busy score high
@@ -291,7 +291,7 @@ def test_numa_bind_keeps_a_container_on_one_numa_node() -> None:
                                              card("c", numa=1, index=2)))
     the_pod = pod("p", gpus(2, mem=10), annotations={"nvidia.com/numa-bind": "true"})
     decision = run(ledger, the_pod, candidates=["node1"])
-    assert sorted(d.uuid for d in decision.devices[0]) == ["b", "c"]
+    assert sorted(d.uuid for d in decision.allocation.containers[0]) == ["b", "c"]
     three = run(ledger, pod("q", gpus(3, mem=10), annotations={"nvidia.com/numa-bind": "1"}),
                 candidates=["node1"])
     assert three.failed_nodes == {"node1": "1/3 AllocatedCardsInsufficientRequest, 2/3 NumaNotFit"}
@@ -304,8 +304,8 @@ def test_mutex_takes_only_idle_cards() -> None:
         "node1": "1/2 AllocatedCardsInsufficientRequest, 1/2 ExclusiveDeviceAllocateConflict",
         "node2": "1/2 AllocatedCardsInsufficientRequest, 1/2 ExclusiveDeviceAllocateConflict",
     }
-    assert run(ledger, pod("q", gpus(1, mem=10)), gpu_policy="mutex").devices[0][0].uuid in (
-        "device2", "device3")
+    mutex = run(ledger, pod("q", gpus(1, mem=10)), gpu_policy="mutex")
+    assert mutex.allocation.containers[0][0].uuid in ("device2", "device3")
 
 
 def test_mig_request_may_ask_for_more_instances_than_cards() -> None:
@@ -313,7 +313,7 @@ def test_mig_request_may_ask_for_more_instances_than_cards() -> None:
     ledger.upsert_node(N("node1"), inventory(
         card("mig0", 81920, count=7, mode="mig", profiles=(ONE_G, THREE_G))))
     decision = run(ledger, pod("p", gpus(3, mem=5000)), candidates=["node1"])
-    assert decision.node == "node1" and len(decision.devices[0]) == 3
+    assert decision.node == "node1" and len(decision.allocation.containers[0]) == 3
     core_only = pod("q", gpus(3, mem=5000), annotations={"nvidia.com/vgpu-mode": "hami-core"})
     assert run(ledger, core_only, candidates=["node1"]).failed_nodes == {
         "node1": "NodeInsufficientDevice"}

@@ -145,12 +145,12 @@ def test_a_scheduled_pod_gets_exactly_its_cards_and_each_fits(
         ledger,
         config=config,
         quotas=None,
-        now=1755763200,
+
     )
     assert decision.outcome in (Outcome.SCHEDULED, Outcome.UNSCHEDULABLE), decision.error
     if decision.outcome is Outcome.SCHEDULED:
         assert decision.node is not None
-        check_scheduled(ledger, the_pod, decision.node, decision.devices)
+        check_scheduled(ledger, the_pod, decision.node, decision.allocation.containers)
         assert decision.allocation is not None
         ledger.add_pod(decision.allocation)
         for usage in ledger.device_usage(decision.node):
@@ -177,7 +177,7 @@ def test_topology_aware_takes_the_best_pair_when_every_total_is_negative() -> No
         ledger,
         config=ENGINE_CONFIG,
         quotas=None,
-        now=1755763200,
+
     )
     assert decision.outcome is Outcome.SCHEDULED
-    assert sorted(d.uuid for d in decision.devices[0]) == ["a", "c"]
+    assert sorted(d.uuid for d in decision.allocation.containers[0]) == ["a", "c"]

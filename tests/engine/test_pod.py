@@ -142,7 +142,7 @@ def test_decide_never_crashes_on_a_malformed_pod(the_pod: dict[str, Any]) -> Non
     except PodSpecError as err:
         assert str(err)  # refused at the edge, with a reason
         return
-    decision = decide(view, [N("node1")], ledger, config=ENGINE_CONFIG, quotas=None, now=0)
+    decision = decide(view, [N("node1")], ledger, config=ENGINE_CONFIG, quotas=None)
     assert decision.outcome in set(Outcome)
     if decision.outcome is Outcome.ERROR:
         assert decision.error

@@ -47,7 +47,7 @@ def test_the_two_pods_on_the_card_that_can_be_freed_are_the_victims() -> None:
     big = question(pod("big", gpus(1, mem=14000)), 100, PRIORITIES)
     # kube-scheduler proposed low-c (its own filters saw only CPU or slots)
     answer = preempt(big, {N("n1"): Proposal(frozenset({"low-c"}))}, ledger, config=CONFIG,
-                     quotas=None, now=0)[N("n1")]
+                     quotas=None)[N("n1")]
     assert answer.victims == ("low-a", "low-b")
     assert answer.pdb_violations == 2, "victims kube-scheduler did not propose may violate PDBs"
     assert answer.allocation is not None
@@ -61,13 +61,12 @@ def test_kube_schedulers_own_victims_are_preferred_and_keep_their_pdb_count() ->
     # 10000 MiB: card 1 has 9360 free, low-c's going makes 12360; card 0 needs both its pods
     small = question(pod("small", gpus(1, mem=10000)), 100, PRIORITIES)
     proposal = Proposal(frozenset({"low-b", "low-c"}), pdb_violations=0)
-    answer = preempt(small, {N("n1"): proposal}, ledger, config=CONFIG, quotas=None,
-                     now=0)[N("n1")]
+    answer = preempt(small, {N("n1"): proposal}, ledger, config=CONFIG, quotas=None)[N("n1")]
     assert answer.victims == ("low-c",)
     assert answer.pdb_violations == 0
     # without kube-scheduler's preference the same single victim wins on size alone
     alone = preempt(small, {N("n1"): Proposal(frozenset({"low-a"}), 1)}, ledger,
-                    config=CONFIG, quotas=None, now=0)[N("n1")]
+                    config=CONFIG, quotas=None)[N("n1")]
     assert (alone.victims, alone.pdb_violations) == (("low-c",), 1)
 
 
@@ -75,7 +74,7 @@ def test_a_pod_no_eviction_helps_drops_the_node() -> None:
     ledger = two_t4s()
     huge = question(pod("huge", gpus(1, mem=20000)), 100, PRIORITIES)
     answer = preempt(huge, {N("n1"): Proposal(frozenset({"low-a"}))}, ledger, config=CONFIG,
-                     quotas=None, now=0)[N("n1")]
+                     quotas=None)[N("n1")]
     assert answer.victims == () and not answer.kept
     assert "even without all 3 lower-priority pods" in answer.reason
     assert "CardInsufficientMemory" in answer.reason
@@ -86,7 +85,7 @@ def test_higher_priority_pods_are_never_victims() -> None:
     # only card 1 has a slot-free path if high-e could go: it cannot, so card 0 it is
     modest = question(pod("modest", gpus(2, mem=8000)), 100, PRIORITIES)
     answer = preempt(modest, {N("n1"): Proposal(frozenset())}, ledger, config=CONFIG,
-                     quotas=None, now=0)[N("n1")]
+                     quotas=None)[N("n1")]
     assert "high-e" not in answer.victims
     assert set(answer.victims) <= {"low-a", "low-b", "low-c"}
 
@@ -99,17 +98,17 @@ def test_pods_a_budget_protects_go_only_where_the_others_cannot_make_room() -> N
     # low-f alone does too (9360 free on card 1)
     ask = replace(question(pod("p", gpus(1, mem=8000)), 100, priorities),
                   protected=frozenset({"low-a"}))
-    answer = preempt(ask, {N("n1"): Proposal(frozenset())}, ledger, config=CONFIG, quotas=None,
-                     now=0)[N("n1")]
+    answer = preempt(ask, {N("n1"): Proposal(frozenset())}, ledger, config=CONFIG,
+                     quotas=None)[N("n1")]
     assert answer.victims == ("low-f",)
     unguarded = preempt(replace(ask, protected=frozenset()), {N("n1"): Proposal(frozenset())},
-                        ledger, config=CONFIG, quotas=None, now=0)[N("n1")]
+                        ledger, config=CONFIG, quotas=None)[N("n1")]
     assert unguarded.victims == ("low-a",)
     # 14000 MiB: only card 0's two pods make room, protected or not
     ask = replace(question(pod("q", gpus(1, mem=14000)), 100, priorities),
                   protected=frozenset({"low-a"}))
-    answer = preempt(ask, {N("n1"): Proposal(frozenset())}, ledger, config=CONFIG, quotas=None,
-                     now=0)[N("n1")]
+    answer = preempt(ask, {N("n1"): Proposal(frozenset())}, ledger, config=CONFIG,
+                     quotas=None)[N("n1")]
     assert answer.victims == ("low-a", "low-b")
 
 
@@ -117,13 +116,13 @@ def test_a_pod_that_fits_the_cards_keeps_kube_schedulers_proposal() -> None:
     ledger = two_t4s()
     tiny = question(pod("tiny", gpus(1, mem=100)), 100, PRIORITIES)
     answer = preempt(tiny, {N("n1"): Proposal(frozenset({"low-c"}), 1)}, ledger, config=CONFIG,
-                     quotas=None, now=0)[N("n1")]
+                     quotas=None)[N("n1")]
     assert (answer.victims, answer.pdb_violations) == (("low-c",), 1)
 
 
 def test_an_unregistered_node_is_dropped() -> None:
     answer = preempt(question(pod("p", gpus(1)), 1, {}), {N("nowhere"): Proposal(frozenset())},
-                     Ledger(), config=CONFIG, quotas=None, now=0)[N("nowhere")]
+                     Ledger(), config=CONFIG, quotas=None)[N("nowhere")]
     assert not answer.kept and "no registered GPUs" in answer.reason
 
 
@@ -137,8 +136,8 @@ def test_victims_in_the_namespace_free_its_quota() -> None:
     quotas.set_quota("q", "team", {"limits.nvidia.com/gpumem": "8000"})
     wanting = pod("w", gpus(1, mem=4000), namespace="team")
     ask = question(wanting, 10, {"low-a": 0, "low-b": 0})
-    answer = preempt(ask, {N("n1"): Proposal(frozenset())}, ledger, config=CONFIG, quotas=quotas,
-                     now=0)[N("n1")]
+    answer = preempt(ask, {N("n1"): Proposal(frozenset())}, ledger, config=CONFIG,
+                     quotas=quotas)[N("n1")]
     assert answer.victims == ("low-a",), "6000 + 4000 > 8000: one of the team's pods must go"
 
 
@@ -174,7 +173,7 @@ def test_an_answer_never_names_a_victim_that_is_not_needed(
         protected = frozenset(f"p{n}" for n in guarded if n < len(holders))
         ask = replace(ask, protected=protected)
         proposal = Proposal(frozenset())
-    answer = preempt(ask, {N("n1"): proposal}, ledger, config=CONFIG, quotas=None, now=0,
+    answer = preempt(ask, {N("n1"): proposal}, ledger, config=CONFIG, quotas=None,
                      exact_tries=exact_tries)[N("n1")]
 
     def fits_without(victims: set[str]) -> bool:
@@ -184,7 +183,7 @@ def test_an_answer_never_names_a_victim_that_is_not_needed(
             if f"p{n}" not in victims:
                 rest.add_pod(holder(f"p{n}", "n1", f"c{index}", mem))
         decision = decide(
-            read_pod(the_pod), [NodeName("n1")], rest, config=CONFIG, quotas=None, now=0
+            read_pod(the_pod), [NodeName("n1")], rest, config=CONFIG, quotas=None
         )
         return decision.outcome is Outcome.SCHEDULED
 

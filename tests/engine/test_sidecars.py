@@ -21,7 +21,7 @@ from pyhami.engine import (
 from pyhami.kube.views import read_pod
 from pyhami.model import ContainerDevice
 
-from .builders import N, card, gpus, inventory, pod
+from .builders import N, card, gpus, inventory, pod, written
 
 ENGINE_CONFIG = EngineConfig(vendor=NvidiaVendor())
 
@@ -36,7 +36,7 @@ def t4_node(ledger: Ledger, name: str, cards: int) -> None:
 def run(ledger: Ledger, the_pod: dict[str, Any], *nodes: str,
         quotas: QuotaBook | None = None) -> Any:
     return decide(read_pod(the_pod), [N(n) for n in nodes], ledger, config=ENGINE_CONFIG,
-                  quotas=quotas, now=1_700_000_000)
+                  quotas=quotas)
 
 
 def sidecar_pod(name: str = "p", sidecar_mem: int = 10000, app_mem: int = 10000) -> dict[str, Any]:
@@ -56,8 +56,8 @@ def test_the_issue_example_sidecar_and_app_never_share_a_card_they_overflow() ->
     t4_node(two, "t4", 2)
     placed = run(two, sidecar_pod(), "t4")
     assert placed.outcome is Outcome.SCHEDULED
-    sidecar_cards = {d.uuid for d in placed.devices[0]}
-    app_cards = {d.uuid for d in placed.devices[1]}
+    sidecar_cards = {d.uuid for d in placed.allocation.containers[0]}
+    app_cards = {d.uuid for d in placed.allocation.containers[1]}
     assert sidecar_cards and app_cards and not sidecar_cards & app_cards
     two.add_pod(placed.allocation)
     assert sorted(u.usedmem for u in two.device_usage(N("t4"))) == [10000, 10000]
@@ -100,7 +100,7 @@ def test_the_wire_format_lists_a_sidecar_among_the_init_containers() -> None:
     ledger = Ledger()
     t4_node(ledger, "t4", 2)
     decision = run(ledger, sidecar_pod(sidecar_mem=1000, app_mem=2000), "t4")
-    value = decision.annotations["hami.io/vgpu-devices-to-allocate"]
+    value = written(decision)["hami.io/vgpu-devices-to-allocate"]
     first, second, *rest = value.split(";")
     assert first.endswith(",NVIDIA,1000,0:") and second.endswith(",NVIDIA,2000,0:")
     assert rest == [""]

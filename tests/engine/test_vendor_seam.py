@@ -34,7 +34,7 @@ from pyhami.protocol import (
     decode_pod_single_device,
 )
 
-from .builders import N, card, inventory, pod
+from .builders import N, card, inventory, pod, written
 
 NPU = "example.com/npu"
 NPU_KEYS = VendorKeys(
@@ -123,18 +123,18 @@ def test_a_second_vendor_schedules_through_its_own_request_fit_and_keys() -> Non
         ledger,
         config=CONFIG,
         quotas=None,
-        now=0,
         all_reasons=True,
     )
     assert decision.outcome is Outcome.SCHEDULED
     assert decision.node == "acme"
     assert decision.allocation is not None
     assert decision.allocation.containers == ((ContainerDevice("npu-2", "Acme", 8000, 100, 1),),)
-    written = decode_pod_single_device(decision.annotations[NPU_KEYS.allocated])
-    assert [device.uuid for device in written[0]] == ["npu-2"]
-    assert decision.annotations[NPU_KEYS.to_allocate] == decision.annotations[NPU_KEYS.allocated]
-    assert decision.annotations[KEY_VGPU_NODE] == "acme"
-    assert KEY_NVIDIA_ALLOCATED not in decision.annotations
+    annotations = written(decision, CONFIG.vendor.keys)
+    recorded = decode_pod_single_device(annotations[NPU_KEYS.allocated])
+    assert [device.uuid for device in recorded[0]] == ["npu-2"]
+    assert annotations[NPU_KEYS.to_allocate] == annotations[NPU_KEYS.allocated]
+    assert annotations[KEY_VGPU_NODE] == "acme"
+    assert KEY_NVIDIA_ALLOCATED not in annotations
     # Its Fit refused the mixed node's one Acme card (index 0); the NVIDIA card was never its.
     assert dict(decision.failed_nodes) == {"mixed": "1/1 CardTypeMismatch"}
 
@@ -142,12 +142,12 @@ def test_a_second_vendor_schedules_through_its_own_request_fit_and_keys() -> Non
 def test_the_booked_usage_is_the_vendors() -> None:
     ledger = acme_ledger()
     first = decide(
-        read_pod(pod("p", {NPU: "1"})), [N("acme")], ledger, config=CONFIG, quotas=None, now=0
+        read_pod(pod("p", {NPU: "1"})), [N("acme")], ledger, config=CONFIG, quotas=None
     )
     assert first.allocation is not None
     ledger.add_pod(first.allocation)
     second = decide(
-        read_pod(pod("q", {NPU: "1"})), [N("acme")], ledger, config=CONFIG, quotas=None, now=0
+        read_pod(pod("q", {NPU: "1"})), [N("acme")], ledger, config=CONFIG, quotas=None
     )
     assert second.outcome is Outcome.UNSCHEDULABLE
 
@@ -159,7 +159,7 @@ def test_another_vendors_resources_are_no_request() -> None:
         acme_ledger(),
         config=CONFIG,
         quotas=None,
-        now=0,
+
     )
     assert decision.outcome is Outcome.NO_DEVICE_REQUEST
 
@@ -171,7 +171,7 @@ def test_the_vendors_request_errors_name_the_pod() -> None:
         acme_ledger(),
         config=CONFIG,
         quotas=None,
-        now=0,
+
     )
     assert decision.outcome is Outcome.ERROR
     assert decision.error == "pod default/p: container 'c0': example.com/npu 'lots'"
@@ -180,5 +180,5 @@ def test_the_vendors_request_errors_name_the_pod() -> None:
 def test_a_ledger_of_another_vendor_is_refused() -> None:
     with pytest.raises(ValueError, match=r"ledger books 'NVIDIA' devices.*vendor is 'Acme'"):
         decide(
-            read_pod(pod("p", {NPU: "1"})), [N("acme")], Ledger(), config=CONFIG, quotas=None, now=0
+            read_pod(pod("p", {NPU: "1"})), [N("acme")], Ledger(), config=CONFIG, quotas=None
         )

@@ -95,7 +95,6 @@ class World:
             self.state.ledger,
             config=self.state.config,
             quotas=None,
-            now=self.clock.now(),
         )
         assert decision.outcome is Outcome.UNSCHEDULABLE
         await self.preemption.on_unschedulable(view, decision)
@@ -175,7 +174,6 @@ async def test_the_two_victims_are_evicted_and_the_freed_card_is_held_for_the_po
         world.state.ledger,
         config=world.state.config,
         quotas=None,
-        now=world.clock.now(),
     )
     assert decision.outcome is Outcome.SCHEDULED
 

@@ -34,12 +34,12 @@ How a service uses it::
 
     # POST /filter with NodeNames
     ledger.remove_pod(key)                        # as HAMi: drop the pod's old reservation
-    decision = engine.decide(pod, node_names, ledger,
-                             config=engine_config, quotas=quotas, now=datetime_or_unix_seconds)
-    if decision.allocation is not None:           # Outcome.SCHEDULED
-        ledger.add_pod(decision.allocation)       # reserve ...
-        try:
-            await patch_pod(pod, decision.annotations)   # exactly what HAMi writes
+    decision = engine.decide(pod, node_names, ledger, config=engine_config, quotas=quotas)
+    if (chosen := decision.allocation) is not None:   # Outcome.SCHEDULED
+        ledger.add_pod(chosen)                    # reserve ...
+        try:                                      # exactly what HAMi writes:
+            await patch_pod(pod, protocol.filter_annotations(chosen.node, chosen.containers,
+                            chosen.mig_allocations, engine_config.vendor.keys, now))
         except ApiError:
             ledger.remove_pod(decision.key)       # ... and undo (idempotent)
             raise

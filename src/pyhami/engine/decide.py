@@ -1,8 +1,9 @@
 """One scheduling decision: which node and which cards a pending pod gets, and why not elsewhere.
 
 `decide` is pure: it reads the ledger (never writes it), the pod and the configuration, and
-returns a `Decision` that carries everything the caller needs — the annotations to patch, the
-allocation to reserve in the ledger, the reason for every node that does not fit.
+returns a `Decision`, structured data only: the winner node, the allocation to reserve in the
+ledger (each container's devices, once), and every candidate's verdict. The caller encodes
+the annotations (`protocol.filter_annotations`) and the texts it answers with.
 
 It makes HAMi's decision (score every candidate, pick by node policy) without HAMi's cost:
 candidate nodes are visited in policy order straight from the ledger's sorted node scores, so
@@ -16,7 +17,6 @@ only a node that passes gets the full, policy-ordered evaluation that picks the 
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from types import MappingProxyType
 
 from pyhami.engine.evaluate import (
@@ -36,22 +36,10 @@ from pyhami.engine.pod import (
 from pyhami.engine.quota import QuotaBook
 from pyhami.model import (
     NodeName,
-    PodSingleDevice,
     PodSpecError,
     PodView,
 )
-from pyhami.protocol import (
-    KEY_MIG_ALLOCATIONS,
-    KEY_VGPU_NODE,
-    KEY_VGPU_TIME,
-    NodePolicy,
-    ProtocolError,
-    VendorKeys,
-    encode_mig_allocations,
-    encode_pod_single_device,
-    format_unix_seconds,
-    parse_device_scoring_weights,
-)
+from pyhami.protocol import NodePolicy, ProtocolError, parse_device_scoring_weights
 
 
 class Outcome(enum.Enum):
@@ -63,7 +51,7 @@ class Outcome(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """Everything `/filter` answers and records for one pod."""
+    """Where one pod goes and why not elsewhere: the winner, its allocation, every verdict."""
 
     key: PodKey
     namespace: str
@@ -71,12 +59,15 @@ class Decision:
     outcome: Outcome
     node: NodeName | None = None
     score: float | None = None
-    devices: PodSingleDevice = ()  # one entry per container, init containers first
-    annotations: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-    failed_nodes: Mapping[NodeName, str] = field(default_factory=lambda: MappingProxyType({}))
     verdicts: Mapping[NodeName, NodeVerdict] = field(default_factory=lambda: MappingProxyType({}))
-    allocation: PodAllocation | None = None  # what to reserve in the ledger when scheduled
+    # What to reserve in the ledger when scheduled: each container's devices, init first.
+    allocation: PodAllocation | None = None
     error: str | None = None
+
+    @property
+    def failed_nodes(self) -> dict[NodeName, str]:
+        """HAMi's FailedNodes: each candidate that does not fit, with its reason text."""
+        return {name: v.reason for name, v in self.verdicts.items() if not v.fits}
 
 
 def decide(
@@ -86,7 +77,6 @@ def decide(
     *,
     config: EngineConfig,
     quotas: QuotaBook | None,
-    now: datetime | int,
     all_reasons: bool = False,
     explain: bool = False,
 ) -> Decision:
@@ -159,16 +149,9 @@ def decide(
                 )
     ordered = {name: verdicts[name] for name in candidates if name in verdicts}
     if winner is None:
-        failed = {name: verdict.reason for name, verdict in ordered.items()}
         return Decision(
-            plan.key,
-            plan.namespace,
-            plan.name,
-            Outcome.UNSCHEDULABLE,
-            failed_nodes=failed,
-            verdicts=ordered,
+            plan.key, plan.namespace, plan.name, Outcome.UNSCHEDULABLE, verdicts=ordered
         )
-    failed = {name: v.reason for name, v in ordered.items() if not v.fits}
     return Decision(
         plan.key,
         plan.namespace,
@@ -176,9 +159,6 @@ def decide(
         Outcome.SCHEDULED,
         node=winner.node,
         score=winner.score,
-        devices=winner.devices,
-        annotations=_annotations(winner, config.vendor.keys, now),
-        failed_nodes=failed,
         verdicts=ordered,
         allocation=PodAllocation(
             key=plan.key,
@@ -191,18 +171,3 @@ def decide(
             mig_allocations=winner.mig_allocations,
         ),
     )
-
-
-def _annotations(winner: NodeVerdict, keys: VendorKeys, now: datetime | int) -> dict[str, str]:
-    """What HAMi's Filter patches onto the pod (node, time, devices), time from `now`."""
-    moment = datetime.fromtimestamp(now, UTC) if isinstance(now, int) else now
-    encoded = encode_pod_single_device(winner.devices)
-    annotations = {
-        KEY_VGPU_NODE: winner.node,
-        KEY_VGPU_TIME: format_unix_seconds(moment),
-        keys.to_allocate: encoded,
-        keys.allocated: encoded,
-    }
-    if winner.mig_allocations:
-        annotations[KEY_MIG_ALLOCATIONS] = encode_mig_allocations(winner.mig_allocations)
-    return annotations

@@ -23,7 +23,6 @@ is what the scheduler holds for the pod there while the victims terminate.
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from itertools import combinations
 
 from pyhami.engine.collapse import collapse_init_usage
@@ -86,7 +85,6 @@ def preempt(
     *,
     config: EngineConfig,
     quotas: QuotaBook | None,
-    now: datetime | int,
     exact_tries: int = MAX_EXACT_TRIES,
 ) -> dict[NodeName, NodePreemption]:
     """The answer for every proposed node (kept or dropped, each with its reason).
@@ -100,7 +98,6 @@ def preempt(
             ledger,
             config=config,
             quotas=quotas,
-            now=now,
             exact_tries=exact_tries,
         )
         for node, proposal in proposals.items()
@@ -137,12 +134,11 @@ class _Scratch:
         *,
         config: EngineConfig,
         quotas: QuotaBook | None,
-        now: datetime | int,
     ) -> Decision:
         for key in victims:
             self.ledger.remove_pod(key)
         try:
-            return decide(pod, [node], self.ledger, config=config, quotas=quotas, now=now)
+            return decide(pod, [node], self.ledger, config=config, quotas=quotas)
         finally:
             for key in victims:
                 self.ledger.add_pod(self.pods[key])
@@ -156,7 +152,6 @@ def _node_answer(
     *,
     config: EngineConfig,
     quotas: QuotaBook | None,
-    now: datetime | int,
     exact_tries: int,
 ) -> NodePreemption:
     if ledger.node(node) is None:
@@ -164,9 +159,7 @@ def _node_answer(
     scratch = _Scratch(ledger, node, question.pod.key, question.pod.namespace)
 
     def attempt(victims: Sequence[PodKey]) -> Decision:
-        return scratch.decide_without(
-            victims, question.pod, node, config=config, quotas=quotas, now=now
-        )
+        return scratch.decide_without(victims, question.pod, node, config=config, quotas=quotas)
 
     as_is = attempt(())
     if as_is.outcome in (Outcome.SCHEDULED, Outcome.NO_DEVICE_REQUEST):
@@ -277,7 +270,8 @@ def _chosen_reason(
         f"{question.names.get(v, v)} (priority {question.priorities.get(v, 0)})" for v in victims
     )
     named = ", ".join(sorted(described))  # by name: the same victims always read the same
-    cards = sorted({d.uuid for devices in chosen.devices for d in devices})
+    placed = chosen.allocation.containers if chosen.allocation else ()
+    cards = sorted({d.uuid for devices in placed for d in devices})
     fewest = "the only victim" if len(victims) == 1 else f"the fewest {len(victims)} victims"
     return (
         f"evict {named}: {fewest} whose removal lets the pod fit (it gets "

@@ -71,6 +71,7 @@ from pyhami.protocol.pair_scores import decode_pair_scores, encode_pair_scores
 from pyhami.protocol.patches import (
     MERGE_PATCH,
     encode_patch,
+    filter_annotations,
     mig_allocations_patch,
     node_annotations_patch,
     node_lock_release_patch,
@@ -191,6 +192,7 @@ __all__ = [
     "encode_patch",
     "encode_pod_devices",
     "encode_pod_single_device",
+    "filter_annotations",
     "format_device_scoring_weights",
     "format_handshake_request",
     "format_node_lock",

@@ -182,7 +182,6 @@ class EvictingPreemption:
             self.state.ledger,
             config=self.state.config,
             quotas=self.state.quotas,
-            now=self._clock.now(),
         )
         answers = {node: counted(answer, judged, budgets) for node, answer in answers.items()}
         best = best_node(answers, question.priorities)

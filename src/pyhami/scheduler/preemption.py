@@ -157,7 +157,6 @@ class Preemption:
             state.ledger,
             config=state.config,
             quotas=state.quotas,
-            now=service.clock.now(),
         )
         state.offer_nomination(
             pod.key,

@@ -38,7 +38,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 import structlog
@@ -62,6 +62,8 @@ from pyhami.protocol import (
     KEY_NODE_LOCK,
     LABEL_VGPU_NODE,
     BindPhase,
+    VendorKeys,
+    filter_annotations,
     format_unix_seconds,
     pod_annotations_patch,
     remove_annotations_patch,
@@ -159,7 +161,10 @@ class FilterBind:
         self._lock_retry = lock_retry_timeout
         self._explain_all = explain_all
         self.engine_seconds = 0.0  # time spent inside engine.decide (benchmarks read it)
-        self._explanations: OrderedDict[tuple[str, str], Decision] = OrderedDict()
+        # The last decision per pod, with the annotations it would write, for /explain.
+        self._explanations: OrderedDict[tuple[str, str], tuple[Decision, Mapping[str, str]]] = (
+            OrderedDict()
+        )
         # Filter decisions waiting for their bind, by pod UID, and binds in progress.
         self._claims: OrderedDict[PodKey, _Claim] = OrderedDict()
         self._binding: dict[PodKey, str] = {}
@@ -208,7 +213,6 @@ class FilterBind:
                 self.state.ledger,
                 config=self.state.config,
                 quotas=self.state.quotas,
-                now=self.clock.now(),
                 all_reasons=True,
                 explain=explain,
             )
@@ -242,7 +246,8 @@ class FilterBind:
         self.state.release(key)  # a re-filtered pod must not compete with itself
         self._claims.pop(key, None)
         decision = self._decide(pod, args.node_names, self._explain_all)
-        self._remember(decision)
+        written = annotations_of(decision, self.state.config.vendor.keys, self.clock.now())
+        self._remember(decision, written)
         if decision.outcome is Outcome.NO_DEVICE_REQUEST:
             self.metrics.decisions.labels(verb="filter", outcome="pass-through").inc()
             self._claim(_Claim(key, namespace, name, None, None))
@@ -268,7 +273,7 @@ class FilterBind:
         self.state.reserve(decision.allocation)
         self.metrics.decisions.labels(verb="filter", outcome="scheduled").inc()
         chosen = str(decision.node)
-        annotations = self._decision_annotations(pod, decision)
+        annotations = self._with_stale_nulled(pod, written)
         self._claim(_Claim(key, namespace, name, chosen, decision.allocation, annotations))
         self.events.emit(pod, NORMAL, "FilteringSucceed", self._success_message(decision, args))
         await self._room(lambda: self.bind_turns.queued(chosen) >= BINDS_QUEUED_PER_NODE)
@@ -339,13 +344,12 @@ class FilterBind:
         while len(self._claims) > CLAIMS_KEPT:
             self._claims.popitem(last=False)
 
-    def _decision_annotations(self, pod: PodView, decision: Decision) -> dict[str, str | None]:
+    def _with_stale_nulled(self, pod: PodView, written: Mapping[str, str]) -> dict[str, str | None]:
         """The decision's annotations, and null for the owned ones an earlier attempt left."""
-        current = pod.annotations
         values: dict[str, str | None] = {
-            k: None for k in current if k in self._owned and k not in decision.annotations
+            k: None for k in pod.annotations if k in self._owned and k not in written
         }
-        values.update(decision.annotations)
+        values.update(written)
         return values
 
     def _reason_events(self, pod: PodView, decision: Decision) -> None:
@@ -393,7 +397,6 @@ class FilterBind:
             ledger,
             config=self.state.config,
             quotas=self.state.quotas,
-            now=self.clock.now(),
             explain=True,
         )
         self.engine_seconds += self.clock.monotonic() - started
@@ -412,25 +415,28 @@ class FilterBind:
 
     # ----- explanations ----------------------------------------------------------------------
 
-    def _remember(self, decision: Decision) -> None:
+    def _remember(self, decision: Decision, written: Mapping[str, str]) -> None:
         ref = (decision.namespace, decision.name)
         replaced = self._explanations.pop(ref, None)
         if replaced is not None:
-            self._explained_verdicts -= len(replaced.verdicts)
-        self._explanations[ref] = decision
+            self._explained_verdicts -= len(replaced[0].verdicts)
+        self._explanations[ref] = (decision, written)
         self._explained_verdicts += len(decision.verdicts)
         while len(self._explanations) > 1 and (
             len(self._explanations) > EXPLANATIONS_KEPT
             or self._explained_verdicts > EXPLAINED_VERDICTS_KEPT
         ):
-            _, oldest = self._explanations.popitem(last=False)
+            _, (oldest, _) = self._explanations.popitem(last=False)
             self._explained_verdicts -= len(oldest.verdicts)
 
     def explain(self, pod: PodRef) -> JsonObject | None:
-        decision = self._explanations.get((pod.namespace, pod.name))
-        if decision is None:
+        remembered = self._explanations.get((pod.namespace, pod.name))
+        if remembered is None:
             return None
-        return explanation_json(self._with_card_checks(decision), self.state.registration_errors)
+        decision, written = remembered
+        return explanation_json(
+            self._with_card_checks(decision), written, self.state.registration_errors
+        )
 
     def _with_card_checks(self, decision: Decision) -> Decision:
         """Per-card detail for the one pod asked about: `/filter` keeps card checks only with
@@ -758,8 +764,19 @@ def _words_of(decision: Decision) -> Callable[[str], Mapping[str, int]]:
     return lambda text: by_text.get(text, {})
 
 
-def explanation_json(decision: Decision, registration_errors: Mapping[str, str]) -> JsonObject:
-    """A decision as `/explain` shows it: the answer, then every node's verdict and card checks.
+def annotations_of(decision: Decision, keys: VendorKeys, now: datetime | int) -> dict[str, str]:
+    """What a decision writes on its pod at `now` (nothing unless it placed the pod)."""
+    chosen = decision.allocation
+    if chosen is None:
+        return {}
+    return filter_annotations(chosen.node, chosen.containers, chosen.mig_allocations, keys, now)
+
+
+def explanation_json(
+    decision: Decision, written: Mapping[str, str], registration_errors: Mapping[str, str]
+) -> JsonObject:
+    """A decision as `/explain` shows it: the answer and the annotations it writes (`written`),
+    then every node's verdict and card checks.
 
     A node whose registration annotation cannot be read now also gets `registrationError`.
     """
@@ -769,7 +786,7 @@ def explanation_json(decision: Decision, registration_errors: Mapping[str, str])
         "node": decision.node,
         "score": decision.score,
         "error": decision.error,
-        "annotations": dict(decision.annotations),
+        "annotations": dict(written),
         "nodes": [
             {
                 "node": str(v.node),

@@ -120,12 +120,12 @@ def simulate(  # noqa: PLR0917 (typer reads the options from the signature)
     moment = int(time.time()) if now is None else now
     what_ifs: dict[str, WhatIf] = {}
     if preemption:
-        decisions, what_ifs = simulate_with_preemption(cluster, engine_config, moment)
+        decisions, what_ifs = simulate_with_preemption(cluster, engine_config)
     else:
-        decisions = simulate_pods(cluster, engine_config, moment)
+        decisions = simulate_pods(cluster, engine_config)
     if namespace is not None:
         decisions = [d for d in decisions if d.namespace == namespace]
-    data = pods_data(decisions)
+    data = pods_data(decisions, engine_config.vendor.keys, moment)
     for entry in data["pods"]:
         found = what_ifs.get(f"{entry['namespace']}/{entry['name']}")
         if found is not None:
@@ -135,7 +135,9 @@ def simulate(  # noqa: PLR0917 (typer reads the options from the signature)
     elif output is Output.YAML:
         sys.stdout.write(as_data(data, output))
     else:
-        sys.stdout.write(as_table(decisions, wide=output is Output.WIDE))
+        sys.stdout.write(
+            as_table(decisions, engine_config.vendor.keys, moment, wide=output is Output.WIDE)
+        )
         for decision in decisions:
             found = what_ifs.get(f"{decision.namespace}/{decision.name}")
             if found is not None:

@@ -9,7 +9,7 @@ from pyhami.devices.reasons import CardCheck
 from pyhami.engine import Decision, EngineConfig, NodeFailure, NodeVerdict, Outcome
 from pyhami.model import DeviceUsage, NodeName
 from pyhami.protocol import NVIDIA_VENDOR
-from pyhami.scheduler.service import explanation_json
+from pyhami.scheduler.service import annotations_of, explanation_json
 from pyhami.sim.inputs import ClusterInput, InputError
 from pyhami.sim.preemption import WhatIf, what_if, what_if_data, what_if_lines
 from pyhami.sim.simulate import prepare, schedule
@@ -18,6 +18,7 @@ from pyhami.sim.simulate import prepare, schedule
 @dataclass(frozen=True, slots=True)
 class Explanation:
     decision: Decision
+    annotations: Mapping[str, str]  # what the scheduler would write for the decision
     cards: Mapping[NodeName, tuple[DeviceUsage, ...]]  # every node's cards as the pod saw them
     unregistered: Mapping[NodeName, str]  # why each node without cards has none
     # The pending pods listed before this one: placed first (`after_pending`) or not.
@@ -68,15 +69,16 @@ def explain(
     simulation = prepare(cluster, config)
     if after_pending:
         for pod in cluster.pending[:position]:
-            schedule(simulation, pod, now)
+            schedule(simulation, pod)
     ledger = simulation.ledger
     cards = {node: ledger.device_usage(node) for node in ledger.node_names()}
-    decision = schedule(simulation, cluster.pending[position], now, explain=True)
+    decision = schedule(simulation, cluster.pending[position], explain=True)
     preemption = None
     if decision.outcome is Outcome.UNSCHEDULABLE:
-        preemption = what_if(simulation, cluster, cluster.pending[position], now)
+        preemption = what_if(simulation, cluster, cluster.pending[position])
     return Explanation(
         decision,
+        annotations_of(decision, config.vendor.keys, now),
         cards,
         cluster.unregistered,
         position,
@@ -90,7 +92,7 @@ def explanation_data(explanation: Explanation) -> dict[str, Any]:
     """`explain -o json|yaml`: the scheduler's `/explain` answer, plus each node's cards as
     the pod saw them and whether earlier pending pods were placed first."""
     unreadable = {str(node): explanation.unregistered[node] for node in explanation.unreadable}
-    data = explanation_json(explanation.decision, unreadable)
+    data = explanation_json(explanation.decision, explanation.annotations, unreadable)
     for node in data["nodes"]:
         cards = explanation.cards.get(NodeName(node["node"]), ())
         node["cardStates"] = [dataclasses.asdict(card) for card in cards]

@@ -37,9 +37,7 @@ class WhatIf:
     blocked: tuple[str, ...] = ()
 
 
-def what_if(
-    simulation: Simulation, cluster: ClusterInput, pod: Mapping[str, Any], now: int
-) -> WhatIf | None:
+def what_if(simulation: Simulation, cluster: ClusterInput, pod: Mapping[str, Any]) -> WhatIf | None:
     """Preempt for `pod` on the simulation's ledger; with a node kept, its victims leave the
     ledger and the pod is scheduled again (reserved there, as simulate does). None when no
     pod anywhere has a lower priority: preemption has nothing to ask."""
@@ -66,7 +64,6 @@ def what_if(
         ledger,
         config=simulation.config,
         quotas=simulation.quotas,
-        now=now,
     )
     answers = {node: counted(answer, pods, budgets) for node, answer in answers.items()}
     best = best_node(answers, priorities)
@@ -77,22 +74,22 @@ def what_if(
         return WhatIf(answers, best.node, blocked=tuple(broken))
     for victim in best.victims:
         ledger.remove_pod(victim)
-    decision = schedule(simulation, pod, now)
+    decision = schedule(simulation, pod)
     return WhatIf(answers, best.node, tuple(names[v] for v in best.victims), decision)
 
 
 def simulate_with_preemption(
-    cluster: ClusterInput, config: EngineConfig, now: int
+    cluster: ClusterInput, config: EngineConfig
 ) -> tuple[list[Decision], dict[str, WhatIf]]:
     """simulate, where a pod that fits nowhere preempts as it would live (by namespace/name)."""
     simulation = prepare(cluster, config)
     decisions = []
     what_ifs: dict[str, WhatIf] = {}
     for pod in cluster.pending:
-        decision = schedule(simulation, pod, now)
+        decision = schedule(simulation, pod)
         result = None
         if decision.outcome is Outcome.UNSCHEDULABLE:
-            result = what_if(simulation, cluster, pod, now)
+            result = what_if(simulation, cluster, pod)
         if result is not None:
             what_ifs[f"{decision.namespace}/{decision.name}"] = result
             decision = result.decision or decision

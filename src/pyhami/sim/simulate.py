@@ -13,6 +13,8 @@ from pyhami import engine
 from pyhami.engine import Decision, EngineConfig, Ledger, Outcome, QuotaBook
 from pyhami.kube.views import pod_identity, read_pod
 from pyhami.model import NodeName, PodSpecError
+from pyhami.protocol import VendorKeys
+from pyhami.scheduler.service import annotations_of
 from pyhami.sim.inputs import ClusterInput
 
 
@@ -35,9 +37,7 @@ def prepare(cluster: ClusterInput, config: EngineConfig) -> Simulation:
     return Simulation(ledger, quotas, candidates, config)
 
 
-def schedule(
-    simulation: Simulation, pod: Mapping[str, Any], now: int, *, explain: bool = False
-) -> Decision:
+def schedule(simulation: Simulation, pod: Mapping[str, Any], *, explain: bool = False) -> Decision:
     """One `/filter` call: drop the pod's stale reservation, decide, reserve the choice."""
     ledger = simulation.ledger
     key, namespace, name = pod_identity(pod)
@@ -52,7 +52,6 @@ def schedule(
         ledger,
         config=simulation.config,
         quotas=simulation.quotas,
-        now=now,
         explain=explain,
     )
     if decision.allocation is not None:
@@ -60,23 +59,23 @@ def schedule(
     return decision
 
 
-def simulate(cluster: ClusterInput, config: EngineConfig, now: int) -> list[Decision]:
+def simulate(cluster: ClusterInput, config: EngineConfig) -> list[Decision]:
     simulation = prepare(cluster, config)
-    return [schedule(simulation, pod, now) for pod in cluster.pending]
+    return [schedule(simulation, pod) for pod in cluster.pending]
 
 
-def pods_data(decisions: list[Decision]) -> dict[str, Any]:
-    """The `simulate --output json|yaml` contract."""
-    return {"pods": [_pod_json(d) for d in decisions]}
+def pods_data(decisions: list[Decision], keys: VendorKeys, now: int) -> dict[str, Any]:
+    """The `simulate --output json|yaml` contract; annotations as written at `now`."""
+    return {"pods": [_pod_json(d, keys, now) for d in decisions]}
 
 
-def _pod_json(decision: Decision) -> dict[str, Any]:
+def _pod_json(decision: Decision, keys: VendorKeys, now: int) -> dict[str, Any]:
     return {
         "namespace": decision.namespace,
         "name": decision.name,
         "node": decision.node,
         "score": decision.score,
-        "annotations": dict(decision.annotations),
+        "annotations": annotations_of(decision, keys, now),
         "failedNodes": dict(decision.failed_nodes),
     }
 
@@ -84,9 +83,9 @@ def _pod_json(decision: Decision) -> dict[str, Any]:
 NAMES_SHOWN = 5
 
 
-def as_table(decisions: list[Decision], *, wide: bool = False) -> str:
+def as_table(decisions: list[Decision], keys: VendorKeys, now: int, *, wide: bool = False) -> str:
     """A person's view: per pod the node and cards, or why no node took it; `wide` adds the
-    annotations the scheduler would write."""
+    annotations the scheduler would write at `now`."""
     lines = []
     without_gpu = []
     for decision in decisions:
@@ -97,14 +96,18 @@ def as_table(decisions: list[Decision], *, wide: bool = False) -> str:
         if decision.outcome is Outcome.SCHEDULED:
             lines.append(f"{head}  ->  {decision.node}  (node score {decision.score:.2f})")
             lines.append(f"  {'container':<10} {'card':<44} {'memory MiB':>10} {'cores %':>8}")
-            for position, devices in enumerate(decision.devices):
+            placed = decision.allocation.containers if decision.allocation else ()
+            for position, devices in enumerate(placed):
                 for device in devices:
                     lines.append(
                         f"  {position:<10} {device.uuid:<44} {device.usedmem:>10} "
                         f"{device.usedcores:>8}"
                     )
             if wide:
-                lines.extend(f"  {key}: {value}" for key, value in decision.annotations.items())
+                lines.extend(
+                    f"  {key}: {value}"
+                    for key, value in annotations_of(decision, keys, now).items()
+                )
         elif decision.outcome is Outcome.UNSCHEDULABLE:
             lines.append(f"{head}  ->  no node fits")
             for node, reason in decision.failed_nodes.items():
