@@ -7,22 +7,13 @@ from pyhami.testing import ManualClock
 POD = read_pod({"metadata": {"name": "p", "namespace": "ns", "uid": "u1"}})
 
 
-def _parse(text: str) -> dict[str, int]:
-    out = {}
-    for part in text.split(", "):
-        count, _, word = part.partition(" ")
-        if "/" in count:
-            out[word] = int(count.split("/")[0])
-    return out
-
-
 def test_reason_events_group_nodes_per_reason_word() -> None:
     failed = {
-        "n2": "1/4 CardInsufficientMemory, 3/4 CardUuidMismatch",
-        "n1": "4/4 CardInsufficientMemory",
-        "n3": "node unregistered",
+        "n2": ["CardInsufficientMemory", "CardUuidMismatch"],
+        "n1": ["CardInsufficientMemory"],
+        "n3": ["node unregistered"],
     }
-    assert reason_events(failed, _parse) == [
+    assert reason_events(failed) == [
         "2 nodes CardInsufficientMemory(n1, n2)",
         "1 nodes CardUuidMismatch(n2)",
         "1 nodes node unregistered(n3)",

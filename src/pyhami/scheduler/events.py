@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime
 
 import structlog
@@ -78,17 +78,11 @@ class EventRecorder:
             await asyncio.gather(*list(self._inflight))
 
 
-def reason_events(
-    failed_nodes: Mapping[str, str], parse: Callable[[str], Mapping[str, int]]
-) -> list[str]:
-    """HAMi's per-reason messages: `"<k> nodes <Reason>(<sorted node names>)"`.
-
-    `parse` turns one node's reason string into {reason word: card count}; a node whose
-    reason is not in the `n/N Reason` form (e.g. `node unregistered`) counts under its text.
-    """
+def reason_events(words_by_node: Mapping[str, Iterable[str]]) -> list[str]:
+    """HAMi's per-reason messages: `"<k> nodes <Reason>(<sorted node names>)"`, from each
+    failed node's reason words (a node without card reasons, e.g. unregistered, has its text)."""
     by_reason: dict[str, list[str]] = {}
-    for node, text in failed_nodes.items():
-        words = list(parse(text)) or [text]
+    for node, words in words_by_node.items():
         for word in words:
             by_reason.setdefault(word, []).append(node)
     return [

@@ -34,7 +34,7 @@ Deliberate differences from HAMi, each a bug there (docs/hami-compatibility.md):
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -353,10 +353,11 @@ class FilterBind:
         return values
 
     def _reason_events(self, pod: PodView, decision: Decision) -> None:
-        failed = {str(n): r for n, r in decision.failed_nodes.items()}
-        for word, count in _reason_counts(decision).items():
+        words = _failure_words(decision)
+        counts = Counter(word for node_words in words.values() for word in node_words)
+        for word, count in counts.items():
             self.metrics.filter_failures.labels(reason=word).inc(count)
-        for message in reason_events(failed, _words_of(decision)):
+        for message in reason_events(words):
             self.events.emit(pod, WARNING, "FilteringFailed", message)
 
     @staticmethod
@@ -744,24 +745,14 @@ def _named(failed: Mapping[NodeName, str]) -> dict[str, str]:
     return {str(node): reason for node, reason in failed.items()}
 
 
-def _reason_counts(decision: Decision) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for verdict in decision.verdicts.values():
-        if verdict.fits:
-            continue
-        words = [str(r) for r in verdict.reasons] or [verdict.reason]
-        for word in words:
-            counts[word] = counts.get(word, 0) + 1
-    return counts
-
-
-def _words_of(decision: Decision) -> Callable[[str], Mapping[str, int]]:
-    """Reason words per failed node, from the structured verdicts (no text parsing)."""
-    by_text: dict[str, Mapping[str, int]] = {}
-    for verdict in decision.verdicts.values():
-        if not verdict.fits:
-            by_text[verdict.reason] = {str(r): n for r, n in verdict.reasons.items()}
-    return lambda text: by_text.get(text, {})
+def _failure_words(decision: Decision) -> dict[str, list[str]]:
+    """Each failed node's reason words, from its verdict's structured reasons (a node failed
+    without card reasons, e.g. unregistered, has its text)."""
+    return {
+        str(v.node): [str(r) for r in v.reasons] or [v.reason]
+        for v in decision.verdicts.values()
+        if not v.fits
+    }
 
 
 def annotations_of(decision: Decision, keys: VendorKeys, now: datetime | int) -> dict[str, str]:
