@@ -122,8 +122,16 @@ async def test_filter_picks_a_node_and_reserves_and_bind_records_the_decision() 
     reasons = [(e["type"], e["reason"]) for e in kube.events]
     assert ("Normal", "FilteringSucceed") in reasons
     assert ("Warning", "FilteringFailed") in reasons  # per-reason events even though n1 fits
+    failures = sorted(e["message"] for e in kube.events if e["reason"] == "FilteringFailed")
+    assert failures == [
+        "1 nodes CardInsufficientMemory(n1-busy)",
+        "1 nodes node unregistered(ghost)",
+    ]
     explained = service.explain(PodRef("default", "p"))
     assert explained is not None and explained["node"] == "n1"
+    assert explained["annotations"] == {
+        k: v for k, v in notes.items() if k not in ("hami.io/bind-phase", "hami.io/bind-time")
+    }
     reasons = {n["node"]: n["reason"] for n in explained["nodes"]}
     assert reasons["ghost"] == "node unregistered"
     assert "CardInsufficientMemory" in reasons["n1-busy"]
