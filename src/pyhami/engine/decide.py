@@ -29,10 +29,7 @@ from pyhami.engine.evaluate import (
     make_cycle,
 )
 from pyhami.engine.ledger import Ledger, PodAllocation, PodKey
-from pyhami.engine.pod import (
-    EngineConfig,
-    plan_pod,
-)
+from pyhami.engine.pod import EngineConfig, PodPlan, plan_pod
 from pyhami.engine.quota import QuotaBook
 from pyhami.model import (
     NodeName,
@@ -63,6 +60,7 @@ class Decision:
     # What to reserve in the ledger when scheduled: each container's devices, init first.
     allocation: PodAllocation | None = None
     error: str | None = None
+    plan: PodPlan | None = None  # the pod as read (None when it cannot be): bind reuses it
 
     @property
     def failed_nodes(self) -> dict[NodeName, str]:
@@ -100,7 +98,7 @@ def decide(
     except PodSpecError as err:
         return Decision(pod.key, pod.namespace, pod.name, Outcome.ERROR, error=str(err))
     if not plan.wants_devices:
-        return Decision(plan.key, plan.namespace, plan.name, Outcome.NO_DEVICE_REQUEST)
+        return Decision(plan.key, plan.namespace, plan.name, Outcome.NO_DEVICE_REQUEST, plan=plan)
     try:
         weights = parse_device_scoring_weights(plan.weights_annotation)
     except ProtocolError as err:
@@ -110,6 +108,7 @@ def decide(
             plan.name,
             Outcome.ERROR,
             error=f"calcScore failed {err.reason} for pod {plan.name}",
+            plan=plan,
         )
     cycle = make_cycle(plan, weights, ledger, config, quotas)
     wanted = set(candidates)
@@ -150,7 +149,7 @@ def decide(
     ordered = {name: verdicts[name] for name in candidates if name in verdicts}
     if winner is None:
         return Decision(
-            plan.key, plan.namespace, plan.name, Outcome.UNSCHEDULABLE, verdicts=ordered
+            plan.key, plan.namespace, plan.name, Outcome.UNSCHEDULABLE, verdicts=ordered, plan=plan
         )
     return Decision(
         plan.key,
@@ -170,4 +169,5 @@ def decide(
             sidecars=plan.sidecars,
             mig_allocations=winner.mig_allocations,
         ),
+        plan=plan,
     )

@@ -51,7 +51,6 @@ from pyhami.engine import (
     PodKey,
     PodSpecError,
     decide,
-    plan_pod,
 )
 from pyhami.kube import Clock, JsonObject, NodeLockContentionError, NodeLocker, NotFound
 from pyhami.kube.views import pod_identity, read_node, read_pod
@@ -242,7 +241,7 @@ class FilterBind:
         refusal = self._refused_unless_leading("filter")
         if refusal is not None:
             return ExtenderFilterResult.failure(refusal)
-        key, namespace, name = pod.key, pod.namespace, pod.name
+        key = pod.key
         self.state.release(key)  # a re-filtered pod must not compete with itself
         self._claims.pop(key, None)
         decision = self._decide(pod, args.node_names, self._explain_all)
@@ -250,7 +249,7 @@ class FilterBind:
         self._remember(decision, written)
         if decision.outcome is Outcome.NO_DEVICE_REQUEST:
             self.metrics.decisions.labels(verb="filter", outcome="pass-through").inc()
-            self._claim(_Claim(key, namespace, name, None, None))
+            self._claim(_Claim(decision))
             return ExtenderFilterResult(node_names=args.node_names)
         if decision.outcome is Outcome.ERROR:
             self.metrics.decisions.labels(verb="filter", outcome="error").inc()
@@ -274,7 +273,7 @@ class FilterBind:
         self.metrics.decisions.labels(verb="filter", outcome="scheduled").inc()
         chosen = str(decision.node)
         annotations = self._with_stale_nulled(pod, written)
-        self._claim(_Claim(key, namespace, name, chosen, decision.allocation, annotations))
+        self._claim(_Claim(decision, annotations))
         self.events.emit(pod, NORMAL, "FilteringSucceed", self._success_message(decision, args))
         await self._room(lambda: self.bind_turns.queued(chosen) >= BINDS_QUEUED_PER_NODE)
         # HAMi answers a fit with FailedNodes null; we also name every rejected node with its
@@ -494,14 +493,9 @@ class FilterBind:
             except Exception as err:
                 self.metrics.decisions.labels(verb="bind", outcome="unknown-pod").inc()
                 return ExtenderBindingResult(f'pod "{namespace}/{claim.name}" not found: {err}')
-        try:
-            plan = plan_pod(pod, self.state.config)
-        except PodSpecError as err:
-            return ExtenderBindingResult(str(err))
         if args.node not in self.state.nodes:
             self.events.emit(pod, WARNING, "BindingFailed", f"failed to get node {args.node}")
             return ExtenderBindingResult(f'node "{args.node}" not found')
-        needs_lock = bool(plan.lasting_requests)
         # Waiting for the node (this process's earlier binds there, then the lock of a pod
         # that is not allocated yet) ends within --node-lock-retry-timeout, before
         # kube-scheduler's own timeout gives up on this bind.
@@ -516,7 +510,7 @@ class FilterBind:
                 # then on this replica writes nothing.
                 self._still_leading()
                 recorded = asyncio.ensure_future(self._record(claim))
-                if needs_lock:
+                if claim.needs_lock:
                     # The binding goes out only after the lock and the pod's patch landed.
                     results = await asyncio.gather(
                         self._lock(args.node, namespace, claim.name, until),
@@ -725,16 +719,39 @@ class DecisionRecordError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class _Claim:
-    """What a /filter of this process decided, which the next /bind of that pod must match:
-    the chosen node and its reservation (neither for a pod that asks for no device: it may go
-    to any node kube-scheduler picks)."""
+    """What a /filter of this process decided, which the next /bind of that pod must match and
+    carries out: the chosen node and its reservation (neither for a pod that asks for no
+    device: it may go to any node kube-scheduler picks), and the annotations bind writes."""
 
-    key: PodKey
-    namespace: str
-    name: str
-    node: str | None
-    allocation: PodAllocation | None
-    annotations: Mapping[str, str | None] = field(default_factory=dict)  # written by bind
+    decision: Decision
+    annotations: Mapping[str, str | None] = field(default_factory=dict)
+
+    @property
+    def key(self) -> PodKey:
+        return self.decision.key
+
+    @property
+    def namespace(self) -> str:
+        return self.decision.namespace
+
+    @property
+    def name(self) -> str:
+        return self.decision.name
+
+    @property
+    def node(self) -> str | None:
+        return self.decision.node
+
+    @property
+    def allocation(self) -> PodAllocation | None:
+        return self.decision.allocation
+
+    @property
+    def needs_lock(self) -> bool:
+        """HAMi's node lock guards a pod whose lasting containers get devices (its plan as
+        the filter read it)."""
+        plan = self.decision.plan
+        return plan is not None and bool(plan.lasting_requests)
 
 
 def _unlocked_in(node: NodeView | None) -> bool:

@@ -87,9 +87,10 @@ class ClusterState:
         self._selector = dict(node_selector or {})
         self.nodes: dict[str, NodeView] = {}
         self.pods: dict[tuple[str, str], PodView] = {}
-        self._reserved: dict[PodKey, PodAllocation] = {}
-        # The resourceVersion each reservation's patch answered with ("" when it had none).
-        self._recorded_at: dict[PodKey, str] = {}
+        # Reservations /filter made, by pod: the resourceVersion their patch answered with
+        # (None until it answered, "" when the answer had none). What is reserved is the
+        # ledger's entry for the pod, the one place it is kept.
+        self._reservations: dict[PodKey, str | None] = {}
         # Claims offered by /preempt, per pod and node: held while the pod is nominated there.
         self._nominations: dict[PodKey, dict[NodeName, PodAllocation]] = {}
         # Pods this process bound, until the pod is gone: the informer may not show the
@@ -184,7 +185,7 @@ class ClusterState:
         except PodSpecError as err:
             log.warning("pod allocation unreadable; not charged", pod=pod.ref, error=str(err))
             allocation = None
-        reserved = self._reserved.get(key)
+        reserved = self.ledger.pod(key) if key in self._reservations else None
         if reserved is not None:
             if not self._shows_the_patch(key, pod, allocation, reserved):
                 return  # a view from before our patch landed
@@ -244,13 +245,13 @@ class ClusterState:
         """Forget the pod's claims; the one charged now leaves the ledger (not a placement)."""
         claims = self._nominations.pop(key, {})
         charged = self.ledger.pod(key)
-        if charged is not None and key not in self._reserved and charged in claims.values():
+        if charged is not None and key not in self._reservations and charged in claims.values():
             self.ledger.remove_pod(key)
 
     # ----- reservations made by /filter ------------------------------------------------------
 
     def reserve(self, allocation: PodAllocation) -> None:
-        self._reserved[allocation.key] = allocation
+        self._reservations[allocation.key] = None
         self.ledger.add_pod(allocation)
 
     def recorded(self, allocation: PodAllocation, answer: Mapping[str, Any]) -> None:
@@ -258,9 +259,9 @@ class ClusterState:
         resourceVersion on, the informer's view of the pod is current again (perhaps it
         already is)."""
         key = allocation.key
-        if self._reserved.get(key) is not allocation:
+        if key not in self._reservations or self.ledger.pod(key) is not allocation:
             return  # released, or the pod was filtered again meanwhile
-        self._recorded_at[key] = _version(answer)
+        self._reservations[key] = _version(answer)
         seen = self.pods.get((allocation.namespace, allocation.name))
         if seen is not None and seen.uid == key:
             self._on_view(seen)
@@ -272,7 +273,7 @@ class ClusterState:
         allocation: PodAllocation | None,
         reserved: PodAllocation,
     ) -> bool:
-        written = self._recorded_at.get(key)
+        written = self._reservations.get(key)
         if written is None:
             return False  # not answered yet
         seen = pod.resource_version
@@ -281,8 +282,7 @@ class ClusterState:
         return allocation is not None and _same_choice(allocation, reserved)
 
     def _end_reservation(self, key: PodKey) -> None:
-        self._reserved.pop(key, None)
-        self._recorded_at.pop(key, None)
+        self._reservations.pop(key, None)
 
     def release(self, key: PodKey) -> None:
         """Drop a pod's reservation or recorded allocation (idempotent)."""
