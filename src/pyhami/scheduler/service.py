@@ -34,11 +34,11 @@ Deliberate differences from HAMi, each a bug there (docs/hami-compatibility.md):
 from __future__ import annotations
 
 import asyncio
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Protocol
 
 import structlog
@@ -47,7 +47,6 @@ from pyhami.engine import (
     Decision,
     Ledger,
     Outcome,
-    PodAllocation,
     PodKey,
     PodSpecError,
     decide,
@@ -61,14 +60,12 @@ from pyhami.protocol import (
     KEY_NODE_LOCK,
     LABEL_VGPU_NODE,
     BindPhase,
-    VendorKeys,
-    filter_annotations,
     format_unix_seconds,
     pod_annotations_patch,
     remove_annotations_patch,
 )
 from pyhami.scheduler.bind_turns import BindTurns, NodeTurnTimeoutError
-from pyhami.scheduler.events import NORMAL, WARNING, EventRecorder, reason_events
+from pyhami.scheduler.events import NORMAL, WARNING, EventRecorder
 from pyhami.scheduler.extender import (
     ExtenderArgs,
     ExtenderBindingArgs,
@@ -77,6 +74,7 @@ from pyhami.scheduler.extender import (
     PodRef,
 )
 from pyhami.scheduler.metrics import SchedulerMetrics
+from pyhami.scheduler.outcome import Claim, FilterOutcome, annotations_of, filter_outcome
 from pyhami.scheduler.state import ClusterState
 
 log = structlog.get_logger(__name__)
@@ -165,7 +163,7 @@ class FilterBind:
             OrderedDict()
         )
         # Filter decisions waiting for their bind, by pod UID, and binds in progress.
-        self._claims: OrderedDict[PodKey, _Claim] = OrderedDict()
+        self._claims: OrderedDict[PodKey, Claim] = OrderedDict()
         self._binding: dict[PodKey, str] = {}
         # Binds waiting for a locked node, woken by the informer's news of that node.
         self._node_news: dict[str, asyncio.Event] = {}
@@ -247,39 +245,28 @@ class FilterBind:
         decision = self._decide(pod, args.node_names, self._explain_all)
         written = annotations_of(decision, self.state.config.vendor.keys, self.clock.now())
         self._remember(decision, written)
-        if decision.outcome is Outcome.NO_DEVICE_REQUEST:
-            self.metrics.decisions.labels(verb="filter", outcome="pass-through").inc()
-            self._claim(_Claim(decision))
-            return ExtenderFilterResult(node_names=args.node_names)
-        if decision.outcome is Outcome.ERROR:
-            self.metrics.decisions.labels(verb="filter", outcome="error").inc()
-            error = decision.error or "filter failed"
-            self.events.emit(pod, WARNING, "FilteringFailed", error)
-            return ExtenderFilterResult.failure(error)
-        self._reason_events(pod, decision)
-        if decision.outcome is Outcome.UNSCHEDULABLE or decision.allocation is None:
-            self.metrics.decisions.labels(verb="filter", outcome="unschedulable").inc()
-            self.events.emit(
-                pod,
-                WARNING,
-                "FilteringFailed",
-                f"no available node, {len(args.node_names)} nodes do not meet",
-            )
-            if self.on_unschedulable is not None:  # preemption for GPUs (eviction.py)
-                await self.on_unschedulable(pod, decision)
-            return ExtenderFilterResult(failed_nodes=_named(decision.failed_nodes))
-        # Reserved in memory and answered; /bind writes the decision on the pod.
-        self.state.reserve(decision.allocation)
-        self.metrics.decisions.labels(verb="filter", outcome="scheduled").inc()
-        chosen = str(decision.node)
-        annotations = self._with_stale_nulled(pod, written)
-        self._claim(_Claim(decision, annotations))
-        self.events.emit(pod, NORMAL, "FilteringSucceed", self._success_message(decision, args))
-        await self._room(lambda: self.bind_turns.queued(chosen) >= BINDS_QUEUED_PER_NODE)
-        # HAMi answers a fit with FailedNodes null; we also name every rejected node with its
-        # reason (architecture.md), which kube-scheduler reads as those nodes not fitting.
-        failed = _named(decision.failed_nodes) or None
-        return ExtenderFilterResult(node_names=[str(decision.node)], failed_nodes=failed)
+        outcome = filter_outcome(pod, decision, args.node_names, written, self._owned)
+        self._apply(pod, outcome)
+        if decision.outcome is Outcome.UNSCHEDULABLE and self.on_unschedulable is not None:
+            await self.on_unschedulable(pod, decision)  # preemption for GPUs (eviction.py)
+        elif decision.node is not None:
+            chosen = decision.node
+            await self._room(lambda: self.bind_turns.queued(chosen) >= BINDS_QUEUED_PER_NODE)
+        return outcome.answer
+
+    def _apply(self, pod: PodView, outcome: FilterOutcome) -> None:
+        """Carry out a filter's outcome: its metrics, the reservation and claim its bind
+        carries out (/bind writes the decision on the pod), then its events."""
+        self.metrics.decisions.labels(verb="filter", outcome=outcome.label).inc()
+        for word, count in outcome.failures.items():
+            self.metrics.filter_failures.labels(reason=word).inc(count)
+        claim = outcome.claim
+        if claim is not None:
+            if claim.allocation is not None:
+                self.state.reserve(claim.allocation)
+            self._claim(claim)
+        for event in outcome.events:
+            self.events.emit(pod, event.kind, event.reason, event.message)
 
     async def _trusted_pod(self, claimed: Mapping[str, Any]) -> PodView:
         """The pod the body names, as the API server has it: only its namespace, name and
@@ -337,38 +324,11 @@ class FilterBind:
             except TimeoutError:
                 return
 
-    def _claim(self, claim: _Claim) -> None:
+    def _claim(self, claim: Claim) -> None:
         self._claims[claim.key] = claim
         self._claims.move_to_end(claim.key)
         while len(self._claims) > CLAIMS_KEPT:
             self._claims.popitem(last=False)
-
-    def _with_stale_nulled(self, pod: PodView, written: Mapping[str, str]) -> dict[str, str | None]:
-        """The decision's annotations, and null for the owned ones an earlier attempt left."""
-        values: dict[str, str | None] = {
-            k: None for k in pod.annotations if k in self._owned and k not in written
-        }
-        values.update(written)
-        return values
-
-    def _reason_events(self, pod: PodView, decision: Decision) -> None:
-        words = _failure_words(decision)
-        counts = Counter(word for node_words in words.values() for word in node_words)
-        for word, count in counts.items():
-            self.metrics.filter_failures.labels(reason=word).inc(count)
-        for message in reason_events(words):
-            self.events.emit(pod, WARNING, "FilteringFailed", message)
-
-    @staticmethod
-    def _success_message(decision: Decision, args: ExtenderArgs) -> str:
-        fits = [v for v in decision.verdicts.values() if v.fits]
-        names = args.node_names or ()
-        scored = ",".join(f"{v.node}:{(v.score or 0.0):.2f}" for v in fits)
-        count = max(len(fits), 1)
-        return (
-            f"find fit node({decision.node}), {len(names) - count} nodes not fit, "
-            f"{count} nodes fit({scored or f'{decision.node}:{(decision.score or 0.0):.2f}'})"
-        )
 
     def _simulate(self, args: ExtenderArgs) -> ExtenderFilterResult:
         """The Nodes path: the given nodes with zero usage, live quotas, nothing written."""
@@ -482,9 +442,7 @@ class FilterBind:
         finally:
             del self._binding[claim.key]
 
-    async def _bind_claimed(
-        self, claim: _Claim, args: ExtenderBindingArgs
-    ) -> ExtenderBindingResult:
+    async def _bind_claimed(self, claim: Claim, args: ExtenderBindingArgs) -> ExtenderBindingResult:
         namespace = claim.namespace
         pod = self.state.pods.get((namespace, claim.name))
         if pod is None or pod.uid != claim.key:
@@ -552,7 +510,7 @@ class FilterBind:
         return ExtenderBindingResult()
 
     def _unclaimed(
-        self, claim: _Claim | None, args: ExtenderBindingArgs, namespace: str
+        self, claim: Claim | None, args: ExtenderBindingArgs, namespace: str
     ) -> str | None:
         """Why this bind is not one this process's /filter asked for (None when it is)."""
         pod = f"{namespace}/{args.pod_name}"
@@ -580,7 +538,7 @@ class FilterBind:
                 self._binds_at_work -= 1
                 self._bind_done.set()
 
-    async def _record(self, claim: _Claim) -> None:
+    async def _record(self, claim: Claim) -> None:
         """The filter's decision and the bind phase, in one patch of the pod; from its answer
         on, the informer's view of the pod is current again (the reservation ends there)."""
         stamp = format_unix_seconds(self.clock.now())
@@ -656,7 +614,7 @@ class FilterBind:
 
     async def _bind_failed(
         self,
-        claim: _Claim,
+        claim: Claim,
         node: str,
         pod: PodView,
         *,
@@ -717,67 +675,12 @@ class DecisionRecordError(Exception):
     """The patch recording a decision and its bind phase on the pod failed; the text says why."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Claim:
-    """What a /filter of this process decided, which the next /bind of that pod must match and
-    carries out: the chosen node and its reservation (neither for a pod that asks for no
-    device: it may go to any node kube-scheduler picks), and the annotations bind writes."""
-
-    decision: Decision
-    annotations: Mapping[str, str | None] = field(default_factory=dict)
-
-    @property
-    def key(self) -> PodKey:
-        return self.decision.key
-
-    @property
-    def namespace(self) -> str:
-        return self.decision.namespace
-
-    @property
-    def name(self) -> str:
-        return self.decision.name
-
-    @property
-    def node(self) -> str | None:
-        return self.decision.node
-
-    @property
-    def allocation(self) -> PodAllocation | None:
-        return self.decision.allocation
-
-    @property
-    def needs_lock(self) -> bool:
-        """HAMi's node lock guards a pod whose lasting containers get devices (its plan as
-        the filter read it)."""
-        plan = self.decision.plan
-        return plan is not None and bool(plan.lasting_requests)
-
-
 def _unlocked_in(node: NodeView | None) -> bool:
     return node is not None and KEY_NODE_LOCK not in node.annotations
 
 
 def _named(failed: Mapping[NodeName, str]) -> dict[str, str]:
     return {str(node): reason for node, reason in failed.items()}
-
-
-def _failure_words(decision: Decision) -> dict[str, list[str]]:
-    """Each failed node's reason words, from its verdict's structured reasons (a node failed
-    without card reasons, e.g. unregistered, has its text)."""
-    return {
-        str(v.node): [str(r) for r in v.reasons] or [v.reason]
-        for v in decision.verdicts.values()
-        if not v.fits
-    }
-
-
-def annotations_of(decision: Decision, keys: VendorKeys, now: datetime | int) -> dict[str, str]:
-    """What a decision writes on its pod at `now` (nothing unless it placed the pod)."""
-    chosen = decision.allocation
-    if chosen is None:
-        return {}
-    return filter_annotations(chosen.node, chosen.containers, chosen.mig_allocations, keys, now)
 
 
 def explanation_json(

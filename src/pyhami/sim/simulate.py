@@ -14,7 +14,7 @@ from pyhami.engine import Decision, EngineConfig, Ledger, Outcome, QuotaBook
 from pyhami.kube.views import pod_identity, read_pod
 from pyhami.model import NodeName, PodSpecError
 from pyhami.protocol import VendorKeys
-from pyhami.scheduler.service import annotations_of
+from pyhami.scheduler.outcome import annotations_of
 from pyhami.sim.inputs import ClusterInput
 
 
