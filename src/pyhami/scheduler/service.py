@@ -454,59 +454,71 @@ class FilterBind:
         if args.node not in self.state.nodes:
             self.events.emit(pod, WARNING, "BindingFailed", f"failed to get node {args.node}")
             return ExtenderBindingResult(f'node "{args.node}" not found')
+        attempt = _BindAttempt()
+        try:
+            await self._write_binding(claim, args.node, attempt)
+        except Exception as err:
+            return await self._settle(claim, args.node, pod, attempt, err)
+        return await self._settle(claim, args.node, pod, attempt, None)
+
+    async def _write_binding(self, claim: Claim, node: str, attempt: _BindAttempt) -> None:
+        """The bind's writes, in their order: the pod's patch (and the node lock), then
+        `pods/binding`; `attempt` notes what was written for `_settle`."""
         # Waiting for the node (this process's earlier binds there, then the lock of a pod
         # that is not allocated yet) ends within --node-lock-retry-timeout, before
         # kube-scheduler's own timeout gives up on this bind.
         until = asyncio.get_running_loop().time() + self._lock_retry.total_seconds()
-        recorded: asyncio.Future[None] | None = None
-        locked = False
-        try:
-            async with self._turn(args.node, self._wait_left(until)):
-                # Binds queued for a busy node write nothing before their turn (2,000 binpacked
-                # pods' patches at once left the API server no room for the node's own binds).
-                # The lead may move while a bind waits (for its turn, for each write): from
-                # then on this replica writes nothing.
-                self._still_leading()
-                recorded = asyncio.ensure_future(self._record(claim))
-                if claim.needs_lock:
-                    # The binding goes out only after the lock and the pod's patch landed.
-                    results = await asyncio.gather(
-                        self._lock(args.node, namespace, claim.name, until),
-                        recorded,
-                        return_exceptions=True,
-                    )
-                    # a lock write whose answer was lost may have landed: release it too
-                    locked = not isinstance(results[0], NodeLockContentionError)
-                    for result in results:
-                        if isinstance(result, BaseException):
-                            raise result
-                else:
-                    await recorded
-                self._still_leading()
-                await self.kube.bind_pod(namespace, claim.name, args.node, uid=claim.key)
-        except NotLeadingError as err:
-            # Nothing undone either: the new leader filters the pod again, which replaces its
-            # annotations, and a lock left here is taken back by the pod or, once it is placed
-            # elsewhere, treated as dangling.
-            if recorded is not None:
-                await asyncio.wait([recorded])
+        async with self._turn(node, self._wait_left(until)):
+            # Binds queued for a busy node write nothing before their turn (2,000 binpacked
+            # pods' patches at once left the API server no room for the node's own binds).
+            # The lead may move while a bind waits (for its turn, for each write): from
+            # then on this replica writes nothing.
+            self._still_leading()
+            recorded = attempt.recorded = asyncio.ensure_future(self._record(claim))
+            if claim.needs_lock:
+                # The binding goes out only after the lock and the pod's patch landed.
+                results = await asyncio.gather(
+                    self._lock(node, claim.namespace, claim.name, until),
+                    recorded,
+                    return_exceptions=True,
+                )
+                # a lock write whose answer was lost may have landed: release it too
+                attempt.locked = not isinstance(results[0], NodeLockContentionError)
+                for result in results:
+                    if isinstance(result, BaseException):
+                        raise result
+            else:
+                await recorded
+            self._still_leading()
+            await self.kube.bind_pod(claim.namespace, claim.name, node, uid=claim.key)
+
+    async def _settle(
+        self,
+        claim: Claim,
+        node: str,
+        pod: PodView,
+        attempt: _BindAttempt,
+        err: Exception | None,
+    ) -> ExtenderBindingResult:
+        """A bind's effects, in one place: on success the binding is remembered, counted and
+        told; on failure this bind's own writes and reservation are undone (`_bind_failed`),
+        except when the lead moved: nothing is undone then either, since the new leader
+        filters the pod again, which replaces its annotations, and a lock left here is taken
+        back by the pod or, once it is placed elsewhere, treated as dangling."""
+        if err is not None and attempt.recorded is not None:
+            await asyncio.wait([attempt.recorded])  # any cleanup is written after it
+        if isinstance(err, NotLeadingError):
             return ExtenderBindingResult(str(err))
-        except Exception as err:
+        if err is not None:
             if isinstance(err, NodeTurnTimeoutError):
-                err = self._timed_out(args.node)
-            if recorded is not None:
-                await asyncio.wait([recorded])  # the cleanup is written after it
-            wrote = recorded is not None
-            await self._bind_failed(claim, args.node, pod, locked=locked, wrote=wrote, err=err)
+                err = self._timed_out(node)
+            wrote = attempt.recorded is not None
+            await self._bind_failed(claim, node, pod, locked=attempt.locked, wrote=wrote, err=err)
             return ExtenderBindingResult(str(err))
-        self.state.mark_bound(claim.key, args.node)
+        self.state.mark_bound(claim.key, node)
         self.metrics.decisions.labels(verb="bind", outcome="bound").inc()
-        self.events.emit(
-            pod,
-            NORMAL,
-            "BindingSucceed",
-            f"Successfully binding node [{args.node}] to {namespace}/{claim.name}",
-        )
+        message = f"Successfully binding node [{node}] to {claim.namespace}/{claim.name}"
+        self.events.emit(pod, NORMAL, "BindingSucceed", message)
         return ExtenderBindingResult()
 
     def _unclaimed(
@@ -673,6 +685,14 @@ class FilterRefusedError(Exception):
 
 class DecisionRecordError(Exception):
     """The patch recording a decision and its bind phase on the pod failed; the text says why."""
+
+
+@dataclass(slots=True)
+class _BindAttempt:
+    """What one bind has written so far: the pod's patch (under way or done), the node lock."""
+
+    recorded: asyncio.Future[None] | None = None
+    locked: bool = False
 
 
 def _unlocked_in(node: NodeView | None) -> bool:
