@@ -11,6 +11,7 @@ from pyhami.devices.nvidia.vendor import NvidiaVendor
 from pyhami.engine import EngineConfig
 from pyhami.kube import NodeLocker
 from pyhami.protocol import KEY_NODE_LOCK
+from pyhami.scheduler import explanations as explanations_module
 from pyhami.scheduler import service as service_module
 from pyhami.scheduler.events import EventRecorder
 from pyhami.scheduler.extender import (
@@ -158,7 +159,7 @@ async def test_explain_gives_card_detail_for_one_pod_without_explain_all() -> No
 
 
 async def test_explanations_are_bounded_by_verdicts_kept(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(service_module, "EXPLAINED_VERDICTS_KEPT", 7)
+    monkeypatch.setattr(explanations_module, "EXPLAINED_VERDICTS_KEPT", 7)
     kube = MemoryKube()
     service = _service(kube)
     for name in ("a", "b", "c", "a"):  # three verdicts each; re-filtering "a" replaces it

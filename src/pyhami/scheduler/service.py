@@ -66,6 +66,7 @@ from pyhami.protocol import (
 )
 from pyhami.scheduler.bind_turns import BindTurns, NodeTurnTimeoutError
 from pyhami.scheduler.events import NORMAL, WARNING, EventRecorder
+from pyhami.scheduler.explanations import Explanations, explanation_json
 from pyhami.scheduler.extender import (
     ExtenderArgs,
     ExtenderBindingArgs,
@@ -78,11 +79,6 @@ from pyhami.scheduler.outcome import Claim, FilterOutcome, annotations_of, filte
 from pyhami.scheduler.state import ClusterState
 
 log = structlog.get_logger(__name__)
-
-EXPLANATIONS_KEPT = 2048
-# Also bound what /explain keeps by node verdicts: at 1,000 nodes 2,048 decisions would hold
-# two million verdict tuples (hundreds of MB, all walked by every full GC collection).
-EXPLAINED_VERDICTS_KEPT = 100_000
 
 # A bind waiting for a locked node looks again whenever the informer shows the node change,
 # and reads the node through the API at least every LOCK_RETRY_INTERVAL.
@@ -158,10 +154,7 @@ class FilterBind:
         self._lock_retry = lock_retry_timeout
         self._explain_all = explain_all
         self.engine_seconds = 0.0  # time spent inside engine.decide (benchmarks read it)
-        # The last decision per pod, with the annotations it would write, for /explain.
-        self._explanations: OrderedDict[tuple[str, str], tuple[Decision, Mapping[str, str]]] = (
-            OrderedDict()
-        )
+        self._explanations = Explanations()
         # Filter decisions waiting for their bind, by pod UID, and binds in progress.
         self._claims: OrderedDict[PodKey, Claim] = OrderedDict()
         self._binding: dict[PodKey, str] = {}
@@ -170,7 +163,6 @@ class FilterBind:
         state.on_change(self._node_changed)
         self._binds_at_work = 0
         self._bind_done = asyncio.Event()
-        self._explained_verdicts = 0
         # Called when the pod fits none of its nodes: the scheduler's own preemption.
         self.on_unschedulable: Callable[[PodView, Decision], Awaitable[None]] | None = None
 
@@ -244,7 +236,7 @@ class FilterBind:
         self._claims.pop(key, None)
         decision = self._decide(pod, args.node_names, self._explain_all)
         written = annotations_of(decision, self.state.config.vendor.keys, self.clock.now())
-        self._remember(decision, written)
+        self._explanations.remember(decision, written)
         outcome = filter_outcome(pod, decision, args.node_names, written, self._owned)
         self._apply(pod, outcome)
         if decision.outcome is Outcome.UNSCHEDULABLE and self.on_unschedulable is not None:
@@ -375,22 +367,8 @@ class FilterBind:
 
     # ----- explanations ----------------------------------------------------------------------
 
-    def _remember(self, decision: Decision, written: Mapping[str, str]) -> None:
-        ref = (decision.namespace, decision.name)
-        replaced = self._explanations.pop(ref, None)
-        if replaced is not None:
-            self._explained_verdicts -= len(replaced[0].verdicts)
-        self._explanations[ref] = (decision, written)
-        self._explained_verdicts += len(decision.verdicts)
-        while len(self._explanations) > 1 and (
-            len(self._explanations) > EXPLANATIONS_KEPT
-            or self._explained_verdicts > EXPLAINED_VERDICTS_KEPT
-        ):
-            _, (oldest, _) = self._explanations.popitem(last=False)
-            self._explained_verdicts -= len(oldest.verdicts)
-
     def explain(self, pod: PodRef) -> JsonObject | None:
-        remembered = self._explanations.get((pod.namespace, pod.name))
+        remembered = self._explanations.get(pod.namespace, pod.name)
         if remembered is None:
             return None
         decision, written = remembered
@@ -701,49 +679,3 @@ def _unlocked_in(node: NodeView | None) -> bool:
 
 def _named(failed: Mapping[NodeName, str]) -> dict[str, str]:
     return {str(node): reason for node, reason in failed.items()}
-
-
-def explanation_json(
-    decision: Decision, written: Mapping[str, str], registration_errors: Mapping[str, str]
-) -> JsonObject:
-    """A decision as `/explain` shows it: the answer and the annotations it writes (`written`),
-    then every node's verdict and card checks.
-
-    A node whose registration annotation cannot be read now also gets `registrationError`.
-    """
-    return {
-        "pod": f"{decision.namespace}/{decision.name}",
-        "outcome": decision.outcome.value,
-        "node": decision.node,
-        "score": decision.score,
-        "error": decision.error,
-        "annotations": dict(written),
-        "nodes": [
-            {
-                "node": str(v.node),
-                "fits": v.fits,
-                "score": v.score,
-                "reason": v.reason,
-                "reasons": {str(r): n for r, n in v.reasons.items()},
-                "cards": v.cards,
-                "checks": [_check_json(c) for c in v.checks],
-                **(
-                    {"registrationError": registration_errors[str(v.node)]}
-                    if str(v.node) in registration_errors
-                    else {}
-                ),
-            }
-            for v in decision.verdicts.values()
-        ],
-    }
-
-
-def _check_json(check: Any) -> JsonObject:
-    fields: Any = getattr(check, "__dataclass_fields__", None) or getattr(check, "_fields", ())
-    return {str(f): _plain(getattr(check, str(f))) for f in fields}
-
-
-def _plain(value: Any) -> Any:
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    return str(value)

@@ -9,8 +9,8 @@ from pyhami.devices.reasons import CardCheck
 from pyhami.engine import Decision, EngineConfig, NodeFailure, NodeVerdict, Outcome
 from pyhami.model import DeviceUsage, NodeName
 from pyhami.protocol import NVIDIA_VENDOR
+from pyhami.scheduler.explanations import explanation_json
 from pyhami.scheduler.outcome import annotations_of
-from pyhami.scheduler.service import explanation_json
 from pyhami.sim.inputs import ClusterInput, InputError
 from pyhami.sim.preemption import WhatIf, what_if, what_if_data, what_if_lines
 from pyhami.sim.simulate import prepare, schedule
