@@ -45,14 +45,13 @@ import structlog
 
 from pyhami.engine import (
     Decision,
-    Ledger,
     Outcome,
     PodKey,
     PodSpecError,
     decide,
 )
 from pyhami.kube import Clock, JsonObject, NodeLockContentionError, NodeLocker, NotFound
-from pyhami.kube.views import pod_identity, read_node, read_pod
+from pyhami.kube.views import pod_identity, read_pod
 from pyhami.model import NodeName, NodeView, PodView
 from pyhami.protocol import (
     KEY_BIND_PHASE,
@@ -74,6 +73,7 @@ from pyhami.scheduler.extender import (
     ExtenderFilterResult,
     PodRef,
 )
+from pyhami.scheduler.given_nodes import filter_given_nodes
 from pyhami.scheduler.metrics import SchedulerMetrics
 from pyhami.scheduler.outcome import Claim, FilterOutcome, annotations_of, filter_outcome
 from pyhami.scheduler.state import ClusterState
@@ -153,7 +153,7 @@ class FilterBind:
         self._sync_wait = sync_wait
         self._lock_retry = lock_retry_timeout
         self._explain_all = explain_all
-        self.engine_seconds = 0.0  # time spent inside engine.decide (benchmarks read it)
+        self.engine_seconds = 0.0  # time spent deciding (benchmarks read it)
         self._explanations = Explanations()
         # Filter decisions waiting for their bind, by pod UID, and binds in progress.
         self._claims: OrderedDict[PodKey, Claim] = OrderedDict()
@@ -210,7 +210,11 @@ class FilterBind:
 
     async def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
         if args.nodes is not None:
-            return self._simulate(args)
+            started = self.clock.monotonic()
+            try:
+                return filter_given_nodes(args, self.state)
+            finally:
+                self.engine_seconds += self.clock.monotonic() - started
         if args.node_names is None:
             return ExtenderFilterResult.failure("extender args carry neither NodeNames nor Nodes")
         refusal = self._refused_unless_leading("filter")
@@ -321,49 +325,6 @@ class FilterBind:
         self._claims.move_to_end(claim.key)
         while len(self._claims) > CLAIMS_KEPT:
             self._claims.popitem(last=False)
-
-    def _simulate(self, args: ExtenderArgs) -> ExtenderFilterResult:
-        """The Nodes path: the given nodes with zero usage, live quotas, nothing written."""
-        ledger = Ledger()
-        by_name: dict[str, JsonObject] = {}
-        unregistered: dict[str, str] = {}
-        for node in args.node_items:
-            name = str((node.get("metadata") or {}).get("name") or "")
-            by_name[name] = node
-            try:
-                inventory = self.state.inventory_of(read_node(node))
-            except ValueError:  # NodeSpecError included
-                inventory = None
-            if inventory is None or not inventory.devices:
-                unregistered[name] = "node unregistered"
-            else:
-                ledger.upsert_node(NodeName(name), inventory)
-        try:
-            pod = read_pod(args.pod or {})
-        except PodSpecError as err:
-            return ExtenderFilterResult.failure(str(err))
-        started = self.clock.monotonic()
-        decision = decide(
-            pod,
-            [NodeName(n) for n in by_name],
-            ledger,
-            config=self.state.config,
-            quotas=self.state.quotas,
-            explain=True,
-        )
-        self.engine_seconds += self.clock.monotonic() - started
-        if decision.outcome is Outcome.NO_DEVICE_REQUEST:
-            return ExtenderFilterResult(nodes=args.nodes)
-        if decision.outcome is Outcome.ERROR:
-            return ExtenderFilterResult.failure(decision.error or "filter failed")
-        failed = {**_named(decision.failed_nodes), **unregistered}
-        if decision.node is None:
-            return ExtenderFilterResult(failed_nodes=failed)
-        chosen = by_name[str(decision.node)]
-        return ExtenderFilterResult(
-            nodes={"apiVersion": "v1", "kind": "NodeList", "items": [chosen]},
-            failed_nodes=failed,
-        )
 
     # ----- explanations ----------------------------------------------------------------------
 
@@ -675,7 +636,3 @@ class _BindAttempt:
 
 def _unlocked_in(node: NodeView | None) -> bool:
     return node is not None and KEY_NODE_LOCK not in node.annotations
-
-
-def _named(failed: Mapping[NodeName, str]) -> dict[str, str]:
-    return {str(node): reason for node, reason in failed.items()}
