@@ -62,6 +62,27 @@ async def test_sync_then_events(kube: KubeClient, recorded: tuple[Informer, Reco
     assert informer.get("b", "default") is None
 
 
+async def test_the_cache_keeps_no_managed_fields(
+    kube: KubeClient, recorded: tuple[Informer, Recorder]
+) -> None:
+    informer, _ = recorded
+    managed = [{"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:spec": {}}}]
+    listed = pod("listed")
+    listed["metadata"]["managedFields"] = managed
+    await kube.create_pod("default", listed)
+    informer.start()
+    await informer.wait_synced(5)
+    watched = pod("watched")
+    watched["metadata"]["managedFields"] = managed
+    await kube.create_pod("default", watched)
+    await eventually(lambda: informer.get("watched", "default") is not None)
+    stored = await kube.get_pod("default", "watched")
+    assert stored["metadata"]["managedFields"] == managed, "the double keeps what it was given"
+    for name in ("listed", "watched"):
+        cached = informer.get(name, "default")
+        assert cached is not None and "managedFields" not in cached["metadata"]
+
+
 async def test_gone_relists_and_diffs_what_was_missed(
     kube: KubeClient, apiserver: FakeKubeAPIServer, recorded: tuple[Informer, Recorder]
 ) -> None:

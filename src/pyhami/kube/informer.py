@@ -231,6 +231,7 @@ class Informer:
             self.resource_version = event.resource_version
 
     async def _apply(self, key: Key, obj: JsonObject) -> None:
+        _drop_managed_fields(obj)
         old = self._cache.get(key)
         self._cache[key] = obj
         if old is None:
@@ -265,6 +266,16 @@ class Informer:
             await self._clock.sleep(period)
             for obj in list(self._cache.values()):
                 await self._dispatch("on_update", obj, obj)
+
+
+def _drop_managed_fields(obj: JsonObject) -> None:
+    """The API server's record of which manager set which field, often the largest part of a
+    stored object: nothing here reads it, so the cache does not keep it (client-go's informers
+    are commonly given the same transform). The object is the informer's own, fresh from the
+    list or watch. A later update that omits it leaves the server's record as it was."""
+    metadata = obj.get("metadata")
+    if isinstance(metadata, dict):
+        metadata.pop("managedFields", None)
 
 
 def _version(obj: JsonObject) -> str:
