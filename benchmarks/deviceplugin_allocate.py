@@ -19,6 +19,7 @@ from pathlib import Path, PurePosixPath
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.stats import percentile
 from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.deviceplugin.api import api_pb2
 from pyhami.deviceplugin.config import VgpuConfig
@@ -30,11 +31,6 @@ from tests.deviceplugin.conftest import NODE, RESOURCE, lock_value, scheduled_po
 
 GPUS = 8
 SPLIT = 10
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
 async def main(pods: int) -> None:

@@ -16,18 +16,15 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from aiohttp import web
 from kubernetes_asyncio.client import Configuration
 
+from benchmarks.stats import percentile
 from pyhami.kube import NODES, Informer, KubeClient
 from pyhami.testing import FakeKubeAPIServer
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
 async def echo_server() -> tuple[web.AppRunner, str]:

@@ -16,11 +16,16 @@ import argparse
 import gc
 import random
 import statistics
+import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from functools import partial
+from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.stats import percentile
 from pyhami import engine
 from pyhami.devices.inventory import NodeInventory
 from pyhami.devices.nvidia.vendor import NvidiaVendor
@@ -101,11 +106,6 @@ def timed(
     return samples, decision
 
 
-def p(samples: Sequence[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100,1000,5000")
@@ -150,10 +150,12 @@ def main() -> None:
                 dict(baseline_answer.failed_nodes),
             ):
                 raise SystemExit(f"{size} {label}: the two methods disagree")
+            ours50, ours99 = percentile(ours, 0.5), percentile(ours, 0.99)
+            theirs50, theirs99 = percentile(theirs, 0.5), percentile(theirs, 0.99)
             print(
-                f"{size:>6} {label:<10} {p(ours, 0.5):>9.2f}ms {p(ours, 0.99):>6.2f}ms "
-                f"{p(theirs, 0.5):>10.2f}ms {p(theirs, 0.99):>7.2f}ms "
-                f"{p(theirs, 0.5) / p(ours, 0.5):>9.1f}x {p(theirs, 0.99) / p(ours, 0.99):>9.1f}x"
+                f"{size:>6} {label:<10} {ours50:>9.2f}ms {ours99:>6.2f}ms "
+                f"{theirs50:>10.2f}ms {theirs99:>7.2f}ms "
+                f"{theirs50 / ours50:>9.1f}x {theirs99 / ours99:>9.1f}x"
                 f"  ({answer.outcome.value}, mean {statistics.fmean(ours):.2f}ms)"
             )
 

@@ -23,15 +23,11 @@ import structlog
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # not an installed copy
 
+from benchmarks.stats import percentile
 from pyhami.sim.demo.cluster import WEBHOOKS
 from tests.scheduler.cluster import pod_object, running_cluster, wait_for
 
 OWNERSHIP = next(hook for hook in WEBHOOKS if hook.name == "ownership.pyhami.io")
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(int(fraction * len(ordered)), len(ordered) - 1)]
 
 
 async def run(patches: int) -> None:

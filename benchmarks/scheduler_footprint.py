@@ -46,7 +46,6 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # not an installed copy
 
-from benchmarks.filter_scale import p as percentile
 from benchmarks.gpu_cluster import (
     GPU_POD_LIMITS,
     GPUS_PER_NODE,
@@ -57,6 +56,7 @@ from benchmarks.gpu_cluster import (
     node_object,
 )
 from benchmarks.prometheus_text import samples
+from benchmarks.stats import percentile
 from pyhami.model import ContainerDevice
 from pyhami.protocol import (
     KEY_BIND_PHASE,

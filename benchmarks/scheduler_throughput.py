@@ -37,6 +37,7 @@ import structlog
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # not an installed copy
 
+from benchmarks.stats import percentile
 from pyhami.testing import KubeSchedulerHarness
 from pyhami.testing.scheduler_harness import ExtenderConfig, Result
 from tests.scheduler.builders import card as gpu
@@ -88,11 +89,6 @@ class GcPauses:
             f"{len(self.pauses)} collections, {total * 1000:.0f} ms in all, longest "
             f"{longest * 1000:.1f} ms; {len(full)} full ({sum(full) * 1000:.0f} ms)"
         )
-
-
-def p(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(int(fraction * len(ordered)), len(ordered) - 1)] if ordered else 0.0
 
 
 async def run(nodes: int, pods: int, policy: str) -> None:
@@ -163,10 +159,12 @@ async def run(nodes: int, pods: int, policy: str) -> None:
                 f"  bind latency      p50 {m.bind_p(0.5) * 1000:7.2f} ms   "
                 f"p99 {m.bind_p(0.99) * 1000:7.2f} ms"
             )
+            filter_ms = [percentile(handler_filter, q) * 1000 for q in (0.5, 0.99)]
+            bind_ms = [percentile(handler_bind, q) * 1000 for q in (0.5, 0.99)]
             print(
-                f"  scheduler handler filter p50 {p(handler_filter, 0.5) * 1000:7.2f} ms   "
-                f"p99 {p(handler_filter, 0.99) * 1000:7.2f} ms;  bind p50 "
-                f"{p(handler_bind, 0.5) * 1000:.2f} ms   p99 {p(handler_bind, 0.99) * 1000:.2f} ms"
+                f"  scheduler handler filter p50 {filter_ms[0]:7.2f} ms   "
+                f"p99 {filter_ms[1]:7.2f} ms;  bind p50 "
+                f"{bind_ms[0]:.2f} ms   p99 {bind_ms[1]:.2f} ms"
             )
             print(
                 f"  waiting (harness - handler, mean)  filter "
