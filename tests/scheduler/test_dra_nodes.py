@@ -18,12 +18,14 @@ from pyhami.scheduler.extender import (
     ExtenderFilterResult,
     PodRef,
 )
+from pyhami.scheduler.state import is_dra_node
 
 NODES = {
     "dp-1": read_node({"metadata": {"name": "dp-1", "labels": {"gpu": "on"}}}),
     "dp-2": read_node({"metadata": {"name": "dp-2", "labels": {"gpu": "on"}}}),
     "dra-1": read_node({"metadata": {"name": "dra-1", "labels": {"gpu.pyhami.io/mode": "dra"}}}),
 }
+DRA_NODES = {name for name, node in NODES.items() if is_dra_node(node)}
 
 
 class Inner:
@@ -73,7 +75,7 @@ def pod(scheduler: str, uid: str = "u1") -> JsonObject:
 
 
 def extender(inner: Inner, kube: Kube | None = None) -> DraAwareExtender:
-    return DraAwareExtender(inner, NODES, kube or Kube(), scheduler_name="hami-scheduler")
+    return DraAwareExtender(inner, DRA_NODES, kube or Kube(), scheduler_name="hami-scheduler")
 
 
 async def test_a_hami_style_pod_is_decided_on_device_plugin_nodes_only() -> None:

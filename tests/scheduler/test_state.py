@@ -59,6 +59,23 @@ def test_nodes_leave_when_unregistered_unlabelled_or_without_gpus() -> None:
     assert state.ledger.node("n1") is None
 
 
+def test_the_dra_node_set_follows_each_nodes_label_and_deletion() -> None:
+    state, _ = _state()
+    node = node_object("n1", [card("GPU-a")])
+    state.on_node(node)
+    assert state.dra_nodes == set()
+    node["metadata"]["labels"]["gpu.pyhami.io/mode"] = "dra"
+    state.on_node(node)
+    assert state.dra_nodes == {"n1"}
+    node["metadata"]["labels"]["gpu.pyhami.io/mode"] = "device-plugin"
+    state.on_node(node)
+    assert state.dra_nodes == set()
+    node["metadata"]["labels"]["gpu.pyhami.io/mode"] = "dra"
+    state.on_node(node)
+    state.on_node_deleted(node)
+    assert state.dra_nodes == set()
+
+
 def test_a_broken_registration_keeps_the_last_good_one() -> None:
     state, _ = _state()
     node = node_object("n1", [card("GPU-a")])

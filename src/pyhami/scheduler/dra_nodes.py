@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Protocol
 
 from pyhami.devices.nvidia.dra_claims import NODE_MODE_DRA, NODE_MODE_LABEL
 from pyhami.kube import JsonObject, KubeError
-from pyhami.model import NodeView
 from pyhami.scheduler.extender import (
     ExtenderArgs,
     ExtenderBindingArgs,
@@ -50,34 +49,31 @@ class Binder(Protocol):
     ) -> Any: ...
 
 
-def is_dra_node(node: NodeView | None) -> bool:
-    return node is not None and node.labels.get(NODE_MODE_LABEL) == NODE_MODE_DRA
-
-
 class DraAwareExtender:
     """Wraps the extender: DRA nodes are kube-scheduler's (see the module's docstring)."""
 
     def __init__(
         self,
         inner: ExtenderService,
-        nodes: Mapping[str, NodeView],
+        dra_nodes: Collection[str],
         kube: Binder,
         *,
         scheduler_name: str,
     ) -> None:
         self._inner = inner
-        self._nodes = nodes  # the scheduler's node cache, by name
+        self._dra_nodes = dra_nodes  # kept current by the scheduler's node events
         self._kube = kube
         self._scheduler_name = scheduler_name
         self._passed: OrderedDict[str, tuple[str, str]] = OrderedDict()  # uid -> namespace, name
 
     async def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
         names = args.node_names
-        dra = [n for n in names or () if is_dra_node(self._nodes.get(n))]
-        if names is None or not dra:
+        if names is None or not self._dra_nodes:
             return await self._inner.filter(args)
-        dra_names = set(dra)
-        others = tuple(n for n in names if n not in dra_names)
+        dra = [n for n in names if n in self._dra_nodes]
+        if not dra:
+            return await self._inner.filter(args)
+        others = tuple(n for n in names if n not in self._dra_nodes)
         pod = args.pod or {}
         if (pod.get("spec") or {}).get("schedulerName") != self._scheduler_name:
             self._remember_passed(pod)
@@ -108,7 +104,7 @@ class DraAwareExtender:
         if passed != (args.pod_namespace, args.pod_name):
             wanted = f"{args.pod_namespace}/{args.pod_name}"
             return ExtenderBindingResult(f"pod uid {args.pod_uid} is not {wanted}")
-        if not is_dra_node(self._nodes.get(args.node)):
+        if args.node not in self._dra_nodes:
             return ExtenderBindingResult(f"node {args.node} is not a DRA node")
         try:
             await self._kube.bind_pod(

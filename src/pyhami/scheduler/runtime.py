@@ -300,7 +300,7 @@ class SchedulerProcess:
         main = build_app(
             DraAwareExtender(
                 self.service,
-                self.state.nodes,
+                self.state.dra_nodes,
                 self.client,
                 scheduler_name=self.settings.scheduler_name,
             ),

@@ -27,6 +27,7 @@ from typing import Any
 import structlog
 
 from pyhami.devices.inventory import NodeInventory
+from pyhami.devices.nvidia.dra_claims import NODE_MODE_DRA, NODE_MODE_LABEL
 from pyhami.engine import (
     EngineConfig,
     Ledger,
@@ -66,6 +67,11 @@ def object_name(obj: Mapping[str, Any]) -> str:
     return str(_meta(obj).get("name") or "")
 
 
+def is_dra_node(node: NodeView) -> bool:
+    """The node runs the DRA driver: kube-scheduler allocates its GPUs, not this extender."""
+    return node.labels.get(NODE_MODE_LABEL) == NODE_MODE_DRA
+
+
 def _labels_match(node: NodeView, selector: Mapping[str, str]) -> bool:
     return all(node.labels.get(key) == value for key, value in selector.items())
 
@@ -86,6 +92,9 @@ class ClusterState:
         self.inventory_of = inventory_of
         self._selector = dict(node_selector or {})
         self.nodes: dict[str, NodeView] = {}
+        # Nodes labelled for the DRA driver, kept per node event so that /filter asks a set,
+        # not every node's labels, which is free where a cluster has none.
+        self.dra_nodes: set[str] = set()
         self.pods: dict[tuple[str, str], PodView] = {}
         # Reservations /filter made, by pod: the resourceVersion their patch answered with
         # (None until it answered, "" when the answer had none). What is reserved is the
@@ -121,6 +130,10 @@ class ClusterState:
             return
         name = node.name
         self.nodes[name] = node
+        if is_dra_node(node):
+            self.dra_nodes.add(name)
+        else:
+            self.dra_nodes.discard(name)
         self._changed(name)
         if not _labels_match(node, self._selector) or self._reports_no_gpus(node):
             self._forget_registration(name)
@@ -148,6 +161,7 @@ class ClusterState:
     def on_node_deleted(self, node: Mapping[str, Any]) -> None:
         name = object_name(node)
         self.nodes.pop(name, None)
+        self.dra_nodes.discard(name)
         self._forget_registration(name)
         self._changed(name)
 
