@@ -18,8 +18,14 @@ from typing import Any
 
 import aiohttp
 
-from pyhami.devices.nvidia.dra_claims import CAPACITY_CORES, CAPACITY_MEMORY, DRIVER, MIB
-from pyhami.devices.quantity import QuantityError, parse_quantity, value_ceil
+from pyhami.devices.nvidia.dra_claims import (
+    CAPACITY_CORES,
+    CAPACITY_MEMORY,
+    DRIVER,
+    MIB,
+    consumed_capacity,
+)
+from pyhami.devices.quantity import QuantityError
 from pyhami.kube import RESOURCE_CLAIMS, JsonObject, KubeError
 from pyhami.kube.errors import AlreadyExists
 from pyhami.kube.resources import NAMESPACES
@@ -207,21 +213,21 @@ def _claim_shares(
     devices: Mapping[tuple[str, str], str],
 ) -> list[CardShare]:
     allocation = (claim.get("status") or {}).get("allocation") or {}
+    results = (allocation.get("devices") or {}).get("results") or ()
+    try:
+        consumed = consumed_capacity(claim)  # in the order of the results
+    except QuantityError:
+        consumed = [{} for _ in results]  # kube-apiserver validated it; nothing better to show
     wanted = ref.get("request")  # a container may name one request of the claim, else all
     shares = []
-    for result in (allocation.get("devices") or {}).get("results") or ():
+    for result, amounts in zip(results, consumed, strict=True):
         request = str(result.get("request", ""))
         if result.get("driver") != DRIVER or (wanted and request.partition("/")[0] != wanted):
             continue
         node = str(result.get("pool", ""))
         uuid = devices.get((node, str(result.get("device", ""))), "")
         info = cards.get(uuid, CardInfo(node, "?", -1))
-        consumed = result.get("consumedCapacity") or {}
-        try:
-            memory = value_ceil(parse_quantity(consumed.get(CAPACITY_MEMORY, 0))) // MIB
-            cores = value_ceil(parse_quantity(consumed.get(CAPACITY_CORES, 0)))
-        except QuantityError:
-            memory = cores = 0  # kube-apiserver validated the claim; nothing better to show
+        memory, cores = amounts.get(CAPACITY_MEMORY, 0) // MIB, amounts.get(CAPACITY_CORES, 0)
         shares.append(CardShare(container, node, uuid, info.model, info.index, memory, cores))
     return shares
 
