@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import IO
 
 from pyhami.controlplane import BuiltBinaries
+from pyhami.testing.native_build import Native
 
 PYHAMI = (sys.executable, "-c", "from pyhami.cli import main; main()")
 ENVIRONMENT = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
@@ -36,10 +37,11 @@ def test_the_demo_runs_its_pods_on_kubernetes_own_control_plane(
 
 
 def test_the_demo_in_dra_mode_shows_each_pods_claimed_cards_and_their_use(
-    kubernetes: BuiltBinaries,
+    kubernetes: BuiltBinaries, native: Native,
 ) -> None:
     """Every GPU node runs the DRA driver: kube-scheduler places the translated pods, and the
-    table shows the cards their claims were given and the use the node's monitor exports."""
+    table shows the cards their claims were given and the use the node's monitor exports (the
+    demo runs each pod's program under the checkout's built libvgpu, so `native` builds it)."""
     demo = subprocess.run(
         [*PYHAMI, "demo", "--control-plane", "real", "--mode", "dra"],
         capture_output=True, text=True, check=False, env=ENVIRONMENT, timeout=240,
