@@ -17,6 +17,7 @@ from pyhami.model import (
     PodSpecError,
     PodView,
 )
+from pyhami.model.views import ExtendedClaimView
 
 # One shared empty mapping: most pods have no requests, many no labels, and an empty copy per
 # view costs ~110 bytes (the scheduler keeps a view of every pod).
@@ -81,6 +82,12 @@ def read_container(value: Mapping[str, Any], *, init: bool) -> ContainerView:
             if isinstance(item, Mapping) and isinstance(item.get("name"), str)
         ),
         sidecar=init and is_sidecar(value),
+        image=_text(value.get("image")),
+        command=tuple(str(word) for word in _words(value, "command") + _words(value, "args")),
+        claims=tuple(
+            (_text(entry.get("name")), _text(entry.get("request")))
+            for entry in _entries(resources.get("claims"))
+        ),
     )
 
 
@@ -170,6 +177,8 @@ def read_pod(pod: Mapping[str, Any]) -> PodView:
         containers=_containers(spec, "containers", ref),
         init_statuses=_init_statuses(status, ref),
         resource_version=_text(metadata.get("resourceVersion")),
+        resource_claims=_claim_names(spec, status),
+        extended_claim=_extended_claim(status),
     )
 
 
@@ -195,4 +204,45 @@ def read_node(node: Mapping[str, Any]) -> NodeView:
             _object(status.get("allocatable"), f"node {name}: status.allocatable", NodeSpecError)
         ),
         resource_version=_text(metadata.get("resourceVersion")),
+        uid=_text(metadata.get("uid")),
+    )
+
+
+def _entries(value: object) -> list[Mapping[str, Any]]:
+    """The objects of an optional list; anything else in it is left out."""
+    return (
+        [entry for entry in value if isinstance(entry, Mapping)] if isinstance(value, list) else []
+    )
+
+
+def _words(container: Mapping[str, Any], field: str) -> list[object]:
+    value = container.get(field)
+    return value if isinstance(value, list) else []
+
+
+def _claim_names(spec: Mapping[str, Any], status: Mapping[str, Any]) -> Mapping[str, str]:
+    """Pod claim name -> ResourceClaim name, for the claims that have one yet."""
+    names = {
+        _text(entry.get("name")): _text(entry.get("resourceClaimName"))
+        for entry in _entries(spec.get("resourceClaims"))
+        + _entries(status.get("resourceClaimStatuses"))
+        if _text(entry.get("resourceClaimName"))
+    }
+    return _frozen(names)
+
+
+def _extended_claim(status: Mapping[str, Any]) -> ExtendedClaimView | None:
+    extended = status.get("extendedResourceClaimStatus")
+    if not isinstance(extended, Mapping):
+        return None
+    return ExtendedClaimView(
+        claim_name=_text(extended.get("resourceClaimName")),
+        mappings=tuple(
+            (
+                _text(mapping.get("containerName")),
+                _text(mapping.get("resourceName")),
+                _text(mapping.get("requestName")),
+            )
+            for mapping in _entries(extended.get("requestMappings"))
+        ),
     )

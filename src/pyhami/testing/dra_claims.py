@@ -19,15 +19,15 @@ when read-only.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import grpc.aio
 import yaml
 
-from pyhami.kube import RESOURCE_CLAIMS, JsonObject, KubeClient, KubeError
+from pyhami.kube import RESOURCE_CLAIMS, KubeClient, KubeError
+from pyhami.model import PodView
 from pyhami.testing.dra_kubelet import ClaimRef, DRAKubelet, DRAKubeletError
 from pyhami.testing.node_agent import (
     ClaimsNotPreparedError,
@@ -46,42 +46,21 @@ class _Use:
     request: str | None
 
 
-def _claim_names(pod: Mapping[str, Any]) -> dict[str, str]:
-    """The pod's claim entry name -> the ResourceClaim's name."""
-    names = {
-        str(entry["name"]): str(entry["resourceClaimName"])
-        for entry in (pod.get("spec") or {}).get("resourceClaims") or ()
-        if entry.get("resourceClaimName")
-    }
-    for entry in (pod.get("status") or {}).get("resourceClaimStatuses") or ():
-        if entry.get("resourceClaimName"):
-            names[str(entry["name"])] = str(entry["resourceClaimName"])
-    return names
-
-
-def claim_uses(pod: Mapping[str, Any]) -> list[_Use]:
+def claim_uses(pod: PodView) -> list[_Use]:
     """Every (container, claim, request) the pod's containers use."""
-    spec = pod.get("spec") or {}
-    names = _claim_names(pod)
     uses = []
-    for container in [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]:
-        for entry in (container.get("resources") or {}).get("claims") or ():
-            claim = names.get(str(entry.get("name", "")))
+    for container in pod.all_containers:
+        for entry, request in container.claims:
+            claim = pod.resource_claims.get(entry)
             if claim is None:
                 raise ClaimsNotPreparedError(
-                    f"container {container.get('name')!r} uses claim {entry.get('name')!r}, "
+                    f"container {container.label} uses claim {entry!r}, "
                     "which has no ResourceClaim yet"
                 )
-            uses.append(_Use(str(container.get("name", "")), claim, entry.get("request")))
-    extended = (pod.get("status") or {}).get("extendedResourceClaimStatus") or {}
-    for mapping in extended.get("requestMappings") or ():
-        uses.append(
-            _Use(
-                str(mapping["containerName"]),
-                str(extended["resourceClaimName"]),
-                str(mapping["requestName"]),
-            )
-        )
+            uses.append(_Use(container.name, claim, request or None))
+    extended = pod.extended_claim
+    if extended is not None:
+        uses += [_Use(name, extended.claim_name, request) for name, _, request in extended.mappings]
     return uses
 
 
@@ -93,42 +72,49 @@ def _spec_files(directories: Iterable[Path]) -> list[Path]:
     return files
 
 
-def _read_spec(path: Path) -> JsonObject:
+def _edits(value: object) -> ContainerEdits:
+    """One `containerEdits` object of a CDI spec: env as `KEY=value`, mounts."""
+    edits = value if isinstance(value, dict) else {}
+    envs = dict(str(line).partition("=")[::2] for line in edits.get("env") or ())
+    mounts = tuple(
+        ContainerMount(
+            str(m["containerPath"]), str(m["hostPath"]), "ro" in (m.get("options") or ())
+        )
+        for m in edits.get("mounts") or ()
+    )
+    return ContainerEdits(envs=envs, mounts=mounts)
+
+
+def _read_spec(path: Path) -> dict[str, tuple[ContainerEdits, ContainerEdits]]:
+    """CDI device id -> the spec's own edits and the device's, for each device of the file."""
     text = path.read_text()
     spec = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     if not isinstance(spec, dict) or not isinstance(spec.get("kind"), str):
         raise ClaimsNotPreparedError(f"CDI spec {path} has no kind")
-    return spec
+    common = _edits(spec.get("containerEdits"))
+    return {
+        f"{spec['kind']}={device.get('name')}": (common, _edits(device.get("containerEdits")))
+        for device in spec.get("devices") or ()
+    }
 
 
 def resolve_cdi(device_ids: Sequence[str], directories: Iterable[Path]) -> ContainerEdits:
     """The env and mounts CDI device ids add (a later device's env wins, as in the runtime)."""
-    specs = [(path, _read_spec(path)) for path in _spec_files(directories)]
+    known: dict[str, tuple[ContainerEdits, ContainerEdits]] = {}
+    for path in _spec_files(directories):
+        for device_id, edits in _read_spec(path).items():
+            known.setdefault(device_id, edits)  # the first spec naming a device wins
     envs: dict[str, str] = {}
     mounts: list[ContainerMount] = []
     for device_id in device_ids:
-        kind, sep, name = device_id.partition("=")
+        kind, sep, _name = device_id.partition("=")
         if not sep or "/" not in kind:
             raise ClaimsNotPreparedError(f"CDI device id {device_id!r} is not vendor/class=name")
-        edits = [
-            [spec.get("containerEdits") or {}, device.get("containerEdits") or {}]
-            for _path, spec in specs
-            if spec["kind"] == kind
-            for device in spec.get("devices") or ()
-            if device.get("name") == name
-        ]
-        if not edits:
+        if device_id not in known:
             raise ClaimsNotPreparedError(f"unresolvable CDI device {device_id}: no spec names it")
-        for edit in edits[0]:
-            for line in edit.get("env") or ():
-                key, _, value = str(line).partition("=")
-                envs[key] = value
-            mounts += [
-                ContainerMount(
-                    str(m["containerPath"]), str(m["hostPath"]), "ro" in (m.get("options") or ())
-                )
-                for m in edit.get("mounts") or ()
-            ]
+        for edit in known[device_id]:
+            envs.update(edit.envs)
+            mounts += edit.mounts
     return ContainerEdits(tuple(device_ids), envs, tuple(mounts))
 
 
@@ -146,12 +132,11 @@ class ClaimPreparer:
     def claims_of(self, pod_key: PodKey) -> list[PodKey]:
         return sorted(claim for claim, pods in self._users.items() if pod_key in pods)
 
-    async def prepare(self, pod: JsonObject) -> dict[str, ContainerEdits]:
+    async def prepare(self, pod: PodView) -> dict[str, ContainerEdits]:
         """Prepare the pod's claims; container name -> the edits its devices add. Raises
         ClaimsNotPreparedError (a claim not readable or not allocated yet, a driver not registered
         or failing, a CDI device not resolvable)."""
-        metadata = pod.get("metadata") or {}
-        namespace, pod_name = str(metadata.get("namespace", "")), str(metadata.get("name", ""))
+        namespace, pod_name = pod.namespace, pod.name
         uses = claim_uses(pod)
         devices: dict[str, list[tuple[tuple[str, ...], tuple[str, ...]]]] = {}
         for claim_name in sorted({use.claim for use in uses}):
