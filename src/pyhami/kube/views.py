@@ -17,7 +17,7 @@ from pyhami.model import (
     PodSpecError,
     PodView,
 )
-from pyhami.model.views import ExtendedClaimView
+from pyhami.model.views import ExtendedClaimView, TaintView, TolerationView
 
 # One shared empty mapping: most pods have no requests, many no labels, and an empty copy per
 # view costs ~110 bytes (the scheduler keeps a view of every pod).
@@ -179,6 +179,18 @@ def read_pod(pod: Mapping[str, Any]) -> PodView:
         resource_version=_text(metadata.get("resourceVersion")),
         resource_claims=_claim_names(spec, status),
         extended_claim=_extended_claim(status),
+        tolerations=tuple(
+            TolerationView(
+                _text(t.get("key")),
+                _text(t.get("operator")),
+                _text(t.get("value")),
+                _text(t.get("effect")),
+            )
+            for t in _entries(spec.get("tolerations"))
+        ),
+        node_selector=_strings(
+            spec.get("nodeSelector"), f"pod {ref}: spec.nodeSelector", "node selector"
+        ),
     )
 
 
@@ -189,6 +201,7 @@ def read_node(node: Mapping[str, Any]) -> NodeView:
     if not isinstance(name, str) or not name:
         raise NodeSpecError("node has no metadata.name")
     status = _object(node.get("status"), f"node {name}: status", NodeSpecError)
+    spec = _object(node.get("spec"), f"node {name}: spec", NodeSpecError)
     return NodeView(
         name=name,
         labels=_strings(
@@ -205,6 +218,16 @@ def read_node(node: Mapping[str, Any]) -> NodeView:
         ),
         resource_version=_text(metadata.get("resourceVersion")),
         uid=_text(metadata.get("uid")),
+        ready=all(
+            c.get("status") == "True"
+            for c in _entries(status.get("conditions"))
+            if c.get("type") == "Ready"
+        ),
+        unschedulable=spec.get("unschedulable") is True,
+        taints=tuple(
+            TaintView(_text(t.get("key")), _text(t.get("value")), _text(t.get("effect")))
+            for t in _entries(spec.get("taints"))
+        ),
     )
 
 

@@ -65,6 +65,25 @@ class InitStatusView:
 
 
 @dataclass(frozen=True, slots=True)
+class TaintView:
+    """One `spec.taints` entry of a node."""
+
+    key: str
+    value: str = ""
+    effect: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TolerationView:
+    """One `spec.tolerations` entry of a pod."""
+
+    key: str = ""
+    operator: str = ""  # "Exists" or "Equal" ("" means Equal)
+    value: str = ""
+    effect: str = ""  # "" tolerates every effect
+
+
+@dataclass(frozen=True, slots=True)
 class ExtendedClaimView:
     """`status.extendedResourceClaimStatus`: the claim kube-scheduler made for the extended
     resources a DeviceClass backs on the pod's node."""
@@ -100,6 +119,8 @@ class PodView:
     # `status.resourceClaimStatuses` gives the claims made from templates)
     resource_claims: Mapping[str, str] = field(default_factory=dict)
     extended_claim: ExtendedClaimView | None = None
+    tolerations: tuple[TolerationView, ...] = ()
+    node_selector: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def ref(self) -> str:
@@ -132,3 +153,6 @@ class NodeView:
     allocatable: Mapping[str, object] = field(default_factory=dict)
     resource_version: str = ""
     uid: str = ""
+    ready: bool = True  # no Ready condition says otherwise
+    unschedulable: bool = False  # spec.unschedulable: cordoned
+    taints: tuple[TaintView, ...] = ()
