@@ -5,8 +5,6 @@ token not bound to a pod on a node it writes none (RBAC alone would allow every 
 import asyncio
 from pathlib import Path
 
-import yaml
-
 from pyhami.controlplane import BuiltBinaries
 from pyhami.dra.slices import slice_name, slice_spec
 from pyhami.kube import NODES, PODS, RESOURCE_SLICES, Forbidden, KubeClient
@@ -58,8 +56,8 @@ async def token_of_pod_on(plane: RealControlPlane, admin: KubeClient, node: str)
         },
     )
     path = plane.workdir / f"driver-{node}.kubeconfig"
-    config = kubeconfig(plane.url, plane.ca.cert_file, token=str(answer["status"]["token"]))
-    path.write_text(yaml.safe_dump(config))
+    token = str(answer["status"]["token"])
+    path.write_text(kubeconfig(plane.url, plane.ca.cert_file, token=token))
     return await plane.client(path)
 
 

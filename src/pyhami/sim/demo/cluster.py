@@ -54,6 +54,7 @@ from pyhami.kube import (
     cancel_and_wait,
     guarded_task,
 )
+from pyhami.kube.component_config import LeaderElection
 from pyhami.protocol import KEY_NODE_NVIDIA_REGISTER
 from pyhami.scheduler.runtime import SchedulerProcess, load_device_config
 from pyhami.scheduler.settings import SchedulerSettings
@@ -229,7 +230,7 @@ class DemoCluster(AsyncService):
         kubernetes: BuiltBinaries | None = None,
         rbac: Sequence[JsonObject] | None = None,
         extender_url: str | None = None,
-        kube_scheduler_election: JsonObject | None = None,
+        kube_scheduler_election: LeaderElection | None = None,
     ) -> None:
         self.settings = settings
         # Where the real kube-scheduler calls the extender (default: the in-process scheduler);
