@@ -5,6 +5,8 @@ token not bound to a pod on a node it writes none (RBAC alone would allow every 
 import asyncio
 from pathlib import Path
 
+import yaml
+
 from pyhami.controlplane import BuiltBinaries
 from pyhami.dra.slices import slice_name, slice_spec
 from pyhami.kube import NODES, PODS, RESOURCE_SLICES, Forbidden, KubeClient
@@ -79,7 +81,8 @@ async def test_the_driver_writes_only_its_own_nodes_resource_slice(
 ) -> None:
     chart = render_chart("dra.mode=selected")
     async with RealControlPlane(kubernetes, tmp_path / "k8s", dra=True) as plane:
-        await plane.apply([o for o in chart if o["kind"] in RBAC_KINDS + POLICY_KINDS])
+        wanted = [o for o in chart if o["kind"] in RBAC_KINDS + POLICY_KINDS]
+        await plane.apply(yaml.safe_dump_all(wanted))
         admin = await plane.client(plane.admin_kubeconfig)
         on_gpu_1 = await token_of_pod_on(plane, admin, "gpu-1")
         await admin.create(NODES, {"metadata": {"name": "gpu-2"}})

@@ -1,15 +1,13 @@
 """HAMi's node lock algorithm over an in-memory node with resourceVersions."""
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 
 from pyhami.kube import NodeLockContentionError, NodeLocker, NodeLockError
 from pyhami.kube.annotation_lock import go_duration
-from pyhami.protocol import KEY_VGPU_NODE
 from pyhami.testing import ManualClock
-from pyhami.testing.memory_nodes import MemoryNodes
+from pyhami.testing.memory_nodes import MemoryNodes, PlacedPod
 
 NOW = datetime(2026, 8, 21, 12, 0, 0, tzinfo=UTC)
 
@@ -22,7 +20,7 @@ async def test_free_node_is_locked_with_owner_and_resource_version() -> None:
     api = MemoryNodes()
     await _locker(api).lock("n1", "default", "gpu-pod")
     assert api.lock == "2026-08-21T12:00:00Z,default,gpu-pod"
-    assert api.patches[0]["metadata"]["resourceVersion"] == "1"
+    assert api.patches == ["1"]
 
 
 async def test_same_owner_is_reentrant_and_others_are_contention() -> None:
@@ -47,13 +45,13 @@ async def test_expired_and_dangling_locks_are_taken_over() -> None:
 @pytest.mark.parametrize(
     "owner",
     [
-        pytest.param({"spec": {"nodeName": "n2"}}, id="bound-elsewhere"),
-        pytest.param({"annotations": {KEY_VGPU_NODE: "n2"}}, id="scheduled-elsewhere"),
-        pytest.param({"status": {"phase": "Succeeded"}}, id="finished"),
+        pytest.param(PlacedPod(node_name="n2"), id="bound-elsewhere"),
+        pytest.param(PlacedPod(scheduled_node="n2"), id="scheduled-elsewhere"),
+        pytest.param(PlacedPod(phase="Succeeded"), id="finished"),
     ],
 )
 async def test_a_lock_whose_owner_cannot_use_the_node_any_more_is_taken_over(
-    owner: dict[str, Any],
+    owner: PlacedPod,
 ) -> None:
     """A scheduler killed between its lock and its binding leaves the lock; the pod, scheduled
     again, may land on another node: that lock must not hold this node for 5 minutes."""
@@ -65,13 +63,13 @@ async def test_a_lock_whose_owner_cannot_use_the_node_any_more_is_taken_over(
 @pytest.mark.parametrize(
     "owner",
     [
-        pytest.param({}, id="pending"),
-        pytest.param({"annotations": {KEY_VGPU_NODE: "n1"}}, id="scheduled-here"),
-        pytest.param({"spec": {"nodeName": "n1"}, "status": {"phase": "Pending"}}, id="bound-here"),
+        pytest.param(PlacedPod(), id="pending"),
+        pytest.param(PlacedPod(scheduled_node="n1"), id="scheduled-here"),
+        pytest.param(PlacedPod(node_name="n1", phase="Pending"), id="bound-here"),
     ],
 )
 async def test_a_lock_whose_owner_may_still_be_allocated_here_is_contention(
-    owner: dict[str, Any],
+    owner: PlacedPod,
 ) -> None:
     api = MemoryNodes("2026-08-21T11:59:59Z,default,old", placed={("default", "old"): owner})
     with pytest.raises(NodeLockContentionError):

@@ -52,7 +52,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from pyhami.controlplane import BuiltBinaries
-from pyhami.kube import AsyncService, Conflict, JsonObject, KubeClient, NotFound
+from pyhami.kube import AsyncService, Conflict, KubeClient, NotFound
 from pyhami.kube.component_config import AuditEvent, LeaderElection
 from pyhami.testing.certs import CertificateAuthority, KeyPair, write_private_key
 from pyhami.testing.fake_apiserver.identity import ADMIN, SERVICE_ACCOUNT_PREFIX
@@ -314,9 +314,10 @@ class RealControlPlane(AsyncService):
             and not (_graph_lag(e) and answered.get(_request_of(e), -1) > i)
         ]
 
-    async def apply(self, objects: Sequence[JsonObject], *, dry_run: bool = False) -> str:
-        """`kubectl apply` of `objects` as the admin (server-side dry run when asked); raises
-        ControlPlaneError with kubectl's message when the API server refuses one."""
+    async def apply(self, manifests: str, *, dry_run: bool = False) -> str:
+        """`kubectl apply` of `manifests` (YAML documents) as the admin (server-side dry run
+        when asked); raises ControlPlaneError with kubectl's message when the API server
+        refuses one."""
         args = ["apply", "-f", "-"] + (["--dry-run=server"] if dry_run else [])
         process = await asyncio.create_subprocess_exec(
             str(self.kubectl),
@@ -326,7 +327,7 @@ class RealControlPlane(AsyncService):
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
-        out, err = await process.communicate(yaml.safe_dump_all(objects).encode())
+        out, err = await process.communicate(manifests.encode())
         if process.returncode != 0:
             raise ControlPlaneError(f"kubectl {' '.join(args)} failed: {err.decode().strip()}")
         return out.decode()

@@ -370,7 +370,7 @@ class DemoCluster(AsyncService):
         )
         if self.real is not None:
             await self.real.start()
-            await self.real.apply(self._rbac)
+            await self.real.apply(yaml.safe_dump_all(self._rbac))
             self.progress(
                 f"API server        {self.real.url} (kube-apiserver "
                 f"{self.real.binaries.kubernetes_version}, etcd, kube-controller-manager; "
