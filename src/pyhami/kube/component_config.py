@@ -16,10 +16,8 @@ class LeaderElection(TypedDict, total=False):
     resourceNamespace: str
 
 
-class AuditUser(TypedDict, total=False):
+class AuditUser(TypedDict):
     username: str
-    groups: list[str]
-    extra: dict[str, list[str]]  # e.g. `authentication.kubernetes.io/credential-id`
 
 
 class AuditStatus(TypedDict, total=False):
@@ -27,19 +25,11 @@ class AuditStatus(TypedDict, total=False):
     message: str
 
 
-class AuditObjectRef(TypedDict, total=False):
-    resource: str
-    namespace: str
-    name: str
-    subresource: str
-
-
 class AuditEvent(TypedDict, total=False):
-    """One request as kube-apiserver's audit log records it at level Metadata."""
+    """One request as kube-apiserver's audit log records it at level Metadata (the fields
+    read here; the log has more)."""
 
     user: AuditUser
     verb: str
     requestURI: str
-    userAgent: str
-    objectRef: AuditObjectRef
     responseStatus: AuditStatus

@@ -12,12 +12,12 @@ from pyhami.kube.client import JsonObject
 
 @dataclass(frozen=True, slots=True)
 class ContainerState:
-    """One container as kubelet reports it: running, or terminated with `exit_code`."""
+    """One container as kubelet reports it: running, or terminated with `exit_code`; ready
+    while its pod runs (a completed init container too)."""
 
     name: str
     image: str
     exit_code: int | None = None  # None while it runs
-    ready: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,10 +86,7 @@ def node_lease(
 
 def renewed_lease(lease: JsonObject, node: str, duration_s: int, renewed: str) -> JsonObject:
     """`lease` as read, its holder, duration and renewTime set: the body of its update."""
-    return {
-        **lease,
-        "spec": {**(lease.get("spec") or {}), **_lease_spec(node, duration_s, renewed)},
-    }
+    return {**lease, "spec": {**lease.get("spec", {}), **_lease_spec(node, duration_s, renewed)}}
 
 
 def _conditions(ready: bool, now: str) -> list[JsonObject]:
@@ -105,11 +102,11 @@ def _conditions(ready: bool, now: str) -> list[JsonObject]:
     ]
 
 
-def _container_status(state: ContainerState, now: str) -> JsonObject:
+def _container_status(state: ContainerState, now: str, ready: bool) -> JsonObject:
     return {
         "name": state.name,
         "image": state.image,
-        "ready": state.ready,
+        "ready": ready,
         "started": state.exit_code is None,
         "restartCount": 0,
         "state": (
@@ -129,18 +126,13 @@ def _container_status(state: ContainerState, now: str) -> JsonObject:
 def pod_status_patch(status: PodStatus) -> JsonObject:
     """The `pods/status` patch reporting `status`."""
     if status.reason:  # refused: no container started
-        body: JsonObject = {
-            "phase": status.phase,
-            "reason": status.reason,
-            "message": status.message,
-        }
-        return {"status": body}
-    running = status.phase == "Running"
-    body = {"phase": status.phase, "conditions": _conditions(running, status.at)}
+        return {"status": {"phase": "Failed", "reason": status.reason, "message": status.message}}
+    at, running = status.at, status.phase == "Running"
+    body = {"phase": status.phase, "conditions": _conditions(running, at)}
     if running:
-        body["startTime"] = status.at
+        body["startTime"] = at
         body["initContainerStatuses"] = [
-            _container_status(c, status.at) for c in status.init_containers
+            _container_status(c, at, running) for c in status.init_containers
         ]
-    body["containerStatuses"] = [_container_status(c, status.at) for c in status.containers]
+    body["containerStatuses"] = [_container_status(c, at, running) for c in status.containers]
     return {"status": body}

@@ -83,7 +83,7 @@ def read_container(value: Mapping[str, Any], *, init: bool) -> ContainerView:
         ),
         sidecar=init and is_sidecar(value),
         image=_text(value.get("image")),
-        command=tuple(str(word) for word in _words(value, "command") + _words(value, "args")),
+        command=tuple(str(word) for key in ("command", "args") for word in _list(value.get(key))),
         claims=tuple(
             (_text(entry.get("name")), _text(entry.get("request")))
             for entry in _entries(resources.get("claims"))
@@ -180,12 +180,7 @@ def read_pod(pod: Mapping[str, Any]) -> PodView:
         resource_claims=_claim_names(spec, status),
         extended_claim=_extended_claim(status),
         tolerations=tuple(
-            TolerationView(
-                _text(t.get("key")),
-                _text(t.get("operator")),
-                _text(t.get("value")),
-                _text(t.get("effect")),
-            )
+            TolerationView(*_texts(t, "key", "operator", "value", "effect"))
             for t in _entries(spec.get("tolerations"))
         ),
         node_selector=_strings(
@@ -225,22 +220,22 @@ def read_node(node: Mapping[str, Any]) -> NodeView:
         ),
         unschedulable=spec.get("unschedulable") is True,
         taints=tuple(
-            TaintView(_text(t.get("key")), _text(t.get("value")), _text(t.get("effect")))
-            for t in _entries(spec.get("taints"))
+            TaintView(*_texts(t, "key", "value", "effect")) for t in _entries(spec.get("taints"))
         ),
     )
 
 
+def _list(value: object) -> list[object]:
+    return value if isinstance(value, list) else []
+
+
 def _entries(value: object) -> list[Mapping[str, Any]]:
     """The objects of an optional list; anything else in it is left out."""
-    return (
-        [entry for entry in value if isinstance(entry, Mapping)] if isinstance(value, list) else []
-    )
+    return [entry for entry in _list(value) if isinstance(entry, Mapping)]
 
 
-def _words(container: Mapping[str, Any], field: str) -> list[object]:
-    value = container.get(field)
-    return value if isinstance(value, list) else []
+def _texts(entry: Mapping[str, Any], *keys: str) -> tuple[str, ...]:
+    return tuple(_text(entry.get(key)) for key in keys)
 
 
 def _claim_names(spec: Mapping[str, Any], status: Mapping[str, Any]) -> Mapping[str, str]:
@@ -261,11 +256,7 @@ def _extended_claim(status: Mapping[str, Any]) -> ExtendedClaimView | None:
     return ExtendedClaimView(
         claim_name=_text(extended.get("resourceClaimName")),
         mappings=tuple(
-            (
-                _text(mapping.get("containerName")),
-                _text(mapping.get("resourceName")),
-                _text(mapping.get("requestName")),
-            )
+            _texts(mapping, "containerName", "resourceName", "requestName")
             for mapping in _entries(extended.get("requestMappings"))
         ),
     )

@@ -90,7 +90,7 @@ class ExtendedClaimView:
 
     claim_name: str
     # (container, resource, request name in the claim) of each request mapping
-    mappings: tuple[tuple[str, str, str], ...] = ()
+    mappings: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

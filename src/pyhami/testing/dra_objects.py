@@ -46,21 +46,11 @@ def create_claimed_pod(
     """Creates pod `name` in `default`, bound to `node`, whose container `main` uses the claim
     (beside a sidecar that does not), then claim `claim` for one request of class
     gpu.pyhami.io, allocated with `results` (unless not `allocated`) and reserved for the pod."""
-    pod = store.create(
-        "pods",
-        "default",
-        {
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {
-                "nodeName": node,
-                "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
-                "containers": [
-                    {"name": "sidecar", "image": "busybox"},
-                    {"name": "main", "image": "cuda", "resources": {"claims": [{"name": "gpu"}]}},
-                ],
-            },
-        },
-    )
+    main = {"name": "main", "image": "cuda", "resources": {"claims": [{"name": "gpu"}]}}
+    claims = [{"name": "gpu", "resourceClaimName": claim}]
+    sidecar = {"name": "sidecar", "image": "busybox"}  # uses no claim
+    spec = {"nodeName": node, "resourceClaims": claims, "containers": [sidecar, main]}
+    pod = store.create("pods", "default", {"metadata": {"name": name}, "spec": spec})
     pod_uid = str(pod["metadata"]["uid"])
     entries = [
         {
@@ -68,30 +58,23 @@ def create_claimed_pod(
             "driver": r.driver,
             "pool": r.pool,
             "device": r.device,
-            **({"consumedCapacity": consumed} if (consumed := _consumed(r)) else {}),
+            **({"consumedCapacity": used} if (used := _consumed(r)) else {}),
             **({"shareID": r.share_id} if r.share_id is not None else {}),
             **({"adminAccess": True} if r.admin_access else {}),
         }
         for r in results
     ]
-    reserved = [{"resource": "pods", "name": name, "uid": pod_uid}]
-    created = store.create(
-        "resourceclaims",
-        "default",
-        {
-            "metadata": {"name": claim, "namespace": "default"},
-            "spec": {
-                "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}
-            },
-            "status": {
-                "reservedFor": reserved,
-                **({"allocation": {"devices": {"results": entries}}} if allocated else {}),
-            },
-        },
-    )
+    status = {
+        "reservedFor": [{"resource": "pods", "name": name, "uid": pod_uid}],
+        **({"allocation": {"devices": {"results": entries}}} if allocated else {}),
+    }
+    request = {"name": "gpu", "exactly": {"deviceClassName": DRIVER}}
+    claim_spec = {"devices": {"requests": [request]}}
+    body = {"metadata": {"name": claim}, "spec": claim_spec, "status": status}
+    created = store.create("resourceclaims", "default", body)
     return ClaimedPod(pod_uid, str(created["metadata"]["uid"]))
 
 
 def _consumed(result: DeviceResult) -> dict[str, str]:
     amounts = {"memory": result.memory, "cores": result.cores}
-    return {name: value for name, value in amounts.items() if value is not None}
+    return {k: v for k, v in amounts.items() if v is not None}

@@ -218,9 +218,7 @@ def finished_status(pod: PodView, now: str, code: int) -> PodStatus:
     return PodStatus(
         "Succeeded" if code == 0 else "Failed",
         now,
-        containers=tuple(
-            ContainerState(c.name, c.image, exit_code=code, ready=False) for c in pod.containers
-        ),
+        containers=tuple(ContainerState(c.name, c.image, exit_code=code) for c in pod.containers),
     )
 
 
