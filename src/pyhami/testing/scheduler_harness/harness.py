@@ -406,12 +406,12 @@ class KubeSchedulerHarness(AsyncService):
         }
         failed: dict[str, str] = {}
         feasible = []
-        for facts in sorted(self._node_facts.values(), key=lambda f: f.name):
+        for name, facts in sorted(self._node_facts.items()):
             reason = facts.rejects(pod.tolerations, pod.node_selector, checked)
             if reason:
-                failed[facts.name] = reason
+                failed[name] = reason
             else:
-                feasible.append(facts.name)
+                feasible.append(name)
         unresolvable: dict[str, str] = {}
         if feasible and attempt.interested:
             attempt.extender_called = True

@@ -16,25 +16,16 @@ _CORDON = TaintView("node.kubernetes.io/unschedulable", effect="NoSchedule")
 
 @dataclass(frozen=True, slots=True)
 class NodeFacts:
-    """A node as kube-scheduler's own filter plugins see it."""
+    """A node as kube-scheduler's own filter plugins see it: its view and its extended
+    resources' allocatable amounts, parsed once."""
 
-    name: str
-    ready: bool
-    unschedulable: bool
-    taints: tuple[TaintView, ...]  # NoSchedule and NoExecute only
-    labels: Mapping[str, str]
-    allocatable: Mapping[str, float]  # extended resources only
+    node: NodeView
+    allocatable: Mapping[str, float]
 
     @classmethod
     def of(cls, node: NodeView) -> NodeFacts:
-        return cls(
-            name=node.name,
-            ready=node.ready,
-            unschedulable=node.unschedulable,
-            taints=tuple(t for t in node.taints if t.effect in ("NoSchedule", "NoExecute")),
-            labels=node.labels,
-            allocatable={k: quantity(v) for k, v in node.allocatable.items() if is_extended(k)},
-        )
+        extended = {k: quantity(v) for k, v in node.allocatable.items() if is_extended(k)}
+        return cls(node, extended)
 
     def rejects(
         self,
@@ -43,14 +34,15 @@ class NodeFacts:
         checked: Mapping[str, float],
     ) -> str:
         """The reason kube-scheduler's own plugins would reject the node, or ""."""
-        if not self.ready:
+        node = self.node
+        if not node.ready:
             return "node(s) were not ready"
-        if self.unschedulable and not tolerated(_CORDON, tolerations):
+        if node.unschedulable and not tolerated(_CORDON, tolerations):
             return "node(s) were unschedulable"
-        for taint in self.taints:
-            if not tolerated(taint, tolerations):
+        for taint in node.taints:
+            if taint.effect in ("NoSchedule", "NoExecute") and not tolerated(taint, tolerations):
                 return f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"
-        if any(self.labels.get(k) != v for k, v in selector.items()):
+        if any(node.labels.get(k) != v for k, v in selector.items()):
             return "node(s) didn't match Pod's node affinity/selector"
         for resource, amount in checked.items():
             if amount > self.allocatable.get(resource, 0.0):
