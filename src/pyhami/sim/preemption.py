@@ -18,8 +18,7 @@ from pyhami.engine.preempt import (
     best_node,
     preempt,
 )
-from pyhami.kube.views import read_pod
-from pyhami.model import NodeName
+from pyhami.model import NodeName, PodView
 from pyhami.scheduler.budgets import counted, protected, violations
 from pyhami.sim.inputs import ClusterInput
 from pyhami.sim.simulate import Simulation, prepare, schedule
@@ -37,13 +36,12 @@ class WhatIf:
     blocked: tuple[str, ...] = ()
 
 
-def what_if(simulation: Simulation, cluster: ClusterInput, pod: Mapping[str, Any]) -> WhatIf | None:
+def what_if(simulation: Simulation, cluster: ClusterInput, pod: PodView) -> WhatIf | None:
     """Preempt for `pod` on the simulation's ledger; with a node kept, its victims leave the
     ledger and the pod is scheduled again (reserved there, as simulate does). None when no
     pod anywhere has a lower priority: preemption has nothing to ask."""
     ledger = simulation.ledger
-    view = read_pod(pod)
-    priority, key = view.priority, view.key
+    priority, key = pod.priority, pod.key
     names: dict[str, str] = {}
     priorities: dict[str, int] = {}
     proposals: dict[NodeName, Proposal] = {}
@@ -59,7 +57,7 @@ def what_if(simulation: Simulation, cluster: ClusterInput, pod: Mapping[str, Any
         return None
     pods, budgets = cluster.existing_pods, cluster.budgets
     answers = preempt(
-        PreemptionInput(view, priority, priorities, names, protected(pods.items(), budgets)),
+        PreemptionInput(pod, priority, priorities, names, protected(pods.items(), budgets)),
         proposals,
         ledger,
         config=simulation.config,

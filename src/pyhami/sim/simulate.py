@@ -5,14 +5,12 @@ each pending pod drops any earlier reservation, `engine.decide` runs on every no
 candidate, and a scheduled pod is reserved in the ledger before the next one is decided.
 """
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pyhami import engine
 from pyhami.engine import Decision, EngineConfig, Ledger, Outcome, QuotaBook
-from pyhami.kube.views import pod_identity, read_pod
-from pyhami.model import NodeName, PodSpecError
+from pyhami.model import NodeName, PodView
 from pyhami.protocol import VendorKeys
 from pyhami.scheduler.outcome import annotations_of
 from pyhami.sim.inputs import ClusterInput
@@ -31,23 +29,18 @@ class Simulation:
 def prepare(cluster: ClusterInput, config: EngineConfig) -> Simulation:
     ledger = engine.build_ledger(cluster.nodes, cluster.existing)
     quotas = QuotaBook(config.nvidia)
-    for key, namespace, hard in cluster.quotas:
-        quotas.set_quota(key, namespace, hard)
+    for quota in cluster.quotas:
+        quotas.set_quota(quota.key, quota.namespace, quota.hard)
     candidates = [*cluster.nodes, *(n for n in cluster.unregistered if n not in cluster.nodes)]
     return Simulation(ledger, quotas, candidates, config)
 
 
-def schedule(simulation: Simulation, pod: Mapping[str, Any], *, explain: bool = False) -> Decision:
+def schedule(simulation: Simulation, pod: PodView, *, explain: bool = False) -> Decision:
     """One `/filter` call: drop the pod's stale reservation, decide, reserve the choice."""
     ledger = simulation.ledger
-    key, namespace, name = pod_identity(pod)
-    ledger.remove_pod(key)
-    try:
-        view = read_pod(pod)
-    except PodSpecError as err:
-        return Decision(key, namespace, name, Outcome.ERROR, error=str(err))
+    ledger.remove_pod(pod.key)
     decision = engine.decide(
-        view,
+        pod,
         simulation.candidates,
         ledger,
         config=simulation.config,
