@@ -8,7 +8,6 @@ priority, the lowest sum of victim priorities, the fewest victims, then the node
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from pyhami.engine import Decision, EngineConfig, Outcome
 from pyhami.engine.preempt import (
@@ -21,7 +20,7 @@ from pyhami.engine.preempt import (
 from pyhami.model import NodeName, PodView
 from pyhami.scheduler.budgets import counted, protected, violations
 from pyhami.sim.inputs import ClusterInput
-from pyhami.sim.simulate import Simulation, prepare, schedule
+from pyhami.sim.simulate import PreemptionData, Simulation, prepare, schedule
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,14 +94,13 @@ def simulate_with_preemption(
     return decisions, what_ifs
 
 
-def what_if_data(result: WhatIf) -> dict[str, Any]:
+def what_if_data(result: WhatIf) -> PreemptionData:
     """The JSON form: the chosen node and victims, and every node's answer."""
-    return {
-        "node": result.node,
-        "victims": list(result.victims),
-        **({"blockedBy": list(result.blocked)} if result.blocked else {}),
-        "nodes": {node: answer.reason for node, answer in result.answers.items()},
-    }
+    nodes = {str(node): answer.reason for node, answer in result.answers.items()}
+    victims, blocked = list(result.victims), list(result.blocked)
+    if not blocked:  # the key is there only where a budget blocked preemption
+        return PreemptionData(node=result.node, victims=victims, nodes=nodes)
+    return PreemptionData(node=result.node, victims=victims, blockedBy=blocked, nodes=nodes)
 
 
 def what_if_lines(result: WhatIf) -> list[str]:

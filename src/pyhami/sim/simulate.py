@@ -6,7 +6,7 @@ candidate, and a scheduled pod is reserved in the ledger before the next one is 
 """
 
 from dataclasses import dataclass
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from pyhami import engine
 from pyhami.engine import Decision, EngineConfig, Ledger, Outcome, QuotaBook
@@ -57,20 +57,40 @@ def simulate(cluster: ClusterInput, config: EngineConfig) -> list[Decision]:
     return [schedule(simulation, pod) for pod in cluster.pending]
 
 
-def pods_data(decisions: list[Decision], keys: VendorKeys, now: int) -> dict[str, Any]:
-    """The `simulate --output json|yaml` contract; annotations as written at `now`."""
-    return {"pods": [_pod_json(d, keys, now) for d in decisions]}
+class PreemptionData(TypedDict):
+    """The preemption what-if of `simulate -o json|yaml` and `explain -o json|yaml`."""
+
+    node: str | None
+    victims: list[str]
+    blockedBy: NotRequired[list[str]]
+    nodes: dict[str, str]
 
 
-def _pod_json(decision: Decision, keys: VendorKeys, now: int) -> dict[str, Any]:
-    return {
-        "namespace": decision.namespace,
-        "name": decision.name,
-        "node": decision.node,
-        "score": decision.score,
-        "annotations": annotations_of(decision, keys, now),
-        "failedNodes": dict(decision.failed_nodes),
-    }
+class PodData(TypedDict):
+    """One pod of the `simulate -o json|yaml` contract."""
+
+    namespace: str
+    name: str
+    node: str | None
+    score: float | None
+    annotations: dict[str, str]
+    failedNodes: dict[str, str]
+    preemption: NotRequired[PreemptionData]
+
+
+def pods_data(decisions: list[Decision], keys: VendorKeys, now: int) -> list[PodData]:
+    """The pods of the `simulate -o json|yaml` contract; annotations as written at `now`."""
+    return [
+        PodData(
+            namespace=d.namespace,
+            name=d.name,
+            node=d.node,
+            score=d.score,
+            annotations=annotations_of(d, keys, now),
+            failedNodes={str(node): why for node, why in d.failed_nodes.items()},
+        )
+        for d in decisions
+    ]
 
 
 NAMES_SHOWN = 5
