@@ -91,9 +91,6 @@ def _quota(obj: Mapping[str, Any]) -> QuotaView:
     return QuotaView(f"{namespace}/{name}", str(namespace), hard)
 
 
-# ----- the demo's pod files -------------------------------------------------------------------
-
-
 @dataclass(frozen=True, slots=True)
 class NamespaceManifest:
     """A Namespace to create: its name, and the labels and annotations a pod file gave it."""
@@ -119,9 +116,7 @@ class PodManifest:
     document: JsonObject
 
 
-def read_pod_file_object(
-    document: object, namespace: str
-) -> list[PodManifest | NamespaceManifest]:
+def read_pod_file_object(document: object, namespace: str) -> list[PodManifest | NamespaceManifest]:
     """The Pod or Namespace of one document of a pod file, or each one of a `List`'s items
     (pods in `namespace` when they name none); ManifestError naming the item and the field."""
     items = document.get("items") if isinstance(document, dict) else None
@@ -180,15 +175,11 @@ def _container(container: object) -> JsonObject:
             isinstance(v, str | int) and not isinstance(v, bool) for v in values.values()
         ):
             raise ManifestError(
-                f"container {container['name']!r}: resources.{section} must map names "
-                "to quantities"
+                f"container {container['name']!r}: resources.{section} must map names to quantities"
             )
         if values:
             quantities[section] = {str(k): str(v) for k, v in values.items()}
     return {**container, "resources": quantities}
-
-
-# ----- what the API returns about a submitted pod ---------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,9 +262,6 @@ def taint_effects(node: Mapping[str, Any]) -> frozenset[str]:
     """The effects of the node's taints (NoSchedule: no new pod goes there)."""
     taints = (node.get("spec") or {}).get("taints") or ()
     return frozenset(str(taint.get("effect", "")) for taint in taints)
-
-
-# ----- the chart's admission webhooks ---------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)

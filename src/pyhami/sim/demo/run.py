@@ -22,8 +22,6 @@ from pyhami.devices.nvidia.dra_claims import CAPACITY_CORES, CAPACITY_MEMORY, DR
 from pyhami.kube import RESOURCE_CLAIMS, KubeError
 from pyhami.kube.errors import AlreadyExists
 from pyhami.kube.manifests import (
-    AllocatedDevice,
-    ClaimUse,
     NamespaceManifest,
     PodManifest,
     PodState,
@@ -177,31 +175,18 @@ async def claimed_cards(cluster: DemoCluster, state: PodState) -> tuple[CardShar
             claim = await cluster.client.get(RESOURCE_CLAIMS, use.claim, state.pod.namespace)
         except KubeError:
             continue  # the report shows the pod without that claim's cards
-        shares.extend(_claim_shares(use, read_claim_devices(claim), cards, devices))
+        for device in read_claim_devices(claim):
+            request = device.request.partition("/")[0]  # a container may name one, else all
+            if device.driver != DRIVER or (use.request and request != use.request):
+                continue
+            uuid = devices.get((device.pool, device.device), "")
+            info = cards.get(uuid, CardInfo(device.pool, "?", -1))
+            memory = device.consumed.get(CAPACITY_MEMORY, 0) // MIB
+            cores = device.consumed.get(CAPACITY_CORES, 0)
+            shares.append(
+                CardShare(use.container, device.pool, uuid, info.model, info.index, memory, cores)
+            )
     return tuple(shares)
-
-
-def _claim_shares(
-    use: ClaimUse,
-    allocated: Sequence[AllocatedDevice],
-    cards: Mapping[str, CardInfo],
-    devices: Mapping[tuple[str, str], str],
-) -> list[CardShare]:
-    shares = []
-    for device in allocated:
-        # a container may name one request of the claim, else it has all of them
-        if device.driver != DRIVER or (
-            use.request and device.request.partition("/")[0] != use.request
-        ):
-            continue
-        uuid = devices.get((device.pool, device.device), "")
-        info = cards.get(uuid, CardInfo(device.pool, "?", -1))
-        memory = device.consumed.get(CAPACITY_MEMORY, 0) // MIB
-        cores = device.consumed.get(CAPACITY_CORES, 0)
-        shares.append(
-            CardShare(use.container, device.pool, uuid, info.model, info.index, memory, cores)
-        )
-    return shares
 
 
 async def explain(
