@@ -303,7 +303,8 @@ class PodWebhook:
 
     def encode(self, base_url: str, ca_pem: bytes) -> JsonObject:
         """The configuration's entry, as the chart writes it; the server at `base_url`."""
-        webhook: JsonObject = {
+        selector = self.object_selector
+        return {
             "name": self.name,
             "admissionReviewVersions": ["v1"],
             "sideEffects": "None",
@@ -315,12 +316,9 @@ class PodWebhook:
                 "caBundle": base64.b64encode(ca_pem).decode(),
             },
             "rules": list(self.rules),
+            **({} if selector is None else {"objectSelector": selector}),
+            **({"matchConditions": list(self.match_conditions)} if self.conditions else {}),
         }
-        if self.object_selector is not None:
-            webhook["objectSelector"] = self.object_selector
-        if self.conditions:
-            webhook["matchConditions"] = list(self.match_conditions)
-        return webhook
 
 
 def webhook_configuration(
