@@ -66,7 +66,7 @@ def read_manifests(document: object) -> Iterator[ObjectView]:
 
 
 def read_object(obj: Mapping[str, Any], kind: str | None = None) -> ObjectView:
-    """One object by its `kind` (or `kind`, for the items of the API's lists)."""
+    """One object, read by its own `kind`, or by `kind` (the API's list items carry none)."""
     kind = kind or obj.get("kind")
     if kind == "Pod":
         return read_pod(obj)
