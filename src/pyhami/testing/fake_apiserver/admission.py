@@ -34,6 +34,7 @@ from pyhami.testing.fake_apiserver.cel import (
     compile_expression,
 )
 from pyhami.testing.fake_apiserver.identity import UserInfo
+from pyhami.testing.fake_apiserver.objects import StoredObject
 from pyhami.testing.fake_apiserver.patches import PatchApplyError, PatchFormatError, json_patch
 from pyhami.testing.fake_apiserver.resources import MUTATING_WEBHOOKS, NAMESPACES, ResourceType
 from pyhami.testing.fake_apiserver.selectors import label_selector_matcher
@@ -234,15 +235,12 @@ class AdmissionChain:
             self._session = None
 
     def _selected(
-        self, hook: Webhook, namespace: str | None, obj: JsonObject, old: JsonObject | None
+        self, hook: Webhook, namespace: str | None, obj: JsonObject, old: StoredObject | None
     ) -> bool:
         # On UPDATE the object selector matches if the old or the new object matches.
         matches = label_selector_matcher(hook.object_selector)
-        if not any(
-            matches(candidate.get("metadata", {}).get("labels") or {})
-            for candidate in (obj, old)
-            if candidate is not None
-        ):
+        labels = [obj.get("metadata", {}).get("labels") or {}]
+        if not any(matches(found) for found in labels + ([] if old is None else [old.meta.labels])):
             return False
         if namespace is None or not hook.namespace_selector:
             return True
@@ -260,7 +258,7 @@ class AdmissionChain:
         operation: str = "CREATE",
         *,
         user: UserInfo,
-        old_object: JsonObject | None = None,
+        old_object: StoredObject | None = None,
         options_kind: str = "CreateOptions",
     ) -> JsonObject:
         """Run every matching webhook; returns the mutated object or raises the refusal.
@@ -322,7 +320,7 @@ class AdmissionChain:
                 "operation": request.operation,
                 "userInfo": request.user.as_json(),
                 "object": _typed(resource, obj),
-                "oldObject": None if old is None else _typed(resource, old),
+                "oldObject": None if old is None else old.encode(),
                 "dryRun": False,
                 "options": {"apiVersion": "meta.k8s.io/v1", "kind": request.options_kind},
             },
@@ -420,7 +418,7 @@ class _Request:
     namespace: str | None
     operation: str
     user: UserInfo
-    old_object: JsonObject | None
+    old_object: StoredObject | None
     options_kind: str
 
 

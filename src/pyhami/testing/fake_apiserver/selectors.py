@@ -133,13 +133,15 @@ class Selector:
         )
 
     def matches(self, obj: Mapping[str, Any]) -> bool:
+        """Whether a document is selected (the store asks `selects` of what it decoded)."""
         labels = obj.get("metadata", {}).get("labels") or {}
-        if not all(req.matches(labels) for req in self.labels):
-            return False
-        if not self.fields:
-            return True
-        values = {req.key: self.resource.field_value(obj, req.key) for req in self.fields}
-        return all(req.matches(values) for req in self.fields)
+        return self.selects(labels, self.resource.field_values(obj))
+
+    def selects(self, labels: Mapping[str, str], fields: Mapping[str, str]) -> bool:
+        """Whether an object with these labels and field-label values is selected."""
+        return all(req.matches(labels) for req in self.labels) and all(
+            req.matches(fields) for req in self.fields
+        )
 
 
 def label_selector_matcher(

@@ -26,6 +26,7 @@ from pyhami.kube.lifecycle import AsyncService
 from pyhami.testing.fake_apiserver.admission import AdmissionChain
 from pyhami.testing.fake_apiserver.faults import FaultInjector
 from pyhami.testing.fake_apiserver.identity import ADMIN, ANONYMOUS, RequestKey, Tokens, UserInfo
+from pyhami.testing.fake_apiserver.objects import StoredObject
 from pyhami.testing.fake_apiserver.resources import PODS, ResourceType
 from pyhami.testing.fake_apiserver.routes import Route, parse_path
 from pyhami.testing.fake_apiserver.selectors import Selector
@@ -42,7 +43,7 @@ from pyhami.testing.fake_apiserver.store import (
     PATCH_TYPES,
     ObjectStore,
 )
-from pyhami.testing.fake_apiserver.watch import Watcher, with_kind
+from pyhami.testing.fake_apiserver.watch import Watcher
 
 log = structlog.get_logger(__name__)
 
@@ -58,6 +59,15 @@ def _dumps(obj: Any) -> str:
 
 def _json_response(body: JsonObject, status: int = 200) -> web.Response:
     return web.Response(text=_dumps(body), status=status, content_type="application/json")
+
+
+def _object_response(
+    resource: ResourceType, document: JsonObject, status: int = 200
+) -> web.Response:
+    """An object as get, create, update, patch and delete answer it: kind and apiVersion first."""
+    return _json_response(
+        {"apiVersion": resource.api_version, "kind": resource.kind, **document}, status
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +178,7 @@ class FakeKubeAPIServer(AsyncService):
     def kubeconfig(self, user: str = ADMIN) -> JsonObject:
         if not self.url:
             raise RuntimeError("start the fake API server before asking for a kubeconfig")
-        cluster: JsonObject = {"server": self.url}
+        cluster = {"server": self.url}
         if self._tls is not None:
             ca = base64.b64encode(self._tls.ca_file.read_bytes()).decode()
             cluster["certificate-authority-data"] = ca
@@ -215,7 +225,9 @@ class FakeKubeAPIServer(AsyncService):
                     if event["type"] == "DELETED":
                         raise LookupError(f"{resource} {name!r} was deleted while waiting")
                     obj = {
-                        k: v for k, v in event["object"].items() if k not in ("apiVersion", "kind")
+                        k: copy.deepcopy(v)
+                        for k, v in event["object"].items()
+                        if k not in ("apiVersion", "kind")
                     }
                     if condition(obj):
                         return obj
@@ -323,9 +335,7 @@ class FakeKubeAPIServer(AsyncService):
             return _json_response(self._delete_collection(request, route))
         if verb == "get":
             assert route.name is not None
-            return _json_response(
-                with_kind(resource, store.get(resource, route.namespace, route.name))
-            )
+            return _json_response(store.stored(resource, route.namespace, route.name).encode())
         if verb == "create":
             body = await self._body(request)
             if route.subresource == "binding":
@@ -334,8 +344,7 @@ class FakeKubeAPIServer(AsyncService):
                 return _json_response(success_status(201), 201)
             if not isinstance(body, dict):
                 raise bad_request(f"the body of a create must be a {resource.kind} object")
-            created = await self._create(route, body, user)
-            return _json_response(with_kind(resource, created), 201)
+            return _object_response(resource, await self._create(route, body, user), 201)
         assert route.name is not None
         if verb == "update":
             body = await self._body(request)
@@ -348,11 +357,11 @@ class FakeKubeAPIServer(AsyncService):
             else:
                 name = route.name
 
-                def replaced() -> tuple[JsonObject, JsonObject]:
-                    return store.get(resource, route.namespace, name), copy.deepcopy(body)
+                def replaced() -> tuple[StoredObject, JsonObject]:
+                    return store.stored(resource, route.namespace, name), copy.deepcopy(body)
 
                 updated = await self._admitted_update(route, replaced, "UpdateOptions", user)
-            return _json_response(with_kind(resource, updated))
+            return _object_response(resource, updated)
         if verb == "patch":
             content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
             if content_type not in PATCH_TYPES:
@@ -375,12 +384,12 @@ class FakeKubeAPIServer(AsyncService):
             else:
                 name = route.name
 
-                def patched() -> tuple[JsonObject, JsonObject]:
+                def patched() -> tuple[StoredObject, JsonObject]:
                     return store.patched(resource, route.namespace, name, content_type, body)
 
                 updated = await self._admitted_update(route, patched, "PatchOptions", user)
-            return _json_response(with_kind(resource, updated))
-        return _json_response(with_kind(resource, await self._delete(request, route)))
+            return _object_response(resource, updated)
+        return _object_response(resource, await self._delete(request, route))
 
     def _delete_collection(self, request: web.Request, route: Route) -> JsonObject:
         selector = Selector.parse(
@@ -395,12 +404,9 @@ class FakeKubeAPIServer(AsyncService):
         )
         deleted = [
             self.store.delete(
-                route.resource,
-                obj["metadata"].get("namespace"),
-                obj["metadata"]["name"],
-                grace_period_seconds=grace,
+                route.resource, obj.meta.namespace, obj.meta.name, grace_period_seconds=grace
             )
-            for obj in self.store.items(route.resource, route.namespace, selector)
+            for obj in self.store.matching(route.resource, route.namespace, selector)
         ]
         return {
             "kind": f"{route.resource.kind}List",
@@ -418,7 +424,7 @@ class FakeKubeAPIServer(AsyncService):
     async def _admitted_update(
         self,
         route: Route,
-        candidate: Callable[[], tuple[JsonObject, JsonObject]],
+        candidate: Callable[[], tuple[StoredObject, JsonObject]],
         options_kind: str,
         user: UserInfo,
     ) -> JsonObject:
@@ -436,12 +442,12 @@ class FakeKubeAPIServer(AsyncService):
             metadata = new.get("metadata")
             if not isinstance(metadata, dict):  # let the store name what is wrong
                 return self.store.update(resource, namespace, name, new)
-            stored_version = old["metadata"]["resourceVersion"]
+            stored_version = old.meta.resource_version
             if metadata.get("resourceVersion") not in (None, "", stored_version):
                 raise stale(resource, name)  # pinned by the client to another version
             admitted = await self.admission.admit(
                 resource,
-                old["metadata"].get("namespace"),
+                old.meta.namespace or None,
                 new,
                 "UPDATE",
                 user=user,
@@ -487,21 +493,21 @@ class FakeKubeAPIServer(AsyncService):
             self.store.check_list_version(
                 query.get("resourceVersion"), query.get("resourceVersionMatch")
             )
-        items = self.store.items(route.resource, route.namespace, selector)
+        items = self.store.matching(route.resource, route.namespace, selector)
         if start_after:
-            items = [i for i in items if _sort_key(i) > start_after]
-        metadata: JsonObject = {"resourceVersion": version}
+            items = [i for i in items if i.sort_key > start_after]
+        metadata: dict[str, str | int] = {"resourceVersion": version}
         limit = _int_param(request, "limit") if "limit" in query else 0
         if limit > 0 and len(items) > limit:
             items, rest = items[:limit], len(items) - limit
-            token = _dumps({"rv": int(version), "start": _sort_key(items[-1])})
+            token = _dumps({"rv": int(version), "start": items[-1].sort_key})
             metadata["continue"] = base64.urlsafe_b64encode(token.encode()).decode()
             metadata["remainingItemCount"] = rest
         return {
             "kind": f"{route.resource.kind}List",
             "apiVersion": route.resource.api_version,
             "metadata": metadata,
-            "items": items,
+            "items": [i.body for i in items],  # encoded at once: no copy needed
         }
 
     def _decode_continue(self, token: str) -> tuple[str, str]:
@@ -590,11 +596,6 @@ class FakeKubeAPIServer(AsyncService):
             await response.write((_dumps(event) + "\n").encode())
         with contextlib.suppress(ConnectionError):
             await response.write_eof()
-
-
-def _sort_key(obj: JsonObject) -> str:
-    meta = obj["metadata"]
-    return f"{meta.get('namespace', '')}/{meta['name']}"
 
 
 def _int_param(request: web.Request, name: str) -> int:
