@@ -15,7 +15,12 @@ from dataclasses import dataclass
 
 from pyhami.kube import JsonObject
 from pyhami.testing.fake_apiserver.resources import ResourceType
-from pyhami.testing.fake_apiserver.status import ApiError, bad_request
+from pyhami.testing.fake_apiserver.status import (
+    ApiError,
+    StatusCause,
+    StatusDetails,
+    bad_request,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,17 +100,11 @@ class Binding:
                 422,
                 "Invalid",
                 f'Binding "{pod}" is invalid: target.name: Required value',
-                {
-                    "name": pod,
-                    "kind": "Binding",
-                    "causes": [
-                        {
-                            "reason": "FieldValueRequired",
-                            "message": "Required value",
-                            "field": "target.name",
-                        }
-                    ],
-                },
+                StatusDetails(
+                    pod,
+                    kind="Binding",
+                    causes=(StatusCause("Required value", "FieldValueRequired", "target.name"),),
+                ),
             )
         meta = body.get("metadata") or {}
         return cls(

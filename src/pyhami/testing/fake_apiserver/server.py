@@ -32,6 +32,7 @@ from pyhami.testing.fake_apiserver.routes import Route, parse_path
 from pyhami.testing.fake_apiserver.selectors import Selector
 from pyhami.testing.fake_apiserver.status import (
     ApiError,
+    StatusDetails,
     bad_request,
     gone,
     internal,
@@ -254,7 +255,10 @@ class FakeKubeAPIServer(AsyncService):
         if route is None:
             return _json_response(
                 ApiError(
-                    404, "NotFound", "the server could not find the requested resource", {}
+                    404,
+                    "NotFound",
+                    "the server could not find the requested resource",
+                    StatusDetails(),
                 ).status,
                 404,
             )

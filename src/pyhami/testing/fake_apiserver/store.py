@@ -32,6 +32,8 @@ from pyhami.testing.fake_apiserver.resources import (
 from pyhami.testing.fake_apiserver.selectors import Selector
 from pyhami.testing.fake_apiserver.status import (
     ApiError,
+    StatusCause,
+    StatusDetails,
     already_exists,
     bad_request,
     conflict,
@@ -501,15 +503,10 @@ class ObjectStore:
                 504,
                 "Timeout",
                 f"Too large resource version: {wanted}, current: {self.resource_version}",
-                {
-                    "causes": [
-                        {
-                            "reason": "ResourceVersionTooLarge",
-                            "message": "Too large resource version",
-                        }
-                    ],
-                    "retryAfterSeconds": 1,
-                },
+                StatusDetails(
+                    causes=(StatusCause("Too large resource version", "ResourceVersionTooLarge"),),
+                    retry_after_s=1,
+                ),
             )
         if match == "Exact" and wanted != self.resource_version:
             raise gone(f"too old resource version: {wanted} ({self.resource_version})")
