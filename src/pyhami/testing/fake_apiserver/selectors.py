@@ -144,12 +144,15 @@ class Selector:
         )
 
 
-def label_selector_matcher(
-    selector: Mapping[str, Any] | None,
-) -> Callable[[Mapping[str, str]], bool]:
-    """A metav1.LabelSelector object (matchLabels + matchExpressions), as webhooks carry."""
+# Whether an object with these labels is selected.
+LabelMatcher = Callable[[Mapping[str, str]], bool]
+
+
+def label_selector_matcher(selector: Mapping[str, Any] | None) -> LabelMatcher | None:
+    """A metav1.LabelSelector object (matchLabels + matchExpressions), as webhooks carry;
+    None for an empty one, which selects everything. A 422 ApiError names a bad operator."""
     if not selector:
-        return lambda _labels: True
+        return None
     requirements = [
         Requirement(key, "=", frozenset({str(value)}))
         for key, value in (selector.get("matchLabels") or {}).items()
