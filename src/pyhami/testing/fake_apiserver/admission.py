@@ -307,8 +307,29 @@ class AdmissionChain:
         """One webhook's turn: the object it leaves (failurePolicy: Ignore leaves it unchanged
         when the call fails, Fail refuses the request)."""
         call = AdmissionCall(hook.name, {})
+        resource, old = request.resource, request.old_object
+        kind = {"group": resource.group, "version": resource.version, "kind": resource.kind}
+        gvr = {"group": resource.group, "version": resource.version, "resource": resource.plural}
         try:
-            review = self._review_of(hook, request, obj)
+            review: JsonObject = {
+                "apiVersion": hook.review_version(),
+                "kind": "AdmissionReview",
+                "request": {
+                    "uid": self._store.new_uid(),
+                    "kind": kind,
+                    "resource": gvr,
+                    "requestKind": kind,
+                    "requestResource": gvr,
+                    "name": obj.get("metadata", {}).get("name", ""),
+                    "namespace": request.namespace or "",
+                    "operation": request.operation,
+                    "userInfo": request.user.as_json(),
+                    "object": {"apiVersion": resource.api_version, "kind": resource.kind, **obj},
+                    "oldObject": None if old is None else old.encode(),
+                    "dryRun": False,
+                    "options": {"apiVersion": "meta.k8s.io/v1", "kind": request.options_kind},
+                },
+            }
             if not hook.matches(review["request"]):
                 return obj  # skipped: no call is made
             self.calls.append(call)
@@ -322,30 +343,6 @@ class AdmissionChain:
             if hook.failure_policy == "Ignore":
                 return obj
             raise internal(f'failed calling webhook "{hook.name}": {err}') from err
-
-    def _review_of(self, hook: Webhook, request: _Request, obj: JsonObject) -> JsonObject:
-        resource, old = request.resource, request.old_object
-        kind = {"group": resource.group, "version": resource.version, "kind": resource.kind}
-        gvr = {"group": resource.group, "version": resource.version, "resource": resource.plural}
-        return {
-            "apiVersion": hook.review_version(),
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": self._store.new_uid(),
-                "kind": kind,
-                "resource": gvr,
-                "requestKind": kind,
-                "requestResource": gvr,
-                "name": obj.get("metadata", {}).get("name", ""),
-                "namespace": request.namespace or "",
-                "operation": request.operation,
-                "userInfo": request.user.as_json(),
-                "object": {"apiVersion": resource.api_version, "kind": resource.kind, **obj},
-                "oldObject": None if old is None else old.encode(),
-                "dryRun": False,
-                "options": {"apiVersion": "meta.k8s.io/v1", "kind": request.options_kind},
-            },
-        }
 
     async def _post(self, hook: Webhook, review: JsonObject) -> JsonObject:
         if self._session is None:

@@ -10,7 +10,7 @@ import copy
 import json
 import ssl
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,6 @@ from pyhami.kube.lifecycle import AsyncService
 from pyhami.testing.fake_apiserver.admission import AdmissionChain
 from pyhami.testing.fake_apiserver.faults import FaultInjector
 from pyhami.testing.fake_apiserver.identity import ADMIN, ANONYMOUS, RequestKey, Tokens, UserInfo
-from pyhami.testing.fake_apiserver.objects import StoredObject
 from pyhami.testing.fake_apiserver.resources import PODS, ResourceType
 from pyhami.testing.fake_apiserver.routes import Route, parse_path
 from pyhami.testing.fake_apiserver.selectors import Selector
@@ -60,6 +59,19 @@ def _dumps(obj: Any) -> str:
 
 def _json_response(body: JsonObject, status: int = 200) -> web.Response:
     return web.Response(text=_dumps(body), status=status, content_type="application/json")
+
+
+def _list_response(
+    resource: ResourceType, metadata: Mapping[str, str | int], items: list[JsonObject]
+) -> web.Response:
+    return _json_response(
+        {
+            "kind": f"{resource.kind}List",
+            "apiVersion": resource.api_version,
+            "metadata": metadata,
+            "items": items,
+        }
+    )
 
 
 def _object_response(
@@ -334,9 +346,9 @@ class FakeKubeAPIServer(AsyncService):
         ):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if verb == "list":
-            return _json_response(self._list(request, route))
+            return self._list(request, route)
         if verb == "deletecollection":
-            return _json_response(self._delete_collection(request, route))
+            return self._delete_collection(request, route)
         if verb == "get":
             assert route.name is not None
             return _json_response(store.stored(resource, route.namespace, route.name).encode())
@@ -359,12 +371,7 @@ class FakeKubeAPIServer(AsyncService):
                     resource, route.namespace, route.name, body, subresource=route.subresource
                 )
             else:
-                name = route.name
-
-                def replaced() -> tuple[StoredObject, JsonObject]:
-                    return store.stored(resource, route.namespace, name), copy.deepcopy(body)
-
-                updated = await self._admitted_update(route, replaced, "UpdateOptions", user)
+                updated = await self._admitted_update(route, body, None, user)
             return _object_response(resource, updated)
         if verb == "patch":
             content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
@@ -386,16 +393,11 @@ class FakeKubeAPIServer(AsyncService):
                     subresource=route.subresource,
                 )
             else:
-                name = route.name
-
-                def patched() -> tuple[StoredObject, JsonObject]:
-                    return store.patched(resource, route.namespace, name, content_type, body)
-
-                updated = await self._admitted_update(route, patched, "PatchOptions", user)
+                updated = await self._admitted_update(route, body, content_type, user)
             return _object_response(resource, updated)
         return _object_response(resource, await self._delete(request, route))
 
-    def _delete_collection(self, request: web.Request, route: Route) -> JsonObject:
+    def _delete_collection(self, request: web.Request, route: Route) -> web.Response:
         selector = Selector.parse(
             route.resource,
             request.query.get("labelSelector", ""),
@@ -412,12 +414,9 @@ class FakeKubeAPIServer(AsyncService):
             )
             for obj in self.store.matching(route.resource, route.namespace, selector)
         ]
-        return {
-            "kind": f"{route.resource.kind}List",
-            "apiVersion": route.resource.api_version,
-            "metadata": {"resourceVersion": self.store.list_version()},
-            "items": deleted,
-        }
+        return _list_response(
+            route.resource, {"resourceVersion": self.store.list_version()}, deleted
+        )
 
     async def _create(self, route: Route, body: JsonObject, user: UserInfo) -> JsonObject:
         obj = self.store.prepare_create(route.resource, route.namespace, body)
@@ -426,23 +425,23 @@ class FakeKubeAPIServer(AsyncService):
         return self.store.create(route.resource, route.namespace, obj, keep_pod_status=False)
 
     async def _admitted_update(
-        self,
-        route: Route,
-        candidate: Callable[[], tuple[StoredObject, JsonObject]],
-        options_kind: str,
-        user: UserInfo,
+        self, route: Route, body: Any, patch_type: str | None, user: UserInfo
     ) -> JsonObject:
-        """An update or patch of an object itself, with UPDATE admission before the write.
+        """An update (`patch_type` None) or patch of an object itself, with UPDATE admission
+        before the write.
 
-        `candidate()` gives (stored object, object to write). The webhooks run in between,
-        so another write may land first; like kube-apiserver's GuaranteedUpdate, the request
-        is then redone on the fresh object. A resourceVersion the client gave stays a
-        precondition: redone, it no longer matches and the answer is a conflict.
+        The webhooks run between reading the stored object and writing, so another write may
+        land first; like kube-apiserver's GuaranteedUpdate, the request is then redone on the
+        fresh object. A resourceVersion the client gave stays a precondition: redone, it no
+        longer matches and the answer is a conflict.
         """
         assert route.name is not None
         resource, namespace, name = route.resource, route.namespace, route.name
         for _attempt in range(_UPDATE_ATTEMPTS):
-            old, new = candidate()
+            if patch_type is None:
+                old, new = self.store.stored(resource, namespace, name), copy.deepcopy(body)
+            else:
+                old, new = self.store.patched(resource, namespace, name, patch_type, body)
             metadata = new.get("metadata")
             if not isinstance(metadata, dict):  # let the store name what is wrong
                 return self.store.update(resource, namespace, name, new)
@@ -456,7 +455,7 @@ class FakeKubeAPIServer(AsyncService):
                 "UPDATE",
                 user=user,
                 old_object=old,
-                options_kind=options_kind,
+                options_kind="UpdateOptions" if patch_type is None else "PatchOptions",
             )
             admitted.setdefault("metadata", {})["resourceVersion"] = stored_version
             try:
@@ -484,7 +483,7 @@ class FakeKubeAPIServer(AsyncService):
             resource_version=preconditions.get("resourceVersion"),
         )
 
-    def _list(self, request: web.Request, route: Route) -> JsonObject:
+    def _list(self, request: web.Request, route: Route) -> web.Response:
         query = request.query
         selector = Selector.parse(
             route.resource, query.get("labelSelector", ""), query.get("fieldSelector", "")
@@ -507,12 +506,8 @@ class FakeKubeAPIServer(AsyncService):
             token = _dumps({"rv": int(version), "start": items[-1].sort_key})
             metadata["continue"] = base64.urlsafe_b64encode(token.encode()).decode()
             metadata["remainingItemCount"] = rest
-        return {
-            "kind": f"{route.resource.kind}List",
-            "apiVersion": route.resource.api_version,
-            "metadata": metadata,
-            "items": [i.body for i in items],  # encoded at once: no copy needed
-        }
+        # Encoded at once: the stored documents need no copy.
+        return _list_response(route.resource, metadata, [i.body for i in items])
 
     def _decode_continue(self, token: str) -> tuple[str, str]:
         try:

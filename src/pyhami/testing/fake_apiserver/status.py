@@ -76,7 +76,8 @@ class ApiError(Exception):
 
     @property
     def status(self) -> JsonObject:
-        body: JsonObject = {
+        details = {} if self.details is None else {"details": self.details.encode()}
+        return {
             "kind": "Status",
             "apiVersion": "v1",
             "metadata": {},
@@ -84,10 +85,8 @@ class ApiError(Exception):
             "message": self.message,
             "reason": self.reason,
             "code": self.code,
+            **details,
         }
-        if self.details is not None:
-            body["details"] = self.details.encode()
-        return body
 
 
 def success_status(code: int) -> JsonObject:

@@ -210,7 +210,7 @@ class ObjectStore:
         if not metadata.get("name") and metadata.get("generateName"):
             metadata["name"] = self._generate_name(metadata["generateName"])
         validation.apply_defaults(resource, obj)  # again: a webhook may have removed some
-        validation.validate_create(resource, obj)
+        validation.validate(resource, obj)
         if resource.namespaced and ("", metadata["namespace"]) not in self._objects[NAMESPACES]:
             raise not_found(NAMESPACES, metadata["namespace"])
         key = self._key(resource, metadata.get("namespace"), metadata["name"])
@@ -265,7 +265,7 @@ class ObjectStore:
                 else:
                     metadata.pop(immutable, None)
             metadata["name"] = name
-            validation.validate_update(old, new)
+            validation.validate(resource, new, old)
         validation.decode_quantities(resource, new)
         new.pop("apiVersion", None)
         new.pop("kind", None)

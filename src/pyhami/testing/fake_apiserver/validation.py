@@ -136,11 +136,14 @@ _QUALIFIED_NAME = re.compile(
 _OMIT_EMPTY_METADATA = ("labels", "annotations", "finalizers", "ownerReferences")
 
 
-def check_metadata(resource: ResourceType, obj: JsonObject) -> None:
-    """Labels and annotations: string maps (else the decoder's 400), valid keys and label
+def validate(resource: ResourceType, obj: JsonObject, old: StoredObject | None = None) -> None:
+    """The checks a create (after admission and name generation) or an update of `old` must
+    pass. Labels and annotations: string maps (else the decoder's 400), valid keys and label
     values (else 422), as ValidateObjectMeta checks them. Then ObjectMeta's maps and lists
     are dropped where empty: they are `omitempty`, an empty one is the same as none."""
     metadata = obj["metadata"]
+    if old is None:
+        check_name(resource, metadata.get("name", ""))
     name = str(metadata.get("name") or metadata.get("generateName") or "")
     causes = []
     for field in ("labels", "annotations"):
@@ -177,16 +180,14 @@ def check_metadata(resource: ResourceType, obj: JsonObject) -> None:
     for field in _OMIT_EMPTY_METADATA:
         if field in metadata and not metadata[field]:
             del metadata[field]
-
-
-def validate_create(resource: ResourceType, obj: JsonObject) -> None:
-    """After admission and name generation: the checks a create must pass."""
-    metadata = obj["metadata"]
-    name = metadata.get("name", "")
-    check_name(resource, name)
-    check_metadata(resource, obj)
     if resource is PODS:
         _check_pod_spec(name, obj.get("spec"))
+        if old is not None and _pod_spec_without_mutable(
+            old.body.get("spec")
+        ) != _pod_spec_without_mutable(obj.get("spec")):
+            raise invalid(
+                PODS, name, [("spec", "FieldValueForbidden", f"Forbidden: {_POD_UPDATE_FORBIDDEN}")]
+            )
     elif resource is NAMESPACES:
         metadata.setdefault("labels", {})["kubernetes.io/metadata.name"] = name
 
@@ -206,22 +207,6 @@ def _pod_spec_without_mutable(spec: Any) -> Any:
                 for c in stripped[group]
             ]
     return stripped
-
-
-def validate_update(old: StoredObject, new: JsonObject) -> None:
-    resource, name = old.resource, old.meta.name
-    check_metadata(resource, new)
-    if resource is PODS:
-        _check_pod_spec(name, new.get("spec"))
-        if _pod_spec_without_mutable(old.body.get("spec")) != _pod_spec_without_mutable(
-            new.get("spec")
-        ):
-            raise invalid(
-                PODS, name, [("spec", "FieldValueForbidden", f"Forbidden: {_POD_UPDATE_FORBIDDEN}")]
-            )
-    if resource is NAMESPACES:
-        labels = new["metadata"].setdefault("labels", {})
-        labels["kubernetes.io/metadata.name"] = name
 
 
 def check_precondition(old: StoredObject, uid: str | None, resource_version: str | None) -> None:
