@@ -41,44 +41,32 @@ from pyhami.testing.fake_apiserver.selectors import LabelMatcher, label_selector
 from pyhami.testing.fake_apiserver.status import ApiError, internal
 from pyhami.testing.fake_apiserver.store import ObjectStore
 
+_RULE_LISTS = ("operations", "apiGroups", "apiVersions", "resources")
+
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """One RuleWithOperations of a webhook (a field that is not a list matches nothing)."""
+    """One RuleWithOperations of a webhook: what each of `_RULE_LISTS` lists (a field that is
+    not a list matches nothing), and the scope."""
 
-    operations: tuple[str, ...]
-    api_groups: tuple[str, ...]
-    api_versions: tuple[str, ...]
-    resources: tuple[str, ...]
+    lists: tuple[tuple[str, ...], ...]
     scope: str = "*"
 
     @classmethod
     def decode(cls, rule: Mapping[str, Any]) -> Rule:
-        def listed(key: str) -> tuple[str, ...]:
-            values = rule.get(key)
-            return tuple(values) if isinstance(values, list) else ()
-
-        return cls(
-            listed("operations"),
-            listed("apiGroups"),
-            listed("apiVersions"),
-            listed("resources"),
-            rule.get("scope", "*"),
-        )
+        found = (rule.get(key) for key in _RULE_LISTS)
+        lists = tuple(tuple(v) if isinstance(v, list) else () for v in found)
+        return cls(lists, rule.get("scope", "*"))
 
     def applies_to(self, resource: ResourceType, operation: str) -> bool:
-        wanted = (
-            (self.operations, operation),
-            (self.api_groups, resource.group),
-            (self.api_versions, resource.version),
-            (self.resources, resource.plural),
+        wanted = (operation, resource.group, resource.version, resource.plural)
+        listed = zip(self.lists, wanted, strict=True)
+        return all("*" in values or value in values for values, value in listed) and (
+            self.scope == "*" or (self.scope == "Namespaced") == resource.namespaced
         )
-        if not all("*" in values or value in values for values, value in wanted):
-            return False
-        return self.scope == "*" or (self.scope == "Namespaced") == resource.namespaced
 
 
-POD_CREATE_RULES = (Rule(("CREATE",), ("",), ("v1",), ("pods",)),)
+POD_CREATE_RULES = (Rule((("CREATE",), ("",), ("v1",), ("pods",))),)
 
 
 @dataclass(frozen=True, slots=True)

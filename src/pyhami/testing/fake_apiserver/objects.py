@@ -15,12 +15,7 @@ from dataclasses import dataclass
 
 from pyhami.kube import JsonObject
 from pyhami.testing.fake_apiserver.resources import ResourceType
-from pyhami.testing.fake_apiserver.status import (
-    ApiError,
-    StatusCause,
-    StatusDetails,
-    bad_request,
-)
+from pyhami.testing.fake_apiserver.status import bad_request, invalid
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,30 +78,29 @@ class StoredObject:
 class Binding:
     """A `pods/binding` request: the node, the pod's preconditions, annotations to add."""
 
+    pod: str
     node: str
     uid: str | None
     resource_version: str | None
     annotations: Mapping[str, str]
 
     @classmethod
-    def decode(cls, pod: str, body: object) -> Binding:
-        """The Binding in a request body (400 when no object, 422 without a target node)."""
+    def decode(cls, pod: str | None, body: object) -> Binding:
+        """The Binding in a request body for `pod` (None: posted to the bindings collection,
+        the Binding names the pod); 400 without an object or a name, 422 without a node."""
+        meta = body.get("metadata") if isinstance(body, dict) else None
+        pod = pod or (meta.get("name") if isinstance(meta, dict) else None)
+        if not isinstance(pod, str) or not pod:
+            raise bad_request("a Binding posted to the bindings collection needs metadata.name")
         if not isinstance(body, dict):
             raise bad_request("a Binding must be a JSON object")
         target = body.get("target")
         node = target.get("name") if isinstance(target, dict) else None
         if not node:
-            raise ApiError(
-                422,
-                "Invalid",
-                f'Binding "{pod}" is invalid: target.name: Required value',
-                StatusDetails(
-                    pod,
-                    kind="Binding",
-                    causes=(StatusCause("Required value", "FieldValueRequired", "target.name"),),
-                ),
-            )
-        meta = body.get("metadata") or {}
-        return cls(
-            node, meta.get("uid"), meta.get("resourceVersion"), meta.get("annotations") or {}
-        )
+            raise invalid(_BINDINGS, pod, [("target.name", "FieldValueRequired", "Required value")])
+        meta = meta or {}
+        annotations = meta.get("annotations") or {}
+        return cls(pod, node, meta.get("uid"), meta.get("resourceVersion"), annotations)
+
+
+_BINDINGS = ResourceType("", "v1", "bindings", "Binding", True)

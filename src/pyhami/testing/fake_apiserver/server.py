@@ -356,7 +356,7 @@ class FakeKubeAPIServer(AsyncService):
             body = await self._body(request)
             if route.subresource == "binding":
                 assert route.namespace is not None
-                store.bind(route.namespace, route.name or _binding_name(body), body)
+                store.bind(route.namespace, route.name, body)
                 return _json_response(success_status(201), 201)
             if not isinstance(body, dict):
                 raise bad_request(f"the body of a create must be a {resource.kind} object")
@@ -603,10 +603,3 @@ def _int_param(request: web.Request, name: str) -> int:
         return int(text)
     except ValueError as err:
         raise bad_request(f"invalid value for {name}: {text!r} is not an integer") from err
-
-
-def _binding_name(body: Any) -> str:
-    name = body.get("metadata", {}).get("name") if isinstance(body, dict) else None
-    if not isinstance(name, str) or not name:
-        raise bad_request("a Binding posted to the bindings collection needs metadata.name")
-    return name

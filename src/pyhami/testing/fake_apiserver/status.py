@@ -47,19 +47,22 @@ class StatusDetails:
     retry_after_s: int = 0
 
     def encode(self) -> JsonObject:
+        causes = [
+            {
+                k: v
+                for k, v in (("reason", c.reason), ("message", c.message), ("field", c.field))
+                if v
+            }
+            for c in self.causes
+        ]
         parts = (
             ("name", self.name),
             ("group", self.group or None),
             ("kind", self.kind),
-            ("causes", [_cause(c) for c in self.causes] or None),
+            ("causes", causes or None),
             ("retryAfterSeconds", self.retry_after_s or None),
         )
         return {key: value for key, value in parts if value is not None}
-
-
-def _cause(cause: StatusCause) -> dict[str, str]:
-    parts = (("reason", cause.reason), ("message", cause.message), ("field", cause.field))
-    return {key: value for key, value in parts if value}
 
 
 class ApiError(Exception):

@@ -408,9 +408,11 @@ class ObjectStore:
             return
         loop.call_later(min(float(seconds), self._pod_grace_cap_s), finish)
 
-    def bind(self, namespace: str, name: str, body: object) -> None:
-        """`pods/binding`: set spec.nodeName once; a bound pod answers 409."""
+    def bind(self, namespace: str, name: str | None, body: object) -> None:
+        """`pods/binding` of pod `name` (None: the one the Binding names): set spec.nodeName
+        once; a bound pod answers 409."""
         binding = Binding.decode(name, body)
+        name = binding.pod
         old = self.stored(PODS, namespace, name)
         validation.check_precondition(old, binding.uid, binding.resource_version)
         if old.meta.deletion_timestamp:
