@@ -361,18 +361,11 @@ class FakeKubeAPIServer(AsyncService):
             if not isinstance(body, dict):
                 raise bad_request(f"the body of a create must be a {resource.kind} object")
             return _object_response(resource, await self._create(route, body, user), 201)
-        assert route.name is not None
         if verb == "update":
             body = await self._body(request)
             if not isinstance(body, dict):
                 raise bad_request(f"the body of an update must be a {resource.kind} object")
-            if route.subresource:
-                updated = store.update(
-                    resource, route.namespace, route.name, body, subresource=route.subresource
-                )
-            else:
-                updated = await self._admitted_update(route, body, None, user)
-            return _object_response(resource, updated)
+            return _object_response(resource, await self._update(route, body, None, user))
         if verb == "patch":
             content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
             if content_type not in PATCH_TYPES:
@@ -383,18 +376,7 @@ class FakeKubeAPIServer(AsyncService):
                     f"include: {', '.join(PATCH_TYPES)}",
                 )
             body = await self._body(request)
-            if route.subresource:
-                updated = store.patch(
-                    resource,
-                    route.namespace,
-                    route.name,
-                    content_type,
-                    body,
-                    subresource=route.subresource,
-                )
-            else:
-                updated = await self._admitted_update(route, body, content_type, user)
-            return _object_response(resource, updated)
+            return _object_response(resource, await self._update(route, body, content_type, user))
         return _object_response(resource, await self._delete(request, route))
 
     def _delete_collection(self, request: web.Request, route: Route) -> web.Response:
@@ -424,11 +406,11 @@ class FakeKubeAPIServer(AsyncService):
         obj = await self.admission.admit(route.resource, namespace, obj, user=user)
         return self.store.create(route.resource, route.namespace, obj, keep_pod_status=False)
 
-    async def _admitted_update(
+    async def _update(
         self, route: Route, body: Any, patch_type: str | None, user: UserInfo
     ) -> JsonObject:
-        """An update (`patch_type` None) or patch of an object itself, with UPDATE admission
-        before the write.
+        """An update (`patch_type` None) or patch; of an object itself (not a subresource)
+        with UPDATE admission before the write.
 
         The webhooks run between reading the stored object and writing, so another write may
         land first; like kube-apiserver's GuaranteedUpdate, the request is then redone on the
@@ -443,8 +425,11 @@ class FakeKubeAPIServer(AsyncService):
             else:
                 old, new = self.store.patched(resource, namespace, name, patch_type, body)
             metadata = new.get("metadata")
-            if not isinstance(metadata, dict):  # let the store name what is wrong
-                return self.store.update(resource, namespace, name, new)
+            if route.subresource or not isinstance(metadata, dict):
+                # No admission (or let the store name what is wrong).
+                return self.store.update(
+                    resource, namespace, name, new, subresource=route.subresource
+                )
             stored_version = old.meta.resource_version
             if metadata.get("resourceVersion") not in (None, "", stored_version):
                 raise stale(resource, name)  # pinned by the client to another version

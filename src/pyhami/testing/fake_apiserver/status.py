@@ -28,32 +28,20 @@ REASON_FOR_CODE = {
 
 
 @dataclass(frozen=True, slots=True)
-class StatusCause:
-    """metav1.StatusCause: which field is wrong, and why (empty parts are left out)."""
-
-    message: str
-    reason: str = ""
-    field: str = ""
-
-
-@dataclass(frozen=True, slots=True)
 class StatusDetails:
     """metav1.StatusDetails as this double fills it: name and kind are sent when given."""
 
     name: str | None = None
     group: str = ""
     kind: str | None = None
-    causes: tuple[StatusCause, ...] = ()
+    # metav1.StatusCause as (field, reason, message), like field.Error; empty parts left out.
+    causes: tuple[tuple[str, str, str], ...] = ()
     retry_after_s: int = 0
 
     def encode(self) -> JsonObject:
         causes = [
-            {
-                k: v
-                for k, v in (("reason", c.reason), ("message", c.message), ("field", c.field))
-                if v
-            }
-            for c in self.causes
+            {k: v for k, v in (("reason", reason), ("message", message), ("field", path)) if v}
+            for path, reason, message in self.causes
         ]
         parts = (
             ("name", self.name),
@@ -137,12 +125,7 @@ def invalid(resource: ResourceType, name: str, causes: list[tuple[str, str, str]
     """422 for failed validation; each cause is (field, reason, message) like field.Error."""
     summary = ", ".join(f"{path}: {message}" for path, _reason, message in causes)
     shown = summary if len(causes) == 1 else f"[{summary}]"
-    details = StatusDetails(
-        name,
-        resource.group,
-        resource.kind,
-        tuple(StatusCause(message, reason, path) for path, reason, message in causes),
-    )
+    details = StatusDetails(name, resource.group, resource.kind, tuple(causes))
     return ApiError(422, "Invalid", f'{resource.kind} "{name}" is invalid: {shown}', details)
 
 
@@ -159,7 +142,7 @@ def internal(message: str) -> ApiError:
         500,
         "InternalError",
         f"Internal error occurred: {message}",
-        StatusDetails(causes=(StatusCause(message),)),
+        StatusDetails(causes=(("", "", message),)),
     )
 
 

@@ -32,7 +32,6 @@ from pyhami.testing.fake_apiserver.resources import (
 from pyhami.testing.fake_apiserver.selectors import Selector
 from pyhami.testing.fake_apiserver.status import (
     ApiError,
-    StatusCause,
     StatusDetails,
     already_exists,
     bad_request,
@@ -506,7 +505,7 @@ class ObjectStore:
                 "Timeout",
                 f"Too large resource version: {wanted}, current: {self.resource_version}",
                 StatusDetails(
-                    causes=(StatusCause("Too large resource version", "ResourceVersionTooLarge"),),
+                    causes=(("", "ResourceVersionTooLarge", "Too large resource version"),),
                     retry_after_s=1,
                 ),
             )
