@@ -1,11 +1,7 @@
-"""What the store keeps: each document beside its metadata, decoded once when it is written.
-
-kube-apiserver's registry works on typed objects and encodes them only to answer. This double
-keeps the document as it was written (so answers stay byte for byte what they were) and decodes,
-once per write, what the store, watches and selectors decide on: the object metadata and the
-field-selector values (the registry's GetAttrs). The document is read only to apply a patch and
-to answer.
-"""
+"""What the store keeps: each document beside what the store, watches and selectors decide on
+(its metadata and field-selector values, as the registry's GetAttrs), decoded once per write.
+The document is kept as written, so answers stay byte for byte the same; it is read only to
+apply a patch and to answer."""
 
 from __future__ import annotations
 
