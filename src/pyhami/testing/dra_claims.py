@@ -18,17 +18,15 @@ when read-only.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc.aio
-import yaml
 
 from pyhami.kube import RESOURCE_CLAIMS, KubeClient, KubeError
 from pyhami.model import PodView
-from pyhami.testing.dra_kubelet import ClaimRef, DRAKubelet, DRAKubeletError
+from pyhami.testing.dra_kubelet import ClaimRef, DRAKubelet, DRAKubeletError, cdi_edits
 from pyhami.testing.node_agent import (
     ClaimsNotPreparedError,
     ContainerEdits,
@@ -64,57 +62,26 @@ def claim_uses(pod: PodView) -> list[_Use]:
     return uses
 
 
-def _spec_files(directories: Iterable[Path]) -> list[Path]:
-    files: list[Path] = []
-    for directory in directories:
-        if directory.is_dir():
-            files += sorted(p for p in directory.iterdir() if p.suffix in (".json", ".yaml"))
-    return files
-
-
-def _edits(value: object) -> ContainerEdits:
-    """One `containerEdits` object of a CDI spec: env as `KEY=value`, mounts."""
-    edits = value if isinstance(value, dict) else {}
-    envs = dict(str(line).partition("=")[::2] for line in edits.get("env") or ())
-    mounts = tuple(
-        ContainerMount(
-            str(m["containerPath"]), str(m["hostPath"]), "ro" in (m.get("options") or ())
-        )
-        for m in edits.get("mounts") or ()
-    )
-    return ContainerEdits(envs=envs, mounts=mounts)
-
-
-def _read_spec(path: Path) -> dict[str, tuple[ContainerEdits, ContainerEdits]]:
-    """CDI device id -> the spec's own edits and the device's, for each device of the file."""
-    text = path.read_text()
-    spec = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    if not isinstance(spec, dict) or not isinstance(spec.get("kind"), str):
-        raise ClaimsNotPreparedError(f"CDI spec {path} has no kind")
-    common = _edits(spec.get("containerEdits"))
-    return {
-        f"{spec['kind']}={device.get('name')}": (common, _edits(device.get("containerEdits")))
-        for device in spec.get("devices") or ()
-    }
-
-
-def resolve_cdi(device_ids: Sequence[str], directories: Iterable[Path]) -> ContainerEdits:
-    """The env and mounts CDI device ids add (a later device's env wins, as in the runtime)."""
-    known: dict[str, tuple[ContainerEdits, ContainerEdits]] = {}
-    for path in _spec_files(directories):
-        for device_id, edits in _read_spec(path).items():
-            known.setdefault(device_id, edits)  # the first spec naming a device wins
+def resolve_cdi(device_ids: Sequence[str], directories: Sequence[Path]) -> ContainerEdits:
+    """The env and mounts CDI device ids add (a later device's env wins, as in the runtime);
+    ClaimsNotPreparedError when a device is in no spec of `directories`."""
     envs: dict[str, str] = {}
     mounts: list[ContainerMount] = []
     for device_id in device_ids:
-        kind, sep, _name = device_id.partition("=")
-        if not sep or "/" not in kind:
-            raise ClaimsNotPreparedError(f"CDI device id {device_id!r} is not vendor/class=name")
-        if device_id not in known:
-            raise ClaimsNotPreparedError(f"unresolvable CDI device {device_id}: no spec names it")
-        for edit in known[device_id]:
-            envs.update(edit.envs)
-            mounts += edit.mounts
+        errors = []
+        for directory in directories:
+            try:
+                edits = cdi_edits(directory, device_id)
+                break
+            except DRAKubeletError as err:
+                errors.append(str(err))
+        else:
+            why = "; ".join(errors) or "no CDI directory"
+            raise ClaimsNotPreparedError(f"unresolvable CDI device {device_id}: {why}")
+        envs.update(edits.env)
+        mounts += [
+            ContainerMount(m.container_path, m.host_path, "ro" in m.options) for m in edits.mounts
+        ]
     return ContainerEdits(tuple(device_ids), envs, tuple(mounts))
 
 
