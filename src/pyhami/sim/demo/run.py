@@ -27,6 +27,7 @@ from pyhami.devices.nvidia.dra_claims import (
 )
 from pyhami.devices.quantity import QuantityError
 from pyhami.kube import RESOURCE_CLAIMS, JsonObject, KubeError
+from pyhami.kube.dra_views import read_claim
 from pyhami.kube.errors import AlreadyExists
 from pyhami.kube.resources import NAMESPACES
 from pyhami.protocol import KEY_NVIDIA_ALLOCATED, ProtocolError, decode_pod_single_device
@@ -215,7 +216,7 @@ def _claim_shares(
     allocation = (claim.get("status") or {}).get("allocation") or {}
     results = (allocation.get("devices") or {}).get("results") or ()
     try:
-        consumed = consumed_capacity(claim)  # in the order of the results
+        consumed = consumed_capacity(read_claim(claim))  # in the order of the results
     except QuantityError:
         consumed = [{} for _ in results]  # kube-apiserver validated it; nothing better to show
     wanted = ref.get("request")  # a container may name one request of the claim, else all
