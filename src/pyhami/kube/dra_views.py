@@ -15,7 +15,9 @@ from pyhami.model.dra import (
 )
 
 
-def _entries(value: object, where: str, error: type[ValueError]) -> list[Mapping[str, Any]]:
+def _entries(
+    value: object, where: str, error: type[ValueError] = PodSpecError
+) -> list[Mapping[str, Any]]:
     """A list of objects (absent: empty)."""
     if value is None:
         return []
@@ -70,21 +72,19 @@ def read_pod_claims(pod: Mapping[str, Any]) -> PodClaimsView:
     status = _object(pod.get("status"), "pod status")
     generated = {
         _text(s.get("name")): s.get("resourceClaimName")
-        for s in _entries(
-            status.get("resourceClaimStatuses"), "pod status.resourceClaimStatuses", PodSpecError
-        )
+        for s in _entries(status.get("resourceClaimStatuses"), "pod status.resourceClaimStatuses")
     }
     claims = {}
-    for entry in _entries(spec.get("resourceClaims"), "pod spec.resourceClaims", PodSpecError):
+    for entry in _entries(spec.get("resourceClaims"), "pod spec.resourceClaims"):
         name = _text(entry.get("name"))
         named = (entry.get("resourceClaimName"), generated.get(name))
         claims[name] = frozenset(n for n in named if isinstance(n, str))
     containers = []
     for field in ("initContainers", "containers"):
-        for container in _entries(spec.get(field), f"pod spec.{field}", PodSpecError):
-            resources = _object(container.get("resources"), "container resources")
-            used = _entries(resources.get("claims"), "container resources.claims", PodSpecError)
+        for container in _entries(spec.get(field), f"pod spec.{field}"):
             view = read_container(container, init=False)
+            resources = _object(container.get("resources"), "container resources")
+            used = _entries(resources.get("claims"), f"container {view.label}: resources.claims")
             containers.append((view, frozenset(_text(c.get("name")) for c in used)))
     return PodClaimsView(
         uid=_text(metadata.get("uid")),
