@@ -19,6 +19,7 @@ from pyhami.deviceplugin.inventory import Gpu
 from pyhami.deviceplugin.mig import MigManager
 from pyhami.deviceplugin.topology import PairScores, read_pair_scores
 from pyhami.kube import Clock, KubeClient, KubeError, SystemClock
+from pyhami.kube.patches import node_annotations_patch
 from pyhami.kube.views import read_node
 from pyhami.model import DeviceInfo, MigProfile
 from pyhami.nvml import Nvml, NvmlError, NvmlNotSupportedError
@@ -191,7 +192,7 @@ class NodeRegistrar:
         current = read_node(await self._kube.get_node(self._node)).annotations
         if all(current.get(key) == value for key, value in wanted.items()):
             return False
-        await self._kube.patch_node(self._node, {"metadata": {"annotations": wanted}})
+        await self._kube.patch_node(self._node, node_annotations_patch(wanted))
         self.patches += 1
         log.info("registered %s on node %s", KEY_NODE_NVIDIA_REGISTER, self._node)
         return True
