@@ -1,10 +1,10 @@
-"""ResourceClaims and pods' claim references read once into views."""
+"""ResourceClaims, ResourceSlices and pods' claim references read once into views."""
 
 import pytest
 
 from pyhami.devices.nvidia.dra_claims import consumed_capacity
-from pyhami.kube.dra_views import read_claim, read_pod_claims, read_slice
-from pyhami.model import PodSpecError
+from pyhami.kube.dra_views import read_claim, read_slice
+from pyhami.kube.manifests import ClaimUse, read_pod_state
 from pyhami.model.dra import ClaimSpecError, DeviceResultView
 
 CLAIM = {
@@ -67,7 +67,7 @@ def test_an_unreadable_claim_names_the_claim_and_the_field() -> None:
 
 def _pod(**status: object) -> dict[str, object]:
     return {
-        "metadata": {"uid": "pod-1", "labels": {"app": "x"}},
+        "metadata": {"name": "p", "uid": "pod-1"},
         "spec": {
             "resourceClaims": [
                 {"name": "direct", "resourceClaimName": "shared"},
@@ -76,35 +76,22 @@ def _pod(**status: object) -> dict[str, object]:
             "initContainers": [{"name": "setup"}],
             "containers": [
                 {"name": "a", "resources": {"claims": [{"name": "templated"}]}},
-                {"name": "b", "resources": {"claims": [{"name": "direct"}]}},
+                {"name": "b", "resources": {"claims": [{"name": "direct", "request": "gpu"}]}},
             ],
         },
         "status": status,
     }
 
 
-def test_the_container_using_a_claim_is_found_by_its_name_or_its_generated_name() -> None:
-    pod = read_pod_claims(
+def test_a_pods_claims_are_named_by_its_spec_or_for_a_template_by_its_status() -> None:
+    state = read_pod_state(
         _pod(resourceClaimStatuses=[{"name": "templated", "resourceClaimName": "gen-1"}])
     )
-    assert pod.uid == "pod-1" and pod.labels == {"app": "x"}
-    using = {name: pod.container_using(name) for name in ("shared", "gen-1", "nobody")}
-    assert {name: c.name if c else None for name, c in using.items()} == {
-        "shared": "b",
-        "gen-1": "a",
-        "nobody": None,
-    }
+    assert state.claims == (ClaimUse("a", "gen-1"), ClaimUse("b", "shared", "gpu"))
 
 
 def test_a_templated_claim_is_unknown_until_the_pod_status_names_it() -> None:
-    assert read_pod_claims(_pod()).container_using("gen-1") is None
-
-
-def test_unreadable_claim_references_name_the_container() -> None:
-    pod = _pod()
-    pod["spec"]["containers"][0]["resources"]["claims"] = "templated"  # type: ignore[index]
-    with pytest.raises(PodSpecError, match=r"container 'a': resources.claims must be a list"):
-        read_pod_claims(pod)
+    assert read_pod_state(_pod()).claims == (ClaimUse("b", "shared", "gpu"),)
 
 
 def test_a_slice_is_read_for_its_version_and_pool_generation() -> None:

@@ -43,8 +43,9 @@ from pyhami.dra.api import DRIVER
 from pyhami.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice
 from pyhami.dra.slices import GpuFacts, device_name
 from pyhami.kube import RESOURCE_CLAIMS, KubeClient, NotFound
-from pyhami.kube.dra_views import read_claim, read_pod_claims
+from pyhami.kube.dra_views import read_claim
 from pyhami.kube.errors import KubeError
+from pyhami.kube.manifests import read_pod_state
 from pyhami.kube.patches import pod_labels_patch
 from pyhami.model import ContainerDevice, ContainerDevices, ContainerView, PodSpecError
 from pyhami.model.dra import ClaimSpecError, ClaimView, DeviceResultView
@@ -291,14 +292,16 @@ class Preparer:
             raise PrepareError(f"claim {claim} is not reserved for any pod (status.reservedFor)")
         name, uid = pods[0]
         try:
-            pod = read_pod_claims(await self._kube.get_pod(claim.namespace, name))
+            state = read_pod_state(await self._kube.get_pod(claim.namespace, name))
         except KubeError as error:
             raise PrepareError(f"claim {claim}: cannot read its pod {name}: {error}") from error
         except PodSpecError as error:
             raise PrepareError(f"claim {claim}: the pod's {error}") from error
+        pod = state.pod
         if pod.uid != uid:
             raise PrepareError(f"claim {claim}: pod {claim.namespace}/{name} is not uid {uid}")
-        container = pod.container_using(claim.name)
+        users = {use.container for use in state.claims if use.claim == claim.name}
+        container = next((c for c in pod.all_containers if c.name in users), None)
         if container is None:
             # Referenced by the pod but by no container: nothing will load libvgpu with it.
             container = ContainerView(name=f"claim-{claim.name}")

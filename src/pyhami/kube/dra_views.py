@@ -1,16 +1,15 @@
-"""The one reader of ResourceClaim and ResourceSlice JSON, and of the claim references in a pod:
-each object is checked and turned into its view (`pyhami.model.dra`) once."""
+"""The one reader of ResourceClaim and ResourceSlice JSON: each object is checked and turned into
+its view (`pyhami.model.dra`) once."""
 
 from collections.abc import Mapping
 from typing import Any
 
-from pyhami.kube.views import _object, _strings, _text, read_container
+from pyhami.kube.views import _object, _text
 from pyhami.model import PodSpecError
 from pyhami.model.dra import (
     ClaimSpecError,
     ClaimView,
     DeviceResultView,
-    PodClaimsView,
     SliceView,
 )
 
@@ -62,35 +61,6 @@ def read_claim(claim: Mapping[str, Any]) -> ClaimView:
             for r in reserved
             if r.get("resource") == "pods" and not r.get("apiGroup")
         ),
-    )
-
-
-def read_pod_claims(pod: Mapping[str, Any]) -> PodClaimsView:
-    """The pod's claim references; PodSpecError naming the field when one is unreadable."""
-    metadata = _object(pod.get("metadata"), "pod metadata")
-    spec = _object(pod.get("spec"), "pod spec")
-    status = _object(pod.get("status"), "pod status")
-    generated = {
-        _text(s.get("name")): s.get("resourceClaimName")
-        for s in _entries(status.get("resourceClaimStatuses"), "pod status.resourceClaimStatuses")
-    }
-    claims = {}
-    for entry in _entries(spec.get("resourceClaims"), "pod spec.resourceClaims"):
-        name = _text(entry.get("name"))
-        named = (entry.get("resourceClaimName"), generated.get(name))
-        claims[name] = frozenset(n for n in named if isinstance(n, str))
-    containers = []
-    for field in ("initContainers", "containers"):
-        for container in _entries(spec.get(field), f"pod spec.{field}"):
-            view = read_container(container, init=False)
-            resources = _object(container.get("resources"), "container resources")
-            used = _entries(resources.get("claims"), f"container {view.label}: resources.claims")
-            containers.append((view, frozenset(_text(c.get("name")) for c in used)))
-    return PodClaimsView(
-        uid=_text(metadata.get("uid")),
-        labels=_strings(metadata.get("labels"), "pod metadata.labels", "pod label"),
-        containers=tuple(containers),
-        claims=claims,
     )
 
 

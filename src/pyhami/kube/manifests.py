@@ -185,7 +185,7 @@ def _container(container: object) -> JsonObject:
 
 @dataclass(frozen=True, slots=True)
 class ClaimUse:
-    """A container's use of a ResourceClaim the pod's status names."""
+    """A container's use of a ResourceClaim the pod's spec names (or, from a template, status)."""
 
     container: str
     claim: str  # the ResourceClaim's own name
@@ -214,11 +214,16 @@ def read_pod_state(pod: Mapping[str, Any]) -> PodState:
         ),
         None,
     )
-    claim_of = {  # the pod's name for a claim -> the ResourceClaim's own name
-        str(entry.get("name", "")): str(entry.get("resourceClaimName") or "")
-        for entry in status.get("resourceClaimStatuses") or ()
-    }
     spec = pod.get("spec") or {}
+    # The pod's name for a claim -> the ResourceClaim's own name: named in the spec, or, when
+    # made from a template, in the status.
+    claim_of = {
+        str(entry.get("name", "")): str(entry.get("resourceClaimName") or "")
+        for entry in (
+            *(spec.get("resourceClaims") or ()),
+            *(status.get("resourceClaimStatuses") or ()),
+        )
+    }
     claims = tuple(
         ClaimUse(str(container.get("name", "")), claim_of[name], str(ref.get("request") or ""))
         for container in [*spec.get("initContainers", ()), *spec.get("containers", ())]

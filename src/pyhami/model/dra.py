@@ -4,8 +4,6 @@
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from pyhami.model.views import ContainerView
-
 
 class ClaimSpecError(ValueError):
     """The ResourceClaim cannot be read; the message names the claim and what is wrong."""
@@ -40,24 +38,6 @@ class ClaimView:
     @property
     def ref(self) -> str:
         return f"{self.namespace}/{self.name}"
-
-
-@dataclass(frozen=True, slots=True)
-class PodClaimsView:
-    """A pod as the DRA driver reads it: which of its containers use which ResourceClaims."""
-
-    uid: str
-    labels: Mapping[str, str] = field(default_factory=dict)
-    # Every container, init containers first, with the pod-level claim names it references.
-    containers: tuple[tuple[ContainerView, frozenset[str]], ...] = ()
-    # Pod-level claim name -> the ResourceClaim names it stands for (`resourceClaimName`, or
-    # the name generated from a template, from `status.resourceClaimStatuses`).
-    claims: Mapping[str, frozenset[str]] = field(default_factory=dict)
-
-    def container_using(self, claim_name: str) -> ContainerView | None:
-        """The first container (init containers first) that references the claim."""
-        names = {name for name, claims in self.claims.items() if claim_name in claims}
-        return next((c for c, used in self.containers if used & names), None)
 
 
 @dataclass(frozen=True, slots=True)
