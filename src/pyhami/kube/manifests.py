@@ -214,21 +214,11 @@ def read_pod_state(pod: Mapping[str, Any]) -> PodState:
         ),
         None,
     )
-    spec = pod.get("spec") or {}
-    # The pod's name for a claim -> the ResourceClaim's own name: named in the spec, or, when
-    # made from a template, in the status.
-    claim_of = {
-        str(entry.get("name", "")): str(entry.get("resourceClaimName") or "")
-        for entry in (
-            *(spec.get("resourceClaims") or ()),
-            *(status.get("resourceClaimStatuses") or ()),
-        )
-    }
     claims = tuple(
-        ClaimUse(str(container.get("name", "")), claim_of[name], str(ref.get("request") or ""))
-        for container in [*spec.get("initContainers", ()), *spec.get("containers", ())]
-        for ref in (container.get("resources") or {}).get("claims") or ()
-        if claim_of.get(name := str(ref.get("name", "")))
+        ClaimUse(container.name, view.resource_claims[name], request)
+        for container in view.all_containers
+        for name, request in container.claims
+        if name in view.resource_claims
     )
     return PodState(view, str(status.get("message", "")), unscheduled, claims)
 

@@ -19,13 +19,15 @@ when read-only.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc.aio
 
 from pyhami.kube import RESOURCE_CLAIMS, KubeClient, KubeError
+from pyhami.kube.dra_views import read_claim
+from pyhami.kube.manifests import ClaimUse
 from pyhami.model import PodView
+from pyhami.model.dra import ClaimSpecError
 from pyhami.testing.dra_kubelet import ClaimRef, DRAKubelet, DRAKubeletError, cdi_edits
 from pyhami.testing.node_agent import (
     ClaimsNotPreparedError,
@@ -35,16 +37,7 @@ from pyhami.testing.node_agent import (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class _Use:
-    """One container's use of a claim: all its devices, or those of one request."""
-
-    container: str
-    claim: str
-    request: str | None
-
-
-def claim_uses(pod: PodView) -> list[_Use]:
+def claim_uses(pod: PodView) -> list[ClaimUse]:
     """Every (container, claim, request) the pod's containers use."""
     uses = []
     for container in pod.all_containers:
@@ -55,10 +48,10 @@ def claim_uses(pod: PodView) -> list[_Use]:
                     f"container {container.label} uses claim {entry!r}, "
                     "which has no ResourceClaim yet"
                 )
-            uses.append(_Use(container.name, claim, request or None))
+            uses.append(ClaimUse(container.name, claim, request))
     extended = pod.extended_claim
     if extended is not None:
-        uses += [_Use(name, extended.claim_name, request) for name, _, request in extended.mappings]
+        uses += [ClaimUse(name, extended.claim_name, req) for name, _, req in extended.mappings]
     return uses
 
 
@@ -112,7 +105,7 @@ class ClaimPreparer:
         edits: dict[str, list[str]] = {}
         for use in uses:
             for requests, cdi_ids in devices[use.claim]:
-                if use.request is None or use.request in requests:
+                if not use.request or use.request in requests:
                     edits.setdefault(use.container, []).extend(cdi_ids)
         return {name: resolve_cdi(ids, self._cdi_dirs) for name, ids in edits.items()}
 
@@ -120,16 +113,14 @@ class ClaimPreparer:
         self, namespace: str, name: str
     ) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
         try:
-            claim = await self._client.get(RESOURCE_CLAIMS, name, namespace)
-        except KubeError as err:
+            claim = read_claim(await self._client.get(RESOURCE_CLAIMS, name, namespace))
+        except (KubeError, ClaimSpecError) as err:
             # e.g. 403 until the Node authorizer's graph links the newly bound pod to its claim
             raise ClaimsNotPreparedError(f"ResourceClaim {namespace}/{name}: {err}") from err
-        allocation = (claim.get("status") or {}).get("allocation")
-        if not allocation:
+        if not claim.allocated:
             raise ClaimsNotPreparedError(f"ResourceClaim {namespace}/{name} is not allocated")
-        results = (allocation.get("devices") or {}).get("results") or ()
-        drivers = sorted({str(result["driver"]) for result in results})
-        ref = ClaimRef(namespace, name, str(claim["metadata"]["uid"]))
+        drivers = sorted({result.driver for result in claim.results})
+        ref = ClaimRef(namespace, name, claim.uid)
         prepared: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
         for driver in drivers:
             try:
