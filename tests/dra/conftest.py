@@ -15,18 +15,19 @@ from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.dra.api import DRIVER
 from pyhami.dra.service import DraDriver, DriverOptions
 from pyhami.kube import KubeClient
+from pyhami.model.dra import DeviceResultView
 from pyhami.testing import FakeKubeAPIServer, FakeNVML
 from pyhami.testing.dra_kubelet import ClaimRef, DRAKubelet, DRAPluginConnection
-from pyhami.testing.dra_objects import DeviceResult, create_claimed_pod
+from pyhami.testing.dra_objects import allocation_result, create_claimed_pod
 from pyhami.testing.fake_nvml import a100_80g
 
 NODE = "gpu-node-1"
 GIB = 1 << 30
 
 
-def result(device: str = "gpu-0", **overrides: Any) -> DeviceResult:
+def result(device: str = "gpu-0", **overrides: Any) -> DeviceResultView:
     """An allocation result in this node's pool."""
-    return DeviceResult(device, **{"pool": NODE, **overrides})
+    return allocation_result(device, **{"pool": NODE, **overrides})
 
 
 @dataclass
@@ -80,7 +81,9 @@ class Node:
     async def plugin(self, registrations: int = 1) -> DRAPluginConnection:
         return await self.kubelet.wait_for_plugin(DRIVER, registrations=registrations)
 
-    def claim(self, name: str, results: list[DeviceResult], *, allocated: bool = True) -> ClaimRef:
+    def claim(
+        self, name: str, results: list[DeviceResultView], *, allocated: bool = True
+    ) -> ClaimRef:
         """A claim allocated with `results`, reserved for a new pod `pod-<name>`."""
         made = create_claimed_pod(
             self.api.store, f"pod-{name}", name, results, node=NODE, allocated=allocated

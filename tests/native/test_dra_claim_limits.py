@@ -15,7 +15,7 @@ from pyhami.dra.slices import read_facts
 from pyhami.kube import KubeClient
 from pyhami.testing import FakeKubeAPIServer, FakeNVML
 from pyhami.testing.dra_kubelet import cdi_edits
-from pyhami.testing.dra_objects import DeviceResult, create_claimed_pod
+from pyhami.testing.dra_objects import allocation_result, create_claimed_pod
 from pyhami.testing.fake_nvml import a100_80g
 
 from .conftest import GiB, Harness, read_region
@@ -30,7 +30,7 @@ async def _prepared_container_env(tmp_path: Path) -> dict[str, str]:
     hook = tmp_path / "hook"
     (hook / "vgpu").mkdir(parents=True)
     async with FakeKubeAPIServer() as api, KubeClient(api.configuration()) as kube:
-        results = [DeviceResult("gpu-0", pool=NODE, memory="4Gi", cores="30")]
+        results = [allocation_result("gpu-0", pool=NODE, memory="4Gi", cores="30")]
         made = create_claimed_pod(api.store, "p", "c", results, node=NODE)
         preparer = Preparer(
             kube,

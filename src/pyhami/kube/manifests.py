@@ -247,12 +247,6 @@ def read_claim_devices(claim: Mapping[str, Any]) -> tuple[AllocatedDevice, ...]:
     )
 
 
-def taint_effects(node: Mapping[str, Any]) -> frozenset[str]:
-    """The effects of the node's taints (NoSchedule: no new pod goes there)."""
-    taints = (node.get("spec") or {}).get("taints") or ()
-    return frozenset(str(taint.get("effect", "")) for taint in taints)
-
-
 @dataclass(frozen=True, slots=True)
 class MatchCondition:
     """A webhook's matchCondition: the webhook is called only where `expression` (CEL) holds."""

@@ -1,31 +1,34 @@
 """ResourceClaims and pods as kube-scheduler leaves them for a DRA driver, for tests and the demo.
 
-made = create_claimed_pod(api.store, "trainer", "train", [DeviceResult("gpu-0", pool="n1")],
-                          node="n1")
+    made = create_claimed_pod(store, "trainer", "train", [allocation_result(pool="n1")], node="n1")
 """
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pyhami.dra.api import DRIVER
+from pyhami.model.dra import DeviceResultView
 from pyhami.testing.fake_apiserver.store import ObjectStore
 
 SHARE_ID = "7a0c5c0e-0000-4000-8000-000000000001"
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceResult:
+def allocation_result(
+    device: str = "gpu-0",
+    *,
+    pool: str,
+    memory: str | None = "4Gi",
+    cores: str | None = "30",
+    request: str = "gpu",
+    driver: str = DRIVER,
+    share_id: str | None = SHARE_ID,
+    admin_access: bool = False,
+) -> DeviceResultView:
     """One `status.allocation.devices.results` entry for a device shared by capacity; None
     leaves the consumed amount (or the share id) out."""
-
-    device: str = "gpu-0"
-    pool: str = ""
-    memory: str | None = "4Gi"
-    cores: str | None = "30"
-    request: str = "gpu"
-    driver: str = DRIVER
-    share_id: str | None = SHARE_ID
-    admin_access: bool = False
+    amounts = {"memory": memory, "cores": cores}
+    consumed = {name: value for name, value in amounts.items() if value is not None}
+    return DeviceResultView(request, driver, pool, device, admin_access, share_id, consumed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +41,7 @@ def create_claimed_pod(
     store: ObjectStore,
     name: str,
     claim: str,
-    results: Sequence[DeviceResult],
+    results: Sequence[DeviceResultView],
     *,
     node: str,
     allocated: bool = True,
@@ -58,7 +61,7 @@ def create_claimed_pod(
             "driver": r.driver,
             "pool": r.pool,
             "device": r.device,
-            **({"consumedCapacity": used} if (used := _consumed(r)) else {}),
+            **({"consumedCapacity": dict(r.consumed)} if r.consumed else {}),
             **({"shareID": r.share_id} if r.share_id is not None else {}),
             **({"adminAccess": True} if r.admin_access else {}),
         }
@@ -73,8 +76,3 @@ def create_claimed_pod(
     body = {"metadata": {"name": claim}, "spec": claim_spec, "status": status}
     created = store.create("resourceclaims", "default", body)
     return ClaimedPod(pod_uid, str(created["metadata"]["uid"]))
-
-
-def _consumed(result: DeviceResult) -> dict[str, str]:
-    amounts = {"memory": result.memory, "cores": result.cores}
-    return {k: v for k, v in amounts.items() if v is not None}

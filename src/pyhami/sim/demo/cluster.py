@@ -54,7 +54,7 @@ from pyhami.kube import (
 )
 from pyhami.kube.component_config import LeaderElection
 from pyhami.kube.dra_manifests import device_class
-from pyhami.kube.manifests import MatchCondition, PodWebhook, taint_effects, webhook_configuration
+from pyhami.kube.manifests import MatchCondition, PodWebhook, webhook_configuration
 from pyhami.kube.views import read_node
 from pyhami.protocol import KEY_NODE_NVIDIA_REGISTER
 from pyhami.scheduler.runtime import SchedulerProcess, load_device_config
@@ -525,7 +525,7 @@ class DemoCluster(AsyncService):
                     view.name
                     for node in (await self.client.list(NODES)).items
                     if KEY_NODE_NVIDIA_REGISTER in (view := read_node(node)).annotations
-                    and "NoSchedule" not in taint_effects(node)
+                    and all(taint.effect != "NoSchedule" for taint in view.taints)
                 }
                 ledger = {str(n) for n in self.scheduler.state.ledger.node_names()}
                 if names <= registered and names <= ledger:
