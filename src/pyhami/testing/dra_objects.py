@@ -1,6 +1,6 @@
 """ResourceClaims and pods as kube-scheduler leaves them for a DRA driver, for tests and the demo.
 
-    made = create_claimed_pod(store, "trainer", "train", [allocation_result(pool="n1")], node="n1")
+made = create_claimed_pod(store, "trainer", "train", [allocation_result(pool="n1")], node="n1")
 """
 
 from collections.abc import Sequence
