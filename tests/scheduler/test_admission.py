@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyhami.scheduler.admission import (
+from pyhami.kube.admission_review import (
     AdmissionDecodeError,
     AdmissionRequest,
     AdmissionResponse,
@@ -93,7 +93,7 @@ def test_undecodable_bodies_get_coded_errors(
     with pytest.raises(AdmissionDecodeError, match=words) as caught:
         AdmissionRequest.from_http(body, content_type)
     assert caught.value.code == code
-    bare = AdmissionResponse.errored(code, str(caught.value)).to_bare_review()
+    bare = json.loads(AdmissionResponse.errored(code, str(caught.value)).encode_bare_review())
     assert "apiVersion" not in bare and bare["response"]["allowed"] is False
 
 

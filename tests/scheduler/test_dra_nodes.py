@@ -5,7 +5,8 @@ changes."""
 from typing import Any
 
 from pyhami.kube import Conflict, JsonObject
-from pyhami.kube.views import read_node
+from pyhami.kube.views import read_node, read_pod
+from pyhami.model import PodView
 from pyhami.scheduler.dra_nodes import (
     DEVICE_PLUGIN_NODE_REASON,
     DRA_NODE_REASON,
@@ -67,11 +68,13 @@ class Kube:
         self.bindings.append((namespace, name, node, uid))
 
 
-def pod(scheduler: str, uid: str = "u1") -> JsonObject:
-    return {
-        "metadata": {"name": "p", "namespace": "ns", "uid": uid},
-        "spec": {"schedulerName": scheduler},
-    }
+def pod(scheduler: str, uid: str = "u1") -> PodView:
+    return read_pod(
+        {
+            "metadata": {"name": "p", "namespace": "ns", "uid": uid},
+            "spec": {"schedulerName": scheduler},
+        }
+    )
 
 
 def extender(inner: Inner, kube: Kube | None = None) -> DraAwareExtender:

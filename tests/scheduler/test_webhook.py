@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from pyhami.devices.config import NvidiaConfig
-from pyhami.scheduler.admission import AdmissionRequest, AdmissionResponse
+from pyhami.kube.admission_review import AdmissionRequest, AdmissionResponse
 from pyhami.scheduler.webhook import PodAdmission, WebhookConfig
 
 from .patching import apply_patch
@@ -45,7 +45,9 @@ def _review(
     old: dict[str, Any] | None = None,
     user: str = "alice",
 ) -> AdmissionRequest:
-    return AdmissionRequest("admission.k8s.io/v1beta1", "uid", operation, "ns", pod, user, old)
+    return AdmissionRequest.of(
+        pod, uid="uid", operation=operation, namespace="ns", username=user, old=old
+    )
 
 
 def _admit(

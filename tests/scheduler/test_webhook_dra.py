@@ -9,7 +9,7 @@ import pytest
 
 from pyhami.devices.config import NvidiaConfig
 from pyhami.kube import Forbidden, JsonObject
-from pyhami.scheduler.admission import AdmissionRequest, AdmissionResponse
+from pyhami.kube.admission_review import AdmissionRequest, AdmissionResponse
 from pyhami.scheduler.dra_cards import DraCardMemories
 from pyhami.scheduler.webhook import PodAdmission, WebhookConfig
 
@@ -39,7 +39,7 @@ def _admit(
     admission = PodAdmission(
         config, NvidiaConfig(), lambda _: False, dra_card_memories=lambda: card_memories
     )
-    request = AdmissionRequest("admission.k8s.io/v1", "uid", "CREATE", "ns", copy.deepcopy(pod))
+    request = AdmissionRequest.of(copy.deepcopy(pod), uid="uid", namespace="ns")
     response = admission.review(request)
     return response, apply_patch(pod, [dict(op) for op in response.patch])
 
