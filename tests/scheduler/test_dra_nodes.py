@@ -5,6 +5,12 @@ changes."""
 from typing import Any
 
 from pyhami.kube import Conflict, JsonObject
+from pyhami.kube.extender_wire import (
+    ExtenderArgs,
+    ExtenderBindingArgs,
+    ExtenderBindingResult,
+    ExtenderFilterResult,
+)
 from pyhami.kube.views import read_node, read_pod
 from pyhami.model import PodView
 from pyhami.scheduler.dra_nodes import (
@@ -12,13 +18,7 @@ from pyhami.scheduler.dra_nodes import (
     DRA_NODE_REASON,
     DraAwareExtender,
 )
-from pyhami.scheduler.extender import (
-    ExtenderArgs,
-    ExtenderBindingArgs,
-    ExtenderBindingResult,
-    ExtenderFilterResult,
-    PodRef,
-)
+from pyhami.scheduler.extender import PodRef
 from pyhami.scheduler.state import is_dra_node
 
 NODES = {

@@ -2,15 +2,15 @@ import json
 
 import pytest
 
-from pyhami.scheduler.extender import (
+from pyhami.kube.extender_wire import (
     MAX_EXTENDER_BODY,
     ExtenderArgs,
     ExtenderBindingArgs,
     ExtenderBindingResult,
     ExtenderDecodeError,
     ExtenderFilterResult,
-    PodRef,
 )
+from pyhami.scheduler.extender import PodRef
 
 POD = {"metadata": {"name": "p", "namespace": "ns", "uid": "u"}, "spec": {"schedulerName": "s"}}
 

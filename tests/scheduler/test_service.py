@@ -11,17 +11,13 @@ import pytest
 from pyhami.devices.nvidia.vendor import NvidiaVendor
 from pyhami.engine import EngineConfig
 from pyhami.kube import NodeLocker
+from pyhami.kube.extender_wire import ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult
 from pyhami.kube.views import read_pod
 from pyhami.protocol import KEY_NODE_LOCK
 from pyhami.scheduler import explanations as explanations_module
 from pyhami.scheduler import service as service_module
 from pyhami.scheduler.events import EventRecorder
-from pyhami.scheduler.extender import (
-    ExtenderArgs,
-    ExtenderBindingArgs,
-    ExtenderFilterResult,
-    PodRef,
-)
+from pyhami.scheduler.extender import PodRef
 from pyhami.scheduler.metrics import MetricsSnapshot, SchedulerMetrics
 from pyhami.scheduler.service import FilterBind, Leadership
 from pyhami.scheduler.state import ClusterState

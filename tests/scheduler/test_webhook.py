@@ -1,7 +1,6 @@
 """Webhook decisions and the owned-annotation rule."""
 
 import copy
-import json
 from typing import Any
 
 import pytest
@@ -10,7 +9,7 @@ from pyhami.devices.config import NvidiaConfig
 from pyhami.kube.admission_review import AdmissionRequest, AdmissionResponse
 from pyhami.scheduler.webhook import PodAdmission, WebhookConfig
 
-from .patching import apply_patch
+from .patching import apply_patch, review_request
 
 OWNED = frozenset(
     {
@@ -45,9 +44,7 @@ def _review(
     old: dict[str, Any] | None = None,
     user: str = "alice",
 ) -> AdmissionRequest:
-    return AdmissionRequest.of(
-        pod, uid="uid", operation=operation, namespace="ns", username=user, old=old
-    )
+    return review_request(pod, operation, old, user)
 
 
 def _admit(
@@ -257,7 +254,7 @@ def test_the_ownership_review_strips_and_guards_but_mutates_nothing() -> None:
 def test_patch_is_empty_when_nothing_changes() -> None:
     response, _ = _admit(_pod(_ctr()))
     assert response.allowed and list(response.patch) == []
-    assert json.dumps(response.to_review(_review(_pod(_ctr())))["response"]).find("patch") == -1
+    assert b"patch" not in response.encode_review(_review(_pod(_ctr())))
 
 
 def test_the_webhooks_own_libvgpu_env_is_admitted_again_and_not_repeated() -> None:

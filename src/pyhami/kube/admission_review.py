@@ -112,31 +112,6 @@ class AdmissionRequest:
     _object: JsonObject = field(default_factory=dict)
 
     @classmethod
-    def of(
-        cls,
-        obj: JsonObject,
-        *,
-        api_version: str = "admission.k8s.io/v1",
-        uid: str = "",
-        operation: str = "CREATE",
-        namespace: str = "",
-        username: str = "",
-        old: JsonObject | None = None,
-    ) -> AdmissionRequest:
-        """The request for `obj` (`old`: the object an UPDATE replaces); AdmissionDecodeError
-        when their annotations or labels cannot be read."""
-        return cls(
-            api_version=api_version,
-            uid=uid,
-            operation=operation,
-            namespace=namespace,
-            marks=_marks(obj),
-            username=username,
-            old_marks=_marks(old or {}),
-            _object=obj,
-        )
-
-    @classmethod
     def from_http(cls, body: bytes, content_type: str) -> AdmissionRequest:
         if not body:
             raise AdmissionDecodeError("request body is empty")
@@ -169,14 +144,15 @@ class AdmissionRequest:
             raise AdmissionDecodeError("AdmissionReview request has no object")
         old = request.get("oldObject")
         user = request.get("userInfo")
-        return cls.of(
-            obj,
+        return cls(
             api_version=str(api_version),
             uid=str(request.get("uid") or ""),
             operation=str(request.get("operation") or ""),
             namespace=str(request.get("namespace") or ""),
+            marks=_marks(obj),
             username=str(user.get("username") or "") if isinstance(user, dict) else "",
-            old=old if isinstance(old, dict) else None,
+            old_marks=_marks(old if isinstance(old, dict) else {}),
+            _object=obj,
         )
 
     def pod(self) -> AdmittedPod:
@@ -195,8 +171,8 @@ class AdmissionRequest:
             containers.extend(value)
         metadata = pod.get("metadata") or {}
         name = metadata.get("name") or metadata.get("generateName") or "<unnamed>"
-        namespace = self.namespace or metadata.get("namespace") or "default"
-        view = read_pod({**pod, "metadata": {**metadata, "name": name, "namespace": namespace}})
+        named = {**metadata, "name": name, "namespace": self._pod_namespace()}
+        view = read_pod({**pod, "metadata": named})
         selector = spec.get("nodeSelector") or {}
         if not isinstance(selector, dict):
             raise PodSpecError(f"pod {view.ref}: spec.nodeSelector must be an object")
@@ -211,13 +187,16 @@ class AdmissionRequest:
             privileged=next((str(c.get("name", "")) for c in privileged), None),
         )
 
+    def _pod_namespace(self) -> str:
+        return self.namespace or (self._object.get("metadata") or {}).get("namespace") or "default"
+
     def admit(
         self, changes: PodChanges, message: str = "", warnings: Sequence[str] = ()
     ) -> AdmissionResponse:
         """Allowed, with the patch that makes `changes` and the claim templates they need."""
         before = self._object
         after = copy.deepcopy(before)
-        templates = _apply(after, changes, self.namespace or _namespace_of(before))
+        templates = _apply(after, changes, self._pod_namespace())
         return AdmissionResponse(
             allowed=True,
             message=message,
@@ -225,10 +204,6 @@ class AdmissionRequest:
             warnings=warnings,
             claim_templates=templates,
         )
-
-
-def _namespace_of(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("metadata") or {}).get("namespace") or "default")
 
 
 def _set_limit(container: JsonObject, name: str, value: str) -> None:
@@ -245,26 +220,6 @@ def _append_env(container: JsonObject, name: str, value: str) -> None:
         env = container["env"] = []
     if {"name": name, "value": value} not in env:  # already there: a copied or re-admitted pod
         env.append({"name": name, "value": value})
-
-
-def _claim(
-    container: JsonObject,
-    spec: JsonObject,
-    number: int,
-    template: JsonObject,
-    dropped: Sequence[str],
-) -> None:
-    claim = f"gpu-{number}"
-    resources = container.setdefault("resources", {})
-    for part in ("limits", "requests"):
-        values = resources.get(part)
-        if isinstance(values, dict):
-            for name in dropped:
-                values.pop(name, None)
-    resources.setdefault("claims", []).append({"name": claim})
-    spec.setdefault("resourceClaims", []).append(
-        {"name": claim, "resourceClaimTemplateName": template["metadata"]["name"]}
-    )
 
 
 def _apply(pod: JsonObject, changes: PodChanges, namespace: str) -> tuple[JsonObject, ...]:
@@ -288,8 +243,16 @@ def _apply(pod: JsonObject, changes: PodChanges, namespace: str) -> tuple[JsonOb
             _set_limit(container, name, value)
         if change.claim is not None:
             template = claim_template(namespace, {"gpu": change.claim})
-            templates.setdefault(template["metadata"]["name"], template)
-            _claim(container, spec, number, template, changes.claimed_resources)
+            template_name = template["metadata"]["name"]
+            templates.setdefault(template_name, template)
+            resources = container.setdefault("resources", {})
+            for part in ("limits", "requests"):
+                for resource in changes.claimed_resources:
+                    (resources.get(part) or {}).pop(resource, None)
+            resources.setdefault("claims", []).append({"name": f"gpu-{number}"})
+            spec.setdefault("resourceClaims", []).append(
+                {"name": f"gpu-{number}", "resourceClaimTemplateName": template_name}
+            )
     if changes.runtime_class_name:
         spec["runtimeClassName"] = changes.runtime_class_name
     if changes.scheduler_name:
@@ -354,15 +317,11 @@ class AdmissionResponse:
             response["warnings"] = list(self.warnings)
         return response
 
-    def to_review(self, request: AdmissionRequest) -> JsonObject:
-        return {
-            "apiVersion": request.api_version,
-            "kind": "AdmissionReview",
-            "response": self._response(request.uid),
-        }
-
     def encode_review(self, request: AdmissionRequest) -> bytes:
-        return compact_json(self.to_review(request))
+        response = self._response(request.uid)
+        return compact_json(
+            {"apiVersion": request.api_version, "kind": "AdmissionReview", "response": response}
+        )
 
     def encode_bare_review(self) -> bytes:
         """The reply to a body we could not decode: no apiVersion, no kind, no uid."""

@@ -24,14 +24,14 @@ from typing import Any, Protocol
 
 from pyhami.devices.nvidia.dra_claims import NODE_MODE_DRA, NODE_MODE_LABEL
 from pyhami.kube import JsonObject, KubeError
-from pyhami.model import PodView
-from pyhami.scheduler.extender import (
+from pyhami.kube.extender_wire import (
     ExtenderArgs,
     ExtenderBindingArgs,
     ExtenderBindingResult,
     ExtenderFilterResult,
-    PodRef,
 )
+from pyhami.model import PodView
+from pyhami.scheduler.extender import PodRef
 from pyhami.scheduler.server import ExtenderService
 
 DRA_NODE_REASON = (

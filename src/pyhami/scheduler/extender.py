@@ -1,27 +1,8 @@
-"""The extender's own request forms; the wire types are `pyhami.kube.extender_wire`'s."""
+"""The `/explain?pod=` form; the extender's wire types are `pyhami.kube.extender_wire`'s."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from pyhami.kube.extender_wire import (
-    MAX_EXTENDER_BODY,
-    ExtenderArgs,
-    ExtenderBindingArgs,
-    ExtenderBindingResult,
-    ExtenderDecodeError,
-    ExtenderFilterResult,
-)
-
-__all__ = [
-    "MAX_EXTENDER_BODY",
-    "ExtenderArgs",
-    "ExtenderBindingArgs",
-    "ExtenderBindingResult",
-    "ExtenderDecodeError",
-    "ExtenderFilterResult",
-    "PodRef",
-]
 
 
 @dataclass(frozen=True, slots=True)

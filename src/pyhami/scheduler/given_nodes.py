@@ -7,9 +7,8 @@ kube-scheduler sends whole Node objects only when the extender is not cache-back
 from __future__ import annotations
 
 from pyhami.engine import Ledger, Outcome, decide
-from pyhami.kube.extender_wire import GivenNodes
+from pyhami.kube.extender_wire import ExtenderArgs, ExtenderFilterResult, GivenNodes
 from pyhami.model import NodeName
-from pyhami.scheduler.extender import ExtenderArgs, ExtenderFilterResult
 from pyhami.scheduler.state import ClusterState
 
 

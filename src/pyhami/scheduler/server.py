@@ -30,16 +30,16 @@ from pyhami.kube.admission_review import (
     AdmissionRequest,
     AdmissionResponse,
 )
-from pyhami.kube.extender_wire import compact_json
-from pyhami.scheduler.extender import (
+from pyhami.kube.extender_wire import (
     MAX_EXTENDER_BODY,
     ExtenderArgs,
     ExtenderBindingArgs,
     ExtenderBindingResult,
     ExtenderDecodeError,
     ExtenderFilterResult,
-    PodRef,
+    compact_json,
 )
+from pyhami.scheduler.extender import PodRef
 from pyhami.scheduler.metrics import SchedulerMetrics
 from pyhami.serving import BodyTimeoutError, Handler, read_body
 

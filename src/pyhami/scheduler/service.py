@@ -50,6 +50,12 @@ from pyhami.engine import (
     decide,
 )
 from pyhami.kube import Clock, JsonObject, NodeLockContentionError, NodeLocker, NotFound
+from pyhami.kube.extender_wire import (
+    ExtenderArgs,
+    ExtenderBindingArgs,
+    ExtenderBindingResult,
+    ExtenderFilterResult,
+)
 from pyhami.kube.views import read_pod
 from pyhami.model import NodeName, NodeView, PodView
 from pyhami.protocol import (
@@ -65,13 +71,7 @@ from pyhami.protocol import (
 from pyhami.scheduler.bind_turns import BindTurns, NodeTurnTimeoutError
 from pyhami.scheduler.events import NORMAL, WARNING, EventRecorder
 from pyhami.scheduler.explanations import Explanations, explanation_json
-from pyhami.scheduler.extender import (
-    ExtenderArgs,
-    ExtenderBindingArgs,
-    ExtenderBindingResult,
-    ExtenderFilterResult,
-    PodRef,
-)
+from pyhami.scheduler.extender import PodRef
 from pyhami.scheduler.given_nodes import filter_given_nodes
 from pyhami.scheduler.metrics import SchedulerMetrics
 from pyhami.scheduler.outcome import Claim, FilterOutcome, annotations_of, filter_outcome
