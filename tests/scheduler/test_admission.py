@@ -125,3 +125,31 @@ def test_json_patch_escapes_annotation_keys() -> None:
     assert ops == [{"op": "add", "path": "/a/hami.io~1vgpu-node", "value": "n"}]
     assert json_patch({"x": 1}, {"x": 1}) == []
     assert json_patch({"x": 1}, {"x": True}) == [{"op": "replace", "path": "/x", "value": True}]
+
+
+@pytest.mark.parametrize(
+    "metadata, words",
+    [
+        pytest.param("x", "metadata must be an object", id="metadata"),
+        pytest.param({"annotations": {"a": 1}}, "metadata.annotations must map", id="annotation"),
+        pytest.param({"labels": ["a"]}, "metadata.labels must map", id="labels"),
+    ],
+)
+def test_unreadable_marks_are_refused_at_decoding(metadata: Any, words: str) -> None:
+    review = json.loads(_review())
+    review["request"]["object"]["metadata"] = metadata
+    with pytest.raises(AdmissionDecodeError, match=words) as caught:
+        AdmissionRequest.from_http(json.dumps(review).encode(), "application/json")
+    assert caught.value.code == 400
+
+
+def test_a_pod_known_only_by_generate_name_is_read_in_the_request_namespace() -> None:
+    review = json.loads(_review())
+    review["request"]["object"] = {
+        "metadata": {"generateName": "job-", "labels": {"app": "x"}},
+        "spec": {"containers": [{"name": "c"}], "nodeSelector": {"k": "v"}},
+    }
+    request = AdmissionRequest.from_http(json.dumps(review).encode(), "application/json")
+    assert request.marks.labels == {"app": "x"}
+    pod = request.pod()
+    assert (pod.view.ref, pod.node_selector, pod.privileged) == ("ns/job-", {"k": "v"}, None)

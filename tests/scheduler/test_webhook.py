@@ -7,6 +7,7 @@ import pytest
 
 from pyhami.devices.config import NvidiaConfig
 from pyhami.kube.admission_review import AdmissionRequest, AdmissionResponse
+from pyhami.model import PodView
 from pyhami.scheduler.webhook import PodAdmission, WebhookConfig
 
 from .patching import apply_patch, review_request
@@ -156,6 +157,18 @@ def test_quota_overrun_is_denied_only_for_gpu_pods() -> None:
     assert response.message == "exceeding resource quota" and not response.allowed
     response, _ = _admit(_pod(_ctr()), over_quota=True)
     assert response.allowed
+
+
+def test_the_quota_check_sees_the_limits_the_webhook_sets_on_a_generated_pod() -> None:
+    seen: list[PodView] = []
+    config = WebhookConfig(scheduler_name="hami-scheduler", owned_annotations=OWNED)
+    admission = PodAdmission(config, Nvidia(), lambda pod: seen.append(pod) or False)
+    pod = _pod(_ctr(limits={"nvidia.com/gpu": "1"}))
+    pod["metadata"] = {"generateName": "job-"}
+    assert admission.review(_review(pod)).allowed
+    [view] = seen
+    assert view.ref == "ns/job-"
+    assert view.containers[0].limits == {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "100"}
 
 
 def test_other_schedulers_are_left_alone_but_default_is_taken() -> None:
