@@ -6,13 +6,13 @@ from typing import Any
 
 from pyhami.kube import Conflict, JsonObject
 from pyhami.kube.extender_wire import (
+    ClaimedPod,
     ExtenderArgs,
     ExtenderBindingArgs,
     ExtenderBindingResult,
     ExtenderFilterResult,
 )
-from pyhami.kube.views import read_node, read_pod
-from pyhami.model import PodView
+from pyhami.kube.views import read_node
 from pyhami.scheduler.dra_nodes import (
     DEVICE_PLUGIN_NODE_REASON,
     DRA_NODE_REASON,
@@ -68,13 +68,8 @@ class Kube:
         self.bindings.append((namespace, name, node, uid))
 
 
-def pod(scheduler: str, uid: str = "u1") -> PodView:
-    return read_pod(
-        {
-            "metadata": {"name": "p", "namespace": "ns", "uid": uid},
-            "spec": {"schedulerName": scheduler},
-        }
-    )
+def pod(scheduler: str, uid: str = "u1") -> ClaimedPod:
+    return ClaimedPod("ns", "p", uid, scheduler)
 
 
 def extender(inner: Inner, kube: Kube | None = None) -> DraAwareExtender:

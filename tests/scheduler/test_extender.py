@@ -4,6 +4,7 @@ import pytest
 
 from pyhami.kube.extender_wire import (
     MAX_EXTENDER_BODY,
+    ClaimedPod,
     ExtenderArgs,
     ExtenderBindingArgs,
     ExtenderBindingResult,
@@ -18,7 +19,7 @@ POD = {"metadata": {"name": "p", "namespace": "ns", "uid": "u"}, "spec": {"sched
 def test_filter_args_accept_keys_in_any_case_and_read_the_pod_once() -> None:
     body = json.dumps({"pod": POD, "nodenames": ["a", "b"]}).encode()
     args = ExtenderArgs.from_json(body)
-    assert (args.pod.ref, args.pod.uid, args.pod.scheduler_name) == ("ns/p", "u", "s")
+    assert args.pod == ClaimedPod("ns", "p", "u", "s")
     assert args.node_names == ("a", "b")
     assert args.nodes is None
 
@@ -33,7 +34,7 @@ def test_simulation_args_carry_node_views_and_send_the_objects_back() -> None:
     broken = {"metadata": {"name": "n2", "labels": {"gpu": 1}}}
     nodes = {"kind": "NodeList", "items": [node, broken]}
     args = ExtenderArgs.from_json(json.dumps({"Pod": POD, "Nodes": nodes}).encode())
-    assert args.nodes is not None
+    assert args.nodes is not None and args.nodes.pod.ref == "ns/p"
     [n1, n2] = args.nodes.nodes
     assert n1.view is not None and n1.view.labels == {"gpu": "on"}
     assert (n2.name, n2.view) == ("n2", None), "an unreadable node has no view"
@@ -59,9 +60,9 @@ def test_simulation_args_carry_node_views_and_send_the_objects_back() -> None:
             id="pod-without-name",
         ),
         pytest.param(
-            b'{"Pod": {"metadata": {"name": "p"}, "spec": {"containers": 1}}}',
+            b'{"Pod": {"metadata": {"name": "p"}, "spec": {"containers": 1}}, "Nodes": {}}',
             "ExtenderArgs.Pod: pod default/p: spec.containers must be a list",
-            id="pod-unreadable",
+            id="simulated-pod-unreadable",
         ),
         pytest.param(b"\xff\xfe", "invalid JSON", id="not-utf8"),
         pytest.param(b" " * (MAX_EXTENDER_BODY + 1), "exceeds", id="too-large"),
@@ -73,14 +74,14 @@ def test_bad_filter_bodies_name_what_is_wrong(body: bytes, words: str) -> None:
 
 
 def test_filter_result_is_pascal_case_with_every_field() -> None:
-    assert ExtenderFilterResult(node_names=["node2"]).to_json() == {
+    assert json.loads(ExtenderFilterResult(node_names=["node2"]).encode()) == {
         "Nodes": None,
         "NodeNames": ["node2"],
         "FailedNodes": None,
         "FailedAndUnresolvableNodes": None,
         "Error": "",
     }
-    assert ExtenderFilterResult.failure("boom").to_json()["Error"] == "boom"
+    assert json.loads(ExtenderFilterResult.failure("boom").encode())["Error"] == "boom"
 
 
 def test_binding_args_round_trip_and_require_pod_and_node() -> None:

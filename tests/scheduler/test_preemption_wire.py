@@ -7,7 +7,12 @@ import re
 import pytest
 
 from pyhami.engine.preempt import NodePreemption, Proposal
-from pyhami.kube.extender_wire import ExtenderDecodeError, PreemptionArgs, preemption_result
+from pyhami.kube.extender_wire import (
+    ClaimedPod,
+    ExtenderDecodeError,
+    PreemptionArgs,
+    preemption_result,
+)
 from pyhami.model import NodeName
 
 POD = {"metadata": {"name": "p", "namespace": "default", "uid": "u-p"}}
@@ -23,7 +28,7 @@ def test_meta_victims_as_kube_scheduler_sends_them_with_node_cache_capable() -> 
         },
     }
     args = PreemptionArgs.from_json(json.dumps(body).encode())
-    assert (args.pod.ref, args.pod.uid) == ("default/p", "u-p")
+    assert args.pod == ClaimedPod("default", "p", "u-p")
     assert args.proposals == {
         "n1": Proposal(frozenset({"u-a", "u-b"}), 1),
         "n2": Proposal(frozenset({"u-c"}), 0),

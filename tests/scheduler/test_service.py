@@ -12,7 +12,6 @@ from pyhami.devices.nvidia.vendor import NvidiaVendor
 from pyhami.engine import EngineConfig
 from pyhami.kube import NodeLocker
 from pyhami.kube.extender_wire import ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult
-from pyhami.kube.views import read_pod
 from pyhami.protocol import KEY_NODE_LOCK
 from pyhami.scheduler import explanations as explanations_module
 from pyhami.scheduler import service as service_module
@@ -86,7 +85,7 @@ def _service(
 
 
 def _args(pod: dict[str, Any], *names: str) -> ExtenderArgs:
-    return ExtenderArgs(pod=read_pod(pod), node_names=names)
+    return ExtenderArgs.from_json(json.dumps({"Pod": pod, "NodeNames": names}).encode())
 
 
 async def _filter(service: FilterBind, pod: dict[str, Any], *names: str) -> ExtenderFilterResult:
@@ -190,7 +189,9 @@ async def test_pods_without_gpus_pass_through_and_bad_calls_get_errors() -> None
         "spec": {"containers": [{"name": "c"}]},
     }
     assert (await _filter(service, plain, "n1", "n9")).node_names == ("n1", "n9")
-    both_missing = await service.filter(ExtenderArgs(pod=read_pod(gpu_pod("p"))))
+    both_missing = await service.filter(
+        ExtenderArgs.from_json(json.dumps({"Pod": gpu_pod("p")}).encode())
+    )
     assert "neither NodeNames nor Nodes" in both_missing.error
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from pyhami.engine.preempt import NodePreemption, Proposal
 from pyhami.kube.client import JsonObject
-from pyhami.kube.views import read_node, read_pod
+from pyhami.kube.views import pod_identity, read_node, read_pod
 from pyhami.model import NodeName, NodeView, PodSpecError, PodView
 
 # The extender body limit HAMi applies to /filter, /bind and /preempt.
@@ -83,13 +83,31 @@ def _string(obj: Mapping[str, Any], name: str, what: str) -> str:
     return value
 
 
-def _pod(value: object, what: str) -> PodView:
-    if not isinstance(value, dict):
-        raise ExtenderDecodeError(f"{what}: field Pod must be a Pod object")
+@dataclass(frozen=True, slots=True)
+class ClaimedPod:
+    """The pod a request names, as far as it is trusted: the scheduler decides on the pod the
+    API server has, so only the identity is read (and the scheduler, for the DRA split)."""
+
+    namespace: str
+    name: str
+    uid: str
+    scheduler_name: str = ""
+
+
+def _claimed(pod: JsonObject, what: str) -> ClaimedPod:
     try:
-        return read_pod(value)
+        _, namespace, name = pod_identity(pod)
     except PodSpecError as err:
         raise ExtenderDecodeError(f"{what}.Pod: {err}") from err
+    uid = pod["metadata"].get("uid")
+    spec = pod.get("spec")
+    scheduler = spec.get("schedulerName") if isinstance(spec, dict) else None
+    return ClaimedPod(
+        namespace,
+        name,
+        uid if isinstance(uid, str) else "",
+        scheduler if isinstance(scheduler, str) else "",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,13 +122,15 @@ class GivenNode:
 
 @dataclass(frozen=True, slots=True)
 class GivenNodes:
-    """The `Nodes` NodeList of a simulation request, as sent."""
+    """A simulation request: the pod as sent, read whole, and the `Nodes` NodeList to decide
+    it on."""
 
+    pod: PodView
     nodes: tuple[GivenNode, ...]
     _list: JsonObject
 
     @classmethod
-    def decode(cls, nodes: JsonObject, what: str) -> GivenNodes:
+    def decode(cls, pod: JsonObject, nodes: JsonObject, what: str) -> GivenNodes:
         items = nodes.get("items")
         if items is not None and (
             not isinstance(items, list) or not all(isinstance(i, dict) for i in items)
@@ -123,20 +143,22 @@ class GivenNodes:
             except ValueError:  # NodeSpecError included: such a node counts as unregistered
                 view = None
             given.append(GivenNode(str((item.get("metadata") or {}).get("name") or ""), view, item))
-        return cls(tuple(given), nodes)
+        try:
+            return cls(read_pod(pod), tuple(given), nodes)
+        except PodSpecError as err:
+            raise ExtenderDecodeError(f"{what}.Pod: {err}") from err
 
     def only(self, node: GivenNode) -> GivenNodes:
         """A NodeList holding `node` alone (the filter's choice)."""
-        return GivenNodes(
-            (node,), {"apiVersion": "v1", "kind": "NodeList", "items": [node._object]}
-        )
+        node_list = {"apiVersion": "v1", "kind": "NodeList", "items": [node._object]}
+        return GivenNodes(self.pod, (node,), node_list)
 
 
 @dataclass(frozen=True, slots=True)
 class ExtenderArgs:
     """`ExtenderArgs`: the pod and either candidate names (live path) or full nodes (simulation)."""
 
-    pod: PodView
+    pod: ClaimedPod
     nodes: GivenNodes | None = None
     node_names: tuple[str, ...] | None = None
 
@@ -145,12 +167,12 @@ class ExtenderArgs:
         what = "ExtenderArgs"
         obj = _loads_object(body, what)
         nodes = _optional_object(obj, "Nodes", what)
-        given = None if nodes is None else GivenNodes.decode(nodes, what)
         pod = _optional_object(obj, "Pod", what)
         node_names = _optional_strings(obj, "NodeNames", what)
         if pod is None:
             raise ExtenderDecodeError("extender args missing pod")
-        return cls(pod=_pod(pod, what), nodes=given, node_names=node_names)
+        given = None if nodes is None else GivenNodes.decode(pod, nodes, what)
+        return cls(pod=_claimed(pod, what), nodes=given, node_names=node_names)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,19 +185,17 @@ class ExtenderFilterResult:
     error: str = ""
     failed_and_unresolvable: Mapping[str, str] | None = None
 
-    def to_json(self) -> JsonObject:
-        return {
-            "Nodes": None if self.nodes is None else self.nodes._list,
-            "NodeNames": None if self.node_names is None else list(self.node_names),
-            "FailedNodes": None if self.failed_nodes is None else dict(self.failed_nodes),
-            "FailedAndUnresolvableNodes": (
-                None if self.failed_and_unresolvable is None else dict(self.failed_and_unresolvable)
-            ),
-            "Error": self.error,
-        }
-
     def encode(self) -> bytes:
-        return compact_json(self.to_json())
+        unresolvable = self.failed_and_unresolvable
+        return compact_json(
+            {
+                "Nodes": None if self.nodes is None else self.nodes._list,
+                "NodeNames": None if self.node_names is None else list(self.node_names),
+                "FailedNodes": None if self.failed_nodes is None else dict(self.failed_nodes),
+                "FailedAndUnresolvableNodes": None if unresolvable is None else dict(unresolvable),
+                "Error": self.error,
+            }
+        )
 
     @classmethod
     def failure(cls, error: str) -> ExtenderFilterResult:
@@ -226,13 +246,15 @@ class PreemptionArgs:
     """`ExtenderPreemptionArgs`: the pod and kube-scheduler's proposal per node, from
     `NodeNameToMetaVictims` (pod UIDs) or `NodeNameToVictims` (whole pods)."""
 
-    pod: PodView
+    pod: ClaimedPod
     proposals: Mapping[NodeName, Proposal]
 
     @classmethod
     def from_json(cls, body: bytes) -> PreemptionArgs:
         obj = _loads_object(body, PREEMPTION_ARGS)
-        pod = _pod(_field(obj, "Pod"), PREEMPTION_ARGS)
+        pod = _field(obj, "Pod")
+        if not isinstance(pod, dict):
+            raise ExtenderDecodeError(f"{PREEMPTION_ARGS}: field Pod must be a Pod object")
         proposals: dict[NodeName, Proposal] = {}
         for field in ("NodeNameToVictims", "NodeNameToMetaVictims"):
             victims = _field(obj, field)
@@ -242,7 +264,7 @@ class PreemptionArgs:
                 raise ExtenderDecodeError(f"{PREEMPTION_ARGS}: field {field} must be an object")
             for node, entry in victims.items():
                 proposals[NodeName(node)] = _proposal(entry, f"{field}[{node}]")
-        return cls(pod, proposals)
+        return cls(_claimed(pod, PREEMPTION_ARGS), proposals)
 
 
 def _proposal(entry: object, where: str) -> Proposal:

@@ -25,12 +25,12 @@ from typing import Any, Protocol
 from pyhami.devices.nvidia.dra_claims import NODE_MODE_DRA, NODE_MODE_LABEL
 from pyhami.kube import JsonObject, KubeError
 from pyhami.kube.extender_wire import (
+    ClaimedPod,
     ExtenderArgs,
     ExtenderBindingArgs,
     ExtenderBindingResult,
     ExtenderFilterResult,
 )
-from pyhami.model import PodView
 from pyhami.scheduler.extender import PodRef
 from pyhami.scheduler.server import ExtenderService
 
@@ -89,7 +89,7 @@ class DraAwareExtender:
         failed = {**(result.failed_nodes or {}), **dict.fromkeys(dra, DRA_NODE_REASON)}
         return dataclasses.replace(result, node_names=result.node_names or [], failed_nodes=failed)
 
-    def _remember_passed(self, pod: PodView) -> None:
+    def _remember_passed(self, pod: ClaimedPod) -> None:
         uid = pod.uid
         if uid:
             self._passed[uid] = (pod.namespace, pod.name)

@@ -7,14 +7,12 @@ kube-scheduler sends whole Node objects only when the extender is not cache-back
 from __future__ import annotations
 
 from pyhami.engine import Ledger, Outcome, decide
-from pyhami.kube.extender_wire import ExtenderArgs, ExtenderFilterResult, GivenNodes
+from pyhami.kube.extender_wire import ExtenderFilterResult, GivenNodes
 from pyhami.model import NodeName
 from pyhami.scheduler.state import ClusterState
 
 
-def filter_given_nodes(
-    args: ExtenderArgs, given: GivenNodes, state: ClusterState
-) -> ExtenderFilterResult:
+def filter_given_nodes(given: GivenNodes, state: ClusterState) -> ExtenderFilterResult:
     """The Nodes path: the given nodes with zero usage, live quotas, nothing written."""
     ledger = Ledger()
     by_name = {node.name: node for node in given.nodes}
@@ -29,7 +27,7 @@ def filter_given_nodes(
         else:
             ledger.upsert_node(NodeName(node.name), inventory)
     decision = decide(
-        args.pod,
+        given.pod,
         [NodeName(n) for n in by_name],
         ledger,
         config=state.config,

@@ -51,6 +51,7 @@ from pyhami.engine import (
 )
 from pyhami.kube import Clock, JsonObject, NodeLockContentionError, NodeLocker, NotFound
 from pyhami.kube.extender_wire import (
+    ClaimedPod,
     ExtenderArgs,
     ExtenderBindingArgs,
     ExtenderBindingResult,
@@ -211,7 +212,7 @@ class FilterBind:
         if args.nodes is not None:
             started = self.clock.monotonic()
             try:
-                return filter_given_nodes(args, args.nodes, self.state)
+                return filter_given_nodes(args.nodes, self.state)
             finally:
                 self.engine_seconds += self.clock.monotonic() - started
         if args.node_names is None:
@@ -263,7 +264,7 @@ class FilterBind:
         for event in outcome.events:
             self.events.emit(pod, event.kind, event.reason, event.message)
 
-    async def _trusted_pod(self, claimed: PodView) -> PodView:
+    async def _trusted_pod(self, claimed: ClaimedPod) -> PodView:
         """The pod the body names, as the API server has it: only its namespace, name and
         UID are read from the body (a caller cannot make us decide for a pod it made up).
 
