@@ -232,7 +232,7 @@ class PodAdmission:
             return AdmissionResponse.deny(str(err))
         if isinstance(decision, AdmissionResponse) and not decision.allowed:
             return decision
-        if isinstance(decision, AdmissionResponse):  # left alone, but stripped still
+        if isinstance(decision, AdmissionResponse):  # left to another scheduler: only stripped
             return request.admit(stripped, decision.message, warnings)
         return request.admit(
             dataclasses.replace(
