@@ -19,8 +19,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyhami.devices.nvidia.dra_claims import GpuShare, claim_template
+from pyhami.devices.nvidia.dra_claims import GpuShare
 from pyhami.kube.client import JsonObject
+from pyhami.kube.dra_manifests import claim_template
 from pyhami.kube.errors import KubeError
 from pyhami.kube.extender_wire import compact_json
 from pyhami.kube.views import read_pod

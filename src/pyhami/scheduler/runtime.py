@@ -46,7 +46,8 @@ from pyhami.kube import (
     SystemClock,
     cancel_and_wait,
 )
-from pyhami.protocol import LABEL_SCHEDULER_ROLE, SchedulerRole, pod_labels_patch
+from pyhami.kube.patches import pod_labels_patch
+from pyhami.protocol import LABEL_SCHEDULER_ROLE, SchedulerRole
 from pyhami.scheduler.dra_cards import DraCardMemories
 from pyhami.scheduler.dra_nodes import DraAwareExtender
 from pyhami.scheduler.events import EventRecorder

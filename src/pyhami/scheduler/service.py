@@ -57,6 +57,7 @@ from pyhami.kube.extender_wire import (
     ExtenderBindingResult,
     ExtenderFilterResult,
 )
+from pyhami.kube.patches import pod_annotations_patch, remove_annotations_patch
 from pyhami.kube.views import read_pod
 from pyhami.model import NodeName, NodeView, PodView
 from pyhami.protocol import (
@@ -66,8 +67,6 @@ from pyhami.protocol import (
     LABEL_VGPU_NODE,
     BindPhase,
     format_unix_seconds,
-    pod_annotations_patch,
-    remove_annotations_patch,
 )
 from pyhami.scheduler.bind_turns import BindTurns, NodeTurnTimeoutError
 from pyhami.scheduler.events import NORMAL, WARNING, EventRecorder
@@ -599,7 +598,7 @@ class FilterBind:
             return
         self.state.release(claim.key)
         body = remove_annotations_patch(self._owned)
-        body["metadata"]["labels"] = {LABEL_VGPU_NODE: None}  # type: ignore[index]
+        body["metadata"]["labels"] = {LABEL_VGPU_NODE: None}
         await _quietly(self.kube.patch_pod(namespace, name, body), "annotation cleanup")
 
 
