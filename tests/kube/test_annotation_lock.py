@@ -1,15 +1,23 @@
 """HAMi's node lock algorithm over an in-memory node with resourceVersions."""
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
 from pyhami.kube import NodeLockContentionError, NodeLocker, NodeLockError
 from pyhami.kube.annotation_lock import go_duration
+from pyhami.model import PodView
+from pyhami.protocol import KEY_VGPU_NODE
 from pyhami.testing import ManualClock
-from pyhami.testing.memory_nodes import MemoryNodes, PlacedPod
+from pyhami.testing.memory_nodes import MemoryNodes
 
 NOW = datetime(2026, 8, 21, 12, 0, 0, tzinfo=UTC)
+
+
+def _old(**fields: Any) -> PodView:
+    """Pod default/old, the lock's owner, with `fields`."""
+    return PodView("default/old", "default", "old", **fields)
 
 
 def _locker(api: MemoryNodes, now: datetime = NOW) -> NodeLocker:
@@ -45,17 +53,17 @@ async def test_expired_and_dangling_locks_are_taken_over() -> None:
 @pytest.mark.parametrize(
     "owner",
     [
-        pytest.param(PlacedPod(node_name="n2"), id="bound-elsewhere"),
-        pytest.param(PlacedPod(scheduled_node="n2"), id="scheduled-elsewhere"),
-        pytest.param(PlacedPod(phase="Succeeded"), id="finished"),
+        pytest.param(_old(node_name="n2"), id="bound-elsewhere"),
+        pytest.param(_old(annotations={KEY_VGPU_NODE: "n2"}), id="scheduled-elsewhere"),
+        pytest.param(_old(phase="Succeeded"), id="finished"),
     ],
 )
 async def test_a_lock_whose_owner_cannot_use_the_node_any_more_is_taken_over(
-    owner: PlacedPod,
+    owner: PodView,
 ) -> None:
     """A scheduler killed between its lock and its binding leaves the lock; the pod, scheduled
     again, may land on another node: that lock must not hold this node for 5 minutes."""
-    api = MemoryNodes("2026-08-21T11:59:59Z,default,old", placed={("default", "old"): owner})
+    api = MemoryNodes("2026-08-21T11:59:59Z,default,old", placed=[owner])
     await _locker(api).lock("n1", "default", "new")
     assert api.lock == "2026-08-21T12:00:00Z,default,new"
 
@@ -63,15 +71,15 @@ async def test_a_lock_whose_owner_cannot_use_the_node_any_more_is_taken_over(
 @pytest.mark.parametrize(
     "owner",
     [
-        pytest.param(PlacedPod(), id="pending"),
-        pytest.param(PlacedPod(scheduled_node="n1"), id="scheduled-here"),
-        pytest.param(PlacedPod(node_name="n1", phase="Pending"), id="bound-here"),
+        pytest.param(_old(), id="pending"),
+        pytest.param(_old(annotations={KEY_VGPU_NODE: "n1"}), id="scheduled-here"),
+        pytest.param(_old(node_name="n1", phase="Pending"), id="bound-here"),
     ],
 )
 async def test_a_lock_whose_owner_may_still_be_allocated_here_is_contention(
-    owner: PlacedPod,
+    owner: PodView,
 ) -> None:
-    api = MemoryNodes("2026-08-21T11:59:59Z,default,old", placed={("default", "old"): owner})
+    api = MemoryNodes("2026-08-21T11:59:59Z,default,old", placed=[owner])
     with pytest.raises(NodeLockContentionError):
         await _locker(api).lock("n1", "default", "new")
     assert api.lock == "2026-08-21T11:59:59Z,default,old"

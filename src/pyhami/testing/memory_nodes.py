@@ -5,37 +5,29 @@ can be injected one at a time. The scheduler's unit tests build their API double
 """
 
 import copy
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from pyhami.kube import Conflict, NotFound
-from pyhami.protocol import KEY_NODE_LOCK, KEY_VGPU_NODE
-
-
-@dataclass(frozen=True, slots=True)
-class PlacedPod:
-    """What the node lock reads of a pod: where it is bound or scheduled, its phase."""
-
-    node_name: str = ""
-    scheduled_node: str = ""  # its `hami.io/vgpu-node` annotation
-    phase: str = ""
+from pyhami.model import PodView
+from pyhami.protocol import KEY_NODE_LOCK
 
 
 class MemoryNodes:
-    """Node `n1` and the pods that exist (`placed`: with where they are and their phase);
-    a stale merge patch fails like a 409."""
+    """Node `n1` and the pods that exist (`placed`: their views, for their node name,
+    annotations and phase); a stale merge patch fails like a 409."""
 
     def __init__(
         self,
         lock: str | None = None,
         pods: set[tuple[str, str]] | None = None,
-        placed: dict[tuple[str, str], PlacedPod] | None = None,
+        placed: Sequence[PodView] = (),
     ) -> None:
         annotations = {} if lock is None else {KEY_NODE_LOCK: lock}
         self.node: dict[str, Any] = {
             "metadata": {"name": "n1", "resourceVersion": "1", "annotations": annotations}
         }
-        self.placed = placed or {}
+        self.placed = {(pod.namespace, pod.name): pod for pod in placed}
         self.pods = set(pods or ()) | set(self.placed)
         self.patches: list[str] = []  # the resourceVersion each merge patch was sent with
         self.conflicts_left = 0
@@ -68,10 +60,9 @@ class MemoryNodes:
     async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
         if (namespace, name) not in self.pods:
             raise NotFound(404, "NotFound", f'pods "{name}" not found')
-        placed = self.placed.get((namespace, name), PlacedPod())
-        scheduled = {KEY_VGPU_NODE: placed.scheduled_node} if placed.scheduled_node else {}
+        placed = self.placed.get((namespace, name)) or PodView(name, namespace, name)
         return {
-            "metadata": {"name": name, "namespace": namespace, "annotations": scheduled},
+            "metadata": {"name": name, "namespace": namespace, "annotations": placed.annotations},
             "spec": {"nodeName": placed.node_name},
             "status": {"phase": placed.phase},
         }

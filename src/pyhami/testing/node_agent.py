@@ -193,14 +193,6 @@ def device_count(container: ContainerView, resource: str) -> int:
     return count
 
 
-def dra_backed_resources(pod: PodView) -> set[tuple[str, str]]:
-    """(container, resource) pairs kube-scheduler backed by a DRA claim (a DeviceClass's
-    extended resource name on a node whose device plugin does not offer it): the claim's
-    driver prepares them, no device plugin is asked."""
-    mappings = pod.extended_claim.mappings if pod.extended_claim else ()
-    return {(container, resource) for container, resource, _request in mappings}
-
-
 def running_status(pod: PodView, now: str) -> PodStatus:
     return PodStatus(
         "Running",
@@ -473,7 +465,11 @@ class NodeAgent(AsyncService):
         plan = [(c, n < init_count) for n, c in enumerate(pod.all_containers)]
         started = []
         held = self._held.setdefault(_key(pod), [])
-        backed = dra_backed_resources(pod)
+        # (container, resource) pairs kube-scheduler backed by a DRA claim (a DeviceClass's
+        # extended resource on a node whose device plugin does not offer it): the claim's
+        # driver prepares them, no device plugin is asked
+        mappings = pod.extended_claim.mappings if pod.extended_claim else ()
+        backed = {(container, resource) for container, resource, _ in mappings}
         for container, init in plan:
             if (container.name, self.resource) in backed:
                 continue
