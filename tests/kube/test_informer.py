@@ -17,7 +17,8 @@ from pyhami.testing import FakeKubeAPIServer
 
 from .builders import pod
 
-FAST = InformerSettings(watch_timeout_s=5, backoff_initial_s=0.02, backoff_max_s=0.1)
+# Pages of two objects: a relist reads several pages.
+FAST = InformerSettings(watch_timeout_s=5, backoff_initial_s=0.02, backoff_max_s=0.1, page_size=2)
 
 
 class Recorder:

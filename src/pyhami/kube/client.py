@@ -219,6 +219,31 @@ class KubeClient:
     ) -> ObjectList:
         """All matching objects, following `continue` pages; the list's resourceVersion."""
         items: list[JsonObject] = []
+        version = ""
+        async for page in self.list_pages(
+            resource,
+            namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            resource_version=resource_version,
+            page_size=page_size,
+        ):
+            items.extend(page.items)
+            version = page.resource_version
+        return ObjectList(items, version)
+
+    async def list_pages(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str = "",
+        field_selector: str = "",
+        resource_version: str = "",
+        page_size: int = 500,
+    ) -> AsyncIterator[ObjectList]:
+        """The matching objects a page at a time (a reader keeps only what it makes of each
+        page), following `continue`; the last page carries the list's resourceVersion."""
         token = ""
         while True:
             query = _query(
@@ -230,11 +255,11 @@ class KubeClient:
             if not token:
                 query += _query(resourceVersion=resource_version)
             page = await self.request("GET", resource.path(namespace), query=query)
-            items.extend(page.get("items") or [])
             metadata = page.get("metadata") or {}
             token = str(metadata.get("continue") or "")
+            yield ObjectList(page.get("items") or [], str(metadata.get("resourceVersion", "")))
             if not token:
-                return ObjectList(items, str(metadata.get("resourceVersion", "")))
+                return
 
     async def create(
         self, resource: Resource, body: Mapping[str, Any], namespace: str | None = None

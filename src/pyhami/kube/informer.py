@@ -196,21 +196,26 @@ class ViewInformer(Generic[T]):
                 backoff = min(backoff * 2, self.settings.backoff_max_s)
 
     async def _relist(self) -> None:
-        listed = await self._client.list(
+        """List a page at a time, so that only one page of JSON is held beside the cache."""
+        fresh: set[Key] = set()
+        version = ""
+        async for page in self._client.list_pages(
             self.resource,
             self._namespace,
             label_selector=self._label_selector,
             field_selector=self._field_selector,
             page_size=self.settings.page_size,
-        )
+        ):
+            for obj in page.items:
+                key = object_key(obj)
+                fresh.add(key)
+                await self._apply(key, obj)
+            version = page.resource_version
         self.stats.lists += 1
         self.stats.history.append("list")
-        fresh = {object_key(obj): obj for obj in listed.items}
-        for key, obj in fresh.items():
-            await self._apply(key, obj)
         for key in [k for k in self._cache if k not in fresh]:
             await self._remove(key)
-        self.resource_version = listed.resource_version
+        self.resource_version = version
         self.synced.set()
 
     async def _watch(self) -> int:
