@@ -15,7 +15,7 @@ import urllib.request
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import aiohttp
 from kubernetes_asyncio.client import ApiClient, Configuration
@@ -40,6 +40,13 @@ class PatchType(enum.StrEnum):
 class ObjectList:
     items: list[JsonObject]
     resource_version: str
+
+
+class ListQuery(TypedDict, total=False):
+    label_selector: str
+    field_selector: str
+    resource_version: str
+    page_size: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,29 +215,11 @@ class KubeClient:
         return await self.request("GET", resource.path(namespace, name))
 
     async def list(
-        self,
-        resource: Resource,
-        namespace: str | None = None,
-        *,
-        label_selector: str = "",
-        field_selector: str = "",
-        resource_version: str = "",
-        page_size: int = 500,
+        self, resource: Resource, namespace: str | None = None, **query: Unpack[ListQuery]
     ) -> ObjectList:
-        """All matching objects, following `continue` pages; the list's resourceVersion."""
-        items: list[JsonObject] = []
-        version = ""
-        async for page in self.list_pages(
-            resource,
-            namespace,
-            label_selector=label_selector,
-            field_selector=field_selector,
-            resource_version=resource_version,
-            page_size=page_size,
-        ):
-            items.extend(page.items)
-            version = page.resource_version
-        return ObjectList(items, version)
+        """All matching objects, every page; the list's resourceVersion."""
+        pages = [page async for page in self.list_pages(resource, namespace, **query)]
+        return ObjectList([obj for page in pages for obj in page.items], pages[-1].resource_version)
 
     async def list_pages(
         self,

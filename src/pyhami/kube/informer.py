@@ -244,26 +244,21 @@ class ViewInformer(Generic[T]):
             self.stats.events += 1
             key = object_key(event.object)
             if event.type == "DELETED":
-                await self._remove(key, event.object)
+                await self._remove(key)
             else:
                 await self._apply(key, event.object)
         if event.resource_version:
             self.resource_version = event.resource_version
 
-    def _read_or_ignore(self, obj: JsonObject) -> T | None:
-        try:
-            return self._read(obj)
-        except ValueError as err:
-            self.stats.unreadable += 1
-            log.warning("object unreadable; event ignored", informer=self.name, error=str(err))
-            return None
-
     async def _apply(self, key: Key, obj: JsonObject) -> None:
         old = self._cache.get(key)
         if old is not None and self._version(old) == resource_version(obj):
             return  # a relist's unchanged object
-        item = self._read_or_ignore(obj)
-        if item is None:
+        try:
+            item = self._read(obj)
+        except ValueError as err:
+            self.stats.unreadable += 1
+            log.warning("object unreadable; event ignored", informer=self.name, error=str(err))
             return
         self._cache[key] = item
         if old is None:
@@ -271,13 +266,11 @@ class ViewInformer(Generic[T]):
         else:
             await self._dispatch("on_update", old, item)
 
-    async def _remove(self, key: Key, final: JsonObject | None = None) -> None:
-        """Drop the object; handlers get its final state, else (a relist's deletion, or a
-        final state `read` refuses) the last one cached."""
+    async def _remove(self, key: Key) -> None:
+        """Drop the object; handlers get the last state cached (all a deletion needs)."""
         kept = self._cache.pop(key, None)
         if kept is not None:
-            last = None if final is None else self._read_or_ignore(final)
-            await self._dispatch("on_delete", kept if last is None else last)
+            await self._dispatch("on_delete", kept)
 
     async def _dispatch(self, which: str, *args: T) -> None:
         for handlers in self._handlers:

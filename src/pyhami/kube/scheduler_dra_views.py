@@ -1,10 +1,5 @@
-"""The scheduler's reading of the DRA driver's ResourceSlices: the memory size of each GPU.
-
-Each device of a slice of driver `gpu.pyhami.io` publishes its memory as the capacity
-`memory` in bytes; a slice of another driver has none that count.
-"""
-
-from __future__ import annotations
+"""The scheduler's reading of a ResourceSlice of the DRA driver (`gpu.pyhami.io`): the memory
+of each GPU, which its device publishes as the capacity `memory` in bytes."""
 
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,12 +27,9 @@ def read_slice_card_memories(resource_slice: Mapping[str, Any]) -> SliceCardMemo
     """The slice's GPU memory sizes (none for another driver's slice). A device whose memory
     cannot be read is left out (and logged): the others still count."""
     name = str((resource_slice.get("metadata") or {}).get("name") or "")
-    version = resource_version(resource_slice)
     spec = resource_slice.get("spec") or {}
-    if spec.get("driver") != DRIVER:
-        return SliceCardMemories(name, frozenset(), version)
     sizes = set()
-    for device in spec.get("devices") or ():
+    for device in spec.get("devices") or () if spec.get("driver") == DRIVER else ():
         memory = ((device.get("capacity") or {}).get(CAPACITY_MEMORY) or {}).get("value")
         if memory is None:
             continue
@@ -45,4 +37,4 @@ def read_slice_card_memories(resource_slice: Mapping[str, Any]) -> SliceCardMemo
             sizes.add(value_ceil(parse_quantity(memory)))
         except QuantityError as err:
             log.warning("unreadable GPU memory", slice=name, device=device.get("name"), error=err)
-    return SliceCardMemories(name, frozenset(sizes), version)
+    return SliceCardMemories(name, frozenset(sizes), resource_version(resource_slice))

@@ -1,8 +1,5 @@
-"""The memory sizes of the DRA driver's GPUs, for the webhook's gpumem-percentage translation.
-
-Fed by a ResourceSlice informer (driver `gpu.pyhami.io` only) that reads each slice's sizes
-(`pyhami.kube.scheduler_dra_views`).
-"""
+"""The memory sizes of the DRA driver's GPUs, for the webhook's gpumem-percentage translation,
+kept per ResourceSlice as the slice informer reads them (`pyhami.kube.scheduler_dra_views`)."""
 
 from __future__ import annotations
 
