@@ -16,7 +16,10 @@ from typer.core import TyperGroup
 from pyhami.logs import LOG_FORMAT_ENV, LogFormat
 from pyhami.protocol import GpuPolicy
 
-HELP_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+HELP_SETTINGS: dict[str, list[str] | int] = {
+    "help_option_names": ["-h", "--help"],
+    "max_content_width": 100,
+}
 
 
 class Output(StrEnum):

@@ -300,7 +300,7 @@ def test_the_webhooks_are_the_demos() -> None:
     writers = parse_pyhami(pyhami_argv(extender_container(rendered)) or [])["trusted_writers"]
     assert [h.get("matchConditions", []) for h in hooks] == [
         [],
-        [trusted_writers_condition(writers)],
+        [trusted_writers_condition(writers).encode()],
     ]
     assert [len(d.match_conditions) for d in WEBHOOKS] == [0, 1]
 

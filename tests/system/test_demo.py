@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from pyhami.cli import app
 from pyhami.kube import KubeClient
 from pyhami.kube.errors import Forbidden
+from pyhami.kube.manifests import PodManifest
 from pyhami.kube.resources import NAMESPACES
 from pyhami.protocol import KEY_NVIDIA_ALLOCATED, KEY_NVIDIA_TO_ALLOCATE
 from pyhami.sim.demo import run as run_module
@@ -300,8 +301,10 @@ def test_pod_file_takes_a_list_and_stores_quantities_as_strings() -> None:
         "  spec: {containers: [{name: c, resources: {limits: {nvidia.com/gpu: 2}}}]}\n",
         "list.yaml",
     )
-    assert pods[0]["metadata"] == {"name": "p", "namespace": "team-a"}
-    assert pods[0]["spec"]["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": "2"}}
+    (pod,) = pods
+    assert isinstance(pod, PodManifest) and (pod.namespace, pod.name) == ("team-a", "p")
+    assert pod.document["metadata"] == {"name": "p", "namespace": "team-a"}
+    assert pod.document["spec"]["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": "2"}}
 
 
 def test_demo_reads_stdin_into_a_new_namespace_and_says_when_it_waits(

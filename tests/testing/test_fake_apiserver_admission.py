@@ -458,7 +458,9 @@ async def test_match_conditions_skip_the_webhook_for_trusted_writers_updates(
         webhook.url,
         ca_bundle=webhook.cert.ca_pem,
         rules=POD_WRITE_RULES,
-        match_conditions=[trusted_writers_condition([DEVICE_PLUGIN, "system:serviceaccount:ci:"])],
+        match_conditions=[
+            trusted_writers_condition([DEVICE_PLUGIN, "system:serviceaccount:ci:"]).encode()
+        ],
     )
     note = {"metadata": {"annotations": {"hami.io/bind-phase": "success"}}}
     async with (

@@ -85,7 +85,7 @@ _IMAGE_KEYS = ("registry", "repository", "tag", "pullPolicy")
 
 
 def _image_rules(
-    prefix: str, defaults: Mapping[str, Any], rule: Callable[[Any], Rule]
+    prefix: str, defaults: Mapping[str, str], rule: Callable[[Any], Rule]
 ) -> dict[str, Rule]:
     rules = {f"{prefix}.{key}": rule(defaults.get(key)) for key in _IMAGE_KEYS}
     rules[f"{prefix}.pullSecrets"] = _drop(PULL_SECRETS, [])

@@ -5,6 +5,7 @@ import json
 import ssl
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
@@ -30,7 +31,7 @@ from pyhami.sim.inputs import ClusterInput, InputError, cluster_of, load_cluster
 from pyhami.sim.preemption import WhatIf, simulate_with_preemption, what_if_data, what_if_lines
 from pyhami.sim.simulate import as_table, pods_data
 from pyhami.sim.simulate import simulate as simulate_pods
-from pyhami.sim.top import TopError, View, as_records, rows_for, scrape
+from pyhami.sim.top import TopError, View, rows_for, scrape
 from pyhami.sim.top import as_table as top_table
 
 FilesOption = Annotated[
@@ -125,11 +126,12 @@ def simulate(  # noqa: PLR0917 (typer reads the options from the signature)
         decisions = simulate_pods(cluster, engine_config)
     if namespace is not None:
         decisions = [d for d in decisions if d.namespace == namespace]
-    data = pods_data(decisions, engine_config.vendor.keys, moment)
-    for entry in data["pods"]:
+    pods = pods_data(decisions, engine_config.vendor.keys, moment)
+    for entry in pods:
         found = what_ifs.get(f"{entry['namespace']}/{entry['name']}")
         if found is not None:
             entry["preemption"] = what_if_data(found)
+    data = {"pods": pods}
     if output is Output.JSON:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     elif output is Output.YAML:
@@ -281,7 +283,7 @@ def top(  # noqa: PLR0917 (typer reads the options from the signature)
             raise _fail(str(err)) from err
         rows = rows_for(view, samples, namespace)
         if output in (Output.JSON, Output.YAML):
-            sys.stdout.write(as_data({view.value: as_records(rows)}, output))
+            sys.stdout.write(as_data({view.value: [asdict(row) for row in rows]}, output))
         else:
             sys.stdout.write(top_table(view, rows, wide=output is Output.WIDE))
         sys.stdout.flush()

@@ -30,11 +30,6 @@ class Explanation:
     preemption: WhatIf | None = None
 
 
-def _pod_key(pod: Mapping[str, Any]) -> str:
-    metadata = pod.get("metadata") or {}
-    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name')}"
-
-
 def _matching(keys: Sequence[str], pod_ref: str) -> list[str]:
     if "/" in pod_ref:
         return [key for key in keys if key == pod_ref]
@@ -43,7 +38,7 @@ def _matching(keys: Sequence[str], pod_ref: str) -> list[str]:
 
 def find_pending(cluster: ClusterInput, pod_ref: str) -> int:
     """The position of `pod_ref` (NAME or NAMESPACE/NAME) among the pending pods."""
-    keys = [_pod_key(pod) for pod in cluster.pending]
+    keys = [pod.ref for pod in cluster.pending]
     matches = _matching([*keys, *cluster.not_pending], pod_ref)
     if len(matches) > 1:
         raise InputError(

@@ -13,7 +13,6 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -25,14 +24,11 @@ from pyhami.devices.nvidia.inventory import (
     node_inventory,
 )
 from pyhami.engine import PodAllocation, PodSpecError, allocation_of
-from pyhami.kube.views import read_pod
-from pyhami.model import NodeName, PodView
+from pyhami.kube.manifests import ObjectView, QuotaView, read_manifests
+from pyhami.model import NodeName, NodeView, PodView
 from pyhami.protocol import KEY_NODE_NVIDIA_REGISTER, KEY_NVIDIA_ALLOCATED, KEY_VGPU_NODE
 from pyhami.scheduler.budgets import Budget, BudgetError
 
-# A typed list's items may omit `kind` (the API server leaves it out): they are of this kind.
-_LIST_KINDS: dict[str, str | None] = {"List": None, "NodeList": "Node", "PodList": "Pod"}
-_FINISHED_PHASES = ("Succeeded", "Failed")
 FINISHED = "it has finished"
 NO_RECORD = "without a GPU allocation record"
 
@@ -47,8 +43,8 @@ class ClusterInput:
     unregistered: dict[NodeName, str]  # GPU-less or unreadable nodes: why they are left out
     unreadable: frozenset[NodeName]  # those of them whose registration is there but bad
     existing: list[PodAllocation]
-    pending: list[Mapping[str, Any]]
-    quotas: list[tuple[str, str, Mapping[str, object]]]  # (key, namespace, spec.hard)
+    pending: list[PodView]
+    quotas: list[QuotaView]
     # Every pod that is not pending, by NAMESPACE/NAME: why (finished, placed, running).
     not_pending: Mapping[str, str] = field(default_factory=dict)
     # The existing pods' spec.priority by ledger key (for the preemption what-if).
@@ -67,26 +63,9 @@ class ClusterInput:
         return sum(why.endswith(NO_RECORD) for why in self.not_pending.values())
 
 
-def _objects(document: object, source: str) -> Iterable[Mapping[str, Any]]:
-    if document is None:
-        return
-    if not isinstance(document, Mapping):
-        raise InputError(f"{source}: expected Kubernetes objects, got {type(document).__name__}")
-    list_kind = document.get("kind")
-    if list_kind in _LIST_KINDS:
-        items = document.get("items") or []
-        if not isinstance(items, list):
-            raise InputError(f"{source}: {list_kind}.items must be a list")
-        item_kind = _LIST_KINDS[str(list_kind)]
-        for item in items:
-            kindless = item_kind is not None and isinstance(item, Mapping) and "kind" not in item
-            yield from _objects({**item, "kind": item_kind} if kindless else item, source)
-        return
-    yield document
-
-
-def read_objects(paths: Iterable[Path]) -> list[tuple[str, Mapping[str, Any]]]:
-    objects: list[tuple[str, Mapping[str, Any]]] = []
+def read_objects(paths: Iterable[Path]) -> list[tuple[str, ObjectView]]:
+    """(file, object) for each object of the files, each read once."""
+    objects: list[tuple[str, ObjectView]] = []
     for path in paths:
         try:
             text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
@@ -94,10 +73,11 @@ def read_objects(paths: Iterable[Path]) -> list[tuple[str, Mapping[str, Any]]]:
             raise InputError(f"{path}: cannot read: {err}") from err
         try:
             documents = list(yaml.safe_load_all(text))
+            objects.extend((str(path), obj) for d in documents for obj in read_manifests(d))
         except yaml.YAMLError as err:
             raise InputError(f"{path}: not valid YAML or JSON: {yaml_problem(err)}") from err
-        for document in documents:
-            objects.extend((str(path), obj) for obj in _objects(document, str(path)))
+        except ValueError as err:  # ManifestError, PodSpecError, NodeSpecError
+            raise InputError(f"{path}: {err}") from err
     return objects
 
 
@@ -105,22 +85,21 @@ def load_cluster(paths: Iterable[Path]) -> ClusterInput:
     return cluster_of(read_objects(paths))
 
 
-def cluster_of(objects: Iterable[tuple[str, Mapping[str, Any]]]) -> ClusterInput:
+def cluster_of(objects: Iterable[tuple[str, ObjectView]]) -> ClusterInput:
     """The cluster from (source, object) pairs: files, or what the API server listed."""
     nodes: dict[NodeName, NodeInventory] = {}
     unregistered: dict[NodeName, str] = {}
     unreadable: set[NodeName] = set()
     existing: list[PodAllocation] = []
-    pending: list[Mapping[str, Any]] = []
-    quotas: list[tuple[str, str, Mapping[str, object]]] = []
+    pending: list[PodView] = []
+    quotas: list[QuotaView] = []
     not_pending: dict[str, str] = {}
     priorities: dict[str, int] = {}
     existing_pods: dict[str, PodView] = {}
     budgets: list[Budget] = []
     for source, obj in objects:
-        kind = obj.get("kind")
-        if kind == "Node":
-            name, annotations = _node(obj, source)
+        if isinstance(obj, NodeView):
+            name, annotations = NodeName(obj.name), obj.annotations
             if KEY_NODE_NVIDIA_REGISTER not in annotations:
                 unregistered[name] = f"no {KEY_NODE_NVIDIA_REGISTER} annotation (no device plugin)"
                 continue
@@ -131,37 +110,34 @@ def cluster_of(objects: Iterable[tuple[str, Mapping[str, Any]]]) -> ClusterInput
             except InventoryError as err:
                 unregistered[name] = f"registration unreadable: {err}"
                 unreadable.add(name)
-        elif kind == "Pod":
+        elif isinstance(obj, PodView):
+            bound = obj.annotations.get(KEY_VGPU_NODE) or obj.node_name
+            ref = obj.ref
+            if obj.finished:
+                not_pending[ref] = f"{FINISHED} ({obj.phase}) and holds nothing"
+            elif bound and KEY_NVIDIA_ALLOCATED in obj.annotations:
+                try:
+                    allocation = allocation_of(_with_node(obj, bound))
+                except PodSpecError as err:
+                    raise InputError(f"{source}: {err}") from err
+                if allocation is not None:
+                    existing.append(allocation)
+                    priorities[allocation.key] = obj.priority
+                    existing_pods[allocation.key] = obj
+                    not_pending[ref] = f"its GPUs are allocated on node {bound}"
+            elif obj.node_name or obj.phase == "Running":
+                # kubelet runs it; no scheduler decides it again
+                where = f"it is {obj.phase or 'bound'} on node {obj.node_name or '?'}"
+                not_pending[ref] = f"{where} {NO_RECORD}"
+            else:
+                pending.append(obj)
+        elif isinstance(obj, QuotaView):
+            quotas.append(obj)
+        elif obj.kind == "PodDisruptionBudget":
             try:
-                view = read_pod(obj)  # a pod must at least be named
-                bound = view.annotations.get(KEY_VGPU_NODE) or view.node_name
-                ref = view.ref
-                if view.finished:
-                    not_pending[ref] = f"{FINISHED} ({view.phase}) and holds nothing"
-                elif bound and KEY_NVIDIA_ALLOCATED in view.annotations:
-                    allocation = allocation_of(_with_node(view, bound))
-                    if allocation is not None:
-                        existing.append(allocation)
-                        priorities[allocation.key] = view.priority
-                        existing_pods[allocation.key] = view
-                        not_pending[ref] = f"its GPUs are allocated on node {bound}"
-                elif view.node_name or view.phase == "Running":
-                    # kubelet runs it; no scheduler decides it again
-                    where = f"it is {view.phase or 'bound'} on node {view.node_name or '?'}"
-                    not_pending[ref] = f"{where} {NO_RECORD}"
-                else:
-                    pending.append(obj)
-            except PodSpecError as err:
-                raise InputError(f"{source}: {err}") from err
-        elif kind == "ResourceQuota":
-            quotas.append(_quota(obj, source))
-        elif kind == "PodDisruptionBudget":
-            try:
-                budgets.append(Budget.from_object(obj))
+                budgets.append(Budget.from_object(obj.document))
             except BudgetError as err:
                 raise InputError(f"{source}: {err}") from err
-        elif kind is None:
-            raise InputError(f"{source}: an object without a kind")
     return ClusterInput(
         nodes,
         unregistered,
@@ -174,27 +150,6 @@ def cluster_of(objects: Iterable[tuple[str, Mapping[str, Any]]]) -> ClusterInput
         existing_pods,
         tuple(budgets),
     )
-
-
-def _quota(obj: Mapping[str, Any], source: str) -> tuple[str, str, Mapping[str, object]]:
-    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
-    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
-    hard = spec.get("hard") or {}  # type: ignore[union-attr]
-    name = metadata.get("name")  # type: ignore[union-attr]
-    namespace = metadata.get("namespace") or "default"  # type: ignore[union-attr]
-    if not isinstance(name, str) or not isinstance(hard, Mapping):
-        raise InputError(f"{source}: a ResourceQuota needs metadata.name and a spec.hard mapping")
-    return f"{namespace}/{name}", str(namespace), hard
-
-
-def _node(obj: Mapping[str, Any], source: str) -> tuple[NodeName, Mapping[str, str]]:
-    metadata = obj.get("metadata")
-    if not isinstance(metadata, Mapping) or not isinstance(metadata.get("name"), str):
-        raise InputError(f"{source}: a Node without metadata.name")
-    annotations = metadata.get("annotations") or {}
-    if not isinstance(annotations, Mapping):
-        raise InputError(f"{source}: node {metadata['name']}: annotations must be a mapping")
-    return NodeName(metadata["name"]), annotations
 
 
 def _with_node(pod: PodView, node: str) -> PodView:

@@ -1,10 +1,9 @@
 """The cluster as `explain` and `top` read it through a kubeconfig, instead of from a dump."""
 
-from collections.abc import Mapping
-from typing import Any
-
 from pyhami.kube import POD_DISRUPTION_BUDGETS, Forbidden, KubeClient, NotFound
+from pyhami.kube.manifests import ObjectView, read_object
 from pyhami.kube.resources import NODES, PODS, RESOURCE_QUOTAS, Resource
+from pyhami.sim.inputs import InputError
 
 LIVE_SOURCE = "the cluster"
 _READ: tuple[Resource, ...] = (NODES, PODS, RESOURCE_QUOTAS, POD_DISRUPTION_BUDGETS)
@@ -14,11 +13,11 @@ _OPTIONAL = frozenset({POD_DISRUPTION_BUDGETS})
 
 async def read_cluster_objects(
     kubeconfig: str | None, *, timeout_s: float = 30.0
-) -> list[tuple[str, Mapping[str, Any]]]:
-    """Every Node, Pod, ResourceQuota and PodDisruptionBudget, as (source, object) pairs
-    with their kind set (the API's lists leave it out of their items)."""
+) -> list[tuple[str, ObjectView]]:
+    """Every Node, Pod, ResourceQuota and PodDisruptionBudget, as (source, object) pairs, each
+    read by the kind of its list (the API's lists leave it out of their items)."""
     async with await KubeClient.from_kubeconfig(kubeconfig, timeout_s=timeout_s) as client:
-        objects: list[tuple[str, Mapping[str, Any]]] = []
+        objects: list[tuple[str, ObjectView]] = []
         for resource in _READ:
             try:
                 listed = await client.list(resource)
@@ -26,5 +25,8 @@ async def read_cluster_objects(
                 if resource not in _OPTIONAL:
                     raise
                 continue
-            objects.extend((LIVE_SOURCE, {**item, "kind": resource.kind}) for item in listed.items)
+            try:
+                objects.extend((LIVE_SOURCE, read_object(i, resource.kind)) for i in listed.items)
+            except ValueError as err:  # PodSpecError, NodeSpecError, ManifestError
+                raise InputError(f"{LIVE_SOURCE}: {err}") from err
     return objects

@@ -8,7 +8,6 @@ priority, the lowest sum of victim priorities, the fewest victims, then the node
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from pyhami.engine import Decision, EngineConfig, Outcome
 from pyhami.engine.preempt import (
@@ -18,11 +17,10 @@ from pyhami.engine.preempt import (
     best_node,
     preempt,
 )
-from pyhami.kube.views import read_pod
-from pyhami.model import NodeName
+from pyhami.model import NodeName, PodView
 from pyhami.scheduler.budgets import counted, protected, violations
 from pyhami.sim.inputs import ClusterInput
-from pyhami.sim.simulate import Simulation, prepare, schedule
+from pyhami.sim.simulate import PreemptionData, Simulation, prepare, schedule
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,13 +35,12 @@ class WhatIf:
     blocked: tuple[str, ...] = ()
 
 
-def what_if(simulation: Simulation, cluster: ClusterInput, pod: Mapping[str, Any]) -> WhatIf | None:
+def what_if(simulation: Simulation, cluster: ClusterInput, pod: PodView) -> WhatIf | None:
     """Preempt for `pod` on the simulation's ledger; with a node kept, its victims leave the
     ledger and the pod is scheduled again (reserved there, as simulate does). None when no
     pod anywhere has a lower priority: preemption has nothing to ask."""
     ledger = simulation.ledger
-    view = read_pod(pod)
-    priority, key = view.priority, view.key
+    priority, key = pod.priority, pod.key
     names: dict[str, str] = {}
     priorities: dict[str, int] = {}
     proposals: dict[NodeName, Proposal] = {}
@@ -59,7 +56,7 @@ def what_if(simulation: Simulation, cluster: ClusterInput, pod: Mapping[str, Any
         return None
     pods, budgets = cluster.existing_pods, cluster.budgets
     answers = preempt(
-        PreemptionInput(view, priority, priorities, names, protected(pods.items(), budgets)),
+        PreemptionInput(pod, priority, priorities, names, protected(pods.items(), budgets)),
         proposals,
         ledger,
         config=simulation.config,
@@ -97,14 +94,13 @@ def simulate_with_preemption(
     return decisions, what_ifs
 
 
-def what_if_data(result: WhatIf) -> dict[str, Any]:
+def what_if_data(result: WhatIf) -> PreemptionData:
     """The JSON form: the chosen node and victims, and every node's answer."""
-    return {
-        "node": result.node,
-        "victims": list(result.victims),
-        **({"blockedBy": list(result.blocked)} if result.blocked else {}),
-        "nodes": {node: answer.reason for node, answer in result.answers.items()},
-    }
+    nodes = {str(node): answer.reason for node, answer in result.answers.items()}
+    victims, blocked = list(result.victims), list(result.blocked)
+    if not blocked:  # the key is there only where a budget blocked preemption
+        return PreemptionData(node=result.node, victims=victims, nodes=nodes)
+    return PreemptionData(node=result.node, victims=victims, blockedBy=blocked, nodes=nodes)
 
 
 def what_if_lines(result: WhatIf) -> list[str]:

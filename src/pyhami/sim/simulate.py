@@ -5,14 +5,12 @@ each pending pod drops any earlier reservation, `engine.decide` runs on every no
 candidate, and a scheduled pod is reserved in the ledger before the next one is decided.
 """
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from pyhami import engine
 from pyhami.engine import Decision, EngineConfig, Ledger, Outcome, QuotaBook
-from pyhami.kube.views import pod_identity, read_pod
-from pyhami.model import NodeName, PodSpecError
+from pyhami.model import NodeName, PodView
 from pyhami.protocol import VendorKeys
 from pyhami.scheduler.outcome import annotations_of
 from pyhami.sim.inputs import ClusterInput
@@ -31,23 +29,18 @@ class Simulation:
 def prepare(cluster: ClusterInput, config: EngineConfig) -> Simulation:
     ledger = engine.build_ledger(cluster.nodes, cluster.existing)
     quotas = QuotaBook(config.nvidia)
-    for key, namespace, hard in cluster.quotas:
-        quotas.set_quota(key, namespace, hard)
+    for quota in cluster.quotas:
+        quotas.set_quota(quota.key, quota.namespace, quota.hard)
     candidates = [*cluster.nodes, *(n for n in cluster.unregistered if n not in cluster.nodes)]
     return Simulation(ledger, quotas, candidates, config)
 
 
-def schedule(simulation: Simulation, pod: Mapping[str, Any], *, explain: bool = False) -> Decision:
+def schedule(simulation: Simulation, pod: PodView, *, explain: bool = False) -> Decision:
     """One `/filter` call: drop the pod's stale reservation, decide, reserve the choice."""
     ledger = simulation.ledger
-    key, namespace, name = pod_identity(pod)
-    ledger.remove_pod(key)
-    try:
-        view = read_pod(pod)
-    except PodSpecError as err:
-        return Decision(key, namespace, name, Outcome.ERROR, error=str(err))
+    ledger.remove_pod(pod.key)
     decision = engine.decide(
-        view,
+        pod,
         simulation.candidates,
         ledger,
         config=simulation.config,
@@ -64,20 +57,40 @@ def simulate(cluster: ClusterInput, config: EngineConfig) -> list[Decision]:
     return [schedule(simulation, pod) for pod in cluster.pending]
 
 
-def pods_data(decisions: list[Decision], keys: VendorKeys, now: int) -> dict[str, Any]:
-    """The `simulate --output json|yaml` contract; annotations as written at `now`."""
-    return {"pods": [_pod_json(d, keys, now) for d in decisions]}
+class PreemptionData(TypedDict):
+    """The preemption what-if of `simulate -o json|yaml` and `explain -o json|yaml`."""
+
+    node: str | None
+    victims: list[str]
+    blockedBy: NotRequired[list[str]]
+    nodes: dict[str, str]
 
 
-def _pod_json(decision: Decision, keys: VendorKeys, now: int) -> dict[str, Any]:
-    return {
-        "namespace": decision.namespace,
-        "name": decision.name,
-        "node": decision.node,
-        "score": decision.score,
-        "annotations": annotations_of(decision, keys, now),
-        "failedNodes": dict(decision.failed_nodes),
-    }
+class PodData(TypedDict):
+    """One pod of the `simulate -o json|yaml` contract."""
+
+    namespace: str
+    name: str
+    node: str | None
+    score: float | None
+    annotations: dict[str, str]
+    failedNodes: dict[str, str]
+    preemption: NotRequired[PreemptionData]
+
+
+def pods_data(decisions: list[Decision], keys: VendorKeys, now: int) -> list[PodData]:
+    """The pods of the `simulate -o json|yaml` contract; annotations as written at `now`."""
+    return [
+        PodData(
+            namespace=d.namespace,
+            name=d.name,
+            node=d.node,
+            score=d.score,
+            annotations=annotations_of(d, keys, now),
+            failedNodes={str(node): why for node, why in d.failed_nodes.items()},
+        )
+        for d in decisions
+    ]
 
 
 NAMES_SHOWN = 5

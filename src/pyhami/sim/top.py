@@ -11,7 +11,7 @@ import asyncio
 import ssl
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -205,10 +205,6 @@ def rows_for(view: View, samples: Sequence[Sample], namespace: str | None) -> li
         return pod_rows(samples, namespace)
     cards = card_rows(samples)
     return cards if view is View.CARDS else node_rows(cards)
-
-
-def as_records(rows: Sequence[Any]) -> list[dict[str, Any]]:
-    return [asdict(row) for row in rows]
 
 
 def _cell(value: object) -> str:

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from pyhami.kube import JsonObject
+from pyhami.kube.manifests import PodManifest
 from pyhami.logs import configure_logging
-from pyhami.sim.demo.pods import PodFileError, is_namespace, load_pods
+from pyhami.sim.demo.pods import DemoObject, PodFileError, load_pods
 from pyhami.sim.demo.report import outcome_table, progress_line, summary_line
 from pyhami.sim.demo.settings import DemoSettings
 
@@ -39,11 +39,11 @@ def _say(message: str) -> None:
     typer.echo(message)
 
 
-def _endpoints(cluster: DemoCluster, pods: list[JsonObject]) -> str:
+def _endpoints(cluster: DemoCluster, pods: list[DemoObject]) -> str:
     ca = cluster.workdir / "ca.crt"
     ca.write_bytes(cluster.ca_pem)
     client = cluster.client_certificate
-    last = [obj for obj in pods if not is_namespace(obj)][-1]["metadata"]
+    last = [obj for obj in pods if isinstance(obj, PodManifest)][-1]
     if cluster.real is not None:
         kubectl = f"{cluster.real.kubectl} --kubeconfig={cluster.real.admin_kubeconfig}"
         access = [
@@ -58,7 +58,7 @@ def _endpoints(cluster: DemoCluster, pods: list[JsonObject]) -> str:
         *access,
         f"  explain            curl -s --cacert {ca} --cert {client.cert_file} "
         f"--key {client.key_file} "
-        f"'{cluster.scheduler_url}/explain?pod={last['namespace']}/{last['name']}'",
+        f"'{cluster.scheduler_url}/explain?pod={last.namespace}/{last.name}'",
         f"  scheduler metrics  curl -s {cluster.scheduler_metrics_url}",
     ]
     lines.extend(
@@ -87,7 +87,7 @@ async def _wait_for_signal() -> None:
 
 async def run_demo(
     settings: DemoSettings,
-    pods: list[JsonObject],
+    pods: list[DemoObject],
     keep_running: bool,
     kubernetes: BuiltBinaries | None = None,
 ) -> int:
@@ -105,7 +105,7 @@ async def run_demo(
         else "no Kubernetes, no GPU"
     )
     _say(f"Starting a {settings.nodes}-node demo cluster on localhost ({plane}):")
-    count = sum(not is_namespace(obj) for obj in pods)
+    count = sum(isinstance(obj, PodManifest) for obj in pods)
     native = find_native()
     if not isinstance(native, str):
         settings = replace(settings, libvgpu=native.library)

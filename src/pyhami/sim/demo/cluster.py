@@ -26,7 +26,6 @@ The tests in `tests/system` start this same stack.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import shutil
@@ -54,6 +53,8 @@ from pyhami.kube import (
     cancel_and_wait,
     guarded_task,
 )
+from pyhami.kube.manifests import MatchCondition, PodWebhook, taint_effects, webhook_configuration
+from pyhami.kube.views import read_node
 from pyhami.protocol import KEY_NODE_NVIDIA_REGISTER
 from pyhami.scheduler.runtime import SchedulerProcess, load_device_config
 from pyhami.scheduler.settings import SchedulerSettings
@@ -93,7 +94,7 @@ def chart_rbac() -> list[JsonObject]:
     return [obj for obj in yaml.safe_load_all(CHART_RBAC_FILE.read_text()) if obj]
 
 
-def trusted_writers_condition(writers: Sequence[str]) -> JsonObject:
+def trusted_writers_condition(writers: Sequence[str]) -> MatchCondition:
     """The ownership webhook's matchCondition exactly as the chart renders it
     (pyhami.ownershipCondition): a trusted writer's update skips the webhook."""
     exact = [writer for writer in writers if not writer.endswith(":")]
@@ -103,10 +104,8 @@ def trusted_writers_condition(writers: Sequence[str]) -> JsonObject:
         for prefix in writers
         if prefix.endswith(":")
     ]
-    return {
-        "name": "not-a-trusted-writers-update",
-        "expression": f"request.operation != 'UPDATE' || !({' || '.join(terms)})",
-    }
+    expression = f"request.operation != 'UPDATE' || !({' || '.join(terms)})"
+    return MatchCondition("not-a-trusted-writers-update", expression)
 
 
 def _go_json(value: object) -> str:
@@ -115,56 +114,16 @@ def _go_json(value: object) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-@dataclass(frozen=True, slots=True)
-class DemoWebhook:
-    """One of the chart's two webhooks (charts/pyhami/templates/scheduler.yaml)."""
-
-    name: str
-    path: str
-    operations: tuple[str, ...]
-    object_selector: JsonObject | None
-    match_conditions: tuple[JsonObject, ...] = ()
-
-    @property
-    def rules(self) -> tuple[JsonObject, ...]:
-        pods = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "*"}
-        return ({"operations": list(self.operations), **pods},)
-
-    def configuration(self, base_url: str, ca_pem: bytes) -> JsonObject:
-        """The entry of a MutatingWebhookConfiguration, as the chart writes it."""
-        webhook: JsonObject = {
-            "name": self.name,
-            "admissionReviewVersions": ["v1"],
-            "sideEffects": "None",
-            "failurePolicy": "Fail",
-            "matchPolicy": "Equivalent",
-            "timeoutSeconds": 10,
-            "clientConfig": {
-                "url": f"{base_url}{self.path}",
-                "caBundle": base64.b64encode(ca_pem).decode(),
-            },
-            "rules": list(self.rules),
-        }
-        if self.object_selector is not None:
-            webhook["objectSelector"] = self.object_selector
-        if self.match_conditions:
-            webhook["matchConditions"] = list(self.match_conditions)
-        return webhook
-
-
-NOT_IGNORED = {
-    "matchExpressions": [{"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}]
-}
-# HAMi's webhook, and the ownership rule for every pod (protectSchedulerAnnotations): only our
-# two components may move a pod through its allocation states.
+# The chart's two webhooks (charts/pyhami/templates/scheduler.yaml): HAMi's webhook, and the
+# ownership rule for every pod (protectSchedulerAnnotations): only our two components may move a
+# pod through its allocation states.
 WEBHOOKS = (
-    DemoWebhook("vgpu.hami.io", "/webhook", ("CREATE",), NOT_IGNORED),
-    DemoWebhook(
+    PodWebhook("vgpu.hami.io", "/webhook", ("CREATE",), ("hami.io/webhook", "ignore")),
+    PodWebhook(
         "ownership.pyhami.io",
         "/webhook/ownership",
         ("CREATE", "UPDATE"),
-        None,
-        (trusted_writers_condition(TRUSTED_WRITERS),),
+        conditions=(trusted_writers_condition(TRUSTED_WRITERS),),
     ),
 )
 DEVICE_CONFIG = f"""\
@@ -182,13 +141,6 @@ Progress = Callable[[str], None]
 
 def _quiet(_message: str) -> None:
     return None
-
-
-def _unschedulable(node: JsonObject) -> bool:
-    """A NoSchedule taint: on Kubernetes' own control plane a new Node carries `not-ready`
-    until the node lifecycle controller sees it Ready."""
-    taints = (node.get("spec") or {}).get("taints") or ()
-    return any(taint.get("effect") == "NoSchedule" for taint in taints)
 
 
 def install_libvgpu(library: Path, vgpu_dir: Path) -> None:
@@ -503,12 +455,9 @@ class DemoCluster(AsyncService):
                     match_conditions=hook.match_conditions,
                 )
             return
-        configuration = {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "MutatingWebhookConfiguration",
-            "metadata": {"name": "pyhami-webhook"},
-            "webhooks": [hook.configuration(self.scheduler_url, ca_pem) for hook in WEBHOOKS],
-        }
+        configuration = webhook_configuration(
+            "pyhami-webhook", WEBHOOKS, self.scheduler_url, ca_pem
+        )
         await self.client.request(
             "POST", MUTATING_WEBHOOK_CONFIGURATIONS.path(), body=configuration
         )
@@ -569,11 +518,13 @@ class DemoCluster(AsyncService):
 
         async def known() -> None:
             while True:
+                # on Kubernetes' own control plane a new Node carries a NoSchedule `not-ready`
+                # taint until the node lifecycle controller sees it Ready
                 registered = {
-                    str(node["metadata"]["name"])
+                    view.name
                     for node in (await self.client.list(NODES)).items
-                    if KEY_NODE_NVIDIA_REGISTER in (node["metadata"].get("annotations") or {})
-                    and not _unschedulable(node)
+                    if KEY_NODE_NVIDIA_REGISTER in (view := read_node(node)).annotations
+                    and "NoSchedule" not in taint_effects(node)
                 }
                 ledger = {str(n) for n in self.scheduler.state.ledger.node_names()}
                 if names <= registered and names <= ledger:

@@ -18,20 +18,21 @@ from typing import Any
 
 import aiohttp
 
-from pyhami.devices.nvidia.dra_claims import (
-    CAPACITY_CORES,
-    CAPACITY_MEMORY,
-    DRIVER,
-    MIB,
-    consumed_capacity,
-)
-from pyhami.devices.quantity import QuantityError
-from pyhami.kube import RESOURCE_CLAIMS, JsonObject, KubeError
+from pyhami.devices.nvidia.dra_claims import CAPACITY_CORES, CAPACITY_MEMORY, DRIVER, MIB
+from pyhami.kube import RESOURCE_CLAIMS, KubeError
 from pyhami.kube.errors import AlreadyExists
+from pyhami.kube.manifests import (
+    NamespaceManifest,
+    PodManifest,
+    PodState,
+    read_claim_devices,
+    read_pod_state,
+)
 from pyhami.kube.resources import NAMESPACES
+from pyhami.model import PodView
 from pyhami.protocol import KEY_NVIDIA_ALLOCATED, ProtocolError, decode_pod_single_device
 from pyhami.sim.demo.cluster import DemoCluster
-from pyhami.sim.demo.pods import is_namespace
+from pyhami.sim.demo.pods import DemoObject
 from pyhami.sim.demo.results import CardInfo, CardShare, NodeWhy, PodResult
 
 SETTLE_TIMEOUT_S = 20.0
@@ -58,15 +59,15 @@ def dra_device_directory(cluster: DemoCluster) -> dict[tuple[str, str], str]:
     }
 
 
-async def create_namespace(cluster: DemoCluster, namespace: JsonObject) -> None:
+async def create_namespace(cluster: DemoCluster, namespace: NamespaceManifest) -> None:
     """Create a Namespace unless it exists (a file may name one the cluster already has)."""
     with contextlib.suppress(AlreadyExists):
-        await cluster.client.create(NAMESPACES, namespace)
+        await cluster.client.create(NAMESPACES, namespace.encode())
 
 
 async def submit_all(
     cluster: DemoCluster,
-    objects: Sequence[JsonObject],
+    objects: Sequence[DemoObject],
     on_result: Callable[[PodResult], None] = lambda _r: None,
     on_progress: Callable[[str], None] = lambda _line: None,
 ) -> list[PodResult]:
@@ -79,30 +80,28 @@ async def submit_all(
     known: set[str] = set()
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as http:
         for obj in objects:
-            name = str(obj["metadata"].get("namespace") or obj["metadata"]["name"])
+            name = obj.namespace if isinstance(obj, PodManifest) else obj.name
             if name not in known:
                 known.add(name)
-                body = obj if is_namespace(obj) else {"metadata": {"name": name}}
-                await create_namespace(cluster, {"apiVersion": "v1", "kind": "Namespace", **body})
-            if is_namespace(obj):
-                continue
-            result = await submit_one(cluster, obj, http, on_progress)
-            on_result(result)
-            results.append(result)
+                namespace = obj if isinstance(obj, NamespaceManifest) else NamespaceManifest(name)
+                await create_namespace(cluster, namespace)
+            if isinstance(obj, PodManifest):
+                result = await submit_one(cluster, obj, http, on_progress)
+                on_result(result)
+                results.append(result)
     return results
 
 
 async def submit_one(
     cluster: DemoCluster,
-    pod: JsonObject,
+    pod: PodManifest,
     http: aiohttp.ClientSession,
     on_progress: Callable[[str], None] = lambda _line: None,
 ) -> PodResult:
-    namespace = str(pod["metadata"]["namespace"])
-    name = str(pod["metadata"]["name"])
+    namespace, name = pod.namespace, pod.name
     started = time.monotonic()
     try:
-        await cluster.client.create_pod(namespace, pod)
+        await cluster.client.create_pod(namespace, pod.document)
     except KubeError as err:
         return PodResult(namespace, name, "Refused", message=f"API server: {err}")
     result = await _settle(cluster, namespace, name, http, on_progress)
@@ -123,46 +122,31 @@ async def _settle(
         if not said and time.monotonic() - started > SLOW_S:
             said = True  # say once that the demo is waiting, and for what
             on_progress(f"  ..   {name:<22} still waiting for kube-scheduler and kubelet")
-        pod = await cluster.client.get_pod(namespace, name)
-        status = pod.get("status") or {}
-        phase = str(status.get("phase", "Pending"))
+        state = read_pod_state(await cluster.client.get_pod(namespace, name))
+        pod, phase = state.pod, state.pod.phase or "Pending"
         if phase in ("Running", "Failed", "Succeeded"):
             cards = allocated_cards(pod, card_directory(cluster))
             if not cards:
-                cards = await claimed_cards(cluster, pod)
-            message = str(status.get("message", ""))
-            node = str((pod.get("spec") or {}).get("nodeName", ""))
-            return PodResult(namespace, name, phase, node, cards, message)
-        unscheduled = _unscheduled(status)
-        if unscheduled is not None and not (pod.get("spec") or {}).get("nodeName"):
+                cards = await claimed_cards(cluster, state)
+            return PodResult(namespace, name, phase, pod.node_name, cards, state.message)
+        if state.unscheduled is not None and not pod.node_name:
             why = await explain(cluster, http, namespace, name)
-            message = f"kube-scheduler: {unscheduled}"
+            message = f"kube-scheduler: {state.unscheduled}"
             return PodResult(namespace, name, "Pending", message=message, why=why)
         await asyncio.sleep(0.02)
     return PodResult(namespace, name, "Pending", message="not settled within the demo's timeout")
 
 
-def _unscheduled(status: Mapping[str, Any]) -> str | None:
-    """kube-scheduler's message when its last attempt found no node (the PodScheduled=False
-    condition it writes), else None."""
-    for condition in status.get("conditions") or ():
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            return str(condition.get("message", ""))
-    return None
-
-
-def allocated_cards(pod: JsonObject, cards: Mapping[str, CardInfo]) -> tuple[CardShare, ...]:
+def allocated_cards(pod: PodView, cards: Mapping[str, CardInfo]) -> tuple[CardShare, ...]:
     """The scheduler's record of the pod's devices (init containers first), with card names."""
-    metadata = pod.get("metadata") or {}
-    value = (metadata.get("annotations") or {}).get(KEY_NVIDIA_ALLOCATED)
+    value = pod.annotations.get(KEY_NVIDIA_ALLOCATED)
     if not value:
         return ()
     try:
         per_container = decode_pod_single_device(value)
     except ProtocolError:
         return ()
-    spec = pod.get("spec") or {}
-    names = [str(c.get("name", "")) for c in [*spec.get("initContainers", ()), *spec["containers"]]]
+    names = [container.name for container in pod.all_containers]
     shares = []
     for container, devices in zip(names, per_container, strict=False):
         for device in devices:
@@ -181,55 +165,28 @@ def allocated_cards(pod: JsonObject, cards: Mapping[str, CardInfo]) -> tuple[Car
     return tuple(shares)
 
 
-async def claimed_cards(cluster: DemoCluster, pod: JsonObject) -> tuple[CardShare, ...]:
+async def claimed_cards(cluster: DemoCluster, state: PodState) -> tuple[CardShare, ...]:
     """A pod placed by kube-scheduler through ResourceClaims (a DRA node): each container's
     cards as the claims' allocations record them, with the memory and cores they consumed."""
-    spec = pod.get("spec") or {}
-    namespace = str((pod.get("metadata") or {}).get("namespace", ""))
-    claim_of = {  # the pod's name for a claim → the ResourceClaim's own name
-        str(entry.get("name", "")): str(entry.get("resourceClaimName") or "")
-        for entry in (pod.get("status") or {}).get("resourceClaimStatuses") or ()
-    }
     cards, devices = card_directory(cluster), dra_device_directory(cluster)
     shares: list[CardShare] = []
-    for container in [*spec.get("initContainers", ()), *spec.get("containers", ())]:
-        for ref in (container.get("resources") or {}).get("claims") or ():
-            claim_name = claim_of.get(str(ref.get("name", "")))
-            if not claim_name:
+    for use in state.claims:
+        try:
+            claim = await cluster.client.get(RESOURCE_CLAIMS, use.claim, state.pod.namespace)
+        except KubeError:
+            continue  # the report shows the pod without that claim's cards
+        for device in read_claim_devices(claim):
+            request = device.request.partition("/")[0]  # a container may name one, else all
+            if device.driver != DRIVER or (use.request and request != use.request):
                 continue
-            try:
-                claim = await cluster.client.get(RESOURCE_CLAIMS, claim_name, namespace)
-            except KubeError:
-                continue  # the report shows the pod without that claim's cards
-            shares.extend(_claim_shares(str(container.get("name", "")), claim, ref, cards, devices))
+            uuid = devices.get((device.pool, device.device), "")
+            info = cards.get(uuid, CardInfo(device.pool, "?", -1))
+            memory = device.consumed.get(CAPACITY_MEMORY, 0) // MIB
+            cores = device.consumed.get(CAPACITY_CORES, 0)
+            shares.append(
+                CardShare(use.container, device.pool, uuid, info.model, info.index, memory, cores)
+            )
     return tuple(shares)
-
-
-def _claim_shares(
-    container: str,
-    claim: Mapping[str, Any],
-    ref: Mapping[str, Any],
-    cards: Mapping[str, CardInfo],
-    devices: Mapping[tuple[str, str], str],
-) -> list[CardShare]:
-    allocation = (claim.get("status") or {}).get("allocation") or {}
-    results = (allocation.get("devices") or {}).get("results") or ()
-    try:
-        consumed = consumed_capacity(claim)  # in the order of the results
-    except QuantityError:
-        consumed = [{} for _ in results]  # kube-apiserver validated it; nothing better to show
-    wanted = ref.get("request")  # a container may name one request of the claim, else all
-    shares = []
-    for result, amounts in zip(results, consumed, strict=True):
-        request = str(result.get("request", ""))
-        if result.get("driver") != DRIVER or (wanted and request.partition("/")[0] != wanted):
-            continue
-        node = str(result.get("pool", ""))
-        uuid = devices.get((node, str(result.get("device", ""))), "")
-        info = cards.get(uuid, CardInfo(node, "?", -1))
-        memory, cores = amounts.get(CAPACITY_MEMORY, 0) // MIB, amounts.get(CAPACITY_CORES, 0)
-        shares.append(CardShare(container, node, uuid, info.model, info.index, memory, cores))
-    return shares
 
 
 async def explain(

@@ -34,15 +34,39 @@ from pyhami.testing.fake_apiserver.cel import (
     compile_expression,
 )
 from pyhami.testing.fake_apiserver.identity import UserInfo
+from pyhami.testing.fake_apiserver.objects import StoredObject
 from pyhami.testing.fake_apiserver.patches import PatchApplyError, PatchFormatError, json_patch
 from pyhami.testing.fake_apiserver.resources import MUTATING_WEBHOOKS, NAMESPACES, ResourceType
-from pyhami.testing.fake_apiserver.selectors import label_selector_matcher
+from pyhami.testing.fake_apiserver.selectors import LabelMatcher, label_selector_matcher
 from pyhami.testing.fake_apiserver.status import ApiError, internal
 from pyhami.testing.fake_apiserver.store import ObjectStore
 
-POD_CREATE_RULES: tuple[JsonObject, ...] = (
-    {"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]},
-)
+_RULE_LISTS = ("operations", "apiGroups", "apiVersions", "resources")
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One RuleWithOperations of a webhook: what each of `_RULE_LISTS` lists (a field that is
+    not a list matches nothing), and the scope."""
+
+    lists: tuple[tuple[str, ...], ...]
+    scope: str = "*"
+
+    @classmethod
+    def decode(cls, rule: Mapping[str, Any]) -> Rule:
+        found = (rule.get(key) for key in _RULE_LISTS)
+        lists = tuple(tuple(v) if isinstance(v, list) else () for v in found)
+        return cls(lists, rule.get("scope", "*"))
+
+    def applies_to(self, resource: ResourceType, operation: str) -> bool:
+        wanted = (operation, resource.group, resource.version, resource.plural)
+        listed = zip(self.lists, wanted, strict=True)
+        return all("*" in values or value in values for values, value in listed) and (
+            self.scope == "*" or (self.scope == "Namespaced") == resource.namespaced
+        )
+
+
+POD_CREATE_RULES = (Rule((("CREATE",), ("",), ("v1",), ("pods",))),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,9 +79,10 @@ class Webhook:
     server_hostname: str | None = None
     failure_policy: str = "Fail"
     timeout_s: float = 10.0
-    rules: tuple[JsonObject, ...] = POD_CREATE_RULES
-    namespace_selector: JsonObject | None = None
-    object_selector: JsonObject | None = None
+    rules: tuple[Rule, ...] = POD_CREATE_RULES
+    # None: every namespace (no namespace is read), every object.
+    namespace_selector: LabelMatcher | None = None
+    object_selector: LabelMatcher | None = None
     # admissionReviewVersions: kube-apiserver sends the first one it speaks (v1, v1beta1).
     review_versions: tuple[str, ...] = ("v1",)
     match_conditions: tuple[tuple[str, CelProgram], ...] = ()
@@ -90,18 +115,7 @@ class Webhook:
         )
 
     def applies_to(self, resource: ResourceType, operation: str) -> bool:
-        for rule in self.rules:
-            if not (
-                _listed(rule.get("operations"), operation)
-                and _listed(rule.get("apiGroups"), resource.group)
-                and _listed(rule.get("apiVersions"), resource.version)
-                and _listed(rule.get("resources"), resource.plural)
-            ):
-                continue
-            scope = rule.get("scope", "*")
-            if scope == "*" or (scope == "Namespaced") == resource.namespaced:
-                return True
-        return False
+        return any(rule.applies_to(resource, operation) for rule in self.rules)
 
 
 def compile_conditions(
@@ -118,13 +132,10 @@ def compile_conditions(
     return tuple(compiled)
 
 
-def _listed(values: Any, value: str) -> bool:
-    return isinstance(values, list) and ("*" in values or value in values)
-
-
 @dataclass(slots=True)
 class AdmissionCall:
-    """One webhook call as the server made it, kept for tests to read."""
+    """One webhook call as the server made it (the AdmissionReview sent and the answer), kept
+    for tests to read."""
 
     webhook: str
     request: JsonObject
@@ -150,13 +161,14 @@ class AdmissionChain:
         ca_bundle: bytes | str | None = None,
         failure_policy: str = "Fail",
         timeout_s: float = 10.0,
-        namespace_selector: JsonObject | None = None,
-        object_selector: JsonObject | None = None,
-        rules: tuple[JsonObject, ...] | None = None,
+        namespace_selector: Mapping[str, Any] | None = None,
+        object_selector: Mapping[str, Any] | None = None,
+        rules: Sequence[Mapping[str, Any]] = (),
         review_versions: tuple[str, ...] = ("v1",),
         match_conditions: Sequence[Mapping[str, Any]] | None = None,
     ) -> Webhook:
-        """Add a webhook by URL (https only, like kube-apiserver) and CA bundle (PEM)."""
+        """Add a webhook by URL (https only, like kube-apiserver) and CA bundle (PEM); the
+        selectors, rules and conditions as a MutatingWebhook object writes them."""
         if not url.startswith("https://"):
             raise ValueError(f"webhook {name!r}: the URL must use https, got {url!r}")
         if failure_policy not in ("Fail", "Ignore"):
@@ -169,9 +181,9 @@ class AdmissionChain:
             None,
             failure_policy,
             timeout_s,
-            rules or POD_CREATE_RULES,
-            namespace_selector,
-            object_selector,
+            tuple(Rule.decode(rule) for rule in rules) or POD_CREATE_RULES,
+            label_selector_matcher(namespace_selector),
+            label_selector_matcher(object_selector),
             review_versions,
             compile_conditions(name, match_conditions),
         )
@@ -183,13 +195,14 @@ class AdmissionChain:
         self._services[(namespace, name, port)] = address
 
     def _configured(self) -> list[Webhook]:
-        hooks: list[Webhook] = []
-        for config in self._store.items(MUTATING_WEBHOOKS):
-            for entry in config.get("webhooks") or []:
-                hooks.append(self._from_object(entry))
-        return hooks
+        return [
+            self._from_object(entry)
+            for config in self._store.matching(MUTATING_WEBHOOKS)
+            for entry in config.body.get("webhooks") or []
+        ]
 
     def _from_object(self, entry: Mapping[str, Any]) -> Webhook:
+        """A webhook of a MutatingWebhookConfiguration, decoded."""
         client = entry.get("clientConfig") or {}
         bundle = base64.b64decode(client["caBundle"]) if client.get("caBundle") else None
         server_hostname = None
@@ -205,28 +218,26 @@ class AdmissionChain:
             address = self._services.get(key, f"{key[1]}.{key[0]}.svc:{key[2]}")
             url = f"https://{address}{service.get('path', '/')}"
             server_hostname = f"{key[1]}.{key[0]}.svc"
+        name = str(entry.get("name", ""))
+        try:
+            conditions = compile_conditions(name, entry.get("matchConditions"))
+        except ValueError as err:
+            # kube-apiserver refuses such a configuration when it is written; this double
+            # says so on the first admission that reads it.
+            raise internal(str(err)) from err
         return Webhook(
-            name=str(entry.get("name", "")),
+            name=name,
             url=url,
             ca_bundle=bundle,
             server_hostname=server_hostname,
             failure_policy=str(entry.get("failurePolicy", "Fail")),
             timeout_s=float(entry.get("timeoutSeconds", 10)),
-            rules=tuple(entry.get("rules") or ()),
+            rules=tuple(Rule.decode(rule) for rule in entry.get("rules") or ()),
             review_versions=tuple(entry.get("admissionReviewVersions") or ("v1",)),
-            namespace_selector=entry.get("namespaceSelector"),
-            object_selector=entry.get("objectSelector"),
-            match_conditions=self._conditions(entry),
+            namespace_selector=label_selector_matcher(entry.get("namespaceSelector")),
+            object_selector=label_selector_matcher(entry.get("objectSelector")),
+            match_conditions=conditions,
         )
-
-    @staticmethod
-    def _conditions(entry: Mapping[str, Any]) -> tuple[tuple[str, CelProgram], ...]:
-        try:
-            return compile_conditions(str(entry.get("name", "")), entry.get("matchConditions"))
-        except ValueError as err:
-            # kube-apiserver refuses such a configuration when it is written; this double
-            # says so on the first admission that reads it.
-            raise internal(str(err)) from err
 
     async def close(self) -> None:
         if self._session is not None:
@@ -234,23 +245,25 @@ class AdmissionChain:
             self._session = None
 
     def _selected(
-        self, hook: Webhook, namespace: str | None, obj: JsonObject, old: JsonObject | None
+        self,
+        hook: Webhook,
+        namespace: str | None,
+        labels: Mapping[str, str],
+        old: StoredObject | None,
     ) -> bool:
         # On UPDATE the object selector matches if the old or the new object matches.
-        matches = label_selector_matcher(hook.object_selector)
-        if not any(
-            matches(candidate.get("metadata", {}).get("labels") or {})
-            for candidate in (obj, old)
-            if candidate is not None
+        if hook.object_selector is not None and not (
+            hook.object_selector(labels)
+            or (old is not None and hook.object_selector(old.meta.labels))
         ):
             return False
-        if namespace is None or not hook.namespace_selector:
+        if namespace is None or hook.namespace_selector is None:
             return True
         try:
-            ns_labels = self._store.get(NAMESPACES, None, namespace)["metadata"].get("labels")
+            namespace_labels = self._store.stored(NAMESPACES, None, namespace).meta.labels
         except ApiError:
-            ns_labels = {}
-        return label_selector_matcher(hook.namespace_selector)(ns_labels or {})
+            namespace_labels = {}
+        return hook.namespace_selector(namespace_labels)
 
     async def admit(
         self,
@@ -260,81 +273,64 @@ class AdmissionChain:
         operation: str = "CREATE",
         *,
         user: UserInfo,
-        old_object: JsonObject | None = None,
+        old_object: StoredObject | None = None,
         options_kind: str = "CreateOptions",
     ) -> JsonObject:
-        """Run every matching webhook; returns the mutated object or raises the refusal.
+        """Run every matching webhook on the object to write; returns it mutated, or raises
+        the refusal.
 
         An UPDATE carries the stored object as `old_object`; `options_kind` is what the
         client's verb sends (CreateOptions, UpdateOptions for a PUT, PatchOptions).
         """
         request = _Request(resource, namespace, operation, user, old_object, options_kind)
         for hook in [*self._registered, *self._configured()]:
+            labels = obj.get("metadata", {}).get("labels") or {}
             if hook.applies_to(resource, operation) and self._selected(
-                hook, namespace, obj, old_object
+                hook, namespace, labels, old_object
             ):
                 obj = await self._call(hook, request, obj)
         return obj
 
     async def _call(self, hook: Webhook, request: _Request, obj: JsonObject) -> JsonObject:
+        """One webhook's turn: the object it leaves (failurePolicy: Ignore leaves it unchanged
+        when the call fails, Fail refuses the request)."""
         call = AdmissionCall(hook.name, {})
-        try:
-            review = self._review_of(hook, request, obj)
-            if not hook.matches(review["request"]):
-                return obj  # skipped: no call is made
-        except _CallFailedError as err:
-            self.calls.append(call)
-            return self._failed(hook, call, err, obj)
-        self.calls.append(call)
-        try:
-            return await self._review(hook, review, call)
-        except _CallFailedError as err:
-            return self._failed(hook, call, err, obj)
-
-    @staticmethod
-    def _failed(
-        hook: Webhook, call: AdmissionCall, err: _CallFailedError, obj: JsonObject
-    ) -> JsonObject:
-        """failurePolicy: Ignore goes on with the object unchanged, Fail refuses."""
-        call.error = str(err)
-        if hook.failure_policy == "Ignore":
-            return obj
-        raise internal(f'failed calling webhook "{hook.name}": {err}') from err
-
-    def _review_of(self, hook: Webhook, request: _Request, obj: JsonObject) -> JsonObject:
-        version = hook.review_version()
-        uid = self._store.new_uid()
-        resource = request.resource
+        resource, old = request.resource, request.old_object
         kind = {"group": resource.group, "version": resource.version, "kind": resource.kind}
         gvr = {"group": resource.group, "version": resource.version, "resource": resource.plural}
-        old = request.old_object
-        review: JsonObject = {
-            "apiVersion": version,
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": uid,
-                "kind": kind,
-                "resource": gvr,
-                "requestKind": kind,
-                "requestResource": gvr,
-                "name": obj.get("metadata", {}).get("name", ""),
-                "namespace": request.namespace or "",
-                "operation": request.operation,
-                "userInfo": request.user.as_json(),
-                "object": _typed(resource, obj),
-                "oldObject": None if old is None else _typed(resource, old),
-                "dryRun": False,
-                "options": {"apiVersion": "meta.k8s.io/v1", "kind": request.options_kind},
-            },
-        }
-        return review
-
-    async def _review(self, hook: Webhook, review: JsonObject, call: AdmissionCall) -> JsonObject:
-        call.request = review
-        answer = await self._post(hook, review)
-        call.response = answer
-        uid = review["request"]["uid"]
-        return self._apply(hook, uid, answer, review["request"]["object"], call)
+        try:
+            review: JsonObject = {
+                "apiVersion": hook.review_version(),
+                "kind": "AdmissionReview",
+                "request": {
+                    "uid": self._store.new_uid(),
+                    "kind": kind,
+                    "resource": gvr,
+                    "requestKind": kind,
+                    "requestResource": gvr,
+                    "name": obj.get("metadata", {}).get("name", ""),
+                    "namespace": request.namespace or "",
+                    "operation": request.operation,
+                    "userInfo": request.user.as_json(),
+                    "object": {"apiVersion": resource.api_version, "kind": resource.kind, **obj},
+                    "oldObject": None if old is None else old.encode(),
+                    "dryRun": False,
+                    "options": {"apiVersion": "meta.k8s.io/v1", "kind": request.options_kind},
+                },
+            }
+            if not hook.matches(review["request"]):
+                return obj  # skipped: no call is made
+            self.calls.append(call)
+            call.request = review
+            call.response = await self._post(hook, review)
+            return _apply(hook, call)
+        except _CallFailedError as err:
+            if not call.request:  # failed before the call was made
+                self.calls.append(call)
+            call.error = str(err)
+            if hook.failure_policy == "Ignore":
+                return obj
+            raise internal(f'failed calling webhook "{hook.name}": {err}') from err
 
     async def _post(self, hook: Webhook, review: JsonObject) -> JsonObject:
         if self._session is None:
@@ -368,48 +364,52 @@ class AdmissionChain:
             raise _CallFailedError("received invalid webhook response: not a JSON object")
         return body
 
-    @staticmethod
-    def _apply(
-        hook: Webhook, uid: str, answer: JsonObject, obj: JsonObject, call: AdmissionCall
-    ) -> JsonObject:
-        # kube-apiserver checks uid, kind and patchType of v1 answers only; v1beta1 ones are
-        # taken as they come, a patch being read as a JSON patch (VerifyAdmissionResponse).
-        strict = call.request["apiVersion"] == "admission.k8s.io/v1"
-        response = answer.get("response")
-        if not isinstance(response, dict):
-            raise _CallFailedError("webhook response was absent")
-        if strict and response.get("uid") != uid:
-            raise _CallFailedError(f"expected response.uid={uid!r}, got {response.get('uid')!r}")
-        kind = (answer.get("apiVersion"), answer.get("kind"))
-        if strict and kind != ("admission.k8s.io/v1", "AdmissionReview"):
-            raise _CallFailedError(
-                "expected webhook response of admission.k8s.io/v1, Kind=AdmissionReview, got "
-                f"{kind[0]}, Kind={kind[1]}"
-            )
-        patch, patch_type = response.get("patch"), response.get("patchType")
-        if strict and bool(patch) != bool(patch_type):
-            raise _CallFailedError(
-                "webhook returned response.patch but not response.patchType"
-                if patch
-                else "webhook returned response.patchType but not response.patch"
-            )
-        if not response.get("allowed"):
-            raise _denied(hook.name, response.get("status") or {})
-        if not patch:
-            return {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
-        if strict and patch_type != "JSONPatch":
-            raise _CallFailedError(f"unsupported patch type {patch_type!r}")
-        try:
-            operations = json.loads(base64.b64decode(response["patch"], validate=True))
-            call.patch = operations
-            patched = json_patch(obj, operations)
-        except (binascii.Error, ValueError, PatchFormatError, PatchApplyError) as err:
-            raise _CallFailedError(f"failed to apply the webhook's patch: {err}") from err
-        if not isinstance(patched, dict):
-            raise _CallFailedError("the webhook's patch did not leave an object")
-        patched.pop("apiVersion", None)
-        patched.pop("kind", None)
-        return patched
+
+def _apply(hook: Webhook, call: AdmissionCall) -> JsonObject:
+    """The object the webhook's answer leaves (its patch applied to the object sent)."""
+    # kube-apiserver checks uid, kind and patchType of v1 answers only; v1beta1 ones are
+    # taken as they come, a patch being read as a JSON patch (VerifyAdmissionResponse).
+    answer, sent = call.response or {}, call.request["request"]
+    strict = call.request["apiVersion"] == "admission.k8s.io/v1"
+    response = answer.get("response")
+    if not isinstance(response, dict):
+        raise _CallFailedError("webhook response was absent")
+    uid = sent["uid"]
+    if strict and response.get("uid") != uid:
+        raise _CallFailedError(f"expected response.uid={uid!r}, got {response.get('uid')!r}")
+    kind = (answer.get("apiVersion"), answer.get("kind"))
+    if strict and kind != ("admission.k8s.io/v1", "AdmissionReview"):
+        raise _CallFailedError(
+            "expected webhook response of admission.k8s.io/v1, Kind=AdmissionReview, got "
+            f"{kind[0]}, Kind={kind[1]}"
+        )
+    patch, patch_type = response.get("patch"), response.get("patchType")
+    if strict and bool(patch) != bool(patch_type):
+        raise _CallFailedError(
+            "webhook returned response.patch but not response.patchType"
+            if patch
+            else "webhook returned response.patchType but not response.patch"
+        )
+    if not response.get("allowed"):
+        status = response.get("status") or {}
+        raise _denied(
+            hook.name, int(status.get("code") or 0), status.get("reason"), status.get("message")
+        )
+    if not patch:
+        return {k: v for k, v in sent["object"].items() if k not in ("apiVersion", "kind")}
+    if strict and patch_type != "JSONPatch":
+        raise _CallFailedError(f"unsupported patch type {patch_type!r}")
+    try:
+        operations = json.loads(base64.b64decode(response["patch"], validate=True))
+        call.patch = operations
+        patched = json_patch(sent["object"], operations)
+    except (binascii.Error, ValueError, PatchFormatError, PatchApplyError) as err:
+        raise _CallFailedError(f"failed to apply the webhook's patch: {err}") from err
+    if not isinstance(patched, dict):
+        raise _CallFailedError("the webhook's patch did not leave an object")
+    patched.pop("apiVersion", None)
+    patched.pop("kind", None)
+    return patched
 
 
 @dataclass(frozen=True, slots=True)
@@ -420,27 +420,22 @@ class _Request:
     namespace: str | None
     operation: str
     user: UserInfo
-    old_object: JsonObject | None
+    old_object: StoredObject | None
     options_kind: str
-
-
-def _typed(resource: ResourceType, obj: JsonObject) -> JsonObject:
-    return {"apiVersion": resource.api_version, "kind": resource.kind, **obj}
 
 
 class _CallFailedError(Exception):
     """The webhook could not be called or answered nonsense (failurePolicy decides)."""
 
 
-def _denied(name: str, status: Mapping[str, Any]) -> ApiError:
-    """kube-apiserver's wording and code rules for a webhook refusal (webhookerrors.ToStatusErr)."""
-    code = int(status.get("code") or 0)
-    code = max(code, 400)
+def _denied(name: str, code: int, reason: object, message: object) -> ApiError:
+    """kube-apiserver's wording and code rules for a webhook refusal (webhookerrors.ToStatusErr),
+    from the refusal's status code, reason and message."""
     denied_by = f'admission webhook "{name}" denied the request'
-    if status.get("message"):
-        message = f"{denied_by}: {status['message']}"
-    elif status.get("reason"):
-        message = f"{denied_by}: {status['reason']}"
+    if message:
+        text = f"{denied_by}: {message}"
+    elif reason:
+        text = f"{denied_by}: {reason}"
     else:
-        message = f"{denied_by} without explanation"
-    return ApiError(code, str(status.get("reason") or ""), message)
+        text = f"{denied_by} without explanation"
+    return ApiError(max(code, 400), str(reason or ""), text)

@@ -69,16 +69,19 @@ class ResourceType:
         """The name kube-apiserver uses in messages: `pods`, `leases.coordination.k8s.io`."""
         return self.plural if not self.group else f"{self.plural}.{self.group}"
 
-    def field_value(self, obj: Mapping[str, Any], label: str) -> str:
-        """The string kube-apiserver compares a field selector against (missing → "")."""
-        value: Any = obj
-        for part in label.split("."):
-            value = value.get(part) if isinstance(value, Mapping) else None
-        if label == "source" and isinstance(value, Mapping):
-            value = value.get("component")
-        if isinstance(value, bool):
-            return "true" if value else "false"
-        return "" if value is None else str(value)
+    def field_values(self, obj: Mapping[str, Any]) -> dict[str, str]:
+        """Each field label's string, as kube-apiserver compares a field selector (missing: "")."""
+        return {label: _field_value(obj, label) for label in self.field_labels}
+
+
+def _field_value(obj: object, label: str) -> str:
+    for part in label.split("."):
+        obj = obj.get(part) if isinstance(obj, Mapping) else None
+    if label == "source" and isinstance(obj, Mapping):
+        obj = obj.get("component")
+    if isinstance(obj, bool):
+        return "true" if obj else "false"
+    return "" if obj is None else str(obj)
 
 
 PODS = ResourceType("", "v1", "pods", "Pod", True, _POD_FIELDS, has_status=True)

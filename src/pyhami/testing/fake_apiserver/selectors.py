@@ -133,21 +133,26 @@ class Selector:
         )
 
     def matches(self, obj: Mapping[str, Any]) -> bool:
+        """Whether a document is selected (the store asks `selects` of what it decoded)."""
         labels = obj.get("metadata", {}).get("labels") or {}
-        if not all(req.matches(labels) for req in self.labels):
-            return False
-        if not self.fields:
-            return True
-        values = {req.key: self.resource.field_value(obj, req.key) for req in self.fields}
-        return all(req.matches(values) for req in self.fields)
+        return self.selects(labels, self.resource.field_values(obj))
+
+    def selects(self, labels: Mapping[str, str], fields: Mapping[str, str]) -> bool:
+        """Whether an object with these labels and field-label values is selected."""
+        return all(req.matches(labels) for req in self.labels) and all(
+            req.matches(fields) for req in self.fields
+        )
 
 
-def label_selector_matcher(
-    selector: Mapping[str, Any] | None,
-) -> Callable[[Mapping[str, str]], bool]:
-    """A metav1.LabelSelector object (matchLabels + matchExpressions), as webhooks carry."""
+# Whether an object with these labels is selected.
+LabelMatcher = Callable[[Mapping[str, str]], bool]
+
+
+def label_selector_matcher(selector: Mapping[str, Any] | None) -> LabelMatcher | None:
+    """A metav1.LabelSelector object (matchLabels + matchExpressions), as webhooks carry;
+    None for an empty one, which selects everything. A 422 ApiError names a bad operator."""
     if not selector:
-        return lambda _labels: True
+        return None
     requirements = [
         Requirement(key, "=", frozenset({str(value)}))
         for key, value in (selector.get("matchLabels") or {}).items()

@@ -10,7 +10,7 @@ import copy
 import json
 import ssl
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from pyhami.testing.fake_apiserver.routes import Route, parse_path
 from pyhami.testing.fake_apiserver.selectors import Selector
 from pyhami.testing.fake_apiserver.status import (
     ApiError,
+    StatusDetails,
     bad_request,
     gone,
     internal,
@@ -42,7 +43,7 @@ from pyhami.testing.fake_apiserver.store import (
     PATCH_TYPES,
     ObjectStore,
 )
-from pyhami.testing.fake_apiserver.watch import Watcher, with_kind
+from pyhami.testing.fake_apiserver.watch import Watcher
 
 log = structlog.get_logger(__name__)
 
@@ -58,6 +59,28 @@ def _dumps(obj: Any) -> str:
 
 def _json_response(body: JsonObject, status: int = 200) -> web.Response:
     return web.Response(text=_dumps(body), status=status, content_type="application/json")
+
+
+def _list_response(
+    resource: ResourceType, metadata: Mapping[str, str | int], items: list[JsonObject]
+) -> web.Response:
+    return _json_response(
+        {
+            "kind": f"{resource.kind}List",
+            "apiVersion": resource.api_version,
+            "metadata": metadata,
+            "items": items,
+        }
+    )
+
+
+def _object_response(
+    resource: ResourceType, document: JsonObject, status: int = 200
+) -> web.Response:
+    """An object as get, create, update, patch and delete answer it: kind and apiVersion first."""
+    return _json_response(
+        {"apiVersion": resource.api_version, "kind": resource.kind, **document}, status
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +191,7 @@ class FakeKubeAPIServer(AsyncService):
     def kubeconfig(self, user: str = ADMIN) -> JsonObject:
         if not self.url:
             raise RuntimeError("start the fake API server before asking for a kubeconfig")
-        cluster: JsonObject = {"server": self.url}
+        cluster = {"server": self.url}
         if self._tls is not None:
             ca = base64.b64encode(self._tls.ca_file.read_bytes()).decode()
             cluster["certificate-authority-data"] = ca
@@ -215,7 +238,9 @@ class FakeKubeAPIServer(AsyncService):
                     if event["type"] == "DELETED":
                         raise LookupError(f"{resource} {name!r} was deleted while waiting")
                     obj = {
-                        k: v for k, v in event["object"].items() if k not in ("apiVersion", "kind")
+                        k: copy.deepcopy(v)
+                        for k, v in event["object"].items()
+                        if k not in ("apiVersion", "kind")
                     }
                     if condition(obj):
                         return obj
@@ -242,7 +267,10 @@ class FakeKubeAPIServer(AsyncService):
         if route is None:
             return _json_response(
                 ApiError(
-                    404, "NotFound", "the server could not find the requested resource", {}
+                    404,
+                    "NotFound",
+                    "the server could not find the requested resource",
+                    StatusDetails(),
                 ).status,
                 404,
             )
@@ -318,41 +346,26 @@ class FakeKubeAPIServer(AsyncService):
         ):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if verb == "list":
-            return _json_response(self._list(request, route))
+            return self._list(request, route)
         if verb == "deletecollection":
-            return _json_response(self._delete_collection(request, route))
+            return self._delete_collection(request, route)
         if verb == "get":
             assert route.name is not None
-            return _json_response(
-                with_kind(resource, store.get(resource, route.namespace, route.name))
-            )
+            return _json_response(store.stored(resource, route.namespace, route.name).encode())
         if verb == "create":
             body = await self._body(request)
             if route.subresource == "binding":
                 assert route.namespace is not None
-                store.bind(route.namespace, route.name or _binding_name(body), body)
+                store.bind(route.namespace, route.name, body)
                 return _json_response(success_status(201), 201)
             if not isinstance(body, dict):
                 raise bad_request(f"the body of a create must be a {resource.kind} object")
-            created = await self._create(route, body, user)
-            return _json_response(with_kind(resource, created), 201)
-        assert route.name is not None
+            return _object_response(resource, await self._create(route, body, user), 201)
         if verb == "update":
             body = await self._body(request)
             if not isinstance(body, dict):
                 raise bad_request(f"the body of an update must be a {resource.kind} object")
-            if route.subresource:
-                updated = store.update(
-                    resource, route.namespace, route.name, body, subresource=route.subresource
-                )
-            else:
-                name = route.name
-
-                def replaced() -> tuple[JsonObject, JsonObject]:
-                    return store.get(resource, route.namespace, name), copy.deepcopy(body)
-
-                updated = await self._admitted_update(route, replaced, "UpdateOptions", user)
-            return _json_response(with_kind(resource, updated))
+            return _object_response(resource, await self._update(route, body, None, user))
         if verb == "patch":
             content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
             if content_type not in PATCH_TYPES:
@@ -363,26 +376,10 @@ class FakeKubeAPIServer(AsyncService):
                     f"include: {', '.join(PATCH_TYPES)}",
                 )
             body = await self._body(request)
-            if route.subresource:
-                updated = store.patch(
-                    resource,
-                    route.namespace,
-                    route.name,
-                    content_type,
-                    body,
-                    subresource=route.subresource,
-                )
-            else:
-                name = route.name
+            return _object_response(resource, await self._update(route, body, content_type, user))
+        return _object_response(resource, await self._delete(request, route))
 
-                def patched() -> tuple[JsonObject, JsonObject]:
-                    return store.patched(resource, route.namespace, name, content_type, body)
-
-                updated = await self._admitted_update(route, patched, "PatchOptions", user)
-            return _json_response(with_kind(resource, updated))
-        return _json_response(with_kind(resource, await self._delete(request, route)))
-
-    def _delete_collection(self, request: web.Request, route: Route) -> JsonObject:
+    def _delete_collection(self, request: web.Request, route: Route) -> web.Response:
         selector = Selector.parse(
             route.resource,
             request.query.get("labelSelector", ""),
@@ -395,19 +392,13 @@ class FakeKubeAPIServer(AsyncService):
         )
         deleted = [
             self.store.delete(
-                route.resource,
-                obj["metadata"].get("namespace"),
-                obj["metadata"]["name"],
-                grace_period_seconds=grace,
+                route.resource, obj.meta.namespace, obj.meta.name, grace_period_seconds=grace
             )
-            for obj in self.store.items(route.resource, route.namespace, selector)
+            for obj in self.store.matching(route.resource, route.namespace, selector)
         ]
-        return {
-            "kind": f"{route.resource.kind}List",
-            "apiVersion": route.resource.api_version,
-            "metadata": {"resourceVersion": self.store.list_version()},
-            "items": deleted,
-        }
+        return _list_response(
+            route.resource, {"resourceVersion": self.store.list_version()}, deleted
+        )
 
     async def _create(self, route: Route, body: JsonObject, user: UserInfo) -> JsonObject:
         obj = self.store.prepare_create(route.resource, route.namespace, body)
@@ -415,38 +406,41 @@ class FakeKubeAPIServer(AsyncService):
         obj = await self.admission.admit(route.resource, namespace, obj, user=user)
         return self.store.create(route.resource, route.namespace, obj, keep_pod_status=False)
 
-    async def _admitted_update(
-        self,
-        route: Route,
-        candidate: Callable[[], tuple[JsonObject, JsonObject]],
-        options_kind: str,
-        user: UserInfo,
+    async def _update(
+        self, route: Route, body: Any, patch_type: str | None, user: UserInfo
     ) -> JsonObject:
-        """An update or patch of an object itself, with UPDATE admission before the write.
+        """An update (`patch_type` None) or patch; of an object itself (not a subresource)
+        with UPDATE admission before the write.
 
-        `candidate()` gives (stored object, object to write). The webhooks run in between,
-        so another write may land first; like kube-apiserver's GuaranteedUpdate, the request
-        is then redone on the fresh object. A resourceVersion the client gave stays a
-        precondition: redone, it no longer matches and the answer is a conflict.
+        The webhooks run between reading the stored object and writing, so another write may
+        land first; like kube-apiserver's GuaranteedUpdate, the request is then redone on the
+        fresh object. A resourceVersion the client gave stays a precondition: redone, it no
+        longer matches and the answer is a conflict.
         """
         assert route.name is not None
         resource, namespace, name = route.resource, route.namespace, route.name
         for _attempt in range(_UPDATE_ATTEMPTS):
-            old, new = candidate()
+            if patch_type is None:
+                old, new = self.store.stored(resource, namespace, name), copy.deepcopy(body)
+            else:
+                old, new = self.store.patched(resource, namespace, name, patch_type, body)
             metadata = new.get("metadata")
-            if not isinstance(metadata, dict):  # let the store name what is wrong
-                return self.store.update(resource, namespace, name, new)
-            stored_version = old["metadata"]["resourceVersion"]
+            if route.subresource or not isinstance(metadata, dict):
+                # No admission (or let the store name what is wrong).
+                return self.store.update(
+                    resource, namespace, name, new, subresource=route.subresource
+                )
+            stored_version = old.meta.resource_version
             if metadata.get("resourceVersion") not in (None, "", stored_version):
                 raise stale(resource, name)  # pinned by the client to another version
             admitted = await self.admission.admit(
                 resource,
-                old["metadata"].get("namespace"),
+                old.meta.namespace or None,
                 new,
                 "UPDATE",
                 user=user,
                 old_object=old,
-                options_kind=options_kind,
+                options_kind="UpdateOptions" if patch_type is None else "PatchOptions",
             )
             admitted.setdefault("metadata", {})["resourceVersion"] = stored_version
             try:
@@ -474,7 +468,7 @@ class FakeKubeAPIServer(AsyncService):
             resource_version=preconditions.get("resourceVersion"),
         )
 
-    def _list(self, request: web.Request, route: Route) -> JsonObject:
+    def _list(self, request: web.Request, route: Route) -> web.Response:
         query = request.query
         selector = Selector.parse(
             route.resource, query.get("labelSelector", ""), query.get("fieldSelector", "")
@@ -487,22 +481,18 @@ class FakeKubeAPIServer(AsyncService):
             self.store.check_list_version(
                 query.get("resourceVersion"), query.get("resourceVersionMatch")
             )
-        items = self.store.items(route.resource, route.namespace, selector)
+        items = self.store.matching(route.resource, route.namespace, selector)
         if start_after:
-            items = [i for i in items if _sort_key(i) > start_after]
-        metadata: JsonObject = {"resourceVersion": version}
+            items = [i for i in items if i.sort_key > start_after]
+        metadata: dict[str, str | int] = {"resourceVersion": version}
         limit = _int_param(request, "limit") if "limit" in query else 0
         if limit > 0 and len(items) > limit:
             items, rest = items[:limit], len(items) - limit
-            token = _dumps({"rv": int(version), "start": _sort_key(items[-1])})
+            token = _dumps({"rv": int(version), "start": items[-1].sort_key})
             metadata["continue"] = base64.urlsafe_b64encode(token.encode()).decode()
             metadata["remainingItemCount"] = rest
-        return {
-            "kind": f"{route.resource.kind}List",
-            "apiVersion": route.resource.api_version,
-            "metadata": metadata,
-            "items": items,
-        }
+        # Encoded at once: the stored documents need no copy.
+        return _list_response(route.resource, metadata, [i.body for i in items])
 
     def _decode_continue(self, token: str) -> tuple[str, str]:
         try:
@@ -592,21 +582,9 @@ class FakeKubeAPIServer(AsyncService):
             await response.write_eof()
 
 
-def _sort_key(obj: JsonObject) -> str:
-    meta = obj["metadata"]
-    return f"{meta.get('namespace', '')}/{meta['name']}"
-
-
 def _int_param(request: web.Request, name: str) -> int:
     text = request.query[name]
     try:
         return int(text)
     except ValueError as err:
         raise bad_request(f"invalid value for {name}: {text!r} is not an integer") from err
-
-
-def _binding_name(body: Any) -> str:
-    name = body.get("metadata", {}).get("name") if isinstance(body, dict) else None
-    if not isinstance(name, str) or not name:
-        raise bad_request("a Binding posted to the bindings collection needs metadata.name")
-    return name

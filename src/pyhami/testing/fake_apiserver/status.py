@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pyhami.kube import JsonObject
 from pyhami.testing.fake_apiserver.resources import ResourceType
 
@@ -25,10 +27,38 @@ REASON_FOR_CODE = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class StatusDetails:
+    """metav1.StatusDetails as this double fills it: name and kind are sent when given."""
+
+    name: str | None = None
+    group: str = ""
+    kind: str | None = None
+    # metav1.StatusCause as (field, reason, message), like field.Error; empty parts left out.
+    causes: tuple[tuple[str, str, str], ...] = ()
+    retry_after_s: int = 0
+
+    def encode(self) -> JsonObject:
+        causes = [
+            {k: v for k, v in (("reason", reason), ("message", message), ("field", path)) if v}
+            for path, reason, message in self.causes
+        ]
+        parts = (
+            ("name", self.name),
+            ("group", self.group or None),
+            ("kind", self.kind),
+            ("causes", causes or None),
+            ("retryAfterSeconds", self.retry_after_s or None),
+        )
+        return {key: value for key, value in parts if value is not None}
+
+
 class ApiError(Exception):
     """A request kube-apiserver would refuse; `status` is the body it would send."""
 
-    def __init__(self, code: int, reason: str, message: str, details: JsonObject | None = None):
+    def __init__(
+        self, code: int, reason: str, message: str, details: StatusDetails | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.reason = reason
@@ -37,7 +67,8 @@ class ApiError(Exception):
 
     @property
     def status(self) -> JsonObject:
-        body: JsonObject = {
+        details = {} if self.details is None else {"details": self.details.encode()}
+        return {
             "kind": "Status",
             "apiVersion": "v1",
             "metadata": {},
@@ -45,26 +76,16 @@ class ApiError(Exception):
             "message": self.message,
             "reason": self.reason,
             "code": self.code,
+            **details,
         }
-        if self.details is not None:
-            body["details"] = self.details
-        return body
 
 
-def success_status(code: int, details: JsonObject | None = None) -> JsonObject:
-    body: JsonObject = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
-    if details is not None:
-        body["details"] = details
-    body["code"] = code
-    return body
+def success_status(code: int) -> JsonObject:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": code}
 
 
-def _details(resource: ResourceType, name: str) -> JsonObject:
-    details: JsonObject = {"name": name}
-    if resource.group:
-        details["group"] = resource.group
-    details["kind"] = resource.plural
-    return details
+def _details(resource: ResourceType, name: str, kind: str = "") -> StatusDetails:
+    return StatusDetails(name, resource.group, kind or resource.plural)
 
 
 def not_found(resource: ResourceType, name: str) -> ApiError:
@@ -85,9 +106,7 @@ def already_exists(resource: ResourceType, name: str) -> ApiError:
 def conflict(resource: ResourceType, name: str, why: str, subresource: str = "") -> ApiError:
     """errors.NewConflict; the binding registry names the resource `pods/binding`."""
     what = resource.qualified if not subresource else f"{resource.qualified}/{subresource}"
-    details = _details(resource, name)
-    if subresource:
-        details["kind"] = f"{resource.plural}/{subresource}"
+    details = _details(resource, name, f"{resource.plural}/{subresource}" if subresource else "")
     return ApiError(
         409, "Conflict", f'Operation cannot be fulfilled on {what} "{name}": {why}', details
     )
@@ -106,13 +125,7 @@ def invalid(resource: ResourceType, name: str, causes: list[tuple[str, str, str]
     """422 for failed validation; each cause is (field, reason, message) like field.Error."""
     summary = ", ".join(f"{path}: {message}" for path, _reason, message in causes)
     shown = summary if len(causes) == 1 else f"[{summary}]"
-    details: JsonObject = {"name": name}
-    if resource.group:
-        details["group"] = resource.group
-    details["kind"] = resource.kind
-    details["causes"] = [
-        {"reason": reason, "message": message, "field": path} for path, reason, message in causes
-    ]
+    details = StatusDetails(name, resource.group, resource.kind, tuple(causes))
     return ApiError(422, "Invalid", f'{resource.kind} "{name}" is invalid: {shown}', details)
 
 
@@ -129,7 +142,7 @@ def internal(message: str) -> ApiError:
         500,
         "InternalError",
         f"Internal error occurred: {message}",
-        {"causes": [{"message": message}]},
+        StatusDetails(causes=(("", "", message),)),
     )
 
 

@@ -14,13 +14,14 @@ import copy
 import random
 import uuid
 from collections import deque
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pyhami.kube import JsonObject
 from pyhami.kube.clock import Clock, SystemClock
+from pyhami.kube.views import read_pod
 from pyhami.testing.fake_apiserver import patches, validation
+from pyhami.testing.fake_apiserver.objects import Binding, StoredObject
 from pyhami.testing.fake_apiserver.resources import (
     ALL_RESOURCES,
     NAMESPACES,
@@ -31,6 +32,7 @@ from pyhami.testing.fake_apiserver.resources import (
 from pyhami.testing.fake_apiserver.selectors import Selector
 from pyhami.testing.fake_apiserver.status import (
     ApiError,
+    StatusDetails,
     already_exists,
     bad_request,
     conflict,
@@ -39,7 +41,7 @@ from pyhami.testing.fake_apiserver.status import (
     not_found,
     stale,
 )
-from pyhami.testing.fake_apiserver.watch import Change, Watcher, with_kind
+from pyhami.testing.fake_apiserver.watch import Change, Watcher
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -55,7 +57,10 @@ def rfc3339(moment: datetime) -> str:
 
 
 class ObjectStore:
-    """All objects of the fake cluster; the in-process API tests may use directly."""
+    """All objects of the fake cluster; the in-process API tests may use directly.
+
+    That API takes and returns documents (copies, as JSON would carry them); inside, the store
+    works on `StoredObject`s, decoded once per write."""
 
     def __init__(
         self,
@@ -70,7 +75,7 @@ class ObjectStore:
             raise ValueError(f"history_limit must be at least 1, got {history_limit}")
         self._clock: Clock = clock or SystemClock()
         self._rng = random.Random(seed)
-        self._objects: dict[ResourceType, dict[tuple[str, str], JsonObject]] = {
+        self._objects: dict[ResourceType, dict[tuple[str, str], StoredObject]] = {
             r: {} for r in ALL_RESOURCES
         }
         self._history: deque[Change] = deque(maxlen=history_limit)
@@ -94,7 +99,7 @@ class ObjectStore:
             raise bad_request(f"{resource.qualified} are namespaced: a namespace is required")
         return (namespace or "") if resource.namespaced else "", name
 
-    def _current(self, resource: ResourceType, namespace: str | None, name: str) -> JsonObject:
+    def stored(self, resource: ResourceType, namespace: str | None, name: str) -> StoredObject:
         found = self._objects[resource].get(self._key(resource, namespace, name))
         if found is None:
             raise not_found(resource, name)
@@ -102,8 +107,7 @@ class ObjectStore:
 
     def get(self, resource: ResourceType | str, namespace: str | None, name: str) -> JsonObject:
         """A copy of the stored object (404 ApiError when absent)."""
-        resource = self.resource(resource)
-        return copy.deepcopy(self._current(resource, namespace, name))
+        return self.stored(self.resource(resource), namespace, name).document()
 
     def items(
         self,
@@ -111,38 +115,46 @@ class ObjectStore:
         namespace: str | None = None,
         selector: Selector | None = None,
     ) -> list[JsonObject]:
-        """Copies of the matching objects, ordered by namespace then name, as etcd lists them."""
-        resource = self.resource(resource)
-        return [copy.deepcopy(obj) for obj in self._matching(resource, namespace, selector)]
+        """Copies of the matching objects, in `matching`'s order."""
+        return [obj.document() for obj in self.matching(resource, namespace, selector)]
 
-    def _matching(
-        self, resource: ResourceType, namespace: str | None, selector: Selector | None
-    ) -> Iterator[JsonObject]:
-        for (ns, _name), obj in sorted(self._objects[resource].items()):
-            if namespace is not None and resource.namespaced and ns != namespace:
-                continue
-            if selector is None or selector.matches(obj):
-                yield obj
+    def matching(
+        self,
+        resource: ResourceType | str,
+        namespace: str | None = None,
+        selector: Selector | None = None,
+    ) -> list[StoredObject]:
+        """The matching objects, ordered by namespace then name, as etcd lists them."""
+        stored = self._objects[self.resource(resource)]
+        found = (stored[key] for key in sorted(stored))
+        return [
+            obj
+            for obj in found
+            if (namespace is None or not obj.resource.namespaced or obj.meta.namespace == namespace)
+            and (selector is None or selector.selects(obj.meta.labels, obj.fields))
+        ]
 
     # --- writing --------------------------------------------------------------------------
 
     def _commit(
-        self, resource: ResourceType, kind: str, obj: JsonObject, old: JsonObject | None
-    ) -> JsonObject:
+        self, kind: str, resource: ResourceType, draft: JsonObject, old: StoredObject | None
+    ) -> StoredObject:
+        """Write `draft` (it becomes the stored document) at the next resourceVersion."""
         self.resource_version += 1
-        obj["metadata"]["resourceVersion"] = str(self.resource_version)
-        key = self._key(resource, obj["metadata"].get("namespace"), obj["metadata"]["name"])
+        draft["metadata"]["resourceVersion"] = str(self.resource_version)
+        obj = StoredObject.decode(resource, draft)
+        key = self._key(resource, obj.meta.namespace, obj.meta.name)
         if kind == "DELETED":
             del self._objects[resource][key]
         else:
             self._objects[resource][key] = obj
         if len(self._history) == self._history.maxlen:
             self._compacted = self._history[0].resource_version
-        change = Change(self.resource_version, resource, kind, copy.deepcopy(obj), old)
+        change = Change(self.resource_version, resource, kind, obj, old)
         self._history.append(change)
         for watcher in self._watchers:
             watcher.offer(change)
-        return copy.deepcopy(obj)
+        return obj
 
     def _generate_name(self, prefix: str) -> str:
         return prefix + "".join(self._rng.choice(_NAME_SUFFIX_CHARS) for _ in range(5))
@@ -157,7 +169,7 @@ class ObjectStore:
         resource = self.resource(resource)
         if not isinstance(body, dict) or not isinstance(body.get("metadata", {}), dict):
             raise bad_request(f"a {resource.kind} must be a JSON object with object metadata")
-        validation.check_kind(resource, body)
+        validation.check_kind(resource, body.get("kind"), body.get("apiVersion"))
         obj = {k: copy.deepcopy(v) for k, v in body.items() if k not in ("apiVersion", "kind")}
         metadata = obj.setdefault("metadata", {})
         if resource.namespaced:
@@ -197,7 +209,7 @@ class ObjectStore:
         if not metadata.get("name") and metadata.get("generateName"):
             metadata["name"] = self._generate_name(metadata["generateName"])
         validation.apply_defaults(resource, obj)  # again: a webhook may have removed some
-        validation.validate_create(resource, obj)
+        validation.validate(resource, obj)
         if resource.namespaced and ("", metadata["namespace"]) not in self._objects[NAMESPACES]:
             raise not_found(NAMESPACES, metadata["namespace"])
         key = self._key(resource, metadata.get("namespace"), metadata["name"])
@@ -209,16 +221,14 @@ class ObjectStore:
             metadata["generation"] = 1
         for transient in ("deletionTimestamp", "deletionGracePeriodSeconds"):
             metadata.pop(transient, None)
-        return self._commit(resource, "ADDED", obj, None)
+        return self._commit("ADDED", resource, obj, None).document()
 
-    def _write(
-        self, resource: ResourceType, old: JsonObject, new: JsonObject, subresource: str
-    ) -> JsonObject:
+    def _write(self, old: StoredObject, new: JsonObject, subresource: str) -> StoredObject:
         """Finish an update or patch: preconditions, immutable fields, no-op detection."""
-        name = old["metadata"]["name"]
+        resource, name = old.resource, old.meta.name
         if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
             raise invalid(resource, name, [("metadata", "FieldValueRequired", "Required value")])
-        validation.check_kind(resource, new)
+        validation.check_kind(resource, new.get("kind"), new.get("apiVersion"))
         metadata = new["metadata"]
         if metadata.get("name", name) != name:
             raise bad_request(
@@ -226,18 +236,19 @@ class ObjectStore:
                 f"the URL ({name})"
             )
         given_version = metadata.get("resourceVersion")
-        if given_version and given_version != old["metadata"]["resourceVersion"]:
+        if given_version and given_version != old.meta.resource_version:
             raise stale(resource, name)
         given_uid = metadata.get("uid")
-        if given_uid and given_uid != old["metadata"]["uid"]:
-            validation.check_precondition(old, given_uid, None, resource)
+        if given_uid and given_uid != old.meta.uid:
+            validation.check_precondition(old, given_uid, None)
         if subresource == "status":
-            new = {**copy.deepcopy(old), "status": new.get("status", old.get("status"))}
+            document = old.document()
+            new = {**document, "status": new.get("status", document.get("status"))}
             metadata = new["metadata"]
         else:
             if resource.has_status:
-                if "status" in old:
-                    new["status"] = copy.deepcopy(old["status"])
+                if "status" in old.body:
+                    new["status"] = copy.deepcopy(old.body["status"])
                 else:
                     new.pop("status", None)
             for immutable in (
@@ -248,28 +259,32 @@ class ObjectStore:
                 "deletionGracePeriodSeconds",
                 "generation",
             ):
-                if immutable in old["metadata"]:
-                    metadata[immutable] = old["metadata"][immutable]
+                if immutable in old.body["metadata"]:
+                    metadata[immutable] = old.body["metadata"][immutable]
                 else:
                     metadata.pop(immutable, None)
             metadata["name"] = name
-            validation.validate_update(resource, old, new)
+            validation.validate(resource, new, old)
         validation.decode_quantities(resource, new)
         new.pop("apiVersion", None)
         new.pop("kind", None)
-        metadata["resourceVersion"] = old["metadata"]["resourceVersion"]
-        if new == old:
-            return copy.deepcopy(old)
-        if resource.tracks_generation and _without(new) != _without(old):
-            metadata["generation"] = int(old["metadata"].get("generation", 0)) + 1
+        metadata["resourceVersion"] = old.meta.resource_version
+        if new == old.body:
+            return old
+        # metadata.generation counts changes to everything but metadata and status.
+        outside = [
+            {k: v for k, v in o.items() if k not in ("metadata", "status")} for o in (new, old.body)
+        ]
+        if resource.tracks_generation and outside[0] != outside[1]:
+            metadata["generation"] = old.meta.generation + 1
         if (
             metadata.get("deletionTimestamp")
-            and old["metadata"].get("finalizers")
+            and old.meta.finalizers
             and not metadata.get("finalizers")
         ):
             # The last finalizer is gone from an object already being deleted: it goes now.
-            return self._commit(resource, "DELETED", new, copy.deepcopy(old))
-        return self._commit(resource, "MODIFIED", new, copy.deepcopy(old))
+            return self._commit("DELETED", resource, new, old)
+        return self._commit("MODIFIED", resource, new, old)
 
     def update(
         self,
@@ -281,9 +296,8 @@ class ObjectStore:
         subresource: str = "",
     ) -> JsonObject:
         """PUT: replace the object; an empty resourceVersion means unconditional."""
-        resource = self.resource(resource)
-        old = self._current(resource, namespace, name)
-        return self._write(resource, old, copy.deepcopy(body), subresource)
+        old = self.stored(self.resource(resource), namespace, name)
+        return self._write(old, copy.deepcopy(body), subresource).document()
 
     def patch(
         self,
@@ -296,9 +310,8 @@ class ObjectStore:
         subresource: str = "",
     ) -> JsonObject:
         """PATCH with one of `PATCH_TYPES`; a resourceVersion in the patch is a precondition."""
-        resource = self.resource(resource)
         old, patched = self.patched(resource, namespace, name, patch_type, body)
-        return self._write(resource, old, patched, subresource)
+        return self._write(old, patched, subresource).document()
 
     def patched(
         self,
@@ -307,11 +320,11 @@ class ObjectStore:
         name: str,
         patch_type: str,
         body: Any,
-    ) -> tuple[JsonObject, JsonObject]:
-        """The stored object (not a copy: read it only) and the patched copy; nothing is written."""
+    ) -> tuple[StoredObject, JsonObject]:
+        """The stored object and the patched copy of its document; nothing is written."""
         resource = self.resource(resource)
-        old = self._current(resource, namespace, name)
-        current = with_kind(resource, copy.deepcopy(old))
+        old = self.stored(resource, namespace, name)
+        current = copy.deepcopy(old.encode())
         try:
             if patch_type == MERGE_PATCH:
                 if not isinstance(body, dict):
@@ -341,56 +354,51 @@ class ObjectStore:
     ) -> JsonObject:
         """Delete; bound, running pods and objects with finalizers go in two steps."""
         resource = self.resource(resource)
-        old = self._current(resource, namespace, name)
-        validation.check_precondition(old, uid, resource_version, resource)
-        grace = self._grace_period(resource, old, grace_period_seconds)
-        finalizers = bool(old["metadata"].get("finalizers"))
-        if grace == 0 and not finalizers:
-            return self._commit(resource, "DELETED", copy.deepcopy(old), copy.deepcopy(old))
-        metadata = old["metadata"]
-        if metadata.get("deletionTimestamp") and (
-            grace is None or grace >= metadata.get("deletionGracePeriodSeconds", 0)
-        ):
-            return copy.deepcopy(old)
-        new = copy.deepcopy(old)
+        old = self.stored(resource, namespace, name)
+        validation.check_precondition(old, uid, resource_version)
+        grace = self._grace_period(old, grace_period_seconds)
+        if grace == 0 and not old.meta.finalizers:
+            return self._commit("DELETED", resource, old.document(), old).document()
+        if old.meta.deletion_timestamp and (grace is None or grace >= old.meta.deletion_grace_s):
+            return old.document()
+        new = old.document()
         seconds = grace or 0
         deleted_at = self._clock.now() + timedelta(seconds=seconds)
         new["metadata"]["deletionTimestamp"] = rfc3339(deleted_at)
         new["metadata"]["deletionGracePeriodSeconds"] = seconds
         new["metadata"].pop("generation", None)
         if resource.tracks_generation:
-            new["metadata"]["generation"] = int(metadata.get("generation", 0)) + 1
-        committed = self._commit(resource, "MODIFIED", new, copy.deepcopy(old))
-        if resource is PODS and not finalizers:
-            self._finish_later(namespace, name, committed["metadata"]["uid"], seconds)
-        return committed
+            new["metadata"]["generation"] = old.meta.generation + 1
+        committed = self._commit("MODIFIED", resource, new, old)
+        if resource is PODS and not old.meta.finalizers:
+            self._finish_later(committed, seconds)
+        return committed.document()
 
-    def _grace_period(
-        self, resource: ResourceType, obj: JsonObject, requested: int | None
-    ) -> int | None:
+    def _grace_period(self, obj: StoredObject, requested: int | None) -> int | None:
         if requested is not None and requested < 0:
             raise invalid(
-                resource,
-                obj["metadata"]["name"],
+                obj.resource,
+                obj.meta.name,
                 [("gracePeriodSeconds", "FieldValueInvalid", "Invalid value: must be >= 0")],
             )
-        if resource is not PODS:
+        if obj.resource is not PODS:
             return 0 if requested is None else requested
-        spec, phase = obj.get("spec", {}), obj.get("status", {}).get("phase")
+        pod = read_pod(obj.body)
         # An unscheduled or finished pod has no kubelet to wait for: it goes at once.
-        if not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
+        if not pod.node_name or pod.finished:
             return 0
         if requested is not None:
             return requested
-        return int(spec.get("terminationGracePeriodSeconds", 30))
+        return 30 if pod.termination_grace_s is None else pod.termination_grace_s
 
-    def _finish_later(self, namespace: str | None, name: str, uid: str, seconds: int) -> None:
+    def _finish_later(self, pod: StoredObject, seconds: int) -> None:
         """Stand in for the kubelet confirming the pod stopped (capped, so tests stay quick)."""
+        key = self._key(PODS, pod.meta.namespace, pod.meta.name)
 
         def finish() -> None:
-            current = self._objects[PODS].get(self._key(PODS, namespace, name))
-            if current is not None and current["metadata"]["uid"] == uid:
-                self._commit(PODS, "DELETED", copy.deepcopy(current), copy.deepcopy(current))
+            current = self._objects[PODS].get(key)
+            if current is not None and current.meta.uid == pod.meta.uid:
+                self._commit("DELETED", PODS, current.document(), current)
 
         try:
             loop = asyncio.get_running_loop()
@@ -399,45 +407,26 @@ class ObjectStore:
             return
         loop.call_later(min(float(seconds), self._pod_grace_cap_s), finish)
 
-    def bind(self, namespace: str, name: str, binding: JsonObject) -> None:
-        """`pods/binding`: set spec.nodeName once; a bound pod answers 409."""
-        if not isinstance(binding, dict):
-            raise bad_request("a Binding must be a JSON object")
-        target = binding.get("target")
-        node = target.get("name") if isinstance(target, dict) else None
-        if not node:
-            raise ApiError(
-                422,
-                "Invalid",
-                f'Binding "{name}" is invalid: target.name: Required value',
-                {
-                    "name": name,
-                    "kind": "Binding",
-                    "causes": [
-                        {
-                            "reason": "FieldValueRequired",
-                            "message": "Required value",
-                            "field": "target.name",
-                        }
-                    ],
-                },
-            )
-        old = self._current(PODS, namespace, name)
-        meta = binding.get("metadata") or {}
-        validation.check_precondition(old, meta.get("uid"), meta.get("resourceVersion"), PODS)
-        if old["metadata"].get("deletionTimestamp"):
+    def bind(self, namespace: str, name: str | None, body: object) -> None:
+        """`pods/binding` of pod `name` (None: the one the Binding names): set spec.nodeName
+        once; a bound pod answers 409."""
+        binding = Binding.decode(name, body)
+        name = binding.pod
+        old = self.stored(PODS, namespace, name)
+        validation.check_precondition(old, binding.uid, binding.resource_version)
+        if old.meta.deletion_timestamp:
             raise conflict(
                 PODS, name, f"pod {name} is being deleted, cannot be assigned to a host", "binding"
             )
-        bound = old.get("spec", {}).get("nodeName")
+        bound = old.fields["spec.nodeName"]
         if bound:
             raise conflict(
                 PODS, name, f'pod {name} is already assigned to node "{bound}"', "binding"
             )
-        new = copy.deepcopy(old)
-        new["spec"]["nodeName"] = node
-        if meta.get("annotations"):
-            new["metadata"].setdefault("annotations", {}).update(meta["annotations"])
+        new = old.document()
+        new["spec"]["nodeName"] = binding.node
+        if binding.annotations:
+            new["metadata"].setdefault("annotations", {}).update(binding.annotations)
         conditions = new.setdefault("status", {}).setdefault("conditions", [])
         conditions[:] = [c for c in conditions if c.get("type") != "PodScheduled"]
         conditions.append(
@@ -448,7 +437,7 @@ class ObjectStore:
                 "lastTransitionTime": rfc3339(self._clock.now()),
             }
         )
-        self._commit(PODS, "MODIFIED", new, copy.deepcopy(old))
+        self._commit("MODIFIED", PODS, new, old)
 
     # --- watching -------------------------------------------------------------------------
 
@@ -466,8 +455,8 @@ class ObjectStore:
         resource = self.resource(resource)
         watcher = Watcher(resource, namespace, selector)
         if not resource_version or resource_version == "0":
-            for obj in self._matching(resource, namespace, selector):
-                watcher.queue.put_nowait({"type": "ADDED", "object": with_kind(resource, obj)})
+            for obj in self.matching(resource, namespace, selector):
+                watcher.send("ADDED", obj)
         else:
             since = _parse_version(resource_version)
             if since < self._compacted:
@@ -515,15 +504,10 @@ class ObjectStore:
                 504,
                 "Timeout",
                 f"Too large resource version: {wanted}, current: {self.resource_version}",
-                {
-                    "causes": [
-                        {
-                            "reason": "ResourceVersionTooLarge",
-                            "message": "Too large resource version",
-                        }
-                    ],
-                    "retryAfterSeconds": 1,
-                },
+                StatusDetails(
+                    causes=(("", "ResourceVersionTooLarge", "Too large resource version"),),
+                    retry_after_s=1,
+                ),
             )
         if match == "Exact" and wanted != self.resource_version:
             raise gone(f"too old resource version: {wanted} ({self.resource_version})")
@@ -533,8 +517,3 @@ def _parse_version(text: str) -> int:
     if not text.isdigit():
         raise bad_request(f"invalid resource version {text!r}: must be a decimal integer")
     return int(text)
-
-
-def _without(obj: JsonObject) -> JsonObject:
-    """The parts whose change bumps metadata.generation (everything but metadata and status)."""
-    return {k: v for k, v in obj.items() if k not in ("metadata", "status")}

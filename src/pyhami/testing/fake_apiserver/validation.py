@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from pyhami.kube import JsonObject
+from pyhami.testing.fake_apiserver.objects import StoredObject
 from pyhami.testing.fake_apiserver.quantities import (
     QuantityFormatError,
     canonicalize_resource_lists,
@@ -32,9 +33,8 @@ _POD_UPDATE_FORBIDDEN = (
 )
 
 
-def check_kind(resource: ResourceType, obj: JsonObject) -> None:
+def check_kind(resource: ResourceType, kind: object, api_version: object) -> None:
     """A body of another kind is refused, as the decoder refuses it."""
-    kind, api_version = obj.get("kind"), obj.get("apiVersion")
     if kind not in (None, "", resource.kind) or api_version not in (None, "", resource.api_version):
         raise bad_request(
             f"the API version in the data ({api_version}) does not match the expected API "
@@ -99,21 +99,6 @@ def decode_quantities(resource: ResourceType, obj: JsonObject) -> None:
         ) from err
 
 
-def _default_requests_to_limits(spec: JsonObject) -> None:
-    """A container's limit is its request for each resource it requests nothing of."""
-    for group in ("containers", "initContainers"):
-        for container in spec.get(group) or ():
-            resources = container.get("resources") if isinstance(container, dict) else None
-            if not isinstance(resources, dict) or not isinstance(resources.get("limits"), dict):
-                continue
-            requests = resources.setdefault("requests", {})
-            if isinstance(requests, dict):
-                for name, value in resources["limits"].items():
-                    requests.setdefault(name, value)
-            if not requests:
-                del resources["requests"]  # an empty map is as good as none
-
-
 def apply_defaults(resource: ResourceType, obj: JsonObject) -> None:
     """The defaults kube-apiserver fills while decoding, so admission webhooks see them."""
     decode_quantities(resource, obj)
@@ -124,7 +109,17 @@ def apply_defaults(resource: ResourceType, obj: JsonObject) -> None:
             spec.setdefault("restartPolicy", "Always")
             spec.setdefault("terminationGracePeriodSeconds", 30)
             spec.setdefault("dnsPolicy", "ClusterFirst")
-            _default_requests_to_limits(spec)
+            # A container's limit is its request for each resource it requests nothing of.
+            for container in (*(spec.get("containers") or ()), *(spec.get("initContainers") or ())):
+                resources = container.get("resources") if isinstance(container, dict) else None
+                if not isinstance(resources, dict) or not isinstance(resources.get("limits"), dict):
+                    continue
+                requests = resources.setdefault("requests", {})
+                if isinstance(requests, dict):
+                    for name, value in resources["limits"].items():
+                        requests.setdefault(name, value)
+                if not requests:
+                    del resources["requests"]  # an empty map is as good as none
         obj.setdefault("status", {}).setdefault("phase", "Pending")
     elif resource is NAMESPACES:
         obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
@@ -141,18 +136,14 @@ _QUALIFIED_NAME = re.compile(
 _OMIT_EMPTY_METADATA = ("labels", "annotations", "finalizers", "ownerReferences")
 
 
-def drop_empty_metadata(obj: JsonObject) -> None:
-    """ObjectMeta's maps and lists are `omitempty`: an empty one is the same as none."""
+def validate(resource: ResourceType, obj: JsonObject, old: StoredObject | None = None) -> None:
+    """The checks a create (after admission and name generation) or an update of `old` must
+    pass. Labels and annotations: string maps (else the decoder's 400), valid keys and label
+    values (else 422), as ValidateObjectMeta checks them. Then ObjectMeta's maps and lists
+    are dropped where empty: they are `omitempty`, an empty one is the same as none."""
     metadata = obj["metadata"]
-    for field in _OMIT_EMPTY_METADATA:
-        if field in metadata and not metadata[field]:
-            del metadata[field]
-
-
-def check_metadata(resource: ResourceType, obj: JsonObject) -> None:
-    """Labels and annotations: string maps (else the decoder's 400), valid keys and label
-    values (else 422), as ValidateObjectMeta checks them."""
-    metadata = obj["metadata"]
+    if old is None:
+        check_name(resource, metadata.get("name", ""))
     name = str(metadata.get("name") or metadata.get("generateName") or "")
     causes = []
     for field in ("labels", "annotations"):
@@ -186,17 +177,17 @@ def check_metadata(resource: ResourceType, obj: JsonObject) -> None:
                 )
     if causes:
         raise invalid(resource, name, causes)
-
-
-def validate_create(resource: ResourceType, obj: JsonObject) -> None:
-    """After admission and name generation: the checks a create must pass."""
-    metadata = obj["metadata"]
-    name = metadata.get("name", "")
-    check_name(resource, name)
-    check_metadata(resource, obj)
-    drop_empty_metadata(obj)
+    for field in _OMIT_EMPTY_METADATA:
+        if field in metadata and not metadata[field]:
+            del metadata[field]
     if resource is PODS:
         _check_pod_spec(name, obj.get("spec"))
+        if old is not None and _pod_spec_without_mutable(
+            old.body.get("spec")
+        ) != _pod_spec_without_mutable(obj.get("spec")):
+            raise invalid(
+                PODS, name, [("spec", "FieldValueForbidden", f"Forbidden: {_POD_UPDATE_FORBIDDEN}")]
+            )
     elif resource is NAMESPACES:
         metadata.setdefault("labels", {})["kubernetes.io/metadata.name"] = name
 
@@ -218,39 +209,20 @@ def _pod_spec_without_mutable(spec: Any) -> Any:
     return stripped
 
 
-def validate_update(resource: ResourceType, old: JsonObject, new: JsonObject) -> None:
-    name = old["metadata"]["name"]
-    check_metadata(resource, new)
-    drop_empty_metadata(new)
-    if resource is PODS:
-        _check_pod_spec(name, new.get("spec"))
-        if _pod_spec_without_mutable(old.get("spec")) != _pod_spec_without_mutable(new.get("spec")):
-            raise invalid(
-                PODS, name, [("spec", "FieldValueForbidden", f"Forbidden: {_POD_UPDATE_FORBIDDEN}")]
-            )
-    if resource is NAMESPACES:
-        labels = new["metadata"].setdefault("labels", {})
-        labels["kubernetes.io/metadata.name"] = name
-
-
-def check_precondition(
-    old: JsonObject, uid: str | None, resource_version: str | None, resource: ResourceType
-) -> None:
+def check_precondition(old: StoredObject, uid: str | None, resource_version: str | None) -> None:
     """DeleteOptions / Binding preconditions: 409 naming both values, as the registry words it."""
-    metadata = old["metadata"]
-    if uid and uid != metadata.get("uid"):
-        raise ApiError(
-            409,
-            "Conflict",
-            f'Operation cannot be fulfilled on {resource.qualified} "{metadata["name"]}": '
-            f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
-            f"{metadata.get('uid')}",
+    meta, failed = old.meta, ""
+    if uid and uid != meta.uid:
+        failed = f"UID in precondition: {uid}, UID in object meta: {meta.uid}"
+    elif resource_version and resource_version != meta.resource_version:
+        failed = (
+            f"ResourceVersion in precondition: {resource_version}, "
+            f"ResourceVersion in object meta: {meta.resource_version}"
         )
-    if resource_version and resource_version != metadata.get("resourceVersion"):
+    if failed:
         raise ApiError(
             409,
             "Conflict",
-            f'Operation cannot be fulfilled on {resource.qualified} "{metadata["name"]}": '
-            f"Precondition failed: ResourceVersion in precondition: {resource_version}, "
-            f"ResourceVersion in object meta: {metadata.get('resourceVersion')}",
+            f'Operation cannot be fulfilled on {old.resource.qualified} "{meta.name}": '
+            f"Precondition failed: {failed}",
         )

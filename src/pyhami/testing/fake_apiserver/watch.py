@@ -6,6 +6,7 @@ import asyncio
 from dataclasses import dataclass
 
 from pyhami.kube import JsonObject
+from pyhami.testing.fake_apiserver.objects import StoredObject
 from pyhami.testing.fake_apiserver.resources import ResourceType
 from pyhami.testing.fake_apiserver.selectors import Selector
 
@@ -17,13 +18,8 @@ class Change:
     resource_version: int
     resource: ResourceType
     type: str  # ADDED, MODIFIED, DELETED
-    obj: JsonObject
-    old: JsonObject | None
-
-
-def with_kind(resource: ResourceType, obj: JsonObject) -> JsonObject:
-    """Objects on the wire (get, watch) carry kind and apiVersion first; list items do not."""
-    return {"apiVersion": resource.api_version, "kind": resource.kind, **obj}
+    obj: StoredObject
+    old: StoredObject | None
 
 
 class Watcher:
@@ -36,12 +32,15 @@ class Watcher:
         self.queue: asyncio.Queue[JsonObject | None] = asyncio.Queue()
         self.abort = False  # drop by cutting the connection instead of ending the stream
 
-    def _visible(self, obj: JsonObject | None) -> bool:
+    def _visible(self, obj: StoredObject | None) -> bool:
         if obj is None:
             return False
-        if self.namespace is not None and obj["metadata"].get("namespace") != self.namespace:
+        if self.namespace is not None and obj.meta.namespace != self.namespace:
             return False
-        return self.selector.matches(obj)
+        return self.selector.selects(obj.meta.labels, obj.fields)
+
+    def send(self, kind: str, obj: StoredObject) -> None:
+        self.queue.put_nowait({"type": kind, "object": obj.encode()})
 
     def offer(self, change: Change) -> None:
         """Queue the change as this watcher sees it: leaving the selection reads as DELETED."""
@@ -54,7 +53,7 @@ class Watcher:
             kind = change.type
         else:
             return
-        self.queue.put_nowait({"type": kind, "object": with_kind(self.resource, change.obj)})
+        self.send(kind, change.obj)
 
     def close(self) -> None:
         self.queue.put_nowait(None)
