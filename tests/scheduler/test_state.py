@@ -4,7 +4,8 @@ from typing import Any
 
 from pyhami.devices.nvidia.vendor import NvidiaVendor
 from pyhami.engine import EngineConfig, PodAllocation
-from pyhami.kube.views import read_node, read_pod, read_quota
+from pyhami.kube.manifests import read_quota
+from pyhami.kube.views import read_node, read_pod
 from pyhami.model import ContainerDevice, NodeName, NodeView, PodView
 from pyhami.protocol import KEY_DEVICE_CORDON, KEY_NODE_LOCK, KEY_NVIDIA_ALLOCATED, KEY_VGPU_NODE
 from pyhami.scheduler.ownership import registered_inventory

@@ -17,7 +17,6 @@ from pyhami.model import (
     PodSpecError,
     PodView,
 )
-from pyhami.model.views import QuotaView
 
 # One shared empty mapping: most pods have no requests, many no labels, and an empty copy per
 # view costs ~110 bytes (the scheduler keeps a view of every pod).
@@ -203,17 +202,3 @@ def resource_version(obj: Mapping[str, Any]) -> str:
     """Any object's `metadata.resourceVersion` ("" when it has none)."""
     metadata = obj.get("metadata")
     return _text(metadata.get("resourceVersion")) if isinstance(metadata, Mapping) else ""
-
-
-def read_quota(quota: Mapping[str, Any]) -> QuotaView:
-    """A ResourceQuota's view; ValueError naming the quota when a field is no object."""
-    metadata = _object(quota.get("metadata"), "quota metadata", ValueError)
-    namespace, name = _text(metadata.get("namespace")), _text(metadata.get("name"))
-    spec = _object(quota.get("spec"), f"quota {namespace}/{name}: spec", ValueError)
-    hard = _object(spec.get("hard"), f"quota {namespace}/{name}: spec.hard", ValueError)
-    return QuotaView(
-        key=_text(metadata.get("uid")) or f"{namespace}/{name}",
-        namespace=namespace,
-        hard=_frozen(hard),
-        resource_version=resource_version(quota),
-    )

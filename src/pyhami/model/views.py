@@ -113,13 +113,3 @@ class NodeView:
     annotations: Mapping[str, str] = field(default_factory=dict)
     allocatable: Mapping[str, object] = field(default_factory=dict)
     resource_version: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class QuotaView:
-    """One ResourceQuota: its key (the UID, else namespace/name), namespace and `spec.hard`."""
-
-    key: str
-    namespace: str
-    hard: Mapping[str, object] = field(default_factory=dict)
-    resource_version: str = ""

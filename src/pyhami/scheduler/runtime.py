@@ -47,8 +47,9 @@ from pyhami.kube import (
     cancel_and_wait,
 )
 from pyhami.kube.informer import ViewInformer
+from pyhami.kube.manifests import read_quota
 from pyhami.kube.scheduler_dra_views import read_slice_card_memories
-from pyhami.kube.views import read_node, read_pod, read_quota
+from pyhami.kube.views import read_node, read_pod
 from pyhami.model import NodeView
 from pyhami.protocol import LABEL_SCHEDULER_ROLE, SchedulerRole, pod_labels_patch
 from pyhami.scheduler.dra_cards import DraCardMemories

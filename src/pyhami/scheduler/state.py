@@ -40,9 +40,9 @@ from pyhami.engine import (
     container_phases,
     plan_pod,
 )
+from pyhami.kube.manifests import QuotaView
 from pyhami.kube.views import read_pod
 from pyhami.model import ContainerDevices, NodeName, NodeView, PodView
-from pyhami.model.views import QuotaView
 from pyhami.protocol import (
     KEY_BIND_PHASE,
     KEY_DEVICE_CORDON,
