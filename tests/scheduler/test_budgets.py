@@ -2,9 +2,14 @@
 
 import pytest
 
-from pyhami.kube.views import read_pod
+from pyhami.kube.views import read_budget, read_pod
 from pyhami.model import PodView
-from pyhami.scheduler.budgets import Budget, BudgetError, protected, read_budgets, violations
+from pyhami.model.views import Budget, BudgetError
+from pyhami.scheduler.budgets import protected, violations
+
+
+def read_budgets(pdbs: list[dict[str, object]]) -> list[Budget]:
+    return [read_budget(pdb) for pdb in pdbs]
 
 
 def pdb(name: str, selector: object, allowed: int, *, generation: int = 1, observed: int = 1,
@@ -35,8 +40,8 @@ def test_selectors_cover_pods_of_their_namespace_only() -> None:
 
 
 def test_a_budget_the_controller_has_not_seen_allows_nothing() -> None:
-    assert Budget.from_object(pdb("new", {}, 3, generation=2, observed=1)).allowed == 0
-    assert Budget.from_object({"metadata": {"name": "bare"}, "spec": {"selector": {}}}).allowed == 0
+    assert read_budget(pdb("new", {}, 3, generation=2, observed=1)).allowed == 0
+    assert read_budget({"metadata": {"name": "bare"}, "spec": {"selector": {}}}).allowed == 0
 
 
 def test_victims_take_disruptions_in_order_and_the_excess_violates() -> None:

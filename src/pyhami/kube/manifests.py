@@ -36,8 +36,8 @@ class QuotaView:
 
 @dataclass(frozen=True, slots=True)
 class Unread:
-    """An object of a kind read elsewhere (PodDisruptionBudgets: `scheduler.budgets`) or not at
-    all; `document` goes on to its reader untouched."""
+    """An object of a kind read elsewhere (PodDisruptionBudgets: `kube.views.read_budget`) or
+    not at all; `document` goes on to its reader untouched."""
 
     kind: str
     document: JsonObject
