@@ -14,7 +14,7 @@ import typer
 import yaml
 
 from pyhami.devices.config import parse_device_config
-from pyhami.devices.nvidia.dra_claims import device_class
+from pyhami.kube.dra_manifests import device_class
 from pyhami.sim.demo.cluster import WEBHOOKS, trusted_writers_condition
 from pyhami.testing.fake_apiserver.cel import compile_expression
 from pyhami.testing.scheduler_harness.config import ExtenderConfig

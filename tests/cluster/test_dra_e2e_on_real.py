@@ -23,14 +23,13 @@ from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.devices.nvidia.dra_claims import (
     NODE_MODE_DRA,
     NODE_MODE_LABEL,
+    UNHEALTHY_TAINT,
     GpuShare,
-    claim_template,
     consumed_capacity,
-    device_class,
 )
 from pyhami.dra.api import DRIVER
 from pyhami.dra.service import DraDriver, DriverOptions
-from pyhami.dra.slices import UNHEALTHY_TAINT, slice_name
+from pyhami.dra.slices import slice_name
 from pyhami.kube import (
     DEVICE_CLASSES,
     PODS,
@@ -41,6 +40,8 @@ from pyhami.kube import (
     KubeClient,
     NotFound,
 )
+from pyhami.kube.dra_manifests import claim_template, device_class
+from pyhami.kube.dra_views import read_claim
 from pyhami.sim.demo.cluster import DRA_DRIVER_USER, install_libvgpu
 from pyhami.sim.demo.monitors import NodeMonitor, node_monitor
 from pyhami.sim.top import scrape
@@ -238,7 +239,7 @@ async def test_a_4gib_30_percent_claim_is_allocated_prepared_and_enforced_by_lib
     await node.admin.create(PODS, pod, NS)
 
     claim = await claim_of(node.admin, "trainer")
-    assert consumed_capacity(claim) == [{"memory": 4096 * MIB, "cores": 30}]
+    assert consumed_capacity(read_claim(claim)) == [{"memory": 4096 * MIB, "cores": 30}]
     started = await node.agent.wait_started(NS, "trainer", timeout_s=30)
     main = started.container("main")
     assert main.cdi_device_ids, "the driver named the claim's CDI device"

@@ -18,6 +18,7 @@ import pytest
 from pyhami.controlplane import BuiltBinaries
 from pyhami.devices.nvidia.dra_claims import NODE_MODE_DRA, NODE_MODE_LABEL, consumed_capacity
 from pyhami.kube import PODS, RESOURCE_CLAIMS, JsonObject, KubeClient, NotFound
+from pyhami.kube.dra_views import read_claim
 from pyhami.sim.demo.cluster import DemoCluster
 from pyhami.sim.demo.settings import DemoSettings, card_uuid
 from pyhami.sim.top import scrape
@@ -97,7 +98,7 @@ async def test_every_pod_lands_on_the_right_kind_of_node(mixed: DemoCluster) -> 
     running = await placed(client, "translated")
     assert running["spec"]["nodeName"] == dra_node.name
     claim = await claim_named_in(client, running)
-    assert consumed_capacity(claim) == [{"memory": 4096 * MIB, "cores": 30}]
+    assert consumed_capacity(read_claim(claim)) == [{"memory": 4096 * MIB, "cores": 30}]
     started = await dra_node.agent.wait_started(NS, "translated")
     main = started.container("main")
     assert main.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "4096m"
@@ -118,7 +119,7 @@ async def test_every_pod_lands_on_the_right_kind_of_node(mixed: DemoCluster) -> 
     running = await placed(client, "whole")
     assert running["spec"]["nodeName"] == dra_node.name
     claim = await claim_named_in(client, running)
-    assert consumed_capacity(claim) == [{"memory": A100_MIB * MIB, "cores": 100}]
+    assert consumed_capacity(read_claim(claim)) == [{"memory": A100_MIB * MIB, "cores": 100}]
 
 
 VGPU_SERIES = ("hami_vgpu_", "hami_container_")

@@ -13,10 +13,11 @@ from typing import Any
 
 from pyhami.controlplane import BuiltBinaries
 from pyhami.deviceplugin.allocation import AllocationSettings
+from pyhami.devices.nvidia.dra_claims import UNHEALTHY_TAINT
 from pyhami.devices.quantity import parse_quantity
 from pyhami.dra.api import DRIVER
 from pyhami.dra.service import DraDriver, DriverOptions
-from pyhami.dra.slices import UNHEALTHY_TAINT, slice_name
+from pyhami.dra.slices import slice_name
 from pyhami.kube import NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, KubeClient
 from pyhami.testing import FakeNVML
 from pyhami.testing.dra_kubelet import ClaimRef, DRAKubelet

@@ -19,9 +19,7 @@ from pyhami.devices.nvidia.dra_claims import (
     NODE_MODE_DRA,
     NODE_MODE_LABEL,
     GpuShare,
-    claim_template,
     consumed_capacity,
-    device_class,
 )
 from pyhami.kube import (
     DEVICE_CLASSES,
@@ -33,6 +31,8 @@ from pyhami.kube import (
     NotFound,
     Resource,
 )
+from pyhami.kube.dra_manifests import claim_template, device_class
+from pyhami.kube.dra_views import read_claim
 from pyhami.testing.fake_kubelet import FakeKubelet
 from pyhami.testing.node_agent import NodeAgent
 from pyhami.testing.real_cluster import RealControlPlane
@@ -167,7 +167,7 @@ async def test_a_share_of_a_gpu_is_allocated_by_kube_scheduler_with_its_consumed
     [result] = claim["status"]["allocation"]["devices"]["results"]
     assert result["driver"] == DRIVER and result["pool"] == dra.node
     assert result.get("shareID"), "a device shared by many allocations gives each a share id"
-    assert consumed_capacity(claim) == [{"memory": 4 * GIB, "cores": 30}]
+    assert consumed_capacity(read_claim(claim)) == [{"memory": 4 * GIB, "cores": 30}]
     # the claim was made from the template by kube-controller-manager, owned by the pod
     [owner] = claim["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["name"]) == ("Pod", "share")
@@ -195,7 +195,7 @@ async def test_claims_share_a_card_until_its_memory_is_spent_then_wait_with_the_
     # a share that ends frees its memory: the waiting pod is placed
     await dra.admin.delete(PODS, "share-0", NS, grace_period_seconds=0)
     claim = await allocated_claim(dra.admin, "one-too-many", timeout_s=60)
-    assert consumed_capacity(claim) == [{"memory": 4 * GIB, "cores": 10}]
+    assert consumed_capacity(read_claim(claim)) == [{"memory": 4 * GIB, "cores": 10}]
 
 
 async def test_a_plain_gpu_pod_gets_a_whole_gpu_through_the_extended_resource_mapping(
@@ -216,7 +216,7 @@ async def test_a_plain_gpu_pod_gets_a_whole_gpu_through_the_extended_resource_ma
     await dra.admin.create(PODS, plain, NS)
     claim = await allocated_claim(dra.admin, "plain")
     # the whole card: each capacity's policy default is all of it
-    [consumed] = consumed_capacity(claim)
+    [consumed] = consumed_capacity(read_claim(claim))
     assert consumed in ({"memory": 16 * GIB, "cores": 100}, {"memory": 8 * GIB, "cores": 100})
     # a second and a third plain pod: the second takes the other card, the third waits
     plain["metadata"]["name"] = "plain-2"

@@ -8,8 +8,9 @@ from pathlib import Path
 import yaml
 
 from pyhami.controlplane import BuiltBinaries
-from pyhami.dra.slices import slice_name, slice_spec
+from pyhami.dra.slices import slice_name
 from pyhami.kube import NODES, PODS, RESOURCE_SLICES, Forbidden, KubeClient
+from pyhami.kube.dra_manifests import resource_slice
 from pyhami.sim.demo.cluster import COMPONENT_NAMESPACE, DRA_DRIVER_USER
 from pyhami.testing.real_cluster import RealControlPlane, kubeconfig
 
@@ -21,7 +22,7 @@ DRIVER_ACCOUNT = DRA_DRIVER_USER.rsplit(":", 1)[1]
 
 
 def gpu_slice(node: str) -> dict[str, object]:
-    return {"metadata": {"name": slice_name(node)}, "spec": slice_spec(node, (), {}, 1)}
+    return resource_slice(slice_name(node), node, (), 1)
 
 
 async def token_of_pod_on(plane: RealControlPlane, admin: KubeClient, node: str) -> KubeClient:

@@ -28,6 +28,7 @@ from pyhami.kube import (
     JsonObject,
     KubeClient,
 )
+from pyhami.kube.dra_views import read_claim
 from pyhami.sim.demo.cluster import DemoCluster
 from pyhami.sim.demo.dra_nodes import dra_node_name
 from pyhami.sim.demo.settings import DemoSettings
@@ -72,7 +73,7 @@ def gpu_pod(name: str, limits: dict[str, str], annotations: dict[str, str]) -> J
 def allocated(claim: JsonObject) -> list[tuple[str, str, dict[str, int]]]:
     """(node pool, device, consumed capacity) per allocated device."""
     results = claim["status"]["allocation"]["devices"]["results"]
-    consumed = consumed_capacity(claim)
+    consumed = consumed_capacity(read_claim(claim))
     return [(r["pool"], r["device"], c) for r, c in zip(results, consumed, strict=True)]
 
 

@@ -36,7 +36,6 @@ def test_chart_file_parses_with_hami_defaults() -> None:
     assert config.nvidia.resource_memory_name == "nvidia.com/gpumem"
     assert config.nvidia.default_gpu_num == 1
     assert config.nvidia.memory_factor == 1
-    assert config.other_vendors == {"cambricon": {"resourceCountName": "cambricon.com/vmlu"}}
 
 
 def test_other_names_are_honoured() -> None:

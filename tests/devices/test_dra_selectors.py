@@ -11,9 +11,9 @@ from pyhami.devices.nvidia.dra_claims import (
     GpuShare,
     card_selectors,
     cel_string,
-    claim_spec,
 )
 from pyhami.devices.nvidia.selectors import pod_card_selectors
+from pyhami.kube.dra_manifests import claim_spec
 
 # A CEL double-quoted string: any character but a quote, backslash or line break, or an escape.
 _LITERAL = re.compile(r'"(?:[^"\\\n\r]|\\(?:[\\"]|u[0-9a-f]{4}|U[0-9a-f]{8}))*"')

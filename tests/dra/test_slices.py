@@ -7,8 +7,9 @@ import pytest
 
 from pyhami.deviceplugin.config import DeviceFilter
 from pyhami.deviceplugin.inventory import discover
+from pyhami.devices.nvidia.dra_claims import UNHEALTHY_TAINT
 from pyhami.dra.api import DRIVER
-from pyhami.dra.slices import UNHEALTHY_TAINT, cuda_semver, read_facts, slice_name
+from pyhami.dra.slices import cuda_semver, read_facts, slice_name
 from pyhami.nvml import NvmlError
 from pyhami.testing import FakeNVML
 from pyhami.testing.fake_nvml import a100_80g, gb10, t4

@@ -9,6 +9,7 @@ from typing import Any
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from pyhami.kube.views import read_pod
 from pyhami.model import NodeName
 from pyhami.monitor.host import NvmlOpener
 from pyhami.monitor.metrics import MonitorCollector, monitor_registry
@@ -62,7 +63,7 @@ class StaticPods:
     objects: list[dict[str, Any]] = field(default_factory=list)
 
     def pods(self) -> list[PodView]:
-        return [pod_view(obj) for obj in self.objects]
+        return [pod_view(read_pod(obj)) for obj in self.objects]
 
 
 Sample = tuple[str, dict[str, str], float]

@@ -10,6 +10,7 @@ import aiohttp
 import pytest
 
 from pyhami.kube import KubeClient
+from pyhami.kube.views import read_pod
 from pyhami.monitor.pods import InformerPodSource, PodView, pod_view
 from pyhami.monitor.service import MonitorService
 from pyhami.monitor.settings import MonitorSettings
@@ -180,7 +181,7 @@ async def test_loop_ticks_every_five_seconds_until_stopped(tmp_path: Path) -> No
     # The clock itself stops the loop after four sleeps: a poll from the test could come late on a
     # loaded machine, after the fake sleeps had run the census past zero.
     clock = StoppingClock(stop, after_sleeps=4)
-    pods = _Pods(pod_view(pod_object("pod-a", UID_A)))
+    pods = _Pods(pod_view(read_pod(pod_object("pod-a", UID_A))))
     service = MonitorService(settings, pods, None, clock, mig_apply_lock=tmp_path / "x")
     await asyncio.wait_for(service.run(stop), 5)
     assert clock.sleeps == [5.0] * 4
@@ -212,7 +213,7 @@ def test_feedback_pauses_while_the_mig_apply_lock_exists(tmp_path: Path) -> None
     settings = MonitorSettings(hook_path=tmp_path, node_name=NODE)
     service = MonitorService(
         settings,
-        _Pods(pod_view(pod_object("pod-a", UID_A))),
+        _Pods(pod_view(read_pod(pod_object("pod-a", UID_A)))),
         None,
         FakeClock(),
         mig_apply_lock=lock,

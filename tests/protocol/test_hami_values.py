@@ -6,6 +6,12 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
+from pyhami.kube.patches import (
+    encode_patch,
+    node_lock_release_patch,
+    node_lock_set_patch,
+    pod_annotations_patch,
+)
 from pyhami.model import ContainerDevice, DeviceInfo, DevicePairScore, MigAllocation, MigPlacement
 from pyhami.protocol import (
     KEY_NVIDIA_ALLOCATED,
@@ -25,17 +31,13 @@ from pyhami.protocol import (
     encode_node_devices,
     encode_node_devices_legacy,
     encode_pair_scores,
-    encode_patch,
     encode_pod_devices,
     encode_pod_single_device,
     format_handshake_request,
     format_node_lock,
     format_unix_seconds,
-    node_lock_release_patch,
-    node_lock_set_patch,
     parse_bind_phase,
     parse_node_lock,
-    pod_annotations_patch,
     pod_single_device,
 )
 

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pyhami.kube.patches import encode_patch, pod_annotations_patch
 from pyhami.model import (
     ContainerDevice,
     DeviceInfo,
@@ -37,7 +38,6 @@ from pyhami.protocol import (
     encode_node_devices,
     encode_node_devices_legacy,
     encode_pair_scores,
-    encode_patch,
     encode_pod_devices,
     encode_pod_single_device,
     format_device_scoring_weights,
@@ -59,7 +59,6 @@ from pyhami.protocol import (
     parse_unix_seconds,
     parse_uuid_selector,
     parse_wall_clock,
-    pod_annotations_patch,
     policy_contains,
     split_list,
 )

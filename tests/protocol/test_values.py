@@ -4,6 +4,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from pyhami.kube.patches import (
+    encode_patch,
+    mig_allocations_patch,
+    node_annotations_patch,
+    pod_annotations_patch,
+    pod_labels_patch,
+    remove_annotations_patch,
+)
 from pyhami.model import ContainerDevice, DeviceInfo, MigProfile
 from pyhami.protocol import (
     KEY_NODE_LOCK,
@@ -16,7 +24,6 @@ from pyhami.protocol import (
     RegisterForm,
     encode_container_devices,
     encode_node_devices_legacy,
-    encode_patch,
     encode_pod_devices,
     format_device_scoring_weights,
     format_node_lock,
@@ -24,8 +31,6 @@ from pyhami.protocol import (
     format_rfc3339,
     format_unix_seconds,
     is_expired,
-    mig_allocations_patch,
-    node_annotations_patch,
     parse_bind_phase,
     parse_device_cordon,
     parse_device_scoring_weights,
@@ -37,11 +42,8 @@ from pyhami.protocol import (
     parse_type_selector,
     parse_unix_seconds,
     parse_uuid_selector,
-    pod_annotations_patch,
-    pod_labels_patch,
     pod_single_device,
     policy_contains,
-    remove_annotations_patch,
     type_selected,
     uuid_selected,
     vgpu_mode_accepts,
@@ -322,8 +324,8 @@ def test_patch_bodies_byte_exact() -> None:
 
 
 def test_pod_patch_label_only_for_a_non_empty_node() -> None:
-    assert "labels" not in pod_annotations_patch({"hami.io/vgpu-node": ""})["metadata"]  # type: ignore[operator]
-    assert "labels" not in pod_annotations_patch({"hami.io/bind-phase": "success"})["metadata"]  # type: ignore[operator]
+    assert "labels" not in pod_annotations_patch({"hami.io/vgpu-node": ""})["metadata"]
+    assert "labels" not in pod_annotations_patch({"hami.io/bind-phase": "success"})["metadata"]
 
 
 def test_pod_single_device_builds_one_segment_per_container() -> None:

@@ -16,10 +16,8 @@ gone; the node lock is released at once either way. HAMi logs the failure and le
 import asyncio
 import logging
 import random
-from typing import Any
 
 from pyhami.deviceplugin.allocation import AllocationError
-from pyhami.deviceplugin.kubeapi import annotations
 from pyhami.kube import (
     Clock,
     KubeClient,
@@ -29,9 +27,10 @@ from pyhami.kube import (
     NotFound,
     SystemClock,
 )
+from pyhami.kube.patches import pod_annotations_patch
 from pyhami.kube.tasks import cancel_and_wait, guarded_task
-from pyhami.kube.views import read_pod
-from pyhami.model import PodSpecError, PodView
+from pyhami.kube.views import read_node, read_pod
+from pyhami.model import NodeSpecError, PodSpecError, PodView
 from pyhami.protocol import (
     KEY_BIND_PHASE,
     KEY_BIND_TIME,
@@ -102,10 +101,10 @@ class PodBinding:
     async def pending_pod(self) -> PodView:
         """The pod kubelet is admitting now; AllocationError says why none can be found."""
         try:
-            node = await self._kube.get_node(self._node)
-        except KubeError as error:
+            node = read_node(await self._kube.get_node(self._node))
+        except (KubeError, NodeSpecError) as error:
             raise AllocationError(f"cannot read node {self._node}: {error}") from error
-        lock = annotations(node).get(KEY_NODE_LOCK)
+        lock = node.annotations.get(KEY_NODE_LOCK)
         if lock:
             owner = await self._lock_owner(lock)
             if owner is not None:
@@ -171,9 +170,8 @@ class PodBinding:
         """Mark the pod's bind-phase and release the node lock (errors are logged, not raised;
         a bind-phase that cannot be written now is written again in the background)."""
         namespace, name = pod.namespace, pod.name
-        body = {"metadata": {"annotations": {KEY_BIND_PHASE: phase.value}}}
         try:
-            await self._kube.patch_pod(namespace, name, body)
+            await self._write_phase(namespace, name, phase)
         except KubeError as error:
             log.error(
                 "cannot set %s=%s on %s: %s; retrying in the background",
@@ -182,19 +180,24 @@ class PodBinding:
                 pod.ref,
                 error,
             )
-            self._start_repair(namespace, name, body)
+            self._start_repair(namespace, name, phase)
         try:
             await self.release_lock(namespace, name)
         except (KubeError, NodeLockError) as error:
             log.error("cannot release the node lock of %s on %s: %s", pod.ref, self._node, error)
 
-    def _start_repair(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+    async def _write_phase(self, namespace: str, name: str, phase: BindPhase) -> None:
+        await self._kube.patch_pod(
+            namespace, name, pod_annotations_patch({KEY_BIND_PHASE: phase.value})
+        )
+
+    def _start_repair(self, namespace: str, name: str, phase: BindPhase) -> None:
         key = (namespace, name)
         earlier = self._repairs.get(key)
         if earlier is not None:
             earlier.cancel()  # the newer phase wins
         task = guarded_task(
-            self._repair(namespace, name, body), f"bind-phase {namespace}/{name}", may_finish=True
+            self._repair(namespace, name, phase), f"bind-phase {namespace}/{name}", may_finish=True
         )
         self._repairs[key] = task
         task.add_done_callback(lambda done: self._forget(key, done))
@@ -203,13 +206,13 @@ class PodBinding:
         if self._repairs.get(key) is task:
             del self._repairs[key]
 
-    async def _repair(self, namespace: str, name: str, body: dict[str, Any]) -> None:
-        """Write `body` until it lands or the pod is gone, backing off with jitter."""
+    async def _repair(self, namespace: str, name: str, phase: BindPhase) -> None:
+        """Write `phase` until it lands or the pod is gone, backing off with jitter."""
         delay = REPAIR_FIRST_DELAY_S
         while True:
             await self._clock.sleep(delay * (0.5 + self._rng.random() / 2))
             try:
-                await self._kube.patch_pod(namespace, name, body)
+                await self._write_phase(namespace, name, phase)
             except NotFound:
                 log.info("pod %s/%s is gone; its bind-phase needs no repair", namespace, name)
                 return

@@ -15,6 +15,7 @@ from pyhami.deviceplugin.allocation import AllocationError, ContainerSlot
 from pyhami.deviceplugin.api import api_pb2
 from pyhami.deviceplugin.mig import InstanceKey, MigError, MigManager
 from pyhami.kube import Conflict, KubeClient, KubeError
+from pyhami.kube.patches import mig_allocations_patch
 from pyhami.kube.views import read_pod
 from pyhami.model import MigAllocation, PodSpecError, PodView
 from pyhami.protocol import (
@@ -22,7 +23,6 @@ from pyhami.protocol import (
     ProtocolError,
     decode_mig_allocations,
     encode_mig_allocations,
-    mig_allocations_patch,
 )
 
 log = logging.getLogger(__name__)

@@ -11,15 +11,16 @@ Each is a fix listed in docs/hami-compatibility.md.
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from pyhami.deviceplugin.config import OperatingMode, VgpuConfig
 from pyhami.deviceplugin.health import HealthBoard
 from pyhami.deviceplugin.inventory import Gpu
-from pyhami.deviceplugin.kubeapi import annotations
 from pyhami.deviceplugin.mig import MigManager
 from pyhami.deviceplugin.topology import PairScores, read_pair_scores
 from pyhami.kube import Clock, KubeClient, KubeError, SystemClock
+from pyhami.kube.patches import node_annotations_patch
+from pyhami.kube.views import read_node
 from pyhami.model import DeviceInfo, MigProfile
 from pyhami.nvml import Nvml, NvmlError, NvmlNotSupportedError
 from pyhami.protocol import (
@@ -188,10 +189,10 @@ class NodeRegistrar:
     async def sync_once(self) -> bool:
         """One scan; patch the node if it differs. Returns whether it patched. Raises on error."""
         wanted = await self.desired()
-        current: Mapping[str, str] = annotations(await self._kube.get_node(self._node))
+        current = read_node(await self._kube.get_node(self._node)).annotations
         if all(current.get(key) == value for key, value in wanted.items()):
             return False
-        await self._kube.patch_node(self._node, {"metadata": {"annotations": wanted}})
+        await self._kube.patch_node(self._node, node_annotations_patch(wanted))
         self.patches += 1
         log.info("registered %s on node %s", KEY_NODE_NVIDIA_REGISTER, self._node)
         return True

@@ -1,13 +1,12 @@
 """HAMi's `device-config.yaml`, as pydantic models with the chart's defaults.
 
 HAMi reads the file with yaml.v2, non-strict: unknown keys are ignored, and so are we.
-Sections of vendors pyhami has no backend for yet are kept verbatim in `other_vendors`.
+Sections of vendors pyhami has no backend for yet only count as set (HAMi refuses a file
+with none set); their content is not read.
 Unlike HAMi, a value of the wrong type is an error naming the key, never a silent zero.
 """
 
 import re
-from collections.abc import Mapping
-from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -91,10 +90,9 @@ class NvidiaConfig(_Section):
 
 
 class DeviceConfig(_Section):
-    """The whole file: the NVIDIA section parsed, every other vendor section kept as written."""
+    """The whole file: the NVIDIA section parsed."""
 
     nvidia: NvidiaConfig = Field(default_factory=NvidiaConfig)
-    other_vendors: Mapping[str, Any] = Field(default_factory=dict)
 
 
 def parse_device_config(text: str, *, source: str = "device config") -> DeviceConfig:
@@ -121,7 +119,7 @@ def parse_device_config(text: str, *, source: str = "device config") -> DeviceCo
             f"{source}: nvidia: expected a mapping, got {type(nvidia).__name__}"
         )
     try:
-        return DeviceConfig(nvidia=NvidiaConfig.model_validate(nvidia), other_vendors=sections)
+        return DeviceConfig(nvidia=NvidiaConfig.model_validate(nvidia))
     except ValidationError as err:
         raise DeviceConfigError(f"{source}: nvidia: {_describe(err)}") from err
 

@@ -9,7 +9,6 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from pyhami.deviceplugin.allocation import Mount
 from pyhami.dra.api import DRIVER
@@ -28,33 +27,27 @@ def spec_path(cdi_dir: Path, claim_uid: str) -> Path:
     return cdi_dir / f"{DRIVER}-{claim_uid}.json"
 
 
-def _mount(mount: Mount) -> dict[str, Any]:
-    return {
-        "hostPath": mount.host_path,
-        "containerPath": mount.container_path,
-        "options": ["ro" if mount.read_only else "rw", "nosuid", "nodev", "bind"],
-    }
-
-
-def spec(claim_uid: str, envs: Mapping[str, str], mounts: Sequence[Mount]) -> dict[str, Any]:
-    """The CDI spec of one claim."""
-    return {
-        "cdiVersion": CDI_VERSION,
-        "kind": CDI_KIND,
-        "devices": [
+def write_spec(
+    path: Path, claim_uid: str, envs: Mapping[str, str], mounts: Sequence[Mount]
+) -> None:
+    """Write the CDI spec of one claim atomically: a runtime reading the directory never sees
+    half a file. The CDI JSON exists only here, built from the typed env and mounts."""
+    edits = {
+        "env": [f"{key}={value}" for key, value in envs.items()],
+        "mounts": [
             {
-                "name": claim_uid,
-                "containerEdits": {
-                    "env": [f"{key}={value}" for key, value in envs.items()],
-                    "mounts": [_mount(m) for m in mounts],
-                },
+                "hostPath": m.host_path,
+                "containerPath": m.container_path,
+                "options": ["ro" if m.read_only else "rw", "nosuid", "nodev", "bind"],
             }
+            for m in mounts
         ],
     }
-
-
-def write_spec(path: Path, content: Mapping[str, Any]) -> None:
-    """Write atomically: a runtime reading the directory never sees half a file."""
+    content = {
+        "cdiVersion": CDI_VERSION,
+        "kind": CDI_KIND,
+        "devices": [{"name": claim_uid, "containerEdits": edits}],
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.tmp")
     partial.write_text(json.dumps(content, indent=2) + "\n")

@@ -24,10 +24,9 @@ import asyncio
 import logging
 import os
 import shutil
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pyhami.deviceplugin.allocation import (
     AllocationSettings,
@@ -37,15 +36,19 @@ from pyhami.deviceplugin.allocation import (
     plan_container,
 )
 from pyhami.deviceplugin.allocator import host_files, prepare_host
+from pyhami.devices.nvidia.dra_claims import CORES, MIB
 from pyhami.devices.quantity import QuantityError, as_int64, parse_quantity
 from pyhami.dra import cdi
 from pyhami.dra.api import DRIVER
 from pyhami.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice
-from pyhami.dra.slices import CORES, MIB, GpuFacts, device_name
+from pyhami.dra.slices import GpuFacts, device_name
 from pyhami.kube import RESOURCE_CLAIMS, KubeClient, NotFound
+from pyhami.kube.dra_views import read_claim
 from pyhami.kube.errors import KubeError
-from pyhami.kube.views import read_container
-from pyhami.model import ContainerDevice, ContainerDevices, PodSpecError
+from pyhami.kube.manifests import read_pod_state
+from pyhami.kube.patches import pod_labels_patch
+from pyhami.model import ContainerDevice, ContainerDevices, ContainerView, PodSpecError
+from pyhami.model.dra import ClaimSpecError, ClaimView, DeviceResultView
 from pyhami.protocol import (
     LABEL_VGPU_NODE,
     NVIDIA_VENDOR,
@@ -85,8 +88,8 @@ class AllocatedGpu:
     cores: int
 
 
-def _consumed(result: Mapping[str, Any], name: str, where: str) -> int:
-    consumed = result.get("consumedCapacity") or {}
+def _consumed(result: DeviceResultView, name: str, where: str) -> int:
+    consumed = result.consumed
     if name not in consumed:
         raise PrepareError(
             f"{where}: no consumedCapacity.{name} in the allocation; the device is shared by "
@@ -105,27 +108,22 @@ def _consumed(result: Mapping[str, Any], name: str, where: str) -> int:
 
 
 def allocated_gpus(
-    claim: Mapping[str, Any], node_name: str, facts: Sequence[GpuFacts]
+    claim: ClaimView, node_name: str, facts: Sequence[GpuFacts]
 ) -> tuple[AllocatedGpu, ...]:
     """The claim's devices of this driver, with the memory (MiB) and cores each may use."""
-    metadata = claim.get("metadata") or {}
-    ref = f"claim {metadata.get('namespace')}/{metadata.get('name')}"
-    allocation = (claim.get("status") or {}).get("allocation")
-    if not allocation:
+    ref = f"claim {claim.ref}"
+    if not claim.allocated:
         raise PrepareError(f"{ref} is not allocated (no status.allocation)")
-    results = (allocation.get("devices") or {}).get("results") or []
     by_name = {device_name(f.gpu): f for f in facts}
     gpus: list[AllocatedGpu] = []
-    for result in results:
-        if result.get("driver") != DRIVER:
+    for result in claim.results:
+        if result.driver != DRIVER:
             continue
-        device = str(result.get("device", ""))
-        where = f"{ref}, request {result.get('request')!r}, device {device!r}"
-        if result.get("pool") != node_name:
-            raise PrepareError(
-                f"{where}: pool {result.get('pool')!r} is not this node's ({node_name!r})"
-            )
-        if result.get("adminAccess"):
+        device = result.device
+        where = f"{ref}, request {result.request!r}, device {device!r}"
+        if result.pool != node_name:
+            raise PrepareError(f"{where}: pool {result.pool!r} is not this node's ({node_name!r})")
+        if result.admin_access:
             # Admin access bypasses capacity accounting; there is no limit to hand libvgpu.
             raise PrepareError(
                 f"{where}: admin access is not supported by {DRIVER} (use the device "
@@ -143,12 +141,11 @@ def allocated_gpus(
             )
         if not 0 <= cores <= CORES:
             raise PrepareError(f"{where}: consumed cores {cores} is outside 0..{CORES} percent")
-        share = result.get("shareID")
         gpus.append(
             AllocatedGpu(
-                request=str(result.get("request", "")),
+                request=result.request,
                 device=device,
-                share_id=None if share is None else str(share),
+                share_id=result.share_id,
                 facts=gpu,
                 # libvgpu limits are whole MiB; the slice's step keeps amounts MiB-aligned.
                 memory_mib=max(1, memory // MIB),
@@ -156,48 +153,12 @@ def allocated_gpus(
             )
         )
     if not gpus:
-        drivers = sorted({str(r.get("driver")) for r in results})
+        drivers = sorted({r.driver for r in claim.results})
         raise PrepareError(
             f"{ref} has no device of driver {DRIVER} in its allocation (drivers: "
             f"{', '.join(drivers) or 'none'})"
         )
     return tuple(gpus)
-
-
-def _claim_names(pod: Mapping[str, Any], claim_name: str) -> set[str]:
-    """The pod-level names (`spec.resourceClaims[].name`) under which the pod uses the claim."""
-    spec = pod.get("spec") or {}
-    generated = {
-        str(s.get("name")): s.get("resourceClaimName")
-        for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
-    }
-    names: set[str] = set()
-    for entry in spec.get("resourceClaims") or []:
-        name = str(entry.get("name", ""))
-        if claim_name in (entry.get("resourceClaimName"), generated.get(name)):
-            names.add(name)
-    return names
-
-
-def container_using(pod: Mapping[str, Any], claim_name: str) -> Mapping[str, Any] | None:
-    """The first container (init containers first) that references the claim."""
-    names = _claim_names(pod, claim_name)
-    spec = pod.get("spec") or {}
-    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
-        claims = (container.get("resources") or {}).get("claims") or []
-        if any(c.get("name") in names for c in claims):
-            return dict(container)
-    return None
-
-
-def reserving_pods(claim: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(name, uid) of the pods the claim is reserved for, in the claim's order."""
-    reserved = (claim.get("status") or {}).get("reservedFor") or []
-    return [
-        (str(r.get("name", "")), str(r.get("uid", "")))
-        for r in reserved
-        if r.get("resource") == "pods" and not r.get("apiGroup")
-    ]
 
 
 def container_devices(gpus: Iterable[AllocatedGpu]) -> ContainerDevices:
@@ -218,16 +179,12 @@ def _plan(
     devices: ContainerDevices,
     *,
     pod_uid: str,
-    container: Mapping[str, Any],
+    container: ContainerView,
     claim: ClaimKey,
     settings: AllocationSettings,
     files: HostFiles,
 ) -> ContainerPlan:
-    try:
-        view = read_container(container, init=False)
-    except PodSpecError as error:
-        raise PrepareError(f"claim {claim}: the pod's {error}") from error
-    slot = ContainerSlot(position=0, container=view, devices=devices)
+    slot = ContainerSlot(position=0, container=container, devices=devices)
     return plan_container(
         slot,
         pod_uid=pod_uid,
@@ -274,15 +231,14 @@ class Preparer:
 
     async def _prepare_new(self, claim: ClaimKey) -> PreparedClaim:
         try:
-            obj = await self._kube.get(RESOURCE_CLAIMS, claim.name, claim.namespace)
+            obj = read_claim(await self._kube.get(RESOURCE_CLAIMS, claim.name, claim.namespace))
         except NotFound:
             raise PrepareError(f"claim {claim} does not exist") from None
-        except KubeError as error:
+        except (KubeError, ClaimSpecError) as error:
             raise PrepareError(f"cannot read claim {claim}: {error}") from error
-        uid = str((obj.get("metadata") or {}).get("uid", ""))
-        if uid != claim.uid:
+        if obj.uid != claim.uid:
             raise PrepareError(
-                f"claim {claim.namespace}/{claim.name} now has uid {uid}, not {claim.uid}: "
+                f"claim {claim.namespace}/{claim.name} now has uid {obj.uid}, not {claim.uid}: "
                 "it was deleted and created again"
             )
         gpus = allocated_gpus(obj, self._node, self._facts)
@@ -305,7 +261,7 @@ class Preparer:
         envs = {**plan.envs, **dict(self._settings.toolkit_env)}  # as Allocate
         await asyncio.to_thread(prepare_host, plan, self._settings)
         await asyncio.to_thread(_write_record, Path(plan.cache_dir), record)
-        await asyncio.to_thread(cdi.write_spec, spec_file, cdi.spec(claim.uid, envs, plan.mounts))
+        await asyncio.to_thread(cdi.write_spec, spec_file, claim.uid, envs, plan.mounts)
         cdi_ids = (cdi.device_id(claim.uid),)
         prepared = PreparedClaim(
             namespace=claim.namespace,
@@ -329,29 +285,30 @@ class Preparer:
         )
         return prepared
 
-    async def _user(
-        self, claim_obj: Mapping[str, Any], claim: ClaimKey
-    ) -> tuple[str, Mapping[str, Any]]:
-        """The pod uid and container spec the claim's folder is named after; labels the pod."""
-        pods = reserving_pods(claim_obj)
+    async def _user(self, claim_obj: ClaimView, claim: ClaimKey) -> tuple[str, ContainerView]:
+        """The pod uid and container the claim's folder is named after; labels the pod."""
+        pods = claim_obj.reserved_for
         if not pods:
             raise PrepareError(f"claim {claim} is not reserved for any pod (status.reservedFor)")
         name, uid = pods[0]
         try:
-            pod = await self._kube.get_pod(claim.namespace, name)
+            state = read_pod_state(await self._kube.get_pod(claim.namespace, name))
         except KubeError as error:
             raise PrepareError(f"claim {claim}: cannot read its pod {name}: {error}") from error
-        if str((pod.get("metadata") or {}).get("uid", "")) != uid:
+        except PodSpecError as error:
+            raise PrepareError(f"claim {claim}: the pod's {error}") from error
+        pod = state.pod
+        if pod.uid != uid:
             raise PrepareError(f"claim {claim}: pod {claim.namespace}/{name} is not uid {uid}")
-        container = container_using(pod, claim.name)
+        users = {use.container for use in state.claims if use.claim == claim.name}
+        container = next((c for c in pod.all_containers if c.name in users), None)
         if container is None:
             # Referenced by the pod but by no container: nothing will load libvgpu with it.
-            container = {"name": f"claim-{claim.name}"}
-        labels = (pod.get("metadata") or {}).get("labels") or {}
-        if labels.get(LABEL_VGPU_NODE) != self._node:
+            container = ContainerView(name=f"claim-{claim.name}")
+        if pod.labels.get(LABEL_VGPU_NODE) != self._node:
             try:
                 await self._kube.patch_pod(
-                    claim.namespace, name, {"metadata": {"labels": {LABEL_VGPU_NODE: self._node}}}
+                    claim.namespace, name, pod_labels_patch({LABEL_VGPU_NODE: self._node})
                 )
             except KubeError as error:
                 log.warning(

@@ -19,20 +19,19 @@ import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from pyhami.deviceplugin.health import HealthBoard, sleep_unless
 from pyhami.deviceplugin.inventory import Gpu
+from pyhami.devices.nvidia.dra_claims import MIB
 from pyhami.dra.api import DRIVER
 from pyhami.kube import RESOURCE_SLICES, KubeClient, NotFound
+from pyhami.kube.dra_manifests import SliceDevice, Version, resource_slice
+from pyhami.kube.dra_views import read_slice
 from pyhami.kube.errors import KubeError
 from pyhami.nvml import Nvml, NvmlError, NvmlNotSupportedError
 
 log = logging.getLogger(__name__)
 
-MIB = 1024 * 1024
-CORES = 100
-UNHEALTHY_TAINT = f"{DRIVER}/unhealthy"
 _LABEL_VALUE_MAX = 63
 
 
@@ -131,66 +130,31 @@ def _label_value(text: str) -> str:
     return cleaned.strip("._-")
 
 
-def device_entry(facts: GpuFacts, trouble: str | None) -> dict[str, Any]:
-    """The ResourceSlice device for one GPU; `trouble` is why it is unhealthy, or None."""
+def slice_device(facts: GpuFacts, trouble: str | None) -> SliceDevice:
+    """What the ResourceSlice says of one GPU; `trouble` is why it is unhealthy, or None."""
     gpu = facts.gpu
-    attributes: dict[str, dict[str, Any]] = {
-        "uuid": {"string": gpu.uuid},
-        "index": {"int": gpu.index},
-        "productName": {"string": gpu.name},
-        "pciBusID": {"string": gpu.bus_id},
-        "driverVersion": {"string": facts.driver_version},
-        "cudaVersion": {"version": cuda_semver(facts.cuda_version)},
-        "migCapable": {"bool": facts.mig_capable},
+    attributes: dict[str, str | int | bool | Version] = {
+        "uuid": gpu.uuid,
+        "index": gpu.index,
+        "productName": gpu.name,
+        "pciBusID": gpu.bus_id,
+        "driverVersion": facts.driver_version,
+        "cudaVersion": Version(cuda_semver(facts.cuda_version)),
+        "migCapable": facts.mig_capable,
     }
     if gpu.numa is not None:
-        attributes["numaNode"] = {"int": gpu.numa}
+        attributes["numaNode"] = gpu.numa
     if facts.nvlink_peers:
         # One comma-joined string: list-valued attributes are still alpha (off by default).
-        attributes["nvlinkPeers"] = {"string": ",".join(facts.nvlink_peers)}
+        attributes["nvlinkPeers"] = ",".join(facts.nvlink_peers)
     if facts.nvlink_domain is not None:
-        attributes["nvlinkDomain"] = {"string": facts.nvlink_domain}
-    memory = str(facts.memory_bytes)
-    device: dict[str, Any] = {
-        "name": device_name(gpu),
-        "attributes": attributes,
-        "capacity": {
-            "memory": {
-                "value": memory,
-                "requestPolicy": {
-                    "default": memory,
-                    "validRange": {"min": str(MIB), "max": memory, "step": str(MIB)},
-                },
-            },
-            "cores": {
-                "value": str(CORES),
-                "requestPolicy": {
-                    "default": str(CORES),
-                    "validRange": {"min": "0", "max": str(CORES), "step": "1"},
-                },
-            },
-        },
-        "allowMultipleAllocations": True,
-    }
-    if trouble is not None:
-        taint: dict[str, str] = {"key": UNHEALTHY_TAINT, "effect": "NoSchedule"}
-        value = _label_value(trouble)
-        if value:
-            taint["value"] = value
-        device["taints"] = [taint]
-    return device
-
-
-def slice_spec(
-    node_name: str, facts: Sequence[GpuFacts], trouble: Mapping[str, str], generation: int
-) -> dict[str, Any]:
-    """The whole slice spec; `trouble` maps the uuid of each unhealthy GPU to the reason."""
-    return {
-        "driver": DRIVER,
-        "nodeName": node_name,
-        "pool": {"name": node_name, "generation": generation, "resourceSliceCount": 1},
-        "devices": [device_entry(f, trouble.get(f.gpu.uuid)) for f in facts],
-    }
+        attributes["nvlinkDomain"] = facts.nvlink_domain
+    return SliceDevice(
+        name=device_name(gpu),
+        attributes=attributes,
+        memory_bytes=facts.memory_bytes,
+        unhealthy=None if trouble is None else _label_value(trouble),
+    )
 
 
 class SlicePublisher:
@@ -214,45 +178,36 @@ class SlicePublisher:
         self._retry = retry_interval
         self.name = slice_name(node_name)
         self.published = 0  # successful writes, for logs and tests
-        self._written: list[dict[str, Any]] | None = None  # the devices of our last write
+        self._written: list[SliceDevice] | None = None  # the devices of our last write
 
     def _trouble(self) -> dict[str, str]:
         troubles = {f.gpu.uuid: self._board.trouble(f.gpu.uuid) for f in self._facts}
         return {uuid: t.reason for uuid, t in troubles.items() if t is not None}
-
-    def _metadata(self) -> dict[str, Any]:
-        metadata: dict[str, Any] = {"name": self.name}
-        if self._node_uid:
-            # Deleted with its Node, as the kubelet-plugin helper library does.
-            metadata["ownerReferences"] = [
-                {"apiVersion": "v1", "kind": "Node", "name": self._node, "uid": self._node_uid}
-            ]
-        return metadata
 
     async def publish(self) -> None:
         """Create or update the slice, unless it already says what this process last wrote
         (raises KubeError). The first publish of a process always writes, so a slice left by an
         older driver is brought up to date."""
         trouble = self._trouble()
-        devices = slice_spec(self._node, self._facts, trouble, 0)["devices"]
+        devices = [slice_device(f, trouble.get(f.gpu.uuid)) for f in self._facts]
         if devices == self._written:
             return
         try:
-            current = await self._kube.get(RESOURCE_SLICES, self.name)
+            current = read_slice(await self._kube.get(RESOURCE_SLICES, self.name))
         except NotFound:
-            spec = slice_spec(self._node, self._facts, trouble, 0)
-            await self._kube.create(RESOURCE_SLICES, {"metadata": self._metadata(), "spec": spec})
+            body = resource_slice(self.name, self._node, devices, 0, node_uid=self._node_uid)
+            await self._kube.create(RESOURCE_SLICES, body)
         else:
             # The pool generation goes up with every change, so consumers tell old from new.
-            pool = (current.get("spec") or {}).get("pool") or {}
-            spec = slice_spec(self._node, self._facts, trouble, int(pool.get("generation", 0)) + 1)
-            metadata = {
-                **self._metadata(),
-                "resourceVersion": current["metadata"]["resourceVersion"],
-            }
-            await self._kube.replace(
-                RESOURCE_SLICES, self.name, {"metadata": metadata, "spec": spec}
+            body = resource_slice(
+                self.name,
+                self._node,
+                devices,
+                current.generation + 1,
+                node_uid=self._node_uid,
+                resource_version=current.resource_version,
             )
+            await self._kube.replace(RESOURCE_SLICES, self.name, body)
         self._written = devices
         self.published += 1
         log.info(

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from pyhami.kube.clock import Clock
 from pyhami.kube.errors import Conflict, NotFound
+from pyhami.kube.patches import node_lock_release_patch, node_lock_set_patch
 from pyhami.model import NodeView
 from pyhami.protocol import (
     KEY_NODE_LOCK,
@@ -29,8 +30,6 @@ from pyhami.protocol import (
     ProtocolError,
     format_node_lock,
     is_expired,
-    node_lock_release_patch,
-    node_lock_set_patch,
     owner_suffix,
     parse_node_lock,
 )

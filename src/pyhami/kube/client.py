@@ -56,7 +56,14 @@ class WatchEvent:
 
     @property
     def resource_version(self) -> str:
-        return str(self.object.get("metadata", {}).get("resourceVersion", ""))
+        return resource_version(self.object)
+
+
+def resource_version(obj: Mapping[str, Any]) -> str:
+    """Any object's `metadata.resourceVersion` ("" when it has none)."""
+    metadata = obj.get("metadata")
+    version = metadata.get("resourceVersion") if isinstance(metadata, Mapping) else None
+    return version if isinstance(version, str) else ""
 
 
 def _query(**params: str | int | bool | None) -> list[tuple[str, str]]:

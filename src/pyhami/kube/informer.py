@@ -22,12 +22,11 @@ from typing import Any, Generic, TypedDict, TypeVar, Unpack
 
 import structlog
 
-from pyhami.kube.client import JsonObject, KubeClient, WatchEvent
+from pyhami.kube.client import JsonObject, KubeClient, WatchEvent, resource_version
 from pyhami.kube.clock import Clock, SystemClock
 from pyhami.kube.errors import Gone
 from pyhami.kube.resources import Resource
 from pyhami.kube.tasks import cancel_and_wait, guarded_task
-from pyhami.kube.views import resource_version
 
 log = structlog.get_logger(__name__)
 

@@ -12,8 +12,9 @@ from typing import Any
 
 from pyhami.devices.nvidia.dra_claims import consumed_capacity
 from pyhami.devices.quantity import QuantityError
-from pyhami.kube.client import JsonObject
-from pyhami.kube.views import read_node, read_pod, resource_version
+from pyhami.kube.client import JsonObject, resource_version
+from pyhami.kube.dra_views import read_claim
+from pyhami.kube.views import read_node, read_pod
 from pyhami.model import NodeView, PodView
 
 # A typed list's items may omit `kind` (the API server leaves it out): they are of this kind.
@@ -185,7 +186,7 @@ def _container(container: object) -> JsonObject:
 
 @dataclass(frozen=True, slots=True)
 class ClaimUse:
-    """A container's use of a ResourceClaim the pod's status names."""
+    """A container's use of a ResourceClaim the pod's spec names (or, from a template, status)."""
 
     container: str
     claim: str  # the ResourceClaim's own name
@@ -214,11 +215,16 @@ def read_pod_state(pod: Mapping[str, Any]) -> PodState:
         ),
         None,
     )
-    claim_of = {  # the pod's name for a claim -> the ResourceClaim's own name
-        str(entry.get("name", "")): str(entry.get("resourceClaimName") or "")
-        for entry in status.get("resourceClaimStatuses") or ()
-    }
     spec = pod.get("spec") or {}
+    # The pod's name for a claim -> the ResourceClaim's own name: named in the spec, or, when
+    # made from a template, in the status.
+    claim_of = {
+        str(entry.get("name", "")): str(entry.get("resourceClaimName") or "")
+        for entry in (
+            *(spec.get("resourceClaims") or ()),
+            *(status.get("resourceClaimStatuses") or ()),
+        )
+    }
     claims = tuple(
         ClaimUse(str(container.get("name", "")), claim_of[name], str(ref.get("request") or ""))
         for container in [*spec.get("initContainers", ()), *spec.get("containers", ())]
@@ -241,21 +247,14 @@ class AllocatedDevice:
 
 def read_claim_devices(claim: Mapping[str, Any]) -> tuple[AllocatedDevice, ...]:
     """The devices of the claim's allocation (none before one), in its order."""
-    allocation = (claim.get("status") or {}).get("allocation") or {}
-    results = (allocation.get("devices") or {}).get("results") or ()
+    view = read_claim(claim)
     try:
-        consumed = consumed_capacity(claim)  # in the order of the results
+        consumed = consumed_capacity(view)  # in the order of the results
     except QuantityError:
-        consumed = [{} for _ in results]  # kube-apiserver validated it; nothing better to show
+        consumed = [{} for _ in view.results]  # kube-apiserver validated it; nothing better
     return tuple(
-        AllocatedDevice(
-            str(result.get("request", "")),
-            str(result.get("driver", "")),
-            str(result.get("pool", "")),
-            str(result.get("device", "")),
-            amounts,
-        )
-        for result, amounts in zip(results, consumed, strict=True)
+        AllocatedDevice(result.request, result.driver, result.pool, result.device, amounts)
+        for result, amounts in zip(view.results, consumed, strict=True)
     )
 
 

@@ -9,7 +9,7 @@ import structlog
 
 from pyhami.devices.nvidia.dra_claims import CAPACITY_MEMORY, DRIVER
 from pyhami.devices.quantity import QuantityError, parse_quantity, value_ceil
-from pyhami.kube.views import resource_version
+from pyhami.kube.client import resource_version
 
 log = structlog.get_logger(__name__)
 

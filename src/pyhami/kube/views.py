@@ -5,10 +5,14 @@ the engine and the device plugin agree on what a pod asks for. A value that
 cannot be read is a `PodSpecError` (`NodeSpecError`) naming the object and the field.
 """
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+import structlog
+
+from pyhami.kube.client import JsonObject
+from pyhami.kube.informer import EventHandlers
 from pyhami.model import (
     ContainerView,
     InitStatusView,
@@ -199,10 +203,24 @@ def read_node(node: Mapping[str, Any]) -> NodeView:
     )
 
 
-def resource_version(obj: Mapping[str, Any]) -> str:
-    """Any object's `metadata.resourceVersion` ("" when it has none)."""
-    metadata = obj.get("metadata")
-    return _text(metadata.get("resourceVersion")) if isinstance(metadata, Mapping) else ""
+def pod_handlers(
+    keep: Callable[[PodView], None], forget: Callable[[str], None]
+) -> EventHandlers[JsonObject]:
+    """Informer handlers that read each pod once per event: `keep` gets the view of a pod added
+    or changed, `forget` the namespace/name of one deleted or no longer readable (logged)."""
+
+    def changed(obj: JsonObject) -> None:
+        try:
+            keep(read_pod(obj))
+        except PodSpecError as err:
+            structlog.get_logger(__name__).warning("pod left out", error=str(err))
+            gone(obj)
+
+    def gone(obj: JsonObject) -> None:
+        _, namespace, name = pod_identity(obj)
+        forget(f"{namespace}/{name}")
+
+    return EventHandlers(on_add=changed, on_update=lambda _, new: changed(new), on_delete=gone)
 
 
 def read_budget(pdb: Mapping[str, Any]) -> Budget:

@@ -6,14 +6,15 @@ allocation annotation gives the containers' devices, so their series exist befor
 CUDA call (HAMi only shows a container once its region holds a device).
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import structlog
 
-from pyhami.kube import PODS, Informer, InformerSettings, JsonObject, KubeClient
-from pyhami.kube.views import is_sidecar
+from pyhami import model
+from pyhami.kube import PODS, Informer, InformerSettings, KubeClient
+from pyhami.kube.views import pod_handlers
 from pyhami.model import ContainerDevices, MigAllocation, NodeName, PodUID
 from pyhami.protocol import (
     KEY_MIG_ALLOCATIONS,
@@ -64,40 +65,29 @@ class PodSource(Protocol):
     def pods(self) -> Sequence[PodView]: ...
 
 
-def _names(spec: Mapping[str, Any], field: str) -> tuple[str, ...]:
-    return tuple(str(c.get("name", "")) for c in spec.get(field) or () if isinstance(c, Mapping))
-
-
-def pod_view(obj: JsonObject) -> PodView:
-    """A pod object as the monitor sees it; a bad annotation is logged and treated as absent."""
-    metadata: Mapping[str, Any] = obj.get("metadata") or {}
-    spec: Mapping[str, Any] = obj.get("spec") or {}
-    annotations: Mapping[str, str] = metadata.get("annotations") or {}
-    namespace, name = str(metadata.get("namespace", "")), str(metadata.get("name", ""))
+def pod_view(pod: model.PodView) -> PodView:
+    """A pod as the monitor sees it; a bad annotation is logged and treated as absent."""
+    annotations = pod.annotations
     allocated: tuple[ContainerDevices, ...] = ()
     mig: tuple[MigAllocation, ...] = ()
     try:
         if KEY_NVIDIA_ALLOCATED in annotations:
             allocated = decode_pod_single_device(annotations[KEY_NVIDIA_ALLOCATED])
     except ProtocolError as err:
-        log.warning("bad allocation annotation", pod=f"{namespace}/{name}", error=str(err))
+        log.warning("bad allocation annotation", pod=pod.ref, error=str(err))
     try:
         mig = tuple(decode_mig_allocations(annotations.get(KEY_MIG_ALLOCATIONS, "")))
     except ProtocolError as err:
-        log.warning("bad MIG annotation", pod=f"{namespace}/{name}", error=str(err))
+        log.warning("bad MIG annotation", pod=pod.ref, error=str(err))
     return PodView(
-        uid=PodUID(str(metadata.get("uid", ""))),
-        namespace=namespace,
-        name=name,
-        init_containers=_names(spec, "initContainers"),
-        containers=_names(spec, "containers"),
+        uid=PodUID(pod.uid),
+        namespace=pod.namespace,
+        name=pod.name,
+        init_containers=tuple(c.name for c in pod.init_containers),
+        containers=tuple(c.name for c in pod.containers),
         allocated=allocated,
         mig=mig,
-        sidecars=tuple(
-            str(c.get("name", ""))
-            for c in spec.get("initContainers") or ()
-            if isinstance(c, Mapping) and is_sidecar(c)
-        ),
+        sidecars=tuple(c.name for c in pod.init_containers if c.sidecar),
     )
 
 
@@ -112,15 +102,14 @@ class InformerPodSource:
             settings=InformerSettings(resync_period_s=resync_period_s),
             name="monitor/pods",
         )
-        # Decoded views, reused while the pod's resourceVersion stays the same.
-        self._views: dict[str, tuple[str, PodView]] = {}
+        # Views built once per informer event, by namespace/name.
+        self._views: dict[str, PodView] = {}
+        self.informer.add_handlers(
+            pod_handlers(lambda pod: self._views.update({pod.ref: pod_view(pod)}), self._forget)
+        )
+
+    def _forget(self, ref: str) -> None:
+        self._views.pop(ref, None)
 
     def pods(self) -> list[PodView]:
-        views: dict[str, tuple[str, PodView]] = {}
-        for obj in self.informer.list():
-            metadata = obj.get("metadata") or {}
-            uid, version = str(metadata.get("uid", "")), str(metadata.get("resourceVersion", ""))
-            cached = self._views.get(uid)
-            views[uid] = cached if cached and cached[0] == version else (version, pod_view(obj))
-        self._views = views
-        return [view for _, view in views.values()]
+        return list(self._views.values())

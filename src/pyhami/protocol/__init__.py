@@ -8,7 +8,7 @@ whose message names the field and the bad value. Module per format:
 * `pair_scores`, `pod_devices` (to-allocate / allocated), `allocation_record` (the DRA
   driver's per-container record for the monitor), `mig`, `node_lock`, `handshake`,
   `bookkeeping` + `times`, `selectors` + `weights` (selection and policy annotations),
-  `reasons` (filter failure reasons), `patches` (merge-patch bodies);
+  `reasons` (filter failure reasons);
 * `goparse`, `gojson`, `arithmetic` - Go's strconv / encoding/json / int32 behaviour the formats
   and HAMi's device arithmetic depend on.
 
@@ -22,7 +22,7 @@ from pyhami.protocol.allocation_record import (
     decode_allocation_record,
     encode_allocation_record,
 )
-from pyhami.protocol.bookkeeping import parse_bind_phase
+from pyhami.protocol.bookkeeping import filter_annotations, parse_bind_phase
 from pyhami.protocol.errors import ProtocolError
 from pyhami.protocol.handshake import Handshake, format_handshake_request, parse_handshake
 from pyhami.protocol.keys import (
@@ -68,18 +68,6 @@ from pyhami.protocol.node_lock import (
     parse_node_lock,
 )
 from pyhami.protocol.pair_scores import decode_pair_scores, encode_pair_scores
-from pyhami.protocol.patches import (
-    MERGE_PATCH,
-    encode_patch,
-    filter_annotations,
-    mig_allocations_patch,
-    node_annotations_patch,
-    node_lock_release_patch,
-    node_lock_set_patch,
-    pod_annotations_patch,
-    pod_labels_patch,
-    remove_annotations_patch,
-)
 from pyhami.protocol.pod_devices import (
     decode_container_devices,
     decode_pod_devices,
@@ -154,7 +142,6 @@ __all__ = [
     "LABEL_POD_GROUP",
     "LABEL_SCHEDULER_ROLE",
     "LABEL_VGPU_NODE",
-    "MERGE_PATCH",
     "NVIDIA_VENDOR",
     "RECORD_FILE_NAME",
     "SCHEDULER_COMPONENT",
@@ -189,7 +176,6 @@ __all__ = [
     "encode_node_devices",
     "encode_node_devices_legacy",
     "encode_pair_scores",
-    "encode_patch",
     "encode_pod_devices",
     "encode_pod_single_device",
     "filter_annotations",
@@ -201,10 +187,6 @@ __all__ = [
     "format_unix_seconds",
     "format_wall_clock",
     "is_expired",
-    "mig_allocations_patch",
-    "node_annotations_patch",
-    "node_lock_release_patch",
-    "node_lock_set_patch",
     "owner_suffix",
     "parse_bind_phase",
     "parse_device_cordon",
@@ -218,11 +200,8 @@ __all__ = [
     "parse_unix_seconds",
     "parse_uuid_selector",
     "parse_wall_clock",
-    "pod_annotations_patch",
-    "pod_labels_patch",
     "pod_single_device",
     "policy_contains",
-    "remove_annotations_patch",
     "split_list",
     "type_selected",
     "uuid_selected",

@@ -43,12 +43,12 @@ from pyhami.devices.nvidia.dra_claims import (
     TOPOLOGY_ATTRIBUTES,
     GpuShare,
     card_selectors,
-    claim_template,
 )
 from pyhami.devices.nvidia.selectors import pod_card_selectors
 from pyhami.devices.quantity import QuantityError, parse_quantity, value_ceil
 from pyhami.devices.vendor import resolve_memory
 from pyhami.kube import JsonObject
+from pyhami.kube.dra_manifests import claim_template
 from pyhami.model import ContainerDeviceRequest, ContainerView
 from pyhami.protocol import NVIDIA_VENDOR
 

@@ -48,10 +48,11 @@ from pyhami.kube import (
 )
 from pyhami.kube.informer import ViewInformer
 from pyhami.kube.manifests import read_quota
+from pyhami.kube.patches import pod_labels_patch
 from pyhami.kube.scheduler_dra_views import read_slice_card_memories
 from pyhami.kube.views import read_node, read_pod
 from pyhami.model import NodeView
-from pyhami.protocol import LABEL_SCHEDULER_ROLE, SchedulerRole, pod_labels_patch
+from pyhami.protocol import LABEL_SCHEDULER_ROLE, SchedulerRole
 from pyhami.scheduler.dra_cards import DraCardMemories
 from pyhami.scheduler.dra_nodes import DraAwareExtender
 from pyhami.scheduler.events import EventRecorder

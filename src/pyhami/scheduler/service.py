@@ -51,7 +51,9 @@ from pyhami.engine import (
     decide,
 )
 from pyhami.kube import Clock, JsonObject, NodeLockContentionError, NodeLocker, NotFound
-from pyhami.kube.views import pod_identity, read_pod, resource_version
+from pyhami.kube.client import resource_version
+from pyhami.kube.patches import pod_annotations_patch, remove_annotations_patch
+from pyhami.kube.views import pod_identity, read_pod
 from pyhami.model import NodeName, NodeView, PodView
 from pyhami.protocol import (
     KEY_BIND_PHASE,
@@ -60,8 +62,6 @@ from pyhami.protocol import (
     LABEL_VGPU_NODE,
     BindPhase,
     format_unix_seconds,
-    pod_annotations_patch,
-    remove_annotations_patch,
 )
 from pyhami.scheduler.bind_turns import BindTurns, NodeTurnTimeoutError
 from pyhami.scheduler.events import NORMAL, WARNING, EventRecorder
@@ -603,7 +603,7 @@ class FilterBind:
             return
         self.state.release(claim.key)
         body = remove_annotations_patch(self._owned)
-        body["metadata"]["labels"] = {LABEL_VGPU_NODE: None}  # type: ignore[index]
+        body["metadata"]["labels"] = {LABEL_VGPU_NODE: None}
         await _quietly(self.kube.patch_pod(namespace, name, body), "annotation cleanup")
 
 

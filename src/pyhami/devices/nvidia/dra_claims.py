@@ -13,28 +13,27 @@ A share can be limited to some cards with CEL selectors on the device's attribut
 card-type and UUID annotations), and a share of each card's memory in percent becomes
 `firstAvailable` alternatives, one per card memory size.
 
-Pure functions of their arguments: no I/O.
+Pure functions of their arguments: no I/O. `pyhami.kube.dra_manifests` encodes the objects.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from pyhami.devices.quantity import parse_quantity, value_ceil
 from pyhami.devices.selectors import CardSelectors
+from pyhami.model.dra import ClaimView
 from pyhami.protocol.selectors import TypeSelector, UuidSelector
-
-JsonObject = dict[str, Any]
 
 DRIVER = "gpu.pyhami.io"
 DEVICE_CLASS = "gpu.pyhami.io"
 RESOURCE_API_VERSION = "resource.k8s.io/v1"
 CAPACITY_MEMORY = "memory"
 CAPACITY_CORES = "cores"
+CORES = 100  # a card's `cores` capacity: percent of its SMs
+# The NoSchedule taint of a device the health board marks unhealthy
+UNHEALTHY_TAINT = f"{DRIVER}/unhealthy"
 # The node label that says a node's GPUs are served by the DRA driver, not the device plugin.
 NODE_MODE_LABEL = "gpu.pyhami.io/mode"
 NODE_MODE_DRA = "dra"
@@ -54,23 +53,6 @@ _CARD_TYPE = (
     f'({_ATTRIBUTES}.productName.startsWith("NVIDIA") ? {_ATTRIBUTES}.productName'
     f' : "NVIDIA-" + {_ATTRIBUTES}.productName).upperAscii()'
 )
-_CARD_MEMORY = f'device.capacity["{DRIVER}"].memory'
-
-
-def device_class(extended_resource_name: str | None = "nvidia.com/gpu") -> JsonObject:
-    """DeviceClass `gpu.pyhami.io`: every device of the driver; with an extended resource
-    name, pods asking for that resource (and not on a device-plugin node) get whole GPUs."""
-    spec: JsonObject = {
-        "selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}],
-    }
-    if extended_resource_name:
-        spec["extendedResourceName"] = extended_resource_name
-    return {
-        "apiVersion": RESOURCE_API_VERSION,
-        "kind": "DeviceClass",
-        "metadata": {"name": DEVICE_CLASS},
-        "spec": spec,
-    }
 
 
 def cel_string(text: str) -> str:
@@ -167,75 +149,9 @@ class GpuShare:
             raise ValueError(f"memory per card size out of range: {self.memory_by_card}")
 
 
-def _exactly(share: GpuShare, memory_bytes: int | None, selectors: Sequence[str]) -> JsonObject:
-    """`count` devices of the class passing `selectors`, each with the capacity asked for (a
-    capacity not named is the policy's default: the whole)."""
-    exactly: JsonObject = {
-        "deviceClassName": DEVICE_CLASS,
-        "allocationMode": "ExactCount",
-        "count": share.count,
-    }
-    if selectors:
-        exactly["selectors"] = [{"cel": {"expression": e}} for e in selectors]
-    requests: JsonObject = {}
-    if memory_bytes is not None:
-        requests[CAPACITY_MEMORY] = str(memory_bytes)
-    if share.cores_percent is not None:
-        requests[CAPACITY_CORES] = str(share.cores_percent)
-    if requests:
-        exactly["capacity"] = {"requests": requests}
-    return exactly
-
-
-def device_request(name: str, share: GpuShare) -> JsonObject:
-    """One `spec.devices.requests[]` entry. A share of each card's memory becomes one
-    alternative per card size (`firstAvailable`, subrequests `card-<MiB>mib`), each for cards
-    of that memory only; kube-scheduler takes, on each node, the first that fits there."""
-    if not share.memory_by_card:
-        return {"name": name, "exactly": _exactly(share, share.memory_bytes, share.selectors)}
-    alternatives = []
-    for card, taken in share.memory_by_card:
-        only_this_size = f'{_CARD_MEMORY}.compareTo(quantity("{card}")) == 0'
-        exactly = _exactly(share, taken, (*share.selectors, only_this_size))
-        alternatives.append({"name": f"card-{card // MIB}mib", **exactly})
-    return {"name": name, "firstAvailable": alternatives}
-
-
-def claim_spec(requests: Mapping[str, GpuShare]) -> JsonObject:
-    """A ResourceClaim's spec: one request per entry, with a `matchAttribute` constraint for
-    each multi-card request that keeps its cards on one NUMA node or NVLink domain."""
-    devices: JsonObject = {
-        "requests": [device_request(name, share) for name, share in requests.items()]
-    }
-    constraints = [
-        {"requests": [name], "matchAttribute": TOPOLOGY_ATTRIBUTES[same]}
-        for name, share in requests.items()
-        if share.count > 1
-        for same in sorted(share.same)
-    ]
-    if constraints:
-        devices["constraints"] = constraints
-    return {"devices": devices}
-
-
-def claim_template(namespace: str, requests: Mapping[str, GpuShare]) -> JsonObject:
-    """A ResourceClaimTemplate for `requests`, named by its content: pods that ask for the
-    same shares use one template, and creating it again changes nothing."""
-    spec = {"spec": claim_spec(requests)}
-    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
-    return {
-        "apiVersion": RESOURCE_API_VERSION,
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": f"{TEMPLATE_PREFIX}{digest}", "namespace": namespace},
-        "spec": spec,
-    }
-
-
-def consumed_capacity(claim: Mapping[str, Any]) -> list[dict[str, int]]:
+def consumed_capacity(claim: ClaimView) -> list[dict[str, int]]:
     """Each allocated device's consumed capacity (bytes, percent), from a claim's status."""
-    allocation = (claim.get("status") or {}).get("allocation") or {}
-    results: Sequence[Mapping[str, Any]] = (allocation.get("devices") or {}).get("results") or ()
     return [
-        {name: value_ceil(parse_quantity(value)) for name, value in consumed.items()}
-        for consumed in (result.get("consumedCapacity") or {} for result in results)
+        {name: value_ceil(parse_quantity(value)) for name, value in result.consumed.items()}
+        for result in claim.results
     ]

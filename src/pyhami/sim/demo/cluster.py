@@ -42,7 +42,6 @@ from pyhami.controlplane import BuiltBinaries
 from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.deviceplugin.config import VgpuConfig
 from pyhami.deviceplugin.service import DevicePlugin, PluginOptions
-from pyhami.devices.nvidia.dra_claims import device_class
 from pyhami.kube import (
     DEVICE_CLASSES,
     MUTATING_WEBHOOK_CONFIGURATIONS,
@@ -53,6 +52,7 @@ from pyhami.kube import (
     cancel_and_wait,
     guarded_task,
 )
+from pyhami.kube.dra_manifests import device_class
 from pyhami.kube.manifests import MatchCondition, PodWebhook, taint_effects, webhook_configuration
 from pyhami.kube.views import read_node
 from pyhami.protocol import KEY_NODE_NVIDIA_REGISTER

@@ -1,29 +1,15 @@
-"""JSON merge-patch bodies (`application/merge-patch+json`) HAMi sends.
+"""JSON merge-patch bodies (`application/merge-patch+json`) HAMi sends: Kubernetes wire encoders.
 
 Builders return plain dicts for the Kubernetes client; `encode_patch` renders one exactly
 as HAMi's Go code sends it (compact, keys sorted at every level, Go string escaping). A
 `None` annotation value deletes the key (JSON `null`).
 """
 
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Iterable, Mapping
 
-from pyhami.model import MigAllocation, PodSingleDevice
+from pyhami.kube.client import JsonObject
 from pyhami.protocol.gojson import dumps
-from pyhami.protocol.keys import (
-    KEY_MIG_ALLOCATIONS,
-    KEY_NODE_LOCK,
-    KEY_VGPU_NODE,
-    KEY_VGPU_TIME,
-    LABEL_VGPU_NODE,
-)
-from pyhami.protocol.mig import encode_mig_allocations
-from pyhami.protocol.pod_devices import encode_pod_single_device
-from pyhami.protocol.times import format_unix_seconds
-from pyhami.protocol.vendors import VendorKeys
-
-MERGE_PATCH = "application/merge-patch+json"
-JsonObject = dict[str, object]
+from pyhami.protocol.keys import KEY_MIG_ALLOCATIONS, KEY_NODE_LOCK, KEY_VGPU_NODE, LABEL_VGPU_NODE
 
 
 def pod_annotations_patch(annotations: Mapping[str, str | None]) -> JsonObject:
@@ -34,28 +20,6 @@ def pod_annotations_patch(annotations: Mapping[str, str | None]) -> JsonObject:
     if node:
         metadata["labels"] = {LABEL_VGPU_NODE: node}
     return {"metadata": metadata}
-
-
-def filter_annotations(
-    node: str,
-    containers: PodSingleDevice,
-    mig_allocations: Sequence[MigAllocation],
-    keys: VendorKeys,
-    now: datetime | int,
-) -> dict[str, str]:
-    """What HAMi's Filter writes on a pod it placed: the node, the time (`now`, a datetime
-    or unix seconds), the vendor's devices to allocate and allocated, and MIG allocations."""
-    moment = datetime.fromtimestamp(now, UTC) if isinstance(now, int) else now
-    encoded = encode_pod_single_device(containers)
-    annotations = {
-        KEY_VGPU_NODE: node,
-        KEY_VGPU_TIME: format_unix_seconds(moment),
-        keys.to_allocate: encoded,
-        keys.allocated: encoded,
-    }
-    if mig_allocations:
-        annotations[KEY_MIG_ALLOCATIONS] = encode_mig_allocations(mig_allocations)
-    return annotations
 
 
 def node_annotations_patch(annotations: Mapping[str, str | None]) -> JsonObject:
