@@ -1,7 +1,10 @@
 """A small RFC 6902 applier (add/remove/replace), enough to check the webhook's patches."""
 
 import copy
+import json
 from typing import Any
+
+from pyhami.kube.admission_review import AdmissionRequest
 
 
 def apply_patch(doc: Any, ops: list[dict[str, Any]]) -> Any:
@@ -19,3 +22,13 @@ def apply_patch(doc: Any, ops: list[dict[str, Any]]) -> Any:
         else:
             parent[last] = op["value"]
     return doc
+
+
+def review_request(
+    pod: Any, operation: str = "CREATE", old: Any = None, user: str = "alice"
+) -> AdmissionRequest:
+    """`pod` as kube-apiserver sends it to the webhook of namespace `ns`, decoded."""
+    request = {"uid": "uid", "operation": operation, "namespace": "ns", "object": pod}
+    request |= {"userInfo": {"username": user}, "oldObject": old}
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+    return AdmissionRequest.from_http(json.dumps(review).encode(), "application/json")

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyhami.scheduler.admission import (
+from pyhami.kube.admission_review import (
     AdmissionDecodeError,
     AdmissionRequest,
     AdmissionResponse,
@@ -32,11 +32,15 @@ def _review(version: str = "admission.k8s.io/v1beta1") -> bytes:
     ).encode()
 
 
+def _reply(response: AdmissionResponse, request: AdmissionRequest) -> Any:
+    return json.loads(response.encode_review(request))["response"]
+
+
 @pytest.mark.parametrize("version", ["admission.k8s.io/v1", "admission.k8s.io/v1beta1"])
 def test_reply_carries_the_request_version_and_uid(version: str) -> None:
     request = AdmissionRequest.from_http(_review(version), "application/json")
     assert (request.uid, request.username, request.namespace) == ("u-1", "alice", "ns")
-    reply = AdmissionResponse.allow("ok").to_review(request)
+    reply = json.loads(AdmissionResponse.allow("ok").encode_review(request))
     assert reply == {
         "apiVersion": version,
         "kind": "AdmissionReview",
@@ -50,7 +54,7 @@ def test_reply_carries_the_request_version_and_uid(version: str) -> None:
 
 def test_denied_and_errored_replies_match_controller_runtime() -> None:
     request = AdmissionRequest.from_http(_review(), "application/json")
-    denied = AdmissionResponse.deny("pod has no containers").to_review(request)["response"]
+    denied = _reply(AdmissionResponse.deny("pod has no containers"), request)
     assert denied["allowed"] is False
     assert denied["status"] == {
         "metadata": {},
@@ -58,14 +62,14 @@ def test_denied_and_errored_replies_match_controller_runtime() -> None:
         "reason": "Forbidden",
         "message": "pod has no containers",
     }
-    errored = AdmissionResponse.errored(500, "bad").to_review(request)["response"]
+    errored = _reply(AdmissionResponse.errored(500, "bad"), request)
     assert errored["status"] == {"metadata": {}, "code": 500, "message": "bad"}
 
 
 def test_patch_is_base64_json_patch() -> None:
     request = AdmissionRequest.from_http(_review(), "application/json")
     ops = [{"op": "add", "path": "/spec/schedulerName", "value": "hami-scheduler"}]
-    response = AdmissionResponse(allowed=True, patch=ops).to_review(request)["response"]
+    response = _reply(AdmissionResponse(allowed=True, patch=ops), request)
     assert response["patchType"] == "JSONPatch"
     assert json.loads(base64.b64decode(response["patch"])) == ops
 
@@ -93,7 +97,7 @@ def test_undecodable_bodies_get_coded_errors(
     with pytest.raises(AdmissionDecodeError, match=words) as caught:
         AdmissionRequest.from_http(body, content_type)
     assert caught.value.code == code
-    bare = AdmissionResponse.errored(code, str(caught.value)).to_bare_review()
+    bare = json.loads(AdmissionResponse.errored(code, str(caught.value)).encode_bare_review())
     assert "apiVersion" not in bare and bare["response"]["allowed"] is False
 
 
@@ -121,3 +125,31 @@ def test_json_patch_escapes_annotation_keys() -> None:
     assert ops == [{"op": "add", "path": "/a/hami.io~1vgpu-node", "value": "n"}]
     assert json_patch({"x": 1}, {"x": 1}) == []
     assert json_patch({"x": 1}, {"x": True}) == [{"op": "replace", "path": "/x", "value": True}]
+
+
+@pytest.mark.parametrize(
+    "metadata, words",
+    [
+        pytest.param("x", "metadata must be an object", id="metadata"),
+        pytest.param({"annotations": {"a": 1}}, "metadata.annotations must map", id="annotation"),
+        pytest.param({"labels": ["a"]}, "metadata.labels must map", id="labels"),
+    ],
+)
+def test_unreadable_marks_are_refused_at_decoding(metadata: Any, words: str) -> None:
+    review = json.loads(_review())
+    review["request"]["object"]["metadata"] = metadata
+    with pytest.raises(AdmissionDecodeError, match=words) as caught:
+        AdmissionRequest.from_http(json.dumps(review).encode(), "application/json")
+    assert caught.value.code == 400
+
+
+def test_a_pod_known_only_by_generate_name_is_read_in_the_request_namespace() -> None:
+    review = json.loads(_review())
+    review["request"]["object"] = {
+        "metadata": {"generateName": "job-", "labels": {"app": "x"}},
+        "spec": {"containers": [{"name": "c"}], "nodeSelector": {"k": "v"}},
+    }
+    request = AdmissionRequest.from_http(json.dumps(review).encode(), "application/json")
+    assert request.marks.labels == {"app": "x"}
+    pod = request.pod()
+    assert (pod.view.ref, pod.node_selector, pod.privileged) == ("ns/job-", {"k": "v"}, None)

@@ -5,19 +5,20 @@ changes."""
 from typing import Any
 
 from pyhami.kube import Conflict, JsonObject
+from pyhami.kube.extender_wire import (
+    ClaimedPod,
+    ExtenderArgs,
+    ExtenderBindingArgs,
+    ExtenderBindingResult,
+    ExtenderFilterResult,
+)
 from pyhami.kube.views import read_node
 from pyhami.scheduler.dra_nodes import (
     DEVICE_PLUGIN_NODE_REASON,
     DRA_NODE_REASON,
     DraAwareExtender,
 )
-from pyhami.scheduler.extender import (
-    ExtenderArgs,
-    ExtenderBindingArgs,
-    ExtenderBindingResult,
-    ExtenderFilterResult,
-    PodRef,
-)
+from pyhami.scheduler.extender import PodRef
 from pyhami.scheduler.state import is_dra_node
 
 NODES = {
@@ -67,11 +68,8 @@ class Kube:
         self.bindings.append((namespace, name, node, uid))
 
 
-def pod(scheduler: str, uid: str = "u1") -> JsonObject:
-    return {
-        "metadata": {"name": "p", "namespace": "ns", "uid": uid},
-        "spec": {"schedulerName": scheduler},
-    }
+def pod(scheduler: str, uid: str = "u1") -> ClaimedPod:
+    return ClaimedPod("ns", "p", uid, scheduler)
 
 
 def extender(inner: Inner, kube: Kube | None = None) -> DraAwareExtender:

@@ -21,9 +21,9 @@ from pyhami.devices.config import NvidiaConfig
 from pyhami.devices.nvidia.vendor import NvidiaVendor
 from pyhami.engine import EngineConfig
 from pyhami.kube import NodeLocker
+from pyhami.kube.extender_wire import MAX_EXTENDER_BODY
 from pyhami.kube.views import read_node, read_pod
 from pyhami.scheduler.events import EventRecorder
-from pyhami.scheduler.extender import MAX_EXTENDER_BODY
 from pyhami.scheduler.metrics import MetricsSnapshot, SchedulerMetrics
 from pyhami.scheduler.ownership import OWNED_ANNOTATIONS
 from pyhami.scheduler.server import build_app

@@ -2,6 +2,7 @@
 
 import asyncio
 import copy
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -10,17 +11,13 @@ import pytest
 from pyhami.devices.nvidia.vendor import NvidiaVendor
 from pyhami.engine import EngineConfig
 from pyhami.kube import NodeLocker
+from pyhami.kube.extender_wire import ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult
 from pyhami.kube.views import read_node, read_pod
 from pyhami.protocol import KEY_NODE_LOCK
 from pyhami.scheduler import explanations as explanations_module
 from pyhami.scheduler import service as service_module
 from pyhami.scheduler.events import EventRecorder
-from pyhami.scheduler.extender import (
-    ExtenderArgs,
-    ExtenderBindingArgs,
-    ExtenderFilterResult,
-    PodRef,
-)
+from pyhami.scheduler.extender import PodRef
 from pyhami.scheduler.metrics import MetricsSnapshot, SchedulerMetrics
 from pyhami.scheduler.service import FilterBind, Leadership
 from pyhami.scheduler.state import ClusterState
@@ -89,7 +86,7 @@ def _service(
 
 
 def _args(pod: dict[str, Any], *names: str) -> ExtenderArgs:
-    return ExtenderArgs(pod=pod, node_names=names)
+    return ExtenderArgs.from_json(json.dumps({"Pod": pod, "NodeNames": names}).encode())
 
 
 async def _filter(service: FilterBind, pod: dict[str, Any], *names: str) -> ExtenderFilterResult:
@@ -193,10 +190,10 @@ async def test_pods_without_gpus_pass_through_and_bad_calls_get_errors() -> None
         "spec": {"containers": [{"name": "c"}]},
     }
     assert (await _filter(service, plain, "n1", "n9")).node_names == ("n1", "n9")
-    both_missing = await service.filter(ExtenderArgs(pod=gpu_pod("p")))
+    both_missing = await service.filter(
+        ExtenderArgs.from_json(json.dumps({"Pod": gpu_pod("p")}).encode())
+    )
     assert "neither NodeNames nor Nodes" in both_missing.error
-    no_name = await service.filter(_args({"metadata": {}}, "n1"))
-    assert "metadata.name" in no_name.error
 
 
 async def test_unschedulable_answers_every_node_with_its_reason() -> None:
@@ -471,8 +468,9 @@ async def test_simulation_path_writes_nothing(names: tuple[str, ...]) -> None:
     kube = MemoryKube()
     service = _service(kube)
     nodes = {"items": [node(n) for n in names] + [node("plain")]}
-    result = await service.filter(ExtenderArgs(pod=gpu_pod("p", mem=3000), nodes=nodes))
-    assert result.nodes is not None and result.nodes["items"][0]["metadata"]["name"] == "n1"
+    body = json.dumps({"Pod": gpu_pod("p", mem=3000), "Nodes": nodes}).encode()
+    result = await service.filter(ExtenderArgs.from_json(body))
+    assert json.loads(result.encode())["Nodes"]["items"][0]["metadata"]["name"] == "n1"
     assert result.failed_nodes is not None and result.failed_nodes["plain"] == "node unregistered"
     assert kube.pod_patches == [] and service.state.ledger.pod("uid-p") is None
 

@@ -157,12 +157,12 @@ def test_quota_precheck_counts_usage_and_the_new_pod() -> None:
         "spec": {"hard": {"limits.nvidia.com/gpumem": "4000"}},
     }
     state.on_quota(read_quota(quota))
-    assert not state.exceeds_quota(gpu_pod("fits", mem=4000))
+    assert not state.exceeds_quota(read_pod(gpu_pod("fits", mem=4000)))
     state.on_pod(read_pod(_allocated("p", "GPU-a", 3000)))
-    assert state.exceeds_quota(gpu_pod("over", mem=1500))
-    assert not state.exceeds_quota(gpu_pod("other-ns", mem=1500, namespace="team-b"))
+    assert state.exceeds_quota(read_pod(gpu_pod("over", mem=1500)))
+    assert not state.exceeds_quota(read_pod(gpu_pod("other-ns", mem=1500, namespace="team-b")))
     state.on_quota_deleted(read_quota(quota))
-    assert not state.exceeds_quota(gpu_pod("over", mem=1500))
+    assert not state.exceeds_quota(read_pod(gpu_pod("over", mem=1500)))
 
 
 def test_quota_precheck_adds_a_native_sidecar_to_the_app_container() -> None:
@@ -182,9 +182,9 @@ def test_quota_precheck_adds_a_native_sidecar_to_the_app_container() -> None:
         "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2500"}},
     }
     with_init["spec"]["initContainers"] = [init]
-    assert not state.exceeds_quota(with_init)
+    assert not state.exceeds_quota(read_pod(with_init))
     with_init["spec"]["initContainers"] = [{**init, "restartPolicy": "Always"}]
-    assert state.exceeds_quota(with_init), "2500 + 2500 > 4000"
+    assert state.exceeds_quota(read_pod(with_init)), "2500 + 2500 > 4000"
 
 
 def test_a_nominated_preemptor_holds_its_claim_until_it_is_filtered_again() -> None:

@@ -1,16 +1,16 @@
 """Webhook decisions and the owned-annotation rule."""
 
 import copy
-import json
 from typing import Any
 
 import pytest
 
 from pyhami.devices.config import NvidiaConfig
-from pyhami.scheduler.admission import AdmissionRequest, AdmissionResponse
+from pyhami.kube.admission_review import AdmissionRequest, AdmissionResponse
+from pyhami.model import PodView
 from pyhami.scheduler.webhook import PodAdmission, WebhookConfig
 
-from .patching import apply_patch
+from .patching import apply_patch, review_request
 
 OWNED = frozenset(
     {
@@ -45,7 +45,7 @@ def _review(
     old: dict[str, Any] | None = None,
     user: str = "alice",
 ) -> AdmissionRequest:
-    return AdmissionRequest("admission.k8s.io/v1beta1", "uid", operation, "ns", pod, user, old)
+    return review_request(pod, operation, old, user)
 
 
 def _admit(
@@ -159,6 +159,18 @@ def test_quota_overrun_is_denied_only_for_gpu_pods() -> None:
     assert response.allowed
 
 
+def test_the_quota_check_sees_the_limits_the_webhook_sets_on_a_generated_pod() -> None:
+    seen: list[PodView] = []
+    config = WebhookConfig(scheduler_name="hami-scheduler", owned_annotations=OWNED)
+    admission = PodAdmission(config, Nvidia(), lambda pod: seen.append(pod) or False)
+    pod = _pod(_ctr(limits={"nvidia.com/gpu": "1"}))
+    pod["metadata"] = {"generateName": "job-"}
+    assert admission.review(_review(pod)).allowed
+    [view] = seen
+    assert view.ref == "ns/job-"
+    assert view.containers[0].limits == {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "100"}
+
+
 def test_other_schedulers_are_left_alone_but_default_is_taken() -> None:
     gpu = _ctr(limits={"nvidia.com/gpu": "1"})
     response, pod = _admit(_pod(gpu, schedulerName="volcano"))
@@ -255,7 +267,7 @@ def test_the_ownership_review_strips_and_guards_but_mutates_nothing() -> None:
 def test_patch_is_empty_when_nothing_changes() -> None:
     response, _ = _admit(_pod(_ctr()))
     assert response.allowed and list(response.patch) == []
-    assert json.dumps(response.to_review(_review(_pod(_ctr())))["response"]).find("patch") == -1
+    assert b"patch" not in response.encode_review(_review(_pod(_ctr())))
 
 
 def test_the_webhooks_own_libvgpu_env_is_admitted_again_and_not_repeated() -> None:

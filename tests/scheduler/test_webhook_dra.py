@@ -2,19 +2,18 @@
 ResourceClaimTemplates with capacity requests; whole-GPU pods keep `nvidia.com/gpu` (the
 DeviceClass maps it); nothing changes for pods the mode does not send to DRA nodes."""
 
-import copy
 from typing import Any
 
 import pytest
 
 from pyhami.devices.config import NvidiaConfig
 from pyhami.kube import Forbidden, JsonObject
+from pyhami.kube.admission_review import AdmissionResponse
 from pyhami.kube.scheduler_dra_views import read_slice_card_memories
-from pyhami.scheduler.admission import AdmissionRequest, AdmissionResponse
 from pyhami.scheduler.dra_cards import DraCardMemories
 from pyhami.scheduler.webhook import PodAdmission, WebhookConfig
 
-from .patching import apply_patch
+from .patching import apply_patch, review_request
 
 DRA_SELECTOR = {"gpu.pyhami.io/mode": "dra"}
 
@@ -40,7 +39,7 @@ def _admit(
     admission = PodAdmission(
         config, NvidiaConfig(), lambda _: False, dra_card_memories=lambda: card_memories
     )
-    request = AdmissionRequest("admission.k8s.io/v1", "uid", "CREATE", "ns", copy.deepcopy(pod))
+    request = review_request(pod)
     response = admission.review(request)
     return response, apply_patch(pod, [dict(op) for op in response.patch])
 

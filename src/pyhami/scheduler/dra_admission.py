@@ -30,9 +30,9 @@ The pod keeps its scheduler: kube-scheduler allocates claims itself.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from pyhami.devices.config import NvidiaConfig
 from pyhami.devices.nvidia.dra_claims import (
@@ -47,9 +47,8 @@ from pyhami.devices.nvidia.dra_claims import (
 from pyhami.devices.nvidia.selectors import pod_card_selectors
 from pyhami.devices.quantity import QuantityError, parse_quantity, value_ceil
 from pyhami.devices.vendor import resolve_memory
-from pyhami.kube import JsonObject
-from pyhami.kube.dra_manifests import claim_template
-from pyhami.model import ContainerDeviceRequest, ContainerView
+from pyhami.kube.admission_review import ContainerChanges
+from pyhami.model import ContainerDeviceRequest, ContainerView, PodView
 from pyhami.protocol import NVIDIA_VENDOR
 
 DraMode = Literal["off", "selected", "all"]
@@ -61,11 +60,11 @@ class DraTranslationError(ValueError):
     """The pod asks for something that has no DRA form; the message says what."""
 
 
-def heads_to_dra(pod: Mapping[str, Any], mode: DraMode) -> bool:
-    if mode == "all":
-        return True
-    selector = (pod.get("spec") or {}).get("nodeSelector") or {}
-    return mode == "selected" and selector.get(NODE_MODE_LABEL) == NODE_MODE_DRA
+def heads_to_dra(node_selector: Mapping[str, str], mode: DraMode) -> bool:
+    """Whether a pod with this `nodeSelector` asks for DRA claims."""
+    return mode == "all" or (
+        mode == "selected" and node_selector.get(NODE_MODE_LABEL) == NODE_MODE_DRA
+    )
 
 
 def _whole_number(container: ContainerView, name: str) -> int | None:
@@ -174,43 +173,11 @@ def container_share(
 
 
 def translate_to_claims(
-    pod: JsonObject,
-    views: Sequence[ContainerView],
-    namespace: str,
-    cfg: NvidiaConfig,
-    card_memories: Collection[int] = (),
-) -> list[JsonObject]:
-    """Rewrite the pod's share requests as claims (in place); the templates they name, which
-    must exist before the pod is created. `views`: the pod's containers as they came in, init
-    containers first. `card_memories`: the memory sizes (bytes) of the DRA driver's GPUs, for
-    gpumem-percentage."""
-    spec = pod.setdefault("spec", {})
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    rules = PodCardRules.from_annotations(annotations)
-    owned = (
-        cfg.resource_count_name,
-        cfg.resource_memory_name,
-        cfg.resource_memory_percentage_name,
-        cfg.resource_core_name,
-    )
-    templates: dict[str, JsonObject] = {}
-    containers = [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]
-    for number, (container, view) in enumerate(zip(containers, views, strict=True)):
-        share = container_share(view, cfg, rules, card_memories)
-        if share is None:
-            continue
-        template = claim_template(namespace, {"gpu": share})
-        template_name = template["metadata"]["name"]
-        templates[template_name] = template
-        claim = f"gpu-{number}"
-        resources = container.setdefault("resources", {})
-        for part in ("limits", "requests"):
-            values = resources.get(part)
-            if isinstance(values, dict):
-                for name in owned:
-                    values.pop(name, None)
-        resources.setdefault("claims", []).append({"name": claim})
-        spec.setdefault("resourceClaims", []).append(
-            {"name": claim, "resourceClaimTemplateName": template_name}
-        )
-    return list(templates.values())
+    pod: PodView, cfg: NvidiaConfig, card_memories: Collection[int] = ()
+) -> tuple[ContainerChanges, ...]:
+    """Each container's change (init containers first): the claim for the share it asks for,
+    which replaces its GPU resources. `card_memories`: the memory sizes (bytes) of the DRA
+    driver's GPUs, for gpumem-percentage."""
+    rules = PodCardRules.from_annotations(pod.annotations)
+    shares = (container_share(view, cfg, rules, card_memories) for view in pod.all_containers)
+    return tuple(ContainerChanges(claim=share) for share in shares)

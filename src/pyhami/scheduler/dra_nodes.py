@@ -19,18 +19,19 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from typing import Any, Protocol
 
 from pyhami.devices.nvidia.dra_claims import NODE_MODE_DRA, NODE_MODE_LABEL
 from pyhami.kube import JsonObject, KubeError
-from pyhami.scheduler.extender import (
+from pyhami.kube.extender_wire import (
+    ClaimedPod,
     ExtenderArgs,
     ExtenderBindingArgs,
     ExtenderBindingResult,
     ExtenderFilterResult,
-    PodRef,
 )
+from pyhami.scheduler.extender import PodRef
 from pyhami.scheduler.server import ExtenderService
 
 DRA_NODE_REASON = (
@@ -74,8 +75,8 @@ class DraAwareExtender:
         if not dra:
             return await self._inner.filter(args)
         others = tuple(n for n in names if n not in self._dra_nodes)
-        pod = args.pod or {}
-        if (pod.get("spec") or {}).get("schedulerName") != self._scheduler_name:
+        pod = args.pod
+        if pod.scheduler_name != self._scheduler_name:
             self._remember_passed(pod)
             failed = dict.fromkeys(others, DEVICE_PLUGIN_NODE_REASON)
             return ExtenderFilterResult(node_names=dra, failed_nodes=failed or None)
@@ -88,11 +89,10 @@ class DraAwareExtender:
         failed = {**(result.failed_nodes or {}), **dict.fromkeys(dra, DRA_NODE_REASON)}
         return dataclasses.replace(result, node_names=result.node_names or [], failed_nodes=failed)
 
-    def _remember_passed(self, pod: Mapping[str, Any]) -> None:
-        metadata = pod.get("metadata") or {}
-        uid = str(metadata.get("uid") or "")
+    def _remember_passed(self, pod: ClaimedPod) -> None:
+        uid = pod.uid
         if uid:
-            self._passed[uid] = (str(metadata.get("namespace", "")), str(metadata.get("name", "")))
+            self._passed[uid] = (pod.namespace, pod.name)
             self._passed.move_to_end(uid)
             while len(self._passed) > PASSED_KEPT:
                 self._passed.popitem(last=False)

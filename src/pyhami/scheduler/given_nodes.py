@@ -6,36 +6,28 @@ kube-scheduler sends whole Node objects only when the extender is not cache-back
 
 from __future__ import annotations
 
-from pyhami.engine import Ledger, Outcome, PodSpecError, decide
-from pyhami.kube import JsonObject
-from pyhami.kube.views import read_node, read_pod
+from pyhami.engine import Ledger, Outcome, decide
+from pyhami.kube.extender_wire import ExtenderFilterResult, GivenNodes
 from pyhami.model import NodeName
-from pyhami.scheduler.extender import ExtenderArgs, ExtenderFilterResult
 from pyhami.scheduler.state import ClusterState
 
 
-def filter_given_nodes(args: ExtenderArgs, state: ClusterState) -> ExtenderFilterResult:
+def filter_given_nodes(given: GivenNodes, state: ClusterState) -> ExtenderFilterResult:
     """The Nodes path: the given nodes with zero usage, live quotas, nothing written."""
     ledger = Ledger()
-    by_name: dict[str, JsonObject] = {}
+    by_name = {node.name: node for node in given.nodes}
     unregistered: dict[str, str] = {}
-    for node in args.node_items:
-        name = str((node.get("metadata") or {}).get("name") or "")
-        by_name[name] = node
+    for node in given.nodes:
         try:
-            inventory = state.inventory_of(read_node(node))
-        except ValueError:  # NodeSpecError included
+            inventory = None if node.view is None else state.inventory_of(node.view)
+        except ValueError:  # a registration that cannot be read
             inventory = None
         if inventory is None or not inventory.devices:
-            unregistered[name] = "node unregistered"
+            unregistered[node.name] = "node unregistered"
         else:
-            ledger.upsert_node(NodeName(name), inventory)
-    try:
-        pod = read_pod(args.pod or {})
-    except PodSpecError as err:
-        return ExtenderFilterResult.failure(str(err))
+            ledger.upsert_node(NodeName(node.name), inventory)
     decision = decide(
-        pod,
+        given.pod,
         [NodeName(n) for n in by_name],
         ledger,
         config=state.config,
@@ -43,14 +35,10 @@ def filter_given_nodes(args: ExtenderArgs, state: ClusterState) -> ExtenderFilte
         explain=True,
     )
     if decision.outcome is Outcome.NO_DEVICE_REQUEST:
-        return ExtenderFilterResult(nodes=args.nodes)
+        return ExtenderFilterResult(nodes=given)
     if decision.outcome is Outcome.ERROR:
         return ExtenderFilterResult.failure(decision.error or "filter failed")
     failed = {**{str(n): reason for n, reason in decision.failed_nodes.items()}, **unregistered}
     if decision.node is None:
         return ExtenderFilterResult(failed_nodes=failed)
-    chosen = by_name[str(decision.node)]
-    return ExtenderFilterResult(
-        nodes={"apiVersion": "v1", "kind": "NodeList", "items": [chosen]},
-        failed_nodes=failed,
-    )
+    return ExtenderFilterResult(nodes=given.only(by_name[str(decision.node)]), failed_nodes=failed)

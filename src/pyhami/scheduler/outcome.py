@@ -14,10 +14,10 @@ from datetime import datetime
 from types import MappingProxyType
 
 from pyhami.engine import Decision, Outcome, PodAllocation, PodKey
+from pyhami.kube.extender_wire import ExtenderFilterResult
 from pyhami.model import PodView
 from pyhami.protocol import VendorKeys, filter_annotations
 from pyhami.scheduler.events import NORMAL, WARNING, reason_events
-from pyhami.scheduler.extender import ExtenderFilterResult
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,105 +14,26 @@ takes the freed cards while the victims terminate.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
 from aiohttp import web
 
-from pyhami.engine import PodSpecError
-from pyhami.engine.preempt import (
-    NodePreemption,
-    PreemptionInput,
-    Proposal,
-    preempt,
-)
-from pyhami.model import NodeName
-from pyhami.scheduler.extender import (
+from pyhami.engine.preempt import NodePreemption, PreemptionInput, preempt
+from pyhami.kube.extender_wire import (
     MAX_EXTENDER_BODY,
     ExtenderDecodeError,
-    _field,
-    _loads_object,
+    PreemptionArgs,
+    preemption_result,
 )
+from pyhami.model import NodeName
 from pyhami.scheduler.service import FilterBind, FilterRefusedError
 from pyhami.serving import read_body
 
 log = structlog.get_logger(__name__)
 
-WHAT = "ExtenderPreemptionArgs"
 ANSWERS_KEPT = 256  # the latest answers kept for inspection, oldest dropped first
-
-
-@dataclass(frozen=True, slots=True)
-class PreemptionArgs:
-    """The pod and kube-scheduler's proposal per node."""
-
-    pod: Mapping[str, Any]
-    proposals: Mapping[NodeName, Proposal]
-
-    @classmethod
-    def from_json(cls, body: bytes) -> PreemptionArgs:
-        obj = _loads_object(body, WHAT)
-        pod = _field(obj, "Pod")
-        if not isinstance(pod, dict):
-            raise ExtenderDecodeError(f"{WHAT}: field Pod must be a Pod object")
-        meta = _field(obj, "NodeNameToMetaVictims")
-        full = _field(obj, "NodeNameToVictims")
-        proposals: dict[NodeName, Proposal] = {}
-        for field, victims in (("NodeNameToVictims", full), ("NodeNameToMetaVictims", meta)):
-            if victims is None:
-                continue
-            if not isinstance(victims, dict):
-                raise ExtenderDecodeError(f"{WHAT}: field {field} must be an object")
-            for node, entry in victims.items():
-                proposals[NodeName(node)] = _proposal(entry, f"{field}[{node}]")
-        return cls(pod, proposals)
-
-
-def _proposal(entry: object, where: str) -> Proposal:
-    if entry is None:
-        return Proposal(frozenset())
-    if not isinstance(entry, dict):
-        raise ExtenderDecodeError(f"{WHAT}: {where} must be an object")
-    pods = _field(entry, "Pods") or []
-    violations = _field(entry, "NumPDBViolations") or 0
-    if not isinstance(pods, list) or not isinstance(violations, int):
-        raise ExtenderDecodeError(
-            f"{WHAT}: {where} needs Pods (a list) and NumPDBViolations (an integer)"
-        )
-    uids = set()
-    for pod in pods:
-        uid = _pod_uid(pod)
-        if not uid:
-            raise ExtenderDecodeError(f"{WHAT}: {where}.Pods has an entry without a UID")
-        uids.add(uid)
-    return Proposal(frozenset(uids), violations)
-
-
-def _pod_uid(pod: object) -> str:
-    """A MetaPod's `UID`, or a whole Pod's `metadata.uid`."""
-    if not isinstance(pod, dict):
-        return ""
-    uid = _field(pod, "UID")
-    if uid is None:
-        metadata = pod.get("metadata")
-        uid = metadata.get("uid") if isinstance(metadata, dict) else None
-    return uid if isinstance(uid, str) else ""
-
-
-def preemption_result(answers: Mapping[NodeName, NodePreemption]) -> dict[str, Any]:
-    """`ExtenderPreemptionResult`: the kept nodes only, each with at least one victim."""
-    return {
-        "NodeNameToMetaVictims": {
-            node: {
-                "Pods": [{"UID": uid} for uid in answer.victims],
-                "NumPDBViolations": answer.pdb_violations,
-            }
-            for node, answer in answers.items()
-            if answer.kept
-        }
-    }
 
 
 class Preemption:
@@ -136,7 +57,7 @@ class Preemption:
         try:
             # Only the pod's namespace, name and UID are taken from the body, as for /filter.
             pod = await service._trusted_pod(args.pod)
-        except (FilterRefusedError, PodSpecError) as err:
+        except FilterRefusedError as err:
             log.warning("preemption refused", error=str(err))
             return {}
         if self._nominated(pod.key):
@@ -204,6 +125,6 @@ def preempt_route(
             # ExtenderPreemptionResult has no error field: refuse the request itself.
             return web.json_response({"error": str(err)}, status=400)
         answers = await preemption.answer(args)
-        return web.json_response(preemption_result(answers))
+        return web.Response(text=preemption_result(answers), content_type="application/json")
 
     return route

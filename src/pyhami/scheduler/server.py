@@ -16,7 +16,6 @@ they need none.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -25,21 +24,22 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from pyhami.kube import JsonObject
-from pyhami.scheduler.admission import (
+from pyhami.kube.admission_review import (
     MAX_ADMISSION_BODY,
     AdmissionDecodeError,
     AdmissionRequest,
     AdmissionResponse,
 )
-from pyhami.scheduler.extender import (
+from pyhami.kube.extender_wire import (
     MAX_EXTENDER_BODY,
     ExtenderArgs,
     ExtenderBindingArgs,
     ExtenderBindingResult,
     ExtenderDecodeError,
     ExtenderFilterResult,
-    PodRef,
+    compact_json,
 )
+from pyhami.scheduler.extender import PodRef
 from pyhami.scheduler.metrics import SchedulerMetrics
 from pyhami.serving import BodyTimeoutError, Handler, read_body
 
@@ -69,12 +69,8 @@ class Admission(Protocol):
 Decide = Callable[[AdmissionRequest], AdmissionResponse]
 
 
-def _json(body: JsonObject, status: int = 200) -> web.Response:
-    return web.Response(
-        body=json.dumps(body, separators=(",", ":")).encode(),
-        status=status,
-        content_type="application/json",
-    )
+def _json(body: bytes, status: int = 200) -> web.Response:
+    return web.Response(body=body, status=status, content_type="application/json")
 
 
 # Routes that only kube-scheduler (or an operator's tool with a client certificate) may call.
@@ -84,15 +80,14 @@ JSON_CONTENT_TYPE = "application/json"
 
 def error_answer(path: str, status: int, message: str) -> web.Response:
     """A failure in the JSON shape the route at `path` answers with."""
-    body: JsonObject
     if path == "/filter":
-        body = ExtenderFilterResult.failure(message).to_json()
+        body = ExtenderFilterResult.failure(message).encode()
     elif path == "/bind":
-        body = ExtenderBindingResult(message).to_json()
+        body = ExtenderBindingResult(message).encode()
     elif path.startswith("/webhook"):
-        body = AdmissionResponse.errored(status, message).to_bare_review()
+        body = AdmissionResponse.errored(status, message).encode_bare_review()
     else:
-        body = {"error": message}
+        body = compact_json({"error": message})
     return _json(body, status)
 
 
@@ -159,10 +154,7 @@ def build_app(
             args = ExtenderArgs.from_json(body)
         except ExtenderDecodeError as err:
             metrics.decisions.labels(verb="filter", outcome="bad-request").inc()
-            return _json(ExtenderFilterResult.failure(str(err)).to_json())
-        if args.pod is None:
-            metrics.decisions.labels(verb="filter", outcome="bad-request").inc()
-            return _json(ExtenderFilterResult.failure("extender args missing pod").to_json())
+            return _json(ExtenderFilterResult.failure(str(err)).encode())
         path = "simulation" if args.nodes is not None else "live"
         with metrics.filter_seconds.labels(path=path).time():
             try:
@@ -170,7 +162,7 @@ def build_app(
             except Exception as err:  # our bug must still be an answer, not a dropped socket
                 log.exception("filter failed")
                 result = ExtenderFilterResult.failure(f"internal error: {err}")
-        return _json(result.to_json())
+        return _json(result.encode())
 
     async def bind_route(request: web.Request) -> web.Response:
         body = await read_body(request, MAX_EXTENDER_BODY, body_timeout_s)
@@ -181,14 +173,14 @@ def build_app(
             args = ExtenderBindingArgs.from_json(body)
         except ExtenderDecodeError as err:
             metrics.decisions.labels(verb="bind", outcome="bad-request").inc()
-            return _json(ExtenderBindingResult(str(err)).to_json())
+            return _json(ExtenderBindingResult(str(err)).encode())
         with metrics.bind_seconds.time():
             try:
                 result = await service.bind(args)
             except Exception as err:
                 log.exception("bind failed")
                 result = ExtenderBindingResult(f"internal error: {err}")
-        return _json(result.to_json())
+        return _json(result.encode())
 
     def admission_route(decide: Decide) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def route(request: web.Request) -> web.Response:
@@ -196,10 +188,7 @@ def build_app(
             try:
                 review = AdmissionRequest.from_http(body, request.content_type)
             except AdmissionDecodeError as err:
-                return _json(AdmissionResponse.errored(err.code, str(err)).to_bare_review())
-            except RecursionError:
-                message = "couldn't decode AdmissionReview: JSON nested too deeply"
-                return _json(AdmissionResponse.errored(400, message).to_bare_review())
+                return _json(AdmissionResponse.errored(err.code, str(err)).encode_bare_review())
             try:
                 response = decide(review)
                 if response.allowed and response.claim_templates:
@@ -207,7 +196,7 @@ def build_app(
             except Exception as err:
                 log.exception("admission failed", path=request.path)
                 response = AdmissionResponse.errored(500, f"internal error: {err}")
-            return _json(response.to_review(review))
+            return _json(response.encode_review(review))
 
         return route
 
@@ -222,12 +211,14 @@ def build_app(
         try:
             ref = PodRef.parse(request.query.get("pod", ""))
         except ValueError as err:
-            return _json({"error": str(err)}, status=400)
+            return _json(compact_json({"error": str(err)}), status=400)
         found = service.explain(ref)
         if found is None:
-            return _json({"error": f"no decision recorded for pod {ref}"}, status=404)
+            return _json(compact_json({"error": f"no decision recorded for pod {ref}"}), status=404)
         preemption = preemption_of(str(ref))  # the victims chosen for it, and why
-        return _json(found if preemption is None else {**found, "preemption": preemption})
+        return _json(
+            compact_json(found if preemption is None else {**found, "preemption": preemption})
+        )
 
     app = web.Application(
         client_max_size=MAX_ADMISSION_BODY + 1,

@@ -47,13 +47,19 @@ from pyhami.engine import (
     Decision,
     Outcome,
     PodKey,
-    PodSpecError,
     decide,
 )
 from pyhami.kube import Clock, JsonObject, NodeLockContentionError, NodeLocker, NotFound
 from pyhami.kube.client import resource_version
+from pyhami.kube.extender_wire import (
+    ClaimedPod,
+    ExtenderArgs,
+    ExtenderBindingArgs,
+    ExtenderBindingResult,
+    ExtenderFilterResult,
+)
 from pyhami.kube.patches import pod_annotations_patch, remove_annotations_patch
-from pyhami.kube.views import pod_identity, read_pod
+from pyhami.kube.views import read_pod
 from pyhami.model import NodeName, NodeView, PodView
 from pyhami.protocol import (
     KEY_BIND_PHASE,
@@ -66,13 +72,7 @@ from pyhami.protocol import (
 from pyhami.scheduler.bind_turns import BindTurns, NodeTurnTimeoutError
 from pyhami.scheduler.events import NORMAL, WARNING, EventRecorder
 from pyhami.scheduler.explanations import Explanations, explanation_json
-from pyhami.scheduler.extender import (
-    ExtenderArgs,
-    ExtenderBindingArgs,
-    ExtenderBindingResult,
-    ExtenderFilterResult,
-    PodRef,
-)
+from pyhami.scheduler.extender import PodRef
 from pyhami.scheduler.given_nodes import filter_given_nodes
 from pyhami.scheduler.metrics import SchedulerMetrics
 from pyhami.scheduler.outcome import Claim, FilterOutcome, annotations_of, filter_outcome
@@ -212,7 +212,7 @@ class FilterBind:
         if args.nodes is not None:
             started = self.clock.monotonic()
             try:
-                return filter_given_nodes(args, self.state)
+                return filter_given_nodes(args.nodes, self.state)
             finally:
                 self.engine_seconds += self.clock.monotonic() - started
         if args.node_names is None:
@@ -227,7 +227,7 @@ class FilterBind:
                 return ExtenderFilterResult.failure("scheduler caches are not synced yet")
         await self._room(lambda: self._binds_at_work >= BINDS_AT_WORK)
         try:
-            pod = await self._trusted_pod(args.pod or {})
+            pod = await self._trusted_pod(args.pod)
         except FilterRefusedError as err:
             self.metrics.decisions.labels(verb="filter", outcome="refused").inc()
             return ExtenderFilterResult.failure(str(err))
@@ -264,17 +264,13 @@ class FilterBind:
         for event in outcome.events:
             self.events.emit(pod, event.kind, event.reason, event.message)
 
-    async def _trusted_pod(self, claimed: Mapping[str, Any]) -> PodView:
+    async def _trusted_pod(self, claimed: ClaimedPod) -> PodView:
         """The pod the body names, as the API server has it: only its namespace, name and
         UID are read from the body (a caller cannot make us decide for a pod it made up).
 
         Our informer may not have seen a pod that kube-scheduler's has (it was just created),
         or still hold an earlier pod of that name: then one GET settles it."""
-        try:
-            _, namespace, name = pod_identity(claimed)
-        except PodSpecError as err:
-            raise FilterRefusedError(f"ExtenderArgs.Pod: {err}") from err
-        uid = str((claimed.get("metadata") or {}).get("uid") or "")
+        namespace, name, uid = claimed.namespace, claimed.name, claimed.uid
         if not uid:
             raise FilterRefusedError(f"ExtenderArgs.Pod {namespace}/{name} carries no metadata.uid")
         pod = self.state.pods.get((namespace, name))

@@ -22,7 +22,6 @@ the reserved cards are all there is to go by).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import structlog
 
@@ -41,7 +40,6 @@ from pyhami.engine import (
     plan_pod,
 )
 from pyhami.kube.manifests import QuotaView
-from pyhami.kube.views import read_pod
 from pyhami.model import ContainerDevices, NodeName, NodeView, PodView
 from pyhami.protocol import (
     KEY_BIND_PHASE,
@@ -302,13 +300,13 @@ class ClusterState:
 
     # ----- quotas ----------------------------------------------------------------------------
 
-    def exceeds_quota(self, pod: Mapping[str, Any]) -> bool:
+    def exceeds_quota(self, pod: PodView) -> bool:
         """The webhook's quota pre-check: the pod's NVIDIA memory and
         cores (the peak over the pod's phases: each classic init container with the sidecars
         started before it, then every sidecar with every app container) against its namespace's
         ResourceQuota limits and the ledger's usage there."""
         try:
-            plan = plan_pod(read_pod(pod), self.config)
+            plan = plan_pod(pod, self.config)
         except PodSpecError:
             return False  # the filter answers the bad spec with its reason
         phases = container_phases(len(plan.requests), plan.init_count, plan.sidecars)

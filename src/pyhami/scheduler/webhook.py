@@ -33,21 +33,27 @@ Two more refusals (pyhami, not HAMi), for the pods the webhook takes:
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+import dataclasses
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from pyhami.devices.config import NvidiaConfig
 from pyhami.devices.nvidia.libvgpu_env import controls_libvgpu, derived_env
 from pyhami.devices.nvidia.request import check_resource_values
 from pyhami.devices.quantity import QuantityError, parse_quantity, value_ceil
 from pyhami.devices.vendor import ContainerSpecError
-from pyhami.kube import JsonObject, KubeError
-from pyhami.kube.views import read_container
-from pyhami.model import ContainerView, PodSpecError
+from pyhami.kube import JsonObject
+from pyhami.kube.admission_review import (
+    AdmissionRequest,
+    AdmissionResponse,
+    AdmittedPod,
+    ContainerChanges,
+    PodChanges,
+    PodMarks,
+    PodShapeError,
+)
+from pyhami.model import ContainerView, PodSpecError, PodView
 from pyhami.protocol import LABEL_VGPU_NODE
-from pyhami.scheduler.admission import AdmissionRequest, AdmissionResponse, json_patch
 from pyhami.scheduler.dra_admission import (
     DraMode,
     DraTranslationError,
@@ -86,37 +92,13 @@ def quantity_value(text: object, where: str) -> int:
         raise AdmissionError(f"{where}: {err}") from err
 
 
-def _lookup(container: Mapping[str, Any], name: str) -> object | None:
-    """The container's value for a resource as the mutation left it: its limit, else its
-    request (the container's view is the one from before the mutation)."""
-    resources = container.get("resources") or {}
-    for part in ("limits", "requests"):
-        values = resources.get(part) or {}
-        if name and name in values:
-            found: object = values[name]
-            return found
-    return None
+def _given(container: ContainerView, name: str) -> object | None:
+    """The container's limit for a resource, else its request (None when an empty name)."""
+    return container.quantity(name) if name else None
 
 
-def _has_limit(container: Mapping[str, Any], name: str) -> bool:
-    limits = (container.get("resources") or {}).get("limits") or {}
-    return bool(name) and name in limits
-
-
-def _set_limit(container: JsonObject, name: str, value: str) -> None:
-    resources = container.setdefault("resources", {})
-    limits = resources.get("limits")
-    if not isinstance(limits, dict):
-        limits = resources["limits"] = {}
-    limits[name] = value
-
-
-def _append_env(container: JsonObject, name: str, value: str) -> None:
-    env = container.get("env")
-    if not isinstance(env, list):
-        env = container["env"] = []
-    if {"name": name, "value": value} not in env:  # already there: a copied or re-admitted pod
-        env.append({"name": name, "value": value})
+def _has_limit(container: ContainerView, name: str) -> bool:
+    return bool(name) and name in container.limits
 
 
 def webhook_env(container: ContainerView, cfg: NvidiaConfig) -> dict[str, str]:
@@ -152,83 +134,61 @@ def limit_control_refusal(
 
 
 def mutate_nvidia_container(
-    container: JsonObject, view: ContainerView, pod: JsonObject, cfg: NvidiaConfig
-) -> bool:
-    """NVIDIA MutateAdmission for one container (`view`: the container as it came in); True
-    when it asks for NVIDIA devices."""
-    cname = str(container.get("name") or "")
-    percentage = _lookup(container, cfg.resource_memory_percentage_name)
+    container: ContainerView, cfg: NvidiaConfig
+) -> tuple[ContainerChanges, bool]:
+    """NVIDIA MutateAdmission for one container: its changes, and whether it asks for NVIDIA
+    devices once they are made."""
+    percentage = _given(container, cfg.resource_memory_percentage_name)
     percentage_value: int | None = None
     if percentage is not None:
         percentage_value = quantity_value(
-            percentage, f"container {cname}: {cfg.resource_memory_percentage_name}"
+            percentage, f"container {container.name}: {cfg.resource_memory_percentage_name}"
         )
-    for name, value in webhook_env(view, cfg).items():
-        _append_env(container, name, value)
+    env = list(webhook_env(container, cfg).items())
+    limits: list[tuple[str, str]] = []
 
-    has_resource = _has_limit(container, cfg.resource_count_name)
+    count = cfg.resource_count_name
+    has_resource = _has_limit(container, count)
     wants_share = any(_has_limit(container, name) for name in _share_names(cfg))
     if not has_resource and cfg.default_gpu_num > 0 and wants_share:
-        _set_limit(container, cfg.resource_count_name, str(cfg.default_gpu_num))
+        limits.append((count, str(cfg.default_gpu_num)))
         has_resource = True
 
-    count_given = _lookup(container, cfg.resource_count_name) is not None
-    cores_given = _lookup(container, cfg.resource_core_name) is not None
+    count_given = bool(count) and (bool(limits) or _given(container, count) is not None)
+    cores_given = _given(container, cfg.resource_core_name) is not None
     if count_given and cfg.resource_core_name and not cores_given:
         if percentage is not None:
             exclusive = percentage_value == 100
         else:
-            memory_given = _lookup(container, cfg.resource_memory_name) is not None
+            memory_given = _given(container, cfg.resource_memory_name) is not None
             exclusive = not cfg.resource_memory_name or not memory_given
         if exclusive:
-            _set_limit(container, cfg.resource_core_name, "100")
+            limits.append((cfg.resource_core_name, "100"))
             has_resource = True
 
-    spec = pod.setdefault("spec", {})
-    if has_resource and not spec.get("runtimeClassName") and cfg.runtime_class_name:
-        spec["runtimeClassName"] = cfg.runtime_class_name
     if not has_resource and cfg.overwrite_env:
-        _append_env(container, "NVIDIA_VISIBLE_DEVICES", "none")
-    return has_resource
+        env.append(("NVIDIA_VISIBLE_DEVICES", "none"))
+    return ContainerChanges(env=tuple(env), limits=tuple(limits)), has_resource
 
 
-def _containers(spec: Mapping[str, Any], key: str) -> list[JsonObject]:
-    value = spec.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(c, dict) for c in value):
-        raise AdmissionError(f"spec.{key} must be a list of containers")
-    return value
+def _with_limits(pod: PodView, changes: Sequence[ContainerChanges]) -> PodView:
+    """The pod as its containers' new limits leave it."""
+    containers = [
+        dataclasses.replace(c, limits={**c.limits, **dict(change.limits)}) if change.limits else c
+        for c, change in zip(pod.all_containers, changes, strict=True)
+    ]
+    init = len(pod.init_containers)
+    return dataclasses.replace(
+        pod, init_containers=tuple(containers[:init]), containers=tuple(containers[init:])
+    )
 
 
-def _owned_fields(pod: Mapping[str, Any], owned: frozenset[str]) -> dict[str, str]:
+def _owned_fields(marks: PodMarks, owned: frozenset[str]) -> dict[str, str]:
     """The scheduler-owned annotations and label, keyed as the refusal names them."""
-    metadata = pod.get("metadata") or {}
-    annotations = metadata.get("annotations") or {}
-    fields = {f"annotation {k}": v for k, v in annotations.items() if k in owned}
-    labels = metadata.get("labels") or {}
-    if LABEL_VGPU_NODE in labels:
-        fields[f"label {LABEL_VGPU_NODE}"] = labels[LABEL_VGPU_NODE]
+    fields = {f"annotation {k}": v for k, v in marks.annotations.items() if k in owned}
+    if LABEL_VGPU_NODE in marks.labels:
+        fields[f"label {LABEL_VGPU_NODE}"] = marks.labels[LABEL_VGPU_NODE]
     return fields
-
-
-def _strip_owned(pod: JsonObject, owned: frozenset[str]) -> list[str]:
-    metadata = pod.get("metadata") or {}
-    removed: list[str] = []
-    annotations = metadata.get("annotations")
-    if isinstance(annotations, dict):
-        for key in sorted(k for k in annotations if k in owned):
-            del annotations[key]
-            removed.append(f"annotation {key}")
-    labels = metadata.get("labels")
-    if isinstance(labels, dict) and LABEL_VGPU_NODE in labels:
-        del labels[LABEL_VGPU_NODE]
-        removed.append(f"label {LABEL_VGPU_NODE}")
-    return removed
-
-
-def _namespace_of(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("metadata") or {}).get("namespace") or "default")
 
 
 def _trusted(username: str, trusted: Sequence[str]) -> bool:
@@ -242,7 +202,7 @@ class PodAdmission:
         self,
         cfg: WebhookConfig,
         nvidia: NvidiaConfig,
-        exceeds_quota: Callable[[JsonObject], bool],
+        exceeds_quota: Callable[[PodView], bool],
         ensure_object: Callable[[JsonObject], Awaitable[None]] | None = None,
         dra_card_memories: Callable[[], Collection[int]] = frozenset,
     ) -> None:
@@ -254,22 +214,8 @@ class PodAdmission:
         self._dra_card_memories = dra_card_memories
 
     async def create_claim_templates(self, response: AdmissionResponse) -> AdmissionResponse:
-        """Create the ResourceClaimTemplates an allowed answer's pod names (one that exists
-        already is kept: templates are named by their content), before the pod is created;
-        when one cannot be, the pod is refused naming why."""
-        for template in response.claim_templates:
-            name = template["metadata"]["name"]
-            if self._ensure_object is None:
-                return AdmissionResponse.errored(
-                    500, f"cannot create ResourceClaimTemplate {name}: no API client"
-                )
-            try:
-                await self._ensure_object(template)
-            except KubeError as err:
-                return AdmissionResponse.errored(
-                    500, f"cannot create ResourceClaimTemplate {name}: {err}"
-                )
-        return response
+        """Create the ResourceClaimTemplates an allowed answer's pod names, before the pod is."""
+        return await response.create_claim_templates(self._ensure_object)
 
     def review(self, request: AdmissionRequest) -> AdmissionResponse:
         """HAMi's webhook: the ownership rule, then the GPU pod mutation on CREATE."""
@@ -277,22 +223,24 @@ class PodAdmission:
             return self._review_update(request)
         if request.operation != "CREATE":
             return AdmissionResponse.allow()
-        before = request.object
-        pod = copy.deepcopy(before)
-        warnings = self._strip_owned(pod)
+        stripped, warnings = self._strip_owned(request.marks)
         try:
-            decision = self._mutate(pod, request.namespace or _namespace_of(pod))
-        except AdmissionError as err:
+            decision = self._mutate(request.pod())
+        except (AdmissionError, PodShapeError) as err:
             return AdmissionResponse.errored(500, str(err))
-        if decision is not None and not decision.allowed:
+        except PodSpecError as err:
+            return AdmissionResponse.deny(str(err))
+        if isinstance(decision, AdmissionResponse) and not decision.allowed:
             return decision
-        message = decision.message if decision is not None else ""
-        return AdmissionResponse(
-            allowed=True,
-            message=message,
-            patch=json_patch(before, pod),
+        if isinstance(decision, AdmissionResponse):  # left to another scheduler: only stripped
+            return request.admit(stripped, decision.message, warnings)
+        return request.admit(
+            dataclasses.replace(
+                decision,
+                remove_annotations=stripped.remove_annotations,
+                remove_labels=stripped.remove_labels,
+            ),
             warnings=warnings,
-            claim_templates=decision.claim_templates if decision is not None else (),
         )
 
     def review_ownership(self, request: AdmissionRequest) -> AdmissionResponse:
@@ -301,20 +249,21 @@ class PodAdmission:
             return self._review_update(request)
         if request.operation != "CREATE":
             return AdmissionResponse.allow()
-        pod = copy.deepcopy(request.object)
-        warnings = self._strip_owned(pod)
-        return AdmissionResponse(
-            allowed=True, patch=json_patch(request.object, pod), warnings=warnings
-        )
+        stripped, warnings = self._strip_owned(request.marks)
+        return request.admit(stripped, warnings=warnings)
 
-    def _strip_owned(self, pod: JsonObject) -> list[str]:
-        removed = _strip_owned(pod, self.cfg.owned_annotations)
-        return [f"removed scheduler-owned {what}" for what in removed]
+    def _strip_owned(self, marks: PodMarks) -> tuple[PodChanges, list[str]]:
+        """The removal of the scheduler-owned annotations and label, and its warnings."""
+        annotations = tuple(sorted(k for k in marks.annotations if k in self.cfg.owned_annotations))
+        labels = (LABEL_VGPU_NODE,) if LABEL_VGPU_NODE in marks.labels else ()
+        removed = [f"annotation {k}" for k in annotations] + [f"label {k}" for k in labels]
+        warnings = [f"removed scheduler-owned {what}" for what in removed]
+        return PodChanges(remove_annotations=annotations, remove_labels=labels), warnings
 
     def _review_update(self, request: AdmissionRequest) -> AdmissionResponse:
         owned = self.cfg.owned_annotations
-        old = _owned_fields(request.old_object or {}, owned)
-        new = _owned_fields(request.object, owned)
+        old = _owned_fields(request.old_marks, owned)
+        new = _owned_fields(request.marks, owned)
         changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
         if changed and not _trusted(request.username, self.cfg.trusted_writers):
             return AdmissionResponse.deny(
@@ -324,82 +273,73 @@ class PodAdmission:
             )
         return AdmissionResponse.allow()
 
-    def _mutate(self, pod: JsonObject, namespace: str) -> AdmissionResponse | None:
-        """HAMi's procedure on the (already stripped) pod; None means allowed with the patch."""
-        spec = pod.get("spec")
-        if not isinstance(spec, dict):
-            raise AdmissionError("pod has no spec")
-        init = _containers(spec, "initContainers")
-        app = _containers(spec, "containers")
-        if not app:
+    def _mutate(self, admitted: AdmittedPod) -> AdmissionResponse | PodChanges:
+        """HAMi's procedure: the changes to make, or an answer (a refusal, or a pod left to
+        another scheduler)."""
+        pod = admitted.view
+        if not pod.containers:
             return AdmissionResponse.deny("pod has no containers")
-        current = str(spec.get("schedulerName") or "")
+        current = pod.scheduler_name
         ours = self.cfg.scheduler_name
         takes_default = current == DEFAULT_SCHEDULER and self.cfg.force_overwrite_default_scheduler
         if current and not takes_default and current != ours:
             return AdmissionResponse.allow("pod already has different scheduler assigned")
-        privileged = next(
-            (
-                c
-                for c in (*init, *app)
-                if ((c.get("securityContext") or {}).get("privileged")) is True
-            ),
-            None,
-        )
-        containers = (*init, *app)
+        containers = pod.all_containers
         try:
-            # Read before the mutation adds the webhook's own env and limits.
-            views = [read_container(c, init=n < len(init)) for n, c in enumerate(containers)]
-            for view in views:
+            for view in containers:
                 check_resource_values(view, self.nvidia)
-        except (ContainerSpecError, PodSpecError) as err:
+        except ContainerSpecError as err:
             return AdmissionResponse.deny(str(err))
-        if self.cfg.dra_mode != "off" and heads_to_dra(pod, self.cfg.dra_mode):
-            return self._admit_to_dra(pod, namespace, views, privileged)
+        if self.cfg.dra_mode != "off" and heads_to_dra(admitted.node_selector, self.cfg.dra_mode):
+            return self._admit_to_dra(admitted)
+        namespace = pod.namespace
         has_resource = False
         may_control = namespace in self.cfg.limit_control_namespaces
-        for container, view in zip(containers, views, strict=True):
+        changes = []
+        for view in containers:
             refusal = limit_control_refusal(view, self.nvidia, namespace)
-            if not mutate_nvidia_container(container, view, pod, self.nvidia):
+            change, asks = mutate_nvidia_container(view, self.nvidia)
+            changes.append(change)
+            if not asks:
                 continue
             has_resource = True
             if refusal is not None and not may_control:
                 return AdmissionResponse.deny(refusal)
-        if privileged is not None and has_resource:
-            return AdmissionResponse.deny(f"container {privileged.get('name', '')} is privileged")
-        if has_resource and ours:
-            spec["schedulerName"] = ours
-            if spec.get("nodeName"):
-                return AdmissionResponse.deny("pod has node assigned")
-        if has_resource and self._exceeds_quota(pod):
+        if admitted.privileged is not None and has_resource:
+            return AdmissionResponse.deny(f"container {admitted.privileged} is privileged")
+        if has_resource and ours and pod.node_name:
+            return AdmissionResponse.deny("pod has node assigned")
+        if has_resource and self._exceeds_quota(_with_limits(pod, changes)):
             return AdmissionResponse.deny("exceeding resource quota")
-        return None
+        runtime_class = self.nvidia.runtime_class_name
+        return PodChanges(
+            containers=tuple(changes),
+            runtime_class_name=(
+                runtime_class if has_resource and not admitted.runtime_class_name else ""
+            ),
+            scheduler_name=ours if has_resource else "",
+        )
 
-    def _admit_to_dra(
-        self,
-        pod: JsonObject,
-        namespace: str,
-        containers: Sequence[ContainerView],
-        privileged: Mapping[str, Any] | None,
-    ) -> AdmissionResponse:
+    def _admit_to_dra(self, admitted: AdmittedPod) -> AdmissionResponse | PodChanges:
         """A pod headed to DRA nodes: its GPU shares become claims; kube-scheduler places it."""
-        gpu_names = (self.nvidia.resource_count_name, *_share_names(self.nvidia))
+        nvidia = self.nvidia
+        namespace = admitted.view.namespace
+        containers = admitted.view.all_containers
+        gpu_names = (nvidia.resource_count_name, *_share_names(nvidia))
         gpu_containers = [
             c for c in containers if any(n and c.quantity(n) is not None for n in gpu_names)
         ]
-        refusals = (limit_control_refusal(c, self.nvidia, namespace) for c in gpu_containers)
+        refusals = (limit_control_refusal(c, nvidia, namespace) for c in gpu_containers)
         refusal = next(filter(None, refusals), None)
         if refusal is not None and namespace not in self.cfg.limit_control_namespaces:
             return AdmissionResponse.deny(refusal)
         try:
-            templates = translate_to_claims(
-                pod, containers, namespace, self.nvidia, self._dra_card_memories()
-            )
+            changes = translate_to_claims(admitted.view, nvidia, self._dra_card_memories())
         except DraTranslationError as err:
             return AdmissionResponse.deny(str(err))
-        if privileged is not None and gpu_containers:
-            return AdmissionResponse.deny(f"container {privileged.get('name', '')} is privileged")
-        return AdmissionResponse(allowed=True, claim_templates=tuple(templates))
+        if admitted.privileged is not None and gpu_containers:
+            return AdmissionResponse.deny(f"container {admitted.privileged} is privileged")
+        return PodChanges(containers=changes, claimed_resources=gpu_names)
 
 
 def _share_names(cfg: NvidiaConfig) -> tuple[str, ...]:

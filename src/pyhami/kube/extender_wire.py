@@ -1,0 +1,315 @@
+"""The kube-scheduler extender wire types (`k8s.io/kube-scheduler/extender/v1`), decoded once.
+
+The Go types carry no JSON tags, so the wire keys are the Go field names, and Go's decoder
+matches them case-insensitively. We accept any case and answer in PascalCase with every field
+present, exactly as a Go-marshalled answer looks. The embedded Pod becomes a PodView; the Nodes
+of a simulation request become NodeViews, their objects kept only to be sent back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyhami.engine.preempt import NodePreemption, Proposal
+from pyhami.kube.client import JsonObject
+from pyhami.kube.views import pod_identity, read_node, read_pod
+from pyhami.model import NodeName, NodeView, PodSpecError, PodView
+
+# The extender body limit HAMi applies to /filter, /bind and /preempt.
+MAX_EXTENDER_BODY = 1 << 20
+
+
+class ExtenderDecodeError(ValueError):
+    """A request body that is not a valid extender message; the text goes into `Error`."""
+
+
+def compact_json(value: object) -> bytes:
+    """JSON as Go's encoder writes it: no spaces."""
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def _loads_object(body: bytes, what: str) -> Mapping[str, Any]:
+    if len(body) > MAX_EXTENDER_BODY:
+        raise ExtenderDecodeError(f"{what}: request body exceeds {MAX_EXTENDER_BODY} bytes")
+    if not body.strip():
+        raise ExtenderDecodeError(f"{what}: empty request body")
+    try:
+        value = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ExtenderDecodeError(f"{what}: invalid JSON: {err}") from err
+    except RecursionError as err:
+        raise ExtenderDecodeError(f"{what}: invalid JSON: nested too deeply") from err
+    if not isinstance(value, dict):
+        raise ExtenderDecodeError(f"{what}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _field(obj: Mapping[str, Any], name: str) -> Any:
+    """Go's rule: an exact key wins, otherwise the first key equal ignoring case."""
+    if name in obj:
+        return obj[name]
+    lowered = name.lower()
+    for key, value in obj.items():
+        if key.lower() == lowered:
+            return value
+    return None
+
+
+def _optional_object(obj: Mapping[str, Any], name: str, what: str) -> JsonObject | None:
+    value = _field(obj, name)
+    if value is None or isinstance(value, dict):
+        return value
+    raise ExtenderDecodeError(f"{what}: field {name} must be an object, got {type(value).__name__}")
+
+
+def _optional_strings(obj: Mapping[str, Any], name: str, what: str) -> tuple[str, ...] | None:
+    value = _field(obj, name)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ExtenderDecodeError(f"{what}: field {name} must be a list of strings")
+    return tuple(value)
+
+
+def _string(obj: Mapping[str, Any], name: str, what: str) -> str:
+    value = _field(obj, name)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ExtenderDecodeError(f"{what}: field {name} must be a string, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedPod:
+    """The pod a request names, as far as it is trusted: the scheduler decides on the pod the
+    API server has, so only the identity is read (and the scheduler, for the DRA split)."""
+
+    namespace: str
+    name: str
+    uid: str
+    scheduler_name: str = ""
+
+
+def _claimed(pod: JsonObject, what: str) -> ClaimedPod:
+    try:
+        _, namespace, name = pod_identity(pod)
+    except PodSpecError as err:
+        raise ExtenderDecodeError(f"{what}.Pod: {err}") from err
+    uid = pod["metadata"].get("uid")
+    spec = pod.get("spec")
+    scheduler = spec.get("schedulerName") if isinstance(spec, dict) else None
+    return ClaimedPod(
+        namespace,
+        name,
+        uid if isinstance(uid, str) else "",
+        scheduler if isinstance(scheduler, str) else "",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class GivenNode:
+    """One Node of a simulation request: its name, its view (None: unreadable) and the object,
+    which only goes back to kube-scheduler."""
+
+    name: str
+    view: NodeView | None
+    _object: JsonObject
+
+
+@dataclass(frozen=True, slots=True)
+class GivenNodes:
+    """A simulation request: the pod as sent, read whole, and the `Nodes` NodeList to decide
+    it on."""
+
+    pod: PodView
+    nodes: tuple[GivenNode, ...]
+    _list: JsonObject
+
+    @classmethod
+    def decode(cls, pod: JsonObject, nodes: JsonObject, what: str) -> GivenNodes:
+        items = nodes.get("items")
+        if items is not None and (
+            not isinstance(items, list) or not all(isinstance(i, dict) for i in items)
+        ):
+            raise ExtenderDecodeError(f"{what}: Nodes.items must be a list of Node objects")
+        given = []
+        for item in items or ():
+            try:
+                view: NodeView | None = read_node(item)
+            except ValueError:  # NodeSpecError included: such a node counts as unregistered
+                view = None
+            given.append(GivenNode(str((item.get("metadata") or {}).get("name") or ""), view, item))
+        try:
+            return cls(read_pod(pod), tuple(given), nodes)
+        except PodSpecError as err:
+            raise ExtenderDecodeError(f"{what}.Pod: {err}") from err
+
+    def only(self, node: GivenNode) -> GivenNodes:
+        """A NodeList holding `node` alone (the filter's choice)."""
+        node_list = {"apiVersion": "v1", "kind": "NodeList", "items": [node._object]}
+        return GivenNodes(self.pod, (node,), node_list)
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderArgs:
+    """`ExtenderArgs`: the pod and either candidate names (live path) or full nodes (simulation)."""
+
+    pod: ClaimedPod
+    nodes: GivenNodes | None = None
+    node_names: tuple[str, ...] | None = None
+
+    @classmethod
+    def from_json(cls, body: bytes) -> ExtenderArgs:
+        what = "ExtenderArgs"
+        obj = _loads_object(body, what)
+        nodes = _optional_object(obj, "Nodes", what)
+        pod = _optional_object(obj, "Pod", what)
+        node_names = _optional_strings(obj, "NodeNames", what)
+        if pod is None:
+            raise ExtenderDecodeError("extender args missing pod")
+        given = None if nodes is None else GivenNodes.decode(pod, nodes, what)
+        return cls(pod=_claimed(pod, what), nodes=given, node_names=node_names)
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderFilterResult:
+    """`ExtenderFilterResult`, always marshalled with all five fields."""
+
+    node_names: Sequence[str] | None = None
+    nodes: GivenNodes | None = None
+    failed_nodes: Mapping[str, str] | None = None
+    error: str = ""
+    failed_and_unresolvable: Mapping[str, str] | None = None
+
+    def encode(self) -> bytes:
+        unresolvable = self.failed_and_unresolvable
+        return compact_json(
+            {
+                "Nodes": None if self.nodes is None else self.nodes._list,
+                "NodeNames": None if self.node_names is None else list(self.node_names),
+                "FailedNodes": None if self.failed_nodes is None else dict(self.failed_nodes),
+                "FailedAndUnresolvableNodes": None if unresolvable is None else dict(unresolvable),
+                "Error": self.error,
+            }
+        )
+
+    @classmethod
+    def failure(cls, error: str) -> ExtenderFilterResult:
+        return cls(error=error)
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderBindingArgs:
+    """`ExtenderBindingArgs`: which pod to bind to which node."""
+
+    pod_name: str
+    pod_namespace: str
+    pod_uid: str
+    node: str
+
+    @classmethod
+    def from_json(cls, body: bytes) -> ExtenderBindingArgs:
+        what = "ExtenderBindingArgs"
+        obj = _loads_object(body, what)
+        args = cls(
+            pod_name=_string(obj, "PodName", what),
+            pod_namespace=_string(obj, "PodNamespace", what),
+            pod_uid=_string(obj, "PodUID", what),
+            node=_string(obj, "Node", what),
+        )
+        required = (("PodName", args.pod_name), ("Node", args.node))
+        missing = [name for name, value in required if not value]
+        if missing:
+            raise ExtenderDecodeError(f"{what}: missing {', '.join(missing)}")
+        return args
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderBindingResult:
+    """`ExtenderBindingResult`: an empty `Error` means bound."""
+
+    error: str = ""
+
+    def encode(self) -> bytes:
+        return compact_json({"Error": self.error})
+
+
+PREEMPTION_ARGS = "ExtenderPreemptionArgs"
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionArgs:
+    """`ExtenderPreemptionArgs`: the pod and kube-scheduler's proposal per node, from
+    `NodeNameToMetaVictims` (pod UIDs) or `NodeNameToVictims` (whole pods)."""
+
+    pod: ClaimedPod
+    proposals: Mapping[NodeName, Proposal]
+
+    @classmethod
+    def from_json(cls, body: bytes) -> PreemptionArgs:
+        obj = _loads_object(body, PREEMPTION_ARGS)
+        pod = _field(obj, "Pod")
+        if not isinstance(pod, dict):
+            raise ExtenderDecodeError(f"{PREEMPTION_ARGS}: field Pod must be a Pod object")
+        proposals: dict[NodeName, Proposal] = {}
+        for field in ("NodeNameToVictims", "NodeNameToMetaVictims"):
+            victims = _field(obj, field)
+            if victims is None:
+                continue
+            if not isinstance(victims, dict):
+                raise ExtenderDecodeError(f"{PREEMPTION_ARGS}: field {field} must be an object")
+            for node, entry in victims.items():
+                proposals[NodeName(node)] = _proposal(entry, f"{field}[{node}]")
+        return cls(_claimed(pod, PREEMPTION_ARGS), proposals)
+
+
+def _proposal(entry: object, where: str) -> Proposal:
+    if entry is None:
+        return Proposal(frozenset())
+    if not isinstance(entry, dict):
+        raise ExtenderDecodeError(f"{PREEMPTION_ARGS}: {where} must be an object")
+    pods = _field(entry, "Pods") or []
+    violations = _field(entry, "NumPDBViolations") or 0
+    if not isinstance(pods, list) or not isinstance(violations, int):
+        raise ExtenderDecodeError(
+            f"{PREEMPTION_ARGS}: {where} needs Pods (a list) and NumPDBViolations (an integer)"
+        )
+    uids = set()
+    for pod in pods:
+        uid = _pod_uid(pod)
+        if not uid:
+            raise ExtenderDecodeError(f"{PREEMPTION_ARGS}: {where}.Pods has an entry without a UID")
+        uids.add(uid)
+    return Proposal(frozenset(uids), violations)
+
+
+def _pod_uid(pod: object) -> str:
+    """A MetaPod's `UID`, or a whole Pod's `metadata.uid`."""
+    if not isinstance(pod, dict):
+        return ""
+    uid = _field(pod, "UID")
+    if uid is None:
+        metadata = pod.get("metadata")
+        uid = metadata.get("uid") if isinstance(metadata, dict) else None
+    return uid if isinstance(uid, str) else ""
+
+
+def preemption_result(answers: Mapping[NodeName, NodePreemption]) -> str:
+    """`ExtenderPreemptionResult`: the kept nodes only, each with at least one victim (spaced
+    as aiohttp's `json_response` wrote it)."""
+    return json.dumps(
+        {
+            "NodeNameToMetaVictims": {
+                node: {
+                    "Pods": [{"UID": uid} for uid in answer.victims],
+                    "NumPDBViolations": answer.pdb_violations,
+                }
+                for node, answer in answers.items()
+                if answer.kept
+            }
+        }
+    )
