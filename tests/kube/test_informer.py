@@ -175,7 +175,7 @@ async def test_a_view_informer_keeps_views_and_skips_what_it_cannot_read(
             raise ValueError(f"pod {view.name}: label x is unreadable")
         return view
 
-    informer = ViewInformer(kube, PODS, read, lambda view: view.resource_version, settings=FAST)
+    informer = ViewInformer(kube, PODS, read, settings=FAST)
     seen: list[tuple[str, PodView]] = []
     informer.add_handlers(
         EventHandlers(

@@ -45,7 +45,6 @@ class ObjectList:
 class ListQuery(TypedDict, total=False):
     label_selector: str
     field_selector: str
-    resource_version: str
     page_size: int
 
 
@@ -235,7 +234,6 @@ class KubeClient:
         *,
         label_selector: str = "",
         field_selector: str = "",
-        resource_version: str = "",
         page_size: int = 500,
     ) -> AsyncIterator[ObjectList]:
         """The matching objects a page at a time (a reader keeps only what it makes of each
@@ -248,8 +246,6 @@ class KubeClient:
                 limit=page_size or None,
                 **{"continue": token or None},
             )
-            if not token:
-                query += _query(resourceVersion=resource_version)
             page = await self.request("GET", resource.path(namespace), query=query)
             metadata = page.get("metadata") or {}
             token = str(metadata.get("continue") or "")

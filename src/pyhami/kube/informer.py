@@ -18,6 +18,7 @@ import inspect
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Generic, TypedDict, TypeVar, Unpack
 
 import structlog
@@ -91,16 +92,17 @@ class InformerOptions(TypedDict, total=False):
 
 class ViewInformer(Generic[T]):
     """Keeps a local cache of one resource current and tells handlers what changed. The cache
-    keeps `read(object)`, whose resourceVersion `version` gives; an object that `read` refuses
-    (ValueError) is logged and counted, and its event ignored: the cache keeps what it had."""
+    keeps `read(object)`, whose resourceVersion `version` gives (by default its attribute
+    `resource_version`, as pyhami's views carry it); an object that `read` refuses (ValueError)
+    is logged and counted, and its event ignored: the cache keeps what it had."""
 
     def __init__(
         self,
         client: KubeClient,
         resource: Resource,
         read: Callable[[JsonObject], T],
-        version: Callable[[T], str],
         *,
+        version: Callable[[T], str] = attrgetter("resource_version"),
         namespace: str | None = None,
         label_selector: str = "",
         field_selector: str = "",
@@ -302,7 +304,9 @@ class Informer(ViewInformer[JsonObject]):
     def __init__(
         self, client: KubeClient, resource: Resource, **options: Unpack[InformerOptions]
     ) -> None:
-        super().__init__(client, resource, _drop_managed_fields, resource_version, **options)
+        super().__init__(
+            client, resource, _drop_managed_fields, version=resource_version, **options
+        )
 
 
 def _drop_managed_fields(obj: JsonObject) -> JsonObject:

@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import gc
 from collections.abc import Callable
-from operator import attrgetter
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -82,8 +81,6 @@ INFORMER_RESYNC_SECONDS = 3600.0
 FREEZE_SECONDS = 10.0
 REFREEZE_SECONDS = 3600.0
 T = TypeVar("T")
-# What the informers keep are views, each carrying the resourceVersion it was read from.
-VIEW_VERSION = attrgetter("resource_version")
 
 
 def load_device_config(path: str) -> DeviceConfig:
@@ -185,9 +182,7 @@ class SchedulerProcess:
         # The informers keep the views the state decides on: one copy of every object.
         self.informers: dict[str, ViewInformer[Any]] = {
             "pods": _watched(
-                ViewInformer(
-                    client, PODS, read_pod, VIEW_VERSION, settings=resync, name="scheduler/pods"
-                ),
+                ViewInformer(client, PODS, read_pod, settings=resync, name="scheduler/pods"),
                 state.on_pod,
                 state.on_pod_deleted,
             ),
@@ -196,7 +191,6 @@ class SchedulerProcess:
                     client,
                     NODES,
                     read_node,
-                    VIEW_VERSION,
                     label_selector=selector,
                     settings=resync,
                     name="scheduler/nodes",
@@ -209,7 +203,6 @@ class SchedulerProcess:
                     client,
                     RESOURCE_QUOTAS,
                     read_quota,
-                    VIEW_VERSION,
                     settings=resync,
                     name="scheduler/resourcequotas",
                 ),
@@ -224,7 +217,6 @@ class SchedulerProcess:
                     client,
                     RESOURCE_SLICES,
                     read_slice_card_memories,
-                    VIEW_VERSION,
                     field_selector=f"spec.driver={DRIVER}",
                     settings=resync,
                     name="scheduler/resourceslices",
