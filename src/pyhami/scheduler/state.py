@@ -167,9 +167,7 @@ class ClusterState:
         once its reservation's patch was answered."""
         key, namespace, name = pod.key, pod.namespace, pod.name
         if pod.finished:
-            self.pods.pop((namespace, name), None)
-            self._nominations.pop(key, None)
-            self._forget(key)
+            self.on_pod_deleted(pod)
             return
         self.pods[(namespace, name)] = pod
         try:
@@ -181,7 +179,7 @@ class ClusterState:
         if reserved is not None:
             if not self._shows_the_patch(key, pod, allocation, reserved):
                 return  # a view from before our patch landed
-            self._end_reservation(key)
+            self._reservations.pop(key, None)
         if allocation is not None:
             self._nominations.pop(key, None)  # placed: a preemption claim has served
         else:
@@ -196,12 +194,7 @@ class ClusterState:
     def on_pod_deleted(self, pod: PodView) -> None:
         self.pods.pop((pod.namespace, pod.name), None)
         self._nominations.pop(pod.key, None)
-        self._forget(pod.key)
-
-    def _forget(self, key: PodKey) -> None:
-        self._end_reservation(key)
-        self._bound.pop(key, None)
-        self.ledger.remove_pod(key)
+        self.release(pod.key)
 
     # ----- claims of preempting pods ---------------------------------------------------------
 
@@ -269,12 +262,11 @@ class ClusterState:
             return (len(seen), seen) >= (len(written), written)
         return allocation is not None and _same_choice(allocation, reserved)
 
-    def _end_reservation(self, key: PodKey) -> None:
-        self._reservations.pop(key, None)
-
     def release(self, key: PodKey) -> None:
-        """Drop a pod's reservation or recorded allocation (idempotent)."""
-        self._forget(key)
+        """Drop a pod's reservation or recorded allocation, and its binding (idempotent)."""
+        self._reservations.pop(key, None)
+        self._bound.pop(key, None)
+        self.ledger.remove_pod(key)
 
     def holds(self, allocation: PodAllocation) -> bool:
         """Whether the pod is charged exactly `allocation` now (same node, cards, amounts)."""
