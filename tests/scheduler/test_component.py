@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from pyhami.engine import collapse_init_usage
+from pyhami.kube.views import read_node, read_pod
 from pyhami.protocol import (
     KEY_BIND_PHASE,
     KEY_NODE_LOCK,
@@ -248,9 +249,9 @@ def _rebuilt(cluster, process) -> dict:
 
     fresh = ClusterState(process.state.config, registered_inventory)
     for node in cluster.api.store.items("nodes"):
-        fresh.on_node(node)
+        fresh.on_node(read_node(node))
     for pod in cluster.api.store.items("pods"):
-        fresh.on_pod(pod)
+        fresh.on_pod(read_pod(pod))
 
     class View:
         state = fresh

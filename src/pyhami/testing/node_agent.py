@@ -54,13 +54,13 @@ from pyhami.kube import (
     AlreadyExists,
     AsyncService,
     EventHandlers,
-    Informer,
     KubeClient,
     KubeError,
     NotFound,
     cancel_and_wait,
     guarded_task,
 )
+from pyhami.kube.informer import ViewInformer
 from pyhami.kube.node_status import (
     ContainerState,
     PodStatus,
@@ -239,14 +239,16 @@ class NodeAgent(AsyncService):
         self.resource = resource
         self.runtime: ContainerRuntime = runtime or RecordingRuntime()
         self.claims = claims
-        self.pods = Informer(
-            client, PODS, field_selector=f"spec.nodeName={node_name}", name=f"kubelet/{node_name}"
+        self.pods = ViewInformer(
+            client,
+            PODS,
+            read_pod,
+            field_selector=f"spec.nodeName={node_name}",
+            name=f"kubelet/{node_name}",
         )
         self.pods.add_handlers(
             EventHandlers(
-                on_add=lambda pod: self._seen(read_pod(pod)),
-                on_update=lambda _old, new: self._seen(read_pod(new)),
-                on_delete=lambda pod: self._gone(read_pod(pod)),
+                on_add=self._seen, on_update=lambda _old, new: self._seen(new), on_delete=self._gone
             )
         )
         self.started: dict[PodKey, PodStart] = {}
@@ -411,8 +413,7 @@ class NodeAgent(AsyncService):
     def _retry(self, pod: PodView) -> None:
         """Admit the pod again, as it is now, unless it is gone or being deleted (then the
         deletion, already queued, frees what it holds)."""
-        found = self.pods.get(pod.name, pod.namespace)
-        current = None if found is None else read_pod(found)
+        current = self.pods.get(pod.name, pod.namespace)
         if current is not None and current.uid == pod.uid and not current.deleting:
             self._queue.put_nowait(current)
 

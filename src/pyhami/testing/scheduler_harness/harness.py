@@ -236,11 +236,12 @@ class KubeSchedulerHarness(AsyncService):
         # as kube-scheduler's HTTP transport keeps them (no handshake per filter or bind).
         context = self.extender.ssl_context() if self.extender is not None else None
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context or True))
-        handlers = EventHandlers(
-            on_add=lambda pod: self._pod_seen(read_pod(pod)),
-            on_update=lambda _old, new: self._pod_seen(read_pod(new)),
+        self.pods.add_handlers(
+            EventHandlers(
+                on_add=lambda pod: self._pod_seen(read_pod(pod)),
+                on_update=lambda _old, new: self._pod_seen(read_pod(new)),
+            )
         )
-        self.pods.add_handlers(handlers)
         self.nodes.add_handlers(
             EventHandlers(
                 on_add=lambda node: self._node_seen(read_node(node)),
