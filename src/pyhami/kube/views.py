@@ -5,6 +5,7 @@ the engine and the device plugin agree on what a pod asks for. A value that
 cannot be read is a `PodSpecError` (`NodeSpecError`) naming the object and the field.
 """
 
+import sys
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -93,7 +94,7 @@ def read_container(value: Mapping[str, Any], *, init: bool) -> ContainerView:
             if isinstance(item, Mapping) and isinstance(item.get("name"), str)
         ),
         sidecar=init and is_sidecar(value),
-        image=_text(value.get("image")),
+        image=sys.intern(_text(value.get("image"))),  # one string per image, not per pod
         command=tuple(str(word) for key in ("command", "args") for word in _list(value.get(key))),
         claims=tuple(
             (_text(entry.get("name")), _text(entry.get("request")))
