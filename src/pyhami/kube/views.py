@@ -5,6 +5,7 @@ the engine and the device plugin agree on what a pod asks for. A value that
 cannot be read is a `PodSpecError` (`NodeSpecError`) naming the object and the field.
 """
 
+import functools
 import sys
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
@@ -191,9 +192,11 @@ def read_pod(pod: Mapping[str, Any]) -> PodView:
         resource_version=_text(metadata.get("resourceVersion")),
         resource_claims=_claim_names(spec, status),
         extended_claim=_extended_claim(status),
-        tolerations=tuple(
-            TolerationView(*_texts(t, "key", "operator", "value", "effect"))
-            for t in _entries(spec.get("tolerations"))
+        tolerations=_tolerations(
+            tuple(
+                _texts(t, "key", "operator", "value", "effect")
+                for t in _entries(spec.get("tolerations"))
+            )
         ),
         node_selector=_strings(
             spec.get("nodeSelector"), f"pod {ref}: spec.nodeSelector", "node selector"
@@ -325,3 +328,10 @@ def _requirements(selector: object, name: str) -> tuple[SelectorRequirement, ...
         values = frozenset(str(value) for value in expression.get("values") or ())
         found.append(SelectorRequirement(str(expression.get("key") or ""), operator, values))
     return tuple(found)
+
+
+@functools.lru_cache(maxsize=1024)
+def _tolerations(entries: tuple[tuple[str, ...], ...]) -> tuple[TolerationView, ...]:
+    """The views of a pod's tolerations, shared by the pods that have the same ones (most pods
+    of a cluster have one of a few sets: the scheduler keeps 10,000 views)."""
+    return tuple(TolerationView(*entry) for entry in entries)
