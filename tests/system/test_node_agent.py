@@ -16,6 +16,7 @@ from pyhami.deviceplugin.config import VgpuConfig
 from pyhami.deviceplugin.service import DevicePlugin, PluginOptions
 from pyhami.kube import JsonObject, KubeClient, NotFound, cancel_and_wait, guarded_task
 from pyhami.testing import FakeKubeAPIServer, FakeKubelet, FakeNVML
+from pyhami.testing.fake_apiserver import StoredObject
 from pyhami.testing.fake_nvml import a100_80g
 from pyhami.testing.node_agent import (
     AdmissionFailedError,
@@ -243,8 +244,8 @@ async def test_finished_pod_succeeds_and_frees_its_devices(node: Node) -> None:
 
 
 async def test_node_advertises_the_plugins_devices_as_kubelet_does(node: Node) -> None:
-    def advertised(obj: JsonObject) -> bool:
-        status = obj.get("status") or {}
+    def advertised(obj: StoredObject) -> bool:
+        status = obj.body.get("status") or {}
         return (status.get("capacity") or {}).get("nvidia.com/gpu") == "2" and (
             status.get("allocatable") or {}
         ).get("nvidia.com/gpu") == "2"

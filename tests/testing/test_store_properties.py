@@ -11,6 +11,7 @@ from pyhami.testing.fake_apiserver import ObjectStore
 from pyhami.testing.fake_apiserver.resources import PODS
 from pyhami.testing.fake_apiserver.selectors import Selector
 from pyhami.testing.fake_apiserver.store import MERGE_PATCH
+from pyhami.testing.fake_apiserver.watch import Watcher, WatchEvent
 
 NAMES = ["a", "b", "c"]
 operations = st.lists(
@@ -42,17 +43,16 @@ def apply(store: ObjectStore, op: str, name: str) -> None:
         assert getattr(err, "code", None) in (404, 409), err
 
 
-def fold(state: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any]:
+def fold(state: dict[str, Any], events: list[WatchEvent]) -> dict[str, Any]:
     for event in events:
-        obj = {k: v for k, v in event["object"].items() if k not in ("apiVersion", "kind")}
-        if event["type"] == "DELETED":
-            state.pop(obj["metadata"]["name"], None)
+        if event.type == "DELETED":
+            state.pop(event.obj.meta.name, None)
         else:
-            state[obj["metadata"]["name"]] = obj
+            state[event.obj.meta.name] = event.obj.body
     return state
 
 
-def drain(watcher) -> list[dict[str, Any]]:
+def drain(watcher: Watcher) -> list[WatchEvent]:
     events = []
     while not watcher.queue.empty():
         events.append(watcher.queue.get_nowait())

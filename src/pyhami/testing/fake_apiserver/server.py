@@ -26,6 +26,7 @@ from pyhami.kube.lifecycle import AsyncService
 from pyhami.testing.fake_apiserver.admission import AdmissionChain
 from pyhami.testing.fake_apiserver.faults import FaultInjector
 from pyhami.testing.fake_apiserver.identity import ADMIN, ANONYMOUS, RequestKey, Tokens, UserInfo
+from pyhami.testing.fake_apiserver.objects import StoredObject
 from pyhami.testing.fake_apiserver.resources import PODS, ResourceType
 from pyhami.testing.fake_apiserver.routes import Route, parse_path
 from pyhami.testing.fake_apiserver.selectors import Selector
@@ -55,6 +56,11 @@ _UPDATE_ATTEMPTS = 5
 
 def _dumps(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"))
+
+
+def _event_line(kind: str, obj: object) -> bytes:
+    """One watch event on the stream: a JSON object per line."""
+    return (_dumps({"type": kind, "object": obj}) + "\n").encode()
 
 
 def _json_response(body: JsonObject, status: int = 200) -> web.Response:
@@ -219,10 +225,10 @@ class FakeKubeAPIServer(AsyncService):
         resource: str,
         namespace: str | None,
         name: str,
-        condition: Callable[[JsonObject], bool],
+        condition: Callable[[StoredObject], bool],
         *,
         timeout_s: float = 10.0,
-    ) -> JsonObject:
+    ) -> StoredObject:
         """The object once `condition(obj)` holds (checked now and on every change).
 
         Raises TimeoutError, or LookupError when the object is deleted while waiting."""
@@ -235,15 +241,10 @@ class FakeKubeAPIServer(AsyncService):
                     event = await watcher.queue.get()
                     if event is None:
                         raise LookupError(f"the watch on {resource} {name!r} was dropped")
-                    if event["type"] == "DELETED":
+                    if event.type == "DELETED":
                         raise LookupError(f"{resource} {name!r} was deleted while waiting")
-                    obj = {
-                        k: copy.deepcopy(v)
-                        for k, v in event["object"].items()
-                        if k not in ("apiVersion", "kind")
-                    }
-                    if condition(obj):
-                        return obj
+                    if condition(event.obj):
+                        return event.obj
         finally:
             self.store.stop_watch(watcher)
 
@@ -530,7 +531,7 @@ class FakeKubeAPIServer(AsyncService):
             if err.code != 410:
                 raise
             await response.prepare(request)
-            await response.write((_dumps({"type": "ERROR", "object": err.status}) + "\n").encode())
+            await response.write(_event_line("ERROR", err.status))
             await response.write_eof()
             return response
         await response.prepare(request)
@@ -562,22 +563,19 @@ class FakeKubeAPIServer(AsyncService):
                 event = await asyncio.wait_for(watcher.queue.get(), timeout=wait)
             except TimeoutError:
                 if bookmarks and deadline - loop.time() > 0:
-                    event = {
-                        "type": "BOOKMARK",
-                        "object": {
-                            "kind": resource.kind,
-                            "apiVersion": resource.api_version,
-                            "metadata": {"resourceVersion": self.store.list_version()},
-                        },
+                    bookmark = {
+                        "kind": resource.kind,
+                        "apiVersion": resource.api_version,
+                        "metadata": {"resourceVersion": self.store.list_version()},
                     }
-                else:
-                    continue
+                    await response.write(_event_line("BOOKMARK", bookmark))
+                continue
             if event is None:
                 if watcher.abort and request.transport is not None:
                     request.transport.abort()
                     return
                 break
-            await response.write((_dumps(event) + "\n").encode())
+            await response.write(_event_line(event.type, event.obj.encode()))
         with contextlib.suppress(ConnectionError):
             await response.write_eof()
 
