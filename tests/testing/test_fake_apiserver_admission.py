@@ -143,7 +143,7 @@ async def test_webhook_refusal_is_returned_with_its_code(
     assert body["message"] == (
         'admission webhook "vgpu.hami.io" denied the request: privileged GPU pods are not allowed'
     )
-    assert apiserver.store.items("pods") == []
+    assert apiserver.store.matching("pods") == []
 
 
 @pytest.mark.parametrize(
@@ -361,7 +361,7 @@ async def test_a_patch_is_reviewed_as_update_with_the_stored_object_as_old(
     assert request["object"]["metadata"]["annotations"] == {"asked": "1"}
     assert "annotations" not in request["oldObject"]["metadata"]
     assert request["oldObject"]["kind"] == "Pod"
-    stored = apiserver.store.get("pods", "default", "a")
+    stored = apiserver.store.get("pods", "default", "a").body
     assert stored["metadata"]["annotations"] == {"asked": "1", "reviewed": "yes"}
 
 
@@ -381,7 +381,7 @@ async def test_a_put_is_reviewed_with_update_options_and_a_refusal_changes_nothi
         "annotations x are written by the scheduler",
     )
     assert webhook.reviews[-1]["request"]["options"]["kind"] == "UpdateOptions"
-    stored = apiserver.store.get("pods", "default", "a")
+    stored = apiserver.store.get("pods", "default", "a").body
     assert "annotations" not in stored["metadata"]
     assert stored["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
 
@@ -442,7 +442,7 @@ async def test_a_write_landing_while_the_webhook_runs_redoes_the_patch_unless_pi
     pinned = {"metadata": {"resourceVersion": version, "labels": {"late": "1"}}}
     status, body = await http.patch(f"{PODS}/a", pinned)
     assert (status, body["reason"]) == (409, "Conflict")
-    assert "late" not in apiserver.store.get("pods", "default", "a")["metadata"]["labels"]
+    assert "late" not in apiserver.store.get("pods", "default", "a").meta.labels
 
 
 DEVICE_PLUGIN = service_account("hami", "device-plugin")

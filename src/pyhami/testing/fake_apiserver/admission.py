@@ -260,7 +260,7 @@ class AdmissionChain:
         if namespace is None or hook.namespace_selector is None:
             return True
         try:
-            namespace_labels = self._store.stored(NAMESPACES, None, namespace).meta.labels
+            namespace_labels = self._store.get(NAMESPACES, None, namespace).meta.labels
         except ApiError:
             namespace_labels = {}
         return hook.namespace_selector(namespace_labels)

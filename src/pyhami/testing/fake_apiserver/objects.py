@@ -5,7 +5,6 @@ apply a patch and to answer."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -31,7 +30,8 @@ class ObjectMeta:
 
 @dataclass(frozen=True, slots=True)
 class StoredObject:
-    """One stored object; `body` is its document without kind and apiVersion, never changed."""
+    """One stored object; `body` is its document without kind and apiVersion, never changed
+    (a writer changes a copy)."""
 
     resource: ResourceType
     meta: ObjectMeta
@@ -54,10 +54,6 @@ class StoredObject:
             finalizers=tuple(metadata.get("finalizers") or ()),
         )
         return cls(resource, meta, resource.field_values(body), body)
-
-    def document(self) -> JsonObject:
-        """A copy of the document, for the caller to keep or change (list items, in-process)."""
-        return copy.deepcopy(self.body)
 
     def encode(self) -> JsonObject:
         """The object on the wire (get, watch): kind and apiVersion first. It shares the body,

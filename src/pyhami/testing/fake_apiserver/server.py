@@ -68,25 +68,22 @@ def _json_response(body: JsonObject, status: int = 200) -> web.Response:
 
 
 def _list_response(
-    resource: ResourceType, metadata: Mapping[str, str | int], items: list[JsonObject]
+    resource: ResourceType, metadata: Mapping[str, str | int], items: list[StoredObject]
 ) -> web.Response:
+    """A list: its items' documents as stored (no kind, no apiVersion)."""
     return _json_response(
         {
             "kind": f"{resource.kind}List",
             "apiVersion": resource.api_version,
             "metadata": metadata,
-            "items": items,
+            "items": [item.body for item in items],
         }
     )
 
 
-def _object_response(
-    resource: ResourceType, document: JsonObject, status: int = 200
-) -> web.Response:
+def _object_response(obj: StoredObject, status: int = 200) -> web.Response:
     """An object as get, create, update, patch and delete answer it: kind and apiVersion first."""
-    return _json_response(
-        {"apiVersion": resource.api_version, "kind": resource.kind, **document}, status
-    )
+    return _json_response(obj.encode(), status)
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,7 +349,7 @@ class FakeKubeAPIServer(AsyncService):
             return self._delete_collection(request, route)
         if verb == "get":
             assert route.name is not None
-            return _json_response(store.stored(resource, route.namespace, route.name).encode())
+            return _object_response(store.get(resource, route.namespace, route.name))
         if verb == "create":
             body = await self._body(request)
             if route.subresource == "binding":
@@ -361,12 +358,12 @@ class FakeKubeAPIServer(AsyncService):
                 return _json_response(success_status(201), 201)
             if not isinstance(body, dict):
                 raise bad_request(f"the body of a create must be a {resource.kind} object")
-            return _object_response(resource, await self._create(route, body, user), 201)
+            return _object_response(await self._create(route, body, user), 201)
         if verb == "update":
             body = await self._body(request)
             if not isinstance(body, dict):
                 raise bad_request(f"the body of an update must be a {resource.kind} object")
-            return _object_response(resource, await self._update(route, body, None, user))
+            return _object_response(await self._update(route, body, None, user))
         if verb == "patch":
             content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
             if content_type not in PATCH_TYPES:
@@ -377,8 +374,8 @@ class FakeKubeAPIServer(AsyncService):
                     f"include: {', '.join(PATCH_TYPES)}",
                 )
             body = await self._body(request)
-            return _object_response(resource, await self._update(route, body, content_type, user))
-        return _object_response(resource, await self._delete(request, route))
+            return _object_response(await self._update(route, body, content_type, user))
+        return _object_response(await self._delete(request, route))
 
     def _delete_collection(self, request: web.Request, route: Route) -> web.Response:
         selector = Selector.parse(
@@ -401,7 +398,7 @@ class FakeKubeAPIServer(AsyncService):
             route.resource, {"resourceVersion": self.store.list_version()}, deleted
         )
 
-    async def _create(self, route: Route, body: JsonObject, user: UserInfo) -> JsonObject:
+    async def _create(self, route: Route, body: JsonObject, user: UserInfo) -> StoredObject:
         obj = self.store.prepare_create(route.resource, route.namespace, body)
         namespace = obj["metadata"].get("namespace")
         obj = await self.admission.admit(route.resource, namespace, obj, user=user)
@@ -409,7 +406,7 @@ class FakeKubeAPIServer(AsyncService):
 
     async def _update(
         self, route: Route, body: Any, patch_type: str | None, user: UserInfo
-    ) -> JsonObject:
+    ) -> StoredObject:
         """An update (`patch_type` None) or patch; of an object itself (not a subresource)
         with UPDATE admission before the write.
 
@@ -422,7 +419,7 @@ class FakeKubeAPIServer(AsyncService):
         resource, namespace, name = route.resource, route.namespace, route.name
         for _attempt in range(_UPDATE_ATTEMPTS):
             if patch_type is None:
-                old, new = self.store.stored(resource, namespace, name), copy.deepcopy(body)
+                old, new = self.store.get(resource, namespace, name), copy.deepcopy(body)
             else:
                 old, new = self.store.patched(resource, namespace, name, patch_type, body)
             metadata = new.get("metadata")
@@ -451,7 +448,7 @@ class FakeKubeAPIServer(AsyncService):
                     raise
         raise stale(resource, name)
 
-    async def _delete(self, request: web.Request, route: Route) -> JsonObject:
+    async def _delete(self, request: web.Request, route: Route) -> StoredObject:
         assert route.name is not None
         options = await self._body(request) or {}
         if not isinstance(options, dict):
@@ -492,8 +489,7 @@ class FakeKubeAPIServer(AsyncService):
             token = _dumps({"rv": int(version), "start": items[-1].sort_key})
             metadata["continue"] = base64.urlsafe_b64encode(token.encode()).decode()
             metadata["remainingItemCount"] = rest
-        # Encoded at once: the stored documents need no copy.
-        return _list_response(route.resource, metadata, [i.body for i in items])
+        return _list_response(route.resource, metadata, items)
 
     def _decode_continue(self, token: str) -> tuple[str, str]:
         try:
