@@ -11,10 +11,13 @@ import pytest
 from aiohttp import web
 
 from pyhami.kube import KubeClient, KubeError
+from pyhami.kube.manifests import MatchCondition
 from pyhami.sim.demo.cluster import trusted_writers_condition
 from pyhami.testing import FakeKubeAPIServer
 from pyhami.testing.certs import ServingFiles, write_serving_certificate
 from pyhami.testing.fake_apiserver import service_account
+from pyhami.testing.fake_apiserver.admission import Rule
+from pyhami.testing.fake_apiserver.selectors import LabelSelector
 from pyhami.testing.fake_apiserver.store import MERGE_PATCH
 
 from .builders import Http, pod
@@ -325,14 +328,7 @@ async def test_the_review_names_the_user_who_created_the_object(
     }
 
 
-POD_WRITE_RULES = (
-    {
-        "operations": ["CREATE", "UPDATE"],
-        "apiGroups": [""],
-        "apiVersions": ["v1"],
-        "resources": ["pods"],
-    },
-)
+POD_WRITE_RULES = (Rule.on_pods(["CREATE", "UPDATE"]),)
 
 
 @pytest.fixture
@@ -410,7 +406,7 @@ async def test_an_update_that_drops_the_selected_label_is_still_reviewed(
         webhook.url,
         ca_bundle=webhook.cert.ca_pem,
         rules=POD_WRITE_RULES,
-        object_selector={"matchLabels": {"gpu": "yes"}},
+        object_selector=LabelSelector.parse("gpu=yes"),
     )
     await http.post(PODS, pod("a", labels={"gpu": "yes"}))
     await http.patch(f"{PODS}/a", {"metadata": {"labels": {"gpu": None}}})
@@ -458,9 +454,7 @@ async def test_match_conditions_skip_the_webhook_for_trusted_writers_updates(
         webhook.url,
         ca_bundle=webhook.cert.ca_pem,
         rules=POD_WRITE_RULES,
-        match_conditions=[
-            trusted_writers_condition([DEVICE_PLUGIN, "system:serviceaccount:ci:"]).encode()
-        ],
+        match_conditions=[trusted_writers_condition([DEVICE_PLUGIN, "system:serviceaccount:ci:"])],
     )
     note = {"metadata": {"annotations": {"hami.io/bind-phase": "success"}}}
     async with (
@@ -492,7 +486,7 @@ async def test_a_condition_that_fails_to_evaluate_follows_the_failure_policy(
         webhook.url,
         ca_bundle=webhook.cert.ca_pem,
         failure_policy=policy,
-        match_conditions=[{"name": "typo", "expression": "request.userInfo.nmae == 'x'"}],
+        match_conditions=[MatchCondition("typo", "request.userInfo.nmae == 'x'")],
     )
     status, body = await http.post(PODS, pod("a"))
     assert (status == 201) is created, body
@@ -509,6 +503,6 @@ def test_cel_this_double_cannot_evaluate_is_refused_at_registration(
             "w",
             "https://127.0.0.1:1/webhook",
             match_conditions=[
-                {"name": "groups", "expression": "request.userInfo.groups.exists(g, g == 'x')"}
+                MatchCondition("groups", "request.userInfo.groups.exists(g, g == 'x')")
             ],
         )

@@ -120,7 +120,7 @@ class ObjectStore:
             obj
             for obj in found
             if (namespace is None or not obj.resource.namespaced or obj.meta.namespace == namespace)
-            and (selector is None or selector.selects(obj.meta.labels, obj.fields))
+            and (selector is None or selector.matches(obj))
         ]
 
     # --- writing --------------------------------------------------------------------------

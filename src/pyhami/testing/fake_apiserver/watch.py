@@ -44,7 +44,7 @@ class Watcher:
             return False
         if self.namespace is not None and obj.meta.namespace != self.namespace:
             return False
-        return self.selector.selects(obj.meta.labels, obj.fields)
+        return self.selector.matches(obj)
 
     def send(self, kind: str, obj: StoredObject) -> None:
         self.queue.put_nowait(WatchEvent(kind, obj))
