@@ -3,10 +3,11 @@
 See `FakeKubeAPIServer`. Behaviour follows kube-apiserver where pyhami depends on it; where it
 knowingly does not (kept small on purpose):
 
-* no RBAC; authentication is by bearer token: `configuration(user)` / `kubeconfig(user)` hand
-  out one token per user (`token` is `system:admin`'s), an unknown token is `system:anonymous`
-  unless `require_token=True` makes it 401; `requests_by_user` records who asked for what, and
-  admission reviews carry the caller's `userInfo`;
+* no RBAC; authentication is by bearer token: `configuration(user)` and
+  `write_kubeconfig(path, user)` hand out one token per user (`token` is `system:admin`'s), an
+  unknown token is `system:anonymous` unless `require_token=True` makes it 401;
+  `requests_by_user` records who asked for what, and admission reviews carry the caller's
+  `userInfo`;
 * list always serves the newest state (a `continue` page too), so `resourceVersionMatch=Exact`
   works only for the current version; a list with a version newer than the store is 504;
 * a watch from an expired version answers 200 with one ERROR event (410 Expired), as the

@@ -191,14 +191,15 @@ class FakeKubeAPIServer(AsyncService):
             config.ssl_ca_cert = str(self._tls.ca_file)
         return config
 
-    def kubeconfig(self, user: str = ADMIN) -> JsonObject:
+    def write_kubeconfig(self, path: Path, user: str = ADMIN) -> Path:
+        """A kubeconfig file at `path` that talks to this server as `user`."""
         if not self.url:
             raise RuntimeError("start the fake API server before asking for a kubeconfig")
         cluster = {"server": self.url}
         if self._tls is not None:
             ca = base64.b64encode(self._tls.ca_file.read_bytes()).decode()
             cluster["certificate-authority-data"] = ca
-        return {
+        config = {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "fake", "cluster": cluster}],
@@ -206,9 +207,7 @@ class FakeKubeAPIServer(AsyncService):
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
             "current-context": "fake",
         }
-
-    def write_kubeconfig(self, path: Path, user: str = ADMIN) -> Path:
-        path.write_text(yaml.safe_dump(self.kubeconfig(user)))
+        path.write_text(yaml.safe_dump(config))
         return path
 
     def drop_watches(self, resource: str | None = None, *, abrupt: bool = False) -> int:
