@@ -2,6 +2,7 @@
 refusals and failurePolicy as kube-apiserver handles them (Dynamic Admission Control docs)."""
 
 import base64
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -11,13 +12,13 @@ import pytest
 from aiohttp import web
 
 from pyhami.kube import KubeClient, KubeError
-from pyhami.kube.manifests import MatchCondition
-from pyhami.sim.demo.cluster import trusted_writers_condition
+from pyhami.kube.manifests import MatchCondition, webhook_configuration
+from pyhami.sim.demo.cluster import WEBHOOKS, trusted_writers_condition
 from pyhami.testing import FakeKubeAPIServer
 from pyhami.testing.certs import ServingFiles, write_serving_certificate
-from pyhami.testing.fake_apiserver import service_account
+from pyhami.testing.fake_apiserver import admission, service_account
 from pyhami.testing.fake_apiserver.admission import Rule
-from pyhami.testing.fake_apiserver.selectors import LabelSelector
+from pyhami.testing.fake_apiserver.selectors import LabelSelector, parse_label_selector
 from pyhami.testing.fake_apiserver.store import MERGE_PATCH
 
 from .builders import Http, pod
@@ -406,7 +407,7 @@ async def test_an_update_that_drops_the_selected_label_is_still_reviewed(
         webhook.url,
         ca_bundle=webhook.cert.ca_pem,
         rules=POD_WRITE_RULES,
-        object_selector=LabelSelector.parse("gpu=yes"),
+        object_selector=LabelSelector(parse_label_selector("gpu=yes")),
     )
     await http.post(PODS, pod("a", labels={"gpu": "yes"}))
     await http.patch(f"{PODS}/a", {"metadata": {"labels": {"gpu": None}}})
@@ -506,3 +507,25 @@ def test_cel_this_double_cannot_evaluate_is_refused_at_registration(
                 MatchCondition("groups", "request.userInfo.groups.exists(g, g == 'x')")
             ],
         )
+
+
+def test_a_chart_webhook_registered_reads_as_its_configuration_object(
+    apiserver: FakeKubeAPIServer,
+) -> None:
+    """The demo registers the chart's webhooks on the double and writes them as a
+    MutatingWebhookConfiguration on a real cluster: both give the same webhooks."""
+
+    def comparable(hook: admission.Webhook) -> tuple[admission.Webhook, list[tuple[str, str]]]:
+        conditions = [(name, program.source) for name, program in hook.match_conditions]
+        return dataclasses.replace(hook, match_conditions=()), conditions
+
+    registered = [
+        apiserver.admission.register_pod_webhook(hook, "https://hooks:1", b"pem")
+        for hook in WEBHOOKS
+    ]
+    configuration = webhook_configuration("chart", WEBHOOKS, "https://hooks:1", b"pem")
+    apiserver.store.create("mutatingwebhookconfigurations", None, configuration)
+    configured = apiserver.admission._configured()
+    assert [comparable(h) for h in configured] == [comparable(h) for h in registered]
+    assert registered[0].object_selector.requirements  # the skip label is carried
+    assert registered[1].match_conditions

@@ -28,7 +28,7 @@ knowingly does not (kept small on purpose):
 from pyhami.testing.fake_apiserver.admission import AdmissionCall, AdmissionChain, Webhook
 from pyhami.testing.fake_apiserver.faults import FaultInjector
 from pyhami.testing.fake_apiserver.identity import ADMIN, RequestKey, UserInfo, service_account
-from pyhami.testing.fake_apiserver.objects import ObjectMeta, StoredObject
+from pyhami.testing.fake_apiserver.objects import StoredObject
 from pyhami.testing.fake_apiserver.resources import ALL_RESOURCES, ResourceType, resource_named
 from pyhami.testing.fake_apiserver.server import FakeKubeAPIServer, ServingTLS
 from pyhami.testing.fake_apiserver.status import ApiError
@@ -38,7 +38,6 @@ from pyhami.testing.fake_apiserver.store import (
     STRATEGIC_MERGE_PATCH,
     ObjectStore,
 )
-from pyhami.testing.fake_apiserver.watch import WatchEvent
 
 __all__ = [
     "ADMIN",
@@ -51,14 +50,12 @@ __all__ = [
     "ApiError",
     "FakeKubeAPIServer",
     "FaultInjector",
-    "ObjectMeta",
     "ObjectStore",
     "RequestKey",
     "ResourceType",
     "ServingTLS",
     "StoredObject",
     "UserInfo",
-    "WatchEvent",
     "Webhook",
     "resource_named",
     "service_account",

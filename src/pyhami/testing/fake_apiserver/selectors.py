@@ -151,11 +151,6 @@ class LabelSelector:
     requirements: tuple[Requirement, ...] = ()
 
     @classmethod
-    def parse(cls, text: str) -> LabelSelector:
-        """From label-selector text, as `kubectl -l` takes it (a bad one is a 400 ApiError)."""
-        return cls(parse_label_selector(text))
-
-    @classmethod
     def decode(cls, selector: Mapping[str, Any] | None) -> LabelSelector:
         """From a webhook configuration's selector object; a 422 ApiError names a bad operator."""
         selector = selector or {}
