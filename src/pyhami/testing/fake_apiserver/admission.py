@@ -135,12 +135,11 @@ def compile_conditions(
 
 @dataclass(slots=True)
 class AdmissionCall:
-    """One webhook call as the server made it (the AdmissionReview sent and the answer), kept
-    for tests to read."""
+    """One webhook call as the server made it, kept for tests to read (the AdmissionReview
+    itself is what the webhook's server received)."""
 
     webhook: str
-    request: JsonObject
-    response: JsonObject | None = None
+    operation: str
     error: str | None = None
     patch: list[Any] = field(default_factory=list)
 
@@ -320,7 +319,7 @@ class AdmissionChain:
     async def _call(self, hook: Webhook, request: _Request, obj: JsonObject) -> JsonObject:
         """One webhook's turn: the object it leaves (failurePolicy: Ignore leaves it unchanged
         when the call fails, Fail refuses the request)."""
-        call = AdmissionCall(hook.name, {})
+        call, posted = AdmissionCall(hook.name, request.operation), False
         resource, old = request.resource, request.old_object
         kind = {"group": resource.group, "version": resource.version, "kind": resource.kind}
         gvr = {"group": resource.group, "version": resource.version, "resource": resource.plural}
@@ -347,11 +346,10 @@ class AdmissionChain:
             if not hook.matches(review["request"]):
                 return obj  # skipped: no call is made
             self.calls.append(call)
-            call.request = review
-            call.response = await self._post(hook, review)
-            return _apply(hook, call)
+            posted = True
+            return _apply(hook, call, review, await self._post(hook, review))
         except _CallFailedError as err:
-            if not call.request:  # failed before the call was made
+            if not posted:  # failed before the call was made
                 self.calls.append(call)
             call.error = str(err)
             if hook.failure_policy == "Ignore":
@@ -391,12 +389,13 @@ class AdmissionChain:
         return body
 
 
-def _apply(hook: Webhook, call: AdmissionCall) -> JsonObject:
+def _apply(
+    hook: Webhook, call: AdmissionCall, review: JsonObject, answer: JsonObject
+) -> JsonObject:
     """The object the webhook's answer leaves (its patch applied to the object sent)."""
     # kube-apiserver checks uid, kind and patchType of v1 answers only; v1beta1 ones are
     # taken as they come, a patch being read as a JSON patch (VerifyAdmissionResponse).
-    answer, sent = call.response or {}, call.request["request"]
-    strict = call.request["apiVersion"] == "admission.k8s.io/v1"
+    sent, strict = review["request"], review["apiVersion"] == "admission.k8s.io/v1"
     response = answer.get("response")
     if not isinstance(response, dict):
         raise _CallFailedError("webhook response was absent")
