@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from pyhami.engine import collapse_init_usage
+from pyhami.kube.views import read_node, read_pod
 from pyhami.protocol import (
     KEY_BIND_PHASE,
     KEY_NODE_LOCK,
@@ -249,10 +250,10 @@ def _rebuilt(cluster, process) -> dict:
     from pyhami.scheduler.state import ClusterState
 
     fresh = ClusterState(process.state.config, registered_inventory)
-    for node in (n.body for n in cluster.api.store.matching("nodes")):
-        fresh.on_node(node)
-    for pod in (p.body for p in cluster.api.store.matching("pods")):
-        fresh.on_pod(pod)
+    for node in cluster.api.store.matching("nodes"):
+        fresh.on_node(read_node(node.body))
+    for pod in cluster.api.store.matching("pods"):
+        fresh.on_pod(read_pod(pod.body))
 
     class View:
         state = fresh

@@ -12,7 +12,7 @@ from typing import Any
 
 from pyhami.devices.nvidia.dra_claims import consumed_capacity
 from pyhami.devices.quantity import QuantityError
-from pyhami.kube.client import JsonObject
+from pyhami.kube.client import JsonObject, resource_version
 from pyhami.kube.dra_views import read_claim
 from pyhami.kube.views import read_node, read_pod
 from pyhami.model import NodeView, PodView
@@ -32,12 +32,13 @@ class QuotaView:
     key: str
     namespace: str
     hard: Mapping[str, object]
+    resource_version: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class Unread:
-    """An object of a kind read elsewhere (PodDisruptionBudgets: `scheduler.budgets`) or not at
-    all; `document` goes on to its reader untouched."""
+    """An object of a kind read elsewhere (PodDisruptionBudgets: `kube.views.read_budget`) or
+    not at all; `document` goes on to its reader untouched."""
 
     kind: str
     document: JsonObject
@@ -74,13 +75,13 @@ def read_object(obj: Mapping[str, Any], kind: str | None = None) -> ObjectView:
     if kind == "Node":
         return read_node(obj)
     if kind == "ResourceQuota":
-        return _quota(obj)
+        return read_quota(obj)
     if not isinstance(kind, str):
         raise ManifestError("an object without a kind")
     return Unread(kind, dict(obj))
 
 
-def _quota(obj: Mapping[str, Any]) -> QuotaView:
+def read_quota(obj: Mapping[str, Any]) -> QuotaView:
     metadata = obj.get("metadata")
     metadata = metadata if isinstance(metadata, Mapping) else {}
     spec = obj.get("spec")
@@ -89,7 +90,7 @@ def _quota(obj: Mapping[str, Any]) -> QuotaView:
     namespace = metadata.get("namespace") or "default"
     if not isinstance(name, str) or not isinstance(hard, Mapping):
         raise ManifestError("a ResourceQuota needs metadata.name and a spec.hard mapping")
-    return QuotaView(f"{namespace}/{name}", str(namespace), hard)
+    return QuotaView(f"{namespace}/{name}", str(namespace), hard, resource_version(obj))
 
 
 @dataclass(frozen=True, slots=True)
