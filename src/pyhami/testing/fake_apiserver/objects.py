@@ -1,7 +1,7 @@
 """What the store keeps: each document beside what the store, watches and selectors decide on
 (its metadata and field-selector values, as the registry's GetAttrs), decoded once per write.
-The document is kept as written, so answers stay byte for byte the same; it is read only to
-apply a patch and to answer."""
+The document is kept as written, so answers stay byte for byte the same; the store reads it
+only to apply a patch and to answer (tests may read it too)."""
 
 from __future__ import annotations
 

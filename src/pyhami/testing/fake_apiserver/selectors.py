@@ -161,11 +161,8 @@ class LabelSelector:
         for expression in selector.get("matchExpressions") or []:
             operator = _SELECTOR_OPERATORS.get(expression.get("operator", ""))
             if operator is None:
-                raise ApiError(
-                    422,
-                    "Invalid",
-                    f"unknown label selector operator {expression.get('operator')!r}",
-                )
+                unknown = expression.get("operator")
+                raise ApiError(422, "Invalid", f"unknown label selector operator {unknown!r}")
             values = frozenset(str(v) for v in expression.get("values") or [])
             requirements.append(Requirement(str(expression.get("key", "")), operator, values))
         return cls(tuple(requirements))
