@@ -56,6 +56,7 @@ from pyhami.scheduler.dra_cards import DraCardMemories
 from pyhami.scheduler.dra_nodes import DraAwareExtender
 from pyhami.scheduler.events import EventRecorder
 from pyhami.scheduler.eviction import EvictingPreemption
+from pyhami.scheduler.explanations import PreemptionExplanation
 from pyhami.scheduler.leader import ElectionTiming, LeaderElector
 from pyhami.scheduler.metrics import SchedulerMetrics
 from pyhami.scheduler.ownership import OWNED_ANNOTATIONS, registered_inventory
@@ -259,7 +260,7 @@ class SchedulerProcess:
         self.state.on_node_deleted(node)
         self.service.bind_turns.forget(node.name)
 
-    def _preemption_of(self, pod: str) -> dict[str, Any] | None:
+    def _preemption_of(self, pod: str) -> PreemptionExplanation | None:
         return self.evicting.explanation(pod) or self.preemption.explanation(pod)
 
     async def _leadership_changed(self, leading: bool) -> None:

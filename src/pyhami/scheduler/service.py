@@ -49,7 +49,7 @@ from pyhami.engine import (
     PodKey,
     decide,
 )
-from pyhami.kube import Clock, JsonObject, NodeLockContentionError, NodeLocker, NotFound
+from pyhami.kube import Clock, NodeLockContentionError, NodeLocker, NotFound
 from pyhami.kube.client import resource_version
 from pyhami.kube.extender_wire import (
     ClaimedPod,
@@ -71,7 +71,7 @@ from pyhami.protocol import (
 )
 from pyhami.scheduler.bind_turns import BindTurns, NodeTurnTimeoutError
 from pyhami.scheduler.events import NORMAL, WARNING, EventRecorder
-from pyhami.scheduler.explanations import Explanations, explanation_json
+from pyhami.scheduler.explanations import Explanation, Explanations
 from pyhami.scheduler.extender import PodRef
 from pyhami.scheduler.given_nodes import filter_given_nodes
 from pyhami.scheduler.metrics import SchedulerMetrics
@@ -324,12 +324,12 @@ class FilterBind:
 
     # ----- explanations ----------------------------------------------------------------------
 
-    def explain(self, pod: PodRef) -> JsonObject | None:
+    def explain(self, pod: PodRef) -> Explanation | None:
         remembered = self._explanations.get(pod.namespace, pod.name)
         if remembered is None:
             return None
         decision, written = remembered
-        return explanation_json(
+        return Explanation(
             self._with_card_checks(decision), written, self.state.registration_errors
         )
 
