@@ -12,6 +12,7 @@ from pyhami.devices.nvidia.vendor import NvidiaVendor
 from pyhami.engine import EngineConfig
 from pyhami.kube import NodeLocker
 from pyhami.kube.extender_wire import ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult
+from pyhami.kube.scheduler_pods import SchedulerPods
 from pyhami.kube.views import read_node, read_pod
 from pyhami.protocol import KEY_NODE_LOCK
 from pyhami.scheduler import explanations as explanations_module
@@ -71,7 +72,7 @@ def _service(
     clock = ManualClock(NOW)
     return FilterBind(
         state,
-        kube,
+        SchedulerPods(kube),
         NodeLocker(kube, clock=clock),
         EventRecorder(kube.create_event, "hami-scheduler", clock),
         SchedulerMetrics(MetricsSnapshot),

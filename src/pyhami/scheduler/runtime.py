@@ -49,6 +49,7 @@ from pyhami.kube.informer import ViewInformer
 from pyhami.kube.manifests import read_quota
 from pyhami.kube.patches import pod_labels_patch
 from pyhami.kube.scheduler_dra_views import read_slice_card_memories
+from pyhami.kube.scheduler_pods import SchedulerPods
 from pyhami.kube.views import read_node, read_pod
 from pyhami.model import NodeView
 from pyhami.protocol import LABEL_SCHEDULER_ROLE, SchedulerRole
@@ -145,7 +146,7 @@ class SchedulerProcess:
         self.events = EventRecorder(client.create_event, settings.scheduler_name, self.clock)
         self.service = FilterBind(
             self.state,
-            client,
+            SchedulerPods(client),
             NodeLocker(client, timeout=settings.node_lock_timeout, clock=self.clock),
             self.events,
             self.metrics,
