@@ -106,6 +106,21 @@ def claim_template(namespace: str, requests: Mapping[str, GpuShare]) -> JsonObje
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimTemplate:
+    """The ResourceClaimTemplate of GPU shares a pod's claims are made from (`claim_template`)."""
+
+    namespace: str
+    requests: Mapping[str, GpuShare]
+
+    @property
+    def name(self) -> str:
+        return str(self.manifest()["metadata"]["name"])
+
+    def manifest(self) -> JsonObject:
+        return claim_template(self.namespace, self.requests)
+
+
+@dataclass(frozen=True, slots=True)
 class Version:
     """A device attribute that is a semantic version."""
 

@@ -38,13 +38,13 @@ from pyhami.kube import (
     Clock,
     EventHandlers,
     InformerSettings,
-    JsonObject,
     KubeClient,
     LeaseLock,
     NodeLocker,
     SystemClock,
     cancel_and_wait,
 )
+from pyhami.kube.dra_manifests import ClaimTemplate
 from pyhami.kube.informer import ViewInformer
 from pyhami.kube.manifests import read_quota
 from pyhami.kube.patches import pod_labels_patch
@@ -250,11 +250,11 @@ class SchedulerProcess:
 
     # ----- wiring ----------------------------------------------------------------------------
 
-    async def _ensure_claim_template(self, template: JsonObject) -> None:
+    async def _ensure_claim_template(self, template: ClaimTemplate) -> None:
         """The webhook's ResourceClaimTemplate (named by its content: one there already is it)."""
         with contextlib.suppress(AlreadyExists):
             await self.client.create(
-                RESOURCE_CLAIM_TEMPLATES, template, template["metadata"]["namespace"]
+                RESOURCE_CLAIM_TEMPLATES, template.manifest(), template.namespace
             )
 
     def _node_gone(self, node: NodeView) -> None:
