@@ -92,22 +92,10 @@ def claim_spec(requests: Mapping[str, GpuShare]) -> JsonObject:
     return {"devices": devices}
 
 
-def claim_template(namespace: str, requests: Mapping[str, GpuShare]) -> JsonObject:
-    """A ResourceClaimTemplate for `requests`, named by its content: pods that ask for the
-    same shares use one template, and creating it again changes nothing."""
-    spec = {"spec": claim_spec(requests)}
-    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
-    return {
-        "apiVersion": RESOURCE_API_VERSION,
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": f"{TEMPLATE_PREFIX}{digest}", "namespace": namespace},
-        "spec": spec,
-    }
-
-
 @dataclass(frozen=True, slots=True)
 class ClaimTemplate:
-    """The ResourceClaimTemplate of GPU shares a pod's claims are made from (`claim_template`)."""
+    """A ResourceClaimTemplate for `requests`, named by its content: pods that ask for the
+    same shares use one template, and creating it again changes nothing."""
 
     namespace: str
     requests: Mapping[str, GpuShare]
@@ -117,7 +105,14 @@ class ClaimTemplate:
         return str(self.manifest()["metadata"]["name"])
 
     def manifest(self) -> JsonObject:
-        return claim_template(self.namespace, self.requests)
+        spec = {"spec": claim_spec(self.requests)}
+        digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
+        return {
+            "apiVersion": RESOURCE_API_VERSION,
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": f"{TEMPLATE_PREFIX}{digest}", "namespace": self.namespace},
+            "spec": spec,
+        }
 
 
 @dataclass(frozen=True, slots=True)

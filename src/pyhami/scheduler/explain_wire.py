@@ -6,7 +6,7 @@ from typing import Any, NotRequired
 
 from typing_extensions import TypedDict  # pydantic reads this one on Python 3.11
 
-from pyhami.engine import Decision, NodeVerdict
+from pyhami.engine import NodeVerdict
 from pyhami.kube.extender_wire import compact_json
 from pyhami.scheduler.explanations import Explanation, PreemptionExplanation
 
@@ -40,16 +40,13 @@ class PreemptionData(TypedDict):
     nodes: dict[str, str]
 
 
-class DecisionData(TypedDict):
+class ExplanationData(TypedDict):
     pod: str
     outcome: str
     node: str | None
     score: float | None
     error: str | None
-    annotations: dict[str, str]
-
-
-class ExplanationData(DecisionData):
+    annotations: dict[str, str]  # what the decision writes
     nodes: list[NodeData]
 
 
@@ -57,20 +54,7 @@ class PreemptedData(ExplanationData):
     preemption: PreemptionData
 
 
-def decision_data(decision: Decision, annotations: Mapping[str, str]) -> DecisionData:
-    """The answer and the annotations it writes."""
-    return DecisionData(
-        pod=f"{decision.namespace}/{decision.name}",
-        outcome=decision.outcome.value,
-        node=decision.node,
-        score=decision.score,
-        error=decision.error,
-        annotations=dict(annotations),
-    )
-
-
-def node_data(verdict: NodeVerdict, registration_errors: Mapping[str, str]) -> NodeData:
-    """A node's verdict and card checks, and why its registration cannot be read if it cannot."""
+def _node_data(verdict: NodeVerdict, registration_errors: Mapping[str, str]) -> NodeData:
     data = NodeData(
         node=verdict.node,
         fits=verdict.fits,
@@ -89,11 +73,16 @@ def node_data(verdict: NodeVerdict, registration_errors: Mapping[str, str]) -> N
 
 
 def explanation_data(explanation: Explanation) -> ExplanationData:
-    """The decision and every node's verdict."""
+    """The decision, the annotations it writes, every node's verdict and card checks."""
     decision, errors = explanation.decision, explanation.registration_errors
     return ExplanationData(
-        **decision_data(decision, explanation.annotations),
-        nodes=[node_data(verdict, errors) for verdict in decision.verdicts.values()],
+        pod=f"{decision.namespace}/{decision.name}",
+        outcome=decision.outcome.value,
+        node=decision.node,
+        score=decision.score,
+        error=decision.error,
+        annotations=dict(explanation.annotations),
+        nodes=[_node_data(verdict, errors) for verdict in decision.verdicts.values()],
     )
 
 
