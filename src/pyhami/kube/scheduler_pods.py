@@ -26,6 +26,8 @@ class PodApi(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class SchedulerPods:
+    """FilterBind's pod reads and writes."""
+
     api: PodApi
 
     async def read(self, namespace: str, name: str) -> PodView:
