@@ -315,9 +315,7 @@ async def test_cache_converges_under_drops_and_compactions(
             await asyncio.sleep(0.005)
 
         def converged() -> bool:
-            want = {
-                p["metadata"]["name"]: p["metadata"]["resourceVersion"] for p in store.items("pods")
-            }
+            want = {p.meta.name: p.meta.resource_version for p in store.matching("pods")}
             have = {
                 p["metadata"]["name"]: p["metadata"]["resourceVersion"] for p in informer.list()
             }

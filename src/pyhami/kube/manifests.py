@@ -269,26 +269,10 @@ class PodWebhook:
     skip_label: tuple[str, str] | None = None  # (key, value): a pod labelled so is not sent
     conditions: tuple[MatchCondition, ...] = ()
 
-    @property
-    def rules(self) -> tuple[JsonObject, ...]:
-        pods = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "*"}
-        return ({"operations": list(self.operations), **pods},)
-
-    @property
-    def object_selector(self) -> JsonObject | None:
-        if self.skip_label is None:
-            return None
-        key, value = self.skip_label
-        return {"matchExpressions": [{"key": key, "operator": "NotIn", "values": [value]}]}
-
-    @property
-    def match_conditions(self) -> tuple[JsonObject, ...]:
-        return tuple(condition.encode() for condition in self.conditions)
-
     def encode(self, base_url: str, ca_pem: bytes) -> JsonObject:
         """The configuration's entry, as the chart writes it; the server at `base_url`."""
-        selector = self.object_selector
-        return {
+        pods = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "*"}
+        entry: JsonObject = {
             "name": self.name,
             "admissionReviewVersions": ["v1"],
             "sideEffects": "None",
@@ -299,10 +283,15 @@ class PodWebhook:
                 "url": f"{base_url}{self.path}",
                 "caBundle": base64.b64encode(ca_pem).decode(),
             },
-            "rules": list(self.rules),
-            **({} if selector is None else {"objectSelector": selector}),
-            **({"matchConditions": list(self.match_conditions)} if self.conditions else {}),
+            "rules": [{"operations": list(self.operations), **pods}],
         }
+        if self.skip_label is not None:
+            key, value = self.skip_label
+            expression = {"key": key, "operator": "NotIn", "values": [value]}
+            entry["objectSelector"] = {"matchExpressions": [expression]}
+        if self.conditions:
+            entry["matchConditions"] = [condition.encode() for condition in self.conditions]
+        return entry
 
 
 def webhook_configuration(

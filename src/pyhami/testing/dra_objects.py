@@ -54,7 +54,7 @@ def create_claimed_pod(
     sidecar = {"name": "sidecar", "image": "busybox"}  # uses no claim
     spec = {"nodeName": node, "resourceClaims": claims, "containers": [sidecar, main]}
     pod = store.create("pods", "default", {"metadata": {"name": name}, "spec": spec})
-    pod_uid = str(pod["metadata"]["uid"])
+    pod_uid = pod.meta.uid
     entries = [
         {
             "request": r.request,
@@ -75,4 +75,4 @@ def create_claimed_pod(
     claim_spec = {"devices": {"requests": [request]}}
     body = {"metadata": {"name": claim}, "spec": claim_spec, "status": status}
     created = store.create("resourceclaims", "default", body)
-    return ClaimedPod(pod_uid, str(created["metadata"]["uid"]))
+    return ClaimedPod(pod_uid, created.meta.uid)
