@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import pytest
-import yaml
 
 from pyhami.controlplane import BuiltBinaries
 from pyhami.deviceplugin.allocation import AllocationSettings
@@ -131,7 +130,7 @@ async def node(kubernetes: BuiltBinaries, native: Native, tmp_path: Path) -> Asy
             FakeKubelet(state / "kubelet") as device_kubelet,
         ):
             admin = await plane.client(plane.admin_kubeconfig)
-            await plane.apply(yaml.safe_dump_all(chart_rbac_with("dra.mode=selected")))
+            await plane.apply(chart_rbac_with("dra.mode=selected"))
             as_driver = await plane.client(await plane.kubeconfig_of(DRA_DRIVER_USER))
             await plane.start_kube_scheduler()
             await admin.create(DEVICE_CLASSES, device_class())

@@ -13,7 +13,7 @@ What runs, each over its real protocol:
 * or, given built Kubernetes binaries (`pyhami control-plane build`), Kubernetes' own etcd,
   kube-apiserver, kube-controller-manager and kube-scheduler in place of the double and the
   harness (`RealControlPlane`): the webhooks as a MutatingWebhookConfiguration, the chart's
-  RBAC applied (`chart_rbac()`), every component with its own credentials (the chart's
+  RBAC applied (`CHART_RBAC_FILE`), every component with its own credentials (the chart's
   ServiceAccounts' tokens; nodes as `system:node:<name>`), and `refused_requests()` naming any
   request of theirs the real authorizer or admission refused;
 * per node: a `DevicePlugin` on a `FakeNVML` registered with a `FakeKubelet` (gRPC on unix
@@ -36,8 +36,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
-import yaml
-
 from pyhami.controlplane import BuiltBinaries
 from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.deviceplugin.config import VgpuConfig
@@ -47,7 +45,6 @@ from pyhami.kube import (
     MUTATING_WEBHOOK_CONFIGURATIONS,
     NODES,
     AsyncService,
-    JsonObject,
     KubeClient,
     cancel_and_wait,
     guarded_task,
@@ -89,10 +86,6 @@ TRUSTED_WRITERS = (SCHEDULER_USER, DEVICE_PLUGIN_USER, DRA_DRIVER_USER)
 # The chart's ServiceAccounts, roles and bindings as helm renders them for the names above
 # with DRA on (tests/chart/test_demo_rbac.py keeps this copy equal to the chart).
 CHART_RBAC_FILE = Path(__file__).with_name("chart-rbac.yaml")
-
-
-def chart_rbac() -> list[JsonObject]:
-    return [obj for obj in yaml.safe_load_all(CHART_RBAC_FILE.read_text()) if obj]
 
 
 def trusted_writers_condition(writers: Sequence[str]) -> MatchCondition:
@@ -180,7 +173,7 @@ class DemoCluster(AsyncService):
         progress: Progress = _quiet,
         runtime: ContainerRuntime | None = None,
         kubernetes: BuiltBinaries | None = None,
-        rbac: Sequence[JsonObject] | None = None,
+        rbac: str | None = None,
         extender_url: str | None = None,
         kube_scheduler_election: LeaderElection | None = None,
     ) -> None:
@@ -197,8 +190,8 @@ class DemoCluster(AsyncService):
         self.progress = progress
         self.runtime = runtime
         self._api = FakeKubeAPIServer(bookmark_interval_s=0.5) if kubernetes is None else None
-        # applied on the real control plane before any component starts
-        self._rbac = tuple(chart_rbac() if rbac is None else rbac)
+        # YAML documents applied on the real control plane before any component starts
+        self._rbac = CHART_RBAC_FILE.read_text() if rbac is None else rbac
         if settings.dra_nodes and kubernetes is None:
             raise ValueError("DRA nodes need Kubernetes' own control plane (--control-plane real)")
         self.real = (
@@ -322,7 +315,7 @@ class DemoCluster(AsyncService):
         )
         if self.real is not None:
             await self.real.start()
-            await self.real.apply(yaml.safe_dump_all(self._rbac))
+            await self.real.apply(self._rbac)
             self.progress(
                 f"API server        {self.real.url} (kube-apiserver "
                 f"{self.real.binaries.kubernetes_version}, etcd, kube-controller-manager; "
