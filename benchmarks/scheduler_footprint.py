@@ -200,7 +200,8 @@ async def filter_stream(
 ) -> list[float]:
     """Seconds from request to answer of each /filter call for `count` new pending pods."""
     pods = [
-        tree.api.store.create("pods", NAMESPACE, gpu_pod(f"{name}-{i:05d}")) for i in range(count)
+        tree.api.store.create("pods", NAMESPACE, gpu_pod(f"{name}-{i:05d}")).body
+        for i in range(count)
     ]
     await asyncio.sleep(SETTLE_S)
     url = f"https://127.0.0.1:{tree.main_port}/filter"
