@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
@@ -55,7 +54,7 @@ from pyhami.kube import (
 from pyhami.kube.dra_manifests import device_class
 from pyhami.kube.manifests import MatchCondition, PodWebhook, taint_effects, webhook_configuration
 from pyhami.kube.views import read_node
-from pyhami.protocol import KEY_NODE_NVIDIA_REGISTER
+from pyhami.protocol import KEY_NODE_NVIDIA_REGISTER, gojson
 from pyhami.scheduler.runtime import SchedulerProcess, load_device_config
 from pyhami.scheduler.settings import SchedulerSettings
 from pyhami.sim.demo.dra_nodes import DraDemoNode, dra_node_name, start_dra_node, stop_dra_node
@@ -96,22 +95,17 @@ def chart_rbac() -> list[JsonObject]:
 
 def trusted_writers_condition(writers: Sequence[str]) -> MatchCondition:
     """The ownership webhook's matchCondition exactly as the chart renders it
-    (pyhami.ownershipCondition): a trusted writer's update skips the webhook."""
+    (pyhami.ownershipCondition, with helm's toJson: Go's encoding/json): a trusted writer's
+    update skips the webhook."""
     exact = [writer for writer in writers if not writer.endswith(":")]
-    terms = [f"request.userInfo.username in {_go_json(exact)}"]
+    terms = [f"request.userInfo.username in {gojson.dumps(exact)}"]
     terms += [
-        f"request.userInfo.username.startsWith({_go_json(prefix)})"
+        f"request.userInfo.username.startsWith({gojson.dumps(prefix)})"
         for prefix in writers
         if prefix.endswith(":")
     ]
     expression = f"request.operation != 'UPDATE' || !({' || '.join(terms)})"
     return MatchCondition("not-a-trusted-writers-update", expression)
-
-
-def _go_json(value: object) -> str:
-    """Helm's toJson (Go's encoding/json): compact, non-ASCII kept, <, > and & escaped."""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 # The chart's two webhooks (charts/pyhami/templates/scheduler.yaml): HAMi's webhook, and the
