@@ -9,9 +9,10 @@ from typing import Annotated
 import typer
 
 from pyhami.cli_errors import check_kubeconfig, run_service
-from pyhami.cli_habits import LogFormatOption
+from pyhami.cli_habits import DebugOption, LogFormatOption
 from pyhami.cli_klog import DEBUG_VERBOSITY, KlogVerbosity
 from pyhami.deviceplugin.allocation import AllocationSettings
+from pyhami.deviceplugin.cli import HookPathOption, LibvgpuVersionOption, check_node_flags
 from pyhami.deviceplugin.health import XidPolicy
 from pyhami.dra import cdi
 from pyhami.dra.api import KUBELET_PLUGINS_DIR, KUBELET_REGISTRY_DIR
@@ -37,12 +38,8 @@ def dra_driver(
     cdi_dir: Annotated[
         Path, typer.Option(envvar="CDI_DIR", help="where the runtime reads CDI specs")
     ] = cdi.CDI_DIR,
-    hook_path: Annotated[
-        str, typer.Option(envvar="HOOK_PATH", help="HAMi-core dir without /vgpu")
-    ] = "/usr/local",
-    libvgpu_version: Annotated[
-        str, typer.Option(envvar="LIBVGPU_VERSION", help="mount libvgpu.so.<this> if present")
-    ] = "v2.10.0",
+    hook_path: HookPathOption = "/usr/local",
+    libvgpu_version: LibvgpuVersionOption = "v2.10.0",
     health_recovery_seconds: Annotated[
         float,
         typer.Option(
@@ -52,22 +49,12 @@ def dra_driver(
     ] = 300.0,
     kubeconfig: Annotated[str, typer.Option(envvar="KUBECONFIG")] = "",
     verbosity: KlogVerbosity = 0,
-    debug: Annotated[
-        bool, typer.Option("--debug", help="debug logs, and a traceback on failure")
-    ] = False,
+    debug: DebugOption = False,
     log_format: LogFormatOption = LogFormat.CONSOLE,
 ) -> None:
     """Run the DRA driver gpu.pyhami.io on this node (ResourceSlice, kubelet DRA plugin)."""
     configure_logging(debug=debug or verbosity >= DEBUG_VERBOSITY, log_format=log_format)
-    if not node_name:
-        raise typer.BadParameter(
-            "set --node-name or NODE_NAME (downward API spec.nodeName)", param_hint="--node-name"
-        )
-    if any(c.isspace() for c in hook_path):
-        raise typer.BadParameter(
-            "must not contain whitespace (libvgpu's limits.env cannot carry it)",
-            param_hint="--hook-path",
-        )
+    check_node_flags(node_name, hook_path)
     options = DriverOptions(
         node_name=node_name,
         plugins_dir=kubelet_plugins_dir,

@@ -218,10 +218,6 @@ class DemoCluster(AsyncService):
         return self._api
 
     @property
-    def api_url(self) -> str:
-        return self.real.url if self.real is not None else self.api.url
-
-    @property
     def scheduler(self) -> SchedulerProcess:
         if self._scheduler is None:
             raise RuntimeError("the demo cluster is not started")
