@@ -24,7 +24,7 @@ from pyhami.kube.client import JsonObject
 from pyhami.kube.dra_manifests import claim_template
 from pyhami.kube.errors import KubeError
 from pyhami.kube.extender_wire import compact_json
-from pyhami.kube.views import read_pod
+from pyhami.kube.views import _object, _strings, read_pod
 from pyhami.model import PodSpecError, PodView
 
 # controller-runtime's admission body limit.
@@ -53,18 +53,13 @@ class PodMarks:
 
 
 def _marks(pod: Mapping[str, Any]) -> PodMarks:
-    metadata = pod.get("metadata") or {}
-    if not isinstance(metadata, dict):
-        raise AdmissionDecodeError("AdmissionReview request object: metadata must be an object")
-    found = []
-    for part in ("annotations", "labels"):
-        values = metadata.get(part) or {}
-        if not isinstance(values, dict) or not all(isinstance(v, str) for v in values.values()):
-            raise AdmissionDecodeError(
-                f"AdmissionReview request object: metadata.{part} must map strings to strings"
-            )
-        found.append(values)
-    return PodMarks(*found)
+    where = "AdmissionReview request object: metadata"
+    metadata = _object(pod.get("metadata"), where, AdmissionDecodeError)
+    annotations, labels = (
+        _strings(metadata.get(part), f"{where}.{part}", f"{where}.{part}", AdmissionDecodeError)
+        for part in ("annotations", "labels")
+    )
+    return PodMarks(annotations, labels)
 
 
 @dataclass(frozen=True, slots=True)
