@@ -18,7 +18,7 @@ from typing import Annotated
 
 import typer
 
-from pyhami.cli_errors import check_kubeconfig, run_service
+from pyhami.cli_errors import check_kubeconfig, fail, run_service
 from pyhami.cli_habits import DebugOption, LogFormatOption
 from pyhami.cli_klog import DEBUG_VERBOSITY, KlogVerbosity
 from pyhami.deviceplugin.allocation import AllocationSettings
@@ -186,8 +186,7 @@ def device_plugin(
             required=imex_required,
         )
     except (ConfigError, ToolkitConfigError) as error:
-        typer.echo(f"pyhami device-plugin: {error}", err=True)
-        raise typer.Exit(2) from error
+        fail("device-plugin", str(error))
     toolkit = ToolkitFeatures(
         gdrcopy=gdrcopy_enabled, gds=gds_enabled, mofed=mofed_enabled, imex_channels=channels
     )

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from pyhami.cli_errors import check_kubeconfig, run_service
+from pyhami.cli_errors import check_kubeconfig, fail, run_service
 from pyhami.cli_habits import DebugOption, LogFormatOption
 from pyhami.cli_klog import DEBUG_VERBOSITY, KlogVerbosity
 from pyhami.deviceplugin.allocation import AllocationSettings
@@ -68,8 +68,7 @@ def dra_driver(
     try:
         nvml = open_nvml()
     except NvmlUnavailableError as error:
-        typer.echo(f"pyhami dra-driver: {error}", err=True)
-        raise typer.Exit(1) from error
+        fail("dra-driver", str(error), 1)
     try:
         run_service(
             "dra-driver",
