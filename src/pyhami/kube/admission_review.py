@@ -126,12 +126,10 @@ class AdmissionRequest:
             raise AdmissionDecodeError(message) from err
         if not isinstance(review, dict):
             raise AdmissionDecodeError("couldn't decode AdmissionReview: not a JSON object")
-        api_version = review.get("apiVersion")
-        if api_version not in ADMISSION_VERSIONS or review.get("kind") != "AdmissionReview":
-            kind = review.get("kind")
-            raise AdmissionDecodeError(
-                f"unsupported AdmissionReview apiVersion={api_version!r} kind={kind!r}"
-            )
+        api_version, kind = review.get("apiVersion"), review.get("kind")
+        if api_version not in ADMISSION_VERSIONS or kind != "AdmissionReview":
+            message = f"unsupported AdmissionReview apiVersion={api_version!r} kind={kind!r}"
+            raise AdmissionDecodeError(message)
         request = review.get("request")
         if not isinstance(request, dict):
             raise AdmissionDecodeError("AdmissionReview has no request")
