@@ -60,6 +60,13 @@ HookPathOption = Annotated[
 LibvgpuVersionOption = Annotated[
     str, typer.Option(envvar="LIBVGPU_VERSION", help="mount libvgpu.so.<this> if present")
 ]
+RecoveryOption = Annotated[
+    float,
+    typer.Option(
+        envvar="HEALTH_RECOVERY_SECONDS",
+        help="quiet time before an XID-unhealthy GPU recovers (DRA: loses its taint); <0: never",
+    ),
+]
 
 
 def check_node_flags(node_name: str, hook_path: str) -> None:
@@ -111,13 +118,7 @@ def device_plugin(
         str,
         typer.Option(envvar="ENABLE_TOPOLOGY_SCORE", help="exactly 'true' publishes pair scores"),
     ] = "",
-    health_recovery_seconds: Annotated[
-        float,
-        typer.Option(
-            envvar="HEALTH_RECOVERY_SECONDS",
-            help="quiet time before an XID-unhealthy GPU recovers; <0: never",
-        ),
-    ] = 300.0,
+    health_recovery_seconds: RecoveryOption = 300.0,
     fail_on_init_error: Annotated[bool, typer.Option(envvar="FAIL_ON_INIT_ERROR")] = True,
     kubeconfig: Annotated[str, typer.Option(envvar="KUBECONFIG")] = "",
     mig_strategy: Annotated[str, typer.Option(envvar="MIG_STRATEGY")] = "none",

@@ -11,8 +11,8 @@ import typer
 from pyhami.cli_errors import check_kubeconfig, fail, run_service
 from pyhami.cli_habits import DebugOption, LogFormatOption
 from pyhami.cli_klog import DEBUG_VERBOSITY, KlogVerbosity
+from pyhami.deviceplugin import cli as plugin_cli
 from pyhami.deviceplugin.allocation import AllocationSettings
-from pyhami.deviceplugin.cli import HookPathOption, LibvgpuVersionOption, check_node_flags
 from pyhami.deviceplugin.health import XidPolicy
 from pyhami.dra import cdi
 from pyhami.dra.api import KUBELET_PLUGINS_DIR, KUBELET_REGISTRY_DIR
@@ -38,15 +38,9 @@ def dra_driver(
     cdi_dir: Annotated[
         Path, typer.Option(envvar="CDI_DIR", help="where the runtime reads CDI specs")
     ] = cdi.CDI_DIR,
-    hook_path: HookPathOption = "/usr/local",
-    libvgpu_version: LibvgpuVersionOption = "v2.10.0",
-    health_recovery_seconds: Annotated[
-        float,
-        typer.Option(
-            envvar="HEALTH_RECOVERY_SECONDS",
-            help="quiet time before an XID-unhealthy GPU loses its taint; <0: never",
-        ),
-    ] = 300.0,
+    hook_path: plugin_cli.HookPathOption = "/usr/local",
+    libvgpu_version: plugin_cli.LibvgpuVersionOption = "v2.10.0",
+    health_recovery_seconds: plugin_cli.RecoveryOption = 300.0,
     kubeconfig: Annotated[str, typer.Option(envvar="KUBECONFIG")] = "",
     verbosity: KlogVerbosity = 0,
     debug: DebugOption = False,
@@ -54,7 +48,7 @@ def dra_driver(
 ) -> None:
     """Run the DRA driver gpu.pyhami.io on this node (ResourceSlice, kubelet DRA plugin)."""
     configure_logging(debug=debug or verbosity >= DEBUG_VERBOSITY, log_format=log_format)
-    check_node_flags(node_name, hook_path)
+    plugin_cli.check_node_flags(node_name, hook_path)
     options = DriverOptions(
         node_name=node_name,
         plugins_dir=kubelet_plugins_dir,
