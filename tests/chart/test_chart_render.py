@@ -292,17 +292,18 @@ def test_the_webhooks_are_the_demos() -> None:
     (the demo's DRA nodes run the chart's DRA driver, a trusted writer)."""
     rendered = render("dra-selected")
     hooks = rendered.one("MutatingWebhookConfiguration")["webhooks"]
+    demos = [(d.path, d.encode("https://demo", b"")) for d in WEBHOOKS]
     assert [
         (h["name"], h["clientConfig"]["service"]["path"], h["rules"], h.get("objectSelector"))
         for h in hooks
-    ] == [(d.name, d.path, list(d.rules), d.object_selector) for d in WEBHOOKS]
+    ] == [(d["name"], path, d["rules"], d.get("objectSelector")) for path, d in demos]
     # The same condition, built from the same list of trusted writers (the chart's own).
     writers = parse_pyhami(pyhami_argv(extender_container(rendered)) or [])["trusted_writers"]
     assert [h.get("matchConditions", []) for h in hooks] == [
         [],
         [trusted_writers_condition(writers).encode()],
     ]
-    assert [len(d.match_conditions) for d in WEBHOOKS] == [0, 1]
+    assert [len(d.get("matchConditions", [])) for _, d in demos] == [0, 1]
 
 
 def test_ownership_webhook_and_its_trusted_writers() -> None:

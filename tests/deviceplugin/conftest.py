@@ -143,7 +143,7 @@ class Node:
             await asyncio.wait_for(self._task, 10)
 
     def node(self) -> dict[str, Any]:
-        return self.api.store.get("nodes", None, NODE)
+        return self.api.store.get("nodes", None, NODE).body
 
     def node_annotations(self) -> dict[str, str]:
         return dict(self.node()["metadata"].get("annotations") or {})
@@ -154,7 +154,7 @@ class Node:
         return [] if value is None else list(decode_node_devices(value))
 
     def pod(self, name: str, namespace: str = "default") -> dict[str, Any]:
-        return self.api.store.get("pods", namespace, name)
+        return self.api.store.get("pods", namespace, name).body
 
     def pod_annotations(self, name: str) -> dict[str, str]:
         return dict(self.pod(name)["metadata"].get("annotations") or {})
@@ -164,7 +164,7 @@ class Node:
         created = self.api.store.create("pods", "default", pod)
         if lock:
             self.set_lock(lock_value(pod["metadata"]["name"]))
-        return created
+        return created.body
 
     def set_lock(self, value: str | None) -> None:
         self.api.store.patch(

@@ -364,11 +364,11 @@ async def test_asymmetric_links_score_zero_and_warn_on_the_node_once(gpu_node: N
         {gpu_node.nvml.device_uuid(1): 0},
         {gpu_node.nvml.device_uuid(0): 0},
     ]
-    await gpu_node.eventually(lambda: bool(gpu_node.api.store.items("events")))
+    await gpu_node.eventually(lambda: bool(gpu_node.api.store.matching("events")))
     gpu_node.nvml.fail("device_uuid", index=0)  # no recovery meanwhile
     gpu_node.nvml.inject_xid(0, 79)  # another scan, within the hour: no second event
     await gpu_node.eventually(lambda: not gpu_node.registered()[0].health)
-    (event,) = gpu_node.api.store.items("events")
+    (event,) = [e.body for e in gpu_node.api.store.matching("events")]
     assert (event["reason"], event["type"]) == ("AsymmetricGPUP2PLink", "Warning")
     assert event["involvedObject"] == {"kind": "Node", "name": NODE, "apiVersion": "v1"}
     assert event["metadata"]["namespace"] == "default"

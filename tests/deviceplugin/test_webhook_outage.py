@@ -26,14 +26,8 @@ async def test_the_plugin_finishes_a_bind_while_the_ownership_webhook_is_down(
     """The chart's webhooks (the demo registers the same), their server down: the plugin, as
     its ServiceAccount, still writes to-allocate and bind-phase."""
     for hook in WEBHOOKS:
-        gpu_node.api.admission.register(
-            hook.name,
-            f"https://127.0.0.1:1{hook.path}",  # nothing listens: the scheduler is down
-            failure_policy="Fail",
-            rules=hook.rules,
-            object_selector=hook.object_selector,
-            match_conditions=hook.match_conditions,
-        )
+        # Nothing listens there: the scheduler is down.
+        gpu_node.api.admission.register_pod_webhook(hook, "https://127.0.0.1:1")
     async with KubeClient(gpu_node.api.configuration(DEVICE_PLUGIN_USER)) as plugin_client:
         gpu_node.kube = plugin_client
         kubelet_plugin = await started(gpu_node)

@@ -87,9 +87,9 @@ class Node:
         pod = self.api.store.create(
             "pods", "default", pod_using_claim(f"pod-{name}", name, node=NODE)
         )
-        body = claim_object(name, results, reserved_for=pod, allocated=allocated)
+        body = claim_object(name, results, reserved_for=pod.body, allocated=allocated)
         created = self.api.store.create(RESOURCE_CLAIMS.plural, "default", body)
-        return ClaimRef("default", name, created["metadata"]["uid"])
+        return ClaimRef("default", name, created.meta.uid)
 
 
 async def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:

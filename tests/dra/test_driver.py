@@ -63,7 +63,7 @@ async def test_prepare_gives_the_claim_libvgpu_limits_through_cdi(node: Node) ->
     assert env["CUDA_DEVICE_SM_LIMIT"] == "30"
     assert env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] == f"{node.vgpu}/{claim.uid}.cache"
     # The monitor's naming: <pod uid>_<container using the claim>.
-    pod = node.api.store.get("pods", "default", "pod-train")
+    pod = node.api.store.get("pods", "default", "pod-train").body
     folder = node.vgpu / "containers" / f"{pod['metadata']['uid']}_main"
     mounts = _mounts(edits)
     assert mounts[str(node.vgpu)] == (str(folder), ["ro", "nosuid", "nodev", "bind"])
@@ -101,7 +101,7 @@ async def test_prepare_is_idempotent_and_leaves_a_live_region_alone(node: Node) 
     plugin = await node.plugin()
     claim = node.claim("again", [result()])
     first = await plugin.prepare([claim])
-    pod_uid = node.api.store.get("pods", "default", "pod-again")["metadata"]["uid"]
+    pod_uid = node.api.store.get("pods", "default", "pod-again").meta.uid
     region = node.vgpu / "containers" / f"{pod_uid}_main" / f"{claim.uid}.cache"
     region.write_bytes(b"in use by a process")
     second = await plugin.prepare([claim])
@@ -124,7 +124,7 @@ async def test_a_restarted_driver_answers_from_its_checkpoint(node: Node) -> Non
 
     await plugin.unprepare([claim])
     assert not (node.state / "cdi" / f"{DRIVER}-{claim.uid}.json").exists()
-    pod_uid = node.api.store.get("pods", "default", "pod-kept")["metadata"]["uid"]
+    pod_uid = node.api.store.get("pods", "default", "pod-kept").meta.uid
     assert not (node.vgpu / "containers" / f"{pod_uid}_main").exists()
     checkpoint = json.loads((node.state / "plugins" / DRIVER / "checkpoint.json").read_text())
     assert checkpoint["claims"] == {}

@@ -20,7 +20,7 @@ MIB = 1 << 20
 
 
 def _slice(node: Node) -> dict[str, Any]:
-    return node.api.store.get("resourceslices", None, slice_name(NODE))
+    return node.api.store.get("resourceslices", None, slice_name(NODE)).body
 
 
 def _devices(node: Node) -> dict[str, dict[str, Any]]:
@@ -40,7 +40,7 @@ async def test_one_slice_with_every_gpu_shared_by_memory_and_cores(node: Node) -
     spec = found["spec"]
     assert spec["driver"] == DRIVER and spec["nodeName"] == NODE
     assert spec["pool"] == {"name": NODE, "generation": 0, "resourceSliceCount": 1}
-    node_uid = node.api.store.get("nodes", None, NODE)["metadata"]["uid"]
+    node_uid = node.api.store.get("nodes", None, NODE).meta.uid
     assert found["metadata"]["ownerReferences"][0]["uid"] == node_uid
     devices = _devices(node)
     assert sorted(devices) == ["gpu-0", "gpu-1", "gpu-2"]

@@ -10,11 +10,15 @@ from typing import Any
 import pytest
 
 from pyhami.kube import PODS, EventHandlers, Informer, InformerSettings, KubeClient
+from pyhami.kube.informer import ViewInformer
+from pyhami.kube.views import read_pod
+from pyhami.model import PodView
 from pyhami.testing import FakeKubeAPIServer
 
 from .builders import pod
 
-FAST = InformerSettings(watch_timeout_s=5, backoff_initial_s=0.02, backoff_max_s=0.1)
+# Pages of two objects: a relist reads several pages.
+FAST = InformerSettings(watch_timeout_s=5, backoff_initial_s=0.02, backoff_max_s=0.1, page_size=2)
 
 
 class Recorder:
@@ -162,6 +166,43 @@ async def test_failing_handler_does_not_stop_the_informer(kube: KubeClient) -> N
         await informer.stop()
 
 
+async def test_a_view_informer_keeps_views_and_skips_what_it_cannot_read(
+    kube: KubeClient,
+) -> None:
+    def read(obj: dict[str, Any]) -> PodView:
+        view = read_pod(obj)
+        if view.labels.get("x") == "unreadable":
+            raise ValueError(f"pod {view.name}: label x is unreadable")
+        return view
+
+    informer = ViewInformer(kube, PODS, read, settings=FAST)
+    seen: list[tuple[str, PodView]] = []
+    informer.add_handlers(
+        EventHandlers(
+            on_add=lambda view: seen.append(("add", view)),
+            on_update=lambda _old, view: seen.append(("update", view)),
+            on_delete=lambda view: seen.append(("delete", view)),
+        )
+    )
+    await kube.create_pod("default", pod("a", labels={"x": "1"}))
+    informer.start()
+    try:
+        await informer.wait_synced(5)
+        await kube.patch_pod("default", "a", {"metadata": {"labels": {"x": "unreadable"}}})
+        await eventually(lambda: informer.stats.unreadable == 1)
+        kept = informer.get("a", "default")
+        assert kept is not None and kept.labels == {"x": "1"}, "the last view it could read"
+        await kube.delete_pod("default", "a")
+        await eventually(lambda: len(seen) == 2)
+        assert [(what, dict(view.labels)) for what, view in seen] == [
+            ("add", {"x": "1"}),
+            ("delete", {"x": "1"}),
+        ]
+        assert informer.stats.unreadable == 1 and informer.stats.handler_errors == 0
+    finally:
+        await informer.stop()
+
+
 async def test_async_handlers_and_selectors(kube: KubeClient) -> None:
     seen: list[str] = []
 
@@ -274,9 +315,7 @@ async def test_cache_converges_under_drops_and_compactions(
             await asyncio.sleep(0.005)
 
         def converged() -> bool:
-            want = {
-                p["metadata"]["name"]: p["metadata"]["resourceVersion"] for p in store.items("pods")
-            }
+            want = {p.meta.name: p.meta.resource_version for p in store.matching("pods")}
             have = {
                 p["metadata"]["name"]: p["metadata"]["resourceVersion"] for p in informer.list()
             }

@@ -54,11 +54,11 @@ class Node:
         pod = self.api.store.create("pods", "default", pod_using_claim(name, name, node=NODE))
         results = [allocation_result("gpu-1", pool=NODE, memory=memory, cores=cores)]
         claim = self.api.store.create(
-            "resourceclaims", "default", claim_object(name, results, reserved_for=pod)
+            "resourceclaims", "default", claim_object(name, results, reserved_for=pod.body)
         )
-        key = ClaimKey("default", name, claim["metadata"]["uid"])
+        key = ClaimKey("default", name, claim.meta.uid)
         await self.preparer.prepare(key)
-        return key, self.vgpu / "containers" / f"{pod['metadata']['uid']}_main"
+        return key, self.vgpu / "containers" / f"{pod.meta.uid}_main"
 
     async def scrape(self, pod: str) -> dict[Sample, None]:
         """The pod's container samples after one tick (as a set that keeps the order)."""

@@ -33,7 +33,7 @@ async def _prepared_container_env(tmp_path: Path) -> dict[str, str]:
         pod = api.store.create("pods", "default", pod_using_claim("p", "c", node=NODE))
         results = [allocation_result("gpu-0", pool=NODE, memory="4Gi", cores="30")]
         claim = api.store.create(
-            "resourceclaims", "default", claim_object("c", results, reserved_for=pod)
+            "resourceclaims", "default", claim_object("c", results, reserved_for=pod.body)
         )
         preparer = Preparer(
             kube,
@@ -43,7 +43,7 @@ async def _prepared_container_env(tmp_path: Path) -> dict[str, str]:
             Checkpoint(tmp_path / "checkpoint.json"),
             cdi_dir=tmp_path / "cdi",
         )
-        prepared = await preparer.prepare(ClaimKey("default", "c", claim["metadata"]["uid"]))
+        prepared = await preparer.prepare(ClaimKey("default", "c", claim.meta.uid))
     [device_id] = prepared.cdi_ids
     edits = cdi_edits(tmp_path / "cdi", device_id)
     mounts = {m.container_path: m.host_path for m in edits.mounts}

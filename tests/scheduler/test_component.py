@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from pyhami.engine import collapse_init_usage
+from pyhami.kube.views import read_node, read_pod
 from pyhami.protocol import (
     KEY_BIND_PHASE,
     KEY_NODE_LOCK,
@@ -52,7 +53,7 @@ async def test_pod_goes_webhook_filter_bind_to_bound_with_hami_annotations(tmp_p
         async with cluster.harness(process.main_port) as harness:
             outcome = await harness.wait_for("default", "p", timeout_s=10)
             assert outcome.result is Result.BOUND and outcome.node == "n1"
-        stored = cluster.api.store.get("pods", "default", "p")
+        stored = cluster.api.store.get("pods", "default", "p").body
         notes = stored["metadata"]["annotations"]
         assert stored["spec"]["nodeName"] == "n1"
         assert notes[KEY_VGPU_NODE] == "n1" and stored["metadata"]["labels"][KEY_VGPU_NODE] == "n1"
@@ -63,10 +64,12 @@ async def test_pod_goes_webhook_filter_bind_to_bound_with_hami_annotations(tmp_p
             [("GPU-a", 3000)],
             [("GPU-b", 3000)],
         )
-        lock = cluster.api.store.get("nodes", None, "n1")["metadata"]["annotations"][KEY_NODE_LOCK]
+        lock = cluster.api.store.get("nodes", None, "n1").body["metadata"]["annotations"][
+            KEY_NODE_LOCK
+        ]
         assert lock.endswith(",default,p")
         await process.events.drain()  # events are written in the background
-        reasons = {e["reason"] for e in cluster.api.store.items("events", "default")}
+        reasons = {e.body["reason"] for e in cluster.api.store.matching("events", "default")}
         assert {"FilteringSucceed", "BindingSucceed", "FilteringFailed"} <= reasons
 
 
@@ -159,7 +162,7 @@ async def test_two_hundred_pods_on_twenty_nodes_no_card_overcommitted(tmp_path: 
                 assert harness.metrics.results[Result.BOUND] == 160
         finally:
             await plugin.stop()
-        pods = cluster.api.store.items("pods", "default")
+        pods = [p.body for p in cluster.api.store.matching("pods", "default")]
         assert len(pods) == 200  # no pod lost
         per_card: dict[str, tuple[int, int]] = {}
         for pod in pods:
@@ -217,7 +220,7 @@ async def test_restart_mid_run_rebuilds_the_same_ledger(tmp_path: Path) -> None:
         async with harness:
             await wait_for(
                 lambda: all(
-                    p["spec"].get("nodeName") for p in cluster.api.store.items("pods", "default")
+                    p.fields["spec.nodeName"] for p in cluster.api.store.matching("pods", "default")
                 ),
                 timeout=60,
                 what="every pod bound",
@@ -247,10 +250,10 @@ def _rebuilt(cluster, process) -> dict:
     from pyhami.scheduler.state import ClusterState
 
     fresh = ClusterState(process.state.config, registered_inventory)
-    for node in cluster.api.store.items("nodes"):
-        fresh.on_node(node)
-    for pod in cluster.api.store.items("pods"):
-        fresh.on_pod(pod)
+    for node in cluster.api.store.matching("nodes"):
+        fresh.on_node(read_node(node.body))
+    for pod in cluster.api.store.matching("pods"):
+        fresh.on_pod(read_pod(pod.body))
 
     class View:
         state = fresh
@@ -272,12 +275,14 @@ async def test_a_failed_binding_releases_the_reservation_and_the_lock(tmp_path: 
         assert first.result is Result.BIND_ERROR and "injected failure" in first.error
         assert last.result is Result.BOUND
         # The failed attempt left nothing behind: one lock (the retry's), usage counted once.
-        lock = cluster.api.store.get("nodes", None, "n1")["metadata"]["annotations"][KEY_NODE_LOCK]
+        lock = cluster.api.store.get("nodes", None, "n1").body["metadata"]["annotations"][
+            KEY_NODE_LOCK
+        ]
         assert lock.endswith(",default,p")
         await process.events.drain()  # events are written in the background
-        events = [e["reason"] for e in cluster.api.store.items("events", "default")]
+        events = [e.body["reason"] for e in cluster.api.store.matching("events", "default")]
         assert "BindingFailed" in events and "BindingSucceed" in events
-        stored = cluster.api.store.get("pods", "default", "p")
+        stored = cluster.api.store.get("pods", "default", "p").body
         assert stored["spec"]["nodeName"] == "n1"
         ledger = process.state.ledger
         assert [card.usedmem for card in ledger.device_usage("n1")] == [4000]

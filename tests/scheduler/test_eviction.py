@@ -11,7 +11,7 @@ from pyhami.devices.nvidia.vendor import NvidiaVendor
 from pyhami.engine import EngineConfig, Outcome, decide
 from pyhami.kube import Resource, ServerError, TooManyRequests
 from pyhami.kube.client import ObjectList
-from pyhami.kube.views import read_pod
+from pyhami.kube.views import read_node, read_pod
 from pyhami.model import NodeName
 from pyhami.protocol import KEY_NVIDIA_ALLOCATED, KEY_VGPU_NODE
 from pyhami.scheduler.events import EventRecorder
@@ -68,14 +68,16 @@ class World:
     def __init__(self, pdbs: list[dict[str, Any]] | None = None) -> None:
         self.clock = ManualClock(START)
         self.state = ClusterState(EngineConfig(vendor=NvidiaVendor()), registered_inventory)
-        self.state.on_node(node_object("n1", [card("c0", mem=15360), card("c1", 1, 15360)]))
+        self.state.on_node(
+            read_node(node_object("n1", [card("c0", mem=15360), card("c1", 1, 15360)]))
+        )
         for name, uuid, mem, priority in (
             ("low-a", "c0", 8000, 100),
             ("low-b", "c0", 7000, 100),
             ("low-c", "c1", 3000, 100),
             ("top-e", "c1", 3000, 9000),
         ):
-            self.state.on_pod(running(name, uuid, mem, priority))
+            self.state.on_pod(read_pod(running(name, uuid, mem, priority)))
         self.api = Api(pdbs)
         events = EventRecorder(self.api.create_event, "test", self.clock)
         self.metrics = SchedulerMetrics(MetricsSnapshot)
@@ -86,7 +88,7 @@ class World:
 
     async def unschedulable(self, pod: dict[str, Any]) -> None:
         """What /filter does for the pod: release its own claim, decide, call the hook."""
-        self.state.on_pod(pod)
+        self.state.on_pod(read_pod(pod))
         self.state.release(pod["metadata"]["uid"])
         view = read_pod(pod)
         decision = decide(
@@ -165,7 +167,7 @@ async def test_the_two_victims_are_evicted_and_the_freed_card_is_held_for_the_po
 
     # The victims are gone; the pod is filtered onto the freed card (the claim was its own).
     for name in ("low-a", "low-b"):
-        world.state.on_pod_deleted(running(name, "c0", 0, 100))
+        world.state.on_pod_deleted(read_pod(running(name, "c0", 0, 100)))
     assert world.usage() == [14000, 6000]
     world.state.release(high["metadata"]["uid"])
     decision = decide(
@@ -183,7 +185,7 @@ async def test_the_nomination_lapses_after_the_grace_period_and_a_margin() -> No
     high = pending("high", 14000, 1000)
     await world.unschedulable(high)
     high["status"]["nominatedNodeName"] = "n1"
-    world.state.on_pod(high)
+    world.state.on_pod(read_pod(high))
     await world.preemption.expire(high["metadata"]["uid"])
     assert world.usage() == [15000, 6000], "the claim left the ledger"
     assert world.api.status[-1] == ("high", None)
@@ -241,7 +243,7 @@ async def test_a_pod_whose_nominated_node_has_a_victim_terminating_waits_for_it(
     world = World()
     going = running("low-c", "c1", 3000, 100)
     going["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    world.state.on_pod(going)
+    world.state.on_pod(read_pod(going))
     high = pending("high", 14000, 1000)
     high["status"]["nominatedNodeName"] = "n1"
     await world.unschedulable(high)
@@ -252,8 +254,8 @@ async def test_pods_that_arrive_while_the_budgets_are_read_are_judged_by_their_p
     world = World()
 
     def low_b_replaced_by_a_vip() -> None:
-        world.state.on_pod_deleted(running("low-b", "c0", 7000, 100))
-        world.state.on_pod(running("vip", "c0", 7000, 5000))
+        world.state.on_pod_deleted(read_pod(running("low-b", "c0", 7000, 100)))
+        world.state.on_pod(read_pod(running("vip", "c0", 7000, 5000)))
 
     world.api.meanwhile = low_b_replaced_by_a_vip  # type: ignore[method-assign]
     await world.unschedulable(pending("high", 14000, 1000))
@@ -273,7 +275,7 @@ async def test_after_a_half_done_eviction_the_next_attempt_finishes_it() -> None
     assert world.usage() == [15000, 6000], "nothing held for the pod"
     going = running("low-a", "c0", 8000, 100)
     going["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    world.state.on_pod(going)
+    world.state.on_pod(read_pod(going))
     world.api.fail = set()
     world.api.pdbs = [budget({"app": "low-a"}, 0)]  # a terminating pod is not asked about
     await world.unschedulable(high)
@@ -285,7 +287,8 @@ async def test_the_lowest_priority_is_read_again_after_a_second() -> None:
     """A pod above no pod costs no pass over the pods for a second; then a newcomer counts."""
     world = World()
     await world.unschedulable(pending("mid", 14000, 100))  # no pod below 100
-    world.state.on_pod(running("tiny", "c0", 0, 10))  # placed since (0 MiB beside low-a, b)
+    # placed since (0 MiB beside low-a, b)
+    world.state.on_pod(read_pod(running("tiny", "c0", 0, 10)))
     await world.unschedulable(pending("mid", 14000, 100))
     assert world.api.evicted == [], "seen within the second: not yet"
     world.clock.advance(LOWEST_PRIORITY_TTL.total_seconds())

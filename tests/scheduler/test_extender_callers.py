@@ -75,7 +75,7 @@ async def test_extender_routes_refuse_callers_without_a_client_certificate(tmp_p
             async with anonymous.get(f"{base}/healthz") as health:
                 assert health.status == 200
         assert process.state.ledger.pod(uid) is None
-        stored = cluster.api.store.get("pods", "default", "p")
+        stored = cluster.api.store.get("pods", "default", "p").body
         assert KEY_VGPU_NODE not in (stored["metadata"].get("annotations") or {})
         # kube-scheduler's certificate (CN=kube-scheduler; any name the CA signed would do).
         answer = await cluster.post(process, "/filter", {"Pod": pod, "NodeNames": ["n1"]})
@@ -157,5 +157,5 @@ async def test_a_lagging_kube_scheduler_cannot_unbind_what_it_just_bound(tmp_pat
 
 
 def _notes(cluster: Cluster, name: str) -> dict[str, str]:
-    stored = cluster.api.store.get("pods", "default", name)
+    stored = cluster.api.store.get("pods", "default", name).body
     return dict(stored["metadata"].get("annotations") or {})

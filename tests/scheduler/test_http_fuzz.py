@@ -22,6 +22,7 @@ from pyhami.devices.nvidia.vendor import NvidiaVendor
 from pyhami.engine import EngineConfig
 from pyhami.kube import NodeLocker
 from pyhami.kube.extender_wire import MAX_EXTENDER_BODY
+from pyhami.kube.views import read_node, read_pod
 from pyhami.scheduler.events import EventRecorder
 from pyhami.scheduler.metrics import MetricsSnapshot, SchedulerMetrics
 from pyhami.scheduler.ownership import OWNED_ANNOTATIONS
@@ -45,8 +46,8 @@ ROUTES = (*JSON_ROUTES, "/healthz", "/readyz")
 def _app() -> web.Application:
     inventories = {"n1": inventory(card("GPU-1a", 0), card("GPU-1b", 1))}
     state = ClusterState(ENGINE_CONFIG, lambda n: inventories.get(n.name))
-    state.on_node(node("n1"))
-    state.on_pod(gpu_pod("p", mem=1000))
+    state.on_node(read_node(node("n1")))
+    state.on_pod(read_pod(gpu_pod("p", mem=1000)))
     kube = MemoryKube()
     metrics = SchedulerMetrics(MetricsSnapshot)
     clock = ManualClock(NOW)

@@ -113,7 +113,9 @@ async def test_only_the_leader_decides_and_a_killed_leader_is_replaced_in_time(
             assert sorted(states.values(), key=str) == [False, True], states
             leader = next(n for n, ready in states.items() if ready)
             follower = "b" if leader == "a" else "a"
-            lease = api.store.get("coordination.k8s.io/leases", "kube-system", "hami-scheduler")
+            lease = api.store.get(
+                "coordination.k8s.io/leases", "kube-system", "hami-scheduler"
+            ).body
             assert lease["spec"]["holderIdentity"] == leader
             body = {"Pod": {"metadata": {"name": "p", "namespace": "default"}}, "NodeNames": ["n1"]}
             url = f"http://127.0.0.1:{replicas[follower][1]}/filter"
@@ -137,12 +139,14 @@ async def test_only_the_leader_decides_and_a_killed_leader_is_replaced_in_time(
                 await asyncio.sleep(0.05)
             took = time.monotonic() - killed
             assert took <= LEASE_S + 3 * RETRY_S + TAKEOVER_SLACK_S
-            lease = api.store.get("coordination.k8s.io/leases", "kube-system", "hami-scheduler")
+            lease = api.store.get(
+                "coordination.k8s.io/leases", "kube-system", "hami-scheduler"
+            ).body
             assert lease["spec"]["holderIdentity"] == follower
             assert lease["spec"]["leaseTransitions"] >= 1
 
             def role(name: str) -> str | None:
-                labels = api.store.get("pods", "kube-system", name)["metadata"].get("labels") or {}
+                labels = api.store.get("pods", "kube-system", name).meta.labels
                 return labels.get("hami.io/scheduler-role")
 
             await wait_for(lambda: role(follower) == "leader", what="the new leader's role label")

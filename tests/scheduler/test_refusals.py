@@ -46,7 +46,7 @@ async def test_a_value_nobody_can_honour_is_refused_at_admission_and_at_filter(
         async with cluster.harness(process.main_port) as harness:
             outcome = await harness.wait_for("default", "q", result=Result.FILTER_ERROR)
         assert WRAPPED_CORES in outcome.error
-        assert "nodeName" not in cluster.api.store.get("pods", "default", "q")["spec"]
+        assert "nodeName" not in cluster.api.store.get("pods", "default", "q").body["spec"]
 
 
 def with_env(pod: dict[str, Any], *env: dict[str, Any]) -> dict[str, Any]:

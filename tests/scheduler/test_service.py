@@ -12,6 +12,7 @@ from pyhami.devices.nvidia.vendor import NvidiaVendor
 from pyhami.engine import EngineConfig
 from pyhami.kube import NodeLocker
 from pyhami.kube.extender_wire import ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult
+from pyhami.kube.views import read_node, read_pod
 from pyhami.protocol import KEY_NODE_LOCK
 from pyhami.scheduler import explanations as explanations_module
 from pyhami.scheduler import service as service_module
@@ -60,7 +61,7 @@ def _service(
 ) -> FilterBind:
     state = ClusterState(ENGINE_CONFIG, lambda n: INVENTORIES.get(n.name))
     for name in INVENTORIES:
-        state.on_node(node(name))
+        state.on_node(read_node(node(name)))
     ready = asyncio.Event()
     if synced:
         ready.set()
@@ -90,7 +91,7 @@ def _args(pod: dict[str, Any], *names: str) -> ExtenderArgs:
 
 async def _filter(service: FilterBind, pod: dict[str, Any], *names: str) -> ExtenderFilterResult:
     """kube-scheduler's filter of a pod the scheduler's informer has seen."""
-    service.state.on_pod(pod)
+    service.state.on_pod(read_pod(pod))
     return await service.filter(_args(pod, *names))
 
 
@@ -139,7 +140,7 @@ async def test_explain_gives_card_detail_for_one_pod_without_explain_all() -> No
     service = _service(MemoryKube(), explain_all=False)
     fits, too_big = gpu_pod("fits", mem=3000), gpu_pod("too-big", mem=9000)
     for pod in (fits, too_big):
-        service.state.on_pod(pod)
+        service.state.on_pod(read_pod(pod))
         await service.filter(_args(pod, "n1", "n1-busy"))
     await service.events.drain()
     for name, reason in (("fits", None), ("too-big", "CardInsufficientMemory")):
@@ -305,7 +306,7 @@ async def test_a_leader_deposed_while_its_bind_awaits_the_api_writes_nothing_mor
 
 async def _filtered(kube: MemoryKube, service: FilterBind, pod: dict[str, Any]) -> None:
     kube.pod_objects[("default", pod["metadata"]["name"])] = pod
-    service.state.on_pod(pod)
+    service.state.on_pod(read_pod(pod))
     assert (await _filter(service, pod, "n1")).node_names == ["n1"]
 
 
@@ -443,7 +444,7 @@ async def test_filter_reads_the_pod_from_the_cluster_not_from_the_body() -> None
     service = _service(kube)
     running = gpu_pod("running", mem=1000)
     running["spec"]["nodeName"] = "n1"
-    service.state.on_pod(running)
+    service.state.on_pod(read_pod(running))
     forged = gpu_pod("running", mem=1)
     assert "already bound to n1" in (await service.filter(_args(forged, "n1"))).error
     stranger = gpu_pod("stranger")
@@ -489,14 +490,14 @@ async def test_a_bind_to_a_locked_node_waits_for_the_release_the_informer_shows(
     kube.node["metadata"]["annotations"][KEY_NODE_LOCK] = "2026-08-21T11:59:00Z,default,holder"
     kube.pod_objects[("default", "holder")] = gpu_pod("holder")
     kube.pods.add(("default", "holder"))
-    service.state.on_node(copy.deepcopy(kube.node))
+    service.state.on_node(read_node(copy.deepcopy(kube.node)))
     bind = asyncio.create_task(service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1")))
     await asyncio.sleep(0.05)
     assert not bind.done() and kube.bindings == []  # waiting, not failed
     # the holder's device plugin releases the lock; the informer shows it
     del kube.node["metadata"]["annotations"][KEY_NODE_LOCK]
     kube.node["metadata"]["resourceVersion"] = "7"
-    service.state.on_node(copy.deepcopy(kube.node))
+    service.state.on_node(read_node(copy.deepcopy(kube.node)))
     async with asyncio.timeout(5):
         result = await bind
     assert result.error == ""
@@ -536,7 +537,7 @@ async def test_bind_takes_the_lock_from_the_informers_node_and_reads_it_only_on_
     service = _service(kube)
     kube.node["metadata"]["name"] = "n1"
     reads = _count_node_reads(kube)
-    service.state.on_node(copy.deepcopy(kube.node))
+    service.state.on_node(read_node(copy.deepcopy(kube.node)))
     for name in ("p", "q"):
         await _filtered(kube, service, gpu_pod(name, mem=1000))
     assert (await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))).error == ""
@@ -584,10 +585,12 @@ async def test_a_refiltered_pods_reservation_outlives_the_late_echoes_of_its_fai
     decided = service.state.ledger.pod("uid-p")
     assert decided is not None
     for late in views[1:]:
-        service.state.on_pod(late)
+        service.state.on_pod(read_pod(late))
         assert service.state.holds(decided)
     assert (await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))).error == ""
-    service.state.on_pod(_as_written(views[-1], kube.pod_patches[-1][2], len(kube.pod_patches)))
+    service.state.on_pod(
+        read_pod(_as_written(views[-1], kube.pod_patches[-1][2], len(kube.pod_patches)))
+    )
     assert service.state.holds(decided)
 
 
@@ -598,7 +601,7 @@ async def test_a_waiting_bind_does_not_read_the_node_again_until_the_informer_sh
     kube = MemoryKube()
     service = _service(kube, lock_retry=timedelta(milliseconds=300))
     kube.node["metadata"]["name"] = "n1"
-    service.state.on_node(copy.deepcopy(kube.node))
+    service.state.on_node(read_node(copy.deepcopy(kube.node)))
     await _filtered(kube, service, gpu_pod("p"))
     kube.node["metadata"]["annotations"][KEY_NODE_LOCK] = "2026-08-21T11:59:00Z,default,holder"
     kube.node["metadata"]["resourceVersion"] = "2"
@@ -627,7 +630,7 @@ async def test_filters_wait_while_too_many_binds_are_at_work(
         for n in ("a", "q")
     ]  # "a" holds n1's turn, "q" waits for it
     await entered.wait()
-    service.state.on_pod(second)
+    service.state.on_pod(read_pod(second))
     waiting = asyncio.create_task(service.filter(_args(second, "n1")))
     for _ in range(50):
         await asyncio.sleep(0)
@@ -637,7 +640,7 @@ async def test_filters_wait_while_too_many_binds_are_at_work(
     assert (await binds[0]).error == ""
     del kube.node["metadata"]["annotations"][KEY_NODE_LOCK]  # a's device plugin is done
     kube.node["metadata"]["resourceVersion"] = "9"
-    service.state.on_node(copy.deepcopy(kube.node))
+    service.state.on_node(read_node(copy.deepcopy(kube.node)))
     assert (await binds[1]).error == ""
 
 
@@ -660,7 +663,7 @@ async def test_a_filter_answers_with_a_node_only_when_its_bind_queue_has_room(
     entered, answered = _stalled_bindings(kube)
     bind = asyncio.create_task(service.bind(ExtenderBindingArgs("a", "default", "uid-a", "n1")))
     await entered.wait()
-    service.state.on_pod(second)
+    service.state.on_pod(read_pod(second))
     waiting = asyncio.create_task(service.filter(_args(second, "n1")))
     for _ in range(50):
         await asyncio.sleep(0)

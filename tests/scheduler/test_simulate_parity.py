@@ -62,7 +62,9 @@ async def test_filter_matches_simulate_pod_after_pod(tmp_path: Path) -> None:
         plugin.start()
         for pod in pending:
             created = cluster.api.store.create("pods", "default", pod)
-            answer = await cluster.post(process, "/filter", {"Pod": created, "NodeNames": names})
+            answer = await cluster.post(
+                process, "/filter", {"Pod": created.body, "NodeNames": names}
+            )
             want = simulated[pod["metadata"]["name"]]
             assert answer["Error"] == "", answer
             if want["node"] is None:
@@ -71,11 +73,11 @@ async def test_filter_matches_simulate_pod_after_pod(tmp_path: Path) -> None:
                 continue
             assert answer["NodeNames"] == [want["node"]], pod["metadata"]["name"]
             assert (answer["FailedNodes"] or {}) == want["failedNodes"]
-            uid = created["metadata"]["uid"]
+            uid = created.meta.uid
             bind = {"PodName": pod["metadata"]["name"], "PodNamespace": "default", "PodUID": uid}
             bound = await cluster.post(process, "/bind", {**bind, "Node": want["node"]})
             assert bound["Error"] == "", bound  # the bind writes the decision
-            written = cluster.api.store.get("pods", "default", pod["metadata"]["name"])
+            written = cluster.api.store.get("pods", "default", pod["metadata"]["name"]).body
             notes = {
                 k: v for k, v in written["metadata"]["annotations"].items() if k != KEY_VGPU_TIME
             }

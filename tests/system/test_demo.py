@@ -138,8 +138,7 @@ async def test_only_our_components_may_change_a_pods_allocation_record() -> None
         updates = [
             call
             for call in cluster.api.admission.calls
-            if call.webhook == "ownership.pyhami.io"
-            and call.request["request"]["operation"] == "UPDATE"
+            if call.webhook == "ownership.pyhami.io" and call.operation == "UPDATE"
         ]
         assert updates == []
 
@@ -317,7 +316,8 @@ def test_demo_reads_stdin_into_a_new_namespace_and_says_when_it_waits(
     )
     assert result.exit_code == 0, result.output
     assert "  ..   p                      still waiting for kube-scheduler and kubelet" in (
-        result.stdout)
+        result.stdout
+    )
     assert "  ok   team-b/p " in result.stdout
     assert "1 pods: 1 running" in result.stdout
 
@@ -330,8 +330,11 @@ def test_demo_pods_run_under_libvgpu_and_the_table_shows_their_use(
     it, the table shows it. Where namespaces are not available the demo says so instead."""
     assert native.library.parent == NATIVE_BUILD, "the demo finds the build the tests made"
     pods = tmp_path / "pods.yaml"
-    pods.write_text(one_pod("small", "{nvidia.com/gpu: 1, nvidia.com/gpumem: 3000}") + "---\n"
-                    + one_pod("pair", "{nvidia.com/gpu: 2, nvidia.com/gpumem: 1000}"))
+    pods.write_text(
+        one_pod("small", "{nvidia.com/gpu: 1, nvidia.com/gpumem: 3000}")
+        + "---\n"
+        + one_pod("pair", "{nvidia.com/gpu: 2, nvidia.com/gpumem: 1000}")
+    )
     result = CliRunner().invoke(app, ["demo", "--nodes", "1", "--gpus", "2", "--pods", str(pods)])
     assert result.exit_code == 0, result.output
     if (why := NamespaceRuntime.available()) is not None:

@@ -16,6 +16,7 @@ from pyhami.deviceplugin.config import VgpuConfig
 from pyhami.deviceplugin.service import DevicePlugin, PluginOptions
 from pyhami.kube import JsonObject, KubeClient, NotFound, cancel_and_wait, guarded_task
 from pyhami.testing import FakeKubeAPIServer, FakeKubelet, FakeNVML
+from pyhami.testing.fake_apiserver import StoredObject
 from pyhami.testing.fake_nvml import a100_80g
 from pyhami.testing.node_agent import (
     AdmissionFailedError,
@@ -124,7 +125,7 @@ class Node:
         )
 
     def phase(self, name: str) -> Any:
-        return self.api.store.get("pods", "default", name)["status"].get("phase")
+        return self.api.store.get("pods", "default", name).body["status"].get("phase")
 
 
 @pytest.fixture
@@ -180,7 +181,7 @@ async def test_bound_pod_is_allocated_per_gpu_container_and_runs(node: Node) -> 
     assert any(m.container_path == "/etc/ld.so.preload" for m in main.mounts)
     assert node.runtime.running == {("trainer", "main")}
     assert node.phase("trainer") == "Running"
-    pod = node.api.store.get("pods", "default", "trainer")
+    pod = node.api.store.get("pods", "default", "trainer").body
     assert [s["name"] for s in pod["status"]["containerStatuses"]] == ["main", "sidecar"]
     assert node.agent.devices_in_use() == 1
 
@@ -189,7 +190,7 @@ async def test_failed_allocate_fails_the_pod_like_kubelet(node: Node) -> None:
     node.bind("stray", [("main", 1)], scheduled=False)
     with pytest.raises(AdmissionFailedError, match="device request not found"):
         await node.agent.wait_started("default", "stray")
-    status = node.api.store.get("pods", "default", "stray")["status"]
+    status = node.api.store.get("pods", "default", "stray").body["status"]
     assert status["phase"] == "Failed" and status["reason"] == "UnexpectedAdmissionError"
     assert node.agent.devices_in_use() == 0
     assert node.kubelet.plugin("nvidia.com/gpu").in_use == set()
@@ -212,7 +213,7 @@ async def test_container_that_cannot_start_fails_the_pod_and_frees_everything(no
     node.bind("half", [("main", 1), ("broken", 1)])
     with pytest.raises(AdmissionFailedError, match="exec format error"):
         await node.agent.wait_started("default", "half")
-    status = node.api.store.get("pods", "default", "half")["status"]
+    status = node.api.store.get("pods", "default", "half").body["status"]
     assert status["phase"] == "Failed" and status["reason"] == "StartError"
     assert node.runtime.stopped == [("half", "main")], "what did start is stopped again"
     assert node.kubelet.plugin("nvidia.com/gpu").in_use == set()
@@ -225,7 +226,7 @@ async def test_deleted_pod_is_stopped_freed_and_removed_before_its_grace_ends(no
     await node.client.delete_pod("default", "trainer")  # grace 30 s; kubelet ends it sooner
     # The agent forgets the pod when its informer sees the delete, a moment after the store.
     async with asyncio.timeout(10):
-        while node.api.store.items("pods", "default") or (
+        while node.api.store.matching("pods", "default") or (
             ("default", "trainer") in node.agent.started
         ):
             await asyncio.sleep(0.02)
@@ -243,8 +244,8 @@ async def test_finished_pod_succeeds_and_frees_its_devices(node: Node) -> None:
 
 
 async def test_node_advertises_the_plugins_devices_as_kubelet_does(node: Node) -> None:
-    def advertised(obj: JsonObject) -> bool:
-        status = obj.get("status") or {}
+    def advertised(obj: StoredObject) -> bool:
+        status = obj.body.get("status") or {}
         return (status.get("capacity") or {}).get("nvidia.com/gpu") == "2" and (
             status.get("allocatable") or {}
         ).get("nvidia.com/gpu") == "2"
@@ -284,7 +285,7 @@ async def test_the_agent_registers_its_node_and_renews_its_lease() -> None:
         agent = NodeAgent(client, NODE, kubelet, lease_renew_s=0.05)
         await agent.register_node({"gpu": "on"})
         again = await agent.register_node({"gpu": "on"})  # a restart keeps the Node
-        node = api.store.get("nodes", None, NODE)
+        node = api.store.get("nodes", None, NODE).body
         assert node["metadata"]["uid"] == again["metadata"]["uid"]
         assert node["metadata"]["labels"]["gpu"] == "on"
         assert node["metadata"]["labels"]["kubernetes.io/hostname"] == NODE

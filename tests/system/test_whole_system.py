@@ -200,7 +200,9 @@ async def test_pod_runs_capped_under_libvgpu_is_measured_and_returns_to_zero(
         )
     # The runtime records the exit code when the process's output ends, a moment after it dies.
     async with asyncio.timeout(10):
-        while ("trainer", "main") not in runtime.exited or demo.api.store.items("pods", "default"):
+        while ("trainer", "main") not in runtime.exited or demo.api.store.matching(
+            "pods", "default"
+        ):
             await asyncio.sleep(0.02)
     assert runtime.exited[("trainer", "main")] == -15, "kubelet stopped it with SIGTERM"
     assert node.agent.devices_in_use() == 0

@@ -2,6 +2,7 @@
 refusals and failurePolicy as kube-apiserver handles them (Dynamic Admission Control docs)."""
 
 import base64
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -11,10 +12,13 @@ import pytest
 from aiohttp import web
 
 from pyhami.kube import KubeClient, KubeError
-from pyhami.sim.demo.cluster import trusted_writers_condition
+from pyhami.kube.manifests import MatchCondition, webhook_configuration
+from pyhami.sim.demo.cluster import WEBHOOKS, trusted_writers_condition
 from pyhami.testing import FakeKubeAPIServer
 from pyhami.testing.certs import ServingFiles, write_serving_certificate
-from pyhami.testing.fake_apiserver import service_account
+from pyhami.testing.fake_apiserver import admission, service_account
+from pyhami.testing.fake_apiserver.admission import Rule
+from pyhami.testing.fake_apiserver.selectors import LabelSelector, parse_label_selector
 from pyhami.testing.fake_apiserver.store import MERGE_PATCH
 
 from .builders import Http, pod
@@ -143,7 +147,7 @@ async def test_webhook_refusal_is_returned_with_its_code(
     assert body["message"] == (
         'admission webhook "vgpu.hami.io" denied the request: privileged GPU pods are not allowed'
     )
-    assert apiserver.store.items("pods") == []
+    assert apiserver.store.matching("pods") == []
 
 
 @pytest.mark.parametrize(
@@ -325,14 +329,7 @@ async def test_the_review_names_the_user_who_created_the_object(
     }
 
 
-POD_WRITE_RULES = (
-    {
-        "operations": ["CREATE", "UPDATE"],
-        "apiGroups": [""],
-        "apiVersions": ["v1"],
-        "resources": ["pods"],
-    },
-)
+POD_WRITE_RULES = (Rule.on_pods(["CREATE", "UPDATE"]),)
 
 
 @pytest.fixture
@@ -361,7 +358,7 @@ async def test_a_patch_is_reviewed_as_update_with_the_stored_object_as_old(
     assert request["object"]["metadata"]["annotations"] == {"asked": "1"}
     assert "annotations" not in request["oldObject"]["metadata"]
     assert request["oldObject"]["kind"] == "Pod"
-    stored = apiserver.store.get("pods", "default", "a")
+    stored = apiserver.store.get("pods", "default", "a").body
     assert stored["metadata"]["annotations"] == {"asked": "1", "reviewed": "yes"}
 
 
@@ -381,7 +378,7 @@ async def test_a_put_is_reviewed_with_update_options_and_a_refusal_changes_nothi
         "annotations x are written by the scheduler",
     )
     assert webhook.reviews[-1]["request"]["options"]["kind"] == "UpdateOptions"
-    stored = apiserver.store.get("pods", "default", "a")
+    stored = apiserver.store.get("pods", "default", "a").body
     assert "annotations" not in stored["metadata"]
     assert stored["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
 
@@ -410,7 +407,7 @@ async def test_an_update_that_drops_the_selected_label_is_still_reviewed(
         webhook.url,
         ca_bundle=webhook.cert.ca_pem,
         rules=POD_WRITE_RULES,
-        object_selector={"matchLabels": {"gpu": "yes"}},
+        object_selector=LabelSelector(parse_label_selector("gpu=yes")),
     )
     await http.post(PODS, pod("a", labels={"gpu": "yes"}))
     await http.patch(f"{PODS}/a", {"metadata": {"labels": {"gpu": None}}})
@@ -442,7 +439,7 @@ async def test_a_write_landing_while_the_webhook_runs_redoes_the_patch_unless_pi
     pinned = {"metadata": {"resourceVersion": version, "labels": {"late": "1"}}}
     status, body = await http.patch(f"{PODS}/a", pinned)
     assert (status, body["reason"]) == (409, "Conflict")
-    assert "late" not in apiserver.store.get("pods", "default", "a")["metadata"]["labels"]
+    assert "late" not in apiserver.store.get("pods", "default", "a").meta.labels
 
 
 DEVICE_PLUGIN = service_account("hami", "device-plugin")
@@ -458,9 +455,7 @@ async def test_match_conditions_skip_the_webhook_for_trusted_writers_updates(
         webhook.url,
         ca_bundle=webhook.cert.ca_pem,
         rules=POD_WRITE_RULES,
-        match_conditions=[
-            trusted_writers_condition([DEVICE_PLUGIN, "system:serviceaccount:ci:"]).encode()
-        ],
+        match_conditions=[trusted_writers_condition([DEVICE_PLUGIN, "system:serviceaccount:ci:"])],
     )
     note = {"metadata": {"annotations": {"hami.io/bind-phase": "success"}}}
     async with (
@@ -492,7 +487,7 @@ async def test_a_condition_that_fails_to_evaluate_follows_the_failure_policy(
         webhook.url,
         ca_bundle=webhook.cert.ca_pem,
         failure_policy=policy,
-        match_conditions=[{"name": "typo", "expression": "request.userInfo.nmae == 'x'"}],
+        match_conditions=[MatchCondition("typo", "request.userInfo.nmae == 'x'")],
     )
     status, body = await http.post(PODS, pod("a"))
     assert (status == 201) is created, body
@@ -509,6 +504,28 @@ def test_cel_this_double_cannot_evaluate_is_refused_at_registration(
             "w",
             "https://127.0.0.1:1/webhook",
             match_conditions=[
-                {"name": "groups", "expression": "request.userInfo.groups.exists(g, g == 'x')"}
+                MatchCondition("groups", "request.userInfo.groups.exists(g, g == 'x')")
             ],
         )
+
+
+def test_a_chart_webhook_registered_reads_as_its_configuration_object(
+    apiserver: FakeKubeAPIServer,
+) -> None:
+    """The demo registers the chart's webhooks on the double and writes them as a
+    MutatingWebhookConfiguration on a real cluster: both give the same webhooks."""
+
+    def comparable(hook: admission.Webhook) -> tuple[admission.Webhook, list[tuple[str, str]]]:
+        conditions = [(name, program.source) for name, program in hook.match_conditions]
+        return dataclasses.replace(hook, match_conditions=()), conditions
+
+    registered = [
+        apiserver.admission.register_pod_webhook(hook, "https://hooks:1", b"pem")
+        for hook in WEBHOOKS
+    ]
+    configuration = webhook_configuration("chart", WEBHOOKS, "https://hooks:1", b"pem")
+    apiserver.store.create("mutatingwebhookconfigurations", None, configuration)
+    configured = apiserver.admission._configured()
+    assert [comparable(h) for h in configured] == [comparable(h) for h in registered]
+    assert registered[0].object_selector.requirements  # the skip label is carried
+    assert registered[1].match_conditions

@@ -356,7 +356,7 @@ async def test_delete_collection_with_selector(http: Http, apiserver: FakeKubeAP
     status, body = await http.call("DELETE", f"{PODS}?labelSelector=app%3Dx")
     assert status == 200 and body["kind"] == "PodList"
     assert [p["metadata"]["name"] for p in body["items"]] == ["a"]
-    assert [p["metadata"]["name"] for p in apiserver.store.items("pods")] == ["b"]
+    assert [p.meta.name for p in apiserver.store.matching("pods")] == ["b"]
 
 
 async def test_malformed_bodies_are_400(http: Http) -> None:
@@ -374,7 +374,7 @@ async def test_malformed_bodies_are_400(http: Http) -> None:
 async def test_dry_run_is_refused_not_persisted(http: Http, apiserver: FakeKubeAPIServer) -> None:
     status, body = await http.post(f"{PODS}?dryRun=All", pod("a"))
     assert status == 400 and "dryRun" in body["message"]
-    assert apiserver.store.items("pods") == []
+    assert apiserver.store.matching("pods") == []
 
 
 async def test_pod_status_on_create_is_reset_over_http(
@@ -384,7 +384,7 @@ async def test_pod_status_on_create_is_reset_over_http(
     _, created = await http.post(PODS, body)
     assert created["status"] == {"phase": "Pending"}
     seeded = apiserver.store.create("pods", "default", {**pod("b"), "status": {"phase": "Running"}})
-    assert seeded["status"]["phase"] == "Running"
+    assert seeded.body["status"]["phase"] == "Running"
 
 
 @pytest.mark.parametrize(

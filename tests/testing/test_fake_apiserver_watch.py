@@ -170,10 +170,10 @@ async def test_wait_for_a_condition(http: Http, apiserver: FakeKubeAPIServer) ->
 
     binder = asyncio.create_task(bind_soon())
     bound = await apiserver.wait_for(
-        "pods", "default", "a", lambda p: bool(p["spec"].get("nodeName")), timeout_s=5
+        "pods", "default", "a", lambda p: bool(p.fields["spec.nodeName"]), timeout_s=5
     )
     await binder
-    assert bound["spec"]["nodeName"] == "n1" and "kind" not in bound
+    assert bound.body["spec"]["nodeName"] == "n1" and bound.meta.name == "a"
     with pytest.raises(TimeoutError):
         await apiserver.wait_for("pods", "default", "a", lambda p: False, timeout_s=0.1)
     deleting = asyncio.create_task(

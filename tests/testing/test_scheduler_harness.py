@@ -86,7 +86,7 @@ async def test_other_schedulers_pods_are_left_alone(
         await kube.create_pod("default", pod("ours", scheduler="hami-scheduler", gpus=1))
         await h.wait_for("default", "ours")
         assert h.outcomes_for("default", "theirs") == []
-    assert not apiserver.store.get("pods", "default", "theirs")["spec"].get("nodeName")
+    assert not apiserver.store.get("pods", "default", "theirs").fields["spec.nodeName"]
 
 
 async def test_unschedulable_then_retried_when_a_node_fits(
@@ -284,7 +284,7 @@ async def test_many_pods_at_once_are_each_bound_once(
         await h.wait_bound_count(200, timeout_s=60)
     bound = [o for o in h.outcomes if o.result is Result.BOUND]
     assert len({(o.namespace, o.name) for o in bound}) == 200 == len(bound)
-    assert all(p["spec"].get("nodeName") for p in apiserver.store.items("pods"))
+    assert all(p.fields["spec.nodeName"] for p in apiserver.store.matching("pods"))
     assert len(extender.bind_calls) == 200
 
 

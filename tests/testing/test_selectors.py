@@ -2,10 +2,11 @@
 
 import pytest
 
+from pyhami.testing.fake_apiserver.objects import StoredObject
 from pyhami.testing.fake_apiserver.resources import NODES, PODS
 from pyhami.testing.fake_apiserver.selectors import (
+    LabelSelector,
     Selector,
-    label_selector_matcher,
     parse_label_selector,
 )
 from pyhami.testing.fake_apiserver.status import ApiError
@@ -39,21 +40,24 @@ def test_bad_label_selectors_are_400(selector: str) -> None:
 
 
 def test_field_selector_per_resource() -> None:
-    pod = {
-        "metadata": {"name": "p", "namespace": "ns"},
-        "spec": {"nodeName": "n1"},
-        "status": {"phase": "Running"},
-    }
+    pod = StoredObject.decode(
+        PODS,
+        {
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"nodeName": "n1"},
+            "status": {"phase": "Running"},
+        },
+    )
     assert Selector.parse(PODS, "", "spec.nodeName=n1,status.phase!=Pending").matches(pod)
     assert not Selector.parse(PODS, "", "metadata.namespace==other").matches(pod)
-    node = {"metadata": {"name": "n"}, "spec": {"unschedulable": True}}
+    node = StoredObject.decode(NODES, {"metadata": {"name": "n"}, "spec": {"unschedulable": True}})
     assert Selector.parse(NODES, "", "spec.unschedulable=true").matches(node)
     with pytest.raises(ApiError, match=r"field label not supported: spec\.nodeName"):
         Selector.parse(NODES, "", "spec.nodeName=x")
 
 
 def test_label_selector_objects_as_webhooks_carry_them() -> None:
-    matcher = label_selector_matcher(
+    selector = LabelSelector.decode(
         {
             "matchLabels": {"a": "1"},
             "matchExpressions": [
@@ -62,7 +66,9 @@ def test_label_selector_objects_as_webhooks_carry_them() -> None:
             ],
         }
     )
-    assert matcher({"a": "1"}) and matcher({"a": "1", "b": "y"})
-    assert not matcher({"a": "1", "b": "x"}) and not matcher({"a": "1", "c": ""})
+    assert selector == LabelSelector(parse_label_selector("a=1,b notin (x),!c"))
+    assert selector.matches({"a": "1"}) and selector.matches({"a": "1", "b": "y"})
+    assert not selector.matches({"a": "1", "b": "x"}) and not selector.matches({"a": "1", "c": ""})
+    assert LabelSelector.decode(None).matches({"any": "thing"})
     with pytest.raises(ApiError):
-        label_selector_matcher({"matchExpressions": [{"key": "a", "operator": "Near"}]})
+        LabelSelector.decode({"matchExpressions": [{"key": "a", "operator": "Near"}]})

@@ -11,6 +11,7 @@ from pyhami.testing.fake_apiserver import ObjectStore
 from pyhami.testing.fake_apiserver.resources import PODS
 from pyhami.testing.fake_apiserver.selectors import Selector
 from pyhami.testing.fake_apiserver.store import MERGE_PATCH
+from pyhami.testing.fake_apiserver.watch import Watcher, WatchEvent
 
 NAMES = ["a", "b", "c"]
 operations = st.lists(
@@ -42,17 +43,16 @@ def apply(store: ObjectStore, op: str, name: str) -> None:
         assert getattr(err, "code", None) in (404, 409), err
 
 
-def fold(state: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any]:
+def fold(state: dict[str, Any], events: list[WatchEvent]) -> dict[str, Any]:
     for event in events:
-        obj = {k: v for k, v in event["object"].items() if k not in ("apiVersion", "kind")}
-        if event["type"] == "DELETED":
-            state.pop(obj["metadata"]["name"], None)
+        if event.type == "DELETED":
+            state.pop(event.obj.meta.name, None)
         else:
-            state[obj["metadata"]["name"]] = obj
+            state[event.obj.meta.name] = event.obj.body
     return state
 
 
-def drain(watcher) -> list[dict[str, Any]]:
+def drain(watcher: Watcher) -> list[WatchEvent]:
     events = []
     while not watcher.queue.empty():
         events.append(watcher.queue.get_nowait())
@@ -66,13 +66,13 @@ def test_list_plus_watch_rebuilds_the_state(before, after, selected: bool) -> No
     selector = Selector.parse(PODS, "app=x" if selected else "", "")
     for op, name in before:
         apply(store, op, name)
-    snapshot = {p["metadata"]["name"]: p for p in store.items(PODS, "default", selector)}
+    snapshot = {p.meta.name: p.body for p in store.matching(PODS, "default", selector)}
     version = store.list_version()
     live = store.watch(PODS, "default", selector, version)  # opened now, fed as it happens
     for op, name in after:
         apply(store, op, name)
     replayed = store.watch(PODS, "default", selector, version)  # opened later, from history
-    want = {p["metadata"]["name"]: p for p in store.items(PODS, "default", selector)}
+    want = {p.meta.name: p.body for p in store.matching(PODS, "default", selector)}
     assert fold(dict(snapshot), drain(live)) == want
     assert fold(dict(snapshot), drain(replayed)) == want
 
@@ -87,10 +87,8 @@ def test_versions_only_grow_and_noops_do_not_bump(ops) -> None:
         now = int(store.list_version())
         assert now >= seen
         seen = now
-    for pod in store.items(PODS):
+    for pod in store.matching(PODS):
         before = store.list_version()
-        labels = pod["metadata"].get("labels") or {}
-        store.patch(
-            PODS, "default", pod["metadata"]["name"], MERGE_PATCH, {"metadata": {"labels": labels}}
-        )
+        labels = dict(pod.meta.labels)
+        store.patch(PODS, "default", pod.meta.name, MERGE_PATCH, {"metadata": {"labels": labels}})
         assert store.list_version() == before

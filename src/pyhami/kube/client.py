@@ -15,7 +15,7 @@ import urllib.request
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import aiohttp
 from kubernetes_asyncio.client import ApiClient, Configuration
@@ -42,6 +42,12 @@ class ObjectList:
     resource_version: str
 
 
+class ListQuery(TypedDict, total=False):
+    label_selector: str
+    field_selector: str
+    page_size: int
+
+
 @dataclass(frozen=True, slots=True)
 class WatchEvent:
     type: str  # ADDED, MODIFIED, DELETED, BOOKMARK
@@ -49,7 +55,14 @@ class WatchEvent:
 
     @property
     def resource_version(self) -> str:
-        return str(self.object.get("metadata", {}).get("resourceVersion", ""))
+        return resource_version(self.object)
+
+
+def resource_version(obj: Mapping[str, Any]) -> str:
+    """Any object's `metadata.resourceVersion` ("" when it has none)."""
+    metadata = obj.get("metadata")
+    version = metadata.get("resourceVersion") if isinstance(metadata, Mapping) else None
+    return version if isinstance(version, str) else ""
 
 
 def _query(**params: str | int | bool | None) -> list[tuple[str, str]]:
@@ -208,17 +221,23 @@ class KubeClient:
         return await self.request("GET", resource.path(namespace, name))
 
     async def list(
+        self, resource: Resource, namespace: str | None = None, **query: Unpack[ListQuery]
+    ) -> ObjectList:
+        """All matching objects, every page; the list's resourceVersion."""
+        pages = [page async for page in self.list_pages(resource, namespace, **query)]
+        return ObjectList([obj for page in pages for obj in page.items], pages[-1].resource_version)
+
+    async def list_pages(
         self,
         resource: Resource,
         namespace: str | None = None,
         *,
         label_selector: str = "",
         field_selector: str = "",
-        resource_version: str = "",
         page_size: int = 500,
-    ) -> ObjectList:
-        """All matching objects, following `continue` pages; the list's resourceVersion."""
-        items: list[JsonObject] = []
+    ) -> AsyncIterator[ObjectList]:
+        """The matching objects a page at a time (a reader keeps only what it makes of each
+        page), following `continue`; the last page carries the list's resourceVersion."""
         token = ""
         while True:
             query = _query(
@@ -227,14 +246,12 @@ class KubeClient:
                 limit=page_size or None,
                 **{"continue": token or None},
             )
-            if not token:
-                query += _query(resourceVersion=resource_version)
             page = await self.request("GET", resource.path(namespace), query=query)
-            items.extend(page.get("items") or [])
             metadata = page.get("metadata") or {}
             token = str(metadata.get("continue") or "")
+            yield ObjectList(page.get("items") or [], str(metadata.get("resourceVersion", "")))
             if not token:
-                return ObjectList(items, str(metadata.get("resourceVersion", "")))
+                return
 
     async def create(
         self, resource: Resource, body: Mapping[str, Any], namespace: str | None = None

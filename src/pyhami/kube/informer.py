@@ -7,6 +7,8 @@
 * `resync_period_s` redelivers every cached object to `on_update(obj, obj)`.
 * Errors back off exponentially (capped) and are counted; a handler that raises is logged and
   counted and never stops the loop; `synced` is set after the first complete list.
+* A `ViewInformer` keeps what its `read` makes of each object (a view), not the JSON, so a
+  consumer that decides on views holds one copy of every object; `Informer` keeps the JSON.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ import inspect
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from operator import attrgetter
+from typing import Any, Generic, TypedDict, TypeVar, Unpack
 
 import structlog
 
-from pyhami.kube.client import JsonObject, KubeClient, WatchEvent
+from pyhami.kube.client import JsonObject, KubeClient, WatchEvent, resource_version
 from pyhami.kube.clock import Clock, SystemClock
 from pyhami.kube.errors import Gone
 from pyhami.kube.resources import Resource
@@ -29,18 +32,16 @@ from pyhami.kube.tasks import cancel_and_wait, guarded_task
 log = structlog.get_logger(__name__)
 
 Key = tuple[str, str]  # (namespace or "", name)
-AddHandler = Callable[[JsonObject], Awaitable[None] | None]
-UpdateHandler = Callable[[JsonObject, JsonObject], Awaitable[None] | None]
-DeleteHandler = Callable[[JsonObject], Awaitable[None] | None]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
-class EventHandlers:
+class EventHandlers(Generic[T]):
     """What to call on each change; any may be None. Sync or async callables both work."""
 
-    on_add: AddHandler | None = None
-    on_update: UpdateHandler | None = None
-    on_delete: DeleteHandler | None = None
+    on_add: Callable[[T], Awaitable[None] | None] | None = None
+    on_update: Callable[[T, T], Awaitable[None] | None] | None = None
+    on_delete: Callable[[T], Awaitable[None] | None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +68,7 @@ class InformerStats:
     expired: int = 0  # 410s that forced a relist
     errors: int = 0
     handler_errors: int = 0
+    unreadable: int = 0  # objects `read` refused: their events were ignored
     events: int = 0
     bookmarks: int = 0
     last_error: str = ""
@@ -79,14 +81,28 @@ def object_key(obj: JsonObject) -> Key:
     return str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
 
 
-class Informer:
-    """Keeps a local cache of one resource current and tells handlers what changed."""
+class InformerOptions(TypedDict, total=False):
+    namespace: str | None
+    label_selector: str
+    field_selector: str
+    settings: InformerSettings | None
+    clock: Clock | None
+    name: str
+
+
+class ViewInformer(Generic[T]):
+    """Keeps a local cache of one resource current and tells handlers what changed. The cache
+    keeps `read(object)`, whose resourceVersion `version` gives (by default its attribute
+    `resource_version`, as pyhami's views carry it); an object that `read` refuses (ValueError)
+    is logged and counted, and its event ignored: the cache keeps what it had."""
 
     def __init__(
         self,
         client: KubeClient,
         resource: Resource,
+        read: Callable[[JsonObject], T],
         *,
+        version: Callable[[T], str] = attrgetter("resource_version"),
         namespace: str | None = None,
         label_selector: str = "",
         field_selector: str = "",
@@ -96,14 +112,16 @@ class Informer:
     ) -> None:
         self._client = client
         self.resource = resource
+        self._read = read
+        self._version = version
         self._namespace = namespace
         self._label_selector = label_selector
         self._field_selector = field_selector
         self.settings = settings or InformerSettings()
         self._clock: Clock = clock or SystemClock()
         self.name = name or f"informer/{resource.plural}"
-        self._cache: dict[Key, JsonObject] = {}
-        self._handlers: list[EventHandlers] = []
+        self._cache: dict[Key, T] = {}
+        self._handlers: list[EventHandlers[T]] = []
         self.resource_version = ""
         self.synced = asyncio.Event()
         self.stats = InformerStats()
@@ -111,10 +129,10 @@ class Informer:
 
     # --- reading the cache ----------------------------------------------------------------
 
-    def get(self, name: str, namespace: str | None = None) -> JsonObject | None:
+    def get(self, name: str, namespace: str | None = None) -> T | None:
         return self._cache.get((namespace or "", name))
 
-    def list(self) -> list[JsonObject]:
+    def list(self) -> list[T]:
         return list(self._cache.values())
 
     def __len__(self) -> int:
@@ -122,7 +140,7 @@ class Informer:
 
     # --- lifecycle ------------------------------------------------------------------------
 
-    def add_handlers(self, handlers: EventHandlers) -> None:
+    def add_handlers(self, handlers: EventHandlers[T]) -> None:
         """Register handlers (before `start`, so they see every object from the first list)."""
         self._handlers.append(handlers)
 
@@ -179,23 +197,26 @@ class Informer:
                 backoff = min(backoff * 2, self.settings.backoff_max_s)
 
     async def _relist(self) -> None:
-        listed = await self._client.list(
+        """List a page at a time, so that only one page of JSON is held beside the cache."""
+        fresh: set[Key] = set()
+        version = ""
+        async for page in self._client.list_pages(
             self.resource,
             self._namespace,
             label_selector=self._label_selector,
             field_selector=self._field_selector,
             page_size=self.settings.page_size,
-        )
+        ):
+            for obj in page.items:
+                key = object_key(obj)
+                fresh.add(key)
+                await self._apply(key, obj)
+            version = page.resource_version
         self.stats.lists += 1
         self.stats.history.append("list")
-        fresh = {object_key(obj): obj for obj in listed.items}
-        stale = self._cache
-        self._cache = dict(stale)
-        for key, obj in fresh.items():
-            await self._apply(key, obj)
-        for key in [k for k in stale if k not in fresh]:
-            await self._remove(key, stale[key])
-        self.resource_version = listed.resource_version
+        for key in [k for k in self._cache if k not in fresh]:
+            await self._remove(key)
+        self.resource_version = version
         self.synced.set()
 
     async def _watch(self) -> int:
@@ -224,26 +245,35 @@ class Informer:
             self.stats.events += 1
             key = object_key(event.object)
             if event.type == "DELETED":
-                await self._remove(key, event.object)
+                await self._remove(key)
             else:
                 await self._apply(key, event.object)
         if event.resource_version:
             self.resource_version = event.resource_version
 
     async def _apply(self, key: Key, obj: JsonObject) -> None:
-        _drop_managed_fields(obj)
         old = self._cache.get(key)
-        self._cache[key] = obj
+        if old is not None and self._version(old) == resource_version(obj):
+            return  # a relist's unchanged object
+        try:
+            item = self._read(obj)
+        except ValueError as err:
+            self.stats.unreadable += 1
+            log.warning("object unreadable; event ignored", informer=self.name, error=str(err))
+            return
+        self._cache[key] = item
         if old is None:
-            await self._dispatch("on_add", obj)
-        elif _version(old) != _version(obj):
-            await self._dispatch("on_update", old, obj)
+            await self._dispatch("on_add", item)
+        else:
+            await self._dispatch("on_update", old, item)
 
-    async def _remove(self, key: Key, obj: JsonObject) -> None:
-        if self._cache.pop(key, None) is not None:
-            await self._dispatch("on_delete", obj)
+    async def _remove(self, key: Key) -> None:
+        """Drop the object; handlers get the last state cached (all a deletion needs)."""
+        kept = self._cache.pop(key, None)
+        if kept is not None:
+            await self._dispatch("on_delete", kept)
 
-    async def _dispatch(self, which: str, *args: JsonObject) -> None:
+    async def _dispatch(self, which: str, *args: T) -> None:
         for handlers in self._handlers:
             handler: Callable[..., Any] | None = getattr(handlers, which)
             if handler is None:
@@ -268,7 +298,18 @@ class Informer:
                 await self._dispatch("on_update", obj, obj)
 
 
-def _drop_managed_fields(obj: JsonObject) -> None:
+class Informer(ViewInformer[JsonObject]):
+    """An informer whose cache keeps each object's JSON (less its managedFields)."""
+
+    def __init__(
+        self, client: KubeClient, resource: Resource, **options: Unpack[InformerOptions]
+    ) -> None:
+        super().__init__(
+            client, resource, _drop_managed_fields, version=resource_version, **options
+        )
+
+
+def _drop_managed_fields(obj: JsonObject) -> JsonObject:
     """The API server's record of which manager set which field, often the largest part of a
     stored object: nothing here reads it, so the cache does not keep it (client-go's informers
     are commonly given the same transform). The object is the informer's own, fresh from the
@@ -276,7 +317,4 @@ def _drop_managed_fields(obj: JsonObject) -> None:
     metadata = obj.get("metadata")
     if isinstance(metadata, dict):
         metadata.pop("managedFields", None)
-
-
-def _version(obj: JsonObject) -> str:
-    return str((obj.get("metadata") or {}).get("resourceVersion", ""))
+    return obj

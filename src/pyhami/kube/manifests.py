@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyhami.kube.client import JsonObject
+from pyhami.kube.client import JsonObject, resource_version
 from pyhami.kube.views import read_node, read_pod
 from pyhami.model import NodeView, PodView
 
@@ -29,12 +29,13 @@ class QuotaView:
     key: str
     namespace: str
     hard: Mapping[str, object]
+    resource_version: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class Unread:
-    """An object of a kind read elsewhere (PodDisruptionBudgets: `scheduler.budgets`) or not at
-    all; `document` goes on to its reader untouched."""
+    """An object of a kind read elsewhere (PodDisruptionBudgets: `kube.views.read_budget`) or
+    not at all; `document` goes on to its reader untouched."""
 
     kind: str
     document: JsonObject
@@ -71,13 +72,13 @@ def read_object(obj: Mapping[str, Any], kind: str | None = None) -> ObjectView:
     if kind == "Node":
         return read_node(obj)
     if kind == "ResourceQuota":
-        return _quota(obj)
+        return read_quota(obj)
     if not isinstance(kind, str):
         raise ManifestError("an object without a kind")
     return Unread(kind, dict(obj))
 
 
-def _quota(obj: Mapping[str, Any]) -> QuotaView:
+def read_quota(obj: Mapping[str, Any]) -> QuotaView:
     metadata = obj.get("metadata")
     metadata = metadata if isinstance(metadata, Mapping) else {}
     spec = obj.get("spec")
@@ -86,7 +87,7 @@ def _quota(obj: Mapping[str, Any]) -> QuotaView:
     namespace = metadata.get("namespace") or "default"
     if not isinstance(name, str) or not isinstance(hard, Mapping):
         raise ManifestError("a ResourceQuota needs metadata.name and a spec.hard mapping")
-    return QuotaView(f"{namespace}/{name}", str(namespace), hard)
+    return QuotaView(f"{namespace}/{name}", str(namespace), hard, resource_version(obj))
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,26 +258,10 @@ class PodWebhook:
     skip_label: tuple[str, str] | None = None  # (key, value): a pod labelled so is not sent
     conditions: tuple[MatchCondition, ...] = ()
 
-    @property
-    def rules(self) -> tuple[JsonObject, ...]:
-        pods = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "*"}
-        return ({"operations": list(self.operations), **pods},)
-
-    @property
-    def object_selector(self) -> JsonObject | None:
-        if self.skip_label is None:
-            return None
-        key, value = self.skip_label
-        return {"matchExpressions": [{"key": key, "operator": "NotIn", "values": [value]}]}
-
-    @property
-    def match_conditions(self) -> tuple[JsonObject, ...]:
-        return tuple(condition.encode() for condition in self.conditions)
-
     def encode(self, base_url: str, ca_pem: bytes) -> JsonObject:
         """The configuration's entry, as the chart writes it; the server at `base_url`."""
-        selector = self.object_selector
-        return {
+        pods = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "*"}
+        entry: JsonObject = {
             "name": self.name,
             "admissionReviewVersions": ["v1"],
             "sideEffects": "None",
@@ -287,10 +272,15 @@ class PodWebhook:
                 "url": f"{base_url}{self.path}",
                 "caBundle": base64.b64encode(ca_pem).decode(),
             },
-            "rules": list(self.rules),
-            **({} if selector is None else {"objectSelector": selector}),
-            **({"matchConditions": list(self.match_conditions)} if self.conditions else {}),
+            "rules": [{"operations": list(self.operations), **pods}],
         }
+        if self.skip_label is not None:
+            key, value = self.skip_label
+            expression = {"key": key, "operator": "NotIn", "values": [value]}
+            entry["objectSelector"] = {"matchExpressions": [expression]}
+        if self.conditions:
+            entry["matchConditions"] = [condition.encode() for condition in self.conditions]
+        return entry
 
 
 def webhook_configuration(

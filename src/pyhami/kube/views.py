@@ -21,6 +21,7 @@ from pyhami.model import (
     PodSpecError,
     PodView,
 )
+from pyhami.model.views import Budget, BudgetError, SelectorRequirement
 
 # One shared empty mapping: most pods have no requests, many no labels, and an empty copy per
 # view costs ~110 bytes (the scheduler keeps a view of every pod).
@@ -202,7 +203,9 @@ def read_node(node: Mapping[str, Any]) -> NodeView:
     )
 
 
-def pod_handlers(keep: Callable[[PodView], None], forget: Callable[[str], None]) -> EventHandlers:
+def pod_handlers(
+    keep: Callable[[PodView], None], forget: Callable[[str], None]
+) -> EventHandlers[JsonObject]:
     """Informer handlers that read each pod once per event: `keep` gets the view of a pod added
     or changed, `forget` the namespace/name of one deleted or no longer readable (logged)."""
 
@@ -218,3 +221,36 @@ def pod_handlers(keep: Callable[[PodView], None], forget: Callable[[str], None])
         forget(f"{namespace}/{name}")
 
     return EventHandlers(on_add=changed, on_update=lambda _, new: changed(new), on_delete=gone)
+
+
+def read_budget(pdb: Mapping[str, Any]) -> Budget:
+    """A PodDisruptionBudget's view: it allows no disruption while the disruption controller
+    has not seen its latest spec. BudgetError naming it when its selector cannot be read."""
+    meta = pdb.get("metadata") or {}
+    namespace = str(meta.get("namespace") or "")
+    name = f"{namespace}/{meta.get('name') or ''}"
+    status = pdb.get("status") or {}
+    allowed = status.get("disruptionsAllowed")
+    generation = meta.get("generation") or 0
+    if not isinstance(allowed, int) or (status.get("observedGeneration") or 0) < generation:
+        allowed = 0
+    selector = (pdb.get("spec") or {}).get("selector")
+    requirements = None if selector is None else _requirements(selector, name)
+    disrupted = frozenset(status.get("disruptedPods") or {})
+    return Budget(name, namespace, requirements, allowed, disrupted)
+
+
+def _requirements(selector: object, name: str) -> tuple[SelectorRequirement, ...]:
+    if not isinstance(selector, Mapping):
+        raise BudgetError(f"PodDisruptionBudget {name}: spec.selector is not an object")
+    found = [
+        SelectorRequirement(str(key), "In", frozenset({str(value)}))
+        for key, value in (selector.get("matchLabels") or {}).items()
+    ]
+    for expression in selector.get("matchExpressions") or []:
+        operator = expression.get("operator") if isinstance(expression, Mapping) else None
+        if operator not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            raise BudgetError(f"PodDisruptionBudget {name}: unknown selector operator {operator!r}")
+        values = frozenset(str(value) for value in expression.get("values") or ())
+        found.append(SelectorRequirement(str(expression.get("key") or ""), operator, values))
+    return tuple(found)

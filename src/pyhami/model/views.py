@@ -113,3 +113,41 @@ class NodeView:
     annotations: Mapping[str, str] = field(default_factory=dict)
     allocatable: Mapping[str, object] = field(default_factory=dict)
     resource_version: str = ""
+
+
+class BudgetError(ValueError):
+    """A PodDisruptionBudget whose selector cannot be read; the text names it and what is wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class SelectorRequirement:
+    """One requirement of a label selector (`matchLabels` entries are `In` one value)."""
+
+    key: str
+    operator: str  # In, NotIn, Exists, DoesNotExist
+    values: frozenset[str]
+
+    def holds(self, labels: Mapping[str, str]) -> bool:
+        present = self.key in labels
+        if self.operator == "Exists":
+            return present
+        if self.operator == "DoesNotExist":
+            return not present
+        inside = present and labels[self.key] in self.values
+        return inside if self.operator == "In" else not inside
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """One PodDisruptionBudget: whom it covers and how many of them may go now."""
+
+    name: str  # namespace/name
+    namespace: str
+    requirements: tuple[SelectorRequirement, ...] | None  # None: the selector matches no pod
+    allowed: int
+    disrupted: frozenset[str]  # pod names the budget already counts as going
+
+    def covers(self, pod: PodView) -> bool:
+        if self.requirements is None or pod.namespace != self.namespace:
+            return False
+        return all(requirement.holds(pod.labels) for requirement in self.requirements)

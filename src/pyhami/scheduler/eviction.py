@@ -50,15 +50,10 @@ from pyhami.kube import (
     Resource,
     cancel_and_wait,
 )
+from pyhami.kube.views import read_budget
 from pyhami.model import NodeName, PodView
-from pyhami.scheduler.budgets import (
-    Budget,
-    BudgetError,
-    counted,
-    protected,
-    read_budgets,
-    violations,
-)
+from pyhami.model.views import Budget, BudgetError
+from pyhami.scheduler.budgets import counted, protected, violations
 from pyhami.scheduler.events import NORMAL, WARNING, EventRecorder
 from pyhami.scheduler.metrics import SchedulerMetrics
 from pyhami.scheduler.state import ClusterState
@@ -160,7 +155,8 @@ class EvictingPreemption:
         if not self._above_some_pod(pod.priority) or not self._question(pod, decision)[1]:
             return  # no lower-priority pod holds a card where the pod was refused
         try:
-            budgets = read_budgets((await self.kube.list(POD_DISRUPTION_BUDGETS)).items)
+            listed = await self.kube.list(POD_DISRUPTION_BUDGETS)
+            budgets = tuple(read_budget(pdb) for pdb in listed.items)
         except (KubeError, BudgetError) as err:
             self._outcome("budgets-unreadable")
             self.events.emit(

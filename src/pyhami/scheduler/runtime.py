@@ -17,9 +17,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-from collections.abc import Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 from aiohttp import web
@@ -37,7 +37,6 @@ from pyhami.kube import (
     AlreadyExists,
     Clock,
     EventHandlers,
-    Informer,
     InformerSettings,
     JsonObject,
     KubeClient,
@@ -46,7 +45,12 @@ from pyhami.kube import (
     SystemClock,
     cancel_and_wait,
 )
+from pyhami.kube.informer import ViewInformer
+from pyhami.kube.manifests import read_quota
 from pyhami.kube.patches import pod_labels_patch
+from pyhami.kube.scheduler_dra_views import read_slice_card_memories
+from pyhami.kube.views import read_node, read_pod
+from pyhami.model import NodeView
 from pyhami.protocol import LABEL_SCHEDULER_ROLE, SchedulerRole
 from pyhami.scheduler.dra_cards import DraCardMemories
 from pyhami.scheduler.dra_nodes import DraAwareExtender
@@ -76,6 +80,7 @@ CERT_POLL_SECONDS = 10.0
 INFORMER_RESYNC_SECONDS = 3600.0
 FREEZE_SECONDS = 10.0
 REFREEZE_SECONDS = 3600.0
+T = TypeVar("T")
 
 
 def load_device_config(path: str) -> DeviceConfig:
@@ -173,25 +178,52 @@ class SchedulerProcess:
         )
         resync = InformerSettings(resync_period_s=INFORMER_RESYNC_SECONDS)
         selector = ",".join(f"{k}={v}" for k, v in settings.node_label_selector.items())
-        self.informers = {
-            "pods": Informer(client, PODS, settings=resync, name="scheduler/pods"),
-            "nodes": Informer(
-                client, NODES, label_selector=selector, settings=resync, name="scheduler/nodes"
+        state = self.state
+        # The informers keep the views the state decides on: one copy of every object.
+        self.informers: dict[str, ViewInformer[Any]] = {
+            "pods": _watched(
+                ViewInformer(client, PODS, read_pod, settings=resync, name="scheduler/pods"),
+                state.on_pod,
+                state.on_pod_deleted,
             ),
-            "quotas": Informer(
-                client, RESOURCE_QUOTAS, settings=resync, name="scheduler/resourcequotas"
+            "nodes": _watched(
+                ViewInformer(
+                    client,
+                    NODES,
+                    read_node,
+                    label_selector=selector,
+                    settings=resync,
+                    name="scheduler/nodes",
+                ),
+                state.on_node,
+                self._node_gone,
+            ),
+            "quotas": _watched(
+                ViewInformer(
+                    client,
+                    RESOURCE_QUOTAS,
+                    read_quota,
+                    settings=resync,
+                    name="scheduler/resourcequotas",
+                ),
+                state.on_quota,
+                state.on_quota_deleted,
             ),
         }
         if settings.dra_mode != "off":
             # the DRA GPUs' memory sizes, for the webhook's gpumem-percentage alternatives
-            self.informers["resourceslices"] = Informer(
-                client,
-                RESOURCE_SLICES,
-                field_selector=f"spec.driver={DRIVER}",
-                settings=resync,
-                name="scheduler/resourceslices",
+            self.informers["resourceslices"] = _watched(
+                ViewInformer(
+                    client,
+                    RESOURCE_SLICES,
+                    read_slice_card_memories,
+                    field_selector=f"spec.driver={DRIVER}",
+                    settings=resync,
+                    name="scheduler/resourceslices",
+                ),
+                self.dra_cards.on_slice,
+                self.dra_cards.on_slice_deleted,
             )
-        self._wire_informers()
         self._metrics_route_on_main = metrics_route_on_main
         self.certificate: ReloadingCertificate | None = None
         if settings.tls:
@@ -223,46 +255,9 @@ class SchedulerProcess:
                 RESOURCE_CLAIM_TEMPLATES, template, template["metadata"]["namespace"]
             )
 
-    def _wire_informers(self) -> None:
-        state = self.state
-        self.informers["pods"].add_handlers(
-            EventHandlers(
-                on_add=state.on_pod,
-                on_update=lambda _old, new: state.on_pod(new),
-                on_delete=state.on_pod_deleted,
-            )
-        )
-        self.informers["nodes"].add_handlers(
-            EventHandlers(
-                on_add=self._node_seen,
-                on_update=lambda _old, new: self._node_seen(new),
-                on_delete=self._node_gone,
-            )
-        )
-        self.informers["quotas"].add_handlers(
-            EventHandlers(
-                on_add=state.on_quota,
-                on_update=lambda _old, new: state.on_quota(new),
-                on_delete=state.on_quota_deleted,
-            )
-        )
-        slices = self.informers.get("resourceslices")
-        if slices is not None:
-            slices.add_handlers(
-                EventHandlers(
-                    on_add=self.dra_cards.on_slice,
-                    on_update=lambda _old, new: self.dra_cards.on_slice(new),
-                    on_delete=self.dra_cards.on_slice_deleted,
-                )
-            )
-
-    def _node_seen(self, node: Mapping[str, Any]) -> None:
-        self.state.on_node(node)
-
-    def _node_gone(self, node: Mapping[str, Any]) -> None:
-        name = str((node.get("metadata") or {}).get("name") or "")
+    def _node_gone(self, node: NodeView) -> None:
         self.state.on_node_deleted(node)
-        self.service.bind_turns.forget(name)
+        self.service.bind_turns.forget(node.name)
 
     def _preemption_of(self, pod: str) -> dict[str, Any] | None:
         return self.evicting.explanation(pod) or self.preemption.explanation(pod)
@@ -393,6 +388,16 @@ class SchedulerProcess:
             await self._stop.wait()
         finally:
             await self.stop()
+
+
+def _watched(
+    informer: ViewInformer[T], seen: Callable[[T], None], gone: Callable[[T], None]
+) -> ViewInformer[T]:
+    """The informer, telling `seen` of each object added or updated and `gone` of each deleted."""
+    informer.add_handlers(
+        EventHandlers(on_add=seen, on_update=lambda _old, new: seen(new), on_delete=gone)
+    )
+    return informer
 
 
 def freeze_heap(*, full: bool) -> None:

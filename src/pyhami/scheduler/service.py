@@ -50,6 +50,7 @@ from pyhami.engine import (
     decide,
 )
 from pyhami.kube import Clock, JsonObject, NodeLockContentionError, NodeLocker, NotFound
+from pyhami.kube.client import resource_version
 from pyhami.kube.extender_wire import (
     ClaimedPod,
     ExtenderArgs,
@@ -497,7 +498,7 @@ class FilterBind:
             pod = f"{claim.namespace}/{claim.name}"
             raise DecisionRecordError(f"failed to record the decision on pod {pod}: {err}") from err
         if claim.allocation is not None and isinstance(answer, Mapping):
-            self.state.recorded(claim.allocation, answer)
+            self.state.recorded(claim.allocation, resource_version(answer))
 
     def _wait_left(self, until: float) -> float | None:
         """Seconds left to wait for a node; None (no limit) without a retry timeout."""

@@ -22,7 +22,6 @@ the reserved cards are all there is to go by).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import structlog
 
@@ -40,8 +39,8 @@ from pyhami.engine import (
     container_phases,
     plan_pod,
 )
-from pyhami.kube.views import pod_identity, read_node, read_pod
-from pyhami.model import ContainerDevices, NodeName, NodeSpecError, NodeView, PodView
+from pyhami.kube.manifests import QuotaView
+from pyhami.model import ContainerDevices, NodeName, NodeView, PodView
 from pyhami.protocol import (
     KEY_BIND_PHASE,
     KEY_DEVICE_CORDON,
@@ -56,15 +55,6 @@ log = structlog.get_logger(__name__)
 
 InventoryOf = Callable[[NodeView], NodeInventory | None]
 REGISTRATION_KEYS = (KEY_NODE_NVIDIA_REGISTER, KEY_NODE_NVIDIA_SCORE, KEY_DEVICE_CORDON)
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
-
-
-def object_name(obj: Mapping[str, Any]) -> str:
-    return str(_meta(obj).get("name") or "")
 
 
 def is_dra_node(node: NodeView) -> bool:
@@ -121,13 +111,8 @@ class ClusterState:
 
     # ----- nodes -----------------------------------------------------------------------------
 
-    def on_node(self, obj: Mapping[str, Any]) -> None:
-        """A node informer event: the node is read into its view here, once."""
-        try:
-            node = read_node(obj)
-        except NodeSpecError as err:
-            log.warning("node event ignored", error=str(err))
-            return
+    def on_node(self, node: NodeView) -> None:
+        """A node informer event (the informer read the node into its view)."""
         name = node.name
         self.nodes[name] = node
         if is_dra_node(node):
@@ -158,8 +143,8 @@ class ClusterState:
         else:
             self.ledger.upsert_node(NodeName(name), inventory)
 
-    def on_node_deleted(self, node: Mapping[str, Any]) -> None:
-        name = object_name(node)
+    def on_node_deleted(self, node: NodeView) -> None:
+        name = node.name
         self.nodes.pop(name, None)
         self.dra_nodes.discard(name)
         self._forget_registration(name)
@@ -177,21 +162,12 @@ class ClusterState:
 
     # ----- pods ------------------------------------------------------------------------------
 
-    def on_pod(self, pod: Mapping[str, Any]) -> None:
-        """A pod informer event: the pod is read into its view here, once."""
-        try:
-            view = read_pod(pod)
-        except PodSpecError as err:
-            log.warning("pod event ignored", error=str(err))
-            return
-        self._on_view(view)
-
-    def _on_view(self, pod: PodView) -> None:
+    def on_pod(self, pod: PodView) -> None:
+        """A pod informer event (the informer read the pod into its view), or the pod again
+        once its reservation's patch was answered."""
         key, namespace, name = pod.key, pod.namespace, pod.name
         if pod.finished:
-            self.pods.pop((namespace, name), None)
-            self._nominations.pop(key, None)
-            self._forget(key)
+            self.on_pod_deleted(pod)
             return
         self.pods[(namespace, name)] = pod
         try:
@@ -203,7 +179,7 @@ class ClusterState:
         if reserved is not None:
             if not self._shows_the_patch(key, pod, allocation, reserved):
                 return  # a view from before our patch landed
-            self._end_reservation(key)
+            self._reservations.pop(key, None)
         if allocation is not None:
             self._nominations.pop(key, None)  # placed: a preemption claim has served
         else:
@@ -215,19 +191,10 @@ class ClusterState:
         else:
             self.ledger.add_pod(allocation)
 
-    def on_pod_deleted(self, pod: Mapping[str, Any]) -> None:
-        try:
-            key, namespace, name = pod_identity(pod)
-        except PodSpecError:
-            return
-        self.pods.pop((namespace, name), None)
-        self._nominations.pop(key, None)
-        self._forget(key)
-
-    def _forget(self, key: PodKey) -> None:
-        self._end_reservation(key)
-        self._bound.pop(key, None)
-        self.ledger.remove_pod(key)
+    def on_pod_deleted(self, pod: PodView) -> None:
+        self.pods.pop((pod.namespace, pod.name), None)
+        self._nominations.pop(pod.key, None)
+        self.release(pod.key)
 
     # ----- claims of preempting pods ---------------------------------------------------------
 
@@ -268,17 +235,17 @@ class ClusterState:
         self._reservations[allocation.key] = None
         self.ledger.add_pod(allocation)
 
-    def recorded(self, allocation: PodAllocation, answer: Mapping[str, Any]) -> None:
-        """The patch recording `allocation` on its pod was answered with `answer`: from that
-        resourceVersion on, the informer's view of the pod is current again (perhaps it
+    def recorded(self, allocation: PodAllocation, version: str) -> None:
+        """The patch recording `allocation` on its pod was answered with resourceVersion
+        `version`: from there on, the informer's view of the pod is current again (perhaps it
         already is)."""
         key = allocation.key
         if key not in self._reservations or self.ledger.pod(key) is not allocation:
             return  # released, or the pod was filtered again meanwhile
-        self._reservations[key] = _version(answer)
+        self._reservations[key] = version
         seen = self.pods.get((allocation.namespace, allocation.name))
         if seen is not None and seen.uid == key:
-            self._on_view(seen)
+            self.on_pod(seen)
 
     def _shows_the_patch(
         self,
@@ -295,12 +262,11 @@ class ClusterState:
             return (len(seen), seen) >= (len(written), written)
         return allocation is not None and _same_choice(allocation, reserved)
 
-    def _end_reservation(self, key: PodKey) -> None:
-        self._reservations.pop(key, None)
-
     def release(self, key: PodKey) -> None:
-        """Drop a pod's reservation or recorded allocation (idempotent)."""
-        self._forget(key)
+        """Drop a pod's reservation or recorded allocation, and its binding (idempotent)."""
+        self._reservations.pop(key, None)
+        self._bound.pop(key, None)
+        self.ledger.remove_pod(key)
 
     def holds(self, allocation: PodAllocation) -> bool:
         """Whether the pod is charged exactly `allocation` now (same node, cards, amounts)."""
@@ -345,23 +311,12 @@ class ClusterState:
         used = self.ledger.namespace_usage(plan.namespace)
         return not limit.fits(used, memory, cores, self.config.nvidia.memory_factor)
 
-    def on_quota(self, quota: Mapping[str, Any]) -> None:
-        hard = (quota.get("spec") or {}).get("hard") or {}
-        namespace = str(_meta(quota).get("namespace") or "")
-        self.quota_namespaces.add(namespace)
-        self.quotas.set_quota(_quota_key(quota), namespace, hard)
+    def on_quota(self, quota: QuotaView) -> None:
+        self.quota_namespaces.add(quota.namespace)
+        self.quotas.set_quota(quota.key, quota.namespace, quota.hard)
 
-    def on_quota_deleted(self, quota: Mapping[str, Any]) -> None:
-        self.quotas.remove_quota(_quota_key(quota))
-
-
-def _quota_key(quota: Mapping[str, Any]) -> str:
-    meta = _meta(quota)
-    return str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
-
-
-def _version(obj: Mapping[str, Any]) -> str:
-    return str(_meta(obj).get("resourceVersion") or "")
+    def on_quota_deleted(self, quota: QuotaView) -> None:
+        self.quotas.remove_quota(quota.key)
 
 
 def _same_choice(seen: PodAllocation, reserved: PodAllocation) -> bool:

@@ -25,9 +25,10 @@ from pyhami.devices.nvidia.inventory import (
 )
 from pyhami.engine import PodAllocation, PodSpecError, allocation_of
 from pyhami.kube.manifests import ObjectView, QuotaView, read_manifests
+from pyhami.kube.views import read_budget
 from pyhami.model import NodeName, NodeView, PodView
+from pyhami.model.views import Budget, BudgetError
 from pyhami.protocol import KEY_NODE_NVIDIA_REGISTER, KEY_NVIDIA_ALLOCATED, KEY_VGPU_NODE
-from pyhami.scheduler.budgets import Budget, BudgetError
 
 FINISHED = "it has finished"
 NO_RECORD = "without a GPU allocation record"
@@ -135,7 +136,7 @@ def cluster_of(objects: Iterable[tuple[str, ObjectView]]) -> ClusterInput:
             quotas.append(obj)
         elif obj.kind == "PodDisruptionBudget":
             try:
-                budgets.append(Budget.from_object(obj.document))
+                budgets.append(read_budget(obj.document))
             except BudgetError as err:
                 raise InputError(f"{source}: {err}") from err
     return ClusterInput(

@@ -1,7 +1,7 @@
 """ResourceClaims and pods as kube-scheduler leaves them for a DRA driver, for tests and the demo.
 
 pod = store.create("pods", "default", pod_using_claim("trainer", "train", node="n1"))
-claim = claim_object("train", [allocation_result("gpu-0", pool="n1")], reserved_for=pod)
+claim = claim_object("train", [allocation_result("gpu-0", pool="n1")], reserved_for=pod.body)
 """
 
 from typing import Any

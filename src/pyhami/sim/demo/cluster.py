@@ -435,15 +435,7 @@ class DemoCluster(AsyncService):
     async def _register_webhooks(self, ca_pem: bytes) -> None:
         if self.real is None:
             for hook in WEBHOOKS:
-                self.api.admission.register(
-                    hook.name,
-                    f"{self.scheduler_url}{hook.path}",
-                    ca_bundle=ca_pem,
-                    failure_policy="Fail",
-                    rules=hook.rules,
-                    object_selector=hook.object_selector,
-                    match_conditions=hook.match_conditions,
-                )
+                self.api.admission.register_pod_webhook(hook, self.scheduler_url, ca_pem)
             return
         configuration = webhook_configuration(
             "pyhami-webhook", WEBHOOKS, self.scheduler_url, ca_pem

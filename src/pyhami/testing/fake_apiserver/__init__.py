@@ -3,10 +3,11 @@
 See `FakeKubeAPIServer`. Behaviour follows kube-apiserver where pyhami depends on it; where it
 knowingly does not (kept small on purpose):
 
-* no RBAC; authentication is by bearer token: `configuration(user)` / `kubeconfig(user)` hand
-  out one token per user (`token` is `system:admin`'s), an unknown token is `system:anonymous`
-  unless `require_token=True` makes it 401; `requests_by_user` records who asked for what, and
-  admission reviews carry the caller's `userInfo`;
+* no RBAC; authentication is by bearer token: `configuration(user)` and
+  `write_kubeconfig(path, user)` hand out one token per user (`token` is `system:admin`'s), an
+  unknown token is `system:anonymous` unless `require_token=True` makes it 401;
+  `requests_by_user` records who asked for what, and admission reviews carry the caller's
+  `userInfo`;
 * list always serves the newest state (a `continue` page too), so `resourceVersionMatch=Exact`
   works only for the current version; a list with a version newer than the store is 504;
 * a watch from an expired version answers 200 with one ERROR event (410 Expired), as the
@@ -27,6 +28,7 @@ knowingly does not (kept small on purpose):
 from pyhami.testing.fake_apiserver.admission import AdmissionCall, AdmissionChain, Webhook
 from pyhami.testing.fake_apiserver.faults import FaultInjector
 from pyhami.testing.fake_apiserver.identity import ADMIN, RequestKey, UserInfo, service_account
+from pyhami.testing.fake_apiserver.objects import StoredObject
 from pyhami.testing.fake_apiserver.resources import ALL_RESOURCES, ResourceType, resource_named
 from pyhami.testing.fake_apiserver.server import FakeKubeAPIServer, ServingTLS
 from pyhami.testing.fake_apiserver.status import ApiError
@@ -52,6 +54,7 @@ __all__ = [
     "RequestKey",
     "ResourceType",
     "ServingTLS",
+    "StoredObject",
     "UserInfo",
     "Webhook",
     "resource_named",

@@ -20,13 +20,14 @@ import base64
 import binascii
 import json
 import ssl
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 
 from pyhami.kube import JsonObject
+from pyhami.kube.manifests import MatchCondition, PodWebhook
 from pyhami.testing.fake_apiserver.cel import (
     CelEvaluationError,
     CelProgram,
@@ -37,7 +38,7 @@ from pyhami.testing.fake_apiserver.identity import UserInfo
 from pyhami.testing.fake_apiserver.objects import StoredObject
 from pyhami.testing.fake_apiserver.patches import PatchApplyError, PatchFormatError, json_patch
 from pyhami.testing.fake_apiserver.resources import MUTATING_WEBHOOKS, NAMESPACES, ResourceType
-from pyhami.testing.fake_apiserver.selectors import LabelMatcher, label_selector_matcher
+from pyhami.testing.fake_apiserver.selectors import SELECT_ALL, LabelSelector, Requirement
 from pyhami.testing.fake_apiserver.status import ApiError, internal
 from pyhami.testing.fake_apiserver.store import ObjectStore
 
@@ -53,10 +54,9 @@ class Rule:
     scope: str = "*"
 
     @classmethod
-    def decode(cls, rule: Mapping[str, Any]) -> Rule:
-        found = (rule.get(key) for key in _RULE_LISTS)
-        lists = tuple(tuple(v) if isinstance(v, list) else () for v in found)
-        return cls(lists, rule.get("scope", "*"))
+    def on_pods(cls, operations: Iterable[str]) -> Rule:
+        """core/v1 pods, for these operations (CREATE, UPDATE)."""
+        return cls((tuple(operations), ("",), ("v1",), ("pods",)))
 
     def applies_to(self, resource: ResourceType, operation: str) -> bool:
         wanted = (operation, resource.group, resource.version, resource.plural)
@@ -66,7 +66,7 @@ class Rule:
         )
 
 
-POD_CREATE_RULES = (Rule((("CREATE",), ("",), ("v1",), ("pods",))),)
+POD_CREATE_RULES = (Rule.on_pods(["CREATE"]),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,9 +80,9 @@ class Webhook:
     failure_policy: str = "Fail"
     timeout_s: float = 10.0
     rules: tuple[Rule, ...] = POD_CREATE_RULES
-    # None: every namespace (no namespace is read), every object.
-    namespace_selector: LabelMatcher | None = None
-    object_selector: LabelMatcher | None = None
+    # Empty: every namespace (no namespace is read), every object.
+    namespace_selector: LabelSelector = SELECT_ALL
+    object_selector: LabelSelector = SELECT_ALL
     # admissionReviewVersions: kube-apiserver sends the first one it speaks (v1, v1beta1).
     review_versions: tuple[str, ...] = ("v1",)
     match_conditions: tuple[tuple[str, CelProgram], ...] = ()
@@ -119,27 +119,27 @@ class Webhook:
 
 
 def compile_conditions(
-    webhook: str, conditions: Sequence[Mapping[str, Any]] | None
+    webhook: str, conditions: Iterable[MatchCondition]
 ) -> tuple[tuple[str, CelProgram], ...]:
     """A webhook's matchConditions, compiled; ValueError names the one that is refused."""
     compiled = []
-    for condition in conditions or ():
-        name = str(condition.get("name", ""))
+    for condition in conditions:
         try:
-            compiled.append((name, compile_expression(str(condition.get("expression", "")))))
+            compiled.append((condition.name, compile_expression(condition.expression)))
         except CelUnsupportedError as err:
-            raise ValueError(f"webhook {webhook!r} matchCondition {name!r}: {err}") from err
+            raise ValueError(
+                f"webhook {webhook!r} matchCondition {condition.name!r}: {err}"
+            ) from err
     return tuple(compiled)
 
 
 @dataclass(slots=True)
 class AdmissionCall:
-    """One webhook call as the server made it (the AdmissionReview sent and the answer), kept
-    for tests to read."""
+    """One webhook call as the server made it, kept for tests to read (the AdmissionReview
+    itself is what the webhook's server received)."""
 
     webhook: str
-    request: JsonObject
-    response: JsonObject | None = None
+    operation: str
     error: str | None = None
     patch: list[Any] = field(default_factory=list)
 
@@ -161,14 +161,13 @@ class AdmissionChain:
         ca_bundle: bytes | str | None = None,
         failure_policy: str = "Fail",
         timeout_s: float = 10.0,
-        namespace_selector: Mapping[str, Any] | None = None,
-        object_selector: Mapping[str, Any] | None = None,
-        rules: Sequence[Mapping[str, Any]] = (),
+        namespace_selector: LabelSelector = SELECT_ALL,
+        object_selector: LabelSelector = SELECT_ALL,
+        rules: Sequence[Rule] = POD_CREATE_RULES,
         review_versions: tuple[str, ...] = ("v1",),
-        match_conditions: Sequence[Mapping[str, Any]] | None = None,
+        match_conditions: Sequence[MatchCondition] = (),
     ) -> Webhook:
-        """Add a webhook by URL (https only, like kube-apiserver) and CA bundle (PEM); the
-        selectors, rules and conditions as a MutatingWebhook object writes them."""
+        """Add a webhook by URL (https only, like kube-apiserver) and CA bundle (PEM)."""
         if not url.startswith("https://"):
             raise ValueError(f"webhook {name!r}: the URL must use https, got {url!r}")
         if failure_policy not in ("Fail", "Ignore"):
@@ -181,14 +180,30 @@ class AdmissionChain:
             None,
             failure_policy,
             timeout_s,
-            tuple(Rule.decode(rule) for rule in rules) or POD_CREATE_RULES,
-            label_selector_matcher(namespace_selector),
-            label_selector_matcher(object_selector),
+            tuple(rules),
+            namespace_selector,
+            object_selector,
             review_versions,
             compile_conditions(name, match_conditions),
         )
         self._registered.append(hook)
         return hook
+
+    def register_pod_webhook(
+        self, hook: PodWebhook, base_url: str, ca_bundle: bytes | None = None
+    ) -> Webhook:
+        """Add one of the chart's pod webhooks, its server at `base_url`."""
+        skip = () if hook.skip_label is None else (hook.skip_label,)
+        return self.register(
+            hook.name,
+            f"{base_url}{hook.path}",
+            ca_bundle=ca_bundle,
+            rules=(Rule.on_pods(hook.operations),),
+            object_selector=LabelSelector(
+                tuple(Requirement(key, "notin", frozenset({value})) for key, value in skip)
+            ),
+            match_conditions=hook.conditions,
+        )
 
     def resolve_service(self, namespace: str, name: str, port: int, address: str) -> None:
         """Route service `namespace/name:port` to `host:port` (there is no cluster DNS here)."""
@@ -219,8 +234,12 @@ class AdmissionChain:
             url = f"https://{address}{service.get('path', '/')}"
             server_hostname = f"{key[1]}.{key[0]}.svc"
         name = str(entry.get("name", ""))
+        conditions = (
+            MatchCondition(str(c.get("name", "")), str(c.get("expression", "")))
+            for c in entry.get("matchConditions") or ()
+        )
         try:
-            conditions = compile_conditions(name, entry.get("matchConditions"))
+            compiled = compile_conditions(name, conditions)
         except ValueError as err:
             # kube-apiserver refuses such a configuration when it is written; this double
             # says so on the first admission that reads it.
@@ -232,11 +251,17 @@ class AdmissionChain:
             server_hostname=server_hostname,
             failure_policy=str(entry.get("failurePolicy", "Fail")),
             timeout_s=float(entry.get("timeoutSeconds", 10)),
-            rules=tuple(Rule.decode(rule) for rule in entry.get("rules") or ()),
+            rules=tuple(
+                Rule(
+                    tuple(tuple(v) if isinstance(v := r.get(k), list) else () for k in _RULE_LISTS),
+                    r.get("scope", "*"),
+                )
+                for r in entry.get("rules") or ()
+            ),
             review_versions=tuple(entry.get("admissionReviewVersions") or ("v1",)),
-            namespace_selector=label_selector_matcher(entry.get("namespaceSelector")),
-            object_selector=label_selector_matcher(entry.get("objectSelector")),
-            match_conditions=conditions,
+            namespace_selector=LabelSelector.decode(entry.get("namespaceSelector")),
+            object_selector=LabelSelector.decode(entry.get("objectSelector")),
+            match_conditions=compiled,
         )
 
     async def close(self) -> None:
@@ -252,18 +277,18 @@ class AdmissionChain:
         old: StoredObject | None,
     ) -> bool:
         # On UPDATE the object selector matches if the old or the new object matches.
-        if hook.object_selector is not None and not (
-            hook.object_selector(labels)
-            or (old is not None and hook.object_selector(old.meta.labels))
+        if not (
+            hook.object_selector.matches(labels)
+            or (old is not None and hook.object_selector.matches(old.meta.labels))
         ):
             return False
-        if namespace is None or hook.namespace_selector is None:
+        if namespace is None or not hook.namespace_selector.requirements:
             return True
         try:
-            namespace_labels = self._store.stored(NAMESPACES, None, namespace).meta.labels
+            namespace_labels = self._store.get(NAMESPACES, None, namespace).meta.labels
         except ApiError:
             namespace_labels = {}
-        return hook.namespace_selector(namespace_labels)
+        return hook.namespace_selector.matches(namespace_labels)
 
     async def admit(
         self,
@@ -294,7 +319,7 @@ class AdmissionChain:
     async def _call(self, hook: Webhook, request: _Request, obj: JsonObject) -> JsonObject:
         """One webhook's turn: the object it leaves (failurePolicy: Ignore leaves it unchanged
         when the call fails, Fail refuses the request)."""
-        call = AdmissionCall(hook.name, {})
+        call, posted = AdmissionCall(hook.name, request.operation), False
         resource, old = request.resource, request.old_object
         kind = {"group": resource.group, "version": resource.version, "kind": resource.kind}
         gvr = {"group": resource.group, "version": resource.version, "resource": resource.plural}
@@ -321,11 +346,10 @@ class AdmissionChain:
             if not hook.matches(review["request"]):
                 return obj  # skipped: no call is made
             self.calls.append(call)
-            call.request = review
-            call.response = await self._post(hook, review)
-            return _apply(hook, call)
+            posted = True
+            return _apply(hook, call, review, await self._post(hook, review))
         except _CallFailedError as err:
-            if not call.request:  # failed before the call was made
+            if not posted:  # failed before the call was made
                 self.calls.append(call)
             call.error = str(err)
             if hook.failure_policy == "Ignore":
@@ -365,12 +389,13 @@ class AdmissionChain:
         return body
 
 
-def _apply(hook: Webhook, call: AdmissionCall) -> JsonObject:
+def _apply(
+    hook: Webhook, call: AdmissionCall, review: JsonObject, answer: JsonObject
+) -> JsonObject:
     """The object the webhook's answer leaves (its patch applied to the object sent)."""
     # kube-apiserver checks uid, kind and patchType of v1 answers only; v1beta1 ones are
     # taken as they come, a patch being read as a JSON patch (VerifyAdmissionResponse).
-    answer, sent = call.response or {}, call.request["request"]
-    strict = call.request["apiVersion"] == "admission.k8s.io/v1"
+    sent, strict = review["request"], review["apiVersion"] == "admission.k8s.io/v1"
     response = answer.get("response")
     if not isinstance(response, dict):
         raise _CallFailedError("webhook response was absent")

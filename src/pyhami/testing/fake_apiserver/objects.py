@@ -1,11 +1,10 @@
 """What the store keeps: each document beside what the store, watches and selectors decide on
 (its metadata and field-selector values, as the registry's GetAttrs), decoded once per write.
-The document is kept as written, so answers stay byte for byte the same; it is read only to
-apply a patch and to answer."""
+The document is kept as written, so answers stay byte for byte the same; the store reads it
+only to apply a patch and to answer (tests may read it too)."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -31,7 +30,8 @@ class ObjectMeta:
 
 @dataclass(frozen=True, slots=True)
 class StoredObject:
-    """One stored object; `body` is its document without kind and apiVersion, never changed."""
+    """One stored object; `body` is its document without kind and apiVersion, never changed
+    (a writer changes a copy)."""
 
     resource: ResourceType
     meta: ObjectMeta
@@ -54,10 +54,6 @@ class StoredObject:
             finalizers=tuple(metadata.get("finalizers") or ()),
         )
         return cls(resource, meta, resource.field_values(body), body)
-
-    def document(self) -> JsonObject:
-        """A copy of the document, for the caller to keep or change (list items, in-process)."""
-        return copy.deepcopy(self.body)
 
     def encode(self) -> JsonObject:
         """The object on the wire (get, watch): kind and apiVersion first. It shares the body,

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pyhami.testing.fake_apiserver.objects import StoredObject
 from pyhami.testing.fake_apiserver.resources import ResourceType
 from pyhami.testing.fake_apiserver.status import ApiError, bad_request
 
@@ -132,38 +133,42 @@ class Selector:
             parse_field_selector(field_selector, resource),
         )
 
-    def matches(self, obj: Mapping[str, Any]) -> bool:
-        """Whether a document is selected (the store asks `selects` of what it decoded)."""
-        labels = obj.get("metadata", {}).get("labels") or {}
-        return self.selects(labels, self.resource.field_values(obj))
-
-    def selects(self, labels: Mapping[str, str], fields: Mapping[str, str]) -> bool:
-        """Whether an object with these labels and field-label values is selected."""
-        return all(req.matches(labels) for req in self.labels) and all(
-            req.matches(fields) for req in self.fields
+    def matches(self, obj: StoredObject) -> bool:
+        """Whether the object is selected, by its labels and field-label values."""
+        return all(req.matches(obj.meta.labels) for req in self.labels) and all(
+            req.matches(obj.fields) for req in self.fields
         )
 
 
-# Whether an object with these labels is selected.
-LabelMatcher = Callable[[Mapping[str, str]], bool]
+_SELECTOR_OPERATORS = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!"}
 
 
-def label_selector_matcher(selector: Mapping[str, Any] | None) -> LabelMatcher | None:
-    """A metav1.LabelSelector object (matchLabels + matchExpressions), as webhooks carry;
-    None for an empty one, which selects everything. A 422 ApiError names a bad operator."""
-    if not selector:
-        return None
-    requirements = [
-        Requirement(key, "=", frozenset({str(value)}))
-        for key, value in (selector.get("matchLabels") or {}).items()
-    ]
-    operators = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!"}
-    for expression in selector.get("matchExpressions") or []:
-        operator = operators.get(expression.get("operator", ""))
-        if operator is None:
-            raise ApiError(
-                422, "Invalid", f"unknown label selector operator {expression.get('operator')!r}"
-            )
-        values = frozenset(str(v) for v in expression.get("values") or [])
-        requirements.append(Requirement(str(expression.get("key", "")), operator, values))
-    return lambda labels: all(req.matches(labels) for req in requirements)
+@dataclass(frozen=True, slots=True)
+class LabelSelector:
+    """A metav1.LabelSelector (matchLabels + matchExpressions), as webhooks carry it; an empty
+    one selects everything."""
+
+    requirements: tuple[Requirement, ...] = ()
+
+    @classmethod
+    def decode(cls, selector: Mapping[str, Any] | None) -> LabelSelector:
+        """From a webhook configuration's selector object; a 422 ApiError names a bad operator."""
+        selector = selector or {}
+        requirements = [
+            Requirement(key, "=", frozenset({str(value)}))
+            for key, value in (selector.get("matchLabels") or {}).items()
+        ]
+        for expression in selector.get("matchExpressions") or []:
+            operator = _SELECTOR_OPERATORS.get(expression.get("operator", ""))
+            if operator is None:
+                unknown = expression.get("operator")
+                raise ApiError(422, "Invalid", f"unknown label selector operator {unknown!r}")
+            values = frozenset(str(v) for v in expression.get("values") or [])
+            requirements.append(Requirement(str(expression.get("key", "")), operator, values))
+        return cls(tuple(requirements))
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(req.matches(labels) for req in self.requirements)
+
+
+SELECT_ALL = LabelSelector()

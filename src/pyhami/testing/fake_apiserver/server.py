@@ -26,6 +26,7 @@ from pyhami.kube.lifecycle import AsyncService
 from pyhami.testing.fake_apiserver.admission import AdmissionChain
 from pyhami.testing.fake_apiserver.faults import FaultInjector
 from pyhami.testing.fake_apiserver.identity import ADMIN, ANONYMOUS, RequestKey, Tokens, UserInfo
+from pyhami.testing.fake_apiserver.objects import StoredObject
 from pyhami.testing.fake_apiserver.resources import PODS, ResourceType
 from pyhami.testing.fake_apiserver.routes import Route, parse_path
 from pyhami.testing.fake_apiserver.selectors import Selector
@@ -57,30 +58,32 @@ def _dumps(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
 
+def _event_line(kind: str, obj: object) -> bytes:
+    """One watch event on the stream: a JSON object per line."""
+    return (_dumps({"type": kind, "object": obj}) + "\n").encode()
+
+
 def _json_response(body: JsonObject, status: int = 200) -> web.Response:
     return web.Response(text=_dumps(body), status=status, content_type="application/json")
 
 
 def _list_response(
-    resource: ResourceType, metadata: Mapping[str, str | int], items: list[JsonObject]
+    resource: ResourceType, metadata: Mapping[str, str | int], items: list[StoredObject]
 ) -> web.Response:
+    """A list: its items' documents as stored (no kind, no apiVersion)."""
     return _json_response(
         {
             "kind": f"{resource.kind}List",
             "apiVersion": resource.api_version,
             "metadata": metadata,
-            "items": items,
+            "items": [item.body for item in items],
         }
     )
 
 
-def _object_response(
-    resource: ResourceType, document: JsonObject, status: int = 200
-) -> web.Response:
+def _object_response(obj: StoredObject, status: int = 200) -> web.Response:
     """An object as get, create, update, patch and delete answer it: kind and apiVersion first."""
-    return _json_response(
-        {"apiVersion": resource.api_version, "kind": resource.kind, **document}, status
-    )
+    return _json_response(obj.encode(), status)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,14 +191,15 @@ class FakeKubeAPIServer(AsyncService):
             config.ssl_ca_cert = str(self._tls.ca_file)
         return config
 
-    def kubeconfig(self, user: str = ADMIN) -> JsonObject:
+    def write_kubeconfig(self, path: Path, user: str = ADMIN) -> Path:
+        """A kubeconfig file at `path` that talks to this server as `user`."""
         if not self.url:
             raise RuntimeError("start the fake API server before asking for a kubeconfig")
         cluster = {"server": self.url}
         if self._tls is not None:
             ca = base64.b64encode(self._tls.ca_file.read_bytes()).decode()
             cluster["certificate-authority-data"] = ca
-        return {
+        config = {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "fake", "cluster": cluster}],
@@ -203,9 +207,7 @@ class FakeKubeAPIServer(AsyncService):
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
             "current-context": "fake",
         }
-
-    def write_kubeconfig(self, path: Path, user: str = ADMIN) -> Path:
-        path.write_text(yaml.safe_dump(self.kubeconfig(user)))
+        path.write_text(yaml.safe_dump(config))
         return path
 
     def drop_watches(self, resource: str | None = None, *, abrupt: bool = False) -> int:
@@ -219,10 +221,10 @@ class FakeKubeAPIServer(AsyncService):
         resource: str,
         namespace: str | None,
         name: str,
-        condition: Callable[[JsonObject], bool],
+        condition: Callable[[StoredObject], bool],
         *,
         timeout_s: float = 10.0,
-    ) -> JsonObject:
+    ) -> StoredObject:
         """The object once `condition(obj)` holds (checked now and on every change).
 
         Raises TimeoutError, or LookupError when the object is deleted while waiting."""
@@ -235,15 +237,10 @@ class FakeKubeAPIServer(AsyncService):
                     event = await watcher.queue.get()
                     if event is None:
                         raise LookupError(f"the watch on {resource} {name!r} was dropped")
-                    if event["type"] == "DELETED":
+                    if event.type == "DELETED":
                         raise LookupError(f"{resource} {name!r} was deleted while waiting")
-                    obj = {
-                        k: copy.deepcopy(v)
-                        for k, v in event["object"].items()
-                        if k not in ("apiVersion", "kind")
-                    }
-                    if condition(obj):
-                        return obj
+                    if condition(event.obj):
+                        return event.obj
         finally:
             self.store.stop_watch(watcher)
 
@@ -351,7 +348,7 @@ class FakeKubeAPIServer(AsyncService):
             return self._delete_collection(request, route)
         if verb == "get":
             assert route.name is not None
-            return _json_response(store.stored(resource, route.namespace, route.name).encode())
+            return _object_response(store.get(resource, route.namespace, route.name))
         if verb == "create":
             body = await self._body(request)
             if route.subresource == "binding":
@@ -360,12 +357,12 @@ class FakeKubeAPIServer(AsyncService):
                 return _json_response(success_status(201), 201)
             if not isinstance(body, dict):
                 raise bad_request(f"the body of a create must be a {resource.kind} object")
-            return _object_response(resource, await self._create(route, body, user), 201)
+            return _object_response(await self._create(route, body, user), 201)
         if verb == "update":
             body = await self._body(request)
             if not isinstance(body, dict):
                 raise bad_request(f"the body of an update must be a {resource.kind} object")
-            return _object_response(resource, await self._update(route, body, None, user))
+            return _object_response(await self._update(route, body, None, user))
         if verb == "patch":
             content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
             if content_type not in PATCH_TYPES:
@@ -376,8 +373,8 @@ class FakeKubeAPIServer(AsyncService):
                     f"include: {', '.join(PATCH_TYPES)}",
                 )
             body = await self._body(request)
-            return _object_response(resource, await self._update(route, body, content_type, user))
-        return _object_response(resource, await self._delete(request, route))
+            return _object_response(await self._update(route, body, content_type, user))
+        return _object_response(await self._delete(request, route))
 
     def _delete_collection(self, request: web.Request, route: Route) -> web.Response:
         selector = Selector.parse(
@@ -400,7 +397,7 @@ class FakeKubeAPIServer(AsyncService):
             route.resource, {"resourceVersion": self.store.list_version()}, deleted
         )
 
-    async def _create(self, route: Route, body: JsonObject, user: UserInfo) -> JsonObject:
+    async def _create(self, route: Route, body: JsonObject, user: UserInfo) -> StoredObject:
         obj = self.store.prepare_create(route.resource, route.namespace, body)
         namespace = obj["metadata"].get("namespace")
         obj = await self.admission.admit(route.resource, namespace, obj, user=user)
@@ -408,7 +405,7 @@ class FakeKubeAPIServer(AsyncService):
 
     async def _update(
         self, route: Route, body: Any, patch_type: str | None, user: UserInfo
-    ) -> JsonObject:
+    ) -> StoredObject:
         """An update (`patch_type` None) or patch; of an object itself (not a subresource)
         with UPDATE admission before the write.
 
@@ -421,7 +418,7 @@ class FakeKubeAPIServer(AsyncService):
         resource, namespace, name = route.resource, route.namespace, route.name
         for _attempt in range(_UPDATE_ATTEMPTS):
             if patch_type is None:
-                old, new = self.store.stored(resource, namespace, name), copy.deepcopy(body)
+                old, new = self.store.get(resource, namespace, name), copy.deepcopy(body)
             else:
                 old, new = self.store.patched(resource, namespace, name, patch_type, body)
             metadata = new.get("metadata")
@@ -450,7 +447,7 @@ class FakeKubeAPIServer(AsyncService):
                     raise
         raise stale(resource, name)
 
-    async def _delete(self, request: web.Request, route: Route) -> JsonObject:
+    async def _delete(self, request: web.Request, route: Route) -> StoredObject:
         assert route.name is not None
         options = await self._body(request) or {}
         if not isinstance(options, dict):
@@ -491,8 +488,7 @@ class FakeKubeAPIServer(AsyncService):
             token = _dumps({"rv": int(version), "start": items[-1].sort_key})
             metadata["continue"] = base64.urlsafe_b64encode(token.encode()).decode()
             metadata["remainingItemCount"] = rest
-        # Encoded at once: the stored documents need no copy.
-        return _list_response(route.resource, metadata, [i.body for i in items])
+        return _list_response(route.resource, metadata, items)
 
     def _decode_continue(self, token: str) -> tuple[str, str]:
         try:
@@ -530,7 +526,7 @@ class FakeKubeAPIServer(AsyncService):
             if err.code != 410:
                 raise
             await response.prepare(request)
-            await response.write((_dumps({"type": "ERROR", "object": err.status}) + "\n").encode())
+            await response.write(_event_line("ERROR", err.status))
             await response.write_eof()
             return response
         await response.prepare(request)
@@ -562,22 +558,19 @@ class FakeKubeAPIServer(AsyncService):
                 event = await asyncio.wait_for(watcher.queue.get(), timeout=wait)
             except TimeoutError:
                 if bookmarks and deadline - loop.time() > 0:
-                    event = {
-                        "type": "BOOKMARK",
-                        "object": {
-                            "kind": resource.kind,
-                            "apiVersion": resource.api_version,
-                            "metadata": {"resourceVersion": self.store.list_version()},
-                        },
+                    bookmark = {
+                        "kind": resource.kind,
+                        "apiVersion": resource.api_version,
+                        "metadata": {"resourceVersion": self.store.list_version()},
                     }
-                else:
-                    continue
+                    await response.write(_event_line("BOOKMARK", bookmark))
+                continue
             if event is None:
                 if watcher.abort and request.transport is not None:
                     request.transport.abort()
                     return
                 break
-            await response.write((_dumps(event) + "\n").encode())
+            await response.write(_event_line(event.type, event.obj.encode()))
         with contextlib.suppress(ConnectionError):
             await response.write_eof()
 

@@ -59,8 +59,8 @@ def rfc3339(moment: datetime) -> str:
 class ObjectStore:
     """All objects of the fake cluster; the in-process API tests may use directly.
 
-    That API takes and returns documents (copies, as JSON would carry them); inside, the store
-    works on `StoredObject`s, decoded once per write."""
+    Writes take documents (as a request body carries them) and return the `StoredObject` they
+    leave, decoded once per write; reads return `StoredObject`s."""
 
     def __init__(
         self,
@@ -99,24 +99,13 @@ class ObjectStore:
             raise bad_request(f"{resource.qualified} are namespaced: a namespace is required")
         return (namespace or "") if resource.namespaced else "", name
 
-    def stored(self, resource: ResourceType, namespace: str | None, name: str) -> StoredObject:
+    def get(self, resource: ResourceType | str, namespace: str | None, name: str) -> StoredObject:
+        """The stored object (404 ApiError when absent)."""
+        resource = self.resource(resource)
         found = self._objects[resource].get(self._key(resource, namespace, name))
         if found is None:
             raise not_found(resource, name)
         return found
-
-    def get(self, resource: ResourceType | str, namespace: str | None, name: str) -> JsonObject:
-        """A copy of the stored object (404 ApiError when absent)."""
-        return self.stored(self.resource(resource), namespace, name).document()
-
-    def items(
-        self,
-        resource: ResourceType | str,
-        namespace: str | None = None,
-        selector: Selector | None = None,
-    ) -> list[JsonObject]:
-        """Copies of the matching objects, in `matching`'s order."""
-        return [obj.document() for obj in self.matching(resource, namespace, selector)]
 
     def matching(
         self,
@@ -131,7 +120,7 @@ class ObjectStore:
             obj
             for obj in found
             if (namespace is None or not obj.resource.namespaced or obj.meta.namespace == namespace)
-            and (selector is None or selector.selects(obj.meta.labels, obj.fields))
+            and (selector is None or selector.matches(obj))
         ]
 
     # --- writing --------------------------------------------------------------------------
@@ -194,7 +183,7 @@ class ObjectStore:
         body: JsonObject,
         *,
         keep_pod_status: bool = True,
-    ) -> JsonObject:
+    ) -> StoredObject:
         """Create as kube-apiserver would after admission; returns the stored object.
 
         Over HTTP a new pod's status is reset to Pending, as kube-apiserver does; the
@@ -221,7 +210,7 @@ class ObjectStore:
             metadata["generation"] = 1
         for transient in ("deletionTimestamp", "deletionGracePeriodSeconds"):
             metadata.pop(transient, None)
-        return self._commit("ADDED", resource, obj, None).document()
+        return self._commit("ADDED", resource, obj, None)
 
     def _write(self, old: StoredObject, new: JsonObject, subresource: str) -> StoredObject:
         """Finish an update or patch: preconditions, immutable fields, no-op detection."""
@@ -242,7 +231,7 @@ class ObjectStore:
         if given_uid and given_uid != old.meta.uid:
             validation.check_precondition(old, given_uid, None)
         if subresource == "status":
-            document = old.document()
+            document = copy.deepcopy(old.body)
             new = {**document, "status": new.get("status", document.get("status"))}
             metadata = new["metadata"]
         else:
@@ -294,10 +283,10 @@ class ObjectStore:
         body: JsonObject,
         *,
         subresource: str = "",
-    ) -> JsonObject:
+    ) -> StoredObject:
         """PUT: replace the object; an empty resourceVersion means unconditional."""
-        old = self.stored(self.resource(resource), namespace, name)
-        return self._write(old, copy.deepcopy(body), subresource).document()
+        old = self.get(resource, namespace, name)
+        return self._write(old, copy.deepcopy(body), subresource)
 
     def patch(
         self,
@@ -308,10 +297,10 @@ class ObjectStore:
         body: Any,
         *,
         subresource: str = "",
-    ) -> JsonObject:
+    ) -> StoredObject:
         """PATCH with one of `PATCH_TYPES`; a resourceVersion in the patch is a precondition."""
         old, patched = self.patched(resource, namespace, name, patch_type, body)
-        return self._write(old, patched, subresource).document()
+        return self._write(old, patched, subresource)
 
     def patched(
         self,
@@ -322,8 +311,8 @@ class ObjectStore:
         body: Any,
     ) -> tuple[StoredObject, JsonObject]:
         """The stored object and the patched copy of its document; nothing is written."""
-        resource = self.resource(resource)
-        old = self.stored(resource, namespace, name)
+        old = self.get(resource, namespace, name)
+        resource = old.resource
         current = copy.deepcopy(old.encode())
         try:
             if patch_type == MERGE_PATCH:
@@ -351,17 +340,17 @@ class ObjectStore:
         grace_period_seconds: int | None = None,
         uid: str | None = None,
         resource_version: str | None = None,
-    ) -> JsonObject:
+    ) -> StoredObject:
         """Delete; bound, running pods and objects with finalizers go in two steps."""
-        resource = self.resource(resource)
-        old = self.stored(resource, namespace, name)
+        old = self.get(resource, namespace, name)
+        resource = old.resource
         validation.check_precondition(old, uid, resource_version)
         grace = self._grace_period(old, grace_period_seconds)
         if grace == 0 and not old.meta.finalizers:
-            return self._commit("DELETED", resource, old.document(), old).document()
+            return self._commit("DELETED", resource, copy.deepcopy(old.body), old)
         if old.meta.deletion_timestamp and (grace is None or grace >= old.meta.deletion_grace_s):
-            return old.document()
-        new = old.document()
+            return old
+        new = copy.deepcopy(old.body)
         seconds = grace or 0
         deleted_at = self._clock.now() + timedelta(seconds=seconds)
         new["metadata"]["deletionTimestamp"] = rfc3339(deleted_at)
@@ -372,7 +361,7 @@ class ObjectStore:
         committed = self._commit("MODIFIED", resource, new, old)
         if resource is PODS and not old.meta.finalizers:
             self._finish_later(committed, seconds)
-        return committed.document()
+        return committed
 
     def _grace_period(self, obj: StoredObject, requested: int | None) -> int | None:
         if requested is not None and requested < 0:
@@ -398,7 +387,7 @@ class ObjectStore:
         def finish() -> None:
             current = self._objects[PODS].get(key)
             if current is not None and current.meta.uid == pod.meta.uid:
-                self._commit("DELETED", PODS, current.document(), current)
+                self._commit("DELETED", PODS, copy.deepcopy(current.body), current)
 
         try:
             loop = asyncio.get_running_loop()
@@ -412,7 +401,7 @@ class ObjectStore:
         once; a bound pod answers 409."""
         binding = Binding.decode(name, body)
         name = binding.pod
-        old = self.stored(PODS, namespace, name)
+        old = self.get(PODS, namespace, name)
         validation.check_precondition(old, binding.uid, binding.resource_version)
         if old.meta.deletion_timestamp:
             raise conflict(
@@ -423,7 +412,7 @@ class ObjectStore:
             raise conflict(
                 PODS, name, f'pod {name} is already assigned to node "{bound}"', "binding"
             )
-        new = old.document()
+        new = copy.deepcopy(old.body)
         new["spec"]["nodeName"] = binding.node
         if binding.annotations:
             new["metadata"].setdefault("annotations", {}).update(binding.annotations)

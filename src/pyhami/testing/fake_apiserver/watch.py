@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from pyhami.kube import JsonObject
 from pyhami.testing.fake_apiserver.objects import StoredObject
 from pyhami.testing.fake_apiserver.resources import ResourceType
 from pyhami.testing.fake_apiserver.selectors import Selector
@@ -22,14 +21,22 @@ class Change:
     old: StoredObject | None
 
 
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    """One event as a watcher sees it (its type may differ from the change's)."""
+
+    type: str  # ADDED, MODIFIED, DELETED
+    obj: StoredObject
+
+
 class Watcher:
-    """One open watch: a queue of ready-to-send events, filtered by namespace and selectors."""
+    """One open watch: a queue of its events, filtered by namespace and selectors; None ends it."""
 
     def __init__(self, resource: ResourceType, namespace: str | None, selector: Selector):
         self.resource = resource
         self.namespace = namespace
         self.selector = selector
-        self.queue: asyncio.Queue[JsonObject | None] = asyncio.Queue()
+        self.queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue()
         self.abort = False  # drop by cutting the connection instead of ending the stream
 
     def _visible(self, obj: StoredObject | None) -> bool:
@@ -37,10 +44,10 @@ class Watcher:
             return False
         if self.namespace is not None and obj.meta.namespace != self.namespace:
             return False
-        return self.selector.selects(obj.meta.labels, obj.fields)
+        return self.selector.matches(obj)
 
     def send(self, kind: str, obj: StoredObject) -> None:
-        self.queue.put_nowait({"type": kind, "object": obj.encode()})
+        self.queue.put_nowait(WatchEvent(kind, obj))
 
     def offer(self, change: Change) -> None:
         """Queue the change as this watcher sees it: leaving the selection reads as DELETED."""
