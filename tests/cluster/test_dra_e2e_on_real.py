@@ -40,7 +40,7 @@ from pyhami.kube import (
     KubeClient,
     NotFound,
 )
-from pyhami.kube.dra_manifests import claim_template, device_class
+from pyhami.kube.dra_manifests import ClaimTemplate, device_class
 from pyhami.kube.dra_views import read_claim
 from pyhami.sim.demo.cluster import DRA_DRIVER_USER, install_libvgpu
 from pyhami.sim.demo.monitors import NodeMonitor, node_monitor
@@ -230,7 +230,9 @@ async def memory_series(url: str, pod: str, timeout_s: float = 30) -> tuple[floa
 async def test_a_4gib_30_percent_claim_is_allocated_prepared_and_enforced_by_libvgpu(
     node: Node, native: Native, tmp_path: Path
 ) -> None:
-    template = claim_template(NS, {"gpu": GpuShare(memory_bytes=4096 * MIB, cores_percent=30)})
+    template = ClaimTemplate(
+        NS, {"gpu": GpuShare(memory_bytes=4096 * MIB, cores_percent=30)}
+    ).manifest()
     await node.admin.create(RESOURCE_CLAIM_TEMPLATES, template, NS)
     release = tmp_path / "release"
     steps = [str(native.drive), "ctx", "0", "alloc", "4000m", "alloc", "96m", "alloc", "1m"]
@@ -280,7 +282,7 @@ async def test_a_4gib_30_percent_claim_is_allocated_prepared_and_enforced_by_lib
 async def test_an_unhealthy_gpu_is_tainted_and_a_new_claim_is_not_allocated_on_it(
     node: Node,
 ) -> None:
-    template = claim_template(NS, {"gpu": GpuShare(memory_bytes=1024 * MIB)})
+    template = ClaimTemplate(NS, {"gpu": GpuShare(memory_bytes=1024 * MIB)}).manifest()
     await node.admin.create(RESOURCE_CLAIM_TEMPLATES, template, NS)
     node.nvml.inject_xid(0, 79)  # fallen off the bus
 

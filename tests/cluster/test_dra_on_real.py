@@ -31,7 +31,7 @@ from pyhami.kube import (
     NotFound,
     Resource,
 )
-from pyhami.kube.dra_manifests import claim_template, device_class
+from pyhami.kube.dra_manifests import ClaimTemplate, device_class
 from pyhami.kube.dra_views import read_claim
 from pyhami.testing.fake_kubelet import FakeKubelet
 from pyhami.testing.node_agent import NodeAgent
@@ -157,7 +157,9 @@ async def allocated_claim(admin: KubeClient, name: str, timeout_s: float = 30) -
 async def test_a_share_of_a_gpu_is_allocated_by_kube_scheduler_with_its_consumed_capacity(
     dra: DraCluster,
 ) -> None:
-    template = claim_template(NS, {"gpu": GpuShare(memory_bytes=4 * GIB, cores_percent=30)})
+    template = ClaimTemplate(
+        NS, {"gpu": GpuShare(memory_bytes=4 * GIB, cores_percent=30)}
+    ).manifest()
     await dra.admin.create(RESOURCE_CLAIM_TEMPLATES, template, NS)
     await dra.admin.create(PODS, claim_pod("share", template["metadata"]["name"]), NS)
 
@@ -177,7 +179,9 @@ async def test_claims_share_a_card_until_its_memory_is_spent_then_wait_with_the_
     dra: DraCluster,
 ) -> None:
     # 16 GiB + 8 GiB: six 4 GiB shares fit (four on one card, two on the other), the 7th not
-    template = claim_template(NS, {"gpu": GpuShare(memory_bytes=4 * GIB, cores_percent=10)})
+    template = ClaimTemplate(
+        NS, {"gpu": GpuShare(memory_bytes=4 * GIB, cores_percent=10)}
+    ).manifest()
     await dra.admin.create(RESOURCE_CLAIM_TEMPLATES, template, NS)
     name = template["metadata"]["name"]
     devices: list[str] = []

@@ -16,6 +16,7 @@ from pyhami.model import NodeName
 from pyhami.protocol import KEY_NVIDIA_ALLOCATED, KEY_VGPU_NODE
 from pyhami.scheduler.events import EventRecorder
 from pyhami.scheduler.eviction import LOWEST_PRIORITY_TTL, NOMINATION_MARGIN, EvictingPreemption
+from pyhami.scheduler.explanations import PreemptionExplanation
 from pyhami.scheduler.metrics import MetricsSnapshot, SchedulerMetrics
 from pyhami.scheduler.ownership import registered_inventory
 from pyhami.scheduler.state import ClusterState
@@ -152,13 +153,13 @@ async def test_the_two_victims_are_evicted_and_the_freed_card_is_held_for_the_po
         "pyhami_scheduler_preemption_victims_total", {"path": "scheduler"}
     )
     assert victims == 2
-    assert world.preemption.explanation("default/high") == {
-        "path": "scheduler",
-        "outcome": "evicted",
-        "node": "n1",
-        "victims": ["default/low-a", "default/low-b"],
-        "nodes": {"n1": world.preemption.last["default/high"][NodeName("n1")].reason},
-    }
+    assert world.preemption.explanation("default/high") == PreemptionExplanation(
+        "scheduler",
+        "evicted",
+        {NodeName("n1"): world.preemption.last["default/high"][NodeName("n1")].reason},
+        NodeName("n1"),
+        ("default/low-a", "default/low-b"),
+    )
 
     # The pod's next filter while the victims terminate: the claim again, no second eviction.
     await world.unschedulable(high)

@@ -22,6 +22,7 @@ from pyhami.devices.nvidia.vendor import NvidiaVendor
 from pyhami.engine import EngineConfig
 from pyhami.kube import NodeLocker
 from pyhami.kube.extender_wire import MAX_EXTENDER_BODY
+from pyhami.kube.scheduler_pods import SchedulerPods
 from pyhami.kube.views import read_node, read_pod
 from pyhami.scheduler.events import EventRecorder
 from pyhami.scheduler.metrics import MetricsSnapshot, SchedulerMetrics
@@ -53,7 +54,7 @@ def _app() -> web.Application:
     clock = ManualClock(NOW)
     service = FilterBind(
         state,
-        kube,
+        SchedulerPods(kube),
         NodeLocker(kube, clock=clock),
         EventRecorder(kube.create_event, "hami-scheduler", clock),
         metrics,

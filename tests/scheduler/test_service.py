@@ -12,6 +12,7 @@ from pyhami.devices.nvidia.vendor import NvidiaVendor
 from pyhami.engine import EngineConfig
 from pyhami.kube import NodeLocker
 from pyhami.kube.extender_wire import ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult
+from pyhami.kube.scheduler_pods import SchedulerPods
 from pyhami.kube.views import read_node, read_pod
 from pyhami.protocol import KEY_NODE_LOCK
 from pyhami.scheduler import explanations as explanations_module
@@ -71,7 +72,7 @@ def _service(
     clock = ManualClock(NOW)
     return FilterBind(
         state,
-        kube,
+        SchedulerPods(kube),
         NodeLocker(kube, clock=clock),
         EventRecorder(kube.create_event, "hami-scheduler", clock),
         SchedulerMetrics(MetricsSnapshot),
@@ -127,11 +128,11 @@ async def test_filter_picks_a_node_and_reserves_and_bind_records_the_decision() 
         "1 nodes node unregistered(ghost)",
     ]
     explained = service.explain(PodRef("default", "p"))
-    assert explained is not None and explained["node"] == "n1"
-    assert explained["annotations"] == {
+    assert explained is not None and explained.decision.node == "n1"
+    assert explained.annotations == {
         k: v for k, v in notes.items() if k not in ("hami.io/bind-phase", "hami.io/bind-time")
     }
-    reasons = {n["node"]: n["reason"] for n in explained["nodes"]}
+    reasons = {n: verdict.reason for n, verdict in explained.decision.verdicts.items()}
     assert reasons["ghost"] == "node unregistered"
     assert "CardInsufficientMemory" in reasons["n1-busy"]
 
@@ -146,12 +147,12 @@ async def test_explain_gives_card_detail_for_one_pod_without_explain_all() -> No
     for name, reason in (("fits", None), ("too-big", "CardInsufficientMemory")):
         explained = service.explain(PodRef("default", name))
         assert explained is not None
-        checks = {n["node"]: n["checks"] for n in explained["nodes"]}
+        checks = {n: verdict.checks for n, verdict in explained.decision.verdicts.items()}
         assert checks["n1"], "the cards of n1 were checked"
-        assert [c["reason"] for c in checks["n1-busy"]] == ["CardInsufficientMemory"]
+        assert [c.reason for c in checks["n1-busy"]] == ["CardInsufficientMemory"]
         if reason is None:
-            assert explained["node"] == "n1"
-            assert any(c["reason"] is None for c in checks["n1"])
+            assert explained.decision.node == "n1"
+            assert any(c.reason is None for c in checks["n1"])
     reserved = service.state.ledger.pod("uid-fits")
     assert reserved is not None and reserved.node == "n1", "the reservation is kept"
 
@@ -167,7 +168,7 @@ async def test_explanations_are_bounded_by_verdicts_kept(monkeypatch: pytest.Mon
     assert service.explain(PodRef("default", "b")) is None  # oldest of the six beyond 7 verdicts
     for name in ("c", "a"):
         explained = service.explain(PodRef("default", name))
-        assert explained is not None and len(explained["nodes"]) == 3
+        assert explained is not None and len(explained.decision.verdicts) == 3
 
 
 async def test_refiltering_drops_the_old_reservation_and_stale_keys() -> None:

@@ -9,6 +9,7 @@ import pytest
 from pyhami.devices.config import NvidiaConfig
 from pyhami.kube import Forbidden, JsonObject
 from pyhami.kube.admission_review import AdmissionResponse
+from pyhami.kube.dra_manifests import ClaimTemplate
 from pyhami.kube.scheduler_dra_views import read_slice_card_memories
 from pyhami.scheduler.dra_cards import DraCardMemories
 from pyhami.scheduler.webhook import PodAdmission, WebhookConfig
@@ -49,9 +50,9 @@ def test_a_share_headed_to_a_dra_node_becomes_a_claim_with_capacity_requests() -
     response, mutated = _admit(pod)
     assert response.allowed
     [template] = response.claim_templates
-    assert template["kind"] == "ResourceClaimTemplate"
-    assert template["metadata"]["namespace"] == "ns"
-    [request] = template["spec"]["spec"]["devices"]["requests"]
+    assert template.manifest()["kind"] == "ResourceClaimTemplate"
+    assert template.manifest()["metadata"]["namespace"] == "ns"
+    [request] = template.manifest()["spec"]["spec"]["devices"]["requests"]
     assert request["exactly"] == {
         "deviceClassName": "gpu.pyhami.io",
         "allocationMode": "ExactCount",
@@ -59,9 +60,7 @@ def test_a_share_headed_to_a_dra_node_becomes_a_claim_with_capacity_requests() -
         "capacity": {"requests": {"memory": str(4 * 1024**3), "cores": "30"}},
     }
     spec = mutated["spec"]
-    assert spec["resourceClaims"] == [
-        {"name": "gpu-0", "resourceClaimTemplateName": template["metadata"]["name"]}
-    ]
+    assert spec["resourceClaims"] == [{"name": "gpu-0", "resourceClaimTemplateName": template.name}]
     container = spec["containers"][0]
     assert container["resources"]["limits"] == {}
     assert container["resources"]["claims"] == [{"name": "gpu-0"}]
@@ -71,7 +70,7 @@ def test_a_share_headed_to_a_dra_node_becomes_a_claim_with_capacity_requests() -
 
 def test_a_memory_share_without_cores_has_no_sm_limit_as_in_hami() -> None:
     response, _ = _admit(_pod(_ctr(gpumem="2048"), nodeSelector=DRA_SELECTOR))
-    [request] = response.claim_templates[0]["spec"]["spec"]["devices"]["requests"]
+    [request] = response.claim_templates[0].manifest()["spec"]["spec"]["devices"]["requests"]
     assert request["exactly"]["capacity"] == {
         "requests": {"memory": str(2048 * 1024**2), "cores": "0"}
     }
@@ -81,7 +80,7 @@ def test_pods_asking_the_same_share_name_one_template() -> None:
     first, _ = _admit(_pod(_ctr(gpumem="2048"), nodeSelector=DRA_SELECTOR))
     second, _ = _admit(_pod(_ctr("other", gpumem="2048"), nodeSelector=DRA_SELECTOR))
     third, _ = _admit(_pod(_ctr(gpumem="1024"), nodeSelector=DRA_SELECTOR))
-    names = [r.claim_templates[0]["metadata"]["name"] for r in (first, second, third)]
+    names = [r.claim_templates[0].name for r in (first, second, third)]
     assert names[0] == names[1] != names[2]
 
 
@@ -90,7 +89,7 @@ def test_a_whole_gpu_pod_gets_a_claim_for_whole_cards_and_keeps_the_default_sche
     # kube-scheduler refuse every HAMi-style pod (gpumem is neither on the node nor DRA-backed)
     response, mutated = _admit(_pod(_ctr(gpu="2"), _ctr("sidecar")), mode="all")
     [template] = response.claim_templates
-    [request] = template["spec"]["spec"]["devices"]["requests"]
+    [request] = template.manifest()["spec"]["spec"]["devices"]["requests"]
     assert request["exactly"] == {
         "deviceClassName": "gpu.pyhami.io",
         "allocationMode": "ExactCount",
@@ -132,7 +131,7 @@ def test_hamis_numa_bind_keeps_a_containers_cards_on_one_numa_node(
 ) -> None:
     pod = _pod(_ctr(gpu="2"), annotations=annotations, nodeSelector=DRA_SELECTOR)
     response, _ = _admit(pod)
-    devices = response.claim_templates[0]["spec"]["spec"]["devices"]
+    devices = response.claim_templates[0].manifest()["spec"]["spec"]["devices"]
     assert devices.get("constraints", []) == [
         {"requests": ["gpu"], "matchAttribute": f"gpu.pyhami.io/{name}"} for name in constraints
     ]
@@ -141,7 +140,7 @@ def test_hamis_numa_bind_keeps_a_containers_cards_on_one_numa_node(
 def test_one_card_needs_no_topology_constraint() -> None:
     pod = _pod(_ctr(gpu="1"), annotations={"nvidia.com/numa-bind": "true"})
     response, _ = _admit(pod, mode="all")
-    assert "constraints" not in response.claim_templates[0]["spec"]["spec"]["devices"]
+    assert "constraints" not in response.claim_templates[0].manifest()["spec"]["spec"]["devices"]
 
 
 def test_card_type_and_uuid_annotations_become_selectors_on_every_request() -> None:
@@ -152,7 +151,7 @@ def test_card_type_and_uuid_annotations_become_selectors_on_every_request() -> N
     pod = _pod(_ctr(gpumem="1024"), _ctr("second", gpu="1"), annotations=annotations)
     response, _ = _admit(pod, mode="all")
     for template in response.claim_templates:
-        [request] = template["spec"]["spec"]["devices"]["requests"]
+        [request] = template.manifest()["spec"]["spec"]["devices"]["requests"]
         expressions = [s["cel"]["expression"] for s in request["exactly"]["selectors"]]
         assert expressions[0].startswith('["A100"].exists(t, ')
         assert expressions[1] == '!(device.attributes["gpu.pyhami.io"].uuid in ["GPU-0"])'
@@ -166,7 +165,7 @@ def test_a_memory_percentage_is_an_alternative_per_card_size_with_hamis_rounding
     sizes = frozenset({80 * GIB, 24 * GIB, 40 * GIB})
     response, mutated = _admit(pod, card_memories=sizes)
     assert response.allowed
-    [request] = response.claim_templates[0]["spec"]["spec"]["devices"]["requests"]
+    [request] = response.claim_templates[0].manifest()["spec"]["spec"]["devices"]["requests"]
     alternatives = request["firstAvailable"]
     assert [a["name"] for a in alternatives] == ["card-24576mib", "card-40960mib", "card-81920mib"]
     # 33 % of 24576 MiB is 8110.08 MiB: HAMi truncates
@@ -179,11 +178,11 @@ def test_a_memory_percentage_is_an_alternative_per_card_size_with_hamis_rounding
 def test_gpumem_wins_over_a_percentage_and_whole_percentages_are_the_whole_card() -> None:
     both = _pod(_ctr(gpumem="1024", **{"gpumem-percentage": "50"}), nodeSelector=DRA_SELECTOR)
     response, _ = _admit(both)  # no slice known: the percentage is not needed
-    [request] = response.claim_templates[0]["spec"]["spec"]["devices"]["requests"]
+    [request] = response.claim_templates[0].manifest()["spec"]["spec"]["devices"]["requests"]
     assert request["exactly"]["capacity"]["requests"]["memory"] == str(1024 * 1024**2)
     whole = _pod(_ctr(**{"gpumem-percentage": "100"}), nodeSelector=DRA_SELECTOR)
     response, _ = _admit(whole)
-    [request] = response.claim_templates[0]["spec"]["spec"]["devices"]["requests"]
+    [request] = response.claim_templates[0].manifest()["spec"]["spec"]["devices"]["requests"]
     assert "capacity" not in request["exactly"]
 
 
@@ -201,7 +200,7 @@ def test_multi_gpu_claims_keep_their_cards_on_one_numa_node_when_asked() -> None
         nodeSelector=DRA_SELECTOR,
     )
     response, _ = _admit(pod)
-    devices = response.claim_templates[0]["spec"]["spec"]["devices"]
+    devices = response.claim_templates[0].manifest()["spec"]["spec"]["devices"]
     assert devices["requests"][0]["exactly"]["count"] == 2
     assert devices["constraints"] == [
         {"requests": ["gpu"], "matchAttribute": "gpu.pyhami.io/numaNode"}
@@ -252,9 +251,9 @@ def test_what_has_no_dra_form_or_is_not_allowed_is_refused_naming_why(
 
 
 async def test_templates_are_created_before_the_answer_and_a_failure_refuses_the_pod() -> None:
-    created: list[JsonObject] = []
+    created: list[ClaimTemplate] = []
 
-    async def ensure(template: JsonObject) -> None:
+    async def ensure(template: ClaimTemplate) -> None:
         created.append(template)
 
     response, _ = _admit(_pod(_ctr(gpumem="1024"), nodeSelector=DRA_SELECTOR))
@@ -263,7 +262,7 @@ async def test_templates_are_created_before_the_answer_and_a_failure_refuses_the
     assert await admission.create_claim_templates(response) is response
     assert created == list(response.claim_templates)
 
-    async def refuse(template: JsonObject) -> None:
+    async def refuse(template: ClaimTemplate) -> None:
         raise Forbidden(403, "Forbidden", "the API server says no")
 
     refusing = PodAdmission(config, NvidiaConfig(), lambda _: False, ensure_object=refuse)

@@ -21,7 +21,7 @@ from typing import Any
 
 from pyhami.devices.nvidia.dra_claims import GpuShare
 from pyhami.kube.client import JsonObject
-from pyhami.kube.dra_manifests import claim_template
+from pyhami.kube.dra_manifests import ClaimTemplate
 from pyhami.kube.errors import KubeError
 from pyhami.kube.extender_wire import compact_json
 from pyhami.kube.views import _object, _strings, read_pod
@@ -216,7 +216,7 @@ def _append_env(container: JsonObject, name: str, value: str) -> None:
         env.append({"name": name, "value": value})
 
 
-def _apply(pod: JsonObject, changes: PodChanges, namespace: str) -> tuple[JsonObject, ...]:
+def _apply(pod: JsonObject, changes: PodChanges, namespace: str) -> tuple[ClaimTemplate, ...]:
     """Make `changes` in `pod` (in place); the ResourceClaimTemplates its claims name."""
     metadata = pod.get("metadata") or {}
     for part, keys in (
@@ -229,15 +229,15 @@ def _apply(pod: JsonObject, changes: PodChanges, namespace: str) -> tuple[JsonOb
         return ()
     spec = pod["spec"]
     containers = [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]
-    templates: dict[str, JsonObject] = {}
+    templates: dict[str, ClaimTemplate] = {}
     for number, (container, change) in enumerate(zip(containers, changes.containers, strict=True)):
         for name, value in change.env:
             _append_env(container, name, value)
         for name, value in change.limits:
             _set_limit(container, name, value)
         if change.claim is not None:
-            template = claim_template(namespace, {"gpu": change.claim})
-            template_name = template["metadata"]["name"]
+            template = ClaimTemplate(namespace, {"gpu": change.claim})
+            template_name = template.name
             templates.setdefault(template_name, template)
             resources = container.setdefault("resources", {})
             for part in ("limits", "requests"):
@@ -265,7 +265,7 @@ class AdmissionResponse:
     patch: Sequence[JsonObject] = ()
     warnings: Sequence[str] = ()
     # ResourceClaimTemplates the patched pod names: created before the answer is sent
-    claim_templates: Sequence[JsonObject] = ()
+    claim_templates: Sequence[ClaimTemplate] = ()
 
     @classmethod
     def allow(cls, message: str = "") -> AdmissionResponse:
@@ -280,13 +280,13 @@ class AdmissionResponse:
         return cls(allowed=False, code=code, message=message)
 
     async def create_claim_templates(
-        self, create: Callable[[JsonObject], Awaitable[None]] | None
+        self, create: Callable[[ClaimTemplate], Awaitable[None]] | None
     ) -> AdmissionResponse:
         """Create the ResourceClaimTemplates this answer's pod names (one that exists already
         is kept: templates are named by their content); when one cannot be, the pod is refused
         naming why."""
         for template in self.claim_templates:
-            name = template["metadata"]["name"]
+            name = template.name
             if create is None:
                 return self.errored(
                     500, f"cannot create ResourceClaimTemplate {name}: no API client"

@@ -92,17 +92,27 @@ def claim_spec(requests: Mapping[str, GpuShare]) -> JsonObject:
     return {"devices": devices}
 
 
-def claim_template(namespace: str, requests: Mapping[str, GpuShare]) -> JsonObject:
+@dataclass(frozen=True, slots=True)
+class ClaimTemplate:
     """A ResourceClaimTemplate for `requests`, named by its content: pods that ask for the
     same shares use one template, and creating it again changes nothing."""
-    spec = {"spec": claim_spec(requests)}
-    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
-    return {
-        "apiVersion": RESOURCE_API_VERSION,
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": f"{TEMPLATE_PREFIX}{digest}", "namespace": namespace},
-        "spec": spec,
-    }
+
+    namespace: str
+    requests: Mapping[str, GpuShare]
+
+    @property
+    def name(self) -> str:
+        return str(self.manifest()["metadata"]["name"])
+
+    def manifest(self) -> JsonObject:
+        spec = {"spec": claim_spec(self.requests)}
+        digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
+        return {
+            "apiVersion": RESOURCE_API_VERSION,
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": f"{TEMPLATE_PREFIX}{digest}", "namespace": self.namespace},
+            "spec": spec,
+        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from collections.abc import Collection
 from typing import Any, Protocol
 
 from pyhami.devices.nvidia.dra_claims import NODE_MODE_DRA, NODE_MODE_LABEL
-from pyhami.kube import JsonObject, KubeError
+from pyhami.kube import KubeError
 from pyhami.kube.extender_wire import (
     ClaimedPod,
     ExtenderArgs,
@@ -31,6 +31,7 @@ from pyhami.kube.extender_wire import (
     ExtenderBindingResult,
     ExtenderFilterResult,
 )
+from pyhami.scheduler.explanations import Explanation
 from pyhami.scheduler.extender import PodRef
 from pyhami.scheduler.server import ExtenderService
 
@@ -115,7 +116,7 @@ class DraAwareExtender:
         del self._passed[args.pod_uid]
         return ExtenderBindingResult()
 
-    def explain(self, pod: PodRef) -> JsonObject | None:
+    def explain(self, pod: PodRef) -> Explanation | None:
         return self._inner.explain(pod)
 
     def readiness(self) -> tuple[bool, str]:

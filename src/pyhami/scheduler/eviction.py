@@ -55,6 +55,7 @@ from pyhami.model import NodeName, PodView
 from pyhami.model.views import Budget, BudgetError
 from pyhami.scheduler.budgets import counted, protected, violations
 from pyhami.scheduler.events import NORMAL, WARNING, EventRecorder
+from pyhami.scheduler.explanations import PreemptionExplanation
 from pyhami.scheduler.metrics import SchedulerMetrics
 from pyhami.scheduler.state import ClusterState
 
@@ -381,20 +382,20 @@ class EvictingPreemption:
             if not pod.node_name and pod.nominated_node_name == nomination.node:
                 await self._nominate(pod.namespace, pod.name, None)
 
-    def explanation(self, pod: str) -> dict[str, Any] | None:
+    def explanation(self, pod: str) -> PreemptionExplanation | None:
         """The latest preemption for `pod` (namespace/name) as /explain shows it: the node
         chosen, its victims and every node's answer with its reason."""
         answers = self.last.get(pod)
         if answers is None:
             return None
         best, victims = self._chosen.get(pod, (None, ()))
-        return {
-            "path": PATH,
-            "outcome": self._outcomes.get(pod, ""),
-            "node": None if best is None else best.node,
-            "victims": list(victims),
-            "nodes": {node: answer.reason for node, answer in answers.items()},
-        }
+        return PreemptionExplanation(
+            PATH,
+            self._outcomes.get(pod, ""),
+            {node: answer.reason for node, answer in answers.items()},
+            None if best is None else best.node,
+            victims,
+        )
 
     def _outcome(self, outcome: str, pod: str = "") -> None:
         if pod:

@@ -1,18 +1,40 @@
-"""What `/explain` shows: the last decision per pod, kept within bounds, as JSON."""
+"""What `/explain` shows: the last decision per pod, kept within bounds, and the latest
+preemption (`explain_wire` encodes them)."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
 
 from pyhami.engine import Decision
-from pyhami.kube import JsonObject
+from pyhami.model import NodeName
 
 EXPLANATIONS_KEPT = 2048
 # Also bound what /explain keeps by node verdicts: at 1,000 nodes 2,048 decisions would hold
 # two million verdict tuples (hundreds of MB, all walked by every full GC collection).
 EXPLAINED_VERDICTS_KEPT = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """A decision, the annotations it writes, and why some nodes' registrations cannot be read."""
+
+    decision: Decision
+    annotations: Mapping[str, str]
+    registration_errors: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionExplanation:
+    """A pod's latest preemption: every node's answer and, where pyhami chose the victims
+    (`victims` not None), the node and the victims chosen."""
+
+    path: str
+    outcome: str
+    nodes: Mapping[NodeName, str]
+    node: NodeName | None = None
+    victims: tuple[str, ...] | None = None
 
 
 class Explanations:
@@ -37,49 +59,3 @@ class Explanations:
 
     def get(self, namespace: str, name: str) -> tuple[Decision, Mapping[str, str]] | None:
         return self._kept.get((namespace, name))
-
-
-def explanation_json(
-    decision: Decision, written: Mapping[str, str], registration_errors: Mapping[str, str]
-) -> JsonObject:
-    """A decision as `/explain` shows it: the answer and the annotations it writes (`written`),
-    then every node's verdict and card checks.
-
-    A node whose registration annotation cannot be read now also gets `registrationError`.
-    """
-    return {
-        "pod": f"{decision.namespace}/{decision.name}",
-        "outcome": decision.outcome.value,
-        "node": decision.node,
-        "score": decision.score,
-        "error": decision.error,
-        "annotations": dict(written),
-        "nodes": [
-            {
-                "node": str(v.node),
-                "fits": v.fits,
-                "score": v.score,
-                "reason": v.reason,
-                "reasons": {str(r): n for r, n in v.reasons.items()},
-                "cards": v.cards,
-                "checks": [_check_json(c) for c in v.checks],
-                **(
-                    {"registrationError": registration_errors[str(v.node)]}
-                    if str(v.node) in registration_errors
-                    else {}
-                ),
-            }
-            for v in decision.verdicts.values()
-        ],
-    }
-
-
-def _check_json(check: Any) -> JsonObject:
-    fields: Any = getattr(check, "__dataclass_fields__", None) or getattr(check, "_fields", ())
-    return {str(f): _plain(getattr(check, str(f))) for f in fields}
-
-
-def _plain(value: Any) -> Any:
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    return str(value)

@@ -15,7 +15,6 @@ takes the freed cards while the victims terminate.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import structlog
 from aiohttp import web
@@ -28,6 +27,7 @@ from pyhami.kube.extender_wire import (
     preemption_result,
 )
 from pyhami.model import NodeName
+from pyhami.scheduler.explanations import PreemptionExplanation
 from pyhami.scheduler.service import FilterBind, FilterRefusedError
 from pyhami.serving import read_body
 
@@ -100,18 +100,15 @@ class Preemption:
             log.info("preemption", pod=pod.ref, node=node, answer=answer.reason)
         return answers
 
-    def explanation(self, pod: str) -> dict[str, Any] | None:
+    def explanation(self, pod: str) -> PreemptionExplanation | None:
         """The latest answer for `pod` (namespace/name) as /explain shows it (kube-scheduler
         picks the node among those kept and deletes that node's victims)."""
         answers = self.last.get(pod)
         if answers is None:
             return None
         kept = any(answer.kept for answer in answers.values())
-        return {
-            "path": "extender",
-            "outcome": "kept" if kept else "no-node",
-            "nodes": {node: answer.reason for node, answer in answers.items()},
-        }
+        nodes = {node: answer.reason for node, answer in answers.items()}
+        return PreemptionExplanation("extender", "kept" if kept else "no-node", nodes)
 
 
 def preempt_route(

@@ -38,17 +38,18 @@ from pyhami.kube import (
     Clock,
     EventHandlers,
     InformerSettings,
-    JsonObject,
     KubeClient,
     LeaseLock,
     NodeLocker,
     SystemClock,
     cancel_and_wait,
 )
+from pyhami.kube.dra_manifests import ClaimTemplate
 from pyhami.kube.informer import ViewInformer
 from pyhami.kube.manifests import read_quota
 from pyhami.kube.patches import pod_labels_patch
 from pyhami.kube.scheduler_dra_views import read_slice_card_memories
+from pyhami.kube.scheduler_pods import SchedulerPods
 from pyhami.kube.views import read_node, read_pod
 from pyhami.model import NodeView
 from pyhami.protocol import LABEL_SCHEDULER_ROLE, SchedulerRole
@@ -56,6 +57,7 @@ from pyhami.scheduler.dra_cards import DraCardMemories
 from pyhami.scheduler.dra_nodes import DraAwareExtender
 from pyhami.scheduler.events import EventRecorder
 from pyhami.scheduler.eviction import EvictingPreemption
+from pyhami.scheduler.explanations import PreemptionExplanation
 from pyhami.scheduler.leader import ElectionTiming, LeaderElector
 from pyhami.scheduler.metrics import SchedulerMetrics
 from pyhami.scheduler.ownership import OWNED_ANNOTATIONS, registered_inventory
@@ -144,7 +146,7 @@ class SchedulerProcess:
         self.events = EventRecorder(client.create_event, settings.scheduler_name, self.clock)
         self.service = FilterBind(
             self.state,
-            client,
+            SchedulerPods(client),
             NodeLocker(client, timeout=settings.node_lock_timeout, clock=self.clock),
             self.events,
             self.metrics,
@@ -248,18 +250,18 @@ class SchedulerProcess:
 
     # ----- wiring ----------------------------------------------------------------------------
 
-    async def _ensure_claim_template(self, template: JsonObject) -> None:
+    async def _ensure_claim_template(self, template: ClaimTemplate) -> None:
         """The webhook's ResourceClaimTemplate (named by its content: one there already is it)."""
         with contextlib.suppress(AlreadyExists):
             await self.client.create(
-                RESOURCE_CLAIM_TEMPLATES, template, template["metadata"]["namespace"]
+                RESOURCE_CLAIM_TEMPLATES, template.manifest(), template.namespace
             )
 
     def _node_gone(self, node: NodeView) -> None:
         self.state.on_node_deleted(node)
         self.service.bind_turns.forget(node.name)
 
-    def _preemption_of(self, pod: str) -> dict[str, Any] | None:
+    def _preemption_of(self, pod: str) -> PreemptionExplanation | None:
         return self.evicting.explanation(pod) or self.preemption.explanation(pod)
 
     async def _leadership_changed(self, leading: bool) -> None:

@@ -23,7 +23,6 @@ import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from pyhami.kube import JsonObject
 from pyhami.kube.admission_review import (
     MAX_ADMISSION_BODY,
     AdmissionDecodeError,
@@ -39,6 +38,8 @@ from pyhami.kube.extender_wire import (
     ExtenderFilterResult,
     compact_json,
 )
+from pyhami.scheduler.explain_wire import encode_explanation
+from pyhami.scheduler.explanations import Explanation, PreemptionExplanation
 from pyhami.scheduler.extender import PodRef
 from pyhami.scheduler.metrics import SchedulerMetrics
 from pyhami.serving import BodyTimeoutError, Handler, read_body
@@ -53,7 +54,7 @@ class ExtenderService(Protocol):
 
     async def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult: ...
 
-    def explain(self, pod: PodRef) -> JsonObject | None: ...
+    def explain(self, pod: PodRef) -> Explanation | None: ...
 
     def readiness(self) -> tuple[bool, str]: ...
 
@@ -141,7 +142,7 @@ def build_app(
     require_client_certificate: bool = False,
     body_timeout_s: float = 10.0,
     preempt: Callable[[web.Request], Awaitable[web.Response]] | None = None,
-    preemption_of: Callable[[str], JsonObject | None] = lambda _pod: None,
+    preemption_of: Callable[[str], PreemptionExplanation | None] = lambda _pod: None,
 ) -> web.Application:
     """The main server's routes (and `/metrics` too when asked, e.g. for a single-port demo)."""
 
@@ -211,10 +212,8 @@ def build_app(
         found = service.explain(ref)
         if found is None:
             return _json(compact_json({"error": f"no decision recorded for pod {ref}"}), status=404)
-        preemption = preemption_of(str(ref))  # the victims chosen for it, and why
-        return _json(
-            compact_json(found if preemption is None else {**found, "preemption": preemption})
-        )
+        # with the victims chosen for it, and why
+        return _json(encode_explanation(found, preemption_of(str(ref))))
 
     app = web.Application(
         client_max_size=MAX_ADMISSION_BODY + 1,

@@ -35,11 +35,11 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 
@@ -49,8 +49,7 @@ from pyhami.engine import (
     PodKey,
     decide,
 )
-from pyhami.kube import Clock, JsonObject, NodeLockContentionError, NodeLocker, NotFound
-from pyhami.kube.client import resource_version
+from pyhami.kube import Clock, NodeLockContentionError, NodeLocker, NotFound
 from pyhami.kube.extender_wire import (
     ClaimedPod,
     ExtenderArgs,
@@ -58,20 +57,18 @@ from pyhami.kube.extender_wire import (
     ExtenderBindingResult,
     ExtenderFilterResult,
 )
-from pyhami.kube.patches import pod_annotations_patch, remove_annotations_patch
-from pyhami.kube.views import read_pod
+from pyhami.kube.scheduler_pods import SchedulerPods
 from pyhami.model import NodeName, NodeView, PodView
 from pyhami.protocol import (
     KEY_BIND_PHASE,
     KEY_BIND_TIME,
     KEY_NODE_LOCK,
-    LABEL_VGPU_NODE,
     BindPhase,
     format_unix_seconds,
 )
 from pyhami.scheduler.bind_turns import BindTurns, NodeTurnTimeoutError
 from pyhami.scheduler.events import NORMAL, WARNING, EventRecorder
-from pyhami.scheduler.explanations import Explanations, explanation_json
+from pyhami.scheduler.explanations import Explanation, Explanations
 from pyhami.scheduler.extender import PodRef
 from pyhami.scheduler.given_nodes import filter_given_nodes
 from pyhami.scheduler.metrics import SchedulerMetrics
@@ -101,18 +98,6 @@ BINDS_QUEUED_PER_NODE = 16
 CLAIMS_KEPT = 16384
 
 
-class SchedulerKube(Protocol):
-    """The API calls /filter and /bind make."""
-
-    async def patch_pod(self, namespace: str, name: str, body: Mapping[str, Any]) -> Any: ...
-
-    async def get_pod(self, namespace: str, name: str) -> Mapping[str, Any]: ...
-
-    async def bind_pod(
-        self, namespace: str, name: str, node: str, *, uid: str | None = None
-    ) -> Any: ...
-
-
 @dataclass(frozen=True, slots=True)
 class Leadership:
     """Leadership as the extender sees it: whether this replica leads, and which one does."""
@@ -127,7 +112,7 @@ class FilterBind:
     def __init__(
         self,
         state: ClusterState,
-        kube: SchedulerKube,
+        pods: SchedulerPods,
         locker: NodeLocker,
         events: EventRecorder,
         metrics: SchedulerMetrics,
@@ -141,7 +126,7 @@ class FilterBind:
         explain_all: bool = False,
     ) -> None:
         self.state = state
-        self.kube = kube
+        self.pods = pods
         self.locker = locker
         self.events = events
         self.metrics = metrics
@@ -276,7 +261,7 @@ class FilterBind:
         pod = self.state.pods.get((namespace, name))
         if pod is None or pod.uid != uid:
             try:
-                pod = await self._get_pod(namespace, name)
+                pod = await self.pods.read(namespace, name)
             except NotFound as err:
                 raise FilterRefusedError(f"pod {namespace}/{name} does not exist") from err
             except Exception as err:
@@ -300,10 +285,6 @@ class FilterBind:
             )
         return pod
 
-    async def _get_pod(self, namespace: str, name: str) -> PodView:
-        """The pod as the API server has it now, read into its view (PodSpecError, NotFound)."""
-        return read_pod(await self.kube.get_pod(namespace, name))
-
     async def _room(self, crowded: Callable[[], bool]) -> None:
         """Wait while `crowded()`, looking again as each bind leaves its node's turn,
         ROOM_WAIT_S at most (a node whose lock is never released must not stop filtering)."""
@@ -324,12 +305,12 @@ class FilterBind:
 
     # ----- explanations ----------------------------------------------------------------------
 
-    def explain(self, pod: PodRef) -> JsonObject | None:
+    def explain(self, pod: PodRef) -> Explanation | None:
         remembered = self._explanations.get(pod.namespace, pod.name)
         if remembered is None:
             return None
         decision, written = remembered
-        return explanation_json(
+        return Explanation(
             self._with_card_checks(decision), written, self.state.registration_errors
         )
 
@@ -382,7 +363,7 @@ class FilterBind:
         pod = self.state.pods.get((namespace, claim.name))
         if pod is None or pod.uid != claim.key:
             try:
-                pod = await self._get_pod(namespace, claim.name)
+                pod = await self.pods.read(namespace, claim.name)
             except Exception as err:
                 self.metrics.decisions.labels(verb="bind", outcome="unknown-pod").inc()
                 return ExtenderBindingResult(f'pod "{namespace}/{claim.name}" not found: {err}')
@@ -425,7 +406,7 @@ class FilterBind:
             else:
                 await recorded
             self._still_leading()
-            await self.kube.bind_pod(claim.namespace, claim.name, node, uid=claim.key)
+            await self.pods.bind(claim.namespace, claim.name, node, claim.key)
 
     async def _settle(
         self,
@@ -491,14 +472,12 @@ class FilterBind:
         stamp = format_unix_seconds(self.clock.now())
         values = {**claim.annotations, KEY_BIND_PHASE: BindPhase.ALLOCATING, KEY_BIND_TIME: stamp}
         try:
-            answer = await self.kube.patch_pod(
-                claim.namespace, claim.name, pod_annotations_patch(values)
-            )
+            version = await self.pods.annotate(claim.namespace, claim.name, values)
         except Exception as err:
             pod = f"{claim.namespace}/{claim.name}"
             raise DecisionRecordError(f"failed to record the decision on pod {pod}: {err}") from err
-        if claim.allocation is not None and isinstance(answer, Mapping):
-            self.state.recorded(claim.allocation, resource_version(answer))
+        if claim.allocation is not None:
+            self.state.recorded(claim.allocation, version)
 
     def _wait_left(self, until: float) -> float | None:
         """Seconds left to wait for a node; None (no limit) without a retry timeout."""
@@ -582,7 +561,7 @@ class FilterBind:
         if locked:
             await _quietly(self.locker.release(node, namespace, name), "lock release")
         try:
-            current = await self._get_pod(namespace, name)
+            current = await self.pods.read(namespace, name)
         except Exception as read_err:
             log.warning(
                 "bind failed and the pod cannot be read; its reservation is kept",
@@ -598,9 +577,7 @@ class FilterBind:
         if claim.allocation is None or not self.state.holds(claim.allocation):
             return
         self.state.release(claim.key)
-        body = remove_annotations_patch(self._owned)
-        body["metadata"]["labels"] = {LABEL_VGPU_NODE: None}
-        await _quietly(self.kube.patch_pod(namespace, name, body), "annotation cleanup")
+        await _quietly(self.pods.unmark(namespace, name, self._owned), "annotation cleanup")
 
 
 async def _quietly(call: Awaitable[Any], what: str) -> None:

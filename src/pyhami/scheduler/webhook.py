@@ -42,7 +42,6 @@ from pyhami.devices.nvidia.libvgpu_env import controls_libvgpu, derived_env
 from pyhami.devices.nvidia.request import check_resource_values
 from pyhami.devices.quantity import QuantityError, parse_quantity, value_ceil
 from pyhami.devices.vendor import ContainerSpecError
-from pyhami.kube import JsonObject
 from pyhami.kube.admission_review import (
     AdmissionRequest,
     AdmissionResponse,
@@ -52,6 +51,7 @@ from pyhami.kube.admission_review import (
     PodMarks,
     PodShapeError,
 )
+from pyhami.kube.dra_manifests import ClaimTemplate
 from pyhami.model import ContainerView, PodSpecError, PodView
 from pyhami.protocol import LABEL_VGPU_NODE
 from pyhami.scheduler.dra_admission import (
@@ -203,7 +203,7 @@ class PodAdmission:
         cfg: WebhookConfig,
         nvidia: NvidiaConfig,
         exceeds_quota: Callable[[PodView], bool],
-        ensure_object: Callable[[JsonObject], Awaitable[None]] | None = None,
+        ensure_object: Callable[[ClaimTemplate], Awaitable[None]] | None = None,
         dra_card_memories: Callable[[], Collection[int]] = frozenset,
     ) -> None:
         self.cfg = cfg

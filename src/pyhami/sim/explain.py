@@ -3,17 +3,17 @@
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from pyhami.devices.reasons import CardCheck
 from pyhami.engine import Decision, EngineConfig, NodeFailure, NodeVerdict, Outcome
 from pyhami.model import DeviceUsage, NodeName
 from pyhami.protocol import NVIDIA_VENDOR
-from pyhami.scheduler.explanations import explanation_json
+from pyhami.scheduler import explain_wire, explanations
+from pyhami.scheduler.explain_wire import ExplanationData
 from pyhami.scheduler.outcome import annotations_of
 from pyhami.sim.inputs import ClusterInput, InputError
 from pyhami.sim.preemption import WhatIf, what_if, what_if_data, what_if_lines
-from pyhami.sim.simulate import prepare, schedule
+from pyhami.sim.simulate import PreemptionData, prepare, schedule
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +28,18 @@ class Explanation:
     unreadable: frozenset[NodeName] = frozenset()  # nodes whose registration cannot be read
     # For a pod that fits nowhere: the victims preemption would choose, and why, per node.
     preemption: WhatIf | None = None
+
+
+class ExplainData(ExplanationData):
+    """`explain -o json|yaml`: the scheduler's `/explain` answer, each node with its cards as
+    the pod saw them, and whether earlier pending pods were placed first."""
+
+    earlierPending: int
+    afterPending: bool
+
+
+class ExplainWhatIfData(ExplainData):
+    preemption: PreemptionData
 
 
 def _matching(keys: Sequence[str], pod_ref: str) -> list[str]:
@@ -84,21 +96,24 @@ def explain(
     )
 
 
-def explanation_data(explanation: Explanation) -> dict[str, Any]:
-    """`explain -o json|yaml`: the scheduler's `/explain` answer, plus each node's cards as
-    the pod saw them and whether earlier pending pods were placed first."""
+def explanation_data(explanation: Explanation) -> ExplainData:
+    """`explain -o json|yaml` (`ExplainData`, `ExplainWhatIfData` with a preemption)."""
     unreadable = {str(node): explanation.unregistered[node] for node in explanation.unreadable}
-    data = explanation_json(explanation.decision, explanation.annotations, unreadable)
-    for node in data["nodes"]:
-        cards = explanation.cards.get(NodeName(node["node"]), ())
-        node["cardStates"] = [dataclasses.asdict(card) for card in cards]
-        if node["node"] in explanation.unregistered:
-            node["notRegistered"] = explanation.unregistered[NodeName(node["node"])]
-    data["earlierPending"] = explanation.earlier_pending
-    data["afterPending"] = explanation.after_pending
-    if explanation.preemption is not None:
-        data["preemption"] = what_if_data(explanation.preemption)
-    return data
+    decided = explanations.Explanation(explanation.decision, explanation.annotations, unreadable)
+    answer = explain_wire.explanation_data(decided)
+    for node in answer["nodes"]:
+        name = NodeName(node["node"])
+        node["cardStates"] = [dataclasses.asdict(card) for card in explanation.cards.get(name, ())]
+        if name in explanation.unregistered:
+            node["notRegistered"] = explanation.unregistered[name]
+    data = ExplainData(
+        **answer,
+        earlierPending=explanation.earlier_pending,
+        afterPending=explanation.after_pending,
+    )
+    if explanation.preemption is None:
+        return data
+    return ExplainWhatIfData(**data, preemption=what_if_data(explanation.preemption))
 
 
 def render(explanation: Explanation, *, wide: bool = False) -> str:

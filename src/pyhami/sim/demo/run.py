@@ -14,9 +14,9 @@ import ssl
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 
 import aiohttp
+from pydantic import TypeAdapter
 
 from pyhami.devices.nvidia.dra_claims import (
     CAPACITY_CORES,
@@ -33,6 +33,7 @@ from pyhami.kube.manifests import NamespaceManifest, PodManifest, PodState, read
 from pyhami.kube.resources import NAMESPACES
 from pyhami.model import PodView
 from pyhami.protocol import KEY_NVIDIA_ALLOCATED, ProtocolError, decode_pod_single_device
+from pyhami.scheduler.explain_wire import ExplanationData
 from pyhami.sim.demo.cluster import DemoCluster
 from pyhami.sim.demo.pods import DemoObject
 from pyhami.sim.demo.results import CardInfo, CardShare, NodeWhy, PodResult
@@ -196,6 +197,9 @@ async def claimed_cards(cluster: DemoCluster, state: PodState) -> tuple[CardShar
     return tuple(shares)
 
 
+EXPLANATION = TypeAdapter(ExplanationData)  # the scheduler's /explain answer
+
+
 async def explain(
     cluster: DemoCluster, http: aiohttp.ClientSession, namespace: str, name: str
 ) -> tuple[NodeWhy, ...]:
@@ -203,14 +207,9 @@ async def explain(
     async with http.get(url, params={"pod": f"{namespace}/{name}"}) as response:
         if response.status != 200:
             return ()
-        body: dict[str, Any] = await response.json()
+        answer = EXPLANATION.validate_json(await response.read())
     return tuple(
-        NodeWhy(
-            node=str(entry.get("node", "")),
-            reason=str(entry.get("reason", "")),
-            counts={str(k): int(v) for k, v in (entry.get("reasons") or {}).items()},
-            cards=int(entry.get("cards") or 0),
-        )
-        for entry in body.get("nodes") or ()
-        if not entry.get("fits")
+        NodeWhy(node["node"], node["reason"], node["reasons"], node["cards"])
+        for node in answer["nodes"]
+        if not node["fits"]
     )
