@@ -61,9 +61,9 @@ def render_chart(*values: str) -> list[dict[str, Any]]:
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 
 
-def chart_rbac_with(*values: str) -> list[dict[str, Any]]:
-    """The chart's ServiceAccounts, roles and bindings as `render_chart` renders them."""
-    return [obj for obj in render_chart(*values) if obj["kind"] in RBAC_KINDS]
+def chart_rbac_with(*values: str) -> str:
+    """The chart's ServiceAccounts, roles and bindings as `render_chart` renders them (YAML)."""
+    return yaml.safe_dump_all([obj for obj in render_chart(*values) if obj["kind"] in RBAC_KINDS])
 
 
 def assert_none_refused(demo: DemoCluster) -> None:

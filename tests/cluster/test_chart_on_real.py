@@ -2,6 +2,7 @@
 --dry-run=server`: schema, defaulting, validation and admission, nothing stored)."""
 
 import pytest
+import yaml
 
 from pyhami.controlplane import BuiltBinaries
 from pyhami.testing.real_cluster import RealControlPlane
@@ -25,7 +26,7 @@ async def test_the_rendered_chart_passes_a_server_side_dry_run(
 ) -> None:
     objects = render_chart(*values)
     async with RealControlPlane(kubernetes) as plane:
-        out = await plane.apply(objects, dry_run=True)
+        out = await plane.apply(yaml.safe_dump_all(objects), dry_run=True)
     kinds = {obj["kind"] for obj in objects}
     assert {"Deployment", "DaemonSet", "MutatingWebhookConfiguration"} & kinds
     if "dra.deviceClass.create=true" in values:

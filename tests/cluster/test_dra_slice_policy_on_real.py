@@ -59,8 +59,8 @@ async def token_of_pod_on(plane: RealControlPlane, admin: KubeClient, node: str)
         },
     )
     path = plane.workdir / f"driver-{node}.kubeconfig"
-    config = kubeconfig(plane.url, plane.ca.cert_file, token=str(answer["status"]["token"]))
-    path.write_text(yaml.safe_dump(config))
+    token = str(answer["status"]["token"])
+    path.write_text(kubeconfig(plane.url, plane.ca.cert_file, token=token))
     return await plane.client(path)
 
 
@@ -82,7 +82,8 @@ async def test_the_driver_writes_only_its_own_nodes_resource_slice(
 ) -> None:
     chart = render_chart("dra.mode=selected")
     async with RealControlPlane(kubernetes, tmp_path / "k8s", dra=True) as plane:
-        await plane.apply([o for o in chart if o["kind"] in RBAC_KINDS + POLICY_KINDS])
+        wanted = [o for o in chart if o["kind"] in RBAC_KINDS + POLICY_KINDS]
+        await plane.apply(yaml.safe_dump_all(wanted))
         admin = await plane.client(plane.admin_kubeconfig)
         on_gpu_1 = await token_of_pod_on(plane, admin, "gpu-1")
         await admin.create(NODES, {"metadata": {"name": "gpu-2"}})

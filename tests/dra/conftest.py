@@ -14,17 +14,18 @@ import pytest
 from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.dra.api import DRIVER
 from pyhami.dra.service import DraDriver, DriverOptions
-from pyhami.kube import RESOURCE_CLAIMS, KubeClient
+from pyhami.kube import KubeClient
+from pyhami.model.dra import DeviceResultView
 from pyhami.testing import FakeKubeAPIServer, FakeNVML
 from pyhami.testing.dra_kubelet import ClaimRef, DRAKubelet, DRAPluginConnection
-from pyhami.testing.dra_objects import allocation_result, claim_object, pod_using_claim
+from pyhami.testing.dra_objects import allocation_result, create_claimed_pod
 from pyhami.testing.fake_nvml import a100_80g
 
 NODE = "gpu-node-1"
 GIB = 1 << 30
 
 
-def result(device: str = "gpu-0", **overrides: Any) -> dict[str, Any]:
+def result(device: str = "gpu-0", **overrides: Any) -> DeviceResultView:
     """An allocation result in this node's pool."""
     return allocation_result(device, **{"pool": NODE, **overrides})
 
@@ -81,15 +82,13 @@ class Node:
         return await self.kubelet.wait_for_plugin(DRIVER, registrations=registrations)
 
     def claim(
-        self, name: str, results: list[dict[str, Any]], *, allocated: bool = True
+        self, name: str, results: list[DeviceResultView], *, allocated: bool = True
     ) -> ClaimRef:
         """A claim allocated with `results`, reserved for a new pod `pod-<name>`."""
-        pod = self.api.store.create(
-            "pods", "default", pod_using_claim(f"pod-{name}", name, node=NODE)
+        made = create_claimed_pod(
+            self.api.store, f"pod-{name}", name, results, node=NODE, allocated=allocated
         )
-        body = claim_object(name, results, reserved_for=pod.body, allocated=allocated)
-        created = self.api.store.create(RESOURCE_CLAIMS.plural, "default", body)
-        return ClaimRef("default", name, created.meta.uid)
+        return ClaimRef("default", name, made.claim_uid)
 
 
 async def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:

@@ -184,7 +184,7 @@ async def test_bad_claims_get_their_own_error_and_the_good_one_is_prepared(node:
     unknown = node.claim("unknown", [result("gpu-9")])
     foreign = node.claim("foreign", [result(pool="other-node")])
     unallocated = node.claim("pending", [], allocated=False)
-    admin = node.claim("admin", [{**result(), "adminAccess": True}])
+    admin = node.claim("admin", [result(admin_access=True)])
     missing = type(good)("default", "missing", "0000")
     claims = [good, other, no_memory, too_big, too_many_cores, unknown, foreign, unallocated, admin]
     response = await plugin.prepare([*claims, missing])

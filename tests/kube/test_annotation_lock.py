@@ -7,11 +7,17 @@ import pytest
 
 from pyhami.kube import NodeLockContentionError, NodeLocker, NodeLockError
 from pyhami.kube.annotation_lock import go_duration
+from pyhami.model import PodView
 from pyhami.protocol import KEY_VGPU_NODE
 from pyhami.testing import ManualClock
 from pyhami.testing.memory_nodes import MemoryNodes
 
 NOW = datetime(2026, 8, 21, 12, 0, 0, tzinfo=UTC)
+
+
+def _old(**fields: Any) -> PodView:
+    """Pod default/old, the lock's owner, with `fields`."""
+    return PodView("default/old", "default", "old", **fields)
 
 
 def _locker(api: MemoryNodes, now: datetime = NOW) -> NodeLocker:
@@ -22,7 +28,7 @@ async def test_free_node_is_locked_with_owner_and_resource_version() -> None:
     api = MemoryNodes()
     await _locker(api).lock("n1", "default", "gpu-pod")
     assert api.lock == "2026-08-21T12:00:00Z,default,gpu-pod"
-    assert api.patches[0]["metadata"]["resourceVersion"] == "1"
+    assert api.patches == ["1"]
 
 
 async def test_same_owner_is_reentrant_and_others_are_contention() -> None:
@@ -47,17 +53,17 @@ async def test_expired_and_dangling_locks_are_taken_over() -> None:
 @pytest.mark.parametrize(
     "owner",
     [
-        pytest.param({"spec": {"nodeName": "n2"}}, id="bound-elsewhere"),
-        pytest.param({"annotations": {KEY_VGPU_NODE: "n2"}}, id="scheduled-elsewhere"),
-        pytest.param({"status": {"phase": "Succeeded"}}, id="finished"),
+        pytest.param(_old(node_name="n2"), id="bound-elsewhere"),
+        pytest.param(_old(annotations={KEY_VGPU_NODE: "n2"}), id="scheduled-elsewhere"),
+        pytest.param(_old(phase="Succeeded"), id="finished"),
     ],
 )
 async def test_a_lock_whose_owner_cannot_use_the_node_any_more_is_taken_over(
-    owner: dict[str, Any],
+    owner: PodView,
 ) -> None:
     """A scheduler killed between its lock and its binding leaves the lock; the pod, scheduled
     again, may land on another node: that lock must not hold this node for 5 minutes."""
-    api = MemoryNodes("2026-08-21T11:59:59Z,default,old", placed={("default", "old"): owner})
+    api = MemoryNodes("2026-08-21T11:59:59Z,default,old", placed=[owner])
     await _locker(api).lock("n1", "default", "new")
     assert api.lock == "2026-08-21T12:00:00Z,default,new"
 
@@ -65,15 +71,15 @@ async def test_a_lock_whose_owner_cannot_use_the_node_any_more_is_taken_over(
 @pytest.mark.parametrize(
     "owner",
     [
-        pytest.param({}, id="pending"),
-        pytest.param({"annotations": {KEY_VGPU_NODE: "n1"}}, id="scheduled-here"),
-        pytest.param({"spec": {"nodeName": "n1"}, "status": {"phase": "Pending"}}, id="bound-here"),
+        pytest.param(_old(), id="pending"),
+        pytest.param(_old(annotations={KEY_VGPU_NODE: "n1"}), id="scheduled-here"),
+        pytest.param(_old(node_name="n1", phase="Pending"), id="bound-here"),
     ],
 )
 async def test_a_lock_whose_owner_may_still_be_allocated_here_is_contention(
-    owner: dict[str, Any],
+    owner: PodView,
 ) -> None:
-    api = MemoryNodes("2026-08-21T11:59:59Z,default,old", placed={("default", "old"): owner})
+    api = MemoryNodes("2026-08-21T11:59:59Z,default,old", placed=[owner])
     with pytest.raises(NodeLockContentionError):
         await _locker(api).lock("n1", "default", "new")
     assert api.lock == "2026-08-21T11:59:59Z,default,old"

@@ -27,7 +27,7 @@ from pyhami.monitor.service import MonitorService
 from pyhami.monitor.settings import MonitorSettings
 from pyhami.protocol import RECORD_FILE_NAME, encode_pod_single_device
 from pyhami.testing import FakeKubeAPIServer, FakeNVML
-from pyhami.testing.dra_objects import allocation_result, claim_object, pod_using_claim
+from pyhami.testing.dra_objects import allocation_result, create_claimed_pod
 from pyhami.testing.fake_nvml import a100_80g
 
 from .builders import NODE, pod_object
@@ -51,14 +51,11 @@ class Node:
     async def prepared(self, name: str, memory: str, cores: str) -> tuple[ClaimKey, Path]:
         """A pod using a claim for `memory` and `cores` of the node's second GPU, prepared;
         returns the claim and the container's folder."""
-        pod = self.api.store.create("pods", "default", pod_using_claim(name, name, node=NODE))
         results = [allocation_result("gpu-1", pool=NODE, memory=memory, cores=cores)]
-        claim = self.api.store.create(
-            "resourceclaims", "default", claim_object(name, results, reserved_for=pod.body)
-        )
-        key = ClaimKey("default", name, claim.meta.uid)
+        made = create_claimed_pod(self.api.store, name, name, results, node=NODE)
+        key = ClaimKey("default", name, made.claim_uid)
         await self.preparer.prepare(key)
-        return key, self.vgpu / "containers" / f"{pod.meta.uid}_main"
+        return key, self.vgpu / "containers" / f"{made.pod_uid}_main"
 
     async def scrape(self, pod: str) -> dict[Sample, None]:
         """The pod's container samples after one tick (as a set that keeps the order)."""

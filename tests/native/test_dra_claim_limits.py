@@ -15,7 +15,7 @@ from pyhami.dra.slices import read_facts
 from pyhami.kube import KubeClient
 from pyhami.testing import FakeKubeAPIServer, FakeNVML
 from pyhami.testing.dra_kubelet import cdi_edits
-from pyhami.testing.dra_objects import allocation_result, claim_object, pod_using_claim
+from pyhami.testing.dra_objects import allocation_result, create_claimed_pod
 from pyhami.testing.fake_nvml import a100_80g
 
 from .conftest import GiB, Harness, read_region
@@ -30,11 +30,8 @@ async def _prepared_container_env(tmp_path: Path) -> dict[str, str]:
     hook = tmp_path / "hook"
     (hook / "vgpu").mkdir(parents=True)
     async with FakeKubeAPIServer() as api, KubeClient(api.configuration()) as kube:
-        pod = api.store.create("pods", "default", pod_using_claim("p", "c", node=NODE))
         results = [allocation_result("gpu-0", pool=NODE, memory="4Gi", cores="30")]
-        claim = api.store.create(
-            "resourceclaims", "default", claim_object("c", results, reserved_for=pod.body)
-        )
+        made = create_claimed_pod(api.store, "p", "c", results, node=NODE)
         preparer = Preparer(
             kube,
             NODE,
@@ -43,7 +40,7 @@ async def _prepared_container_env(tmp_path: Path) -> dict[str, str]:
             Checkpoint(tmp_path / "checkpoint.json"),
             cdi_dir=tmp_path / "cdi",
         )
-        prepared = await preparer.prepare(ClaimKey("default", "c", claim.meta.uid))
+        prepared = await preparer.prepare(ClaimKey("default", "c", made.claim_uid))
     [device_id] = prepared.cdi_ids
     edits = cdi_edits(tmp_path / "cdi", device_id)
     mounts = {m.container_path: m.host_path for m in edits.mounts}

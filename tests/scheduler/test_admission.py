@@ -154,4 +154,4 @@ def test_a_pod_known_only_by_generate_name_is_read_in_the_request_namespace() ->
     request = AdmissionRequest.from_http(json.dumps(review).encode(), "application/json")
     assert request.marks.labels == {"app": "x"}
     pod = request.pod()
-    assert (pod.view.ref, pod.node_selector, pod.privileged) == ("ns/job-", {"k": "v"}, None)
+    assert (pod.view.ref, pod.view.node_selector, pod.privileged) == ("ns/job-", {"k": "v"}, None)

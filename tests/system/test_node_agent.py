@@ -14,7 +14,9 @@ import pytest
 from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.deviceplugin.config import VgpuConfig
 from pyhami.deviceplugin.service import DevicePlugin, PluginOptions
-from pyhami.kube import JsonObject, KubeClient, NotFound, cancel_and_wait, guarded_task
+from pyhami.kube import LEASES, JsonObject, KubeClient, NotFound, cancel_and_wait, guarded_task
+from pyhami.kube.views import read_container
+from pyhami.model import PodView
 from pyhami.testing import FakeKubeAPIServer, FakeKubelet, FakeNVML
 from pyhami.testing.fake_apiserver import StoredObject
 from pyhami.testing.fake_nvml import a100_80g
@@ -39,14 +41,14 @@ class Runtime:
         self.running: set[tuple[str, str]] = set()
         self.stopped: list[tuple[str, str]] = []
 
-    async def start(self, pod: JsonObject, container: StartedContainer) -> None:
+    async def start(self, pod: PodView, container: StartedContainer) -> None:
         if container.name == "broken":
             raise OSError("exec format error")
-        self.running.add((pod["metadata"]["name"], container.name))
+        self.running.add((pod.name, container.name))
 
-    async def stop(self, pod: JsonObject, container: StartedContainer) -> None:
-        self.running.discard((pod["metadata"]["name"], container.name))
-        self.stopped.append((pod["metadata"]["name"], container.name))
+    async def stop(self, pod: PodView, container: StartedContainer) -> None:
+        self.running.discard((pod.name, container.name))
+        self.stopped.append((pod.name, container.name))
 
 
 class Claims:
@@ -57,7 +59,7 @@ class Claims:
         self.failures = 0
         self.tries = 0
 
-    async def prepare(self, pod: JsonObject) -> dict[str, ContainerEdits]:
+    async def prepare(self, pod: PodView) -> dict[str, ContainerEdits]:
         self.tries += 1
         if self.failures:
             self.failures -= 1
@@ -265,14 +267,18 @@ async def test_node_advertises_the_plugins_devices_as_kubelet_does(node: Node) -
     ],
 )
 def test_device_count_reads_the_extended_resource(resources: JsonObject, want: int) -> None:
-    assert device_count({"name": "c", "resources": resources}, "nvidia.com/gpu") == want
+    container = read_container({"name": "c", "resources": resources}, init=False)
+    assert device_count(container, "nvidia.com/gpu") == want
 
 
 @pytest.mark.parametrize("value", ["1.5", "-1", "two"])
 def test_device_count_refuses_what_kubelet_refuses(value: str) -> None:
     with pytest.raises(AdmissionFailedError, match=r"nvidia\.com/gpu"):
         device_count(
-            {"name": "c", "resources": {"limits": {"nvidia.com/gpu": value}}}, "nvidia.com/gpu"
+            read_container(
+                {"name": "c", "resources": {"limits": {"nvidia.com/gpu": value}}}, init=False
+            ),
+            "nvidia.com/gpu",
         )
 
 
@@ -286,13 +292,13 @@ async def test_the_agent_registers_its_node_and_renews_its_lease() -> None:
         await agent.register_node({"gpu": "on"})
         again = await agent.register_node({"gpu": "on"})  # a restart keeps the Node
         node = api.store.get("nodes", None, NODE).body
-        assert node["metadata"]["uid"] == again["metadata"]["uid"]
+        assert node["metadata"]["uid"] == again.uid
         assert node["metadata"]["labels"]["gpu"] == "on"
         assert node["metadata"]["labels"]["kubernetes.io/hostname"] == NODE
         assert node["status"]["allocatable"]["pods"] == "110"
         async with agent:
-            first = await _renewed(agent, "")
-            second = await _renewed(agent, first["spec"]["renewTime"])
+            first = await _renewed(client, "")
+            second = await _renewed(client, first["spec"]["renewTime"])
         assert second["spec"]["holderIdentity"] == NODE
         assert second["spec"]["leaseDurationSeconds"] == 40
         [owner] = second["metadata"]["ownerReferences"]
@@ -303,12 +309,12 @@ async def test_the_agent_registers_its_node_and_renews_its_lease() -> None:
         )
 
 
-async def _renewed(agent: NodeAgent, after: str) -> JsonObject:
+async def _renewed(client: KubeClient, after: str) -> JsonObject:
     """The node's Lease once its renewTime is later than `after`."""
     async with asyncio.timeout(5):
         while True:
             with contextlib.suppress(NotFound):
-                lease = await agent.lease()
+                lease = await client.get(LEASES, NODE, "kube-node-lease")
                 if lease["spec"]["renewTime"] > after:
                     return lease
             await asyncio.sleep(0.02)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pyhami.kube import EVENTS, NODES, KubeClient
+from pyhami.kube.views import read_pod
 from pyhami.testing import ExtenderConfig, FakeKubeAPIServer, KubeSchedulerHarness
 from pyhami.testing.certs import write_serving_certificate
 from pyhami.testing.scheduler_harness import (
@@ -265,7 +266,8 @@ def test_config_parsing() -> None:
     chart = ExtenderConfig.hami_chart("https://127.0.0.1:443")
     assert chart.tls_insecure and chart.node_cache_capable and chart.bind_verb == "bind"
     assert [r.name for r in chart.managed_resources] == list(HAMI_NVIDIA_RESOURCES)
-    assert chart.interested_in(pod("x", gpus=1)) and not chart.interested_in(pod("y"))
+    assert chart.interested_in(read_pod(pod("x", gpus=1)))
+    assert not chart.interested_in(read_pod(pod("y")))
     with pytest.raises(ValueError, match="urlPrefix"):
         ExtenderConfig(url_prefix="127.0.0.1:443")
 

@@ -25,7 +25,7 @@ from pyhami.kube.dra_manifests import ClaimTemplate
 from pyhami.kube.errors import KubeError
 from pyhami.kube.extender_wire import compact_json
 from pyhami.kube.views import _object, _strings, read_pod
-from pyhami.model import PodSpecError, PodView
+from pyhami.model import PodView
 
 # controller-runtime's admission body limit.
 MAX_ADMISSION_BODY = 7 << 20
@@ -68,7 +68,6 @@ class AdmittedPod:
 
     view: PodView
     runtime_class_name: str = ""
-    node_selector: Mapping[str, str] = field(default_factory=dict)
     privileged: str | None = None  # the first container (init first) with privileged: true
 
 
@@ -167,9 +166,6 @@ class AdmissionRequest:
         name = metadata.get("name") or metadata.get("generateName") or "<unnamed>"
         named = {**metadata, "name": name, "namespace": self._pod_namespace()}
         view = read_pod({**pod, "metadata": named})
-        selector = spec.get("nodeSelector") or {}
-        if not isinstance(selector, dict):
-            raise PodSpecError(f"pod {view.ref}: spec.nodeSelector must be an object")
         privileged = (
             c for c in containers if (c.get("securityContext") or {}).get("privileged") is True
         )
@@ -177,7 +173,6 @@ class AdmissionRequest:
         return AdmittedPod(
             view=view,
             runtime_class_name=runtime_class if isinstance(runtime_class, str) else "",
-            node_selector=selector,
             privileged=next((str(c.get("name", "")) for c in privileged), None),
         )
 

@@ -212,29 +212,13 @@ def read_pod_state(pod: Mapping[str, Any]) -> PodState:
         ),
         None,
     )
-    spec = pod.get("spec") or {}
-    # The pod's name for a claim -> the ResourceClaim's own name: named in the spec, or, when
-    # made from a template, in the status.
-    claim_of = {
-        str(entry.get("name", "")): str(entry.get("resourceClaimName") or "")
-        for entry in (
-            *(spec.get("resourceClaims") or ()),
-            *(status.get("resourceClaimStatuses") or ()),
-        )
-    }
     claims = tuple(
-        ClaimUse(str(container.get("name", "")), claim_of[name], str(ref.get("request") or ""))
-        for container in [*spec.get("initContainers", ()), *spec.get("containers", ())]
-        for ref in (container.get("resources") or {}).get("claims") or ()
-        if claim_of.get(name := str(ref.get("name", "")))
+        ClaimUse(container.name, view.resource_claims[name], request)
+        for container in view.all_containers
+        for name, request in container.claims
+        if name in view.resource_claims
     )
     return PodState(view, str(status.get("message", "")), unscheduled, claims)
-
-
-def taint_effects(node: Mapping[str, Any]) -> frozenset[str]:
-    """The effects of the node's taints (NoSchedule: no new pod goes there)."""
-    taints = (node.get("spec") or {}).get("taints") or ()
-    return frozenset(str(taint.get("effect", "")) for taint in taints)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,8 @@ the engine and the device plugin agree on what a pod asks for. A value that
 cannot be read is a `PodSpecError` (`NodeSpecError`) naming the object and the field.
 """
 
+import functools
+import sys
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -21,7 +23,14 @@ from pyhami.model import (
     PodSpecError,
     PodView,
 )
-from pyhami.model.views import Budget, BudgetError, SelectorRequirement
+from pyhami.model.views import (
+    Budget,
+    BudgetError,
+    ExtendedClaimView,
+    SelectorRequirement,
+    TaintView,
+    TolerationView,
+)
 
 # One shared empty mapping: most pods have no requests, many no labels, and an empty copy per
 # view costs ~110 bytes (the scheduler keeps a view of every pod).
@@ -86,6 +95,12 @@ def read_container(value: Mapping[str, Any], *, init: bool) -> ContainerView:
             if isinstance(item, Mapping) and isinstance(item.get("name"), str)
         ),
         sidecar=init and is_sidecar(value),
+        image=sys.intern(_text(value.get("image"))),  # one string per image, not per pod
+        command=tuple(str(word) for key in ("command", "args") for word in _list(value.get(key))),
+        claims=tuple(
+            (_text(entry.get("name")), _text(entry.get("request")))
+            for entry in _entries(resources.get("claims"))
+        ),
     )
 
 
@@ -175,6 +190,17 @@ def read_pod(pod: Mapping[str, Any]) -> PodView:
         containers=_containers(spec, "containers", ref),
         init_statuses=_init_statuses(status, ref),
         resource_version=_text(metadata.get("resourceVersion")),
+        resource_claims=_claim_names(spec, status),
+        extended_claim=_extended_claim(status),
+        tolerations=_tolerations(
+            tuple(
+                _texts(t, "key", "operator", "value", "effect")
+                for t in _entries(spec.get("tolerations"))
+            )
+        ),
+        node_selector=_strings(
+            spec.get("nodeSelector"), f"pod {ref}: spec.nodeSelector", "node selector"
+        ),
     )
 
 
@@ -185,6 +211,7 @@ def read_node(node: Mapping[str, Any]) -> NodeView:
     if not isinstance(name, str) or not name:
         raise NodeSpecError("node has no metadata.name")
     status = _object(node.get("status"), f"node {name}: status", NodeSpecError)
+    spec = _object(node.get("spec"), f"node {name}: spec", NodeSpecError)
     return NodeView(
         name=name,
         labels=_strings(
@@ -200,6 +227,53 @@ def read_node(node: Mapping[str, Any]) -> NodeView:
             _object(status.get("allocatable"), f"node {name}: status.allocatable", NodeSpecError)
         ),
         resource_version=_text(metadata.get("resourceVersion")),
+        uid=_text(metadata.get("uid")),
+        ready=all(
+            c.get("status") == "True"
+            for c in _entries(status.get("conditions"))
+            if c.get("type") == "Ready"
+        ),
+        unschedulable=spec.get("unschedulable") is True,
+        taints=tuple(
+            TaintView(*_texts(t, "key", "value", "effect")) for t in _entries(spec.get("taints"))
+        ),
+    )
+
+
+def _list(value: object) -> list[object]:
+    return value if isinstance(value, list) else []
+
+
+def _entries(value: object) -> list[Mapping[str, Any]]:
+    """The objects of an optional list; anything else in it is left out."""
+    return [entry for entry in _list(value) if isinstance(entry, Mapping)]
+
+
+def _texts(entry: Mapping[str, Any], *keys: str) -> tuple[str, ...]:
+    return tuple(_text(entry.get(key)) for key in keys)
+
+
+def _claim_names(spec: Mapping[str, Any], status: Mapping[str, Any]) -> Mapping[str, str]:
+    """Pod claim name -> ResourceClaim name, for the claims that have one yet."""
+    names = {
+        _text(entry.get("name")): _text(entry.get("resourceClaimName"))
+        for entry in _entries(spec.get("resourceClaims"))
+        + _entries(status.get("resourceClaimStatuses"))
+        if _text(entry.get("resourceClaimName"))
+    }
+    return _frozen(names)
+
+
+def _extended_claim(status: Mapping[str, Any]) -> ExtendedClaimView | None:
+    extended = status.get("extendedResourceClaimStatus")
+    if not isinstance(extended, Mapping):
+        return None
+    return ExtendedClaimView(
+        claim_name=_text(extended.get("resourceClaimName")),
+        mappings=tuple(
+            _texts(mapping, "containerName", "resourceName", "requestName")
+            for mapping in _entries(extended.get("requestMappings"))
+        ),
     )
 
 
@@ -254,3 +328,10 @@ def _requirements(selector: object, name: str) -> tuple[SelectorRequirement, ...
         values = frozenset(str(value) for value in expression.get("values") or ())
         found.append(SelectorRequirement(str(expression.get("key") or ""), operator, values))
     return tuple(found)
+
+
+@functools.lru_cache(maxsize=1024)
+def _tolerations(entries: tuple[tuple[str, ...], ...]) -> tuple[TolerationView, ...]:
+    """The views of a pod's tolerations, shared by the pods that have the same ones (most pods
+    of a cluster have one of a few sets: the scheduler keeps 10,000 views)."""
+    return tuple(TolerationView(*entry) for entry in entries)

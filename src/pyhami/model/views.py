@@ -28,6 +28,10 @@ class ContainerView:
     # A native sidecar: an init container with `restartPolicy: Always` (Kubernetes 1.28+),
     # which keeps running beside the app containers.
     sidecar: bool = False
+    image: str = ""
+    command: tuple[str, ...] = ()  # `command` then `args`, as the runtime executes them
+    # (pod claim name, request name or "" for the whole claim) of each `resources.claims` entry
+    claims: tuple[tuple[str, str], ...] = ()
 
     @property
     def label(self) -> str:
@@ -61,6 +65,35 @@ class InitStatusView:
 
 
 @dataclass(frozen=True, slots=True)
+class TaintView:
+    """One `spec.taints` entry of a node."""
+
+    key: str
+    value: str = ""
+    effect: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TolerationView:
+    """One `spec.tolerations` entry of a pod."""
+
+    key: str = ""
+    operator: str = ""  # "Exists" or "Equal" ("" means Equal)
+    value: str = ""
+    effect: str = ""  # "" tolerates every effect
+
+
+@dataclass(frozen=True, slots=True)
+class ExtendedClaimView:
+    """`status.extendedResourceClaimStatus`: the claim kube-scheduler made for the extended
+    resources a DeviceClass backs on the pod's node."""
+
+    claim_name: str
+    # (container, resource, request name in the claim) of each request mapping
+    mappings: tuple[tuple[str, ...], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class PodView:
     """One pod: identity, the annotations and spec fields pyhami decides on, its containers."""
 
@@ -82,6 +115,12 @@ class PodView:
     containers: tuple[ContainerView, ...] = ()
     init_statuses: tuple[InitStatusView, ...] = ()
     resource_version: str = ""
+    # pod claim name -> its ResourceClaim's name (`spec.resourceClaims`, then the names
+    # `status.resourceClaimStatuses` gives the claims made from templates)
+    resource_claims: Mapping[str, str] = field(default_factory=dict)
+    extended_claim: ExtendedClaimView | None = None
+    tolerations: tuple[TolerationView, ...] = ()
+    node_selector: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def ref(self) -> str:
@@ -113,6 +152,10 @@ class NodeView:
     annotations: Mapping[str, str] = field(default_factory=dict)
     allocatable: Mapping[str, object] = field(default_factory=dict)
     resource_version: str = ""
+    uid: str = ""
+    ready: bool = True  # no Ready condition says otherwise
+    unschedulable: bool = False  # spec.unschedulable: cordoned
+    taints: tuple[TaintView, ...] = ()
 
 
 class BudgetError(ValueError):

@@ -18,17 +18,17 @@ when read-only.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import grpc.aio
-import yaml
 
-from pyhami.kube import RESOURCE_CLAIMS, JsonObject, KubeClient, KubeError
-from pyhami.testing.dra_kubelet import ClaimRef, DRAKubelet, DRAKubeletError
+from pyhami.kube import RESOURCE_CLAIMS, KubeClient, KubeError
+from pyhami.kube.dra_views import read_claim
+from pyhami.kube.manifests import ClaimUse
+from pyhami.model import PodView
+from pyhami.model.dra import ClaimSpecError
+from pyhami.testing.dra_kubelet import ClaimRef, DRAKubelet, DRAKubeletError, cdi_edits
 from pyhami.testing.node_agent import (
     ClaimsNotPreparedError,
     ContainerEdits,
@@ -37,98 +37,44 @@ from pyhami.testing.node_agent import (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class _Use:
-    """One container's use of a claim: all its devices, or those of one request."""
-
-    container: str
-    claim: str
-    request: str | None
-
-
-def _claim_names(pod: Mapping[str, Any]) -> dict[str, str]:
-    """The pod's claim entry name -> the ResourceClaim's name."""
-    names = {
-        str(entry["name"]): str(entry["resourceClaimName"])
-        for entry in (pod.get("spec") or {}).get("resourceClaims") or ()
-        if entry.get("resourceClaimName")
-    }
-    for entry in (pod.get("status") or {}).get("resourceClaimStatuses") or ():
-        if entry.get("resourceClaimName"):
-            names[str(entry["name"])] = str(entry["resourceClaimName"])
-    return names
-
-
-def claim_uses(pod: Mapping[str, Any]) -> list[_Use]:
+def claim_uses(pod: PodView) -> list[ClaimUse]:
     """Every (container, claim, request) the pod's containers use."""
-    spec = pod.get("spec") or {}
-    names = _claim_names(pod)
     uses = []
-    for container in [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]:
-        for entry in (container.get("resources") or {}).get("claims") or ():
-            claim = names.get(str(entry.get("name", "")))
+    for container in pod.all_containers:
+        for entry, request in container.claims:
+            claim = pod.resource_claims.get(entry)
             if claim is None:
                 raise ClaimsNotPreparedError(
-                    f"container {container.get('name')!r} uses claim {entry.get('name')!r}, "
+                    f"container {container.label} uses claim {entry!r}, "
                     "which has no ResourceClaim yet"
                 )
-            uses.append(_Use(str(container.get("name", "")), claim, entry.get("request")))
-    extended = (pod.get("status") or {}).get("extendedResourceClaimStatus") or {}
-    for mapping in extended.get("requestMappings") or ():
-        uses.append(
-            _Use(
-                str(mapping["containerName"]),
-                str(extended["resourceClaimName"]),
-                str(mapping["requestName"]),
-            )
-        )
+            uses.append(ClaimUse(container.name, claim, request))
+    extended = pod.extended_claim
+    if extended is not None:
+        uses += [ClaimUse(name, extended.claim_name, req) for name, _, req in extended.mappings]
     return uses
 
 
-def _spec_files(directories: Iterable[Path]) -> list[Path]:
-    files: list[Path] = []
-    for directory in directories:
-        if directory.is_dir():
-            files += sorted(p for p in directory.iterdir() if p.suffix in (".json", ".yaml"))
-    return files
-
-
-def _read_spec(path: Path) -> JsonObject:
-    text = path.read_text()
-    spec = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    if not isinstance(spec, dict) or not isinstance(spec.get("kind"), str):
-        raise ClaimsNotPreparedError(f"CDI spec {path} has no kind")
-    return spec
-
-
-def resolve_cdi(device_ids: Sequence[str], directories: Iterable[Path]) -> ContainerEdits:
-    """The env and mounts CDI device ids add (a later device's env wins, as in the runtime)."""
-    specs = [(path, _read_spec(path)) for path in _spec_files(directories)]
+def resolve_cdi(device_ids: Sequence[str], directories: Sequence[Path]) -> ContainerEdits:
+    """The env and mounts CDI device ids add (a later device's env wins, as in the runtime);
+    ClaimsNotPreparedError when a device is in no spec of `directories`."""
     envs: dict[str, str] = {}
     mounts: list[ContainerMount] = []
     for device_id in device_ids:
-        kind, sep, name = device_id.partition("=")
-        if not sep or "/" not in kind:
-            raise ClaimsNotPreparedError(f"CDI device id {device_id!r} is not vendor/class=name")
-        edits = [
-            [spec.get("containerEdits") or {}, device.get("containerEdits") or {}]
-            for _path, spec in specs
-            if spec["kind"] == kind
-            for device in spec.get("devices") or ()
-            if device.get("name") == name
+        errors = []
+        for directory in directories:
+            try:
+                edits = cdi_edits(directory, device_id)
+                break
+            except DRAKubeletError as err:
+                errors.append(str(err))
+        else:
+            why = "; ".join(errors) or "no CDI directory"
+            raise ClaimsNotPreparedError(f"unresolvable CDI device {device_id}: {why}")
+        envs.update(edits.env)
+        mounts += [
+            ContainerMount(m.container_path, m.host_path, "ro" in m.options) for m in edits.mounts
         ]
-        if not edits:
-            raise ClaimsNotPreparedError(f"unresolvable CDI device {device_id}: no spec names it")
-        for edit in edits[0]:
-            for line in edit.get("env") or ():
-                key, _, value = str(line).partition("=")
-                envs[key] = value
-            mounts += [
-                ContainerMount(
-                    str(m["containerPath"]), str(m["hostPath"]), "ro" in (m.get("options") or ())
-                )
-                for m in edit.get("mounts") or ()
-            ]
     return ContainerEdits(tuple(device_ids), envs, tuple(mounts))
 
 
@@ -146,12 +92,11 @@ class ClaimPreparer:
     def claims_of(self, pod_key: PodKey) -> list[PodKey]:
         return sorted(claim for claim, pods in self._users.items() if pod_key in pods)
 
-    async def prepare(self, pod: JsonObject) -> dict[str, ContainerEdits]:
+    async def prepare(self, pod: PodView) -> dict[str, ContainerEdits]:
         """Prepare the pod's claims; container name -> the edits its devices add. Raises
         ClaimsNotPreparedError (a claim not readable or not allocated yet, a driver not registered
         or failing, a CDI device not resolvable)."""
-        metadata = pod.get("metadata") or {}
-        namespace, pod_name = str(metadata.get("namespace", "")), str(metadata.get("name", ""))
+        namespace, pod_name = pod.namespace, pod.name
         uses = claim_uses(pod)
         devices: dict[str, list[tuple[tuple[str, ...], tuple[str, ...]]]] = {}
         for claim_name in sorted({use.claim for use in uses}):
@@ -160,7 +105,7 @@ class ClaimPreparer:
         edits: dict[str, list[str]] = {}
         for use in uses:
             for requests, cdi_ids in devices[use.claim]:
-                if use.request is None or use.request in requests:
+                if not use.request or use.request in requests:
                     edits.setdefault(use.container, []).extend(cdi_ids)
         return {name: resolve_cdi(ids, self._cdi_dirs) for name, ids in edits.items()}
 
@@ -168,16 +113,14 @@ class ClaimPreparer:
         self, namespace: str, name: str
     ) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
         try:
-            claim = await self._client.get(RESOURCE_CLAIMS, name, namespace)
-        except KubeError as err:
+            claim = read_claim(await self._client.get(RESOURCE_CLAIMS, name, namespace))
+        except (KubeError, ClaimSpecError) as err:
             # e.g. 403 until the Node authorizer's graph links the newly bound pod to its claim
             raise ClaimsNotPreparedError(f"ResourceClaim {namespace}/{name}: {err}") from err
-        allocation = (claim.get("status") or {}).get("allocation")
-        if not allocation:
+        if not claim.allocated:
             raise ClaimsNotPreparedError(f"ResourceClaim {namespace}/{name} is not allocated")
-        results = (allocation.get("devices") or {}).get("results") or ()
-        drivers = sorted({str(result["driver"]) for result in results})
-        ref = ClaimRef(namespace, name, str(claim["metadata"]["uid"]))
+        drivers = sorted({result.driver for result in claim.results})
+        ref = ClaimRef(namespace, name, claim.uid)
         prepared: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
         for driver in drivers:
             try:

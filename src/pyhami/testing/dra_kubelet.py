@@ -15,7 +15,6 @@ supported service it speaks, an absolute endpoint), tells the plugin with
 
 import asyncio
 import contextlib
-import json
 import logging
 import shutil
 import tempfile
@@ -26,6 +25,7 @@ from types import TracebackType
 
 import grpc
 import grpc.aio
+import yaml
 
 from pyhami.dra.api import (
     DRA_PLUGIN_SERVICE,
@@ -76,16 +76,17 @@ class CdiEdits:
 
 def cdi_edits(cdi_dir: Path, device_id: str) -> CdiEdits:
     """The container edits of the fully qualified CDI device `vendor/class=name`, looked up in
-    the spec files of `cdi_dir` as a runtime does (spec-wide edits first, then the device's)."""
+    the spec files (JSON or YAML) of `cdi_dir` as a runtime does (spec-wide edits first, then
+    the device's)."""
     kind, sep, name = device_id.partition("=")
     if not sep or "/" not in kind or not name:
         raise DRAKubeletError(f"{device_id!r} is not a CDI device id (vendor/class=name)")
-    for path in sorted(cdi_dir.glob("*.json")):
+    for path in sorted(p for p in cdi_dir.glob("*") if p.suffix in (".json", ".yaml")):
         try:
-            spec = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as error:
+            spec = yaml.safe_load(path.read_text())  # JSON is YAML
+        except (OSError, yaml.YAMLError) as error:
             raise DRAKubeletError(f"unreadable CDI spec {path}: {error}") from error
-        if spec.get("kind") != kind:
+        if not isinstance(spec, dict) or spec.get("kind") != kind:
             continue
         for device in spec.get("devices") or []:
             if device.get("name") != name:

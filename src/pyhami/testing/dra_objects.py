@@ -1,12 +1,14 @@
 """ResourceClaims and pods as kube-scheduler leaves them for a DRA driver, for tests and the demo.
 
-pod = store.create("pods", "default", pod_using_claim("trainer", "train", node="n1"))
-claim = claim_object("train", [allocation_result("gpu-0", pool="n1")], reserved_for=pod.body)
+made = create_claimed_pod(store, "trainer", "train", [allocation_result(pool="n1")], node="n1")
 """
 
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from pyhami.dra.api import DRIVER
+from pyhami.model.dra import DeviceResultView
+from pyhami.testing.fake_apiserver.store import ObjectStore
 
 SHARE_ID = "7a0c5c0e-0000-4000-8000-000000000001"
 
@@ -20,55 +22,57 @@ def allocation_result(
     request: str = "gpu",
     driver: str = DRIVER,
     share_id: str | None = SHARE_ID,
-) -> dict[str, Any]:
+    admin_access: bool = False,
+) -> DeviceResultView:
     """One `status.allocation.devices.results` entry for a device shared by capacity; None
     leaves the consumed amount (or the share id) out."""
-    consumed = {}
-    if memory is not None:
-        consumed["memory"] = memory
-    if cores is not None:
-        consumed["cores"] = cores
-    entry: dict[str, Any] = {"request": request, "driver": driver, "pool": pool, "device": device}
-    if consumed:
-        entry["consumedCapacity"] = consumed
-    if share_id is not None:
-        entry["shareID"] = share_id
-    return entry
+    amounts = {"memory": memory, "cores": cores}
+    consumed = {name: value for name, value in amounts.items() if value is not None}
+    return DeviceResultView(request, driver, pool, device, admin_access, share_id, consumed)
 
 
-def pod_using_claim(name: str, claim: str, *, node: str, container: str = "main") -> dict[str, Any]:
-    """A pod bound to `node` whose `container` uses the claim (beside a sidecar that does not)."""
-    return {
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "nodeName": node,
-            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
-            "containers": [
-                {"name": "sidecar", "image": "busybox"},
-                {"name": container, "image": "cuda", "resources": {"claims": [{"name": "gpu"}]}},
-            ],
-        },
-    }
+@dataclass(frozen=True, slots=True)
+class ClaimedPod:
+    pod_uid: str
+    claim_uid: str
 
 
-def claim_object(
+def create_claimed_pod(
+    store: ObjectStore,
     name: str,
-    results: list[dict[str, Any]],
+    claim: str,
+    results: Sequence[DeviceResultView],
     *,
-    reserved_for: dict[str, Any],
+    node: str,
     allocated: bool = True,
-) -> dict[str, Any]:
-    """A claim for one request of class gpu.pyhami.io, allocated with `results` (unless not
-    `allocated`) and reserved for the pod object `reserved_for`."""
-    metadata = reserved_for["metadata"]
-    status: dict[str, Any] = {
-        "reservedFor": [{"resource": "pods", "name": metadata["name"], "uid": metadata["uid"]}]
+) -> ClaimedPod:
+    """Creates pod `name` in `default`, bound to `node`, whose container `main` uses the claim
+    (beside a sidecar that does not), then claim `claim` for one request of class
+    gpu.pyhami.io, allocated with `results` (unless not `allocated`) and reserved for the pod."""
+    main = {"name": "main", "image": "cuda", "resources": {"claims": [{"name": "gpu"}]}}
+    claims = [{"name": "gpu", "resourceClaimName": claim}]
+    sidecar = {"name": "sidecar", "image": "busybox"}  # uses no claim
+    spec = {"nodeName": node, "resourceClaims": claims, "containers": [sidecar, main]}
+    pod = store.create("pods", "default", {"metadata": {"name": name}, "spec": spec})
+    pod_uid = pod.meta.uid
+    entries = [
+        {
+            "request": r.request,
+            "driver": r.driver,
+            "pool": r.pool,
+            "device": r.device,
+            **({"consumedCapacity": dict(r.consumed)} if r.consumed else {}),
+            **({"shareID": r.share_id} if r.share_id is not None else {}),
+            **({"adminAccess": True} if r.admin_access else {}),
+        }
+        for r in results
+    ]
+    status = {
+        "reservedFor": [{"resource": "pods", "name": name, "uid": pod_uid}],
+        **({"allocation": {"devices": {"results": entries}}} if allocated else {}),
     }
-    if allocated:
-        status["allocation"] = {"devices": {"results": results}}
     request = {"name": "gpu", "exactly": {"deviceClassName": DRIVER}}
-    return {
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"devices": {"requests": [request]}},
-        "status": status,
-    }
+    claim_spec = {"devices": {"requests": [request]}}
+    body = {"metadata": {"name": claim}, "spec": claim_spec, "status": status}
+    created = store.create("resourceclaims", "default", body)
+    return ClaimedPod(pod_uid, created.meta.uid)

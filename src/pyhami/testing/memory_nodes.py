@@ -5,30 +5,31 @@ can be injected one at a time. The scheduler's unit tests build their API double
 """
 
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 from pyhami.kube import Conflict, NotFound
+from pyhami.model import PodView
 from pyhami.protocol import KEY_NODE_LOCK
 
 
 class MemoryNodes:
-    """Node `n1` and the pods that exist (`placed`: with their spec, status or annotations);
-    a stale merge patch fails like a 409."""
+    """Node `n1` and the pods that exist (`placed`: their views, for their node name,
+    annotations and phase); a stale merge patch fails like a 409."""
 
     def __init__(
         self,
         lock: str | None = None,
         pods: set[tuple[str, str]] | None = None,
-        placed: dict[tuple[str, str], dict[str, Any]] | None = None,
+        placed: Sequence[PodView] = (),
     ) -> None:
         annotations = {} if lock is None else {KEY_NODE_LOCK: lock}
         self.node: dict[str, Any] = {
             "metadata": {"name": "n1", "resourceVersion": "1", "annotations": annotations}
         }
-        # the `spec`, `status` and annotations of pods that have more than a name
-        self.placed = placed or {}
+        self.placed = {(pod.namespace, pod.name): pod for pod in placed}
         self.pods = set(pods or ()) | set(self.placed)
-        self.patches: list[dict[str, Any]] = []
+        self.patches: list[str] = []  # the resourceVersion each merge patch was sent with
         self.conflicts_left = 0
         self.fail_patch = False
 
@@ -36,10 +37,10 @@ class MemoryNodes:
         return copy.deepcopy(self.node)
 
     async def patch_node(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        self.patches.append(body)
+        meta = body["metadata"]
+        self.patches.append(meta["resourceVersion"])
         if self.fail_patch:
             raise ConnectionError("API down")
-        meta = body["metadata"]
         if (
             self.conflicts_left
             or meta["resourceVersion"] != self.node["metadata"]["resourceVersion"]
@@ -59,14 +60,11 @@ class MemoryNodes:
     async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
         if (namespace, name) not in self.pods:
             raise NotFound(404, "NotFound", f'pods "{name}" not found')
-        extra = self.placed.get((namespace, name), {})
-        metadata: dict[str, Any] = {"name": name, "namespace": namespace}
-        if "annotations" in extra:
-            metadata["annotations"] = extra["annotations"]
+        placed = self.placed.get((namespace, name)) or PodView(name, namespace, name)
         return {
-            "metadata": metadata,
-            "spec": extra.get("spec", {}),
-            "status": extra.get("status", {}),
+            "metadata": {"name": name, "namespace": namespace, "annotations": placed.annotations},
+            "spec": {"nodeName": placed.node_name},
+            "status": {"phase": placed.phase},
         }
 
     @property

@@ -21,7 +21,7 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from pyhami.kube import JsonObject
+from pyhami.model import ContainerView, PodView
 from pyhami.testing.node_agent import ContainerMount, StartedContainer
 
 # Container paths that exist on every machine: never bound here.
@@ -96,17 +96,13 @@ class NamespaceRuntime:
             return "private mount namespaces need root here"
         return None
 
-    def command(self, spec: JsonObject, container: StartedContainer) -> list[str]:
+    def command(self, spec: ContainerView, container: StartedContainer) -> list[str]:
         """What runs: the container's `command` and `args`."""
         del container
-        return [*spec.get("command", ()), *spec.get("args", ())]
+        return list(spec.command)
 
-    def environment(self, spec: JsonObject, container: StartedContainer) -> dict[str, str]:
-        env = {
-            str(item["name"]): str(item.get("value", ""))
-            for item in spec.get("env") or ()
-            if "name" in item
-        }
+    def environment(self, spec: ContainerView, container: StartedContainer) -> dict[str, str]:
+        env = {name: "" if value is None else str(value) for name, value in spec.env}
         env.update(container.envs)
         env["LD_PRELOAD"] = preload_of(container.mounts)
         env.update(self.driver_env)
@@ -126,18 +122,14 @@ class NamespaceRuntime:
             stderr=asyncio.subprocess.STDOUT,
         )  # fmt: skip
 
-    async def start(self, pod: JsonObject, container: StartedContainer) -> None:
-        spec = next(
-            c
-            for c in [*pod["spec"].get("initContainers", ()), *pod["spec"]["containers"]]
-            if c["name"] == container.name
-        )
+    async def start(self, pod: PodView, container: StartedContainer) -> None:
+        spec = next(c for c in pod.all_containers if c.name == container.name)
         command = self.command(spec, container)
         env = self.environment(spec, container)
-        staging = self.staging / f"{pod['metadata']['uid']}_{container.name}"
+        staging = self.staging / f"{pod.uid}_{container.name}"
         handle = await self._spawn(staging, container, env, command)
-        key = (pod["metadata"]["name"], container.name)
-        process = Process(pod["metadata"]["name"], container, env, handle)
+        key = (pod.name, container.name)
+        process = Process(pod.name, container, env, handle)
         self.processes[key] = process
         reader = asyncio.create_task(self._read(key, process))
         self._readers.add(reader)
@@ -163,8 +155,8 @@ class NamespaceRuntime:
             process.output.append(line.decode(errors="replace").rstrip("\n"))
         self.exited[key] = await process.handle.wait()
 
-    async def stop(self, pod: JsonObject, container: StartedContainer) -> None:
-        process = self.processes.get((pod["metadata"]["name"], container.name))
+    async def stop(self, pod: PodView, container: StartedContainer) -> None:
+        process = self.processes.get((pod.name, container.name))
         if process is None or process.handle.returncode is not None:
             return
         process.handle.send_signal(signal.SIGTERM)

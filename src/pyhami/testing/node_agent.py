@@ -41,7 +41,7 @@ import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 import grpc.aio
 import structlog
@@ -54,15 +54,24 @@ from pyhami.kube import (
     AlreadyExists,
     AsyncService,
     EventHandlers,
-    Informer,
-    JsonObject,
     KubeClient,
     KubeError,
     NotFound,
     cancel_and_wait,
     guarded_task,
 )
-from pyhami.kube.views import is_sidecar
+from pyhami.kube.informer import ViewInformer
+from pyhami.kube.node_status import (
+    ContainerState,
+    PodStatus,
+    node_lease,
+    node_manifest,
+    node_resource_status,
+    pod_status_patch,
+    renewed_lease,
+)
+from pyhami.kube.views import read_node, read_pod
+from pyhami.model import ContainerView, NodeView, PodView
 from pyhami.testing.fake_kubelet import FakeKubelet, KubeletError
 
 log = structlog.get_logger(__name__)
@@ -101,7 +110,7 @@ class ContainerEdits:
 class ClaimPreparation(Protocol):
     """kubelet's DRA manager: prepares a pod's claims before its containers start."""
 
-    async def prepare(self, pod: JsonObject) -> Mapping[str, ContainerEdits]: ...
+    async def prepare(self, pod: PodView) -> Mapping[str, ContainerEdits]: ...
 
     async def release(self, pod_key: PodKey) -> list[str]: ...
 
@@ -135,18 +144,18 @@ class ClaimsNotPreparedError(Exception):
 class ContainerRuntime(Protocol):
     """Runs what kubelet started; `stop` is called once per started container."""
 
-    async def start(self, pod: JsonObject, container: StartedContainer) -> None: ...
+    async def start(self, pod: PodView, container: StartedContainer) -> None: ...
 
-    async def stop(self, pod: JsonObject, container: StartedContainer) -> None: ...
+    async def stop(self, pod: PodView, container: StartedContainer) -> None: ...
 
 
 class RecordingRuntime:
     """Executes nothing: the containers are the records in `NodeAgent.started`."""
 
-    async def start(self, pod: JsonObject, container: StartedContainer) -> None:
+    async def start(self, pod: PodView, container: StartedContainer) -> None:
         return None
 
-    async def stop(self, pod: JsonObject, container: StartedContainer) -> None:
+    async def stop(self, pod: PodView, container: StartedContainer) -> None:
         return None
 
 
@@ -165,134 +174,44 @@ def _micro_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def node_object(name: str, labels: Mapping[str, str]) -> JsonObject:
-    """The Node kubelet registers: its hostname label, Ready, room for pods."""
-    now = _now()
-    return {
-        "metadata": {
-            "name": name,
-            "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", **labels},
-        },
-        "status": {
-            "capacity": dict(NODE_CAPACITY),
-            "allocatable": dict(NODE_CAPACITY),
-            "conditions": [
-                {
-                    "type": "Ready",
-                    "status": "True",
-                    "reason": "KubeletReady",
-                    "message": "simulated kubelet is posting ready status",
-                    "lastHeartbeatTime": now,
-                    "lastTransitionTime": now,
-                }
-            ],
-        },
-    }
+def _key(pod: PodView) -> PodKey:
+    return pod.namespace, pod.name
 
 
-def _key(pod: Mapping[str, Any]) -> PodKey:
-    meta = pod.get("metadata") or {}
-    return str(meta.get("namespace", "")), str(meta.get("name", ""))
-
-
-def device_count(container: Mapping[str, Any], resource: str) -> int:
+def device_count(container: ContainerView, resource: str) -> int:
     """kubelet's view of an extended resource: the limit (requests must equal it)."""
-    resources = container.get("resources") or {}
-    value = (resources.get("limits") or {}).get(resource)
-    if value is None:
-        value = (resources.get("requests") or {}).get(resource, 0)
-    where = f"container {container.get('name')!r}: {resource}"
+    value = container.quantity(resource)
+    where = f"container {container.label}: {resource}"
     try:
-        count = as_int64(parse_quantity(value))
+        count = as_int64(parse_quantity(0 if value is None else value))
     except QuantityError as err:
         raise AdmissionFailedError(f"{where}: {err}") from err
     if count is None:
         raise AdmissionFailedError(f"{where} must be a whole number, got {value!r}")
     if count < 0:
-        raise AdmissionFailedError(f"container {container.get('name')!r}: {resource} is negative")
+        raise AdmissionFailedError(f"{where} is negative")
     return count
 
 
-def _in_start_order(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]
-
-
-def dra_backed_resources(pod: Mapping[str, Any]) -> set[tuple[str, str]]:
-    """(container, resource) pairs kube-scheduler backed by a DRA claim (a DeviceClass's
-    extended resource name on a node whose device plugin does not offer it): the claim's
-    driver prepares them, no device plugin is asked."""
-    extended = (pod.get("status") or {}).get("extendedResourceClaimStatus") or {}
-    return {
-        (str(mapping.get("containerName", "")), str(mapping.get("resourceName", "")))
-        for mapping in extended.get("requestMappings") or ()
-    }
-
-
-def _conditions(ready: bool, now: str) -> list[JsonObject]:
-    status = "True" if ready else "False"
-    return [
-        {"type": kind, "status": value, "lastTransitionTime": now}
-        for kind, value in (
-            ("PodScheduled", "True"),
-            ("Initialized", "True"),
-            ("ContainersReady", status),
-            ("Ready", status),
-        )
-    ]
-
-
-def running_status(pod: Mapping[str, Any], now: str) -> JsonObject:
-    spec = pod.get("spec") or {}
-    return {
-        "phase": "Running",
-        "startTime": now,
-        "conditions": _conditions(True, now),
+def running_status(pod: PodView, now: str) -> PodStatus:
+    return PodStatus(
+        "Running",
+        now,
         # A native sidecar (restartPolicy: Always) keeps running; classic ones completed.
-        "initContainerStatuses": [
-            _running(c, now) if is_sidecar(c) else _terminated(c, now, 0, ready=True)
-            for c in spec.get("initContainers") or ()
-        ],
-        "containerStatuses": [_running(c, now) for c in spec.get("containers") or ()],
-    }
+        tuple(
+            ContainerState(c.name, c.image, exit_code=None if c.sidecar else 0)
+            for c in pod.init_containers
+        ),
+        tuple(ContainerState(c.name, c.image) for c in pod.containers),
+    )
 
 
-def _running(container: Mapping[str, Any], now: str) -> JsonObject:
-    return {
-        "name": container.get("name"),
-        "image": container.get("image", ""),
-        "ready": True,
-        "started": True,
-        "restartCount": 0,
-        "state": {"running": {"startedAt": now}},
-    }
-
-
-def _terminated(container: Mapping[str, Any], now: str, code: int, *, ready: bool) -> JsonObject:
-    return {
-        "name": container.get("name"),
-        "image": container.get("image", ""),
-        "ready": ready,
-        "started": False,
-        "restartCount": 0,
-        "state": {
-            "terminated": {
-                "exitCode": code,
-                "reason": "Completed" if code == 0 else "Error",
-                "finishedAt": now,
-            }
-        },
-    }
-
-
-def finished_status(pod: Mapping[str, Any], now: str, code: int) -> JsonObject:
-    spec = pod.get("spec") or {}
-    return {
-        "phase": "Succeeded" if code == 0 else "Failed",
-        "conditions": _conditions(False, now),
-        "containerStatuses": [
-            _terminated(c, now, code, ready=False) for c in spec.get("containers") or ()
-        ],
-    }
+def finished_status(pod: PodView, now: str, code: int) -> PodStatus:
+    return PodStatus(
+        "Succeeded" if code == 0 else "Failed",
+        now,
+        containers=tuple(ContainerState(c.name, c.image, exit_code=code) for c in pod.containers),
+    )
 
 
 class NodeAgent(AsyncService):
@@ -320,8 +239,12 @@ class NodeAgent(AsyncService):
         self.resource = resource
         self.runtime: ContainerRuntime = runtime or RecordingRuntime()
         self.claims = claims
-        self.pods = Informer(
-            client, PODS, field_selector=f"spec.nodeName={node_name}", name=f"kubelet/{node_name}"
+        self.pods = ViewInformer(
+            client,
+            PODS,
+            read_pod,
+            field_selector=f"spec.nodeName={node_name}",
+            name=f"kubelet/{node_name}",
         )
         self.pods.add_handlers(
             EventHandlers(
@@ -329,7 +252,7 @@ class NodeAgent(AsyncService):
             )
         )
         self.started: dict[PodKey, PodStart] = {}
-        self._queue: asyncio.Queue[JsonObject] = asyncio.Queue()
+        self._queue: asyncio.Queue[PodView] = asyncio.Queue()
         self._handled: set[PodKey] = set()
         self._held: dict[PodKey, list[str]] = {}  # device ids in use, per pod
         # the device plugin's answers, kept while the pod waits for its claims to be prepared
@@ -369,12 +292,13 @@ class NodeAgent(AsyncService):
 
     # ----- the node and its heartbeat -------------------------------------------------------
 
-    async def register_node(self, labels: Mapping[str, str] | None = None) -> JsonObject:
+    async def register_node(self, labels: Mapping[str, str] | None = None) -> NodeView:
         """Create this node's Node object (kept as it is when it exists already)."""
+        node = node_manifest(self.node_name, labels or {}, NODE_CAPACITY, _now())
         try:
-            return await self._client.create(NODES, node_object(self.node_name, labels or {}))
+            return read_node(await self._client.create(NODES, node))
         except AlreadyExists:
-            return await self._client.get(NODES, self.node_name)
+            return read_node(await self._client.get(NODES, self.node_name))
 
     async def _lease_loop(self) -> None:
         while True:
@@ -385,37 +309,21 @@ class NodeAgent(AsyncService):
             await asyncio.sleep(self._lease_renew_s)
 
     async def _renew_lease(self) -> None:
-        spec = {
-            "holderIdentity": self.node_name,
-            "leaseDurationSeconds": NODE_LEASE_DURATION_S,
-            "renewTime": _micro_now(),
-        }
+        renewed = _micro_now()
         try:
             lease = await self._client.get(LEASES, self.node_name, NODE_LEASE_NAMESPACE)
         except NotFound:
-            node = await self._client.get(NODES, self.node_name)
-            # owned by the Node, as kubelet's: deleting the Node removes its lease
-            owner = {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "name": self.node_name,
-                "uid": node["metadata"]["uid"],
-            }
-            metadata = {
-                "name": self.node_name,
-                "namespace": NODE_LEASE_NAMESPACE,
-                "ownerReferences": [owner],
-            }
+            node = read_node(await self._client.get(NODES, self.node_name))
             await self._client.create(
-                LEASES, {"metadata": metadata, "spec": spec}, NODE_LEASE_NAMESPACE
+                LEASES,
+                node_lease(
+                    node.name, node.uid, NODE_LEASE_NAMESPACE, NODE_LEASE_DURATION_S, renewed
+                ),
+                NODE_LEASE_NAMESPACE,
             )
             return
-        lease["spec"] = {**(lease.get("spec") or {}), **spec}
-        await self._client.replace(LEASES, self.node_name, lease, NODE_LEASE_NAMESPACE)
-
-    async def lease(self) -> JsonObject:
-        """The node's Lease as the API server has it."""
-        return await self._client.get(LEASES, self.node_name, NODE_LEASE_NAMESPACE)
+        body = renewed_lease(lease, self.node_name, NODE_LEASE_DURATION_S, renewed)
+        await self._client.replace(LEASES, self.node_name, body, NODE_LEASE_NAMESPACE)
 
     # ----- node status ----------------------------------------------------------------------
 
@@ -425,13 +333,7 @@ class NodeAgent(AsyncService):
             plugin = self.kubelet.plugins.get(self.resource)
             counts = (len(plugin.devices), len(plugin.healthy_ids())) if plugin else (0, 0)
             if counts != reported:
-                capacity, allocatable = (str(n) for n in counts)
-                body = {
-                    "status": {
-                        "capacity": {self.resource: capacity},
-                        "allocatable": {self.resource: allocatable},
-                    }
-                }
+                body = node_resource_status(self.resource, *counts)
                 try:
                     await self._client.patch_node_status(self.node_name, body)
                     reported = counts
@@ -441,19 +343,18 @@ class NodeAgent(AsyncService):
 
     # ----- events ---------------------------------------------------------------------------
 
-    def _seen(self, pod: JsonObject) -> None:
+    def _seen(self, pod: PodView) -> None:
         key = _key(pod)
-        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        if pod.deleting:
             if key not in self._stopping:
                 self._stopping.add(key)
                 self._queue.put_nowait(pod)
             return
-        phase = (pod.get("status") or {}).get("phase", "Pending")
-        if key not in self._handled and phase == "Pending":
+        if key not in self._handled and pod.phase in ("", "Pending"):
             self._handled.add(key)
             self._queue.put_nowait(pod)
 
-    async def _gone(self, pod: JsonObject) -> None:
+    async def _gone(self, pod: PodView) -> None:
         key = _key(pod)
         async with self._work:
             await self._release(key, pod)
@@ -474,9 +375,8 @@ class NodeAgent(AsyncService):
 
     # ----- admission ------------------------------------------------------------------------
 
-    async def _admit(self, pod: JsonObject) -> None:
+    async def _admit(self, pod: PodView) -> None:
         namespace, name = _key(pod)
-        uid = str((pod.get("metadata") or {}).get("uid", ""))
         try:
             containers = await self._allocate_all(pod)
         except ClaimsNotPreparedError as err:
@@ -508,28 +408,23 @@ class NodeAgent(AsyncService):
             await self._refuse(pod, "StartError", f"container failed to start: {err}")
             return
         await self._patch_status(pod, running_status(pod, _now()))
-        await self._record(PodStart(namespace, name, uid, tuple(containers)))
+        await self._record(PodStart(namespace, name, pod.uid, tuple(containers)))
 
-    def _retry(self, pod: JsonObject) -> None:
+    def _retry(self, pod: PodView) -> None:
         """Admit the pod again, as it is now, unless it is gone or being deleted (then the
         deletion, already queued, frees what it holds)."""
-        namespace, name = _key(pod)
-        current = self.pods.get(name, namespace)
-        if current is None:
-            return
-        meta = current["metadata"]
-        if meta.get("uid") == pod["metadata"].get("uid") and not meta.get("deletionTimestamp"):
+        current = self.pods.get(pod.name, pod.namespace)
+        if current is not None and current.uid == pod.uid and not current.deleting:
             self._queue.put_nowait(current)
 
-    async def _refuse(self, pod: JsonObject, reason: str, message: str) -> None:
+    async def _refuse(self, pod: PodView, reason: str, message: str) -> None:
         namespace, name = _key(pod)
-        uid = str((pod.get("metadata") or {}).get("uid", ""))
         await self._release((namespace, name), pod)
-        await self._patch_status(pod, {"phase": "Failed", "reason": reason, "message": message})
-        await self._record(PodStart(namespace, name, uid, error=message))
+        await self._patch_status(pod, PodStatus("Failed", reason=reason, message=message))
+        await self._record(PodStart(namespace, name, pod.uid, error=message))
         log.info("pod refused", node=self.node_name, pod=f"{namespace}/{name}", error=message)
 
-    async def _allocate_all(self, pod: JsonObject) -> list[StartedContainer]:
+    async def _allocate_all(self, pod: PodView) -> list[StartedContainer]:
         """The device plugin's devices, then the DRA claims' CDI edits, per container."""
         key = _key(pod)
         started = self._allocated.get(key)
@@ -551,9 +446,8 @@ class NodeAgent(AsyncService):
                     cdi_device_ids=extra.cdi_device_ids,
                 )
             )
-        spec = pod.get("spec") or {}
-        init_names = {str(c.get("name", "")) for c in spec.get("initContainers") or ()}
-        order = [str(c.get("name", "")) for c in _in_start_order(spec)]
+        init_names = {c.name for c in pod.init_containers}
+        order = [c.name for c in pod.all_containers]
         for name, extra in edits.items():
             merged.append(
                 StartedContainer(
@@ -567,15 +461,18 @@ class NodeAgent(AsyncService):
             )
         return sorted(merged, key=lambda c: order.index(c.name))
 
-    async def _allocate_devices(self, pod: JsonObject) -> list[StartedContainer]:
-        spec = pod.get("spec") or {}
-        init_count = len(spec.get("initContainers") or ())
-        plan = [(c, n < init_count) for n, c in enumerate(_in_start_order(spec))]
+    async def _allocate_devices(self, pod: PodView) -> list[StartedContainer]:
+        init_count = len(pod.init_containers)
+        plan = [(c, n < init_count) for n, c in enumerate(pod.all_containers)]
         started = []
         held = self._held.setdefault(_key(pod), [])
-        backed = dra_backed_resources(pod)
+        # (container, resource) pairs kube-scheduler backed by a DRA claim (a DeviceClass's
+        # extended resource on a node whose device plugin does not offer it): the claim's
+        # driver prepares them, no device plugin is asked
+        mappings = pod.extended_claim.mappings if pod.extended_claim else ()
+        backed = {(container, resource) for container, resource, _ in mappings}
         for container, init in plan:
-            if (str(container.get("name", "")), self.resource) in backed:
+            if (container.name, self.resource) in backed:
                 continue
             count = device_count(container, self.resource)
             if count == 0:
@@ -587,7 +484,7 @@ class NodeAgent(AsyncService):
             held.extend(ids)
             started.append(
                 StartedContainer(
-                    name=str(container.get("name", "")),
+                    name=container.name,
                     init=init,
                     device_ids=tuple(ids),
                     envs=dict(response.envs),
@@ -609,18 +506,18 @@ class NodeAgent(AsyncService):
     async def finish(self, namespace: str, name: str, exit_code: int = 0) -> None:
         """The containers exited with `exit_code`: stop them, free the devices, report it."""
         async with self._work:
-            pod = await self._client.get_pod(namespace, name)
+            pod = read_pod(await self._client.get_pod(namespace, name))
             await self._release((namespace, name), pod)
             await self._patch_status(pod, finished_status(pod, _now(), exit_code))
 
-    async def _terminate(self, pod: JsonObject) -> None:
+    async def _terminate(self, pod: PodView) -> None:
         """A pod being deleted: stop, free, then kubelet's final delete with grace 0."""
         namespace, name = _key(pod)
         await self._release((namespace, name), pod)
         with contextlib.suppress(NotFound):
             await self._client.delete_pod(namespace, name, grace_period_seconds=0)
 
-    async def _release(self, key: PodKey, pod: JsonObject) -> None:
+    async def _release(self, key: PodKey, pod: PodView) -> None:
         started = self.started.get(key)
         if key in self._held and started is not None:
             for container in started.containers:
@@ -634,10 +531,10 @@ class NodeAgent(AsyncService):
             for error in await self.claims.release(key):
                 log.warning("claim not unprepared", node=self.node_name, error=error)
 
-    async def _patch_status(self, pod: JsonObject, status: JsonObject) -> None:
+    async def _patch_status(self, pod: PodView, status: PodStatus) -> None:
         namespace, name = _key(pod)
         try:
-            await self._client.patch_pod_status(namespace, name, {"status": status})
+            await self._client.patch_pod_status(namespace, name, pod_status_patch(status))
         except NotFound:
             pass
         except KubeError as err:

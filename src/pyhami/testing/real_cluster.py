@@ -52,13 +52,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from pyhami.controlplane import BuiltBinaries
-from pyhami.kube import (
-    AsyncService,
-    Conflict,
-    JsonObject,
-    KubeClient,
-    NotFound,
-)
+from pyhami.kube import AsyncService, Conflict, KubeClient, NotFound
+from pyhami.kube.component_config import AuditEvent, LeaderElection
 from pyhami.testing.certs import CertificateAuthority, KeyPair, write_private_key
 from pyhami.testing.fake_apiserver.identity import ADMIN, SERVICE_ACCOUNT_PREFIX
 
@@ -99,18 +94,18 @@ STOP_TIMEOUT_S = 10.0
 LOG_TAIL_LINES = 15
 
 
-def _code(event: JsonObject) -> int:
-    return int((event.get("responseStatus") or {}).get("code", 0))
+def _code(event: AuditEvent) -> int:
+    return event.get("responseStatus", {}).get("code", 0)
 
 
-def _request_of(event: JsonObject) -> tuple[str, str, str]:
-    return (str(event["user"]["username"]), str(event["verb"]), str(event["requestURI"]))
+def _request_of(event: AuditEvent) -> tuple[str, str, str]:
+    return (event["user"]["username"], event["verb"], event["requestURI"])
 
 
-def _graph_lag(event: JsonObject) -> bool:
+def _graph_lag(event: AuditEvent) -> bool:
     """A node refused a request by the Node authorizer for lack of a pod linking it."""
-    message = str((event.get("responseStatus") or {}).get("message", ""))
-    return str(event["user"]["username"]).startswith(NODE_PREFIX) and (
+    message = event.get("responseStatus", {}).get("message", "")
+    return event["user"]["username"].startswith(NODE_PREFIX) and (
         "no relationship found between node" in message
     )
 
@@ -177,14 +172,12 @@ def port_is_open(port: int) -> bool:
 
 def kubeconfig(
     server: str, ca_file: Path, *, pair: KeyPair | None = None, token: str | None = None
-) -> JsonObject:
-    """A kubeconfig for one identity: a client certificate or a bearer token."""
-    user: JsonObject = {}
+) -> str:
+    """A kubeconfig file's text for one identity: a client certificate or a bearer token."""
+    user = {"token": token} if token is not None else {}
     if pair is not None:
         user = {"client-certificate": str(pair.cert_file), "client-key": str(pair.key_file)}
-    if token is not None:
-        user = {"token": token}
-    return {
+    config = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [
@@ -194,59 +187,49 @@ def kubeconfig(
         "contexts": [{"name": "pyhami", "context": {"cluster": "pyhami", "user": "pyhami"}}],
         "current-context": "pyhami",
     }
-
-
-def plain_scheduler_configuration(
-    kubeconfig_file: Path, leader_election: JsonObject | None = None
-) -> JsonObject:
-    """kube-scheduler's configuration with its default profile only (no extender)."""
-    return {
-        "apiVersion": "kubescheduler.config.k8s.io/v1",
-        "kind": "KubeSchedulerConfiguration",
-        "clientConnection": {"kubeconfig": str(kubeconfig_file), "qps": 200, "burst": 400},
-        "leaderElection": leader_election or {"leaderElect": False},
-        "profiles": [{"schedulerName": "default-scheduler"}],
-    }
+    return yaml.safe_dump(config)
 
 
 def scheduler_configuration(
     kubeconfig_file: Path,
-    extender: ExtenderTarget,
-    *,
-    client: KeyPair,
-    leader_election: JsonObject | None = None,
-) -> JsonObject:
-    """kube-scheduler's configuration: our profile and the default one, our extender (kube-
-    scheduler asks an extender only about pods that request one of its managed resources)."""
-    return {
-        **plain_scheduler_configuration(kubeconfig_file, leader_election),
-        "profiles": [
-            {"schedulerName": extender.scheduler_name},
-            {"schedulerName": "default-scheduler"},
-        ],
+    extender: ExtenderTarget | None,
+    leader_election: LeaderElection | None = None,
+) -> str:
+    """kube-scheduler's configuration file's text: its default profile, and with `extender`
+    our profile and our extender, which it shows `extender.client_certificate` (kube-scheduler
+    asks an extender only about pods that request one of its managed resources)."""
+    targets = [] if extender is None else [extender]
+    config = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": str(kubeconfig_file), "qps": 200, "burst": 400},
+        "leaderElection": leader_election or {"leaderElect": False},
+        "profiles": [{"schedulerName": t.scheduler_name} for t in targets]
+        + [{"schedulerName": "default-scheduler"}],
         "extenders": [
             {
-                "urlPrefix": extender.url_prefix,
+                "urlPrefix": target.url_prefix,
                 "filterVerb": "filter",
                 "bindVerb": "bind",
                 "preemptVerb": "preempt",
                 "nodeCacheCapable": True,
                 "weight": 1,
-                "httpTimeout": extender.http_timeout,
+                "httpTimeout": target.http_timeout,
                 "enableHTTPS": True,
                 "tlsConfig": {
-                    "caFile": str(extender.ca_file),
-                    "certFile": str(client.cert_file),
-                    "keyFile": str(client.key_file),
+                    "caFile": str(target.ca_file),
+                    "certFile": str(target.client_certificate.cert_file),
+                    "keyFile": str(target.client_certificate.key_file),
                 },
                 "managedResources": [
-                    {"name": name, "ignoredByScheduler": True}
-                    for name in extender.managed_resources
+                    {"name": name, "ignoredByScheduler": True} for name in target.managed_resources
                 ],
                 "ignorable": False,
             }
+            for target in targets
         ],
     }
+    return yaml.safe_dump(config)
 
 
 class _Ports:
@@ -302,13 +285,14 @@ class RealControlPlane(AsyncService):
     def audit_log(self) -> Path:
         return self.workdir / "audit.log"
 
-    def audit_events(self) -> list[JsonObject]:
+    def audit_events(self) -> list[AuditEvent]:
         """Every request kube-apiserver answered so far, as audit events."""
         try:
             text = self.audit_log.read_text()
         except FileNotFoundError:
             return []
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
+        events: list[AuditEvent] = [json.loads(line) for line in text.splitlines() if line.strip()]
+        return events
 
     def refused_requests(self, users: Collection[str]) -> list[str]:
         """`user verb uri -> code message` of each request of `users` that RBAC or admission
@@ -323,16 +307,17 @@ class RealControlPlane(AsyncService):
         answered = {_request_of(e): i for i, e in enumerate(events) if _code(e) < 400}
         return [
             f"{e['user']['username']} {e['verb']} {e['requestURI']} -> 403 "
-            f"{(e.get('responseStatus') or {}).get('message', '')}"
+            f"{e.get('responseStatus', {}).get('message', '')}"
             for i, e in enumerate(events)
             if e["user"]["username"] in users
             and _code(e) == 403
             and not (_graph_lag(e) and answered.get(_request_of(e), -1) > i)
         ]
 
-    async def apply(self, objects: Sequence[JsonObject], *, dry_run: bool = False) -> str:
-        """`kubectl apply` of `objects` as the admin (server-side dry run when asked); raises
-        ControlPlaneError with kubectl's message when the API server refuses one."""
+    async def apply(self, manifests: str, *, dry_run: bool = False) -> str:
+        """`kubectl apply` of `manifests` (YAML documents) as the admin (server-side dry run
+        when asked); raises ControlPlaneError with kubectl's message when the API server
+        refuses one."""
         args = ["apply", "-f", "-"] + (["--dry-run=server"] if dry_run else [])
         process = await asyncio.create_subprocess_exec(
             str(self.kubectl),
@@ -342,7 +327,7 @@ class RealControlPlane(AsyncService):
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
-        out, err = await process.communicate(yaml.safe_dump_all(objects).encode())
+        out, err = await process.communicate(manifests.encode())
         if process.returncode != 0:
             raise ControlPlaneError(f"kubectl {' '.join(args)} failed: {err.decode().strip()}")
         return out.decode()
@@ -353,7 +338,7 @@ class RealControlPlane(AsyncService):
         path = self.workdir / f"{stem}.kubeconfig"
         if not path.exists():
             pair = self.ca.client(f"client-{stem}", user, groups)
-            path.write_text(yaml.safe_dump(kubeconfig(self.url, self.ca.cert_file, pair=pair)))
+            path.write_text(kubeconfig(self.url, self.ca.cert_file, pair=pair))
         return path
 
     def node_kubeconfig(self, node: str) -> Path:
@@ -387,7 +372,7 @@ class RealControlPlane(AsyncService):
         )
         path = self.workdir / f"sa-{namespace}-{name}.kubeconfig"
         token = str(answer["status"]["token"])
-        path.write_text(yaml.safe_dump(kubeconfig(self.url, self.ca.cert_file, token=token)))
+        path.write_text(kubeconfig(self.url, self.ca.cert_file, token=token))
         return path
 
     async def kubeconfig_of(self, user: str) -> Path:
@@ -456,7 +441,7 @@ class RealControlPlane(AsyncService):
         self,
         extender: ExtenderTarget | None = None,
         *,
-        leader_election: JsonObject | None = None,
+        leader_election: LeaderElection | None = None,
         kubeconfig_file: Path | None = None,
     ) -> None:
         """kube-scheduler, its extender pyhami's scheduler at `extender.url_prefix`; it shows
@@ -465,18 +450,8 @@ class RealControlPlane(AsyncService):
         `system:kube-scheduler` unless given another identity, and campaigns for a Lease when
         given a `leaderElection` section."""
         identity = kubeconfig_file or self.kubeconfig_for(KUBE_SCHEDULER_USER)
-        config = (
-            plain_scheduler_configuration(identity, leader_election)
-            if extender is None
-            else scheduler_configuration(
-                identity,
-                extender,
-                client=extender.client_certificate,
-                leader_election=leader_election,
-            )
-        )
         config_file = self.workdir / "kube-scheduler.yaml"
-        config_file.write_text(yaml.safe_dump(config))
+        config_file.write_text(scheduler_configuration(identity, extender, leader_election))
         port = self.ports.scheduler
         process = await self._spawn(
             "kube-scheduler",
@@ -589,9 +564,7 @@ class RealControlPlane(AsyncService):
             ports=(port,),
         )
         admin = ca.client("admin", ADMIN, ("system:masters",))
-        self.admin_kubeconfig.write_text(
-            yaml.safe_dump(kubeconfig(self.url, ca.cert_file, pair=admin))
-        )
+        self.admin_kubeconfig.write_text(kubeconfig(self.url, ca.cert_file, pair=admin))
         context = ssl.create_default_context(cafile=str(ca.cert_file))
         context.load_cert_chain(admin.cert_file, admin.key_file)
         await self._wait_healthy(process, f"{self.url}/readyz", context)

@@ -13,7 +13,7 @@ What runs, each over its real protocol:
 * or, given built Kubernetes binaries (`pyhami control-plane build`), Kubernetes' own etcd,
   kube-apiserver, kube-controller-manager and kube-scheduler in place of the double and the
   harness (`RealControlPlane`): the webhooks as a MutatingWebhookConfiguration, the chart's
-  RBAC applied (`chart_rbac()`), every component with its own credentials (the chart's
+  RBAC applied (`CHART_RBAC_FILE`), every component with its own credentials (the chart's
   ServiceAccounts' tokens; nodes as `system:node:<name>`), and `refused_requests()` naming any
   request of theirs the real authorizer or admission refused;
 * per node: a `DevicePlugin` on a `FakeNVML` registered with a `FakeKubelet` (gRPC on unix
@@ -35,8 +35,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
-import yaml
-
 from pyhami.controlplane import BuiltBinaries
 from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.deviceplugin.config import VgpuConfig
@@ -46,13 +44,13 @@ from pyhami.kube import (
     MUTATING_WEBHOOK_CONFIGURATIONS,
     NODES,
     AsyncService,
-    JsonObject,
     KubeClient,
     cancel_and_wait,
     guarded_task,
 )
+from pyhami.kube.component_config import LeaderElection
 from pyhami.kube.dra_manifests import device_class
-from pyhami.kube.manifests import MatchCondition, PodWebhook, taint_effects, webhook_configuration
+from pyhami.kube.manifests import MatchCondition, PodWebhook, webhook_configuration
 from pyhami.kube.views import read_node
 from pyhami.protocol import KEY_NODE_NVIDIA_REGISTER, gojson
 from pyhami.scheduler.runtime import SchedulerProcess, load_device_config
@@ -87,10 +85,6 @@ TRUSTED_WRITERS = (SCHEDULER_USER, DEVICE_PLUGIN_USER, DRA_DRIVER_USER)
 # The chart's ServiceAccounts, roles and bindings as helm renders them for the names above
 # with DRA on (tests/chart/test_demo_rbac.py keeps this copy equal to the chart).
 CHART_RBAC_FILE = Path(__file__).with_name("chart-rbac.yaml")
-
-
-def chart_rbac() -> list[JsonObject]:
-    return [obj for obj in yaml.safe_load_all(CHART_RBAC_FILE.read_text()) if obj]
 
 
 def trusted_writers_condition(writers: Sequence[str]) -> MatchCondition:
@@ -173,9 +167,9 @@ class DemoCluster(AsyncService):
         progress: Progress = _quiet,
         runtime: ContainerRuntime | None = None,
         kubernetes: BuiltBinaries | None = None,
-        rbac: Sequence[JsonObject] | None = None,
+        rbac: str | None = None,
         extender_url: str | None = None,
-        kube_scheduler_election: JsonObject | None = None,
+        kube_scheduler_election: LeaderElection | None = None,
     ) -> None:
         self.settings = settings
         # Where the real kube-scheduler calls the extender (default: the in-process scheduler);
@@ -190,8 +184,8 @@ class DemoCluster(AsyncService):
         self.progress = progress
         self.runtime = runtime
         self._api = FakeKubeAPIServer(bookmark_interval_s=0.5) if kubernetes is None else None
-        # applied on the real control plane before any component starts
-        self._rbac = tuple(chart_rbac() if rbac is None else rbac)
+        # YAML documents applied on the real control plane before any component starts
+        self._rbac = CHART_RBAC_FILE.read_text() if rbac is None else rbac
         if settings.dra_nodes and kubernetes is None:
             raise ValueError("DRA nodes need Kubernetes' own control plane (--control-plane real)")
         self.real = (
@@ -506,7 +500,7 @@ class DemoCluster(AsyncService):
                     view.name
                     for node in (await self.client.list(NODES)).items
                     if KEY_NODE_NVIDIA_REGISTER in (view := read_node(node)).annotations
-                    and "NoSchedule" not in taint_effects(node)
+                    and all(taint.effect != "NoSchedule" for taint in view.taints)
                 }
                 ledger = {str(n) for n in self.scheduler.state.ledger.node_names()}
                 if names <= registered and names <= ledger:

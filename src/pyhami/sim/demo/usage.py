@@ -17,7 +17,7 @@ from pathlib import Path
 import aiohttp
 
 import pyhami
-from pyhami.kube import JsonObject
+from pyhami.model import ContainerView
 from pyhami.sim.top import MIB, TopError, scrape
 from pyhami.testing.namespace_runtime import NamespaceRuntime
 from pyhami.testing.node_agent import StartedContainer
@@ -63,14 +63,14 @@ class DemoWorkloads(NamespaceRuntime):
         self.card_bytes = card_bytes  # card uuid -> its memory, as the stub reports it
         self.release = workdir / "release"  # the programs exit once this file exists
 
-    def command(self, spec: JsonObject, container: StartedContainer) -> list[str]:
+    def command(self, spec: ContainerView, container: StartedContainer) -> list[str]:
         steps: list[str] = []
         for index, _ in enumerate(self._cards(container)):
             limit = _limit_mib(container.envs.get(f"CUDA_DEVICE_MEMORY_LIMIT_{index}", ""))
             steps += ["ctx", str(index), "alloc", f"{int(limit * WORKLOAD_SHARE)}m"]
         return [str(self.native.drive), *steps, "waitfile", str(self.release)]
 
-    def environment(self, spec: JsonObject, container: StartedContainer) -> dict[str, str]:
+    def environment(self, spec: ContainerView, container: StartedContainer) -> dict[str, str]:
         """The stub driver shows the container its cards, as a GPU container runtime would."""
         env = super().environment(spec, container)
         cards = self._cards(container)

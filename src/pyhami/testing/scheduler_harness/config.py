@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import base64
 import ssl
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from pyhami.kube import JsonObject
+from pyhami.model import PodView
 from pyhami.protocol.goparse import parse_duration
 from pyhami.testing.certs import KeyPair
 from pyhami.testing.scheduler_harness.predicates import requested
@@ -59,8 +57,10 @@ class ExtenderConfig:
             raise ValueError("extender tlsConfig needs certFile and keyFile together")
 
     @classmethod
-    def from_kube_scheduler_config(cls, entry: Mapping[str, Any]) -> ExtenderConfig:
+    def from_kube_scheduler_config(cls, entry: object) -> ExtenderConfig:
         """Parse the camelCase YAML/JSON entry (`urlPrefix`, `tlsConfig.caData`, ...)."""
+        if not isinstance(entry, dict):
+            raise ValueError(f"an extenders[] entry must be an object, got {entry!r}")
         tls = entry.get("tlsConfig") or {}
         ca_pem = None
         if tls.get("caData"):
@@ -116,7 +116,7 @@ class ExtenderConfig:
             tls_key_file=None if client_certificate is None else client_certificate.key_file,
         )
 
-    def interested_in(self, pod: JsonObject) -> bool:
+    def interested_in(self, pod: PodView) -> bool:
         """kube-scheduler's IsInterested: any managed resource in any container's requests or
         limits (an extender that manages none is interested in every pod)."""
         if not self.managed_resources:

@@ -43,6 +43,8 @@ from pyhami.kube import (
     guarded_task,
 )
 from pyhami.kube.lifecycle import AsyncService
+from pyhami.kube.views import read_node, read_pod
+from pyhami.model import NodeView, PodView
 from pyhami.testing.scheduler_harness.config import ExtenderConfig
 from pyhami.testing.scheduler_harness.outcomes import HarnessMetrics, Result, ScheduleOutcome
 from pyhami.testing.scheduler_harness.predicates import (
@@ -55,13 +57,56 @@ from pyhami.testing.scheduler_harness.predicates import (
 log = structlog.get_logger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
+class _Pod:
+    """A pod to schedule: its view, and the object itself, which ExtenderArgs carries verbatim."""
+
+    view: PodView
+    wire: JsonObject
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """An extender's answer, decoded as Go's decoder does (a key matches ignoring case)."""
+
+    error: str
+    failed: dict[str, str]
+    unresolvable: dict[str, str]
+    node_names: list[str] | None  # the nodes kept; None when the answer's list is no list
+
+
+def _decode_answer(answer: object, verb: str, node_cache_capable: bool) -> _Answer:
+    if not isinstance(answer, dict):
+        raise _AttemptFailedError(Result.FILTER_ERROR, f"extender {verb}: answer is not an object")
+
+    def field(name: str) -> object:
+        """The exact key first, else the first key equal ignoring case."""
+        if name in answer:
+            return answer[name]
+        return next((v for k, v in answer.items() if str(k).lower() == name.lower()), None)
+
+    def string_map(value: object) -> dict[str, str]:
+        return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+    names = field("NodeNames") or []
+    if not node_cache_capable:
+        nodes = field("Nodes")
+        items = (nodes.get("items") if isinstance(nodes, dict) else None) or []
+        names = [i.get("metadata", {}).get("name") for i in items if isinstance(i, dict)]
+    return _Answer(
+        error=str(field("Error") or ""),
+        failed=string_map(field("FailedNodes")),
+        unresolvable=string_map(field("FailedAndUnresolvableNodes")),
+        node_names=[n for n in names if isinstance(n, str)] if isinstance(names, list) else None,
+    )
+
+
 @dataclass(slots=True)
 class _Attempt:
     """One pod's pass through the scheduling and binding cycles."""
 
     key: tuple[str, str]
-    pod: JsonObject
-    uid: str
+    pod: _Pod
     number: int
     interested: bool  # the extender manages a resource this pod asks for
     extender_called: bool = False
@@ -80,7 +125,7 @@ class _Attempt:
         return ScheduleOutcome(
             namespace=self.key[0],
             name=self.key[1],
-            uid=self.uid,
+            uid=self.pod.view.uid,
             attempt=self.number,
             result=result,
             node=node,
@@ -154,7 +199,8 @@ class KubeSchedulerHarness(AsyncService):
             for r in (extender.managed_resources if extender else ())
             if r.ignored_by_scheduler
         )
-        self._node_facts: dict[str, tuple[str, NodeFacts]] = {}
+        # What the predicates read from each node, parsed once per node event.
+        self._node_facts: dict[str, NodeFacts] = {}
         self.outcomes: list[ScheduleOutcome] = []
         self.metrics = HarnessMetrics()
         self._queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
@@ -167,11 +213,12 @@ class KubeSchedulerHarness(AsyncService):
 
     @classmethod
     def from_configuration(
-        cls, client: KubeClient, document: Mapping[str, Any], **options: Any
+        cls, client: KubeClient, document: object, **options: Any
     ) -> KubeSchedulerHarness:
         """A harness set up from a KubeSchedulerConfiguration (first profile, its extender)."""
-        if document.get("kind") != "KubeSchedulerConfiguration":
-            raise ValueError(f"expected a KubeSchedulerConfiguration, got {document.get('kind')!r}")
+        kind = document.get("kind") if isinstance(document, dict) else None
+        if not isinstance(document, dict) or kind != "KubeSchedulerConfiguration":
+            raise ValueError(f"expected a KubeSchedulerConfiguration, got {kind!r}")
         profiles = document.get("profiles") or [{}]
         extenders = document.get("extenders") or []
         if len(extenders) > 1:
@@ -189,10 +236,19 @@ class KubeSchedulerHarness(AsyncService):
         # as kube-scheduler's HTTP transport keeps them (no handshake per filter or bind).
         context = self.extender.ssl_context() if self.extender is not None else None
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context or True))
-        handlers = EventHandlers(
-            on_add=self._pod_seen, on_update=lambda _old, new: self._pod_seen(new)
+        self.pods.add_handlers(
+            EventHandlers(
+                on_add=lambda pod: self._pod_seen(read_pod(pod)),
+                on_update=lambda _old, new: self._pod_seen(read_pod(new)),
+            )
         )
-        self.pods.add_handlers(handlers)
+        self.nodes.add_handlers(
+            EventHandlers(
+                on_add=lambda node: self._node_seen(read_node(node)),
+                on_update=lambda _old, new: self._node_seen(read_node(new)),
+                on_delete=lambda node: self._node_gone(read_node(node)),
+            )
+        )
         self.nodes.start()
         await self.nodes.wait_synced()
         self.pods.start()
@@ -237,11 +293,11 @@ class KubeSchedulerHarness(AsyncService):
         """Run one scheduling attempt for `pod` as given, whatever the informer shows now, and
         return its outcome: kube-scheduler does this when its cache lags behind a binding
         (it still sees the pod unbound and filters it again)."""
-        meta = pod["metadata"]
-        key = (str(meta.get("namespace", "")), str(meta["name"]))
+        view = read_pod(pod)
+        key = (view.namespace, view.name)
         seen = len(self.outcomes_for(*key))
         self._pending.add(key)
-        await self._schedule_one(key, pod)
+        await self._schedule_one(key, _Pod(view, pod))
 
         async def outcome() -> ScheduleOutcome:
             while len(found := self.outcomes_for(*key)) <= seen:
@@ -261,13 +317,18 @@ class KubeSchedulerHarness(AsyncService):
 
     # --- queueing -------------------------------------------------------------------------
 
-    def _pod_seen(self, pod: JsonObject) -> None:
-        meta = pod["metadata"]
-        key = (str(meta.get("namespace", "")), str(meta["name"]))
-        if key in self._pending or meta.get("deletionTimestamp"):
+    def _pod_seen(self, pod: PodView) -> None:
+        key = (pod.namespace, pod.name)
+        if key in self._pending or pod.deleting:
             return
         self._pending.add(key)
         self._queue.put_nowait(key)
+
+    def _node_seen(self, node: NodeView) -> None:
+        self._node_facts[node.name] = NodeFacts.of(node)
+
+    def _node_gone(self, node: NodeView) -> None:
+        self._node_facts.pop(node.name, None)
 
     def _record(self, outcome: ScheduleOutcome) -> None:
         self.outcomes.append(outcome)
@@ -298,14 +359,14 @@ class KubeSchedulerHarness(AsyncService):
             if pod is None:  # bound, deleted or no longer ours
                 self._pending.discard(key)
                 continue
-            await self._schedule_one(key, pod)
+            await self._schedule_one(key, _Pod(read_pod(pod), pod))
 
-    async def _schedule_one(self, key: tuple[str, str], pod: JsonObject) -> None:
-        uid = str(pod["metadata"].get("uid", ""))
+    async def _schedule_one(self, key: tuple[str, str], pod: _Pod) -> None:
+        uid = pod.view.uid
         number = self._attempts[uid] = self._attempts.get(uid, 0) + 1
         self.metrics.attempts += 1
-        interested = self.extender is not None and self.extender.interested_in(pod)
-        attempt = _Attempt(key, pod, uid, number, interested)
+        interested = self.extender is not None and self.extender.interested_in(pod.view)
+        attempt = _Attempt(key, pod, number, interested)
         started = self._clock.monotonic()
         try:
             node, failed = await self._pick_node(attempt)
@@ -333,63 +394,47 @@ class KubeSchedulerHarness(AsyncService):
         node: str = "",
     ) -> None:
         message = error if result is not Result.BIND_ERROR else f"Binding rejected: {error}"
-        await self._event(attempt.pod, "Warning", "FailedScheduling", message)
+        await self._event(attempt.pod.view, "Warning", "FailedScheduling", message)
         await self._mark_unscheduled(attempt, result, message)
         self._retry_later(attempt.key, attempt.number)
         self._record(attempt.outcome(result, node=node, error=error, unresolvable=unresolvable))
 
     async def _pick_node(self, attempt: _Attempt) -> tuple[str, dict[str, str]]:
-        pod = attempt.pod
-        spec = pod.get("spec") or {}
-        tolerations = spec.get("tolerations") or []
-        selector = spec.get("nodeSelector") or {}
+        pod = attempt.pod.view
         # Checked against allocatable: extended resources kube-scheduler does not ignore.
         checked = {
             r: n for r, n in requested(pod).items() if r not in self._ignored and is_extended(r)
         }
-        nodes = self.nodes.list()
         failed: dict[str, str] = {}
         feasible = []
-        for facts in sorted((self._facts(n) for n in nodes), key=lambda f: f.name):
-            reason = facts.rejects(tolerations, selector, checked)
+        for name, facts in sorted(self._node_facts.items()):
+            reason = facts.rejects(pod.tolerations, pod.node_selector, checked)
             if reason:
-                failed[facts.name] = reason
+                failed[name] = reason
             else:
-                feasible.append(facts.node)
+                feasible.append(name)
         unresolvable: dict[str, str] = {}
         if feasible and attempt.interested:
             attempt.extender_called = True
             assert self.extender is not None
             try:
-                feasible, extra, unresolvable = await self._filter(pod, feasible)
+                feasible, extra, unresolvable = await self._filter(attempt.pod, feasible)
                 failed.update(extra)
                 failed.update(unresolvable)
             except _AttemptFailedError:
                 if not self.extender.ignorable:
                     raise
-                log.info(
-                    "ignorable extender failed; scheduling without it", pod=pod["metadata"]["name"]
-                )
+                log.info("ignorable extender failed; scheduling without it", pod=pod.name)
         if not feasible:
             raise _AttemptFailedError(
                 Result.UNSCHEDULABLE,
-                unschedulable_message(len(nodes), failed),
+                unschedulable_message(len(self._node_facts), failed),
                 failed,
                 unresolvable,
             )
-        return str(feasible[0]["metadata"]["name"]), failed
+        return feasible[0], failed
 
-    def _facts(self, node: JsonObject) -> NodeFacts:
-        """What the predicates read from a node, parsed once per node version."""
-        meta = node["metadata"]
-        name, version = str(meta["name"]), str(meta.get("resourceVersion", ""))
-        cached = self._node_facts.get(name)
-        if cached is None or cached[0] != version:
-            cached = (version, NodeFacts.of(node))
-            self._node_facts[name] = cached
-        return cached[1]
-
-    async def _post(self, verb: str, body: JsonObject) -> JsonObject:
+    async def _post(self, verb: str, body: object) -> _Answer:
         assert self.extender is not None and self._session is not None
         url = f"{self.extender.url_prefix.rstrip('/')}/{verb}"
         try:
@@ -410,39 +455,27 @@ class KubeSchedulerHarness(AsyncService):
             raise _AttemptFailedError(
                 Result.FILTER_ERROR, f'extender {verb}: Post "{url}": {err!r}'
             ) from err
-        if not isinstance(answer, dict):
-            raise _AttemptFailedError(
-                Result.FILTER_ERROR, f"extender {verb}: answer is not an object"
-            )
-        return answer
+        return _decode_answer(answer, verb, self.extender.node_cache_capable)
 
     async def _filter(
-        self, pod: JsonObject, feasible: list[JsonObject]
-    ) -> tuple[list[JsonObject], dict[str, str], dict[str, str]]:
+        self, pod: _Pod, feasible: list[str]
+    ) -> tuple[list[str], dict[str, str], dict[str, str]]:
         assert self.extender is not None
-        by_name = {str(n["metadata"]["name"]): n for n in feasible}
         if self.extender.node_cache_capable:
-            args = {"Pod": pod, "Nodes": None, "NodeNames": list(by_name)}
+            args = {"Pod": pod.wire, "Nodes": None, "NodeNames": feasible}
         else:
-            args = {"Pod": pod, "Nodes": {"metadata": {}, "items": feasible}, "NodeNames": None}
+            items = [self.nodes.get(name) for name in feasible]
+            args = {"Pod": pod.wire, "Nodes": {"metadata": {}, "items": items}, "NodeNames": None}
         answer = await self._post(self.extender.filter_verb, args)
-        error = _field(answer, "Error")
-        if error:
-            raise _AttemptFailedError(Result.FILTER_ERROR, f"extender filter: {error}")
-        failed = _string_map(_field(answer, "FailedNodes"))
-        unresolvable = _string_map(_field(answer, "FailedAndUnresolvableNodes"))
-        if self.extender.node_cache_capable:
-            names = _field(answer, "NodeNames") or []
-        else:
-            items = (_field(answer, "Nodes") or {}).get("items") or []
-            names = [i.get("metadata", {}).get("name") for i in items if isinstance(i, dict)]
-        if not isinstance(names, list):
+        if answer.error:
+            raise _AttemptFailedError(Result.FILTER_ERROR, f"extender filter: {answer.error}")
+        if answer.node_names is None:
             raise _AttemptFailedError(
                 Result.FILTER_ERROR, "extender filter: node list is not a list"
             )
         # kube-scheduler keeps only names it sent; anything else is dropped.
-        kept = [by_name[n] for n in names if isinstance(n, str) and n in by_name]
-        return kept, failed, unresolvable
+        kept = [n for n in answer.node_names if n in feasible]
+        return kept, answer.failed, answer.unresolvable
 
     # --- the binding cycle ----------------------------------------------------------------
 
@@ -456,15 +489,14 @@ class KubeSchedulerHarness(AsyncService):
                     {
                         "PodName": name,
                         "PodNamespace": namespace,
-                        "PodUID": attempt.uid,
+                        "PodUID": attempt.pod.view.uid,
                         "Node": node,
                     },
                 )
-                error = _field(answer, "Error")
-                if error:
-                    raise _AttemptFailedError(Result.BIND_ERROR, f"extender bind: {error}")
+                if answer.error:
+                    raise _AttemptFailedError(Result.BIND_ERROR, f"extender bind: {answer.error}")
             else:
-                await self._client.bind_pod(namespace, name, node, uid=attempt.uid)
+                await self._client.bind_pod(namespace, name, node, uid=attempt.pod.view.uid)
         except (_AttemptFailedError, KubeError) as err:
             attempt.bind_s = self._clock.monotonic() - started
             self.metrics.bind_latencies_s.append(attempt.bind_s)
@@ -474,7 +506,7 @@ class KubeSchedulerHarness(AsyncService):
         self.metrics.bind_latencies_s.append(attempt.bind_s)
         self._pending.discard(attempt.key)
         await self._event(
-            attempt.pod,
+            attempt.pod.view,
             "Normal",
             "Scheduled",
             f"Successfully assigned {namespace}/{name} to {node}",
@@ -503,19 +535,18 @@ class KubeSchedulerHarness(AsyncService):
         except KubeError as err:  # best effort, as in kube-scheduler
             log.warning("could not update the pod condition", pod=attempt.key, error=str(err))
 
-    async def _event(self, pod: JsonObject, kind: str, reason: str, message: str) -> None:
+    async def _event(self, pod: PodView, kind: str, reason: str, message: str) -> None:
         if not self._record_events:
             return
-        meta = pod["metadata"]
         now = self._clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "metadata": {"generateName": f"{pod.name}.", "namespace": pod.namespace},
             "involvedObject": {
                 "kind": "Pod",
                 "apiVersion": "v1",
-                "name": meta["name"],
-                "namespace": meta["namespace"],
-                "uid": meta.get("uid", ""),
+                "name": pod.name,
+                "namespace": pod.namespace,
+                "uid": pod.uid,
             },
             "reason": reason,
             "message": message,
@@ -527,22 +558,6 @@ class KubeSchedulerHarness(AsyncService):
             "count": 1,
         }
         try:
-            await self._client.create_event(meta["namespace"], event)
+            await self._client.create_event(pod.namespace, event)
         except KubeError as err:  # events are best effort, as in kube-scheduler
             log.warning("could not record event", reason=reason, error=str(err))
-
-
-# --- helpers ---
-
-
-def _field(obj: Mapping[str, Any], name: str) -> Any:
-    """Go's decoder: exact key first, else the first key equal ignoring case."""
-    if name in obj:
-        return obj[name]
-    return next((v for k, v in obj.items() if k.lower() == name.lower()), None)
-
-
-def _string_map(value: Any) -> dict[str, str]:
-    if not isinstance(value, dict):
-        return {}
-    return {str(k): str(v) for k, v in value.items()}
