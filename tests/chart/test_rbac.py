@@ -104,7 +104,8 @@ def requests_made(package: str) -> set[tuple[str, str]]:
                 continue
             func = node.func
             first = node.args[1] if len(node.args) > 1 else None
-            if isinstance(func, ast.Name) and func.id == "Informer" and isinstance(first, ast.Name):
+            informer = isinstance(func, ast.Name) and func.id in ("Informer", "ViewInformer")
+            if informer and isinstance(first, ast.Name):
                 made |= {("list", plurals[first.id]), ("watch", plurals[first.id])}
             if not isinstance(func, ast.Attribute):
                 continue
