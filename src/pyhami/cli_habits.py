@@ -38,6 +38,9 @@ NamespaceOption = Annotated[
 ]
 
 
+DebugOption = Annotated[
+    bool, typer.Option("--debug", help="debug logs, and a traceback on failure")
+]
 LogFormatOption = Annotated[
     LogFormat,
     typer.Option(

@@ -40,7 +40,6 @@ HELPERS = {
     "bind_pod": ("create", "pods/binding"),
     "evict_pod": ("create", "pods/eviction"),
     "get_node": ("get", "nodes"),
-    "list_nodes": ("list", "nodes"),
     "patch_node": ("patch", "nodes"),
     "patch_node_status": ("patch", "nodes/status"),
     "create_event": ("create", "events"),

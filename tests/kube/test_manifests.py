@@ -1,5 +1,5 @@
-"""kube.manifests: the objects of files and lists read once, a followed pod's status and its
-claims' devices read from the API's JSON, the demo's pod files checked."""
+"""kube.manifests: the objects of files and lists read once, a followed pod's status and the
+claims its containers use read from the API's JSON, the demo's pod files checked."""
 
 import pytest
 
@@ -9,7 +9,6 @@ from pyhami.kube.manifests import (
     PodManifest,
     QuotaView,
     Unread,
-    read_claim_devices,
     read_manifests,
     read_pod_file_object,
     read_pod_state,
@@ -84,30 +83,6 @@ def test_a_pods_state_names_why_it_waits_and_which_claims_its_containers_use() -
         ("app", "p-gpu-x1", "big"),
     ]
     assert read_pod_state({"metadata": {"name": "q"}}).unscheduled is None
-
-
-def test_a_claims_devices_carry_what_they_consume() -> None:
-    def claim(memory: str) -> dict[str, object]:
-        result = {
-            "request": "gpu/a",
-            "driver": "d",
-            "pool": "node-1",
-            "device": "gpu-0",
-            "consumedCapacity": {"memory": memory, "cores": "30"},
-        }
-        return {"status": {"allocation": {"devices": {"results": [result]}}}}
-
-    (device,) = read_claim_devices(claim("4Gi"))
-    assert (device.request, device.driver, device.pool, device.device) == (
-        "gpu/a",
-        "d",
-        "node-1",
-        "gpu-0",
-    )
-    assert device.consumed == {"memory": 4 << 30, "cores": 30}
-    (unreadable,) = read_claim_devices(claim("lots"))
-    assert unreadable.consumed == {}
-    assert read_claim_devices({"status": {}}) == ()
 
 
 def test_pod_files_keep_every_field_and_store_quantities_as_strings() -> None:

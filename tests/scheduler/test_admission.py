@@ -131,8 +131,10 @@ def test_json_patch_escapes_annotation_keys() -> None:
     "metadata, words",
     [
         pytest.param("x", "metadata must be an object", id="metadata"),
-        pytest.param({"annotations": {"a": 1}}, "metadata.annotations must map", id="annotation"),
-        pytest.param({"labels": ["a"]}, "metadata.labels must map", id="labels"),
+        pytest.param(
+            {"annotations": {"a": 1}}, "metadata.annotations 'a' must be a string", id="annotation"
+        ),
+        pytest.param({"labels": ["a"]}, "metadata.labels must be an object", id="labels"),
     ],
 )
 def test_unreadable_marks_are_refused_at_decoding(metadata: Any, words: str) -> None:

@@ -1,10 +1,21 @@
-"""`pyhami demo --mode`: which nodes run the device plugin and which the DRA driver."""
+"""`pyhami demo --mode`: which nodes run the device plugin and which the DRA driver, and what
+a DRA node's pod is shown to hold."""
+
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 from typer.testing import CliRunner
 
 from pyhami.cli import app
+from pyhami.devices.nvidia.dra_claims import DRIVER
+from pyhami.kube import KubeError
+from pyhami.kube.manifests import ClaimUse, PodState
+from pyhami.model import PodView
 from pyhami.sim.demo.cli import NodeMode, node_split
+from pyhami.sim.demo.cluster import DemoCluster
+from pyhami.sim.demo.results import CardShare
+from pyhami.sim.demo.run import claimed_cards
 from pyhami.sim.demo.settings import DemoSettings
 
 
@@ -29,3 +40,33 @@ def test_dra_modes_need_the_real_control_plane() -> None:
     result = CliRunner().invoke(app, ["demo", "--mode", "dra"])
     assert result.exit_code == 2
     assert "--mode dra needs --control-plane real" in result.output
+
+
+async def test_a_dra_pods_cards_are_its_claims_devices_with_what_they_consume() -> None:
+    def result(device: str, memory: str, request: str = "gpu") -> dict[str, object]:
+        consumed = {"memory": memory, "cores": "30"}
+        return {"request": request, "driver": DRIVER, "pool": "n1", "device": device} | {
+            "consumedCapacity": consumed
+        }
+
+    claims = {
+        "c1": [result("gpu-0", "4Gi"), result("gpu-1", "1Gi", "other/a")],
+        "c2": [result("gpu-1", "lots")],  # unreadable: the card shows without its use
+    }
+
+    class Client:
+        async def get(self, resource: object, name: str, namespace: str) -> dict[str, object]:
+            if name not in claims:
+                raise KubeError(404, "NotFound", name)
+            return {"status": {"allocation": {"devices": {"results": claims[name]}}}}
+
+    gpus = [SimpleNamespace(uuid=f"GPU-{n}", name="A100") for n in range(2)]
+    node = SimpleNamespace(name="n1", nvml=SimpleNamespace(gpus=gpus))
+    cluster = SimpleNamespace(client=Client(), nodes=[], dra_nodes=[node])
+    pod = PodView(key="p", namespace="ml", name="p")
+    uses = (ClaimUse("a", "c1", "gpu"), ClaimUse("b", "c2"), ClaimUse("c", "gone"))
+    shares = await claimed_cards(cast(DemoCluster, cluster), PodState(pod, claims=uses))
+    assert shares == (
+        CardShare("a", "n1", "GPU-0", "A100", 0, 4096, 30),
+        CardShare("b", "n1", "GPU-1", "A100", 1, 0, 0),
+    )

@@ -9,14 +9,11 @@ import typer
 import yaml
 
 from pyhami.chart.convert import convert
+from pyhami.cli_errors import fail
 from pyhami.cli_habits import command_group, yaml_problem
 
+COMMAND = "chart convert-values"
 chart_app = command_group("chart", "pyhami's Helm chart: values from HAMi's.")
-
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"pyhami chart convert-values: {message}", err=True)
-    return typer.Exit(2)
 
 
 @chart_app.command("convert-values")
@@ -45,13 +42,13 @@ def convert_values(
         text = sys.stdin.read() if source == "-" else hami_values.read_text(encoding="utf-8")
         hami = yaml.safe_load(text)
     except (OSError, UnicodeDecodeError) as err:
-        raise _fail(f"{source}: cannot read: {err}") from err
+        fail(COMMAND, f"{source}: cannot read: {err}")
     except yaml.YAMLError as err:
-        raise _fail(f"{source}: not valid YAML: {yaml_problem(err)}") from err
+        fail(COMMAND, f"{source}: not valid YAML: {yaml_problem(err)}")
     if hami is None:
         hami = {}
     if not isinstance(hami, dict):
-        raise _fail(f"{source}: expected a mapping of values, got {type(hami).__name__}")
+        fail(COMMAND, f"{source}: expected a mapping of values, got {type(hami).__name__}")
     values, lines = convert(hami)
     header = f"# pyhami chart values from HAMi's {source} (pyhami chart convert-values)\n"
     body = header + (yaml.safe_dump(values, sort_keys=False) if values else "{}\n")
@@ -61,7 +58,7 @@ def convert_values(
         try:
             out.write_text(body, encoding="utf-8")
         except OSError as err:
-            raise _fail(f"--out {out}: cannot write: {err}") from err
+            fail(COMMAND, f"--out {out}: cannot write: {err}")
     if not quiet:
         for line in lines:
             typer.echo(str(line), err=True)

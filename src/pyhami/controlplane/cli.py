@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from pyhami.cli_errors import fail
 from pyhami.cli_habits import command_group
 from pyhami.controlplane.build import BuildError, build_control_plane, default_cache_root
 from pyhami.controlplane.versions import KUBERNETES_VERSION
@@ -44,6 +45,5 @@ def build(
             kubernetes_version, cache_dir or default_cache_root(), progress=_say
         )
     except BuildError as err:
-        typer.echo(f"pyhami control-plane build: {err}", err=True)
-        raise typer.Exit(2) from err
+        fail("control-plane build", str(err))
     _say(str(built.bin_dir))

@@ -18,8 +18,8 @@ from typing import Annotated
 
 import typer
 
-from pyhami.cli_errors import check_kubeconfig, run_service
-from pyhami.cli_habits import LogFormatOption
+from pyhami.cli_errors import check_kubeconfig, fail, run_service
+from pyhami.cli_habits import DebugOption, LogFormatOption
 from pyhami.cli_klog import DEBUG_VERBOSITY, KlogVerbosity
 from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.deviceplugin.api import DEVICE_PLUGIN_PATH
@@ -53,6 +53,35 @@ def load_config(
     return load_node_config(config, node_config_file, node_name).check(f"node {node_name}")
 
 
+# The node agents' shared flags (the DRA driver's too).
+HookPathOption = Annotated[
+    str, typer.Option(envvar="HOOK_PATH", help="HAMi-core dir without /vgpu")
+]
+LibvgpuVersionOption = Annotated[
+    str, typer.Option(envvar="LIBVGPU_VERSION", help="mount libvgpu.so.<this> if present")
+]
+RecoveryOption = Annotated[
+    float,
+    typer.Option(
+        envvar="HEALTH_RECOVERY_SECONDS",
+        help="quiet time before an XID-unhealthy GPU recovers (DRA: loses its taint); <0: never",
+    ),
+]
+
+
+def check_node_flags(node_name: str, hook_path: str) -> None:
+    """The node is named, and the hook path is one libvgpu's limits.env can carry."""
+    if not node_name:
+        raise typer.BadParameter(
+            "set --node-name or NODE_NAME (downward API spec.nodeName)", param_hint="--node-name"
+        )
+    if any(c.isspace() for c in hook_path):
+        raise typer.BadParameter(
+            "must not contain whitespace (libvgpu's limits.env cannot carry it)",
+            param_hint="--hook-path",
+        )
+
+
 def _refuse(flag: str, value: object, supported: object) -> None:
     if value != supported:
         raise typer.BadParameter(
@@ -83,23 +112,13 @@ def device_plugin(
         str, typer.Option(envvar="KUBELET_SOCKET", help="empty: never register")
     ] = str(DEVICE_PLUGIN_PATH / "kubelet.sock"),
     plugin_dir: Annotated[Path, typer.Option(envvar="PLUGIN_DIR")] = DEVICE_PLUGIN_PATH,
-    hook_path: Annotated[
-        str, typer.Option(envvar="HOOK_PATH", help="HAMi-core dir without /vgpu")
-    ] = "/usr/local",
-    libvgpu_version: Annotated[
-        str, typer.Option(envvar="LIBVGPU_VERSION", help="mount libvgpu.so.<this> if present")
-    ] = "v2.10.0",
+    hook_path: HookPathOption = "/usr/local",
+    libvgpu_version: LibvgpuVersionOption = "v2.10.0",
     enable_topology_score: Annotated[
         str,
         typer.Option(envvar="ENABLE_TOPOLOGY_SCORE", help="exactly 'true' publishes pair scores"),
     ] = "",
-    health_recovery_seconds: Annotated[
-        float,
-        typer.Option(
-            envvar="HEALTH_RECOVERY_SECONDS",
-            help="quiet time before an XID-unhealthy GPU recovers; <0: never",
-        ),
-    ] = 300.0,
+    health_recovery_seconds: RecoveryOption = 300.0,
     fail_on_init_error: Annotated[bool, typer.Option(envvar="FAIL_ON_INIT_ERROR")] = True,
     kubeconfig: Annotated[str, typer.Option(envvar="KUBECONFIG")] = "",
     mig_strategy: Annotated[str, typer.Option(envvar="MIG_STRATEGY")] = "none",
@@ -143,9 +162,7 @@ def device_plugin(
         ),
     ] = None,
     verbosity: KlogVerbosity = 0,
-    debug: Annotated[
-        bool, typer.Option("--debug", help="debug logs, and a traceback on failure")
-    ] = False,
+    debug: DebugOption = False,
     log_format: LogFormatOption = LogFormat.CONSOLE,
 ) -> None:
     """Run the NVIDIA device plugin on this node (kubelet gRPC, node registration, Allocate)."""
@@ -154,15 +171,7 @@ def device_plugin(
     _refuse("--device-list-strategy", device_list_strategy, "envvar")
     _refuse("--device-id-strategy", device_id_strategy, "uuid")
     _refuse("--pass-device-specs", pass_device_specs, False)
-    if any(c.isspace() for c in hook_path):
-        raise typer.BadParameter(
-            "must not contain whitespace (libvgpu's limits.env cannot carry it)",
-            param_hint="--hook-path",
-        )
-    if not node_name:
-        raise typer.BadParameter(
-            "set --node-name or NODE_NAME (downward API spec.nodeName)", param_hint="--node-name"
-        )
+    check_node_flags(node_name, hook_path)
     flags = VgpuConfig(
         resource_name=resource_name,
         device_split_count=device_split_count,
@@ -178,8 +187,7 @@ def device_plugin(
             required=imex_required,
         )
     except (ConfigError, ToolkitConfigError) as error:
-        typer.echo(f"pyhami device-plugin: {error}", err=True)
-        raise typer.Exit(2) from error
+        fail("device-plugin", str(error))
     toolkit = ToolkitFeatures(
         gdrcopy=gdrcopy_enabled, gds=gds_enabled, mofed=mofed_enabled, imex_channels=channels
     )

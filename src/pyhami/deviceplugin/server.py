@@ -6,7 +6,7 @@ Thin on purpose: device lists come from `listing`, Allocate and preferred alloca
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -122,23 +122,41 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
         return api_pb2.PreStartContainerResponse()
 
 
-class PluginServer:
-    """Our DevicePlugin gRPC server on `socket`; `stop()` removes the socket file."""
+class SocketServer:
+    """One grpc.aio server on one unix socket; `stop()` removes the socket file."""
 
-    def __init__(self, servicer: DevicePluginServicer, socket: Path, stopping: asyncio.Event):
-        self._servicer = servicer
+    def __init__(self, socket: Path, add: Callable[[grpc.aio.Server], None]) -> None:
         self.socket = socket
-        self._stopping = stopping
+        self._add = add  # adds the servicers to a fresh server
         self._server: grpc.aio.Server | None = None
 
     async def start(self) -> None:
         self.socket.parent.mkdir(parents=True, exist_ok=True)
         self.socket.unlink(missing_ok=True)
         server = grpc.aio.server()
-        api_pb2_grpc.add_DevicePluginServicer_to_server(self._servicer, server)
+        self._add(server)
         server.add_insecure_port(f"unix://{self.socket}")
         await server.start()
         self._server = server
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            await self._server.stop(grace=1)
+            self._server = None
+        self.socket.unlink(missing_ok=True)
+
+
+class PluginServer(SocketServer):
+    """Our DevicePlugin gRPC server on `socket`."""
+
+    def __init__(self, servicer: DevicePluginServicer, socket: Path, stopping: asyncio.Event):
+        super().__init__(
+            socket, lambda server: api_pb2_grpc.add_DevicePluginServicer_to_server(servicer, server)
+        )
+        self._stopping = stopping
+
+    async def start(self) -> None:
+        await super().start()
         # Dial our own socket once, as HAMi does, so a broken listener fails start, not kubelet.
         async with grpc.aio.insecure_channel(f"unix://{self.socket}") as channel:
             await api_pb2_grpc.DevicePluginStub(channel).GetDevicePluginOptions(
@@ -147,10 +165,7 @@ class PluginServer:
 
     async def stop(self) -> None:
         self._stopping.set()
-        if self._server is not None:
-            await self._server.stop(grace=1)
-            self._server = None
-        self.socket.unlink(missing_ok=True)
+        await super().stop()
 
 
 async def register_with_kubelet(

@@ -8,9 +8,10 @@ from typing import Annotated
 
 import typer
 
-from pyhami.cli_errors import check_kubeconfig, run_service
-from pyhami.cli_habits import LogFormatOption
+from pyhami.cli_errors import check_kubeconfig, fail, run_service
+from pyhami.cli_habits import DebugOption, LogFormatOption
 from pyhami.cli_klog import DEBUG_VERBOSITY, KlogVerbosity
+from pyhami.deviceplugin import cli as plugin_cli
 from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.deviceplugin.health import XidPolicy
 from pyhami.dra import cdi
@@ -37,37 +38,17 @@ def dra_driver(
     cdi_dir: Annotated[
         Path, typer.Option(envvar="CDI_DIR", help="where the runtime reads CDI specs")
     ] = cdi.CDI_DIR,
-    hook_path: Annotated[
-        str, typer.Option(envvar="HOOK_PATH", help="HAMi-core dir without /vgpu")
-    ] = "/usr/local",
-    libvgpu_version: Annotated[
-        str, typer.Option(envvar="LIBVGPU_VERSION", help="mount libvgpu.so.<this> if present")
-    ] = "v2.10.0",
-    health_recovery_seconds: Annotated[
-        float,
-        typer.Option(
-            envvar="HEALTH_RECOVERY_SECONDS",
-            help="quiet time before an XID-unhealthy GPU loses its taint; <0: never",
-        ),
-    ] = 300.0,
+    hook_path: plugin_cli.HookPathOption = "/usr/local",
+    libvgpu_version: plugin_cli.LibvgpuVersionOption = "v2.10.0",
+    health_recovery_seconds: plugin_cli.RecoveryOption = 300.0,
     kubeconfig: Annotated[str, typer.Option(envvar="KUBECONFIG")] = "",
     verbosity: KlogVerbosity = 0,
-    debug: Annotated[
-        bool, typer.Option("--debug", help="debug logs, and a traceback on failure")
-    ] = False,
+    debug: DebugOption = False,
     log_format: LogFormatOption = LogFormat.CONSOLE,
 ) -> None:
     """Run the DRA driver gpu.pyhami.io on this node (ResourceSlice, kubelet DRA plugin)."""
     configure_logging(debug=debug or verbosity >= DEBUG_VERBOSITY, log_format=log_format)
-    if not node_name:
-        raise typer.BadParameter(
-            "set --node-name or NODE_NAME (downward API spec.nodeName)", param_hint="--node-name"
-        )
-    if any(c.isspace() for c in hook_path):
-        raise typer.BadParameter(
-            "must not contain whitespace (libvgpu's limits.env cannot carry it)",
-            param_hint="--hook-path",
-        )
+    plugin_cli.check_node_flags(node_name, hook_path)
     options = DriverOptions(
         node_name=node_name,
         plugins_dir=kubelet_plugins_dir,
@@ -81,8 +62,7 @@ def dra_driver(
     try:
         nvml = open_nvml()
     except NvmlUnavailableError as error:
-        typer.echo(f"pyhami dra-driver: {error}", err=True)
-        raise typer.Exit(1) from error
+        fail("dra-driver", str(error), 1)
     try:
         run_service(
             "dra-driver",

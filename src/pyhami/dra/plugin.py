@@ -112,27 +112,3 @@ class RegistrationServicer(pluginregistration_pb2_grpc.RegistrationServicer):
         else:
             log.error("kubelet refused DRA driver %s: %s", DRIVER, request.error)
         return pluginregistration_pb2.RegistrationStatusResponse()
-
-
-class SocketServer:
-    """One grpc.aio server on one unix socket; `stop()` removes the socket file."""
-
-    def __init__(self, socket: Path, add: Any) -> None:
-        self.socket = socket
-        self._add = add  # adds the servicers to a fresh server
-        self._server: grpc.aio.Server | None = None
-
-    async def start(self) -> None:
-        self.socket.parent.mkdir(parents=True, exist_ok=True)
-        self.socket.unlink(missing_ok=True)
-        server = grpc.aio.server()
-        self._add(server)
-        server.add_insecure_port(f"unix://{self.socket}")
-        await server.start()
-        self._server = server
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            await self._server.stop(grace=1)
-            self._server = None
-        self.socket.unlink(missing_ok=True)

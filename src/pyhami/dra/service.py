@@ -16,6 +16,7 @@ from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.deviceplugin.config import DeviceFilter
 from pyhami.deviceplugin.health import HealthBoard, HealthWatcher, XidPolicy, sleep_unless
 from pyhami.deviceplugin.inventory import Gpu, discover
+from pyhami.deviceplugin.server import SocketServer
 from pyhami.dra import cdi
 from pyhami.dra.api import (
     DRIVER,
@@ -25,7 +26,7 @@ from pyhami.dra.api import (
     pluginregistration_pb2_grpc,
 )
 from pyhami.dra.checkpoint import Checkpoint
-from pyhami.dra.plugin import DRAPluginServicer, RegistrationServicer, SocketServer
+from pyhami.dra.plugin import DRAPluginServicer, RegistrationServicer
 from pyhami.dra.prepare import Preparer
 from pyhami.dra.slices import GpuFacts, SlicePublisher, read_facts
 from pyhami.kube import KubeClient, cancel_and_wait, guarded_task

@@ -24,7 +24,7 @@ from pyhami.kube.client import JsonObject
 from pyhami.kube.dra_manifests import ClaimTemplate
 from pyhami.kube.errors import KubeError
 from pyhami.kube.extender_wire import compact_json
-from pyhami.kube.views import read_pod
+from pyhami.kube.views import _object, _strings, read_pod
 from pyhami.model import PodView
 
 # controller-runtime's admission body limit.
@@ -53,18 +53,13 @@ class PodMarks:
 
 
 def _marks(pod: Mapping[str, Any]) -> PodMarks:
-    metadata = pod.get("metadata") or {}
-    if not isinstance(metadata, dict):
-        raise AdmissionDecodeError("AdmissionReview request object: metadata must be an object")
-    found = []
-    for part in ("annotations", "labels"):
-        values = metadata.get(part) or {}
-        if not isinstance(values, dict) or not all(isinstance(v, str) for v in values.values()):
-            raise AdmissionDecodeError(
-                f"AdmissionReview request object: metadata.{part} must map strings to strings"
-            )
-        found.append(values)
-    return PodMarks(*found)
+    where = "AdmissionReview request object: metadata"
+    metadata = _object(pod.get("metadata"), where, AdmissionDecodeError)
+    annotations, labels = (
+        _strings(metadata.get(part), f"{where}.{part}", f"{where}.{part}", AdmissionDecodeError)
+        for part in ("annotations", "labels")
+    )
+    return PodMarks(annotations, labels)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,12 +125,10 @@ class AdmissionRequest:
             raise AdmissionDecodeError(message) from err
         if not isinstance(review, dict):
             raise AdmissionDecodeError("couldn't decode AdmissionReview: not a JSON object")
-        api_version = review.get("apiVersion")
-        if api_version not in ADMISSION_VERSIONS or review.get("kind") != "AdmissionReview":
-            kind = review.get("kind")
-            raise AdmissionDecodeError(
-                f"unsupported AdmissionReview apiVersion={api_version!r} kind={kind!r}"
-            )
+        api_version, kind = review.get("apiVersion"), review.get("kind")
+        if api_version not in ADMISSION_VERSIONS or kind != "AdmissionReview":
+            message = f"unsupported AdmissionReview apiVersion={api_version!r} kind={kind!r}"
+            raise AdmissionDecodeError(message)
         request = review.get("request")
         if not isinstance(request, dict):
             raise AdmissionDecodeError("AdmissionReview has no request")

@@ -412,9 +412,6 @@ class KubeClient:
     async def get_node(self, name: str) -> JsonObject:
         return await self.get(NODES, name)
 
-    async def list_nodes(self, *, label_selector: str = "") -> ObjectList:
-        return await self.list(NODES, label_selector=label_selector)
-
     async def patch_node(
         self, name: str, body: Any, *, patch_type: PatchType = PatchType.MERGE
     ) -> JsonObject:

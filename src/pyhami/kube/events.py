@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import Awaitable, Callable
-from datetime import datetime
 
 import structlog
 
@@ -20,10 +19,6 @@ from pyhami.model import PodView
 log = structlog.get_logger(__name__)
 
 CreateEvent = Callable[[str, JsonObject], Awaitable[object]]
-
-
-def _timestamp(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class EventRecorder:
@@ -37,7 +32,7 @@ class EventRecorder:
 
     def body(self, pod: PodView, kind: str, reason: str, message: str) -> JsonObject:
         name, namespace = pod.name, pod.namespace
-        stamp = _timestamp(self._clock.now())
+        stamp = self._clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
         return {
             "apiVersion": "v1",
             "kind": "Event",

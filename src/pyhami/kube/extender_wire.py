@@ -15,7 +15,7 @@ from typing import Any
 
 from pyhami.engine.preempt import NodePreemption, Proposal
 from pyhami.kube.client import JsonObject
-from pyhami.kube.views import pod_identity, read_node, read_pod
+from pyhami.kube.views import _text, pod_identity, read_node, read_pod
 from pyhami.model import NodeName, NodeView, PodSpecError, PodView
 
 # The extender body limit HAMi applies to /filter, /bind and /preempt.
@@ -99,15 +99,9 @@ def _claimed(pod: JsonObject, what: str) -> ClaimedPod:
         _, namespace, name = pod_identity(pod)
     except PodSpecError as err:
         raise ExtenderDecodeError(f"{what}.Pod: {err}") from err
-    uid = pod["metadata"].get("uid")
     spec = pod.get("spec")
     scheduler = spec.get("schedulerName") if isinstance(spec, dict) else None
-    return ClaimedPod(
-        namespace,
-        name,
-        uid if isinstance(uid, str) else "",
-        scheduler if isinstance(scheduler, str) else "",
-    )
+    return ClaimedPod(namespace, name, _text(pod["metadata"].get("uid")), _text(scheduler))
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,7 +289,7 @@ def _pod_uid(pod: object) -> str:
     if uid is None:
         metadata = pod.get("metadata")
         uid = metadata.get("uid") if isinstance(metadata, dict) else None
-    return uid if isinstance(uid, str) else ""
+    return _text(uid)
 
 
 def preemption_result(answers: Mapping[NodeName, NodePreemption]) -> str:

@@ -10,10 +10,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyhami.devices.nvidia.dra_claims import consumed_capacity
-from pyhami.devices.quantity import QuantityError
 from pyhami.kube.client import JsonObject, resource_version
-from pyhami.kube.dra_views import read_claim
 from pyhami.kube.views import read_node, read_pod
 from pyhami.model import NodeView, PodView
 
@@ -222,30 +219,6 @@ def read_pod_state(pod: Mapping[str, Any]) -> PodState:
         if name in view.resource_claims
     )
     return PodState(view, str(status.get("message", "")), unscheduled, claims)
-
-
-@dataclass(frozen=True, slots=True)
-class AllocatedDevice:
-    """One device a ResourceClaim's allocation holds, and the capacity it consumes."""
-
-    request: str  # <request>, or <request>/<subrequest>
-    driver: str
-    pool: str
-    device: str
-    consumed: Mapping[str, int]  # capacity name -> amount; empty where it cannot be read
-
-
-def read_claim_devices(claim: Mapping[str, Any]) -> tuple[AllocatedDevice, ...]:
-    """The devices of the claim's allocation (none before one), in its order."""
-    view = read_claim(claim)
-    try:
-        consumed = consumed_capacity(view)  # in the order of the results
-    except QuantityError:
-        consumed = [{} for _ in view.results]  # kube-apiserver validated it; nothing better
-    return tuple(
-        AllocatedDevice(result.request, result.driver, result.pool, result.device, amounts)
-        for result, amounts in zip(view.results, consumed, strict=True)
-    )
 
 
 @dataclass(frozen=True, slots=True)

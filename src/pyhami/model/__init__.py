@@ -9,12 +9,11 @@ from pyhami.model.allocation import (
     ContainerDevice,
     ContainerDevices,
     MigAllocation,
-    PodDevices,
     PodSingleDevice,
 )
 from pyhami.model.device import DeviceInfo, DevicePairScore, MigPlacement, MigProfile
-from pyhami.model.names import CardUUID, NodeName, PodUID, VendorKey
-from pyhami.model.request import ContainerDeviceRequest, ContainerRequests, PodRequests
+from pyhami.model.names import NodeName, PodUID
+from pyhami.model.request import ContainerDeviceRequest
 from pyhami.model.usage import DeviceUsage
 from pyhami.model.views import (
     ContainerView,
@@ -26,11 +25,9 @@ from pyhami.model.views import (
 )
 
 __all__ = [
-    "CardUUID",
     "ContainerDevice",
     "ContainerDeviceRequest",
     "ContainerDevices",
-    "ContainerRequests",
     "ContainerView",
     "DeviceInfo",
     "DevicePairScore",
@@ -42,11 +39,8 @@ __all__ = [
     "NodeName",
     "NodeSpecError",
     "NodeView",
-    "PodDevices",
-    "PodRequests",
     "PodSingleDevice",
     "PodSpecError",
     "PodUID",
     "PodView",
-    "VendorKey",
 ]

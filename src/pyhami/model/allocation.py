@@ -1,6 +1,5 @@
 """What the scheduler assigned: one card to one container, per container, per vendor."""
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pyhami.model.device import MigPlacement
@@ -26,8 +25,6 @@ class ContainerDevice:
 ContainerDevices = tuple[ContainerDevice, ...]
 # One entry per container, init containers first (index = container position).
 PodSingleDevice = tuple[ContainerDevices, ...]
-# Vendor key -> per-container entries.
-PodDevices = Mapping[str, PodSingleDevice]
 
 
 @dataclass(frozen=True, slots=True)

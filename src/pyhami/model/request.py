@@ -1,6 +1,5 @@
 """What a container asks for, per vendor (HAMi `ContainerDeviceRequest`)."""
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -13,9 +12,3 @@ class ContainerDeviceRequest:
     memreq: int = 0
     mem_percentage_req: int = 101  # HAMi's "not set" marker: 101 means no percentage given
     coresreq: int = 0
-
-
-# Vendor key -> request, for one container; vendors with nums == 0 are absent.
-ContainerRequests = Mapping[str, ContainerDeviceRequest]
-# One entry per container, init containers first.
-PodRequests = tuple[ContainerRequests, ...]

@@ -99,8 +99,7 @@ def monitor(ctx: typer.Context) -> None:
             legacy_metrics=flags.legacy_metrics,
         )
     except MonitorSettingsError as err:
-        typer.echo(f"pyhami monitor: {err}", err=True)
-        raise typer.Exit(2) from err
+        fail("monitor", str(err))
     log_format = flags.log_format or os.environ.get(LOG_FORMAT_ENV) or LogFormat.CONSOLE
     if log_format not in tuple(LogFormat):
         fail("monitor", f"{LOG_FORMAT_ENV}: {log_format!r} is not console or json")

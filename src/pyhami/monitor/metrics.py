@@ -14,7 +14,6 @@ refused the same way: its numbers are not exported, it counts in
 allocation record counts there too.
 """
 
-import platform
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -22,7 +21,6 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from pyhami import __version__
 from pyhami.kube import Clock
 from pyhami.model import ContainerDevices, NodeName
 from pyhami.monitor.host import HostCard, NvmlOpener, read_host_cards
@@ -31,6 +29,7 @@ from pyhami.monitor.pods import PodSource, PodView
 from pyhami.monitor.region import RegionError, VirtualDevice
 from pyhami.monitor.sanity import AlarmKind, SanityAlarms
 from pyhami.monitor.scan import ContainerKey, RegionDirectory, report_refusal
+from pyhami.serving.build_info import BuildInfo
 
 MIB = 1 << 20
 ZONE = "vGPU"
@@ -302,23 +301,6 @@ def _allocated_devices(allocated: ContainerDevices) -> tuple[VirtualDevice, ...]
         )
         for index, device in enumerate(allocated)
     )
-
-
-class BuildInfo(Collector):
-    """`hami_build_info`; the Go-named labels keep their names and say what runs here."""
-
-    def collect(self) -> Iterator[Metric]:
-        family = GaugeMetricFamily(
-            "hami_build_info",
-            "hami build metadata exposed as labels with a constant value of 1.",
-            labels=("version", "revision", "build_date", "go_version", "compiler", "platform"),
-        )
-        runtime = (platform.python_implementation().lower(), platform.python_version())
-        arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
-        family.add_metric(
-            (__version__, "", "", f"python{runtime[1]}", runtime[0], f"linux/{arch}"), 1
-        )
-        yield family
 
 
 def monitor_registry(collector: MonitorCollector) -> CollectorRegistry:

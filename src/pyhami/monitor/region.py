@@ -37,7 +37,6 @@ from pyhami.monitor.layout import (
 )
 
 _I32 = struct.Struct("<i")
-_U32 = struct.Struct("<I")
 _I64 = struct.Struct("<q")
 _U64 = struct.Struct("<Q")
 

@@ -3,9 +3,8 @@
 import ctypes
 import logging
 import threading
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pynvml
 
@@ -30,7 +29,6 @@ from pyhami.nvml.api import (
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
 _MAX_PLACEMENTS = 16  # a GPU has at most 8 memory slices, so at most 8 placements per profile
 
 _NO_DRIVER_HINT = (
@@ -57,11 +55,13 @@ def _translate(operation: str, error: Exception) -> NvmlError:
     return NvmlError(operation, detail, code)
 
 
-def _call(operation: str, fn: Callable[..., T], *args: Any) -> T:
+def _call(function: str, *args: Any, operation: str = "") -> Any:
+    """`pynvml.<function>(*args)`; an NVML error becomes ours, naming `operation` (default: the
+    function)."""
     try:
-        return fn(*args)
+        return getattr(pynvml, function)(*args)
     except pynvml.NVMLError as error:
-        raise _translate(operation, error) from error
+        raise _translate(operation or function, error) from error
 
 
 def _text(value: str | bytes) -> str:
@@ -71,11 +71,8 @@ def _text(value: str | bytes) -> str:
 def _processes(handle: Any) -> tuple[RunningProcess, ...]:
     """Compute and graphics processes on a GPU or MIG device handle, each pid once."""
     seen: dict[int, RunningProcess] = {}
-    for operation, query in (
-        ("nvmlDeviceGetComputeRunningProcesses", pynvml.nvmlDeviceGetComputeRunningProcesses),
-        ("nvmlDeviceGetGraphicsRunningProcesses", pynvml.nvmlDeviceGetGraphicsRunningProcesses),
-    ):
-        for process in _call(operation, query, handle):
+    for query in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+        for process in _call(query, handle):
             used = process.usedGpuMemory
             seen.setdefault(
                 int(process.pid),
@@ -88,23 +85,13 @@ class PynvmlXidWatch:
     """XID critical errors of every device through one NVML event set."""
 
     def __init__(self, handles: list[Any]) -> None:
-        self._set = _call("nvmlEventSetCreate", pynvml.nvmlEventSetCreate)
+        self._set = _call("nvmlEventSetCreate")
         unwatched: list[int] = []
         for index, handle in enumerate(handles):
             try:
-                supported = _call(
-                    "nvmlDeviceGetSupportedEventTypes",
-                    pynvml.nvmlDeviceGetSupportedEventTypes,
-                    handle,
-                )
+                supported = _call("nvmlDeviceGetSupportedEventTypes", handle)
                 mask = supported & pynvml.nvmlEventTypeXidCriticalError
-                _call(
-                    "nvmlDeviceRegisterEvents",
-                    pynvml.nvmlDeviceRegisterEvents,
-                    handle,
-                    mask,
-                    self._set,
-                )
+                _call("nvmlDeviceRegisterEvents", handle, mask, self._set)
             except NvmlNotSupportedError:
                 continue  # an old GPU without events: nothing to watch, not a fault
             except NvmlError:
@@ -124,18 +111,18 @@ class PynvmlXidWatch:
             raise _translate("nvmlEventSetWait", error) from error
         if data.eventType != pynvml.nvmlEventTypeXidCriticalError:
             return None
-        uuid = _text(_call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, data.device))
+        uuid = _text(_call("nvmlDeviceGetUUID", data.device))
         return XidEvent(uuid=uuid, xid=int(data.eventData))
 
     def close(self) -> None:
-        _call("nvmlEventSetFree", pynvml.nvmlEventSetFree, self._set)
+        _call("nvmlEventSetFree", self._set)
 
 
 class PynvmlNvml:
     """An NVML session on the real driver. Use `open_nvml()`; `close()` shuts NVML down."""
 
     def __init__(self, sys_root: Path = Path("/sys")) -> None:
-        _call("nvmlInit", pynvml.nvmlInit)
+        _call("nvmlInit")
         self._sys_root = sys_root
         self._handles: dict[int, Any] = {}
         self._lock = threading.Lock()
@@ -144,35 +131,33 @@ class PynvmlNvml:
         with self._lock:
             if index not in self._handles:
                 self._handles[index] = _call(
-                    f"nvmlDeviceGetHandleByIndex({index})",
-                    pynvml.nvmlDeviceGetHandleByIndex,
+                    "nvmlDeviceGetHandleByIndex",
                     index,
+                    operation=f"nvmlDeviceGetHandleByIndex({index})",
                 )
             return self._handles[index]
 
     def device_count(self) -> int:
-        return int(_call("nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount))
+        return int(_call("nvmlDeviceGetCount"))
 
     def driver_version(self) -> str:
-        return _text(_call("nvmlSystemGetDriverVersion", pynvml.nvmlSystemGetDriverVersion))
+        return _text(_call("nvmlSystemGetDriverVersion"))
 
     def cuda_driver_version(self) -> int:
-        return int(
-            _call("nvmlSystemGetCudaDriverVersion", pynvml.nvmlSystemGetCudaDriverVersion_v2)
-        )
+        return int(_call("nvmlSystemGetCudaDriverVersion_v2"))
 
     def device_uuid(self, index: int) -> str:
-        return _text(_call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, self._handle(index)))
+        return _text(_call("nvmlDeviceGetUUID", self._handle(index)))
 
     def device_name(self, index: int) -> str:
-        return _text(_call("nvmlDeviceGetName", pynvml.nvmlDeviceGetName, self._handle(index)))
+        return _text(_call("nvmlDeviceGetName", self._handle(index)))
 
     def device_memory(self, index: int) -> MemoryInfo:
-        info = _call("nvmlDeviceGetMemoryInfo", pynvml.nvmlDeviceGetMemoryInfo, self._handle(index))
+        info = _call("nvmlDeviceGetMemoryInfo", self._handle(index))
         return MemoryInfo(total=int(info.total), used=int(info.used))
 
     def device_bus_id(self, index: int) -> str:
-        pci = _call("nvmlDeviceGetPciInfo", pynvml.nvmlDeviceGetPciInfo, self._handle(index))
+        pci = _call("nvmlDeviceGetPciInfo", self._handle(index))
         return sysfs_bus_id(_text(pci.busId))
 
     def device_numa_node(self, index: int) -> int | None:
@@ -186,10 +171,7 @@ class PynvmlNvml:
 
     def topology_level(self, first: int, second: int) -> TopologyLevel:
         level = _call(
-            "nvmlDeviceGetTopologyCommonAncestor",
-            pynvml.nvmlDeviceGetTopologyCommonAncestor,
-            self._handle(first),
-            self._handle(second),
+            "nvmlDeviceGetTopologyCommonAncestor", self._handle(first), self._handle(second)
         )
         try:
             return TopologyLevel(int(level))
@@ -203,26 +185,14 @@ class PynvmlNvml:
         links: list[NvLink] = []
         for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
             try:
-                state = _call(
-                    "nvmlDeviceGetNvLinkState", pynvml.nvmlDeviceGetNvLinkState, handle, link
-                )
+                state = _call("nvmlDeviceGetNvLinkState", handle, link)
             except NvmlError:
                 break  # past the device's last link, or no NVLink at all
             if state != pynvml.NVML_FEATURE_ENABLED:
                 continue
-            pci = _call(
-                "nvmlDeviceGetNvLinkRemotePciInfo",
-                pynvml.nvmlDeviceGetNvLinkRemotePciInfo,
-                handle,
-                link,
-            )
+            pci = _call("nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
             try:
-                kind = _call(
-                    "nvmlDeviceGetNvLinkRemoteDeviceType",
-                    pynvml.nvmlDeviceGetNvLinkRemoteDeviceType,
-                    handle,
-                    link,
-                )
+                kind = _call("nvmlDeviceGetNvLinkRemoteDeviceType", handle, link)
             except NvmlNotSupportedError:
                 kind = pynvml.NVML_NVLINK_DEVICE_TYPE_UNKNOWN
             links.append(
@@ -234,11 +204,7 @@ class PynvmlNvml:
         return tuple(links)
 
     def utilization(self, index: int) -> Utilization:
-        rates = _call(
-            "nvmlDeviceGetUtilizationRates",
-            pynvml.nvmlDeviceGetUtilizationRates,
-            self._handle(index),
-        )
+        rates = _call("nvmlDeviceGetUtilizationRates", self._handle(index))
         return Utilization(gpu=int(rates.gpu), memory=int(rates.memory))
 
     def running_processes(self, index: int) -> tuple[RunningProcess, ...]:
@@ -250,22 +216,18 @@ class PynvmlNvml:
     # ----- dynamic MIG: written from the NVML docs, not yet run on MIG hardware -----
 
     def mig_mode(self, index: int) -> MigMode:
-        current, pending = _call(
-            "nvmlDeviceGetMigMode", pynvml.nvmlDeviceGetMigMode, self._handle(index)
-        )
+        current, pending = _call("nvmlDeviceGetMigMode", self._handle(index))
         enabled = pynvml.NVML_DEVICE_MIG_ENABLE
         return MigMode(current=current == enabled, pending=pending == enabled)
 
     def set_mig_mode(self, index: int, enabled: bool) -> None:
         mode = pynvml.NVML_DEVICE_MIG_ENABLE if enabled else pynvml.NVML_DEVICE_MIG_DISABLE
-        _call("nvmlDeviceSetMigMode", pynvml.nvmlDeviceSetMigMode, self._handle(index), mode)
+        _call("nvmlDeviceSetMigMode", self._handle(index), mode)
 
     def gpu_instance_profile(self, index: int, profile: int) -> GpuInstanceProfile:
         operation = "nvmlDeviceGetGpuInstanceProfileInfo"
         try:
-            info = _call(
-                operation, pynvml.nvmlDeviceGetGpuInstanceProfileInfo, self._handle(index), profile
-            )
+            info = _call(operation, self._handle(index), profile)
         except NvmlError as error:
             if error.code == pynvml.NVML_ERROR_INVALID_ARGUMENT:  # an enum newer than the driver
                 raise NvmlNotSupportedError(operation, str(error), error.code) from error
@@ -285,7 +247,6 @@ class PynvmlNvml:
         count = ctypes.c_uint(len(placements))
         _call(
             "nvmlDeviceGetGpuInstancePossiblePlacements",
-            pynvml.nvmlDeviceGetGpuInstancePossiblePlacements,
             self._handle(index),
             gi_profile_id,
             placements,
@@ -300,7 +261,6 @@ class PynvmlNvml:
         wanted.start, wanted.size = placement.start, placement.size
         handle = _call(
             "nvmlDeviceCreateGpuInstanceWithPlacement",
-            pynvml.nvmlDeviceCreateGpuInstanceWithPlacement,
             self._handle(index),
             gi_profile_id,
             ctypes.byref(wanted),
@@ -313,19 +273,13 @@ class PynvmlNvml:
         gpu_instance = self._gi_handle(index, gpu_instance_id)
         ci_info = _call(
             "nvmlGpuInstanceGetComputeInstanceProfileInfo",
-            pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo,
             gpu_instance,
             ci_profile,
             pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
         )
-        handle = _call(
-            "nvmlGpuInstanceCreateComputeInstance",
-            pynvml.nvmlGpuInstanceCreateComputeInstance,
-            gpu_instance,
-            int(ci_info.id),
-        )
+        handle = _call("nvmlGpuInstanceCreateComputeInstance", gpu_instance, int(ci_info.id))
         try:
-            info = _call("nvmlComputeInstanceGetInfo", pynvml.nvmlComputeInstanceGetInfo, handle)
+            info = _call("nvmlComputeInstanceGetInfo", handle)
             for device in self.mig_devices(index):
                 if (device.gpu_instance_id, device.compute_instance_id) == (
                     gpu_instance_id,
@@ -340,7 +294,7 @@ class PynvmlNvml:
             # The caller never learns this CI's id, so it cannot destroy it, and its GI cannot
             # be destroyed while the CI lives: undo it here.
             try:
-                _call("nvmlComputeInstanceDestroy", pynvml.nvmlComputeInstanceDestroy, handle)
+                _call("nvmlComputeInstanceDestroy", handle)
             except NvmlError as cleanup:
                 log.error("GI %d: new compute instance left behind: %s", gpu_instance_id, cleanup)
             raise
@@ -354,9 +308,7 @@ class PynvmlNvml:
 
     def mig_devices(self, index: int) -> tuple[MigDevice, ...]:
         parent = self._handle(index)
-        slots = _call(
-            "nvmlDeviceGetMaxMigDeviceCount", pynvml.nvmlDeviceGetMaxMigDeviceCount, parent
-        )
+        slots = _call("nvmlDeviceGetMaxMigDeviceCount", parent)
         found: list[MigDevice] = []
         for slot in range(int(slots)):
             try:
@@ -367,17 +319,9 @@ class PynvmlNvml:
                 raise _translate("nvmlDeviceGetMigDeviceHandleByIndex", error) from error
             found.append(
                 MigDevice(
-                    uuid=_text(_call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, mig)),
-                    gpu_instance_id=int(
-                        _call("nvmlDeviceGetGpuInstanceId", pynvml.nvmlDeviceGetGpuInstanceId, mig)
-                    ),
-                    compute_instance_id=int(
-                        _call(
-                            "nvmlDeviceGetComputeInstanceId",
-                            pynvml.nvmlDeviceGetComputeInstanceId,
-                            mig,
-                        )
-                    ),
+                    uuid=_text(_call("nvmlDeviceGetUUID", mig)),
+                    gpu_instance_id=int(_call("nvmlDeviceGetGpuInstanceId", mig)),
+                    compute_instance_id=int(_call("nvmlDeviceGetComputeInstanceId", mig)),
                 )
             )
         return tuple(found)
@@ -387,30 +331,24 @@ class PynvmlNvml:
     ) -> None:
         handle = _call(
             "nvmlGpuInstanceGetComputeInstanceById",
-            pynvml.nvmlGpuInstanceGetComputeInstanceById,
             self._gi_handle(index, gpu_instance_id),
             compute_instance_id,
         )
-        _call("nvmlComputeInstanceDestroy", pynvml.nvmlComputeInstanceDestroy, handle)
+        _call("nvmlComputeInstanceDestroy", handle)
 
     def destroy_gpu_instance(self, index: int, gpu_instance_id: int) -> None:
         handle = self._gi_handle(index, gpu_instance_id)
-        _call("nvmlGpuInstanceDestroy", pynvml.nvmlGpuInstanceDestroy, handle)
+        _call("nvmlGpuInstanceDestroy", handle)
 
     def mig_device_processes(self, index: int, mig_uuid: str) -> tuple[RunningProcess, ...]:
-        handle = _call("nvmlDeviceGetHandleByUUID", pynvml.nvmlDeviceGetHandleByUUID, mig_uuid)
+        handle = _call("nvmlDeviceGetHandleByUUID", mig_uuid)
         return _processes(handle)
 
     def close(self) -> None:
-        _call("nvmlShutdown", pynvml.nvmlShutdown)
+        _call("nvmlShutdown")
 
     def _gi_handle(self, index: int, gpu_instance_id: int) -> Any:
-        return _call(
-            "nvmlDeviceGetGpuInstanceById",
-            pynvml.nvmlDeviceGetGpuInstanceById,
-            self._handle(index),
-            gpu_instance_id,
-        )
+        return _call("nvmlDeviceGetGpuInstanceById", self._handle(index), gpu_instance_id)
 
     def _gi_handles(self, index: int, profile: int) -> list[Any]:
         try:
@@ -420,18 +358,13 @@ class PynvmlNvml:
         handles = (pynvml.c_nvmlGpuInstance_t * max(info.instance_count, 1))()
         count = ctypes.c_uint(0)
         _call(
-            "nvmlDeviceGetGpuInstances",
-            pynvml.nvmlDeviceGetGpuInstances,
-            self._handle(index),
-            info.id,
-            handles,
-            ctypes.byref(count),
+            "nvmlDeviceGetGpuInstances", self._handle(index), info.id, handles, ctypes.byref(count)
         )
         return list(handles[: count.value])
 
     @staticmethod
     def _gpu_instance(handle: Any) -> GpuInstance:
-        info = _call("nvmlGpuInstanceGetInfo", pynvml.nvmlGpuInstanceGetInfo, handle)
+        info = _call("nvmlGpuInstanceGetInfo", handle)
         return GpuInstance(
             id=int(info.id),
             profile_id=int(info.profileId),

@@ -17,9 +17,6 @@ KEY_NODE_SCHEDULER_POLICY = "hami.io/node-scheduler-policy"
 KEY_GPU_SCHEDULER_POLICY = "hami.io/gpu-scheduler-policy"
 KEY_DEVICE_SCORING_WEIGHTS = "hami.io/device-scoring-weights"
 LABEL_SCHEDULER_ROLE = "hami.io/scheduler-role"  # on hami-scheduler pods
-LABEL_COMPONENT = "app.kubernetes.io/component"
-SCHEDULER_COMPONENT = "hami-scheduler"  # value of LABEL_COMPONENT on scheduler pods
-LABEL_POD_GROUP = "scheduling.x-k8s.io/pod-group"
 
 # --- NVIDIA ------------------------------------------------------------------------------
 NVIDIA_VENDOR = "NVIDIA"

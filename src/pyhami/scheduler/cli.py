@@ -11,6 +11,7 @@ import asyncio
 import os
 import signal
 import socket
+from datetime import timedelta
 
 import typer
 
@@ -49,6 +50,10 @@ def _settings(**flags: object) -> SchedulerSettings:
     allowed = tuple(str(n) for n in namespaces) if isinstance(namespaces, list) else ()
     if not trusted and namespace:
         trusted = (f"system:serviceaccount:{namespace}:",)
+
+    def duration(name: str) -> timedelta:  # a Go duration flag, named by its option
+        return parse_go_duration(str(flags[name]), "--" + name.replace("_", "-"))
+
     return SchedulerSettings(
         device_config_file=str(flags["device_config_file"]),
         http_bind=str(flags["http_bind"]),
@@ -61,23 +66,15 @@ def _settings(**flags: object) -> SchedulerSettings:
         node_label_selector=parse_label_selector(str(flags["node_label_selector"])),
         kube_timeout=float(str(flags["kube_timeout"])),
         node_lock_timeout=parse_go_duration(lock_text, lock_what),
-        node_lock_retry_timeout=parse_go_duration(
-            str(flags["node_lock_retry_timeout"]), "--node-lock-retry-timeout"
-        ),
+        node_lock_retry_timeout=duration("node_lock_retry_timeout"),
         force_overwrite_default_scheduler=bool(flags["force_overwrite_default_scheduler"]),
         leader_elect=bool(flags["leader_elect"]),
         leader_elect_resource_name=str(flags["leader_elect_resource_name"]),
         leader_elect_resource_namespace=str(flags["leader_elect_resource_namespace"]),
         leader_elect_campaign=bool(flags["leader_elect_campaign"]),
-        lease_duration=parse_go_duration(
-            str(flags["leader_elect_lease_duration"]), "--leader-elect-lease-duration"
-        ),
-        renew_deadline=parse_go_duration(
-            str(flags["leader_elect_renew_deadline"]), "--leader-elect-renew-deadline"
-        ),
-        retry_period=parse_go_duration(
-            str(flags["leader_elect_retry_period"]), "--leader-elect-retry-period"
-        ),
+        lease_duration=duration("leader_elect_lease_duration"),
+        renew_deadline=duration("leader_elect_renew_deadline"),
+        retry_period=duration("leader_elect_retry_period"),
         legacy_metrics=bool(flags["legacy_metrics"]),
         kubeconfig=os.environ.get("KUBECONFIG", ""),
         identity=os.environ.get("POD_NAME") or socket.gethostname(),
@@ -88,10 +85,8 @@ def _settings(**flags: object) -> SchedulerSettings:
         explain_all=bool(flags["explain_all"]),
         extender_client_ca=str(flags["extender_client_ca"]),
         extender_allow_any_caller=bool(flags["extender_allow_any_caller"]),
-        http_header_timeout=parse_go_duration(
-            str(flags["http_header_timeout"]), "--http-header-timeout"
-        ),
-        http_body_timeout=parse_go_duration(str(flags["http_body_timeout"]), "--http-body-timeout"),
+        http_header_timeout=duration("http_header_timeout"),
+        http_body_timeout=duration("http_body_timeout"),
         http_max_connections=int(str(flags["http_max_connections"])),
     )
 
@@ -189,11 +184,7 @@ def scheduler(  # noqa: PLR0917 - one typer option per HAMi flag
     del kube_qps, kube_burst  # no client-side throttle: one process, one connection pool
     try:
         settings = _settings(
-            **{
-                k: v
-                for k, v in locals().items()
-                if k not in ("debug", "verbosity", "log_format")
-            }
+            **{k: v for k, v in locals().items() if k not in ("debug", "verbosity", "log_format")}
         )
         listen = {
             "--http_bind": split_host_port(settings.http_bind, "--http_bind"),

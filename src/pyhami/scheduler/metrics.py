@@ -10,7 +10,6 @@ decision counters (`pyhami_scheduler_*`), which HAMi does not have.
 from __future__ import annotations
 
 import math
-import platform
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -18,7 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from pyhami import __version__
+from pyhami.serving.build_info import BuildInfo
 
 MIB = 1 << 20
 ZONE = "vGPU"
@@ -317,34 +316,12 @@ _ALL = (
 )
 
 
-class _BuildInfo(Collector):
-    def collect(self) -> Iterator[Metric]:
-        info = GaugeMetricFamily(
-            "hami_build_info",
-            "hami build metadata exposed as labels with a constant value of 1.",
-            labels=("version", "revision", "build_date", "go_version", "compiler", "platform"),
-        )
-        # Go-specific labels keep their names for dashboards; the values say what runs here.
-        info.add_metric(
-            [
-                __version__,
-                "",
-                "",
-                f"python{platform.python_version()}",
-                platform.python_implementation().lower(),
-                f"{platform.system().lower()}/{platform.machine()}",
-            ],
-            1.0,
-        )
-        yield info
-
-
 class SchedulerMetrics:
     """The private registry behind `/metrics`, and pyhami's own instruments."""
 
     def __init__(self, snapshot: Callable[[], MetricsSnapshot], legacy: bool = False) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_BuildInfo())
+        self.registry.register(BuildInfo())
         self.registry.register(AllocationCollector(snapshot, legacy))
         self.filter_seconds = Histogram(
             "pyhami_scheduler_filter_duration_seconds",

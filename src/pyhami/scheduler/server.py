@@ -127,10 +127,10 @@ def _middlewares(require_client_certificate: bool) -> list[Any]:
     return [answer_in_json, known_callers] if require_client_certificate else [answer_in_json]
 
 
-def _content_type_error(request: web.Request, what: str) -> str | None:
-    if request.content_type == JSON_CONTENT_TYPE:
-        return None
-    return f"{what}: content type {request.content_type} is not {JSON_CONTENT_TYPE}"
+def _check_content_type(request: web.Request, what: str) -> None:
+    if request.content_type != JSON_CONTENT_TYPE:
+        message = f"{what}: content type {request.content_type} is not {JSON_CONTENT_TYPE}"
+        raise ExtenderDecodeError(message)
 
 
 def build_app(
@@ -149,9 +149,7 @@ def build_app(
     async def filter_route(request: web.Request) -> web.Response:
         body = await read_body(request, MAX_EXTENDER_BODY, body_timeout_s)
         try:
-            wrong_type = _content_type_error(request, "ExtenderArgs")
-            if wrong_type:
-                raise ExtenderDecodeError(wrong_type)
+            _check_content_type(request, "ExtenderArgs")
             args = ExtenderArgs.from_json(body)
         except ExtenderDecodeError as err:
             metrics.decisions.labels(verb="filter", outcome="bad-request").inc()
@@ -168,9 +166,7 @@ def build_app(
     async def bind_route(request: web.Request) -> web.Response:
         body = await read_body(request, MAX_EXTENDER_BODY, body_timeout_s)
         try:
-            wrong_type = _content_type_error(request, "ExtenderBindingArgs")
-            if wrong_type:
-                raise ExtenderDecodeError(wrong_type)
+            _check_content_type(request, "ExtenderBindingArgs")
             args = ExtenderBindingArgs.from_json(body)
         except ExtenderDecodeError as err:
             metrics.decisions.labels(verb="bind", outcome="bad-request").inc()

@@ -219,10 +219,8 @@ class PodAdmission:
 
     def review(self, request: AdmissionRequest) -> AdmissionResponse:
         """HAMi's webhook: the ownership rule, then the GPU pod mutation on CREATE."""
-        if request.operation == "UPDATE":
-            return self._review_update(request)
         if request.operation != "CREATE":
-            return AdmissionResponse.allow()
+            return self.review_ownership(request)
         stripped, warnings = self._strip_owned(request.marks)
         try:
             decision = self._mutate(request.pod())

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from pyhami.cli_errors import fail
 from pyhami.kube.manifests import PodManifest
 from pyhami.logs import configure_logging
 from pyhami.sim.demo.pods import DemoObject, PodFileError, load_pods
@@ -176,8 +177,7 @@ def _built_kubernetes() -> BuiltBinaries:
     try:
         return build_control_plane(progress=lambda line: _say(f"  control-plane build: {line}"))
     except BuildError as err:
-        typer.echo(f"pyhami demo: {err}", err=True)
-        raise typer.Exit(2) from err
+        fail("demo", str(err))
 
 
 def demo(
@@ -231,8 +231,7 @@ def demo(
         settings = DemoSettings(nodes=plugin_nodes, gpus=gpus, dra_nodes=dra_nodes)
         pod_list = load_pods(pods, namespace)
     except (ValueError, PodFileError) as err:
-        typer.echo(f"pyhami demo: {err}", err=True)
-        raise typer.Exit(2) from err
+        fail("demo", str(err))
     _quiet_logs(verbose)
     kubernetes = _built_kubernetes() if control_plane is ControlPlane.REAL else None
     with contextlib.suppress(KeyboardInterrupt):

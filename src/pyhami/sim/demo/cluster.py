@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
@@ -53,7 +52,7 @@ from pyhami.kube.component_config import LeaderElection
 from pyhami.kube.dra_manifests import device_class
 from pyhami.kube.manifests import MatchCondition, PodWebhook, webhook_configuration
 from pyhami.kube.views import read_node
-from pyhami.protocol import KEY_NODE_NVIDIA_REGISTER
+from pyhami.protocol import KEY_NODE_NVIDIA_REGISTER, gojson
 from pyhami.scheduler.runtime import SchedulerProcess, load_device_config
 from pyhami.scheduler.settings import SchedulerSettings
 from pyhami.sim.demo.dra_nodes import DraDemoNode, dra_node_name, start_dra_node, stop_dra_node
@@ -90,22 +89,17 @@ CHART_RBAC_FILE = Path(__file__).with_name("chart-rbac.yaml")
 
 def trusted_writers_condition(writers: Sequence[str]) -> MatchCondition:
     """The ownership webhook's matchCondition exactly as the chart renders it
-    (pyhami.ownershipCondition): a trusted writer's update skips the webhook."""
+    (pyhami.ownershipCondition, with helm's toJson: Go's encoding/json): a trusted writer's
+    update skips the webhook."""
     exact = [writer for writer in writers if not writer.endswith(":")]
-    terms = [f"request.userInfo.username in {_go_json(exact)}"]
+    terms = [f"request.userInfo.username in {gojson.dumps(exact)}"]
     terms += [
-        f"request.userInfo.username.startsWith({_go_json(prefix)})"
+        f"request.userInfo.username.startsWith({gojson.dumps(prefix)})"
         for prefix in writers
         if prefix.endswith(":")
     ]
     expression = f"request.operation != 'UPDATE' || !({' || '.join(terms)})"
     return MatchCondition("not-a-trusted-writers-update", expression)
-
-
-def _go_json(value: object) -> str:
-    """Helm's toJson (Go's encoding/json): compact, non-ASCII kept, <, > and & escaped."""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 # The chart's two webhooks (charts/pyhami/templates/scheduler.yaml): HAMi's webhook, and the
@@ -216,10 +210,6 @@ class DemoCluster(AsyncService):
         if self._api is None:
             raise RuntimeError("this demo cluster runs Kubernetes' own control plane, no double")
         return self._api
-
-    @property
-    def api_url(self) -> str:
-        return self.real.url if self.real is not None else self.api.url
 
     @property
     def scheduler(self) -> SchedulerProcess:

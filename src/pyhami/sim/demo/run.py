@@ -18,16 +18,18 @@ from dataclasses import replace
 import aiohttp
 from pydantic import TypeAdapter
 
-from pyhami.devices.nvidia.dra_claims import CAPACITY_CORES, CAPACITY_MEMORY, DRIVER, MIB
-from pyhami.kube import RESOURCE_CLAIMS, KubeError
-from pyhami.kube.errors import AlreadyExists
-from pyhami.kube.manifests import (
-    NamespaceManifest,
-    PodManifest,
-    PodState,
-    read_claim_devices,
-    read_pod_state,
+from pyhami.devices.nvidia.dra_claims import (
+    CAPACITY_CORES,
+    CAPACITY_MEMORY,
+    DRIVER,
+    MIB,
+    consumed_capacity,
 )
+from pyhami.devices.quantity import QuantityError
+from pyhami.kube import RESOURCE_CLAIMS, KubeError
+from pyhami.kube.dra_views import read_claim
+from pyhami.kube.errors import AlreadyExists
+from pyhami.kube.manifests import NamespaceManifest, PodManifest, PodState, read_pod_state
 from pyhami.kube.resources import NAMESPACES
 from pyhami.model import PodView
 from pyhami.protocol import KEY_NVIDIA_ALLOCATED, ProtocolError, decode_pod_single_device
@@ -176,14 +178,19 @@ async def claimed_cards(cluster: DemoCluster, state: PodState) -> tuple[CardShar
             claim = await cluster.client.get(RESOURCE_CLAIMS, use.claim, state.pod.namespace)
         except KubeError:
             continue  # the report shows the pod without that claim's cards
-        for device in read_claim_devices(claim):
+        view = read_claim(claim)
+        try:
+            consumed = consumed_capacity(view)  # in the order of the results
+        except QuantityError:  # kube-apiserver validated them: the cards show without their use
+            consumed = [{} for _ in view.results]
+        for device, amounts in zip(view.results, consumed, strict=True):
             request = device.request.partition("/")[0]  # a container may name one, else all
             if device.driver != DRIVER or (use.request and request != use.request):
                 continue
             uuid = devices.get((device.pool, device.device), "")
             info = cards.get(uuid, CardInfo(device.pool, "?", -1))
-            memory = device.consumed.get(CAPACITY_MEMORY, 0) // MIB
-            cores = device.consumed.get(CAPACITY_CORES, 0)
+            memory = amounts.get(CAPACITY_MEMORY, 0) // MIB
+            cores = amounts.get(CAPACITY_CORES, 0)
             shares.append(
                 CardShare(use.container, device.pool, uuid, info.model, info.index, memory, cores)
             )
