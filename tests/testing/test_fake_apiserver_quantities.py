@@ -146,3 +146,17 @@ async def test_a_quantity_it_cannot_decode_is_a_bad_request(http: Http) -> None:
     status, answer = await http.post("/api/v1/namespaces/default/pods", body)
     assert status == 400
     assert answer["message"] == f'Pod in version "v1" cannot be handled as a Pod: {FORMAT_MESSAGE}'
+
+
+async def test_a_resource_list_that_is_not_a_map_is_a_bad_request(http: Http) -> None:
+    """kube-apiserver's decoder refuses it; stored, it would break whoever reads the pod."""
+    body = pod("bad-list")
+    body["spec"]["containers"][0]["resources"] = {"limits": "oops"}
+    status, answer = await http.post("/api/v1/namespaces/default/pods", body)
+    assert status == 400
+    assert answer["message"] == (
+        "Pod in version \"v1\" cannot be handled as a Pod: cannot unmarshal 'oops' into a "
+        "v1.ResourceList"
+    )
+    status, _ = await http.get("/api/v1/namespaces/default/pods/bad-list")
+    assert status == 404

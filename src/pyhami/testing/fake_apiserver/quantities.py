@@ -213,10 +213,12 @@ def canonicalize_resource_lists(kind: str, obj: dict[str, Any]) -> None:
 
 
 def _found(node: Any, path: tuple[str, ...]) -> list[dict[str, Any]]:
-    """The maps at `path` under `node` (what is missing or of another type is skipped: the
-    decoder's type checks are not this module's)."""
+    """The maps at `path` under `node` (what is missing, or of another type on the way, is
+    skipped); a resource list that is not a map is refused, as Go's decoder refuses it."""
     if not path:
-        return [node] if isinstance(node, dict) else []
+        if not isinstance(node, dict):
+            raise QuantityFormatError(f"cannot unmarshal {node!r} into a v1.ResourceList")
+        return [node]
     head, rest = path[0], path[1:]
     if head == "*":
         items = node if isinstance(node, list) else []
