@@ -20,6 +20,7 @@ from pyhami.scheduler import service as service_module
 from pyhami.scheduler.events import EventRecorder
 from pyhami.scheduler.extender import PodRef
 from pyhami.scheduler.metrics import MetricsSnapshot, SchedulerMetrics
+from pyhami.scheduler.outcome import filter_outcome
 from pyhami.scheduler.service import FilterBind, Leadership
 from pyhami.scheduler.state import ClusterState
 from pyhami.testing import ManualClock
@@ -135,6 +136,20 @@ async def test_filter_picks_a_node_and_reserves_and_bind_records_the_decision() 
     reasons = {n: verdict.reason for n, verdict in explained.decision.verdicts.items()}
     assert reasons["ghost"] == "node unregistered"
     assert "CardInsufficientMemory" in reasons["n1-busy"]
+
+
+async def test_the_claim_kept_for_bind_holds_no_node_verdicts() -> None:
+    # A claim lives until its bind: with the verdicts it would hold one per candidate node
+    # per pending pod, outside the bounds /explain keeps.
+    service = _service(MemoryKube())
+    pod = gpu_pod("p", mem=3000, cores=30)
+    await _filter(service, pod, "n1", "n1-busy", "ghost")
+    explained = service.explain(PodRef("default", "p"))
+    assert explained is not None and len(explained.decision.verdicts) == 3
+    outcome = filter_outcome(read_pod(pod), explained.decision, ["n1", "n1-busy"], {}, OWNED)
+    assert outcome.claim is not None
+    assert outcome.claim.node == "n1" and outcome.claim.allocation is not None
+    assert len(outcome.claim.decision.verdicts) == 0
 
 
 async def test_explain_gives_card_detail_for_one_pod_without_explain_all() -> None:

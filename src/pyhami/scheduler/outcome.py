@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from types import MappingProxyType
 
@@ -88,7 +88,7 @@ def filter_outcome(
     the decision writes, `owned` those an earlier attempt may have left (nulled by bind)."""
     if decision.outcome is Outcome.NO_DEVICE_REQUEST:
         answer = ExtenderFilterResult(node_names=node_names)
-        return FilterOutcome(answer, "pass-through", claim=Claim(decision))
+        return FilterOutcome(answer, "pass-through", claim=Claim(_without_verdicts(decision)))
     if decision.outcome is Outcome.ERROR:
         error = decision.error or "filter failed"
         event = PodEvent(WARNING, "FilteringFailed", error)
@@ -113,8 +113,15 @@ def filter_outcome(
         "scheduled",
         failures,
         (*per_reason, succeeded),
-        Claim(decision, _with_stale_nulled(pod, written, owned)),
+        Claim(_without_verdicts(decision), _with_stale_nulled(pod, written, owned)),
     )
+
+
+def _without_verdicts(decision: Decision) -> Decision:
+    """The decision a claim keeps: bind reads no node verdict, and a claim lives until its
+    bind, so keeping them would hold one verdict per candidate node per pending pod outside
+    the bounds /explain keeps (every full collection walks them)."""
+    return replace(decision, verdicts=MappingProxyType({}))
 
 
 def annotations_of(decision: Decision, keys: VendorKeys, now: datetime | int) -> dict[str, str]:
