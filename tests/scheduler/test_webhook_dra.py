@@ -10,7 +10,7 @@ from pyhami.devices.config import NvidiaConfig
 from pyhami.kube import Forbidden, JsonObject
 from pyhami.kube.admission_review import AdmissionResponse
 from pyhami.kube.dra_manifests import ClaimTemplate
-from pyhami.kube.scheduler_dra_views import read_slice_card_memories
+from pyhami.kube.dra_views import read_slice_card_memories
 from pyhami.scheduler.dra_cards import DraCardMemories
 from pyhami.scheduler.webhook import PodAdmission, WebhookConfig
 

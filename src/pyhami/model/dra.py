@@ -46,3 +46,12 @@ class SliceView:
 
     resource_version: str
     generation: int  # spec.pool.generation
+
+
+@dataclass(frozen=True, slots=True)
+class SliceCardMemories:
+    """One ResourceSlice: its name and the distinct memory sizes (bytes) of its GPUs."""
+
+    name: str
+    sizes: frozenset[int]
+    resource_version: str = ""

@@ -1,9 +1,9 @@
 """The memory sizes of the DRA driver's GPUs, for the webhook's gpumem-percentage translation,
-kept per ResourceSlice as the slice informer reads them (`pyhami.kube.scheduler_dra_views`)."""
+kept per ResourceSlice as the slice informer reads them (`pyhami.kube.dra_views`)."""
 
 from __future__ import annotations
 
-from pyhami.kube.scheduler_dra_views import SliceCardMemories
+from pyhami.model.dra import SliceCardMemories
 
 
 class DraCardMemories:

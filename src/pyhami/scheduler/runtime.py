@@ -45,10 +45,10 @@ from pyhami.kube import (
     cancel_and_wait,
 )
 from pyhami.kube.dra_manifests import ClaimTemplate
+from pyhami.kube.dra_views import read_slice_card_memories
 from pyhami.kube.informer import ViewInformer
 from pyhami.kube.manifests import read_quota
 from pyhami.kube.patches import pod_labels_patch
-from pyhami.kube.scheduler_dra_views import read_slice_card_memories
 from pyhami.kube.scheduler_pods import SchedulerPods
 from pyhami.kube.views import read_node, read_pod
 from pyhami.model import NodeView
