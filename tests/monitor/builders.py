@@ -13,7 +13,7 @@ from pyhami.kube.views import read_pod
 from pyhami.model import NodeName
 from pyhami.monitor.host import NvmlOpener
 from pyhami.monitor.metrics import MonitorCollector, monitor_registry
-from pyhami.monitor.pods import PodView, pod_view
+from pyhami.monitor.pods import MonitoredPod, pod_view
 from pyhami.monitor.sanity import SanityAlarms
 from pyhami.monitor.scan import RegionDirectory
 from pyhami.testing import ManualClock
@@ -62,7 +62,7 @@ class StaticPods:
 
     objects: list[dict[str, Any]] = field(default_factory=list)
 
-    def pods(self) -> list[PodView]:
+    def pods(self) -> list[MonitoredPod]:
         return [pod_view(read_pod(obj)) for obj in self.objects]
 
 

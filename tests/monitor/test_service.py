@@ -11,7 +11,7 @@ import pytest
 
 from pyhami.kube import KubeClient
 from pyhami.kube.views import read_pod
-from pyhami.monitor.pods import InformerPodSource, PodView, pod_view
+from pyhami.monitor.pods import InformerPodSource, MonitoredPod, pod_view
 from pyhami.monitor.service import MonitorService
 from pyhami.monitor.settings import MonitorSettings
 from pyhami.serving import ConnectionLimits
@@ -163,10 +163,10 @@ async def test_end_to_end_over_http(tmp_path: Path, kube: KubeClient) -> None:
 
 
 class _Pods:
-    def __init__(self, *views: PodView) -> None:
+    def __init__(self, *views: MonitoredPod) -> None:
         self.views = list(views)
 
-    def pods(self) -> list[PodView]:
+    def pods(self) -> list[MonitoredPod]:
         return self.views
 
 

@@ -25,7 +25,7 @@ from pyhami.kube import Clock
 from pyhami.model import ContainerDevices, NodeName
 from pyhami.monitor.host import HostCard, NvmlOpener, read_host_cards
 from pyhami.monitor.layout import UUID_LABEL_BYTES
-from pyhami.monitor.pods import PodSource, PodView
+from pyhami.monitor.pods import MonitoredPod, PodSource
 from pyhami.monitor.region import RegionError, VirtualDevice
 from pyhami.monitor.sanity import AlarmKind, SanityAlarms
 from pyhami.monitor.scan import ContainerKey, RegionDirectory, report_refusal
@@ -196,7 +196,7 @@ class MonitorCollector(Collector):
     # ----- containers -----
 
     def _rows(
-        self, pod: PodView, cards: Mapping[str, HostCard], refused: dict[ContainerKey, str]
+        self, pod: MonitoredPod, cards: Mapping[str, HostCard], refused: dict[ContainerKey, str]
     ) -> Iterator[_Row]:
         for container in pod.containers:
             key = ContainerKey(pod.uid, container)
@@ -220,7 +220,7 @@ class MonitorCollector(Collector):
                 labels = (pod.namespace, pod.name, container, str(device.index), device.uuid)
                 yield _Row(labels, device, last_kernel)
 
-    def _allocation(self, pod: PodView, key: ContainerKey) -> ContainerDevices:
+    def _allocation(self, pod: MonitoredPod, key: ContainerKey) -> ContainerDevices:
         """The container's devices from the pod's annotation, or from the DRA driver's record
         when the pod has no annotation."""
         if pod.allocated:
@@ -257,7 +257,7 @@ class MonitorCollector(Collector):
         if row.last_kernel_time > 0:
             out.add(LEGACY_LAST_KERNEL, labels, elapsed)
 
-    def _mig(self, out: _Families, pod: PodView) -> None:
+    def _mig(self, out: _Families, pod: MonitoredPod) -> None:
         for allocation in pod.mig:
             container = pod.container_at(allocation.container_index)
             if not allocation.runtime_ready or container is None:

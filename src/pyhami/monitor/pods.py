@@ -29,7 +29,7 @@ log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
-class PodView:
+class MonitoredPod:
     """The parts of a labelled pod the monitor uses."""
 
     uid: PodUID
@@ -62,10 +62,10 @@ class PodView:
 class PodSource(Protocol):
     """The pods labelled to this node, as currently known."""
 
-    def pods(self) -> Sequence[PodView]: ...
+    def pods(self) -> Sequence[MonitoredPod]: ...
 
 
-def pod_view(pod: model.PodView) -> PodView:
+def pod_view(pod: model.PodView) -> MonitoredPod:
     """A pod as the monitor sees it; a bad annotation is logged and treated as absent."""
     annotations = pod.annotations
     allocated: tuple[ContainerDevices, ...] = ()
@@ -79,7 +79,7 @@ def pod_view(pod: model.PodView) -> PodView:
         mig = tuple(decode_mig_allocations(annotations.get(KEY_MIG_ALLOCATIONS, "")))
     except ProtocolError as err:
         log.warning("bad MIG annotation", pod=pod.ref, error=str(err))
-    return PodView(
+    return MonitoredPod(
         uid=PodUID(pod.uid),
         namespace=pod.namespace,
         name=pod.name,
@@ -103,7 +103,7 @@ class InformerPodSource:
             name="monitor/pods",
         )
         # Views built once per informer event, by namespace/name.
-        self._views: dict[str, PodView] = {}
+        self._views: dict[str, MonitoredPod] = {}
         self.informer.add_handlers(
             pod_handlers(lambda pod: self._views.update({pod.ref: pod_view(pod)}), self._forget)
         )
@@ -111,5 +111,5 @@ class InformerPodSource:
     def _forget(self, ref: str) -> None:
         self._views.pop(ref, None)
 
-    def pods(self) -> list[PodView]:
+    def pods(self) -> list[MonitoredPod]:
         return list(self._views.values())
