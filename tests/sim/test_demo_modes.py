@@ -11,7 +11,7 @@ from pyhami.cli import app
 from pyhami.devices.nvidia.dra_claims import DRIVER
 from pyhami.kube import KubeError
 from pyhami.kube.manifests import ClaimUse, PodState
-from pyhami.model import PodView
+from pyhami.model import ContainerView, PodView
 from pyhami.sim.demo.cli import NodeMode, node_split
 from pyhami.sim.demo.cluster import DemoCluster
 from pyhami.sim.demo.results import CardShare
@@ -63,9 +63,20 @@ async def test_a_dra_pods_cards_are_its_claims_devices_with_what_they_consume() 
     gpus = [SimpleNamespace(uuid=f"GPU-{n}", name="A100") for n in range(2)]
     node = SimpleNamespace(name="n1", nvml=SimpleNamespace(gpus=gpus))
     cluster = SimpleNamespace(client=Client(), nodes=[], dra_nodes=[node])
-    pod = PodView(key="p", namespace="ml", name="p")
-    uses = (ClaimUse("a", "c1", "gpu"), ClaimUse("b", "c2"), ClaimUse("c", "gone"))
-    shares = await claimed_cards(cast(DemoCluster, cluster), PodState(pod, claims=uses))
+    pod = PodView(
+        key="p",
+        namespace="ml",
+        name="p",
+        containers=(
+            ContainerView("a", claims=(("first", "gpu"),)),
+            ContainerView("b", claims=(("second", ""),)),
+            ContainerView("c", claims=(("third", ""),)),
+        ),
+        resource_claims={"first": "c1", "second": "c2", "third": "gone"},
+    )
+    state = PodState(pod)
+    assert state.claims == (ClaimUse("a", "c1", "gpu"), ClaimUse("b", "c2"), ClaimUse("c", "gone"))
+    shares = await claimed_cards(cast(DemoCluster, cluster), state)
     assert shares == (
         CardShare("a", "n1", "GPU-0", "A100", 0, 4096, 30),
         CardShare("b", "n1", "GPU-1", "A100", 1, 0, 0),

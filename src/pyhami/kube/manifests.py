@@ -197,7 +197,17 @@ class PodState:
     pod: PodView
     message: str = ""  # status.message
     unscheduled: str | None = None  # kube-scheduler's message when it found no node
-    claims: tuple[ClaimUse, ...] = ()
+
+    @property
+    def claims(self) -> tuple[ClaimUse, ...]:
+        """Each container's use of a claim whose ResourceClaim is known (by name or status)."""
+        pod = self.pod
+        return tuple(
+            ClaimUse(container.name, pod.resource_claims[name], request)
+            for container in pod.all_containers
+            for name, request in container.claims
+            if name in pod.resource_claims
+        )
 
 
 def read_pod_state(pod: Mapping[str, Any]) -> PodState:
@@ -212,13 +222,7 @@ def read_pod_state(pod: Mapping[str, Any]) -> PodState:
         ),
         None,
     )
-    claims = tuple(
-        ClaimUse(container.name, view.resource_claims[name], request)
-        for container in view.all_containers
-        for name, request in container.claims
-        if name in view.resource_claims
-    )
-    return PodState(view, str(status.get("message", "")), unscheduled, claims)
+    return PodState(view, str(status.get("message", "")), unscheduled)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ import grpc.aio
 
 from pyhami.kube import RESOURCE_CLAIMS, KubeClient, KubeError
 from pyhami.kube.dra_views import read_claim
-from pyhami.kube.manifests import ClaimUse
+from pyhami.kube.manifests import ClaimUse, PodState
 from pyhami.model import PodView
 from pyhami.model.dra import ClaimSpecError
 from pyhami.testing.dra_kubelet import ClaimRef, DRAKubelet, DRAKubeletError, cdi_edits
@@ -39,16 +39,14 @@ from pyhami.testing.node_agent import (
 
 def claim_uses(pod: PodView) -> list[ClaimUse]:
     """Every (container, claim, request) the pod's containers use."""
-    uses = []
     for container in pod.all_containers:
-        for entry, request in container.claims:
-            claim = pod.resource_claims.get(entry)
-            if claim is None:
+        for entry, _ in container.claims:
+            if entry not in pod.resource_claims:
                 raise ClaimsNotPreparedError(
                     f"container {container.label} uses claim {entry!r}, "
                     "which has no ResourceClaim yet"
                 )
-            uses.append(ClaimUse(container.name, claim, request))
+    uses = list(PodState(pod).claims)
     extended = pod.extended_claim
     if extended is not None:
         uses += [ClaimUse(name, extended.claim_name, req) for name, _, req in extended.mappings]
