@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from pyhami.kube.client import JsonObject, KubeClient
+from pyhami.kube.client import JsonObject, KubeClient, resource_version
 from pyhami.kube.errors import AlreadyExists, Conflict, KubeError, NotFound
 from pyhami.kube.resources import LEASES
 
@@ -26,12 +26,6 @@ class LeaseRecord:
     acquire_time: datetime | None = None
     renew_time: datetime | None = None
     transitions: int = 0
-
-    def expired(self, now: datetime) -> bool:
-        """By the holder's own renewTime (callers that distrust clocks track observation)."""
-        if not self.holder or self.renew_time is None:
-            return True
-        return (now - self.renew_time).total_seconds() > self.lease_duration_s
 
 
 def format_micro_time(moment: datetime) -> str:
@@ -95,7 +89,7 @@ class LeaseLock:
         except NotFound:
             self._seen_version = ""
             return None
-        self._seen_version = str(lease["metadata"].get("resourceVersion", ""))
+        self._seen_version = resource_version(lease)
         return record_from_lease(lease)
 
     async def create(self, record: LeaseRecord) -> None:
@@ -108,7 +102,7 @@ class LeaseLock:
             lease = await self._client.create(LEASES, body, self.namespace)
         except AlreadyExists as err:
             raise Conflict(err.code, err.reason, err.message, err.status) from err
-        self._seen_version = str(lease["metadata"].get("resourceVersion", ""))
+        self._seen_version = resource_version(lease)
 
     async def update(self, record: LeaseRecord) -> None:
         """Replace the spec, conditional on the version last read (`Conflict` if it moved)."""
@@ -127,37 +121,4 @@ class LeaseLock:
             "spec": lease_spec(record),
         }
         lease = await self._client.replace(LEASES, self.name, body, self.namespace)
-        self._seen_version = str(lease["metadata"].get("resourceVersion", ""))
-
-    async def try_acquire_or_renew(self, identity: str, duration_s: int, now: datetime) -> bool:
-        """One round by the Lease's own times: True when `identity` holds it afterwards."""
-        current = await self.get()
-        mine = LeaseRecord(identity, duration_s, acquire_time=now, renew_time=now)
-        try:
-            if current is None:
-                await self.create(mine)
-                return True
-            if current.holder == identity:
-                await self.update(
-                    LeaseRecord(
-                        identity, duration_s, current.acquire_time, now, current.transitions
-                    )
-                )
-                return True
-            if not current.expired(now):
-                return False
-            await self.update(LeaseRecord(identity, duration_s, now, now, current.transitions + 1))
-            return True
-        except Conflict:
-            return False
-
-    async def release(self, identity: str, now: datetime) -> bool:
-        """Give the Lease up if `identity` holds it (holder emptied); True when released."""
-        current = await self.get()
-        if current is None or current.holder != identity:
-            return False
-        try:
-            await self.update(LeaseRecord("", 1, current.acquire_time, now, current.transitions))
-        except Conflict:
-            return False
-        return True
+        self._seen_version = resource_version(lease)
