@@ -6,7 +6,7 @@ from pyhami.kube.annotation_lock import (
     NodeLocker,
     NodeLockError,
 )
-from pyhami.kube.client import JsonObject, KubeClient, ObjectList, PatchType, WatchEvent
+from pyhami.kube.client import JsonObject, KubeClient, ObjectList, PatchType
 from pyhami.kube.clock import Clock, SystemClock
 from pyhami.kube.errors import (
     AlreadyExists,
@@ -21,19 +21,16 @@ from pyhami.kube.errors import (
     ServerError,
     TooManyRequests,
     Unauthorized,
-    UnsupportedMediaType,
 )
-from pyhami.kube.informer import EventHandlers, Informer, InformerSettings, InformerStats
+from pyhami.kube.informer import EventHandlers, Informer, InformerSettings
 from pyhami.kube.lease import LeaseLock, LeaseRecord
 from pyhami.kube.lifecycle import AsyncService
 from pyhami.kube.ratelimit import RateLimit, TokenBucket
 from pyhami.kube.resources import (
-    CONFIG_MAPS,
     DEVICE_CLASSES,
     EVENTS,
     LEASES,
     MUTATING_WEBHOOK_CONFIGURATIONS,
-    NAMESPACES,
     NODES,
     POD_DISRUPTION_BUDGETS,
     PODS,
@@ -46,12 +43,10 @@ from pyhami.kube.resources import (
 from pyhami.kube.tasks import cancel_and_wait, guarded_task
 
 __all__ = [
-    "CONFIG_MAPS",
     "DEVICE_CLASSES",
     "EVENTS",
     "LEASES",
     "MUTATING_WEBHOOK_CONFIGURATIONS",
-    "NAMESPACES",
     "NODES",
     "PODS",
     "POD_DISRUPTION_BUDGETS",
@@ -69,7 +64,6 @@ __all__ = [
     "Gone",
     "Informer",
     "InformerSettings",
-    "InformerStats",
     "Invalid",
     "JsonObject",
     "KubeClient",
@@ -91,8 +85,6 @@ __all__ = [
     "TokenBucket",
     "TooManyRequests",
     "Unauthorized",
-    "UnsupportedMediaType",
-    "WatchEvent",
     "cancel_and_wait",
     "guarded_task",
 ]

@@ -65,6 +65,19 @@ def resource_version(obj: Mapping[str, Any]) -> str:
     return version if isinstance(version, str) else ""
 
 
+def json_object(data: bytes) -> JsonObject:
+    """`data` decoded; ValueError saying what is wrong unless it is one JSON object."""
+    try:
+        value = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"invalid JSON: {err}") from err
+    except RecursionError as err:
+        raise ValueError("invalid JSON: nested too deeply") from err
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a JSON object, got {type(value).__name__}")
+    return value
+
+
 def _query(**params: str | int | bool | None) -> list[tuple[str, str]]:
     pairs = []
     for key, value in params.items():
@@ -204,16 +217,9 @@ class KubeClient:
         if not 200 <= response.status < 300:
             raise error_from_body(response.status, data)
         try:
-            decoded = json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise KubeError(
-                response.status, "BadResponse", f"{method} {path}: the answer is not JSON"
-            ) from err
-        if not isinstance(decoded, dict):
-            raise KubeError(
-                response.status, "BadResponse", f"{method} {path}: the answer is not a JSON object"
-            )
-        return decoded
+            return json_object(data)
+        except ValueError as err:
+            raise KubeError(response.status, "BadResponse", f"{method} {path}: {err}") from err
 
     # --- generic verbs --------------------------------------------------------------------
 
@@ -429,10 +435,10 @@ class KubeClient:
 
 def _decode_event(line: bytes, path: str) -> WatchEvent:
     try:
-        event = json.loads(line)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise KubeError(0, "BadResponse", f"watch {path}: a line is not JSON") from err
-    if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
+        event = json_object(line)
+    except ValueError as err:
+        raise KubeError(0, "BadResponse", f"watch {path}: {err}") from err
+    if not isinstance(event.get("object"), dict):
         raise KubeError(0, "BadResponse", f"watch {path}: an event without an object")
     kind, obj = str(event.get("type", "")), event["object"]
     if kind == "ERROR":

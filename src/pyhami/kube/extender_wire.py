@@ -11,15 +11,16 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pyhami.engine.preempt import NodePreemption, Proposal
-from pyhami.kube.client import JsonObject
+from pyhami.kube.client import JsonObject, json_object
 from pyhami.kube.views import _text, pod_identity, read_node, read_pod
 from pyhami.model import NodeName, NodeView, PodSpecError, PodView
 
 # The extender body limit HAMi applies to /filter, /bind and /preempt.
 MAX_EXTENDER_BODY = 1 << 20
+T = TypeVar("T")
 
 
 class ExtenderDecodeError(ValueError):
@@ -31,20 +32,15 @@ def compact_json(value: object) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
 
 
-def _loads_object(body: bytes, what: str) -> Mapping[str, Any]:
+def _loads_object(body: bytes, what: str) -> JsonObject:
     if len(body) > MAX_EXTENDER_BODY:
         raise ExtenderDecodeError(f"{what}: request body exceeds {MAX_EXTENDER_BODY} bytes")
     if not body.strip():
         raise ExtenderDecodeError(f"{what}: empty request body")
     try:
-        value = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ExtenderDecodeError(f"{what}: invalid JSON: {err}") from err
-    except RecursionError as err:
-        raise ExtenderDecodeError(f"{what}: invalid JSON: nested too deeply") from err
-    if not isinstance(value, dict):
-        raise ExtenderDecodeError(f"{what}: expected a JSON object, got {type(value).__name__}")
-    return value
+        return json_object(body)
+    except ValueError as err:
+        raise ExtenderDecodeError(f"{what}: {err}") from err
 
 
 def _field(obj: Mapping[str, Any], name: str) -> Any:
@@ -58,29 +54,14 @@ def _field(obj: Mapping[str, Any], name: str) -> Any:
     return None
 
 
-def _optional_object(obj: Mapping[str, Any], name: str, what: str) -> JsonObject | None:
+def _typed(obj: Mapping[str, Any], name: str, what: str, kind: type[T], described: str) -> T | None:
+    """Field `name` (None when absent); ExtenderDecodeError naming it when not of `kind`."""
     value = _field(obj, name)
-    if value is None or isinstance(value, dict):
+    if value is None or isinstance(value, kind):
         return value
-    raise ExtenderDecodeError(f"{what}: field {name} must be an object, got {type(value).__name__}")
-
-
-def _optional_strings(obj: Mapping[str, Any], name: str, what: str) -> tuple[str, ...] | None:
-    value = _field(obj, name)
-    if value is None:
-        return None
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise ExtenderDecodeError(f"{what}: field {name} must be a list of strings")
-    return tuple(value)
-
-
-def _string(obj: Mapping[str, Any], name: str, what: str) -> str:
-    value = _field(obj, name)
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise ExtenderDecodeError(f"{what}: field {name} must be a string, got {value!r}")
-    return value
+    raise ExtenderDecodeError(
+        f"{what}: field {name} must be {described}, got {type(value).__name__}"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,13 +141,16 @@ class ExtenderArgs:
     def from_json(cls, body: bytes) -> ExtenderArgs:
         what = "ExtenderArgs"
         obj = _loads_object(body, what)
-        nodes = _optional_object(obj, "Nodes", what)
-        pod = _optional_object(obj, "Pod", what)
-        node_names = _optional_strings(obj, "NodeNames", what)
+        nodes = _typed(obj, "Nodes", what, dict, "an object")
+        pod = _typed(obj, "Pod", what, dict, "an object")
+        node_names = _typed(obj, "NodeNames", what, list, "a list of strings")
+        if not all(isinstance(name, str) for name in node_names or ()):
+            raise ExtenderDecodeError(f"{what}: field NodeNames must be a list of strings")
         if pod is None:
             raise ExtenderDecodeError("extender args missing pod")
         given = None if nodes is None else GivenNodes.decode(pod, nodes, what)
-        return cls(pod=_claimed(pod, what), nodes=given, node_names=node_names)
+        names = None if node_names is None else tuple(node_names)
+        return cls(pod=_claimed(pod, what), nodes=given, node_names=names)
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,17 +193,12 @@ class ExtenderBindingArgs:
     def from_json(cls, body: bytes) -> ExtenderBindingArgs:
         what = "ExtenderBindingArgs"
         obj = _loads_object(body, what)
-        args = cls(
-            pod_name=_string(obj, "PodName", what),
-            pod_namespace=_string(obj, "PodNamespace", what),
-            pod_uid=_string(obj, "PodUID", what),
-            node=_string(obj, "Node", what),
-        )
-        required = (("PodName", args.pod_name), ("Node", args.node))
-        missing = [name for name, value in required if not value]
+        fields = ("PodName", "PodNamespace", "PodUID", "Node")
+        found = {name: _typed(obj, name, what, str, "a string") or "" for name in fields}
+        missing = [name for name in ("PodName", "Node") if not found[name]]
         if missing:
             raise ExtenderDecodeError(f"{what}: missing {', '.join(missing)}")
-        return args
+        return cls(*(found[name] for name in fields))
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,11 +230,7 @@ class PreemptionArgs:
             raise ExtenderDecodeError(f"{PREEMPTION_ARGS}: field Pod must be a Pod object")
         proposals: dict[NodeName, Proposal] = {}
         for field in ("NodeNameToVictims", "NodeNameToMetaVictims"):
-            victims = _field(obj, field)
-            if victims is None:
-                continue
-            if not isinstance(victims, dict):
-                raise ExtenderDecodeError(f"{PREEMPTION_ARGS}: field {field} must be an object")
+            victims = _typed(obj, field, PREEMPTION_ARGS, dict, "an object") or {}
             for node, entry in victims.items():
                 proposals[NodeName(node)] = _proposal(entry, f"{field}[{node}]")
         return cls(_claimed(pod, PREEMPTION_ARGS), proposals)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Coroutine
 from typing import Any
 
@@ -17,29 +18,20 @@ def guarded_task(
     """Start `coro` as a named task; a crash is logged loudly, and so is a return unless the
     task `may_finish` (a one-shot job rather than a loop that should run until cancelled)."""
     task = asyncio.create_task(coro, name=name)
-    task.add_done_callback(_report_finish if may_finish else _report_exit)
+    task.add_done_callback(functools.partial(_report, may_finish=may_finish))
     return task
 
 
-def _report_exit(task: asyncio.Task[None]) -> None:
-    if _report_crash(task):
-        return
-    log.warning("background task exited", task=task.get_name())
-
-
-def _report_finish(task: asyncio.Task[None]) -> None:
-    _report_crash(task)
-
-
-def _report_crash(task: asyncio.Task[None]) -> bool:
-    """Log a crash; True when the task did not simply return."""
+def _report(task: asyncio.Task[None], *, may_finish: bool) -> None:
     if task.cancelled():
-        return True
+        return
     error = task.exception()
-    if error is None:
-        return False
-    log.error("background task crashed", task=task.get_name(), error=repr(error), exc_info=error)
-    return True
+    if error is not None:
+        log.error(
+            "background task crashed", task=task.get_name(), error=repr(error), exc_info=error
+        )
+    elif not may_finish:
+        log.warning("background task exited", task=task.get_name())
 
 
 async def cancel_and_wait(*tasks: asyncio.Task[Any] | None) -> None:
