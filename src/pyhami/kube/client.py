@@ -79,13 +79,11 @@ def json_object(data: bytes) -> JsonObject:
 
 
 def _query(**params: str | int | bool | None) -> list[tuple[str, str]]:
-    pairs = []
-    for key, value in params.items():
-        if value is None or value == "":
-            continue
-        text = ("true" if value else "false") if isinstance(value, bool) else str(value)
-        pairs.append((key, text))
-    return pairs
+    return [
+        (key, ("true" if value else "false") if isinstance(value, bool) else str(value))
+        for key, value in params.items()
+        if value is not None and value != ""
+    ]
 
 
 # kubernetes-asyncio's read buffer: a watch event can carry an object up to etcd's 1.5 MiB limit.

@@ -9,7 +9,7 @@ import structlog
 from pyhami.devices.nvidia.dra_claims import CAPACITY_MEMORY, DRIVER
 from pyhami.devices.quantity import QuantityError, parse_quantity, value_ceil
 from pyhami.kube.client import resource_version
-from pyhami.kube.views import _object, _text
+from pyhami.kube.views import _integer, _object, _text
 from pyhami.model import PodSpecError
 from pyhami.model.dra import (
     ClaimSpecError,
@@ -78,10 +78,9 @@ def read_slice(obj: Mapping[str, Any]) -> SliceView:
     pool = _object(
         _object(obj.get("spec"), "slice spec", ValueError).get("pool"), "pool", ValueError
     )
-    generation = pool.get("generation", 0)
     return SliceView(
         resource_version=_text(metadata.get("resourceVersion")),
-        generation=generation if isinstance(generation, int) else 0,
+        generation=_integer(pool.get("generation")) or 0,
     )
 
 

@@ -82,6 +82,10 @@ class LeaseLock:
         self.name = name
         self._seen_version = ""
 
+    def _body(self, record: LeaseRecord, **metadata: str) -> JsonObject:
+        identity = {"name": self.name, "namespace": self.namespace, **metadata}
+        return {"metadata": identity, "spec": lease_spec(record)}
+
     async def get(self) -> LeaseRecord | None:
         """The current record, or None when the Lease does not exist."""
         try:
@@ -94,12 +98,8 @@ class LeaseLock:
 
     async def create(self, record: LeaseRecord) -> None:
         """Create the Lease; someone else creating it first raises `Conflict`."""
-        body = {
-            "metadata": {"name": self.name, "namespace": self.namespace},
-            "spec": lease_spec(record),
-        }
         try:
-            lease = await self._client.create(LEASES, body, self.namespace)
+            lease = await self._client.create(LEASES, self._body(record), self.namespace)
         except AlreadyExists as err:
             raise Conflict(err.code, err.reason, err.message, err.status) from err
         self._seen_version = resource_version(lease)
@@ -112,13 +112,6 @@ class LeaseLock:
                 "Conflict",
                 f"lease {self.namespace}/{self.name}: update without a prior read (get it first)",
             )
-        body = {
-            "metadata": {
-                "name": self.name,
-                "namespace": self.namespace,
-                "resourceVersion": self._seen_version,
-            },
-            "spec": lease_spec(record),
-        }
+        body = self._body(record, resourceVersion=self._seen_version)
         lease = await self._client.replace(LEASES, self.name, body, self.namespace)
         self._seen_version = resource_version(lease)

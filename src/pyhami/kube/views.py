@@ -94,7 +94,7 @@ def read_container(value: Mapping[str, Any], *, init: bool) -> ContainerView:
             for item in env
             if isinstance(item, Mapping) and isinstance(item.get("name"), str)
         ),
-        sidecar=init and is_sidecar(value),
+        sidecar=init and value.get("restartPolicy") == "Always",
         image=sys.intern(_text(value.get("image"))),  # one string per image, not per pod
         command=tuple(str(word) for key in ("command", "args") for word in _list(value.get(key))),
         claims=tuple(
@@ -130,23 +130,15 @@ def _init_statuses(status: Mapping[str, Any], pod: str) -> tuple[InitStatusView,
     return tuple(found)
 
 
-def is_sidecar(container: Mapping[str, Any]) -> bool:
-    """A native sidecar, when `container` is an init container (`restartPolicy: Always`)."""
-    return container.get("restartPolicy") == "Always"
+def _integer(value: object) -> int | None:
+    """An optional integer field; anything else (a bool too) counts as absent."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _grace(value: object) -> int | None:
     """A grace period in seconds; None when absent or unusable."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    return None
-
-
-def pod_priority(pod: Mapping[str, Any]) -> int:
-    """`spec.priority` as the Priority admission plugin set it (0 when absent)."""
-    spec = pod.get("spec")
-    value = spec.get("priority") if isinstance(spec, Mapping) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    seconds = _integer(value)
+    return seconds if seconds is not None and seconds >= 0 else None
 
 
 def pod_identity(pod: Mapping[str, Any]) -> tuple[str, str, str]:
@@ -182,7 +174,7 @@ def read_pod(pod: Mapping[str, Any]) -> PodView:
         node_name=_text(spec.get("nodeName")),
         phase=_text(status.get("phase")),
         deleting=metadata.get("deletionTimestamp") is not None,
-        priority=pod_priority(pod),
+        priority=_integer(spec.get("priority")) or 0,
         preemption_policy=_text(spec.get("preemptionPolicy")),
         termination_grace_s=_grace(spec.get("terminationGracePeriodSeconds")),
         nominated_node_name=_text(status.get("nominatedNodeName")),
