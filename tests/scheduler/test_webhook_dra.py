@@ -10,7 +10,7 @@ from pyhami.devices.config import NvidiaConfig
 from pyhami.kube import Forbidden, JsonObject
 from pyhami.kube.admission_review import AdmissionResponse
 from pyhami.kube.dra_manifests import ClaimTemplate
-from pyhami.kube.dra_views import read_slice_card_memories
+from pyhami.kube.dra_views import read_slice
 from pyhami.scheduler.dra_cards import DraCardMemories
 from pyhami.scheduler.webhook import PodAdmission, WebhookConfig
 
@@ -280,12 +280,12 @@ def _slice(name: str, driver: str, *memories: str) -> JsonObject:
 
 def test_card_sizes_follow_the_drivers_slices() -> None:
     cards = DraCardMemories()
-    cards.on_slice(read_slice_card_memories(_slice("a", "gpu.pyhami.io", "80Gi", str(80 * GIB))))
-    cards.on_slice(read_slice_card_memories(_slice("b", "gpu.pyhami.io", "40Gi")))
-    cards.on_slice(read_slice_card_memories(_slice("other", "gpu.example.com", "16Gi")))
+    cards.on_slice(read_slice(_slice("a", "gpu.pyhami.io", "80Gi", str(80 * GIB))))
+    cards.on_slice(read_slice(_slice("b", "gpu.pyhami.io", "40Gi")))
+    cards.on_slice(read_slice(_slice("other", "gpu.example.com", "16Gi")))
     assert cards.sizes() == {80 * GIB, 40 * GIB}
     # an update replaces the slice's sizes
-    cards.on_slice(read_slice_card_memories(_slice("b", "gpu.pyhami.io", "24Gi")))
+    cards.on_slice(read_slice(_slice("b", "gpu.pyhami.io", "24Gi")))
     assert cards.sizes() == {80 * GIB, 24 * GIB}
-    cards.on_slice_deleted(read_slice_card_memories(_slice("a", "gpu.pyhami.io")))
+    cards.on_slice_deleted(read_slice(_slice("a", "gpu.pyhami.io")))
     assert cards.sizes() == {24 * GIB}

@@ -8,14 +8,12 @@ import structlog
 
 from pyhami.devices.nvidia.dra_claims import CAPACITY_MEMORY, DRIVER
 from pyhami.devices.quantity import QuantityError, parse_quantity, value_ceil
-from pyhami.kube.client import resource_version
 from pyhami.kube.views import _integer, _object, _text
 from pyhami.model import PodSpecError
 from pyhami.model.dra import (
     ClaimSpecError,
     ClaimView,
     DeviceResultView,
-    SliceCardMemories,
     SliceView,
 )
 
@@ -73,22 +71,12 @@ def read_claim(claim: Mapping[str, Any]) -> ClaimView:
 
 
 def read_slice(obj: Mapping[str, Any]) -> SliceView:
-    """The stored slice's resourceVersion and pool generation (0 when it has none)."""
+    """The slice's view: pool generation 0 when it has none, no GPU memory sizes for another
+    driver's slice. A device whose memory cannot be read is left out (and logged): the others
+    still count."""
     metadata = _object(obj.get("metadata"), "slice metadata", ValueError)
-    pool = _object(
-        _object(obj.get("spec"), "slice spec", ValueError).get("pool"), "pool", ValueError
-    )
-    return SliceView(
-        resource_version=_text(metadata.get("resourceVersion")),
-        generation=_integer(pool.get("generation")) or 0,
-    )
-
-
-def read_slice_card_memories(resource_slice: Mapping[str, Any]) -> SliceCardMemories:
-    """The slice's GPU memory sizes (none for another driver's slice). A device whose memory
-    cannot be read is left out (and logged): the others still count."""
-    name = str((resource_slice.get("metadata") or {}).get("name") or "")
-    spec = resource_slice.get("spec") or {}
+    spec = _object(obj.get("spec"), "slice spec", ValueError)
+    name = _text(metadata.get("name"))
     sizes = set()
     for device in spec.get("devices") or () if spec.get("driver") == DRIVER else ():
         memory = ((device.get("capacity") or {}).get(CAPACITY_MEMORY) or {}).get("value")
@@ -98,4 +86,9 @@ def read_slice_card_memories(resource_slice: Mapping[str, Any]) -> SliceCardMemo
             sizes.add(value_ceil(parse_quantity(memory)))
         except QuantityError as err:
             log.warning("unreadable GPU memory", slice=name, device=device.get("name"), error=err)
-    return SliceCardMemories(name, frozenset(sizes), resource_version(resource_slice))
+    return SliceView(
+        name=name,
+        resource_version=_text(metadata.get("resourceVersion")),
+        generation=_integer(_object(spec.get("pool"), "pool", ValueError).get("generation")) or 0,
+        sizes=frozenset(sizes),
+    )

@@ -42,16 +42,10 @@ class ClaimView:
 
 @dataclass(frozen=True, slots=True)
 class SliceView:
-    """What a ResourceSlice's writer needs of the stored slice to replace it."""
-
-    resource_version: str
-    generation: int  # spec.pool.generation
-
-
-@dataclass(frozen=True, slots=True)
-class SliceCardMemories:
-    """One ResourceSlice: its name and the distinct memory sizes (bytes) of its GPUs."""
+    """One ResourceSlice: what its writer needs to replace it, and the distinct memory sizes
+    (bytes) of its GPUs."""
 
     name: str
-    sizes: frozenset[int]
     resource_version: str = ""
+    generation: int = 0  # spec.pool.generation
+    sizes: frozenset[int] = frozenset()

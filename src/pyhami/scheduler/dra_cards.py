@@ -3,7 +3,7 @@ kept per ResourceSlice as the slice informer reads them (`pyhami.kube.dra_views`
 
 from __future__ import annotations
 
-from pyhami.model.dra import SliceCardMemories
+from pyhami.model.dra import SliceView
 
 
 class DraCardMemories:
@@ -12,13 +12,13 @@ class DraCardMemories:
     def __init__(self) -> None:
         self._by_slice: dict[str, frozenset[int]] = {}
 
-    def on_slice(self, resource_slice: SliceCardMemories) -> None:
+    def on_slice(self, resource_slice: SliceView) -> None:
         if resource_slice.sizes:
             self._by_slice[resource_slice.name] = resource_slice.sizes
         else:
             self._by_slice.pop(resource_slice.name, None)
 
-    def on_slice_deleted(self, resource_slice: SliceCardMemories) -> None:
+    def on_slice_deleted(self, resource_slice: SliceView) -> None:
         self._by_slice.pop(resource_slice.name, None)
 
     def sizes(self) -> frozenset[int]:

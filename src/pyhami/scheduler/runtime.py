@@ -45,7 +45,7 @@ from pyhami.kube import (
     cancel_and_wait,
 )
 from pyhami.kube.dra_manifests import ClaimTemplate
-from pyhami.kube.dra_views import read_slice_card_memories
+from pyhami.kube.dra_views import read_slice
 from pyhami.kube.informer import ViewInformer
 from pyhami.kube.manifests import read_quota
 from pyhami.kube.patches import pod_labels_patch
@@ -218,7 +218,7 @@ class SchedulerProcess:
                 ViewInformer(
                     client,
                     RESOURCE_SLICES,
-                    read_slice_card_memories,
+                    read_slice,
                     field_selector=f"spec.driver={DRIVER}",
                     settings=resync,
                     name="scheduler/resourceslices",
