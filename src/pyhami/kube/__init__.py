@@ -25,7 +25,6 @@ from pyhami.kube.errors import (
 from pyhami.kube.informer import EventHandlers, Informer, InformerSettings
 from pyhami.kube.lease import LeaseLock, LeaseRecord
 from pyhami.kube.lifecycle import AsyncService
-from pyhami.kube.ratelimit import RateLimit, TokenBucket
 from pyhami.kube.resources import (
     DEVICE_CLASSES,
     EVENTS,
@@ -78,11 +77,9 @@ __all__ = [
     "NotFound",
     "ObjectList",
     "PatchType",
-    "RateLimit",
     "Resource",
     "ServerError",
     "SystemClock",
-    "TokenBucket",
     "TooManyRequests",
     "Unauthorized",
     "cancel_and_wait",

@@ -20,9 +20,7 @@ from typing import Any, TypedDict, Unpack
 import aiohttp
 from kubernetes_asyncio.client import ApiClient, Configuration
 
-from pyhami.kube.clock import Clock
 from pyhami.kube.errors import KubeError, KubeUnavailable, error_from_body, error_from_status
-from pyhami.kube.ratelimit import RateLimit, TokenBucket
 from pyhami.kube.resources import EVENTS, NODES, PODS, Resource
 
 JsonObject = dict[str, Any]
@@ -115,28 +113,16 @@ def _stop_per_request_environment_lookups(api: ApiClient) -> None:
 class KubeClient:
     """One API connection; `async with KubeClient(configuration)` closes it after use."""
 
-    def __init__(
-        self,
-        configuration: Configuration,
-        *,
-        timeout_s: float | None = 30.0,
-        rate_limit: RateLimit | None = None,
-        clock: Clock | None = None,
-    ) -> None:
+    def __init__(self, configuration: Configuration, *, timeout_s: float | None = 30.0) -> None:
         if not configuration.proxy and configuration.host:
             configuration.proxy = proxy_from_environment(configuration.host)
         self._api = ApiClient(configuration)
         _stop_per_request_environment_lookups(self._api)
         self._timeout_s = timeout_s
-        self._bucket = TokenBucket(rate_limit, clock) if rate_limit is not None else None
 
     @classmethod
     async def from_kubeconfig(
-        cls,
-        path: str | None = None,
-        *,
-        timeout_s: float | None = 30.0,
-        rate_limit: RateLimit | None = None,
+        cls, path: str | None = None, *, timeout_s: float | None = 30.0
     ) -> KubeClient:
         """KUBECONFIG / the given file / ~/.kube/config, else in-cluster (HAMi's order)."""
         from kubernetes_asyncio import config
@@ -150,7 +136,7 @@ class KubeClient:
             config.load_incluster_config(  # type: ignore[no-untyped-call]
                 client_configuration=configuration
             )
-        return cls(configuration, timeout_s=timeout_s, rate_limit=rate_limit)
+        return cls(configuration, timeout_s=timeout_s)
 
     async def close(self) -> None:
         await self._api.close()
@@ -179,8 +165,6 @@ class KubeClient:
         timeout: aiohttp.ClientTimeout | float | None = None,
     ) -> Any:
         """Start a request; returns the open aiohttp response (caller reads and releases)."""
-        if self._bucket is not None:
-            await self._bucket.acquire()
         try:
             return await self._api.call_api(
                 path,
