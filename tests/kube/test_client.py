@@ -54,7 +54,7 @@ async def test_create_get_patch_delete_round_trip(kube: KubeClient) -> None:
 )
 async def test_every_patch_type(kube: KubeClient, patch_type: PatchType, body: object) -> None:
     await kube.create(NODES, {"metadata": {"name": "n1"}})
-    patched = await kube.patch_node("n1", body, patch_type=patch_type)
+    patched = await kube.patch(NODES, "n1", body, patch_type=patch_type)
     assert patched["metadata"]["labels"] == {"x": "1"}
 
 

@@ -288,13 +288,10 @@ class KubeClient:
         namespace: str | None = None,
         *,
         grace_period_seconds: int | None = None,
-        uid: str | None = None,
     ) -> JsonObject:
         options: JsonObject = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if grace_period_seconds is not None:
             options["gracePeriodSeconds"] = grace_period_seconds
-        if uid is not None:
-            options["preconditions"] = {"uid": uid}
         return await self.request("DELETE", resource.path(namespace, name), body=options)
 
     async def watch(
@@ -353,10 +350,8 @@ class KubeClient:
     async def create_pod(self, namespace: str, body: Mapping[str, Any]) -> JsonObject:
         return await self.create(PODS, body, namespace)
 
-    async def patch_pod(
-        self, namespace: str, name: str, body: Any, *, patch_type: PatchType = PatchType.MERGE
-    ) -> JsonObject:
-        return await self.patch(PODS, name, body, namespace, patch_type=patch_type)
+    async def patch_pod(self, namespace: str, name: str, body: Any) -> JsonObject:
+        return await self.patch(PODS, name, body, namespace)
 
     async def patch_pod_status(
         self, namespace: str, name: str, body: Any, *, patch_type: PatchType = PatchType.MERGE
@@ -400,15 +395,11 @@ class KubeClient:
     async def get_node(self, name: str) -> JsonObject:
         return await self.get(NODES, name)
 
-    async def patch_node(
-        self, name: str, body: Any, *, patch_type: PatchType = PatchType.MERGE
-    ) -> JsonObject:
-        return await self.patch(NODES, name, body, patch_type=patch_type)
+    async def patch_node(self, name: str, body: Any) -> JsonObject:
+        return await self.patch(NODES, name, body)
 
-    async def patch_node_status(
-        self, name: str, body: Any, *, patch_type: PatchType = PatchType.MERGE
-    ) -> JsonObject:
-        return await self.patch(NODES, name, body, patch_type=patch_type, subresource="status")
+    async def patch_node_status(self, name: str, body: Any) -> JsonObject:
+        return await self.patch(NODES, name, body, subresource="status")
 
     async def create_event(self, namespace: str, event: Mapping[str, Any]) -> JsonObject:
         """A core/v1 Event (the API HAMi's broadcaster writes to)."""
