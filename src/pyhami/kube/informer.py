@@ -69,7 +69,6 @@ class InformerStats:
     errors: int = 0
     handler_errors: int = 0
     unreadable: int = 0  # objects `read` refused: their events were ignored
-    events: int = 0
     bookmarks: int = 0
     last_error: str = ""
     # The latest steps, oldest first: "list", "watch", "gone", "error".
@@ -242,7 +241,6 @@ class ViewInformer(Generic[T]):
         if event.type == "BOOKMARK":
             self.stats.bookmarks += 1
         else:
-            self.stats.events += 1
             key = object_key(event.object)
             if event.type == "DELETED":
                 await self._remove(key)
