@@ -33,13 +33,7 @@ class ApiError(Exception):
     ) -> None:
         super().__init__(message)
         self.code = code
-        self.reason = reason
-        self.message = message
-        self.details = details
-
-    @property
-    def status(self) -> Status:
-        return Status(self.code, self.reason, self.message, self.details)
+        self.status = Status(code, reason, message, details)
 
 
 def _details(resource: ResourceType, name: str, kind: str = "") -> StatusDetails:
