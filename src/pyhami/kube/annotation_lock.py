@@ -23,7 +23,7 @@ from typing import Protocol
 from pyhami.kube.client import KubeClient
 from pyhami.kube.clock import Clock
 from pyhami.kube.errors import Conflict, NotFound
-from pyhami.kube.patches import node_lock_release_patch, node_lock_set_patch
+from pyhami.kube.patches import node_lock_patch
 from pyhami.kube.views import read_node, read_pod
 from pyhami.model import NodeView, PodView
 from pyhami.protocol import (
@@ -70,11 +70,7 @@ class KubeNodeLockAPI:
         return read_node(await self.client.get_node(name))
 
     async def write_node_lock(self, name: str, value: str | None, resource_version: str) -> None:
-        if value is None:
-            body = node_lock_release_patch(resource_version)
-        else:
-            body = node_lock_set_patch(value, resource_version)
-        await self.client.patch_node(name, body)
+        await self.client.patch_node(name, node_lock_patch(value, resource_version))
 
     async def read_pod(self, namespace: str, name: str) -> PodView:
         return read_pod(await self.client.get_pod(namespace, name))
