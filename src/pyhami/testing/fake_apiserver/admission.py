@@ -17,10 +17,9 @@ an evaluation error counts as a call failure.
 from __future__ import annotations
 
 import base64
-import dataclasses
 import ssl
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiohttp
@@ -333,9 +332,7 @@ class AdmissionChain:
         it unchanged when the call fails, Fail refuses the request)."""
         call, posted = AdmissionCall(hook.name, review.operation), False
         try:
-            sent = dataclasses.replace(
-                review, api_version=hook.review_version(), uid=self._store.new_uid()
-            )
+            sent = replace(review, api_version=hook.review_version(), uid=self._store.new_uid())
             if not hook.matches(sent):
                 return review  # skipped: no call is made
             self.calls.append(call)
@@ -354,7 +351,7 @@ class AdmissionChain:
                 raise _CallFailedError("the webhook's patch did not leave an object")
             patched.pop("apiVersion", None)
             patched.pop("kind", None)
-            return dataclasses.replace(review, object=patched)
+            return replace(review, object=patched)
         except (_CallFailedError, AdmissionDecodeError) as err:
             if not posted:  # failed before the call was made
                 self.calls.append(call)
