@@ -1,16 +1,27 @@
-"""HAMi's node lock algorithm over an in-memory node with resourceVersions."""
+"""HAMi's node lock algorithm over an in-memory node with resourceVersions, and the client's
+lock API over the fake API server."""
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from pyhami.kube import NodeLockContentionError, NodeLocker, NodeLockError
-from pyhami.kube.annotation_lock import go_duration
+from pyhami.kube import (
+    NODES,
+    PODS,
+    Conflict,
+    KubeClient,
+    NodeLockContentionError,
+    NodeLocker,
+    NodeLockError,
+)
+from pyhami.kube.annotation_lock import KubeNodeLockAPI, go_duration
 from pyhami.model import PodView
-from pyhami.protocol import KEY_VGPU_NODE
+from pyhami.protocol import KEY_NODE_LOCK, KEY_VGPU_NODE
 from pyhami.testing import ManualClock
 from pyhami.testing.memory_nodes import MemoryNodes
+
+from .builders import pod
 
 NOW = datetime(2026, 8, 21, 12, 0, 0, tzinfo=UTC)
 
@@ -127,3 +138,20 @@ def test_go_duration_strings() -> None:
     assert go_duration(timedelta(seconds=28)) == "28s"
     assert go_duration(timedelta(hours=1)) == "1h0m0s"
     assert go_duration(timedelta(seconds=1.5)) == "1.5s"
+
+
+async def test_the_clients_lock_api_writes_the_lock_with_the_nodes_resource_version(
+    kube: KubeClient,
+) -> None:
+    await kube.create(NODES, {"metadata": {"name": "n1"}})
+    await kube.create(PODS, pod("owner"), "default")
+    api = KubeNodeLockAPI(kube)
+    seen = await api.read_node("n1")
+    await api.write_node_lock("n1", "2026-08-21T12:00:00Z,default,owner", seen.resource_version)
+    with pytest.raises(Conflict):  # the node changed since `seen`
+        await api.write_node_lock("n1", None, seen.resource_version)
+    locked = await api.read_node("n1")
+    assert locked.annotations[KEY_NODE_LOCK] == "2026-08-21T12:00:00Z,default,owner"
+    assert (await api.read_pod("default", "owner")).name == "owner"
+    await api.write_node_lock("n1", None, locked.resource_version)
+    assert KEY_NODE_LOCK not in (await api.read_node("n1")).annotations

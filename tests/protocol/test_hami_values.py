@@ -8,8 +8,7 @@ import pytest
 
 from pyhami.kube.patches import (
     encode_patch,
-    node_lock_release_patch,
-    node_lock_set_patch,
+    node_lock_patch,
     pod_annotations_patch,
 )
 from pyhami.model import ContainerDevice, DeviceInfo, DevicePairScore, MigAllocation, MigPlacement
@@ -302,11 +301,11 @@ def test_node_lock_bad_time_is_an_error(value: str) -> None:
 
 def test_node_lock_patch_bodies_byte_exact() -> None:
     value = "2026-08-21T12:00:00Z,default,gpu-pod"
-    assert encode_patch(node_lock_set_patch(value, "42")) == (
+    assert encode_patch(node_lock_patch(value, "42")) == (
         '{"metadata":{"annotations":{"hami.io/mutex.lock":"2026-08-21T12:00:00Z,default,gpu-pod"},'
         '"resourceVersion":"42"}}'
     )
-    assert encode_patch(node_lock_release_patch("42")) == (
+    assert encode_patch(node_lock_patch(None, "42")) == (
         '{"metadata":{"annotations":{"hami.io/mutex.lock":null},"resourceVersion":"42"}}'
     )
 

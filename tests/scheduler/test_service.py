@@ -2,6 +2,7 @@
 
 import asyncio
 import copy
+import dataclasses
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -14,6 +15,7 @@ from pyhami.kube import NodeLocker
 from pyhami.kube.extender_wire import ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult
 from pyhami.kube.scheduler_pods import SchedulerPods
 from pyhami.kube.views import read_node, read_pod
+from pyhami.model import NodeView
 from pyhami.protocol import KEY_NODE_LOCK
 from pyhami.scheduler import explanations as explanations_module
 from pyhami.scheduler import service as service_module
@@ -228,7 +230,6 @@ async def test_a_failed_pod_patch_fails_the_bind_and_rolls_the_reservation_back(
     kube = MemoryKube()
     kube.fail_pod_patch = True
     service = _service(kube)
-    kube.node["metadata"]["name"] = "n1"
     await _filtered(kube, service, gpu_pod("p"))
     bound = await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))
     assert "pods API down" in bound.error
@@ -241,7 +242,6 @@ async def test_a_failed_pod_patch_fails_the_bind_and_rolls_the_reservation_back(
 async def test_a_bind_waiting_for_its_nodes_turn_writes_nothing_and_times_out_cleanly() -> None:
     kube = MemoryKube()
     service = _service(kube, lock_retry=timedelta(milliseconds=100))
-    kube.node["metadata"]["name"] = "n1"
     await _filtered(kube, service, gpu_pod("p"))
     reads = _count_node_reads(kube)
     async with service.bind_turns.hold("n1"):  # an earlier bind to n1 holds the node's turn
@@ -295,19 +295,18 @@ async def test_a_leader_deposed_while_its_bind_awaits_the_api_writes_nothing_mor
     service = _service(kube, leader)
     await _filtered(kube, service, gpu_pod("p"))
     writes_before = len(kube.pod_patches)
-    patch_node, patch_pod = kube.patch_node, kube.patch_pod
+    write_node_lock, patch_pod = kube.write_node_lock, kube.patch_pod
 
-    async def lock_then_lose(name: str, body: dict[str, Any]) -> dict[str, Any]:
-        answer = await patch_node(name, body)
+    async def lock_then_lose(name: str, value: str | None, resource_version: str) -> None:
+        await write_node_lock(name, value, resource_version)
         leader.leading = lost_after != "node-lock"
-        return answer
 
     async def patch_then_lose(namespace: str, name: str, body: dict[str, Any]) -> Any:
         answer = await patch_pod(namespace, name, body)
         leader.leading = False
         return answer
 
-    kube.patch_node = lock_then_lose  # type: ignore[method-assign]
+    kube.write_node_lock = lock_then_lose  # type: ignore[method-assign]
     kube.patch_pod = patch_then_lose  # type: ignore[method-assign]
     result = await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))
     assert "not the leader (leader: other-replica)" in result.error
@@ -329,7 +328,6 @@ async def _filtered(kube: MemoryKube, service: FilterBind, pod: dict[str, Any]) 
 async def test_bind_locks_the_node_sets_bind_phase_and_binds() -> None:
     kube = MemoryKube()
     service = _service(kube)
-    kube.node["metadata"]["name"] = "n1"
     await _filtered(kube, service, gpu_pod("p"))
     result = await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))
     assert result.error == ""
@@ -367,9 +365,9 @@ async def test_bind_contention_keeps_the_other_pods_lock() -> None:
     kube = MemoryKube()
     service = _service(kube, lock_retry=timedelta(milliseconds=50))
     await _filtered(kube, service, gpu_pod("p"))
-    kube.node["metadata"]["annotations"][KEY_NODE_LOCK] = "2026-08-21T11:59:00Z,default,holder"
-    kube.node["metadata"]["resourceVersion"] = "2"  # the informer has not seen the lock yet
-    kube.pod_objects[("default", "holder")] = gpu_pod("holder")
+    # the informer has not seen the lock yet
+    kube.node = _locked_by_holder(kube.node, resource_version="2")
+    kube.pods.add(("default", "holder"))
     result = await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))
     assert "node lock contention" in result.error
     assert kube.lock == "2026-08-21T11:59:00Z,default,holder"
@@ -501,19 +499,16 @@ async def test_filter_waits_for_sync_then_says_so() -> None:
 async def test_a_bind_to_a_locked_node_waits_for_the_release_the_informer_shows() -> None:
     kube = MemoryKube()
     service = _service(kube)
-    kube.node["metadata"]["name"] = "n1"
     await _filtered(kube, service, gpu_pod("p"))
-    kube.node["metadata"]["annotations"][KEY_NODE_LOCK] = "2026-08-21T11:59:00Z,default,holder"
-    kube.pod_objects[("default", "holder")] = gpu_pod("holder")
+    kube.node = _locked_by_holder(kube.node)
     kube.pods.add(("default", "holder"))
-    service.state.on_node(read_node(copy.deepcopy(kube.node)))
+    service.state.on_node(kube.node)
     bind = asyncio.create_task(service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1")))
     await asyncio.sleep(0.05)
     assert not bind.done() and kube.bindings == []  # waiting, not failed
     # the holder's device plugin releases the lock; the informer shows it
-    del kube.node["metadata"]["annotations"][KEY_NODE_LOCK]
-    kube.node["metadata"]["resourceVersion"] = "7"
-    service.state.on_node(read_node(copy.deepcopy(kube.node)))
+    kube.node = dataclasses.replace(kube.node, annotations={}, resource_version="7")
+    service.state.on_node(kube.node)
     async with asyncio.timeout(5):
         result = await bind
     assert result.error == ""
@@ -535,30 +530,38 @@ def _stalled_bindings(kube: MemoryKube) -> tuple[asyncio.Event, asyncio.Event]:
     return entered, answered
 
 
+def _locked_by_holder(node: NodeView, resource_version: str | None = None) -> NodeView:
+    """The node locked by pod default/holder a minute ago (at a new resourceVersion, if given)."""
+    return dataclasses.replace(
+        node,
+        annotations={KEY_NODE_LOCK: "2026-08-21T11:59:00Z,default,holder"},
+        resource_version=resource_version or node.resource_version,
+    )
+
+
 def _count_node_reads(kube: MemoryKube) -> list[str]:
     """The node names read through the API from now on, in order."""
     reads: list[str] = []
-    get_node = kube.get_node
+    read = kube.read_node
 
-    async def counted_get_node(name: str) -> dict[str, Any]:
+    async def counted_read_node(name: str) -> NodeView:
         reads.append(name)
-        return await get_node(name)
+        return await read(name)
 
-    kube.get_node = counted_get_node  # type: ignore[method-assign]
+    kube.read_node = counted_read_node  # type: ignore[method-assign]
     return reads
 
 
 async def test_bind_takes_the_lock_from_the_informers_node_and_reads_it_only_on_conflict() -> None:
     kube = MemoryKube()
     service = _service(kube)
-    kube.node["metadata"]["name"] = "n1"
     reads = _count_node_reads(kube)
-    service.state.on_node(read_node(copy.deepcopy(kube.node)))
+    service.state.on_node(kube.node)
     for name in ("p", "q"):
         await _filtered(kube, service, gpu_pod(name, mem=1000))
     assert (await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))).error == ""
     assert reads == []  # the informer's node, written with its resourceVersion
-    del kube.node["metadata"]["annotations"][KEY_NODE_LOCK]  # p's device plugin released it
+    kube.node = dataclasses.replace(kube.node, annotations={})  # p's device plugin released it
     assert (await service.bind(ExtenderBindingArgs("q", "default", "uid-q", "n1"))).error == ""
     assert len(reads) == 1  # the cached node was stale (409): read once, then locked
     assert kube.lock == "2026-08-21T12:00:00Z,default,q"
@@ -616,12 +619,10 @@ async def test_a_waiting_bind_does_not_read_the_node_again_until_the_informer_sh
     for the same stale view to look unlocked again (a busy loop of writes and reads)."""
     kube = MemoryKube()
     service = _service(kube, lock_retry=timedelta(milliseconds=300))
-    kube.node["metadata"]["name"] = "n1"
-    service.state.on_node(read_node(copy.deepcopy(kube.node)))
+    service.state.on_node(kube.node)
     await _filtered(kube, service, gpu_pod("p"))
-    kube.node["metadata"]["annotations"][KEY_NODE_LOCK] = "2026-08-21T11:59:00Z,default,holder"
-    kube.node["metadata"]["resourceVersion"] = "2"
-    kube.pod_objects[("default", "holder")] = gpu_pod("holder")
+    kube.node = _locked_by_holder(kube.node, resource_version="2")
+    kube.pods.add(("default", "holder"))
     reads = _count_node_reads(kube)
     result = await service.bind(ExtenderBindingArgs("p", "default", "uid-p", "n1"))
     assert "timed out" in result.error and "waiting for node n1" in result.error
@@ -636,7 +637,6 @@ async def test_filters_wait_while_too_many_binds_are_at_work(
     monkeypatch.setattr(service_module, "BINDS_AT_WORK", 1)
     kube = MemoryKube()
     service = _service(kube)
-    kube.node["metadata"]["name"] = "n1"
     first, queued, second = (gpu_pod(name, mem=1000) for name in ("a", "q", "b"))
     for pod in (first, queued):
         await _filtered(kube, service, pod)
@@ -654,9 +654,9 @@ async def test_filters_wait_while_too_many_binds_are_at_work(
     answered.set()
     assert (await waiting).node_names == ["n1"]
     assert (await binds[0]).error == ""
-    del kube.node["metadata"]["annotations"][KEY_NODE_LOCK]  # a's device plugin is done
-    kube.node["metadata"]["resourceVersion"] = "9"
-    service.state.on_node(read_node(copy.deepcopy(kube.node)))
+    # a's device plugin is done
+    kube.node = dataclasses.replace(kube.node, annotations={}, resource_version="9")
+    service.state.on_node(kube.node)
     assert (await binds[1]).error == ""
 
 
@@ -673,7 +673,6 @@ async def test_a_filter_answers_with_a_node_only_when_its_bind_queue_has_room(
     monkeypatch.setattr(service_module, "BINDS_QUEUED_PER_NODE", 1)
     kube = MemoryKube()
     service = _service(kube)
-    kube.node["metadata"]["name"] = "n1"
     first, second = gpu_pod("a", mem=1000), gpu_pod("b", mem=1000)
     await _filtered(kube, service, first)
     entered, answered = _stalled_bindings(kube)

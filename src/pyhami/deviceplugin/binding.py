@@ -27,6 +27,7 @@ from pyhami.kube import (
     NotFound,
     SystemClock,
 )
+from pyhami.kube.annotation_lock import KubeNodeLockAPI
 from pyhami.kube.patches import pod_annotations_patch
 from pyhami.kube.tasks import cancel_and_wait, guarded_task
 from pyhami.kube.views import read_node, read_pod
@@ -96,7 +97,7 @@ class PodBinding:
         self._clock: Clock = clock or SystemClock()
         self._rng = rng or random.Random()
         self._repairs: dict[tuple[str, str], asyncio.Task[None]] = {}
-        self._locker = NodeLocker(kube, clock=self._clock, rng=rng)
+        self._locker = NodeLocker(KubeNodeLockAPI(kube), clock=self._clock, rng=rng)
 
     async def pending_pod(self) -> PodView:
         """The pod kubelet is admitting now; AllocationError says why none can be found."""

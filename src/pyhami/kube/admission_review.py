@@ -1,5 +1,8 @@
 """AdmissionReview (admission.k8s.io v1 and v1beta1) in and out, and the pod's RFC 6902 patch.
 
+Both sides of the wire: the webhook's (`AdmissionRequest` in, `AdmissionResponse` out) and
+kube-apiserver's (`ReviewRequest` out, `ReviewReply` in), which the fake API server speaks.
+
 A review is decoded once: its pod becomes typed values (marks, an `AdmittedPod`), the webhook
 decides on those and answers with typed `PodChanges`, which `AdmissionRequest.admit` turns into
 the JSON Patch against the object as it came in.
@@ -13,6 +16,7 @@ answered without apiVersion and kind.
 from __future__ import annotations
 
 import base64
+import binascii
 import copy
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -24,6 +28,7 @@ from pyhami.kube.client import JsonObject
 from pyhami.kube.dra_manifests import ClaimTemplate
 from pyhami.kube.errors import KubeError
 from pyhami.kube.extender_wire import compact_json
+from pyhami.kube.resources import Resource
 from pyhami.kube.views import _object, _strings, read_pod
 from pyhami.model import PodView
 
@@ -346,3 +351,110 @@ def json_patch(before: Any, after: Any, path: tuple[str | int, ...] = ()) -> lis
     if before == after and type(before) is type(after):
         return []
     return [{"op": "replace", "path": _pointer(path), "value": after}]
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewRequest:
+    """An AdmissionReview request as kube-apiserver sends it to one webhook."""
+
+    api_version: str  # admission.k8s.io/v1 or v1beta1, as the webhook accepts
+    uid: str
+    resource: Resource
+    namespace: str
+    operation: str  # CREATE, UPDATE
+    username: str
+    groups: tuple[str, ...]
+    object: JsonObject  # without apiVersion and kind: the request adds the resource's
+    old_object: JsonObject | None  # on UPDATE: the stored object, as the API answers it
+    options_kind: str  # CreateOptions, UpdateOptions (a PUT), PatchOptions
+
+    def request(self) -> JsonObject:
+        """`AdmissionReview.request` (what matchConditions read as `request`)."""
+        resource = self.resource
+        kind = {"group": resource.group, "version": resource.version, "kind": resource.kind}
+        gvr = {"group": resource.group, "version": resource.version, "resource": resource.plural}
+        return {
+            "uid": self.uid,
+            "kind": kind,
+            "resource": gvr,
+            "requestKind": kind,
+            "requestResource": gvr,
+            "name": self.object.get("metadata", {}).get("name", ""),
+            "namespace": self.namespace,
+            "operation": self.operation,
+            "userInfo": {"username": self.username, "groups": list(self.groups)},
+            "object": {"apiVersion": resource.api_version, "kind": resource.kind, **self.object},
+            "oldObject": self.old_object,
+            "dryRun": False,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": self.options_kind},
+        }
+
+    def encode(self) -> JsonObject:
+        return {
+            "apiVersion": self.api_version,
+            "kind": "AdmissionReview",
+            "request": self.request(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewReply:
+    """A webhook's answer to a `ReviewRequest`, as kube-apiserver reads it: the refusal's
+    status, or the RFC 6902 operations of an allowed answer's patch (None: no patch)."""
+
+    allowed: bool
+    code: int = 0
+    reason: str = ""
+    message: str = ""
+    patch: list[Any] | None = None
+
+    @classmethod
+    def decode(cls, answer: object, sent: ReviewRequest) -> ReviewReply:
+        """AdmissionDecodeError names what kube-apiserver would refuse. It checks uid, kind and
+        patchType of v1 answers only; v1beta1 ones are taken as they come, a patch being read
+        as a JSON patch (VerifyAdmissionResponse)."""
+        if not isinstance(answer, dict):
+            raise AdmissionDecodeError("received invalid webhook response: not a JSON object")
+        strict = sent.api_version == "admission.k8s.io/v1"
+        response = answer.get("response")
+        if not isinstance(response, dict):
+            raise AdmissionDecodeError("webhook response was absent")
+        if strict and response.get("uid") != sent.uid:
+            uid = response.get("uid")
+            raise AdmissionDecodeError(f"expected response.uid={sent.uid!r}, got {uid!r}")
+        kind = (answer.get("apiVersion"), answer.get("kind"))
+        if strict and kind != ("admission.k8s.io/v1", "AdmissionReview"):
+            raise AdmissionDecodeError(
+                "expected webhook response of admission.k8s.io/v1, Kind=AdmissionReview, got "
+                f"{kind[0]}, Kind={kind[1]}"
+            )
+        patch, patch_type = response.get("patch"), response.get("patchType")
+        if strict and bool(patch) != bool(patch_type):
+            raise AdmissionDecodeError(
+                "webhook returned response.patch but not response.patchType"
+                if patch
+                else "webhook returned response.patchType but not response.patch"
+            )
+        if not response.get("allowed"):
+            status = response.get("status")
+            status = status if isinstance(status, dict) else {}
+            return cls(
+                False,
+                int(status.get("code") or 0),
+                str(status.get("reason") or ""),
+                str(status.get("message") or ""),
+            )
+        if not patch:
+            return cls(True)
+        if strict and patch_type != "JSONPatch":
+            raise AdmissionDecodeError(f"unsupported patch type {patch_type!r}")
+        try:
+            operations = json.loads(base64.b64decode(patch, validate=True))
+        except (binascii.Error, ValueError) as err:
+            raise AdmissionDecodeError(f"failed to apply the webhook's patch: {err}") from err
+        if not isinstance(operations, list):
+            raise AdmissionDecodeError(
+                "failed to apply the webhook's patch: "
+                "a JSON patch must be a JSON array of operations"
+            )
+        return cls(True, patch=operations)

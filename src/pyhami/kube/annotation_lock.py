@@ -15,14 +15,17 @@ whole timeout (5 minutes by default) and binds nothing else to the node meanwhil
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Protocol
 
+from pyhami.kube.client import KubeClient
 from pyhami.kube.clock import Clock
 from pyhami.kube.errors import Conflict, NotFound
-from pyhami.kube.patches import node_lock_release_patch, node_lock_set_patch
-from pyhami.model import NodeView
+from pyhami.kube.patches import node_lock_patch
+from pyhami.kube.views import read_node, read_pod
+from pyhami.model import NodeView, PodView
 from pyhami.protocol import (
     KEY_NODE_LOCK,
     KEY_VGPU_NODE,
@@ -43,17 +46,34 @@ FINISHED_PHASES = ("Succeeded", "Failed")
 
 
 class NodeLockAPI(Protocol):
-    """What the lock needs from the Kubernetes API."""
+    """What the lock needs from the Kubernetes API: the node and pods as views, and the write."""
 
-    async def get_node(self, name: str) -> Mapping[str, Any]: ...
+    async def read_node(self, name: str) -> NodeView: ...
 
-    async def patch_node(self, name: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
-        """JSON merge patch; raises when the resourceVersion in the body is stale."""
+    async def write_node_lock(self, name: str, value: str | None, resource_version: str) -> None:
+        """Set the lock (None: remove it); raises Conflict when `resource_version` is stale."""
         ...
 
-    async def get_pod(self, namespace: str, name: str) -> Mapping[str, Any]:
+    async def read_pod(self, namespace: str, name: str) -> PodView:
         """Raises `pyhami.kube.NotFound` when the pod does not exist."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class KubeNodeLockAPI:
+    """The lock's API over a Kubernetes client: each object read once into its view, each
+    write a merge patch carrying the resourceVersion (`pyhami.kube.patches`)."""
+
+    client: KubeClient
+
+    async def read_node(self, name: str) -> NodeView:
+        return read_node(await self.client.get_node(name))
+
+    async def write_node_lock(self, name: str, value: str | None, resource_version: str) -> None:
+        await self.client.patch_node(name, node_lock_patch(value, resource_version))
+
+    async def read_pod(self, namespace: str, name: str) -> PodView:
+        return read_pod(await self.client.get_pod(namespace, name))
 
 
 class NodeLockError(RuntimeError):
@@ -78,15 +98,6 @@ def go_duration(delta: timedelta) -> str:
     if minutes:
         return f"{int(minutes)}m{secs}"
     return secs
-
-
-def _annotations(node: Mapping[str, Any]) -> Mapping[str, str]:
-    metadata = node.get("metadata") or {}
-    return metadata.get("annotations") or {}
-
-
-def _resource_version(node: Mapping[str, Any]) -> str:
-    return str((node.get("metadata") or {}).get("resourceVersion") or "")
 
 
 class NodeLocker:
@@ -138,16 +149,14 @@ class NodeLocker:
         written at once with its resourceVersion, and the node is read only if that write
         answers 409 (the cache was stale)."""
         if cached is not None and KEY_NODE_LOCK not in cached.annotations:
-            body = node_lock_set_patch(
-                format_node_lock(self._clock.now(), namespace, pod), cached.resource_version
-            )
+            value = format_node_lock(self._clock.now(), namespace, pod)
             try:
-                await self.api.patch_node(node, body)
+                await self.api.write_node_lock(node, value, cached.resource_version)
                 return
             except Conflict:
                 pass
-        seen = await self.api.get_node(node)
-        current = _annotations(seen).get(KEY_NODE_LOCK)
+        seen = await self.api.read_node(node)
+        current = seen.annotations.get(KEY_NODE_LOCK)
         if current is None:
             await self._set(node, namespace, pod, seen)
             return
@@ -175,35 +184,30 @@ class NodeLocker:
         another node: a scheduler killed between its lock and its binding leaves the lock
         behind, and the pod, scheduled again, may land elsewhere."""
         try:
-            owner = await self.api.get_pod(namespace, name)
+            owner = await self.api.read_pod(namespace, name)
         except NotFound:
             return False
-        if (owner.get("status") or {}).get("phase") in FINISHED_PHASES:
+        if owner.phase in FINISHED_PHASES:
             return False
-        annotations = (owner.get("metadata") or {}).get("annotations") or {}
-        places = ((owner.get("spec") or {}).get("nodeName"), annotations.get(KEY_VGPU_NODE))
+        places = (owner.node_name, owner.annotations.get(KEY_VGPU_NODE))
         return all(place in (None, "", node) for place in places)
 
-    async def _set(
-        self, node: str, namespace: str, pod: str, seen: Mapping[str, Any] | None = None
-    ) -> None:
+    async def _set(self, node: str, namespace: str, pod: str, seen: NodeView | None = None) -> None:
         """SetNodeLock. HAMi GETs the node twice more before its first PATCH; a node just read
         unlocked (`seen`) is written at once instead: its resourceVersion in the patch refuses
         the write if anyone changed the node since, and the retry then reads it afresh."""
         suffix = owner_suffix(namespace, pod)
-        first: list[Mapping[str, Any]] = [seen] if seen is not None else []
+        first = [seen] if seen is not None else []
 
         async def attempt() -> None:
-            fresh = first.pop() if first else await self.api.get_node(node)
-            value = _annotations(fresh).get(KEY_NODE_LOCK)
+            fresh = first.pop() if first else await self.api.read_node(node)
+            value = fresh.annotations.get(KEY_NODE_LOCK)
             if value is not None:
                 if value.endswith(suffix):
                     return  # our earlier write landed but its answer was lost
                 raise NodeLockContentionError(f"node {node} is locked")
-            body = node_lock_set_patch(
-                format_node_lock(self._clock.now(), namespace, pod), _resource_version(fresh)
-            )
-            await self.api.patch_node(node, body)
+            mine = format_node_lock(self._clock.now(), namespace, pod)
+            await self.api.write_node_lock(node, mine, fresh.resource_version)
 
         await self._retrying(f"set node lock (node={node})", attempt)
 
@@ -211,7 +215,7 @@ class NodeLocker:
         self, node: str, namespace: str, pod: str, *, skip_owner_check: bool = False
     ) -> None:
         """ReleaseNodeLock: remove the lock if it is ours (or, skipping the check, unchanged)."""
-        seen = _annotations(await self.api.get_node(node)).get(KEY_NODE_LOCK)
+        seen = (await self.api.read_node(node)).annotations.get(KEY_NODE_LOCK)
         if seen is None:
             return
         suffix = owner_suffix(namespace, pod)
@@ -219,8 +223,8 @@ class NodeLocker:
             return
 
         async def attempt() -> None:
-            fresh = await self.api.get_node(node)
-            value = _annotations(fresh).get(KEY_NODE_LOCK)
+            fresh = await self.api.read_node(node)
+            value = fresh.annotations.get(KEY_NODE_LOCK)
             if value is None:
                 return
             if skip_owner_check or "," not in value:
@@ -228,6 +232,6 @@ class NodeLocker:
                     return
             elif not value.endswith(suffix):
                 return
-            await self.api.patch_node(node, node_lock_release_patch(_resource_version(fresh)))
+            await self.api.write_node_lock(node, None, fresh.resource_version)
 
         await self._retrying(f"release node lock (node={node})", attempt)

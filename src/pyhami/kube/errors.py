@@ -2,12 +2,14 @@
 
 `KubeError` carries the Status fields kube-apiserver sent (code, reason, message); the
 subclasses are the answers callers branch on. Transport failures are `KubeUnavailable` with
-the original exception chained as the cause.
+the original exception chained as the cause. `Status` is the other side: the body
+kube-apiserver sends (the fake API server answers with it).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -105,3 +107,48 @@ def error_from_body(code: int, body: bytes) -> KubeError:
         text = body[:200].decode("utf-8", "replace")
         return error_from_status(code, {"reason": "Unknown", "message": text or f"HTTP {code}"})
     return error_from_status(code, status)
+
+
+@dataclass(frozen=True, slots=True)
+class StatusDetails:
+    """metav1.StatusDetails as the fake API server fills it: name and kind are sent when given."""
+
+    name: str | None = None
+    group: str = ""
+    kind: str | None = None
+    # metav1.StatusCause as (field, reason, message), like field.Error; empty parts left out.
+    causes: tuple[tuple[str, str, str], ...] = ()
+    retry_after_s: int = 0
+
+    def encode(self) -> dict[str, Any]:
+        causes = [
+            {k: v for k, v in (("reason", reason), ("message", message), ("field", path)) if v}
+            for path, reason, message in self.causes
+        ]
+        parts = (
+            ("name", self.name),
+            ("group", self.group or None),
+            ("kind", self.kind),
+            ("causes", causes or None),
+            ("retryAfterSeconds", self.retry_after_s or None),
+        )
+        return {key: value for key, value in parts if value is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """A metav1.Status body as kube-apiserver sends it: Success for a code below 400 (the code
+    alone), else Failure with message, reason and the details when there are some."""
+
+    code: int
+    reason: str = ""
+    message: str = ""
+    details: StatusDetails | None = None
+
+    def encode(self) -> dict[str, Any]:
+        head = {"kind": "Status", "apiVersion": "v1", "metadata": {}}
+        if self.code < 400:
+            return {**head, "status": "Success", "code": self.code}
+        details = {} if self.details is None else {"details": self.details.encode()}
+        failure = {"status": "Failure", "message": self.message, "reason": self.reason}
+        return {**head, **failure, "code": self.code, **details}

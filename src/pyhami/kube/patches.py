@@ -42,14 +42,9 @@ def _guarded(annotations: Mapping[str, str | None], resource_version: str) -> Js
     return {"metadata": {"annotations": dict(annotations), "resourceVersion": resource_version}}
 
 
-def node_lock_set_patch(value: str, resource_version: str) -> JsonObject:
-    """Take the node lock, only if the node is still at `resource_version`."""
+def node_lock_patch(value: str | None, resource_version: str) -> JsonObject:
+    """Take the node lock (None: remove it), only if the node is still at `resource_version`."""
     return _guarded({KEY_NODE_LOCK: value}, resource_version)
-
-
-def node_lock_release_patch(resource_version: str) -> JsonObject:
-    """Remove the node lock, only if the node is still at `resource_version`."""
-    return _guarded({KEY_NODE_LOCK: None}, resource_version)
 
 
 def mig_allocations_patch(value: str, resource_version: str) -> JsonObject:

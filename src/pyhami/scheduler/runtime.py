@@ -44,6 +44,7 @@ from pyhami.kube import (
     SystemClock,
     cancel_and_wait,
 )
+from pyhami.kube.annotation_lock import KubeNodeLockAPI
 from pyhami.kube.dra_manifests import ClaimTemplate
 from pyhami.kube.dra_views import read_slice
 from pyhami.kube.informer import ViewInformer
@@ -147,7 +148,9 @@ class SchedulerProcess:
         self.service = FilterBind(
             self.state,
             SchedulerPods(client),
-            NodeLocker(client, timeout=settings.node_lock_timeout, clock=self.clock),
+            NodeLocker(
+                KubeNodeLockAPI(client), timeout=settings.node_lock_timeout, clock=self.clock
+            ),
             self.events,
             self.metrics,
             clock=self.clock,

@@ -17,16 +17,15 @@ an evaluation error counts as a call failure.
 from __future__ import annotations
 
 import base64
-import binascii
-import json
 import ssl
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiohttp
 
 from pyhami.kube import JsonObject
+from pyhami.kube.admission_review import AdmissionDecodeError, ReviewReply, ReviewRequest
 from pyhami.kube.manifests import MatchCondition, PodWebhook
 from pyhami.testing.fake_apiserver.cel import (
     CelEvaluationError,
@@ -87,12 +86,13 @@ class Webhook:
     review_versions: tuple[str, ...] = ("v1",)
     match_conditions: tuple[tuple[str, CelProgram], ...] = ()
 
-    def matches(self, request: JsonObject) -> bool:
+    def matches(self, review: ReviewRequest) -> bool:
         """All matchConditions true for this AdmissionReview request (none: true)."""
+        request = review.request()
         variables = {
             "request": request,
-            "object": request.get("object"),
-            "oldObject": request.get("oldObject"),
+            "object": request["object"],
+            "oldObject": request["oldObject"],
         }
         for name, program in self.match_conditions:
             try:
@@ -307,56 +307,60 @@ class AdmissionChain:
         An UPDATE carries the stored object as `old_object`; `options_kind` is what the
         client's verb sends (CreateOptions, UpdateOptions for a PUT, PatchOptions).
         """
-        request = _Request(resource, namespace, operation, user, old_object, options_kind)
+        review = ReviewRequest(
+            api_version="",  # each webhook's, and a uid per call: see _call
+            uid="",
+            resource=resource,
+            namespace=namespace or "",
+            operation=operation,
+            username=user.username,
+            groups=user.groups,
+            object=obj,
+            old_object=None if old_object is None else old_object.encode(),
+            options_kind=options_kind,
+        )
         for hook in [*self._registered, *self._configured()]:
-            labels = obj.get("metadata", {}).get("labels") or {}
+            labels = review.object.get("metadata", {}).get("labels") or {}
             if hook.applies_to(resource, operation) and self._selected(
                 hook, namespace, labels, old_object
             ):
-                obj = await self._call(hook, request, obj)
-        return obj
+                review = await self._call(hook, review)
+        return review.object
 
-    async def _call(self, hook: Webhook, request: _Request, obj: JsonObject) -> JsonObject:
-        """One webhook's turn: the object it leaves (failurePolicy: Ignore leaves it unchanged
-        when the call fails, Fail refuses the request)."""
-        call, posted = AdmissionCall(hook.name, request.operation), False
-        resource, old = request.resource, request.old_object
-        kind = {"group": resource.group, "version": resource.version, "kind": resource.kind}
-        gvr = {"group": resource.group, "version": resource.version, "resource": resource.plural}
+    async def _call(self, hook: Webhook, review: ReviewRequest) -> ReviewRequest:
+        """One webhook's turn: the review of the object it leaves (failurePolicy: Ignore leaves
+        it unchanged when the call fails, Fail refuses the request)."""
+        call, posted = AdmissionCall(hook.name, review.operation), False
         try:
-            review: JsonObject = {
-                "apiVersion": hook.review_version(),
-                "kind": "AdmissionReview",
-                "request": {
-                    "uid": self._store.new_uid(),
-                    "kind": kind,
-                    "resource": gvr,
-                    "requestKind": kind,
-                    "requestResource": gvr,
-                    "name": obj.get("metadata", {}).get("name", ""),
-                    "namespace": request.namespace or "",
-                    "operation": request.operation,
-                    "userInfo": request.user.as_json(),
-                    "object": {"apiVersion": resource.api_version, "kind": resource.kind, **obj},
-                    "oldObject": None if old is None else old.encode(),
-                    "dryRun": False,
-                    "options": {"apiVersion": "meta.k8s.io/v1", "kind": request.options_kind},
-                },
-            }
-            if not hook.matches(review["request"]):
-                return obj  # skipped: no call is made
+            sent = replace(review, api_version=hook.review_version(), uid=self._store.new_uid())
+            if not hook.matches(sent):
+                return review  # skipped: no call is made
             self.calls.append(call)
             posted = True
-            return _apply(hook, call, review, await self._post(hook, review))
-        except _CallFailedError as err:
+            reply = ReviewReply.decode(await self._post(hook, sent), sent)
+            if not reply.allowed:
+                raise _denied(hook.name, reply.code, reply.reason, reply.message)
+            if reply.patch is None:
+                return review
+            call.patch = reply.patch
+            try:
+                patched = json_patch(sent.request()["object"], reply.patch)
+            except (PatchFormatError, PatchApplyError) as err:
+                raise _CallFailedError(f"failed to apply the webhook's patch: {err}") from err
+            if not isinstance(patched, dict):
+                raise _CallFailedError("the webhook's patch did not leave an object")
+            patched.pop("apiVersion", None)
+            patched.pop("kind", None)
+            return replace(review, object=patched)
+        except (_CallFailedError, AdmissionDecodeError) as err:
             if not posted:  # failed before the call was made
                 self.calls.append(call)
             call.error = str(err)
             if hook.failure_policy == "Ignore":
-                return obj
+                return review
             raise internal(f'failed calling webhook "{hook.name}": {err}') from err
 
-    async def _post(self, hook: Webhook, review: JsonObject) -> JsonObject:
+    async def _post(self, hook: Webhook, review: ReviewRequest) -> object:
         if self._session is None:
             self._session = aiohttp.ClientSession()
         context = self._contexts.get(hook.ca_bundle)
@@ -370,7 +374,7 @@ class AdmissionChain:
         try:
             async with self._session.post(
                 hook.url,
-                json=review,
+                json=review.encode(),
                 ssl=context,
                 server_hostname=hook.server_hostname,
                 timeout=aiohttp.ClientTimeout(total=hook.timeout_s),
@@ -381,79 +385,17 @@ class AdmissionChain:
                         f"failed to call webhook: the server responded with "
                         f"status {response.status}: {text[:200]}"
                     )
-                body = await response.json(content_type=None)
+                answer: object = await response.json(content_type=None)
+                return answer
         except (aiohttp.ClientError, TimeoutError, ValueError, ssl.SSLError) as err:
             raise _CallFailedError(f'failed to call webhook: Post "{hook.url}": {err!r}') from err
-        if not isinstance(body, dict):
-            raise _CallFailedError("received invalid webhook response: not a JSON object")
-        return body
-
-
-def _apply(
-    hook: Webhook, call: AdmissionCall, review: JsonObject, answer: JsonObject
-) -> JsonObject:
-    """The object the webhook's answer leaves (its patch applied to the object sent)."""
-    # kube-apiserver checks uid, kind and patchType of v1 answers only; v1beta1 ones are
-    # taken as they come, a patch being read as a JSON patch (VerifyAdmissionResponse).
-    sent, strict = review["request"], review["apiVersion"] == "admission.k8s.io/v1"
-    response = answer.get("response")
-    if not isinstance(response, dict):
-        raise _CallFailedError("webhook response was absent")
-    uid = sent["uid"]
-    if strict and response.get("uid") != uid:
-        raise _CallFailedError(f"expected response.uid={uid!r}, got {response.get('uid')!r}")
-    kind = (answer.get("apiVersion"), answer.get("kind"))
-    if strict and kind != ("admission.k8s.io/v1", "AdmissionReview"):
-        raise _CallFailedError(
-            "expected webhook response of admission.k8s.io/v1, Kind=AdmissionReview, got "
-            f"{kind[0]}, Kind={kind[1]}"
-        )
-    patch, patch_type = response.get("patch"), response.get("patchType")
-    if strict and bool(patch) != bool(patch_type):
-        raise _CallFailedError(
-            "webhook returned response.patch but not response.patchType"
-            if patch
-            else "webhook returned response.patchType but not response.patch"
-        )
-    if not response.get("allowed"):
-        status = response.get("status") or {}
-        raise _denied(
-            hook.name, int(status.get("code") or 0), status.get("reason"), status.get("message")
-        )
-    if not patch:
-        return {k: v for k, v in sent["object"].items() if k not in ("apiVersion", "kind")}
-    if strict and patch_type != "JSONPatch":
-        raise _CallFailedError(f"unsupported patch type {patch_type!r}")
-    try:
-        operations = json.loads(base64.b64decode(response["patch"], validate=True))
-        call.patch = operations
-        patched = json_patch(sent["object"], operations)
-    except (binascii.Error, ValueError, PatchFormatError, PatchApplyError) as err:
-        raise _CallFailedError(f"failed to apply the webhook's patch: {err}") from err
-    if not isinstance(patched, dict):
-        raise _CallFailedError("the webhook's patch did not leave an object")
-    patched.pop("apiVersion", None)
-    patched.pop("kind", None)
-    return patched
-
-
-@dataclass(frozen=True, slots=True)
-class _Request:
-    """What every webhook of one admission sees besides the (changing) object."""
-
-    resource: ResourceType
-    namespace: str | None
-    operation: str
-    user: UserInfo
-    old_object: StoredObject | None
-    options_kind: str
 
 
 class _CallFailedError(Exception):
     """The webhook could not be called or answered nonsense (failurePolicy decides)."""
 
 
-def _denied(name: str, code: int, reason: object, message: object) -> ApiError:
+def _denied(name: str, code: int, reason: str, message: str) -> ApiError:
     """kube-apiserver's wording and code rules for a webhook refusal (webhookerrors.ToStatusErr),
     from the refusal's status code, reason and message."""
     denied_by = f'admission webhook "{name}" denied the request'
@@ -463,4 +405,4 @@ def _denied(name: str, code: int, reason: object, message: object) -> ApiError:
         text = f"{denied_by}: {reason}"
     else:
         text = f"{denied_by} without explanation"
-    return ApiError(max(code, 400), str(reason or ""), text)
+    return ApiError(max(code, 400), reason, text)

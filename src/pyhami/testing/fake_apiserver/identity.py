@@ -36,9 +36,6 @@ class UserInfo:
             groups.append("system:nodes")
         return cls(username, (*groups, "system:authenticated"))
 
-    def as_json(self) -> dict[str, object]:
-        return {"username": self.username, "groups": list(self.groups)}
-
 
 def service_account(namespace: str, name: str) -> str:
     """The username a pod running as that ServiceAccount authenticates as."""

@@ -22,6 +22,7 @@ Kubernetes' rules (apimachinery's `resource.Quantity`, core/v1's resource-list d
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -33,6 +34,8 @@ _BINARY_EXPONENTS = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
 _BINARY_SUFFIXES = {exponent // 10: suffix for suffix, exponent in _BINARY_EXPONENTS.items()}
 _SUFFIX_LETTERS = frozenset("eEinumkKMGTP")
 _DIGITS = frozenset("0123456789")
+# sign, digits before the point (leading zeros dropped), after it, and the suffix
+_NUMBER = re.compile(r"([+-]?)0*([0-9]*)(?:\.([0-9]*))?(.*)", re.DOTALL)
 _MAX_DIGITS = 18  # what an int64 holds for sure
 _MILLI = Fraction(1, 1000)  # a resource list keeps nothing finer
 _INT64_MAX = 2**63 - 1
@@ -84,29 +87,15 @@ class _Parts:
 
 def _split(text: str) -> _Parts:
     """The number's parts, read as Kubernetes' parser reads them (it allows `1.`, `.5`, `1.G`)."""
-    negative = text[:1] == "-"
-    position = 1 if text[:1] in ("-", "+") else 0
-    while position < len(text) and text[position] == "0":
-        position += 1
-    if position == len(text):
-        return _Parts(negative, "0", "", "")
-    start = position
-    while position < len(text) and text[position] in _DIGITS:
-        position += 1
-    whole = text[start:position] or "0"
-    fraction = ""
-    if position < len(text) and text[position] == ".":
-        start = position = position + 1
-        while position < len(text) and text[position] in _DIGITS:
-            position += 1
-        fraction = text[start:position]
-    suffix = text[position:]
+    match = _NUMBER.fullmatch(text)
+    assert match is not None  # every text matches: the suffix takes what the number does not
+    sign, whole, fraction, suffix = match.groups()
     letters = len(suffix) - len(suffix.lstrip("".join(_SUFFIX_LETTERS)))
     rest = suffix[letters:]
     rest = rest[1:] if rest[:1] in ("-", "+") else rest
     if not all(char in _DIGITS for char in rest):
         raise QuantityFormatError(FORMAT_MESSAGE)
-    return _Parts(negative, whole, fraction, suffix)
+    return _Parts(sign == "-", whole or "0", fraction or "", suffix)
 
 
 def _interpret(suffix: str) -> tuple[int, int, str]:

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyhami.kube.resources import Resource
+
 _NAMESPACED_FIELDS = frozenset({"metadata.name", "metadata.namespace"})
 _CLUSTER_FIELDS = frozenset({"metadata.name"})
 
@@ -47,22 +49,13 @@ _EVENTS_V1_FIELDS = _NAMESPACED_FIELDS | {
 
 
 @dataclass(frozen=True, slots=True)
-class ResourceType:
-    """One REST resource: where it lives, what it is called, what it supports."""
+class ResourceType(Resource):
+    """One REST resource: where it lives, what it is called (`Resource`), what it supports."""
 
-    group: str
-    version: str
-    plural: str
-    kind: str
-    namespaced: bool
     field_labels: frozenset[str] = field(default=_NAMESPACED_FIELDS)
     has_status: bool = False
     # Whether the generation counter tracks changes outside metadata and status.
     tracks_generation: bool = True
-
-    @property
-    def api_version(self) -> str:
-        return self.version if not self.group else f"{self.group}/{self.version}"
 
     @property
     def qualified(self) -> str:

@@ -11,11 +11,12 @@ from pyhami.testing.fake_apiserver.objects import StoredObject
 from pyhami.testing.fake_apiserver.resources import ResourceType
 from pyhami.testing.fake_apiserver.status import ApiError, bad_request
 
-_KEY = re.compile(
+# A label key (a qualified name) and a label value, as validation also checks them.
+LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
     r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
-_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 _SET_OP = re.compile(r"^(?P<key>\S+)\s+(?P<op>in|notin)\s*\((?P<values>[^()]*)\)$")
 _BINARY_OP = re.compile(r"^(?P<key>[^=!\s]+)\s*(?P<op>==|=|!=)\s*(?P<value>[^=!\s]*)$")
 
@@ -52,14 +53,14 @@ def _split_top_level(text: str) -> list[str]:
 
 
 def _checked_key(key: str, whole: str) -> str:
-    if len(key.rpartition("/")[2]) > 63 or not _KEY.match(key):
+    if len(key.rpartition("/")[2]) > 63 or not LABEL_KEY.match(key):
         raise bad_request(f"unable to parse requirement: invalid label key {key!r} in {whole!r}")
     return key
 
 
 def _checked_values(values: list[str], whole: str) -> frozenset[str]:
     for value in values:
-        if len(value) > 63 or not _VALUE.match(value):
+        if len(value) > 63 or not LABEL_VALUE.match(value):
             raise bad_request(
                 f"unable to parse requirement: invalid label value {value!r} in {whole!r}"
             )

@@ -22,6 +22,7 @@ from kubernetes_asyncio.client import Configuration
 
 from pyhami.kube import JsonObject
 from pyhami.kube.clock import Clock
+from pyhami.kube.errors import Status, StatusDetails
 from pyhami.kube.lifecycle import AsyncService
 from pyhami.testing.fake_apiserver.admission import AdmissionChain
 from pyhami.testing.fake_apiserver.faults import FaultInjector
@@ -32,12 +33,10 @@ from pyhami.testing.fake_apiserver.routes import Route, parse_path
 from pyhami.testing.fake_apiserver.selectors import Selector
 from pyhami.testing.fake_apiserver.status import (
     ApiError,
-    StatusDetails,
     bad_request,
     gone,
     internal,
     stale,
-    success_status,
 )
 from pyhami.testing.fake_apiserver.store import (
     DEFAULT_NAMESPACES,
@@ -262,15 +261,8 @@ class FakeKubeAPIServer(AsyncService):
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         route = parse_path(request.path)
         if route is None:
-            return _json_response(
-                ApiError(
-                    404,
-                    "NotFound",
-                    "the server could not find the requested resource",
-                    StatusDetails(),
-                ).status,
-                404,
-            )
+            missing = "the server could not find the requested resource"
+            return _json_response(Status(404, "NotFound", missing, StatusDetails()).encode(), 404)
         try:
             user = self._tokens.user_of(request.headers.get("Authorization"))
             if user is None:
@@ -295,11 +287,11 @@ class FakeKubeAPIServer(AsyncService):
                 return await self._watch(request, route)
             return await self._serve(request, route, verb, user)
         except ApiError as err:
-            return _json_response(err.status, err.code)
+            return _json_response(err.status.encode(), err.code)
         except Exception as err:  # a bug in the double still answers like an apiserver
             log.exception("fake API server failed a request", path=request.path)
             failure = internal(f"{type(err).__name__}: {err}")
-            return _json_response(failure.status, failure.code)
+            return _json_response(failure.status.encode(), failure.code)
 
     @staticmethod
     def _verb(request: web.Request, route: Route) -> str:
@@ -354,7 +346,7 @@ class FakeKubeAPIServer(AsyncService):
             if route.subresource == "binding":
                 assert route.namespace is not None
                 store.bind(route.namespace, route.name, body)
-                return _json_response(success_status(201), 201)
+                return _json_response(Status(201).encode(), 201)
             if not isinstance(body, dict):
                 raise bad_request(f"the body of a create must be a {resource.kind} object")
             return _object_response(await self._create(route, body, user), 201)
@@ -526,7 +518,7 @@ class FakeKubeAPIServer(AsyncService):
             if err.code != 410:
                 raise
             await response.prepare(request)
-            await response.write(_event_line("ERROR", err.status))
+            await response.write(_event_line("ERROR", err.status.encode()))
             await response.write_eof()
             return response
         await response.prepare(request)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from pyhami.kube import JsonObject
+from pyhami.kube.errors import Status, StatusDetails
 from pyhami.testing.fake_apiserver.resources import ResourceType
 
 # The reason kube-apiserver puts beside each HTTP status it answers with (metav1.StatusReason).
@@ -27,32 +25,6 @@ REASON_FOR_CODE = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class StatusDetails:
-    """metav1.StatusDetails as this double fills it: name and kind are sent when given."""
-
-    name: str | None = None
-    group: str = ""
-    kind: str | None = None
-    # metav1.StatusCause as (field, reason, message), like field.Error; empty parts left out.
-    causes: tuple[tuple[str, str, str], ...] = ()
-    retry_after_s: int = 0
-
-    def encode(self) -> JsonObject:
-        causes = [
-            {k: v for k, v in (("reason", reason), ("message", message), ("field", path)) if v}
-            for path, reason, message in self.causes
-        ]
-        parts = (
-            ("name", self.name),
-            ("group", self.group or None),
-            ("kind", self.kind),
-            ("causes", causes or None),
-            ("retryAfterSeconds", self.retry_after_s or None),
-        )
-        return {key: value for key, value in parts if value is not None}
-
-
 class ApiError(Exception):
     """A request kube-apiserver would refuse; `status` is the body it would send."""
 
@@ -61,27 +33,7 @@ class ApiError(Exception):
     ) -> None:
         super().__init__(message)
         self.code = code
-        self.reason = reason
-        self.message = message
-        self.details = details
-
-    @property
-    def status(self) -> JsonObject:
-        details = {} if self.details is None else {"details": self.details.encode()}
-        return {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
-            **details,
-        }
-
-
-def success_status(code: int) -> JsonObject:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": code}
+        self.status = Status(code, reason, message, details)
 
 
 def _details(resource: ResourceType, name: str, kind: str = "") -> StatusDetails:

@@ -19,6 +19,7 @@ from typing import Any
 
 from pyhami.kube import JsonObject
 from pyhami.kube.clock import Clock, SystemClock
+from pyhami.kube.errors import StatusDetails
 from pyhami.kube.views import read_pod
 from pyhami.testing.fake_apiserver import patches, validation
 from pyhami.testing.fake_apiserver.objects import Binding, StoredObject
@@ -32,7 +33,6 @@ from pyhami.testing.fake_apiserver.resources import (
 from pyhami.testing.fake_apiserver.selectors import Selector
 from pyhami.testing.fake_apiserver.status import (
     ApiError,
-    StatusDetails,
     already_exists,
     bad_request,
     conflict,

@@ -12,6 +12,7 @@ from pyhami.testing.fake_apiserver.quantities import (
     canonicalize_resource_lists,
 )
 from pyhami.testing.fake_apiserver.resources import NAMESPACES, PODS, ResourceType
+from pyhami.testing.fake_apiserver.selectors import LABEL_KEY, LABEL_VALUE
 from pyhami.testing.fake_apiserver.status import ApiError, bad_request, invalid
 
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -48,23 +49,11 @@ def check_name(resource: ResourceType, name: str) -> None:
         (_LABEL, 63, _LABEL_HELP) if as_label else (_SUBDOMAIN, 253, _SUBDOMAIN_HELP)
     )
     if not name:
-        raise invalid(
-            resource,
-            name,
-            [
-                (
-                    "metadata.name",
-                    "FieldValueRequired",
-                    "Required value: name or generateName is required",
-                )
-            ],
-        )
+        required = "Required value: name or generateName is required"
+        raise invalid(resource, name, [("metadata.name", "FieldValueRequired", required)])
     if len(name) > limit or not pattern.match(name):
-        raise invalid(
-            resource,
-            name,
-            [("metadata.name", "FieldValueInvalid", f'Invalid value: "{name}": {help_text}')],
-        )
+        why = f'Invalid value: "{name}": {help_text}'
+        raise invalid(resource, name, [("metadata.name", "FieldValueInvalid", why)])
 
 
 def _check_pod_spec(name: str, spec: Any) -> None:
@@ -126,13 +115,6 @@ def apply_defaults(resource: ResourceType, obj: JsonObject) -> None:
         obj.setdefault("status", {}).setdefault("phase", "Active")
 
 
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_QUALIFIED_NAME = re.compile(
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
-)
-
-
 _OMIT_EMPTY_METADATA = ("labels", "annotations", "finalizers", "ownerReferences")
 
 
@@ -157,7 +139,7 @@ def validate(resource: ResourceType, obj: JsonObject, old: StoredObject | None =
             )
         for key, value in values.items():
             prefix, _, local = key.rpartition("/")
-            if len(local) > 63 or len(prefix) > 253 or not _QUALIFIED_NAME.match(key):
+            if len(local) > 63 or len(prefix) > 253 or not LABEL_KEY.match(key):
                 causes.append(
                     (
                         f"metadata.{field}",
@@ -166,7 +148,7 @@ def validate(resource: ResourceType, obj: JsonObject, old: StoredObject | None =
                         "alphanumeric characters, '-', '_' or '.'",
                     )
                 )
-            elif field == "labels" and (len(value) > 63 or not _LABEL_VALUE.match(value)):
+            elif field == "labels" and (len(value) > 63 or not LABEL_VALUE.match(value)):
                 causes.append(
                     (
                         "metadata.labels",
