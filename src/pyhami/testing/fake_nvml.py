@@ -7,7 +7,7 @@
 
 MIG: A100-40G/A100-80G/H100-80G cards carry NVIDIA's GI profile tables (`mig_profiles`); GPU
 instances occupy memory slices, so an overlapping create fails as NVML's does. A card starts
-with MIG on when built with `mig_enabled=True`; `hold_mig_mode_pending` makes a mode change wait
+with MIG on when built with `mig=True`; `hold_mig_mode_pending` makes a mode change wait
 for a GPU reset, `set_mig_processes` puts work on a MIG device.
 
 `FakeNVML` implements `pyhami.nvml.Nvml`; `open()` stands in for `pyhami.nvml.open_nvml`.
@@ -17,6 +17,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from pyhami.model import MigPlacement
 from pyhami.nvml import (
@@ -27,6 +28,7 @@ from pyhami.nvml import (
     MigDevice,
     MigMode,
     NvLink,
+    Nvml,
     NvmlError,
     NvmlNotSupportedError,
     NvmlUnavailableError,
@@ -38,40 +40,12 @@ from pyhami.nvml import (
 
 MIB = 1024 * 1024
 
-# The dynamic-MIG Nvml methods a test can make fail.
-MIG_OPERATIONS = frozenset(
-    {
-        "mig_mode",
-        "set_mig_mode",
-        "gpu_instance_profile",
-        "gpu_instance_placements",
-        "create_gpu_instance",
-        "create_compute_instance",
-        "gpu_instances",
-        "mig_devices",
-        "destroy_compute_instance",
-        "destroy_gpu_instance",
-        "mig_device_processes",
-    }
+# Every Nvml method a test can make fail (`close` cannot), plus "open" (NVML init) and
+# "xid_wait" (an XidWatch's wait); the dynamic-MIG ones are those about MIG or its instances.
+OPERATIONS = frozenset(
+    {name for name in vars(Nvml) if not name.startswith("_")} - {"close"} | {"open", "xid_wait"}
 )
-# Every Nvml method a test can make fail, plus "open" (NVML init).
-OPERATIONS = MIG_OPERATIONS | frozenset(
-    {
-        "open",
-        "device_count",
-        "device_uuid",
-        "device_name",
-        "device_memory",
-        "device_bus_id",
-        "device_numa_node",
-        "topology_level",
-        "nvlinks",
-        "utilization",
-        "running_processes",
-        "watch_xids",
-        "xid_wait",
-    }
-)
+MIG_OPERATIONS = frozenset(op for op in OPERATIONS if "mig" in op or "instance" in op)
 
 # NVML return codes the MIG model answers with.
 _NOT_SUPPORTED = 3
@@ -190,40 +164,15 @@ class FakeGpu:
     memory_used_mib: int = 0
     utilization: Utilization = field(default_factory=lambda: Utilization(gpu=0, memory=0))
     processes: tuple[RunningProcess, ...] = ()
-    mig_enabled: bool = False
+    mig: bool = False  # MIG mode on from the start
 
 
-def a100_80g(numa: int | None = 0, uuid: str = "", *, mig: bool = False) -> FakeGpu:
-    return FakeGpu("NVIDIA A100-SXM4-80GB", 81920, numa=numa, uuid=uuid, mig_enabled=mig)
-
-
-def a100_40g(numa: int | None = 0, uuid: str = "", *, mig: bool = False) -> FakeGpu:
-    return FakeGpu("NVIDIA A100-PCIE-40GB", 40960, numa=numa, uuid=uuid, mig_enabled=mig)
-
-
-def h100_80g(numa: int | None = 0, uuid: str = "", *, mig: bool = False) -> FakeGpu:
-    return FakeGpu("NVIDIA H100 80GB HBM3", 81559, numa=numa, uuid=uuid, mig_enabled=mig)
-
-
-def v100_32g(numa: int | None = 0, uuid: str = "") -> FakeGpu:
-    return FakeGpu("Tesla V100-PCIE-32GB", 32768, numa=numa, uuid=uuid)
-
-
-def t4(numa: int | None = 0, uuid: str = "") -> FakeGpu:
-    return FakeGpu("Tesla T4", 15360, numa=numa, uuid=uuid)
-
-
-def gb10(numa: int | None = 0, uuid: str = "") -> FakeGpu:
-    """A unified-memory board: NVML cannot report its memory."""
-    return FakeGpu("NVIDIA GB10", None, numa=numa, uuid=uuid)
-
-
-def _default_uuid(index: int) -> str:
-    return f"GPU-{index:08x}-7a1e-4c2b-9d3f-{index:012x}"
-
-
-def _default_bus_id(index: int) -> str:
-    return f"0000:{0x10 + index:02x}:00.0"
+a100_80g = partial(FakeGpu, "NVIDIA A100-SXM4-80GB", 81920)
+a100_40g = partial(FakeGpu, "NVIDIA A100-PCIE-40GB", 40960)
+h100_80g = partial(FakeGpu, "NVIDIA H100 80GB HBM3", 81559)
+v100_32g = partial(FakeGpu, "Tesla V100-PCIE-32GB", 32768)
+t4 = partial(FakeGpu, "Tesla T4", 15360)
+gb10 = partial(FakeGpu, "NVIDIA GB10", None)  # unified memory: NVML cannot report it
 
 
 @dataclass(slots=True)
@@ -291,15 +240,15 @@ class FakeNVML:
         filled = [
             replace(
                 gpu,
-                uuid=gpu.uuid or _default_uuid(index),
-                bus_id=gpu.bus_id or _default_bus_id(index),
+                uuid=gpu.uuid or f"GPU-{index:08x}-7a1e-4c2b-9d3f-{index:012x}",
+                bus_id=gpu.bus_id or f"0000:{0x10 + index:02x}:00.0",
             )
             for index, gpu in enumerate(gpus)
         ]
         self._state = _State(
             gpus=filled,
             mig={
-                index: _MigState(current=gpu.mig_enabled, pending=gpu.mig_enabled)
+                index: _MigState(current=gpu.mig, pending=gpu.mig)
                 for index, gpu in enumerate(filled)
                 if mig_profiles(gpu.name)
             },
