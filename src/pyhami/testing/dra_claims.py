@@ -87,9 +87,6 @@ class ClaimPreparer:
         self._prepared: dict[PodKey, tuple[ClaimRef, tuple[str, ...]]] = {}
         self._users: dict[PodKey, set[PodKey]] = {}
 
-    def claims_of(self, pod_key: PodKey) -> list[PodKey]:
-        return sorted(claim for claim, pods in self._users.items() if pod_key in pods)
-
     async def prepare(self, pod: PodView) -> dict[str, ContainerEdits]:
         """Prepare the pod's claims; container name -> the edits its devices add. Raises
         ClaimsNotPreparedError (a claim not readable or not allocated yet, a driver not registered
@@ -142,7 +139,7 @@ class ClaimPreparer:
         """The pod no longer runs here: unprepare each claim no other pod here uses; the
         drivers' errors, if any."""
         errors = []
-        for claim in self.claims_of(pod_key):
+        for claim in sorted(claim for claim, pods in self._users.items() if pod_key in pods):
             users = self._users[claim]
             users.discard(pod_key)
             if users:

@@ -126,10 +126,6 @@ class PluginConnection:
         self.in_use.update(chosen)
         return response.container_responses[0]
 
-    async def admit_pod(self, counts: Sequence[int]) -> list[api_pb2.ContainerAllocateResponse]:
-        """Admit a pod's containers in order (init containers first); 0 means no devices."""
-        return [await self.admit_container(count) for count in counts if count > 0]
-
     async def allocate(self, device_ids: Sequence[Sequence[str]]) -> api_pb2.AllocateResponse:
         """A raw Allocate call, one container request per id list."""
         request = api_pb2.AllocateRequest(
@@ -259,21 +255,13 @@ class FakeKubelet(AsyncService):
         """Wait until `resource_name` registered `registrations` times in all and is connected."""
 
         def ready() -> bool:
-            count = sum(1 for r in self.registrations if r.resource_name == resource_name)
+            mine = [r for r in self.registrations if r.resource_name == resource_name]
             plugin = self.plugins.get(resource_name)
-            return (
-                count >= registrations
-                and plugin is not None
-                and plugin.request is self._last(resource_name)
-            )
+            return len(mine) >= registrations and plugin is not None and plugin.request is mine[-1]
 
         async with asyncio.timeout(timeout), self._registered:
             await self._registered.wait_for(ready)
             return self.plugins[resource_name]
-
-    def _last(self, resource_name: str) -> api_pb2.RegisterRequest | None:
-        matching = [r for r in self.registrations if r.resource_name == resource_name]
-        return matching[-1] if matching else None
 
     def plugin(self, resource_name: str) -> PluginConnection:
         try:
