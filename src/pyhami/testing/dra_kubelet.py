@@ -16,12 +16,9 @@ supported service it speaks, an absolute endpoint), tells the plugin with
 import asyncio
 import contextlib
 import logging
-import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 import grpc
 import grpc.aio
@@ -35,7 +32,7 @@ from pyhami.dra.api import (
     pluginregistration_pb2,
     pluginregistration_pb2_grpc,
 )
-from pyhami.kube.lifecycle import AsyncService
+from pyhami.testing.fake_kubelet import SocketDirectoryService
 
 log = logging.getLogger(__name__)
 
@@ -149,13 +146,11 @@ def registration_problem(info: pluginregistration_pb2.PluginInfo) -> str | None:
     return None
 
 
-class DRAKubelet(AsyncService):
+class DRAKubelet(SocketDirectoryService):
     """Plugin watcher, registration client and DRA client, in one asyncio loop."""
 
     def __init__(self, registry_dir: Path | None = None) -> None:
-        # unix socket paths are limited to ~107 bytes, so default to a short temp directory.
-        self._owns_directory = registry_dir is None
-        self.registry_dir = registry_dir or Path(tempfile.mkdtemp(prefix="kreg-", dir="/tmp"))
+        super().__init__(registry_dir, "kreg-")
         self.plugins: dict[str, DRAPluginConnection] = {}
         self.refusals: list[tuple[Path, str]] = []
         self.registrations = 0
@@ -164,15 +159,10 @@ class DRAKubelet(AsyncService):
         self._changed = asyncio.Condition()
         self._watch: asyncio.Task[None] | None = None
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await super().__aexit__(exc_type, exc, tb)
-        if self._owns_directory:
-            shutil.rmtree(self.registry_dir, ignore_errors=True)
+    @property
+    def registry_dir(self) -> Path:
+        """kubelet's plugin registration directory, which it watches for sockets."""
+        return self.directory
 
     async def start(self) -> None:
         self.registry_dir.mkdir(parents=True, exist_ok=True)
@@ -225,14 +215,9 @@ class DRAKubelet(AsyncService):
                 )
         except grpc.aio.AioRpcError as error:
             problem = f"{error.code().name}: {error.details()}"
-            log.warning("DRA kubelet: cannot register %s: %s", socket, problem)
-            async with self._changed:
-                self.refusals.append((socket, problem))
-                self._changed.notify_all()
-            return
         async with self._changed:
             if problem is not None:
-                log.warning("DRA kubelet: refused %s: %s", socket, problem)
+                log.warning("DRA kubelet: cannot register %s: %s", socket, problem)
                 self.refusals.append((socket, problem))
             else:
                 plugin = DRAPluginConnection(info, socket)

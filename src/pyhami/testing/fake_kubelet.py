@@ -35,6 +35,25 @@ log = logging.getLogger(__name__)
 Devices = tuple[api_pb2.Device, ...]
 
 
+class SocketDirectoryService(AsyncService):
+    """A kubelet double serving in a directory of sockets: a short temporary one of its own
+    unless given one (unix socket paths are limited to ~107 bytes), removed once it stopped."""
+
+    def __init__(self, directory: Path | None, prefix: str) -> None:
+        self._owns_directory = directory is None
+        self.directory = directory or Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await super().__aexit__(exc_type, exc, tb)
+        if self._owns_directory:  # here, not in stop(): FakeKubelet.restart() keeps it
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
 class KubeletError(Exception):
     """The fake kubelet could not do what a test asked (no such plugin, no free device, ...)."""
 
@@ -143,29 +162,11 @@ class PluginConnection:
         await self._channel.close()
 
 
-class _Registration(api_pb2_grpc.RegistrationServicer):
-    def __init__(self, kubelet: "FakeKubelet") -> None:
-        self._kubelet = kubelet
-
-    async def Register(
-        self,
-        request: api_pb2.RegisterRequest,
-        context: grpc.aio.ServicerContext[Any, Any],
-    ) -> api_pb2.Empty:
-        problem = self._kubelet.validate(request)
-        if problem is not None:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
-        self._kubelet.accept(request)
-        return api_pb2.Empty()
-
-
-class FakeKubelet(AsyncService):
+class FakeKubelet(SocketDirectoryService, api_pb2_grpc.RegistrationServicer):
     """Registration server plus device-manager client, in one asyncio loop."""
 
     def __init__(self, directory: Path | None = None) -> None:
-        # unix socket paths are limited to ~107 bytes, so default to a short temp directory.
-        self._owns_directory = directory is None
-        self.directory = directory or Path(tempfile.mkdtemp(prefix="kubelet-", dir="/tmp"))
+        super().__init__(directory, "kubelet-")
         self.socket = self.directory / "kubelet.sock"
         self.registrations: list[api_pb2.RegisterRequest] = []
         self.plugins: dict[str, PluginConnection] = {}
@@ -174,21 +175,11 @@ class FakeKubelet(AsyncService):
         self._registered = asyncio.Condition()
         self._connecting: set[asyncio.Task[None]] = set()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await super().__aexit__(exc_type, exc, tb)
-        if self._owns_directory:  # after stop(): a restart() keeps the directory
-            shutil.rmtree(self.directory, ignore_errors=True)
-
     async def start(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.socket.unlink(missing_ok=True)
         server = grpc.aio.server()
-        api_pb2_grpc.add_RegistrationServicer_to_server(_Registration(self), server)
+        api_pb2_grpc.add_RegistrationServicer_to_server(self, server)
         server.add_insecure_port(f"unix://{self.socket}")
         await server.start()
         self._server = server
@@ -212,7 +203,22 @@ class FakeKubelet(AsyncService):
         self.restarts += 1
         await self.start()
 
-    def validate(self, request: api_pb2.RegisterRequest) -> str | None:
+    async def Register(
+        self, request: api_pb2.RegisterRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> api_pb2.Empty:
+        problem = self._problem(request)
+        if problem is not None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        self.registrations.append(request)
+        # Like kubelet: answer Register first, then connect to the plugin in the background.
+        task = asyncio.create_task(
+            self._connect(request), name=f"kubelet-connect-{request.endpoint}"
+        )
+        self._connecting.add(task)
+        task.add_done_callback(self._connecting.discard)
+        return api_pb2.Empty()
+
+    def _problem(self, request: api_pb2.RegisterRequest) -> str | None:
         if request.version != VERSION:
             return f"unsupported device plugin API version {request.version!r}, want {VERSION}"
         if "/" not in request.resource_name:
@@ -222,15 +228,6 @@ class FakeKubelet(AsyncService):
                 f"endpoint must be a socket file name in {self.directory}, got {request.endpoint!r}"
             )
         return None
-
-    def accept(self, request: api_pb2.RegisterRequest) -> None:
-        self.registrations.append(request)
-        # Like kubelet: answer Register first, then connect to the plugin in the background.
-        task = asyncio.create_task(
-            self._connect(request), name=f"kubelet-connect-{request.endpoint}"
-        )
-        self._connecting.add(task)
-        task.add_done_callback(self._connecting.discard)
 
     async def _connect(self, request: api_pb2.RegisterRequest) -> None:
         plugin = PluginConnection(request, self.directory / request.endpoint)
