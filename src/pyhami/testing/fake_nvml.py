@@ -13,9 +13,10 @@ for a GPU reset, `set_mig_processes` puts work on a MIG device.
 `FakeNVML` implements `pyhami.nvml.Nvml`; `open()` stands in for `pyhami.nvml.open_nvml`.
 """
 
+import contextlib
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import partial
 
@@ -402,8 +403,7 @@ class FakeNVML:
         return self
 
     def device_count(self) -> int:
-        self.check("device_count", None)
-        with self._lock:
+        with self._calling("device_count", None):
             return len(self._state.gpus)
 
     def driver_version(self) -> str:
@@ -453,8 +453,7 @@ class FakeNVML:
         return self._read("running_processes", index).processes
 
     def watch_xids(self) -> FakeXidWatch:
-        self.check("watch_xids", None)
-        with self._lock:
+        with self._calling("watch_xids", None):
             watch = FakeXidWatch(self, tuple(sorted(self._state.unwatchable)))
             self._watches.append(watch)
             self.created_watches.append(watch)
@@ -463,14 +462,12 @@ class FakeNVML:
     # ----- dynamic MIG -----
 
     def mig_mode(self, index: int) -> MigMode:
-        self.check("mig_mode", index)
-        with self._lock:
+        with self._calling("mig_mode", index):
             state = self._mig(index, "nvmlDeviceGetMigMode")
             return MigMode(current=state.current, pending=state.pending)
 
     def set_mig_mode(self, index: int, enabled: bool) -> None:
-        self.check("set_mig_mode", index)
-        with self._lock:
+        with self._calling("set_mig_mode", index):
             state = self._mig(index, "nvmlDeviceSetMigMode")
             if not enabled and state.instances:
                 raise NvmlError("nvmlDeviceSetMigMode", "In use by another client", _IN_USE)
@@ -479,24 +476,21 @@ class FakeNVML:
                 state.current = enabled
 
     def gpu_instance_profile(self, index: int, profile: int) -> GpuInstanceProfile:
-        self.check("gpu_instance_profile", index)
         operation = "nvmlDeviceGetGpuInstanceProfileInfo"
-        with self._lock:
+        with self._calling("gpu_instance_profile", index):
             self._enabled_mig(index, operation)
             return self._profile(index, operation, lambda p: p.info.profile_id == profile).info
 
     def gpu_instance_placements(self, index: int, gi_profile_id: int) -> tuple[MigPlacement, ...]:
-        self.check("gpu_instance_placements", index)
-        with self._lock:
+        with self._calling("gpu_instance_placements", index):
             operation = "nvmlDeviceGetGpuInstancePossiblePlacements"
             return self._gi_profile(index, gi_profile_id, operation).placements
 
     def create_gpu_instance(
         self, index: int, gi_profile_id: int, placement: MigPlacement
     ) -> GpuInstance:
-        self.check("create_gpu_instance", index)
         operation = "nvmlDeviceCreateGpuInstanceWithPlacement"
-        with self._lock:
+        with self._calling("create_gpu_instance", index):
             profile = self._gi_profile(index, gi_profile_id, operation)
             state = self._state.mig[index]
             if placement not in profile.placements:
@@ -520,9 +514,8 @@ class FakeNVML:
     def create_compute_instance(
         self, index: int, gpu_instance_id: int, ci_profile: int
     ) -> MigDevice:
-        self.check("create_compute_instance", index)
         operation = "nvmlGpuInstanceCreateComputeInstance"
-        with self._lock:
+        with self._calling("create_compute_instance", index):
             state = self._enabled_mig(index, operation)
             instance = self._instance(state, gpu_instance_id, operation)
             gi_slices = self._gi_profile(index, instance.profile_id, operation).info.slice_count
@@ -549,23 +542,20 @@ class FakeNVML:
             return device
 
     def gpu_instances(self, index: int) -> tuple[GpuInstance, ...]:
-        self.check("gpu_instances", index)
-        with self._lock:
+        with self._calling("gpu_instances", index):
             state = self._enabled_mig(index, "nvmlDeviceGetGpuInstances")
             return tuple(state.instances[gi_id] for gi_id in sorted(state.instances))
 
     def mig_devices(self, index: int) -> tuple[MigDevice, ...]:
-        self.check("mig_devices", index)
-        with self._lock:
+        with self._calling("mig_devices", index):
             state = self._mig(index, "nvmlDeviceGetMigDeviceHandleByIndex")
             return tuple(state.devices[key] for key in sorted(state.devices))
 
     def destroy_compute_instance(
         self, index: int, gpu_instance_id: int, compute_instance_id: int
     ) -> None:
-        self.check("destroy_compute_instance", index)
         operation = "nvmlComputeInstanceDestroy"
-        with self._lock:
+        with self._calling("destroy_compute_instance", index):
             state = self._enabled_mig(index, operation)
             device = state.devices.get((gpu_instance_id, compute_instance_id))
             if device is None:
@@ -581,9 +571,8 @@ class FakeNVML:
             state.processes.pop(device.uuid, None)
 
     def destroy_gpu_instance(self, index: int, gpu_instance_id: int) -> None:
-        self.check("destroy_gpu_instance", index)
         operation = "nvmlGpuInstanceDestroy"
-        with self._lock:
+        with self._calling("destroy_gpu_instance", index):
             state = self._enabled_mig(index, operation)
             self._instance(state, gpu_instance_id, operation)
             if any(key[0] == gpu_instance_id for key in state.devices):
@@ -591,8 +580,7 @@ class FakeNVML:
             del state.instances[gpu_instance_id]
 
     def mig_device_processes(self, index: int, mig_uuid: str) -> tuple[RunningProcess, ...]:
-        self.check("mig_device_processes", index)
-        with self._lock:
+        with self._calling("mig_device_processes", index):
             state = self._mig(index, "nvmlDeviceGetHandleByUUID")
             if not any(device.uuid == mig_uuid for device in state.devices.values()):
                 raise NvmlError("nvmlDeviceGetHandleByUUID", f"Not Found ({mig_uuid})", _NOT_FOUND)
@@ -602,6 +590,13 @@ class FakeNVML:
         self.closed += 1
 
     # ----- internals -----
+
+    @contextlib.contextmanager
+    def _calling(self, operation: str, index: int | None) -> Iterator[None]:
+        """One Nvml call: the failure injected for it, if any, else the state, locked."""
+        self.check(operation, index)
+        with self._lock:
+            yield
 
     def _gpu(self, index: int) -> FakeGpu:
         if not 0 <= index < len(self._state.gpus):
@@ -648,8 +643,7 @@ class FakeNVML:
         return instance
 
     def _read(self, operation: str, index: int) -> FakeGpu:
-        self.check(operation, index)
-        with self._lock:
+        with self._calling(operation, index):
             return self._gpu(index)
 
     def _add_links(self, index: int, remote_bus_id: str, count: int, *, is_switch: bool) -> None:
