@@ -152,7 +152,6 @@ class DRAKubelet(SocketDirectoryService):
     def __init__(self, registry_dir: Path | None = None) -> None:
         super().__init__(registry_dir, "kreg-")
         self.plugins: dict[str, DRAPluginConnection] = {}
-        self.refusals: list[tuple[Path, str]] = []
         self.registrations = 0
         self._by_socket: dict[Path, DRAPluginConnection] = {}
         self._tried: dict[Path, tuple[int, int]] = {}  # socket -> (inode, ctime) seen
@@ -215,19 +214,18 @@ class DRAKubelet(SocketDirectoryService):
                 )
         except grpc.aio.AioRpcError as error:
             problem = f"{error.code().name}: {error.details()}"
+        if problem is not None:
+            log.warning("DRA kubelet: cannot register %s: %s", socket, problem)
+            return
         async with self._changed:
-            if problem is not None:
-                log.warning("DRA kubelet: cannot register %s: %s", socket, problem)
-                self.refusals.append((socket, problem))
-            else:
-                plugin = DRAPluginConnection(info, socket)
-                previous = self.plugins.get(plugin.driver_name)
-                self.plugins[plugin.driver_name] = plugin
-                self._by_socket[socket] = plugin
-                self.registrations += 1
-                if previous is not None:
-                    self._by_socket.pop(previous.registration_socket, None)
-                    await previous.close()
+            plugin = DRAPluginConnection(info, socket)
+            previous = self.plugins.get(plugin.driver_name)
+            self.plugins[plugin.driver_name] = plugin
+            self._by_socket[socket] = plugin
+            self.registrations += 1
+            if previous is not None:
+                self._by_socket.pop(previous.registration_socket, None)
+                await previous.close()
             self._changed.notify_all()
 
     async def _unregister(self, socket: Path) -> None:

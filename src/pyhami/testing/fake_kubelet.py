@@ -68,7 +68,6 @@ class PluginConnection:
         self.options = api_pb2.DevicePluginOptions()
         self.devices: Devices = ()
         self.updates = 0  # ListAndWatch messages received
-        self.stream_error: grpc.aio.AioRpcError | None = None
         self.stream_ended = False
         self.in_use: set[str] = set()
         self._changed = asyncio.Condition()
@@ -95,8 +94,8 @@ class PluginConnection:
                     self.devices = tuple(response.devices)
                     self.updates += 1
                     self._changed.notify_all()
-        except grpc.aio.AioRpcError as error:
-            self.stream_error = error
+        except grpc.aio.AioRpcError:
+            pass  # the plugin went away: `stream_ended` says so
         finally:
             async with self._changed:
                 self.stream_ended = True
@@ -170,7 +169,6 @@ class FakeKubelet(SocketDirectoryService, api_pb2_grpc.RegistrationServicer):
         self.socket = self.directory / "kubelet.sock"
         self.registrations: list[api_pb2.RegisterRequest] = []
         self.plugins: dict[str, PluginConnection] = {}
-        self.restarts = 0
         self._server: grpc.aio.Server | None = None
         self._registered = asyncio.Condition()
         self._connecting: set[asyncio.Task[None]] = set()
@@ -200,7 +198,6 @@ class FakeKubelet(SocketDirectoryService, api_pb2_grpc.RegistrationServicer):
         await self.stop()
         for socket in self.directory.glob("*.sock"):
             socket.unlink(missing_ok=True)
-        self.restarts += 1
         await self.start()
 
     async def Register(
