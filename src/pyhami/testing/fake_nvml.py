@@ -199,17 +199,13 @@ class FakeXidWatch:
 
     def __init__(self, owner: "FakeNVML", unwatched: tuple[int, ...]) -> None:
         self._owner = owner
-        self._unwatched = unwatched
+        self.unwatched = unwatched
         self._events: deque[XidEvent] = deque()
         self._ready = threading.Condition()
         self._waiting = 0
         self.closed = False
         # Real NVML must not free an event set while a thread waits on it; the fake records it.
         self.closed_while_waiting = False
-
-    @property
-    def unwatched(self) -> tuple[int, ...]:
-        return self._unwatched
 
     def push(self, event: XidEvent) -> None:
         with self._ready:
@@ -275,12 +271,10 @@ class FakeNVML:
             if not one_way:
                 self._add_links(second, self._gpu(first).bus_id, nvlinks, is_switch=False)
 
-    def connect_switch(
-        self, index: int, *, nvlinks: int, switch_bus_id: str = "0000:c0:00.0"
-    ) -> None:
+    def connect_switch(self, index: int, *, nvlinks: int) -> None:
         """Add `nvlinks` NVLinks from the card to an NVSwitch."""
         with self._lock:
-            self._add_links(index, switch_bus_id, nvlinks, is_switch=True)
+            self._add_links(index, "0000:c0:00.0", nvlinks, is_switch=True)
 
     def set_topology(self, first: int, second: int, level: TopologyLevel) -> None:
         with self._lock:

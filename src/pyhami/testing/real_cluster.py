@@ -340,9 +340,7 @@ class RealControlPlane(AsyncService):
         """kubelet's identity on `node`: the Node authorizer and NodeRestriction judge it."""
         return self.kubeconfig_for(f"{NODE_PREFIX}{node}", ("system:nodes",))
 
-    async def service_account_kubeconfig(
-        self, namespace: str, name: str, expiration_s: int = 86400
-    ) -> Path:
+    async def service_account_kubeconfig(self, namespace: str, name: str) -> Path:
         """The ServiceAccount (made if missing) and a token for it from the TokenRequest API."""
         admin = await self.client(self.admin_kubeconfig)
         base = f"/api/v1/namespaces/{namespace}/serviceaccounts"
@@ -362,7 +360,7 @@ class RealControlPlane(AsyncService):
             body={
                 "apiVersion": "authentication.k8s.io/v1",
                 "kind": "TokenRequest",
-                "spec": {"expirationSeconds": expiration_s},
+                "spec": {"expirationSeconds": 86400},  # a day: longer than any run here
             },
         )
         path = self.workdir / f"sa-{namespace}-{name}.kubeconfig"

@@ -33,7 +33,6 @@ from pyhami.kube import (
     Clock,
     EventHandlers,
     Informer,
-    InformerSettings,
     KubeClient,
     KubeError,
     PatchType,
@@ -160,7 +159,6 @@ class KubeSchedulerHarness(AsyncService):
         backoff_max_s: float = 10.0,
         record_events: bool = True,  # events and the PodScheduled condition
         clock: Clock | None = None,
-        informer_settings: InformerSettings | None = None,
     ) -> None:
         if not 0 < backoff_initial_s <= backoff_max_s:
             raise ValueError("backoff needs 0 < backoff_initial_s <= backoff_max_s")
@@ -179,16 +177,11 @@ class KubeSchedulerHarness(AsyncService):
             client,
             PODS,
             field_selector=selector,
-            settings=informer_settings,
             clock=self._clock,
             name=f"harness/{scheduler_name}/pods",
         )
         self.nodes = Informer(
-            client,
-            NODES,
-            settings=informer_settings,
-            clock=self._clock,
-            name=f"harness/{scheduler_name}/nodes",
+            client, NODES, clock=self._clock, name=f"harness/{scheduler_name}/nodes"
         )
         self._ignored = frozenset(
             r.name
