@@ -59,16 +59,10 @@ def resolve_cdi(device_ids: Sequence[str], directories: Sequence[Path]) -> Conta
     envs: dict[str, str] = {}
     mounts: list[ContainerMount] = []
     for device_id in device_ids:
-        errors = []
-        for directory in directories:
-            try:
-                edits = cdi_edits(directory, device_id)
-                break
-            except DRAKubeletError as err:
-                errors.append(str(err))
-        else:
-            why = "; ".join(errors) or "no CDI directory"
-            raise ClaimsNotPreparedError(f"unresolvable CDI device {device_id}: {why}")
+        try:
+            edits = cdi_edits(directories, device_id)
+        except DRAKubeletError as err:
+            raise ClaimsNotPreparedError(f"unresolvable CDI device {device_id}: {err}") from err
         envs.update(edits.env)
         mounts += [
             ContainerMount(m.container_path, m.host_path, "ro" in m.options) for m in edits.mounts

@@ -10,7 +10,7 @@ supported service it speaks, an absolute endpoint), tells the plugin with
         ...start a driver with registry_dir=kubelet.registry_dir...
         plugin = await kubelet.wait_for_plugin("gpu.pyhami.io")
         response = await plugin.prepare([ClaimRef("default", "claim-1", "uid-1")])
-        edits = cdi_edits(cdi_dir, response.claims["uid-1"].devices[0].cdi_device_ids[0])
+        edits = cdi_edits([cdi_dir], response.claims["uid-1"].devices[0].cdi_device_ids[0])
 """
 
 import asyncio
@@ -71,14 +71,14 @@ class CdiEdits:
     mounts: tuple[CdiMount, ...]
 
 
-def cdi_edits(cdi_dir: Path, device_id: str) -> CdiEdits:
+def cdi_edits(cdi_dirs: Sequence[Path], device_id: str) -> CdiEdits:
     """The container edits of the fully qualified CDI device `vendor/class=name`, looked up in
-    the spec files (JSON or YAML) of `cdi_dir` as a runtime does (spec-wide edits first, then
+    the spec files (JSON or YAML) of `cdi_dirs` as a runtime does (spec-wide edits first, then
     the device's)."""
     kind, sep, name = device_id.partition("=")
     if not sep or "/" not in kind or not name:
         raise DRAKubeletError(f"{device_id!r} is not a CDI device id (vendor/class=name)")
-    for path in sorted(p for p in cdi_dir.glob("*") if p.suffix in (".json", ".yaml")):
+    for path in sorted(p for d in cdi_dirs for p in d.glob("*") if p.suffix in (".json", ".yaml")):
         try:
             spec = yaml.safe_load(path.read_text())  # JSON is YAML
         except (OSError, yaml.YAMLError) as error:
@@ -97,7 +97,7 @@ def cdi_edits(cdi_dir: Path, device_id: str) -> CdiEdits:
                     for m in edits.get("mounts") or []
                 )
             return CdiEdits(env, tuple(mounts))
-    raise DRAKubeletError(f"no CDI spec in {cdi_dir} defines device {device_id}")
+    raise DRAKubeletError(f"no CDI spec in {[str(d) for d in cdi_dirs]} defines device {device_id}")
 
 
 class DRAPluginConnection:
