@@ -447,19 +447,15 @@ class NodeAgent(AsyncService):
         return merged
 
     async def _allocate_devices(self, pod: PodView) -> list[StartedContainer]:
-        init_count = len(pod.init_containers)
-        plan = [(c, n < init_count) for n, c in enumerate(pod.all_containers)]
         started = []
         held = self._held.setdefault(_key(pod), [])
-        # (container, resource) pairs kube-scheduler backed by a DRA claim (a DeviceClass's
+        # containers whose resource kube-scheduler backed by a DRA claim (a DeviceClass's
         # extended resource on a node whose device plugin does not offer it): the claim's
         # driver prepares them, no device plugin is asked
         mappings = pod.extended_claim.mappings if pod.extended_claim else ()
-        backed = {(container, resource) for container, resource, _ in mappings}
-        for container, init in plan:
-            if (container.name, self.resource) in backed:
-                continue
-            count = device_count(container, self.resource)
+        backed = {container for container, resource, _ in mappings if resource == self.resource}
+        for number, container in enumerate(pod.all_containers):
+            count = 0 if container.name in backed else device_count(container, self.resource)
             if count == 0:
                 continue
             plugin = self.kubelet.plugin(self.resource)
@@ -470,7 +466,7 @@ class NodeAgent(AsyncService):
             started.append(
                 StartedContainer(
                     name=container.name,
-                    init=init,
+                    init=number < len(pod.init_containers),
                     device_ids=tuple(ids),
                     envs=dict(response.envs),
                     mounts=tuple(
