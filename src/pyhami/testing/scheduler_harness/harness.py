@@ -388,14 +388,12 @@ class KubeSchedulerHarness(AsyncService):
         checked = {
             r: n for r, n in requested(pod).items() if r not in self._ignored and is_extended(r)
         }
-        failed: dict[str, str] = {}
-        feasible = []
-        for name, facts in sorted(self._node_facts.items()):
-            reason = facts.rejects(pod.tolerations, pod.node_selector, checked)
-            if reason:
-                failed[name] = reason
-            else:
-                feasible.append(name)
+        reasons = {
+            name: facts.rejects(pod.tolerations, pod.node_selector, checked)
+            for name, facts in sorted(self._node_facts.items())
+        }
+        failed = {name: reason for name, reason in reasons.items() if reason}
+        feasible = [name for name, reason in reasons.items() if not reason]
         unresolvable: dict[str, str] = {}
         if feasible and attempt.interested:
             attempt.extender_called = True
