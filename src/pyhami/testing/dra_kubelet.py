@@ -32,6 +32,7 @@ from pyhami.dra.api import (
     pluginregistration_pb2,
     pluginregistration_pb2_grpc,
 )
+from pyhami.kube.tasks import cancel_and_wait
 from pyhami.testing.fake_kubelet import SocketDirectoryService
 
 log = logging.getLogger(__name__)
@@ -168,11 +169,8 @@ class DRAKubelet(SocketDirectoryService):
         self._watch = asyncio.create_task(self._watch_directory(), name="dra-kubelet-watch")
 
     async def stop(self) -> None:
-        if self._watch is not None:
-            self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch
-            self._watch = None
+        await cancel_and_wait(self._watch)
+        self._watch = None
         for plugin in list(self._by_socket.values()):
             await plugin.close()
         self._by_socket.clear()

@@ -15,7 +15,6 @@ the registration server goes away, every socket in the directory is removed, and
 """
 
 import asyncio
-import contextlib
 import logging
 import shutil
 import tempfile
@@ -29,6 +28,7 @@ import grpc.aio
 
 from pyhami.deviceplugin.api import HEALTHY, VERSION, api_pb2, api_pb2_grpc
 from pyhami.kube.lifecycle import AsyncService
+from pyhami.kube.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -154,10 +154,7 @@ class PluginConnection:
         return await self.stub.Allocate(request, timeout=30)
 
     async def close(self) -> None:
-        if self._watch is not None:
-            self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch
+        await cancel_and_wait(self._watch)
         await self._channel.close()
 
 
@@ -183,8 +180,7 @@ class FakeKubelet(SocketDirectoryService, api_pb2_grpc.RegistrationServicer):
         self._server = server
 
     async def stop(self) -> None:
-        for task in list(self._connecting):
-            task.cancel()
+        await cancel_and_wait(*self._connecting)
         for plugin in list(self.plugins.values()):
             await plugin.close()
         self.plugins.clear()
