@@ -286,8 +286,7 @@ class RealControlPlane(AsyncService):
             text = self.audit_log.read_text()
         except FileNotFoundError:
             return []
-        events: list[AuditEvent] = [json.loads(line) for line in text.splitlines() if line.strip()]
-        return events
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
 
     def refused_requests(self, users: Collection[str]) -> list[str]:
         """`user verb uri -> code message` of each request of `users` that RBAC or admission
