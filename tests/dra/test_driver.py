@@ -24,7 +24,7 @@ def _spec(node: Node, uid: str) -> dict[str, Any]:
 
 
 def _edits(node: Node, uid: str) -> CdiEdits:
-    return cdi_edits(node.state / "cdi", f"{DRIVER}/gpu={uid}")
+    return cdi_edits([node.state / "cdi"], f"{DRIVER}/gpu={uid}")
 
 
 def _mounts(edits: CdiEdits) -> dict[str, tuple[str, list[str]]]:

@@ -42,7 +42,7 @@ async def _prepared_container_env(tmp_path: Path) -> dict[str, str]:
         )
         prepared = await preparer.prepare(ClaimKey("default", "c", made.claim_uid))
     [device_id] = prepared.cdi_ids
-    edits = cdi_edits(tmp_path / "cdi", device_id)
+    edits = cdi_edits([tmp_path / "cdi"], device_id)
     mounts = {m.container_path: m.host_path for m in edits.mounts}
     env = dict(edits.env)
     env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = mounts[env["CUDA_DEVICE_MEMORY_SHARED_CACHE"]]

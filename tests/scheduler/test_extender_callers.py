@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from pyhami.kube.extender_wire import SentPod
 from pyhami.model import NodeName
 from pyhami.protocol import KEY_BIND_PHASE, KEY_NVIDIA_ALLOCATED, KEY_VGPU_NODE
 from pyhami.scheduler.eviction import Nomination
@@ -143,7 +144,7 @@ async def test_a_lagging_kube_scheduler_cannot_unbind_what_it_just_bound(tmp_pat
                     what="the device plugin's success",
                 )
                 bound = _notes(cluster, "p")
-                again = await harness.schedule_again(unbound)
+                again = await harness.schedule_again(SentPod.read(unbound))
         finally:
             await plugin.stop()
         # Before: the refiltered pod's bind got 409 and its failure path stripped the running

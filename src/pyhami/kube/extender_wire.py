@@ -282,3 +282,26 @@ def preemption_result(answers: Mapping[NodeName, NodePreemption]) -> str:
             }
         }
     )
+
+
+@dataclass(frozen=True, slots=True)
+class SentPod:
+    """A pod as kube-scheduler asks an extender about it (the client side of `ExtenderArgs`):
+    its view, and the object, which `ExtenderArgs` carries verbatim."""
+
+    view: PodView
+    _object: JsonObject
+
+    @classmethod
+    def read(cls, pod: JsonObject) -> SentPod:
+        return cls(read_pod(pod), pod)
+
+    def filter_args(
+        self, node_names: Sequence[str] | None, nodes: Sequence[JsonObject] = ()
+    ) -> JsonObject:
+        """`ExtenderArgs` naming the candidates (a node-cache-capable extender), or else, with
+        `node_names` None, carrying their Node objects."""
+        if node_names is not None:
+            return {"Pod": self._object, "Nodes": None, "NodeNames": list(node_names)}
+        node_list = {"metadata": {}, "items": list(nodes)}
+        return {"Pod": self._object, "Nodes": node_list, "NodeNames": None}

@@ -152,14 +152,11 @@ class CertificateAuthority:
 
 
 @dataclass(frozen=True, slots=True)
-class ServingFiles:
+class ServingFiles(KeyPair):
     """`tls.crt`/`tls.key` as a Secret would mount them, and the CA that signed them (written
     as `ca.crt`: the bundle clients trust and the extender's client-CA file)."""
 
     authority: CertificateAuthority
-    cert_file: Path
-    key_file: Path
-    serial: int
 
     @property
     def ca_file(self) -> Path:
@@ -170,9 +167,7 @@ class ServingFiles:
         return self.authority.pem
 
     def server_context(self) -> ssl.SSLContext:
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(self.cert_file, self.key_file)
-        return context
+        return self.load_into(ssl.create_default_context(ssl.Purpose.CLIENT_AUTH))
 
     def client_certificate(self, common_name: str = KUBE_SCHEDULER_CLIENT) -> KeyPair:
         """A client certificate from the same CA (`client.crt`/`client.key`), e.g.
@@ -188,7 +183,7 @@ def write_serving_certificate(
     """A fresh CA and a certificate for 127.0.0.1 and `dns_names`, written under `directory`."""
     authority = CertificateAuthority(directory, now)
     pair = authority.serving("tls", dns_names)
-    return ServingFiles(authority, pair.cert_file, pair.key_file, pair.serial)
+    return ServingFiles(pair.cert_file, pair.key_file, pair.serial, authority)
 
 
 async def client_seen_by(server: ssl.SSLContext, client: ssl.SSLContext) -> str:

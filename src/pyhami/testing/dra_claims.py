@@ -59,16 +59,10 @@ def resolve_cdi(device_ids: Sequence[str], directories: Sequence[Path]) -> Conta
     envs: dict[str, str] = {}
     mounts: list[ContainerMount] = []
     for device_id in device_ids:
-        errors = []
-        for directory in directories:
-            try:
-                edits = cdi_edits(directory, device_id)
-                break
-            except DRAKubeletError as err:
-                errors.append(str(err))
-        else:
-            why = "; ".join(errors) or "no CDI directory"
-            raise ClaimsNotPreparedError(f"unresolvable CDI device {device_id}: {why}")
+        try:
+            edits = cdi_edits(directories, device_id)
+        except DRAKubeletError as err:
+            raise ClaimsNotPreparedError(f"unresolvable CDI device {device_id}: {err}") from err
         envs.update(edits.env)
         mounts += [
             ContainerMount(m.container_path, m.host_path, "ro" in m.options) for m in edits.mounts
@@ -86,9 +80,6 @@ class ClaimPreparer:
         # claim (namespace, name) -> its reference and drivers, and the pods here using it
         self._prepared: dict[PodKey, tuple[ClaimRef, tuple[str, ...]]] = {}
         self._users: dict[PodKey, set[PodKey]] = {}
-
-    def claims_of(self, pod_key: PodKey) -> list[PodKey]:
-        return sorted(claim for claim, pods in self._users.items() if pod_key in pods)
 
     async def prepare(self, pod: PodView) -> dict[str, ContainerEdits]:
         """Prepare the pod's claims; container name -> the edits its devices add. Raises
@@ -142,7 +133,7 @@ class ClaimPreparer:
         """The pod no longer runs here: unprepare each claim no other pod here uses; the
         drivers' errors, if any."""
         errors = []
-        for claim in self.claims_of(pod_key):
+        for claim in sorted(claim for claim, pods in self._users.items() if pod_key in pods):
             users = self._users[claim]
             users.discard(pod_key)
             if users:

@@ -10,18 +10,15 @@ supported service it speaks, an absolute endpoint), tells the plugin with
         ...start a driver with registry_dir=kubelet.registry_dir...
         plugin = await kubelet.wait_for_plugin("gpu.pyhami.io")
         response = await plugin.prepare([ClaimRef("default", "claim-1", "uid-1")])
-        edits = cdi_edits(cdi_dir, response.claims["uid-1"].devices[0].cdi_device_ids[0])
+        edits = cdi_edits([cdi_dir], response.claims["uid-1"].devices[0].cdi_device_ids[0])
 """
 
 import asyncio
 import contextlib
 import logging
-import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 import grpc
 import grpc.aio
@@ -35,7 +32,8 @@ from pyhami.dra.api import (
     pluginregistration_pb2,
     pluginregistration_pb2_grpc,
 )
-from pyhami.kube.lifecycle import AsyncService
+from pyhami.kube.tasks import cancel_and_wait
+from pyhami.testing.fake_kubelet import SocketDirectoryService
 
 log = logging.getLogger(__name__)
 
@@ -74,14 +72,14 @@ class CdiEdits:
     mounts: tuple[CdiMount, ...]
 
 
-def cdi_edits(cdi_dir: Path, device_id: str) -> CdiEdits:
+def cdi_edits(cdi_dirs: Sequence[Path], device_id: str) -> CdiEdits:
     """The container edits of the fully qualified CDI device `vendor/class=name`, looked up in
-    the spec files (JSON or YAML) of `cdi_dir` as a runtime does (spec-wide edits first, then
+    the spec files (JSON or YAML) of `cdi_dirs` as a runtime does (spec-wide edits first, then
     the device's)."""
     kind, sep, name = device_id.partition("=")
     if not sep or "/" not in kind or not name:
         raise DRAKubeletError(f"{device_id!r} is not a CDI device id (vendor/class=name)")
-    for path in sorted(p for p in cdi_dir.glob("*") if p.suffix in (".json", ".yaml")):
+    for path in sorted(p for d in cdi_dirs for p in d.glob("*") if p.suffix in (".json", ".yaml")):
         try:
             spec = yaml.safe_load(path.read_text())  # JSON is YAML
         except (OSError, yaml.YAMLError) as error:
@@ -100,7 +98,7 @@ def cdi_edits(cdi_dir: Path, device_id: str) -> CdiEdits:
                     for m in edits.get("mounts") or []
                 )
             return CdiEdits(env, tuple(mounts))
-    raise DRAKubeletError(f"no CDI spec in {cdi_dir} defines device {device_id}")
+    raise DRAKubeletError(f"no CDI spec in {[str(d) for d in cdi_dirs]} defines device {device_id}")
 
 
 class DRAPluginConnection:
@@ -149,41 +147,30 @@ def registration_problem(info: pluginregistration_pb2.PluginInfo) -> str | None:
     return None
 
 
-class DRAKubelet(AsyncService):
+class DRAKubelet(SocketDirectoryService):
     """Plugin watcher, registration client and DRA client, in one asyncio loop."""
 
     def __init__(self, registry_dir: Path | None = None) -> None:
-        # unix socket paths are limited to ~107 bytes, so default to a short temp directory.
-        self._owns_directory = registry_dir is None
-        self.registry_dir = registry_dir or Path(tempfile.mkdtemp(prefix="kreg-", dir="/tmp"))
+        super().__init__(registry_dir, "kreg-")
         self.plugins: dict[str, DRAPluginConnection] = {}
-        self.refusals: list[tuple[Path, str]] = []
         self.registrations = 0
         self._by_socket: dict[Path, DRAPluginConnection] = {}
         self._tried: dict[Path, tuple[int, int]] = {}  # socket -> (inode, ctime) seen
         self._changed = asyncio.Condition()
         self._watch: asyncio.Task[None] | None = None
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await super().__aexit__(exc_type, exc, tb)
-        if self._owns_directory:
-            shutil.rmtree(self.registry_dir, ignore_errors=True)
+    @property
+    def registry_dir(self) -> Path:
+        """kubelet's plugin registration directory, which it watches for sockets."""
+        return self.directory
 
     async def start(self) -> None:
         self.registry_dir.mkdir(parents=True, exist_ok=True)
         self._watch = asyncio.create_task(self._watch_directory(), name="dra-kubelet-watch")
 
     async def stop(self) -> None:
-        if self._watch is not None:
-            self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch
-            self._watch = None
+        await cancel_and_wait(self._watch)
+        self._watch = None
         for plugin in list(self._by_socket.values()):
             await plugin.close()
         self._by_socket.clear()
@@ -225,24 +212,18 @@ class DRAKubelet(AsyncService):
                 )
         except grpc.aio.AioRpcError as error:
             problem = f"{error.code().name}: {error.details()}"
+        if problem is not None:
             log.warning("DRA kubelet: cannot register %s: %s", socket, problem)
-            async with self._changed:
-                self.refusals.append((socket, problem))
-                self._changed.notify_all()
             return
         async with self._changed:
-            if problem is not None:
-                log.warning("DRA kubelet: refused %s: %s", socket, problem)
-                self.refusals.append((socket, problem))
-            else:
-                plugin = DRAPluginConnection(info, socket)
-                previous = self.plugins.get(plugin.driver_name)
-                self.plugins[plugin.driver_name] = plugin
-                self._by_socket[socket] = plugin
-                self.registrations += 1
-                if previous is not None:
-                    self._by_socket.pop(previous.registration_socket, None)
-                    await previous.close()
+            plugin = DRAPluginConnection(info, socket)
+            previous = self.plugins.get(plugin.driver_name)
+            self.plugins[plugin.driver_name] = plugin
+            self._by_socket[socket] = plugin
+            self.registrations += 1
+            if previous is not None:
+                self._by_socket.pop(previous.registration_socket, None)
+                await previous.close()
             self._changed.notify_all()
 
     async def _unregister(self, socket: Path) -> None:

@@ -15,7 +15,6 @@ the registration server goes away, every socket in the directory is removed, and
 """
 
 import asyncio
-import contextlib
 import logging
 import shutil
 import tempfile
@@ -29,10 +28,30 @@ import grpc.aio
 
 from pyhami.deviceplugin.api import HEALTHY, VERSION, api_pb2, api_pb2_grpc
 from pyhami.kube.lifecycle import AsyncService
+from pyhami.kube.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
 Devices = tuple[api_pb2.Device, ...]
+
+
+class SocketDirectoryService(AsyncService):
+    """A kubelet double serving in a directory of sockets: a short temporary one of its own
+    unless given one (unix socket paths are limited to ~107 bytes), removed once it stopped."""
+
+    def __init__(self, directory: Path | None, prefix: str) -> None:
+        self._owns_directory = directory is None
+        self.directory = directory or Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await super().__aexit__(exc_type, exc, tb)
+        if self._owns_directory:  # here, not in stop(): FakeKubelet.restart() keeps it
+            shutil.rmtree(self.directory, ignore_errors=True)
 
 
 class KubeletError(Exception):
@@ -49,7 +68,6 @@ class PluginConnection:
         self.options = api_pb2.DevicePluginOptions()
         self.devices: Devices = ()
         self.updates = 0  # ListAndWatch messages received
-        self.stream_error: grpc.aio.AioRpcError | None = None
         self.stream_ended = False
         self.in_use: set[str] = set()
         self._changed = asyncio.Condition()
@@ -76,8 +94,8 @@ class PluginConnection:
                     self.devices = tuple(response.devices)
                     self.updates += 1
                     self._changed.notify_all()
-        except grpc.aio.AioRpcError as error:
-            self.stream_error = error
+        except grpc.aio.AioRpcError:
+            pass  # the plugin went away: `stream_ended` says so
         finally:
             async with self._changed:
                 self.stream_ended = True
@@ -126,10 +144,6 @@ class PluginConnection:
         self.in_use.update(chosen)
         return response.container_responses[0]
 
-    async def admit_pod(self, counts: Sequence[int]) -> list[api_pb2.ContainerAllocateResponse]:
-        """Admit a pod's containers in order (init containers first); 0 means no devices."""
-        return [await self.admit_container(count) for count in counts if count > 0]
-
     async def allocate(self, device_ids: Sequence[Sequence[str]]) -> api_pb2.AllocateResponse:
         """A raw Allocate call, one container request per id list."""
         request = api_pb2.AllocateRequest(
@@ -140,66 +154,33 @@ class PluginConnection:
         return await self.stub.Allocate(request, timeout=30)
 
     async def close(self) -> None:
-        if self._watch is not None:
-            self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch
+        await cancel_and_wait(self._watch)
         await self._channel.close()
 
 
-class _Registration(api_pb2_grpc.RegistrationServicer):
-    def __init__(self, kubelet: "FakeKubelet") -> None:
-        self._kubelet = kubelet
-
-    async def Register(
-        self,
-        request: api_pb2.RegisterRequest,
-        context: grpc.aio.ServicerContext[Any, Any],
-    ) -> api_pb2.Empty:
-        problem = self._kubelet.validate(request)
-        if problem is not None:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
-        self._kubelet.accept(request)
-        return api_pb2.Empty()
-
-
-class FakeKubelet(AsyncService):
+class FakeKubelet(SocketDirectoryService, api_pb2_grpc.RegistrationServicer):
     """Registration server plus device-manager client, in one asyncio loop."""
 
     def __init__(self, directory: Path | None = None) -> None:
-        # unix socket paths are limited to ~107 bytes, so default to a short temp directory.
-        self._owns_directory = directory is None
-        self.directory = directory or Path(tempfile.mkdtemp(prefix="kubelet-", dir="/tmp"))
+        super().__init__(directory, "kubelet-")
         self.socket = self.directory / "kubelet.sock"
         self.registrations: list[api_pb2.RegisterRequest] = []
         self.plugins: dict[str, PluginConnection] = {}
-        self.restarts = 0
         self._server: grpc.aio.Server | None = None
         self._registered = asyncio.Condition()
         self._connecting: set[asyncio.Task[None]] = set()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await super().__aexit__(exc_type, exc, tb)
-        if self._owns_directory:  # after stop(): a restart() keeps the directory
-            shutil.rmtree(self.directory, ignore_errors=True)
 
     async def start(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.socket.unlink(missing_ok=True)
         server = grpc.aio.server()
-        api_pb2_grpc.add_RegistrationServicer_to_server(_Registration(self), server)
+        api_pb2_grpc.add_RegistrationServicer_to_server(self, server)
         server.add_insecure_port(f"unix://{self.socket}")
         await server.start()
         self._server = server
 
     async def stop(self) -> None:
-        for task in list(self._connecting):
-            task.cancel()
+        await cancel_and_wait(*self._connecting)
         for plugin in list(self.plugins.values()):
             await plugin.close()
         self.plugins.clear()
@@ -213,10 +194,24 @@ class FakeKubelet(AsyncService):
         await self.stop()
         for socket in self.directory.glob("*.sock"):
             socket.unlink(missing_ok=True)
-        self.restarts += 1
         await self.start()
 
-    def validate(self, request: api_pb2.RegisterRequest) -> str | None:
+    async def Register(
+        self, request: api_pb2.RegisterRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> api_pb2.Empty:
+        problem = self._problem(request)
+        if problem is not None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        self.registrations.append(request)
+        # Like kubelet: answer Register first, then connect to the plugin in the background.
+        task = asyncio.create_task(
+            self._connect(request), name=f"kubelet-connect-{request.endpoint}"
+        )
+        self._connecting.add(task)
+        task.add_done_callback(self._connecting.discard)
+        return api_pb2.Empty()
+
+    def _problem(self, request: api_pb2.RegisterRequest) -> str | None:
         if request.version != VERSION:
             return f"unsupported device plugin API version {request.version!r}, want {VERSION}"
         if "/" not in request.resource_name:
@@ -226,15 +221,6 @@ class FakeKubelet(AsyncService):
                 f"endpoint must be a socket file name in {self.directory}, got {request.endpoint!r}"
             )
         return None
-
-    def accept(self, request: api_pb2.RegisterRequest) -> None:
-        self.registrations.append(request)
-        # Like kubelet: answer Register first, then connect to the plugin in the background.
-        task = asyncio.create_task(
-            self._connect(request), name=f"kubelet-connect-{request.endpoint}"
-        )
-        self._connecting.add(task)
-        task.add_done_callback(self._connecting.discard)
 
     async def _connect(self, request: api_pb2.RegisterRequest) -> None:
         plugin = PluginConnection(request, self.directory / request.endpoint)
@@ -259,21 +245,13 @@ class FakeKubelet(AsyncService):
         """Wait until `resource_name` registered `registrations` times in all and is connected."""
 
         def ready() -> bool:
-            count = sum(1 for r in self.registrations if r.resource_name == resource_name)
+            mine = [r for r in self.registrations if r.resource_name == resource_name]
             plugin = self.plugins.get(resource_name)
-            return (
-                count >= registrations
-                and plugin is not None
-                and plugin.request is self._last(resource_name)
-            )
+            return len(mine) >= registrations and plugin is not None and plugin.request is mine[-1]
 
         async with asyncio.timeout(timeout), self._registered:
             await self._registered.wait_for(ready)
             return self.plugins[resource_name]
-
-    def _last(self, resource_name: str) -> api_pb2.RegisterRequest | None:
-        matching = [r for r in self.registrations if r.resource_name == resource_name]
-        return matching[-1] if matching else None
 
     def plugin(self, resource_name: str) -> PluginConnection:
         try:

@@ -7,16 +7,18 @@
 
 MIG: A100-40G/A100-80G/H100-80G cards carry NVIDIA's GI profile tables (`mig_profiles`); GPU
 instances occupy memory slices, so an overlapping create fails as NVML's does. A card starts
-with MIG on when built with `mig_enabled=True`; `hold_mig_mode_pending` makes a mode change wait
+with MIG on when built with `mig=True`; `hold_mig_mode_pending` makes a mode change wait
 for a GPU reset, `set_mig_processes` puts work on a MIG device.
 
 `FakeNVML` implements `pyhami.nvml.Nvml`; `open()` stands in for `pyhami.nvml.open_nvml`.
 """
 
+import contextlib
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from pyhami.model import MigPlacement
 from pyhami.nvml import (
@@ -27,6 +29,7 @@ from pyhami.nvml import (
     MigDevice,
     MigMode,
     NvLink,
+    Nvml,
     NvmlError,
     NvmlNotSupportedError,
     NvmlUnavailableError,
@@ -38,40 +41,12 @@ from pyhami.nvml import (
 
 MIB = 1024 * 1024
 
-# The dynamic-MIG Nvml methods a test can make fail.
-MIG_OPERATIONS = frozenset(
-    {
-        "mig_mode",
-        "set_mig_mode",
-        "gpu_instance_profile",
-        "gpu_instance_placements",
-        "create_gpu_instance",
-        "create_compute_instance",
-        "gpu_instances",
-        "mig_devices",
-        "destroy_compute_instance",
-        "destroy_gpu_instance",
-        "mig_device_processes",
-    }
+# Every Nvml method a test can make fail (`close` cannot), plus "open" (NVML init) and
+# "xid_wait" (an XidWatch's wait); the dynamic-MIG ones are those about MIG or its instances.
+OPERATIONS = frozenset(
+    {name for name in vars(Nvml) if not name.startswith("_")} - {"close"} | {"open", "xid_wait"}
 )
-# Every Nvml method a test can make fail, plus "open" (NVML init).
-OPERATIONS = MIG_OPERATIONS | frozenset(
-    {
-        "open",
-        "device_count",
-        "device_uuid",
-        "device_name",
-        "device_memory",
-        "device_bus_id",
-        "device_numa_node",
-        "topology_level",
-        "nvlinks",
-        "utilization",
-        "running_processes",
-        "watch_xids",
-        "xid_wait",
-    }
-)
+MIG_OPERATIONS = frozenset(op for op in OPERATIONS if "mig" in op or "instance" in op)
 
 # NVML return codes the MIG model answers with.
 _NOT_SUPPORTED = 3
@@ -190,40 +165,15 @@ class FakeGpu:
     memory_used_mib: int = 0
     utilization: Utilization = field(default_factory=lambda: Utilization(gpu=0, memory=0))
     processes: tuple[RunningProcess, ...] = ()
-    mig_enabled: bool = False
+    mig: bool = False  # MIG mode on from the start
 
 
-def a100_80g(numa: int | None = 0, uuid: str = "", *, mig: bool = False) -> FakeGpu:
-    return FakeGpu("NVIDIA A100-SXM4-80GB", 81920, numa=numa, uuid=uuid, mig_enabled=mig)
-
-
-def a100_40g(numa: int | None = 0, uuid: str = "", *, mig: bool = False) -> FakeGpu:
-    return FakeGpu("NVIDIA A100-PCIE-40GB", 40960, numa=numa, uuid=uuid, mig_enabled=mig)
-
-
-def h100_80g(numa: int | None = 0, uuid: str = "", *, mig: bool = False) -> FakeGpu:
-    return FakeGpu("NVIDIA H100 80GB HBM3", 81559, numa=numa, uuid=uuid, mig_enabled=mig)
-
-
-def v100_32g(numa: int | None = 0, uuid: str = "") -> FakeGpu:
-    return FakeGpu("Tesla V100-PCIE-32GB", 32768, numa=numa, uuid=uuid)
-
-
-def t4(numa: int | None = 0, uuid: str = "") -> FakeGpu:
-    return FakeGpu("Tesla T4", 15360, numa=numa, uuid=uuid)
-
-
-def gb10(numa: int | None = 0, uuid: str = "") -> FakeGpu:
-    """A unified-memory board: NVML cannot report its memory."""
-    return FakeGpu("NVIDIA GB10", None, numa=numa, uuid=uuid)
-
-
-def _default_uuid(index: int) -> str:
-    return f"GPU-{index:08x}-7a1e-4c2b-9d3f-{index:012x}"
-
-
-def _default_bus_id(index: int) -> str:
-    return f"0000:{0x10 + index:02x}:00.0"
+a100_80g = partial(FakeGpu, "NVIDIA A100-SXM4-80GB", 81920)
+a100_40g = partial(FakeGpu, "NVIDIA A100-PCIE-40GB", 40960)
+h100_80g = partial(FakeGpu, "NVIDIA H100 80GB HBM3", 81559)
+v100_32g = partial(FakeGpu, "Tesla V100-PCIE-32GB", 32768)
+t4 = partial(FakeGpu, "Tesla T4", 15360)
+gb10 = partial(FakeGpu, "NVIDIA GB10", None)  # unified memory: NVML cannot report it
 
 
 @dataclass(slots=True)
@@ -249,17 +199,13 @@ class FakeXidWatch:
 
     def __init__(self, owner: "FakeNVML", unwatched: tuple[int, ...]) -> None:
         self._owner = owner
-        self._unwatched = unwatched
+        self.unwatched = unwatched
         self._events: deque[XidEvent] = deque()
         self._ready = threading.Condition()
         self._waiting = 0
         self.closed = False
         # Real NVML must not free an event set while a thread waits on it; the fake records it.
         self.closed_while_waiting = False
-
-    @property
-    def unwatched(self) -> tuple[int, ...]:
-        return self._unwatched
 
     def push(self, event: XidEvent) -> None:
         with self._ready:
@@ -291,15 +237,15 @@ class FakeNVML:
         filled = [
             replace(
                 gpu,
-                uuid=gpu.uuid or _default_uuid(index),
-                bus_id=gpu.bus_id or _default_bus_id(index),
+                uuid=gpu.uuid or f"GPU-{index:08x}-7a1e-4c2b-9d3f-{index:012x}",
+                bus_id=gpu.bus_id or f"0000:{0x10 + index:02x}:00.0",
             )
             for index, gpu in enumerate(gpus)
         ]
         self._state = _State(
             gpus=filled,
             mig={
-                index: _MigState(current=gpu.mig_enabled, pending=gpu.mig_enabled)
+                index: _MigState(current=gpu.mig, pending=gpu.mig)
                 for index, gpu in enumerate(filled)
                 if mig_profiles(gpu.name)
             },
@@ -325,12 +271,10 @@ class FakeNVML:
             if not one_way:
                 self._add_links(second, self._gpu(first).bus_id, nvlinks, is_switch=False)
 
-    def connect_switch(
-        self, index: int, *, nvlinks: int, switch_bus_id: str = "0000:c0:00.0"
-    ) -> None:
+    def connect_switch(self, index: int, *, nvlinks: int) -> None:
         """Add `nvlinks` NVLinks from the card to an NVSwitch."""
         with self._lock:
-            self._add_links(index, switch_bus_id, nvlinks, is_switch=True)
+            self._add_links(index, "0000:c0:00.0", nvlinks, is_switch=True)
 
     def set_topology(self, first: int, second: int, level: TopologyLevel) -> None:
         with self._lock:
@@ -453,8 +397,7 @@ class FakeNVML:
         return self
 
     def device_count(self) -> int:
-        self.check("device_count", None)
-        with self._lock:
+        with self._calling("device_count", None):
             return len(self._state.gpus)
 
     def driver_version(self) -> str:
@@ -504,8 +447,7 @@ class FakeNVML:
         return self._read("running_processes", index).processes
 
     def watch_xids(self) -> FakeXidWatch:
-        self.check("watch_xids", None)
-        with self._lock:
+        with self._calling("watch_xids", None):
             watch = FakeXidWatch(self, tuple(sorted(self._state.unwatchable)))
             self._watches.append(watch)
             self.created_watches.append(watch)
@@ -514,14 +456,12 @@ class FakeNVML:
     # ----- dynamic MIG -----
 
     def mig_mode(self, index: int) -> MigMode:
-        self.check("mig_mode", index)
-        with self._lock:
+        with self._calling("mig_mode", index):
             state = self._mig(index, "nvmlDeviceGetMigMode")
             return MigMode(current=state.current, pending=state.pending)
 
     def set_mig_mode(self, index: int, enabled: bool) -> None:
-        self.check("set_mig_mode", index)
-        with self._lock:
+        with self._calling("set_mig_mode", index):
             state = self._mig(index, "nvmlDeviceSetMigMode")
             if not enabled and state.instances:
                 raise NvmlError("nvmlDeviceSetMigMode", "In use by another client", _IN_USE)
@@ -530,24 +470,21 @@ class FakeNVML:
                 state.current = enabled
 
     def gpu_instance_profile(self, index: int, profile: int) -> GpuInstanceProfile:
-        self.check("gpu_instance_profile", index)
         operation = "nvmlDeviceGetGpuInstanceProfileInfo"
-        with self._lock:
+        with self._calling("gpu_instance_profile", index):
             self._enabled_mig(index, operation)
             return self._profile(index, operation, lambda p: p.info.profile_id == profile).info
 
     def gpu_instance_placements(self, index: int, gi_profile_id: int) -> tuple[MigPlacement, ...]:
-        self.check("gpu_instance_placements", index)
-        with self._lock:
+        with self._calling("gpu_instance_placements", index):
             operation = "nvmlDeviceGetGpuInstancePossiblePlacements"
             return self._gi_profile(index, gi_profile_id, operation).placements
 
     def create_gpu_instance(
         self, index: int, gi_profile_id: int, placement: MigPlacement
     ) -> GpuInstance:
-        self.check("create_gpu_instance", index)
         operation = "nvmlDeviceCreateGpuInstanceWithPlacement"
-        with self._lock:
+        with self._calling("create_gpu_instance", index):
             profile = self._gi_profile(index, gi_profile_id, operation)
             state = self._state.mig[index]
             if placement not in profile.placements:
@@ -571,9 +508,8 @@ class FakeNVML:
     def create_compute_instance(
         self, index: int, gpu_instance_id: int, ci_profile: int
     ) -> MigDevice:
-        self.check("create_compute_instance", index)
         operation = "nvmlGpuInstanceCreateComputeInstance"
-        with self._lock:
+        with self._calling("create_compute_instance", index):
             state = self._enabled_mig(index, operation)
             instance = self._instance(state, gpu_instance_id, operation)
             gi_slices = self._gi_profile(index, instance.profile_id, operation).info.slice_count
@@ -600,23 +536,20 @@ class FakeNVML:
             return device
 
     def gpu_instances(self, index: int) -> tuple[GpuInstance, ...]:
-        self.check("gpu_instances", index)
-        with self._lock:
+        with self._calling("gpu_instances", index):
             state = self._enabled_mig(index, "nvmlDeviceGetGpuInstances")
             return tuple(state.instances[gi_id] for gi_id in sorted(state.instances))
 
     def mig_devices(self, index: int) -> tuple[MigDevice, ...]:
-        self.check("mig_devices", index)
-        with self._lock:
+        with self._calling("mig_devices", index):
             state = self._mig(index, "nvmlDeviceGetMigDeviceHandleByIndex")
             return tuple(state.devices[key] for key in sorted(state.devices))
 
     def destroy_compute_instance(
         self, index: int, gpu_instance_id: int, compute_instance_id: int
     ) -> None:
-        self.check("destroy_compute_instance", index)
         operation = "nvmlComputeInstanceDestroy"
-        with self._lock:
+        with self._calling("destroy_compute_instance", index):
             state = self._enabled_mig(index, operation)
             device = state.devices.get((gpu_instance_id, compute_instance_id))
             if device is None:
@@ -632,9 +565,8 @@ class FakeNVML:
             state.processes.pop(device.uuid, None)
 
     def destroy_gpu_instance(self, index: int, gpu_instance_id: int) -> None:
-        self.check("destroy_gpu_instance", index)
         operation = "nvmlGpuInstanceDestroy"
-        with self._lock:
+        with self._calling("destroy_gpu_instance", index):
             state = self._enabled_mig(index, operation)
             self._instance(state, gpu_instance_id, operation)
             if any(key[0] == gpu_instance_id for key in state.devices):
@@ -642,8 +574,7 @@ class FakeNVML:
             del state.instances[gpu_instance_id]
 
     def mig_device_processes(self, index: int, mig_uuid: str) -> tuple[RunningProcess, ...]:
-        self.check("mig_device_processes", index)
-        with self._lock:
+        with self._calling("mig_device_processes", index):
             state = self._mig(index, "nvmlDeviceGetHandleByUUID")
             if not any(device.uuid == mig_uuid for device in state.devices.values()):
                 raise NvmlError("nvmlDeviceGetHandleByUUID", f"Not Found ({mig_uuid})", _NOT_FOUND)
@@ -653,6 +584,13 @@ class FakeNVML:
         self.closed += 1
 
     # ----- internals -----
+
+    @contextlib.contextmanager
+    def _calling(self, operation: str, index: int | None) -> Iterator[None]:
+        """One Nvml call: the failure injected for it, if any, else the state, locked."""
+        self.check(operation, index)
+        with self._lock:
+            yield
 
     def _gpu(self, index: int) -> FakeGpu:
         if not 0 <= index < len(self._state.gpus):
@@ -699,8 +637,7 @@ class FakeNVML:
         return instance
 
     def _read(self, operation: str, index: int) -> FakeGpu:
-        self.check(operation, index)
-        with self._lock:
+        with self._calling(operation, index):
             return self._gpu(index)
 
     def _add_links(self, index: int, remote_bus_id: str, count: int, *, is_switch: bool) -> None:

@@ -46,14 +46,13 @@ def mount_script(mounts: tuple[ContainerMount, ...], staging: Path) -> list[str]
         is_dir = os.path.isdir(mount.host_path)
         lines.append(f"mkdir -p {stage}" if is_dir else f": > {stage}")
         lines.append(f"mount --bind {shlex.quote(mount.host_path)} {stage}")
-    order = sorted(range(len(used)), key=lambda n: len(PurePosixPath(used[n].container_path).parts))
-    for number in order:
-        mount = used[number]
+    by_depth = sorted(
+        enumerate(used), key=lambda n_m: len(PurePosixPath(n_m[1].container_path).parts)
+    )
+    for number, mount in by_depth:
         target = shlex.quote(mount.container_path)
-        if os.path.isdir(mount.host_path):
-            lines.append(f"mkdir -p {target}")
-        else:
-            lines.append(f"[ -e {target} ] || : > {target}")
+        is_dir = os.path.isdir(mount.host_path)
+        lines.append(f"mkdir -p {target}" if is_dir else f"[ -e {target} ] || : > {target}")
         lines.append(f"mount --bind {shlex.quote(str(staging / str(number)))} {target}")
         if mount.read_only:
             lines.append(f"mount -o remount,bind,ro {target}")

@@ -61,6 +61,7 @@ from pyhami.kube import (
     guarded_task,
 )
 from pyhami.kube.informer import ViewInformer
+from pyhami.kube.lease import format_micro_time
 from pyhami.kube.node_status import (
     ContainerState,
     PodStatus,
@@ -167,11 +168,6 @@ NODE_CAPACITY = {"cpu": "64", "memory": "512Gi", "pods": "110"}
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _micro_now() -> str:
-    """A MicroTime, as a Lease's renewTime is written."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _key(pod: PodView) -> PodKey:
@@ -309,7 +305,7 @@ class NodeAgent(AsyncService):
             await asyncio.sleep(self._lease_renew_s)
 
     async def _renew_lease(self) -> None:
-        renewed = _micro_now()
+        renewed = format_micro_time(datetime.now(UTC))
         try:
             lease = await self._client.get(LEASES, self.node_name, NODE_LEASE_NAMESPACE)
         except NotFound:
@@ -432,49 +428,34 @@ class NodeAgent(AsyncService):
             started = self._allocated[key] = await self._allocate_devices(pod)
         if self.claims is None:
             return started
-        edits = dict(await self.claims.prepare(pod))
-        merged = []
-        for container in started:
-            extra = edits.pop(container.name, None)
-            merged.append(
-                container
-                if extra is None
-                else replace(
-                    container,
-                    envs={**container.envs, **extra.envs},
-                    mounts=container.mounts + extra.mounts,
-                    cdi_device_ids=extra.cdi_device_ids,
-                )
-            )
+        edits = await self.claims.prepare(pod)
+        with_devices = {container.name: container for container in started}
         init_names = {c.name for c in pod.init_containers}
-        order = [c.name for c in pod.all_containers]
-        for name, extra in edits.items():
-            merged.append(
-                StartedContainer(
-                    name=name,
-                    init=name in init_names,
-                    device_ids=(),
-                    envs=dict(extra.envs),
-                    mounts=extra.mounts,
+        merged = []
+        for spec in pod.all_containers:
+            container, extra = with_devices.get(spec.name), edits.get(spec.name)
+            if extra is not None:
+                base = container or StartedContainer(spec.name, spec.name in init_names, (), {}, ())
+                container = replace(
+                    base,
+                    envs={**base.envs, **extra.envs},
+                    mounts=base.mounts + extra.mounts,
                     cdi_device_ids=extra.cdi_device_ids,
                 )
-            )
-        return sorted(merged, key=lambda c: order.index(c.name))
+            if container is not None:
+                merged.append(container)
+        return merged
 
     async def _allocate_devices(self, pod: PodView) -> list[StartedContainer]:
-        init_count = len(pod.init_containers)
-        plan = [(c, n < init_count) for n, c in enumerate(pod.all_containers)]
         started = []
         held = self._held.setdefault(_key(pod), [])
-        # (container, resource) pairs kube-scheduler backed by a DRA claim (a DeviceClass's
+        # containers whose resource kube-scheduler backed by a DRA claim (a DeviceClass's
         # extended resource on a node whose device plugin does not offer it): the claim's
         # driver prepares them, no device plugin is asked
         mappings = pod.extended_claim.mappings if pod.extended_claim else ()
-        backed = {(container, resource) for container, resource, _ in mappings}
-        for container, init in plan:
-            if (container.name, self.resource) in backed:
-                continue
-            count = device_count(container, self.resource)
+        backed = {container for container, resource, _ in mappings if resource == self.resource}
+        for number, container in enumerate(pod.all_containers):
+            count = 0 if container.name in backed else device_count(container, self.resource)
             if count == 0:
                 continue
             plugin = self.kubelet.plugin(self.resource)
@@ -485,7 +466,7 @@ class NodeAgent(AsyncService):
             started.append(
                 StartedContainer(
                     name=container.name,
-                    init=init,
+                    init=number < len(pod.init_containers),
                     device_ids=tuple(ids),
                     envs=dict(response.envs),
                     mounts=tuple(

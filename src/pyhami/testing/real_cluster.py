@@ -132,7 +132,6 @@ class _Process:
     name: str
     log: Path
     process: asyncio.subprocess.Process
-    ports: tuple[int, ...] = ()
 
     def tail(self) -> str:
         try:
@@ -142,17 +141,13 @@ class _Process:
         return "\n".join(lines[-LOG_TAIL_LINES:])
 
 
-def _ephemeral_floor() -> int:
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
 def free_port() -> int:
     """A port nothing listens on now, below the ephemeral range: the processes bind it a few
     seconds later, and a port the OS hands out as a connection's source meanwhile is taken."""
-    floor = _ephemeral_floor()
+    try:
+        floor = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        floor = 32768
     for _ in range(100):
         port = random.randrange(max(1024, floor - 12000), floor)
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -291,8 +286,7 @@ class RealControlPlane(AsyncService):
             text = self.audit_log.read_text()
         except FileNotFoundError:
             return []
-        events: list[AuditEvent] = [json.loads(line) for line in text.splitlines() if line.strip()]
-        return events
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
 
     def refused_requests(self, users: Collection[str]) -> list[str]:
         """`user verb uri -> code message` of each request of `users` that RBAC or admission
@@ -345,9 +339,7 @@ class RealControlPlane(AsyncService):
         """kubelet's identity on `node`: the Node authorizer and NodeRestriction judge it."""
         return self.kubeconfig_for(f"{NODE_PREFIX}{node}", ("system:nodes",))
 
-    async def service_account_kubeconfig(
-        self, namespace: str, name: str, expiration_s: int = 86400
-    ) -> Path:
+    async def service_account_kubeconfig(self, namespace: str, name: str) -> Path:
         """The ServiceAccount (made if missing) and a token for it from the TokenRequest API."""
         admin = await self.client(self.admin_kubeconfig)
         base = f"/api/v1/namespaces/{namespace}/serviceaccounts"
@@ -367,7 +359,7 @@ class RealControlPlane(AsyncService):
             body={
                 "apiVersion": "authentication.k8s.io/v1",
                 "kind": "TokenRequest",
-                "spec": {"expirationSeconds": expiration_s},
+                "spec": {"expirationSeconds": 86400},  # a day: longer than any run here
             },
         )
         path = self.workdir / f"sa-{namespace}-{name}.kubeconfig"
@@ -470,9 +462,8 @@ class RealControlPlane(AsyncService):
                     else ()
                 ),
             ],
-            ports=(port,),
         )
-        await self._wait_healthy(process, f"https://127.0.0.1:{port}/healthz", self._insecure())
+        await self._wait_healthy(process, f"https://127.0.0.1:{port}/healthz")
 
     async def stop(self) -> None:
         for client in self._clients:
@@ -487,7 +478,7 @@ class RealControlPlane(AsyncService):
 
     # ----- the processes ----------------------------------------------------------------------
 
-    async def _spawn(self, name: str, args: Sequence[str], ports: tuple[int, ...]) -> _Process:
+    async def _spawn(self, name: str, args: Sequence[str]) -> _Process:
         logs = self.workdir / "logs"
         logs.mkdir(exist_ok=True)
         log = logs / f"{name}.log"
@@ -500,7 +491,7 @@ class RealControlPlane(AsyncService):
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,  # its own group: a Ctrl-C in a terminal is ours to pass
             )
-        running = _Process(name, log, process, ports)
+        running = _Process(name, log, process)
         self._processes.append(running)
         return running
 
@@ -520,9 +511,8 @@ class RealControlPlane(AsyncService):
                 "--unsafe-no-fsync",
                 "--log-level=warn",
             ],
-            ports=(self.ports.etcd_client, self.ports.etcd_peer),
         )
-        await self._wait_healthy(process, f"{client}/health", None)
+        await self._wait_healthy(process, f"{client}/health")
 
     async def _start_apiserver(self) -> None:
         ca = self.ca
@@ -561,7 +551,6 @@ class RealControlPlane(AsyncService):
                 f"--audit-log-path={self.audit_log}",
                 "--audit-log-mode=blocking",  # a request is in the log before it is answered
             ],
-            ports=(port,),
         )
         admin = ca.client("admin", ADMIN, ("system:masters",))
         self.admin_kubeconfig.write_text(kubeconfig(self.url, ca.cert_file, pair=admin))
@@ -584,9 +573,8 @@ class RealControlPlane(AsyncService):
                 "--leader-elect=false",
                 "--profiling=false",
             ],
-            ports=(port,),
         )
-        await self._wait_healthy(process, f"https://127.0.0.1:{port}/healthz", self._insecure())
+        await self._wait_healthy(process, f"https://127.0.0.1:{port}/healthz")
 
     async def _wait_default_service_accounts(self) -> None:
         """Pods are refused until their namespace's `default` ServiceAccount exists."""
@@ -606,18 +594,12 @@ class RealControlPlane(AsyncService):
                         ) from None
                     await asyncio.sleep(0.2)
 
-    @staticmethod
-    def _insecure() -> ssl.SSLContext:
-        # kube-scheduler and kube-controller-manager serve /healthz with a certificate they
-        # make up at start; only whether they answer matters here.
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-        return context
-
     async def _wait_healthy(
-        self, process: _Process, url: str, context: ssl.SSLContext | None
+        self, process: _Process, url: str, context: ssl.SSLContext | None = None
     ) -> None:
+        """Without `context` the server's certificate is not checked: kube-scheduler and
+        kube-controller-manager serve /healthz with one they make up at start, and only whether
+        they answer matters here."""
         deadline = time.monotonic() + START_TIMEOUT_S
         last = ""
         async with aiohttp.ClientSession() as session:

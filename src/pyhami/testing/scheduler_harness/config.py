@@ -104,11 +104,9 @@ class ExtenderConfig:
         `client_certificate` to the extender as our chart's kube-scheduler does."""
         return cls(
             url_prefix=url_prefix,
-            filter_verb="filter",
             bind_verb="bind",
             node_cache_capable=True,
             managed_resources=tuple(ManagedResource(n, True) for n in HAMI_NVIDIA_RESOURCES),
-            ignorable=False,
             http_timeout_s=http_timeout_s,
             tls_insecure=ca_pem is None and url_prefix.startswith("https://"),
             tls_ca_pem=ca_pem,

@@ -20,9 +20,9 @@ affinity, non-extended resource accounting.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import structlog
@@ -33,8 +33,6 @@ from pyhami.kube import (
     Clock,
     EventHandlers,
     Informer,
-    InformerSettings,
-    JsonObject,
     KubeClient,
     KubeError,
     PatchType,
@@ -42,6 +40,8 @@ from pyhami.kube import (
     cancel_and_wait,
     guarded_task,
 )
+from pyhami.kube.events import EventRecorder
+from pyhami.kube.extender_wire import SentPod
 from pyhami.kube.lifecycle import AsyncService
 from pyhami.kube.views import read_node, read_pod
 from pyhami.model import NodeView, PodView
@@ -56,13 +56,7 @@ from pyhami.testing.scheduler_harness.predicates import (
 
 log = structlog.get_logger(__name__)
 
-
-@dataclass(frozen=True, slots=True)
-class _Pod:
-    """A pod to schedule: its view, and the object itself, which ExtenderArgs carries verbatim."""
-
-    view: PodView
-    wire: JsonObject
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +100,7 @@ class _Attempt:
     """One pod's pass through the scheduling and binding cycles."""
 
     key: tuple[str, str]
-    pod: _Pod
+    pod: SentPod
     number: int
     interested: bool  # the extender manages a resource this pod asks for
     extender_called: bool = False
@@ -165,7 +159,6 @@ class KubeSchedulerHarness(AsyncService):
         backoff_max_s: float = 10.0,
         record_events: bool = True,  # events and the PodScheduled condition
         clock: Clock | None = None,
-        informer_settings: InformerSettings | None = None,
     ) -> None:
         if not 0 < backoff_initial_s <= backoff_max_s:
             raise ValueError("backoff needs 0 < backoff_initial_s <= backoff_max_s")
@@ -175,6 +168,7 @@ class KubeSchedulerHarness(AsyncService):
         self._backoff = (backoff_initial_s, backoff_max_s)
         self._record_events = record_events
         self._clock: Clock = clock or SystemClock()
+        self._events = EventRecorder(client.create_event, scheduler_name, self._clock)
         selector = (
             f"spec.nodeName=,spec.schedulerName={scheduler_name},"
             "status.phase!=Succeeded,status.phase!=Failed"
@@ -183,16 +177,11 @@ class KubeSchedulerHarness(AsyncService):
             client,
             PODS,
             field_selector=selector,
-            settings=informer_settings,
             clock=self._clock,
             name=f"harness/{scheduler_name}/pods",
         )
         self.nodes = Informer(
-            client,
-            NODES,
-            settings=informer_settings,
-            clock=self._clock,
-            name=f"harness/{scheduler_name}/nodes",
+            client, NODES, clock=self._clock, name=f"harness/{scheduler_name}/nodes"
         )
         self._ignored = frozenset(
             r.name
@@ -279,41 +268,37 @@ class KubeSchedulerHarness(AsyncService):
     ) -> ScheduleOutcome:
         """The first outcome of `result` for the pod (waits for it; TimeoutError if none)."""
 
-        async def first() -> ScheduleOutcome:
-            while True:
-                for outcome in self.outcomes_for(namespace, name):
-                    if outcome.result is result:
-                        return outcome
-                self._changed.clear()
-                await self._changed.wait()
+        def first() -> ScheduleOutcome | None:
+            outcomes = self.outcomes_for(namespace, name)
+            return next((o for o in outcomes if o.result is result), None)
 
-        return await asyncio.wait_for(first(), timeout_s)
+        return await self._until(first, timeout_s)
 
-    async def schedule_again(self, pod: JsonObject, *, timeout_s: float = 10.0) -> ScheduleOutcome:
+    async def schedule_again(self, pod: SentPod, *, timeout_s: float = 10.0) -> ScheduleOutcome:
         """Run one scheduling attempt for `pod` as given, whatever the informer shows now, and
         return its outcome: kube-scheduler does this when its cache lags behind a binding
         (it still sees the pod unbound and filters it again)."""
-        view = read_pod(pod)
-        key = (view.namespace, view.name)
+        key = (pod.view.namespace, pod.view.name)
         seen = len(self.outcomes_for(*key))
         self._pending.add(key)
-        await self._schedule_one(key, _Pod(view, pod))
-
-        async def outcome() -> ScheduleOutcome:
-            while len(found := self.outcomes_for(*key)) <= seen:
-                self._changed.clear()
-                await self._changed.wait()
-            return found[seen]
-
-        return await asyncio.wait_for(outcome(), timeout_s)
+        await self._schedule_one(key, pod)
+        return await self._until(
+            lambda: next(iter(self.outcomes_for(*key)[seen:]), None), timeout_s
+        )
 
     async def wait_bound_count(self, count: int, *, timeout_s: float = 30.0) -> None:
-        async def reached() -> None:
-            while self.metrics.results[Result.BOUND] < count:
+        await self._until(lambda: self.metrics.results[Result.BOUND] >= count or None, timeout_s)
+
+    async def _until(self, found: Callable[[], _T | None], timeout_s: float) -> _T:
+        """`found()` once it is not None, asked again after each outcome; TimeoutError if never."""
+
+        async def wait() -> _T:
+            while (value := found()) is None:
                 self._changed.clear()
                 await self._changed.wait()
+            return value
 
-        await asyncio.wait_for(reached(), timeout_s)
+        return await asyncio.wait_for(wait(), timeout_s)
 
     # --- queueing -------------------------------------------------------------------------
 
@@ -359,9 +344,9 @@ class KubeSchedulerHarness(AsyncService):
             if pod is None:  # bound, deleted or no longer ours
                 self._pending.discard(key)
                 continue
-            await self._schedule_one(key, _Pod(read_pod(pod), pod))
+            await self._schedule_one(key, SentPod.read(pod))
 
-    async def _schedule_one(self, key: tuple[str, str], pod: _Pod) -> None:
+    async def _schedule_one(self, key: tuple[str, str], pod: SentPod) -> None:
         uid = pod.view.uid
         number = self._attempts[uid] = self._attempts.get(uid, 0) + 1
         self.metrics.attempts += 1
@@ -369,19 +354,17 @@ class KubeSchedulerHarness(AsyncService):
         attempt = _Attempt(key, pod, number, interested)
         started = self._clock.monotonic()
         try:
-            node, failed = await self._pick_node(attempt)
+            node, attempt.failed = await self._pick_node(attempt)
         except _AttemptFailedError as failure:
-            attempt.filter_s = self._clock.monotonic() - started
-            self._filter_timed(attempt)
+            self._filter_timed(attempt, started)
             attempt.failed = failure.failed
             await self._fail(attempt, failure.result, str(failure), failure.unresolvable)
             return
-        attempt.filter_s = self._clock.monotonic() - started
-        attempt.failed = failed
-        self._filter_timed(attempt)
+        self._filter_timed(attempt, started)
         self._spawn(self._bind(attempt, node), f"harness/bind/{key[0]}/{key[1]}")
 
-    def _filter_timed(self, attempt: _Attempt) -> None:
+    def _filter_timed(self, attempt: _Attempt, started: float) -> None:
+        attempt.filter_s = self._clock.monotonic() - started
         if attempt.extender_called:
             self.metrics.filter_latencies_s.append(attempt.filter_s)
 
@@ -405,14 +388,12 @@ class KubeSchedulerHarness(AsyncService):
         checked = {
             r: n for r, n in requested(pod).items() if r not in self._ignored and is_extended(r)
         }
-        failed: dict[str, str] = {}
-        feasible = []
-        for name, facts in sorted(self._node_facts.items()):
-            reason = facts.rejects(pod.tolerations, pod.node_selector, checked)
-            if reason:
-                failed[name] = reason
-            else:
-                feasible.append(name)
+        reasons = {
+            name: facts.rejects(pod.tolerations, pod.node_selector, checked)
+            for name, facts in sorted(self._node_facts.items())
+        }
+        failed = {name: reason for name, reason in reasons.items() if reason}
+        feasible = [name for name, reason in reasons.items() if not reason]
         unresolvable: dict[str, str] = {}
         if feasible and attempt.interested:
             attempt.extender_called = True
@@ -458,14 +439,14 @@ class KubeSchedulerHarness(AsyncService):
         return _decode_answer(answer, verb, self.extender.node_cache_capable)
 
     async def _filter(
-        self, pod: _Pod, feasible: list[str]
+        self, pod: SentPod, feasible: list[str]
     ) -> tuple[list[str], dict[str, str], dict[str, str]]:
         assert self.extender is not None
         if self.extender.node_cache_capable:
-            args = {"Pod": pod.wire, "Nodes": None, "NodeNames": feasible}
+            args = pod.filter_args(feasible)
         else:
-            items = [self.nodes.get(name) for name in feasible]
-            args = {"Pod": pod.wire, "Nodes": {"metadata": {}, "items": items}, "NodeNames": None}
+            nodes = [self.nodes.get(name) for name in feasible]
+            args = pod.filter_args(None, [node for node in nodes if node is not None])
         answer = await self._post(self.extender.filter_verb, args)
         if answer.error:
             raise _AttemptFailedError(Result.FILTER_ERROR, f"extender filter: {answer.error}")
@@ -538,26 +519,9 @@ class KubeSchedulerHarness(AsyncService):
     async def _event(self, pod: PodView, kind: str, reason: str, message: str) -> None:
         if not self._record_events:
             return
-        now = self._clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
-        event = {
-            "metadata": {"generateName": f"{pod.name}.", "namespace": pod.namespace},
-            "involvedObject": {
-                "kind": "Pod",
-                "apiVersion": "v1",
-                "name": pod.name,
-                "namespace": pod.namespace,
-                "uid": pod.uid,
-            },
-            "reason": reason,
-            "message": message,
-            "type": kind,
-            "source": {"component": self.scheduler_name},
-            "reportingComponent": self.scheduler_name,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
         try:
-            await self._client.create_event(pod.namespace, event)
+            await self._client.create_event(
+                pod.namespace, self._events.body(pod, kind, reason, message)
+            )
         except KubeError as err:  # events are best effort, as in kube-scheduler
             log.warning("could not record event", reason=reason, error=str(err))

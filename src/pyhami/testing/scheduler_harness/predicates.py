@@ -3,6 +3,7 @@ cordons, NoSchedule/NoExecute taints, nodeSelector, extended resources against a
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -90,10 +91,7 @@ def requested(pod: PodView) -> dict[str, float]:
 
 def unschedulable_message(total: int, failed: Mapping[str, str]) -> str:
     """kube-scheduler's `0/N nodes are available: <count> <reason>, ...`."""
-    counts: dict[str, int] = {}
-    for reason in failed.values():
-        counts[reason] = counts.get(reason, 0) + 1
-    parts = sorted(f"{n} {reason}" for reason, n in counts.items())
+    parts = sorted(f"{n} {reason}" for reason, n in Counter(failed.values()).items())
     return (
         f"0/{total} nodes are available: {', '.join(parts)}."
         if parts
