@@ -26,6 +26,7 @@ A pod with `preemptionPolicy: Never` never preempts.
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -55,7 +56,7 @@ from pyhami.model import NodeName, PodView
 from pyhami.model.views import Budget, BudgetError
 from pyhami.scheduler.budgets import counted, protected, violations
 from pyhami.scheduler.events import NORMAL, WARNING, EventRecorder
-from pyhami.scheduler.explanations import PreemptionExplanation
+from pyhami.scheduler.explanations import PreemptionExplanation, keep_newest
 from pyhami.scheduler.metrics import SchedulerMetrics
 from pyhami.scheduler.state import ClusterState
 
@@ -113,12 +114,10 @@ class EvictingPreemption:
         self.metrics = metrics
         self._clock = clock
         self.nominations: dict[PodKey, Nomination] = {}
-        # The latest answers per namespace/name (every node asked, kept or dropped, and why).
-        self.last: dict[str, dict[NodeName, NodePreemption]] = {}
-        # Per namespace/name, for /explain: the node chosen with its victims' names, and
-        # what came of it.
-        self._chosen: dict[str, tuple[NodePreemption | None, tuple[str, ...]]] = {}
-        self._outcomes: dict[str, str] = {}
+        # The latest answers per namespace/name (every node asked, kept or dropped, and why),
+        # and what /explain shows of them.
+        self.last: OrderedDict[str, dict[NodeName, NodePreemption]] = OrderedDict()
+        self._explained: OrderedDict[str, PreemptionExplanation] = OrderedDict()
         self._lapses: set[asyncio.Task[None]] = set()
         self._lowest: tuple[datetime, int] | None = None  # when seen, the lowest pod priority
 
@@ -271,17 +270,9 @@ class EvictingPreemption:
         return PreemptionInput(pod, priority, priorities, names), proposals
 
     def _victim_pods(self, priorities: Mapping[PodKey, int]) -> dict[PodKey, PodView]:
-        found = {}
-        for key in priorities:
-            allocation = self.state.ledger.pod(key)
-            held = (
-                None
-                if allocation is None
-                else self.state.pods.get((allocation.namespace, allocation.name))
-            )
-            if held is not None:
-                found[key] = held
-        return found
+        allocations = filter(None, map(self.state.ledger.pod, priorities))
+        pods = self.state.pods
+        return {a.key: pod for a in allocations if (pod := pods.get((a.namespace, a.name)))}
 
     async def _evict(
         self,
@@ -385,21 +376,11 @@ class EvictingPreemption:
     def explanation(self, pod: str) -> PreemptionExplanation | None:
         """The latest preemption for `pod` (namespace/name) as /explain shows it: the node
         chosen, its victims and every node's answer with its reason."""
-        answers = self.last.get(pod)
-        if answers is None:
-            return None
-        best, victims = self._chosen.get(pod, (None, ()))
-        return PreemptionExplanation(
-            PATH,
-            self._outcomes.get(pod, ""),
-            {node: answer.reason for node, answer in answers.items()},
-            None if best is None else best.node,
-            victims,
-        )
+        return self._explained.get(pod)
 
     def _outcome(self, outcome: str, pod: str = "") -> None:
-        if pod:
-            self._outcomes[pod] = outcome
+        if pod in self._explained:
+            self._explained[pod] = replace(self._explained[pod], outcome=outcome)
         self.metrics.preemption_attempts.labels(path=PATH, outcome=outcome).inc()
 
     def _remember(
@@ -409,15 +390,11 @@ class EvictingPreemption:
         best: NodePreemption | None,
         victims: tuple[str, ...],
     ) -> None:
-        self.last.pop(pod, None)
-        self.last[pod] = answers
-        self._chosen[pod] = (best, victims)
-        self._outcomes.pop(pod, None)
-        while len(self.last) > ANSWERS_KEPT:
-            oldest = next(iter(self.last))
-            del self.last[oldest]
-            self._chosen.pop(oldest, None)
-            self._outcomes.pop(oldest, None)
+        keep_newest(self.last, pod, answers, ANSWERS_KEPT)
+        nodes = {node: answer.reason for node, answer in answers.items()}
+        chosen = None if best is None else best.node
+        explained = PreemptionExplanation(PATH, "", nodes, chosen, victims)
+        keep_newest(self._explained, pod, explained, ANSWERS_KEPT)  # the same keys as `last`
         for node, answer in answers.items():
             log.info("own preemption", pod=pod, node=node, answer=answer.reason)
 

@@ -4,8 +4,9 @@ preemption (`explain_wire` encodes them)."""
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from pyhami.engine import Decision
 from pyhami.model import NodeName
@@ -14,6 +15,16 @@ EXPLANATIONS_KEPT = 2048
 # Also bound what /explain keeps by node verdicts: at 1,000 nodes 2,048 decisions would hold
 # two million verdict tuples (hundreds of MB, all walked by every full GC collection).
 EXPLAINED_VERDICTS_KEPT = 100_000
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+def keep_newest(table: OrderedDict[K, V], key: K, value: V, limit: int) -> None:
+    """`table[key] = value` as its newest entry, the oldest dropped beyond `limit` entries."""
+    table[key] = value
+    table.move_to_end(key)
+    while len(table) > limit:
+        table.popitem(last=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -170,10 +170,10 @@ class LeaderElector:
 
     async def release(self) -> None:
         """Hand the lease back (holder emptied) so a successor need not wait out its term."""
-        if not self.is_leader or not self.campaign:
-            await self._set_leading(False)
-            return
+        held = self.is_leader and self.campaign
         await self._set_leading(False)
+        if not held:
+            return
         try:
             current = await self.store.get()
             if current is not None and current.holder == self.identity:

@@ -14,6 +14,7 @@ takes the freed cards while the victims terminate.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
 import structlog
@@ -27,7 +28,7 @@ from pyhami.kube.extender_wire import (
     preemption_result,
 )
 from pyhami.model import NodeName
-from pyhami.scheduler.explanations import PreemptionExplanation
+from pyhami.scheduler.explanations import PreemptionExplanation, keep_newest
 from pyhami.scheduler.service import FilterBind, FilterRefusedError
 from pyhami.serving import read_body
 
@@ -46,7 +47,7 @@ class Preemption:
         # Whether the scheduler's own preemption already evicts for the pod (eviction.py).
         self._nominated = nominated
         # The latest answers per namespace/name, for logs and tests to inspect.
-        self.last: dict[str, dict[NodeName, NodePreemption]] = {}
+        self.last: OrderedDict[str, dict[NodeName, NodePreemption]] = OrderedDict()
 
     async def answer(self, args: PreemptionArgs) -> dict[NodeName, NodePreemption]:
         service = self.service
@@ -87,10 +88,7 @@ class Preemption:
                 if answer.kept and answer.allocation is not None
             },
         )
-        self.last.pop(pod.ref, None)
-        self.last[pod.ref] = answers
-        while len(self.last) > ANSWERS_KEPT:
-            del self.last[next(iter(self.last))]
+        keep_newest(self.last, pod.ref, answers, ANSWERS_KEPT)
         kept = [answer for answer in answers.values() if answer.kept]
         metrics = service.metrics
         outcome = "kept" if kept else "no-node"

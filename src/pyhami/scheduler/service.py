@@ -68,7 +68,7 @@ from pyhami.protocol import (
 )
 from pyhami.scheduler.bind_turns import BindTurns, NodeTurnTimeoutError
 from pyhami.scheduler.events import NORMAL, WARNING, EventRecorder
-from pyhami.scheduler.explanations import Explanation, Explanations
+from pyhami.scheduler.explanations import Explanation, Explanations, keep_newest
 from pyhami.scheduler.extender import PodRef
 from pyhami.scheduler.given_nodes import filter_given_nodes
 from pyhami.scheduler.metrics import SchedulerMetrics
@@ -245,7 +245,7 @@ class FilterBind:
         if claim is not None:
             if claim.allocation is not None:
                 self.state.reserve(claim.allocation)
-            self._claim(claim)
+            keep_newest(self._claims, claim.key, claim, CLAIMS_KEPT)
         for event in outcome.events:
             self.events.emit(pod, event.kind, event.reason, event.message)
 
@@ -296,12 +296,6 @@ class FilterBind:
                 await asyncio.wait_for(self._bind_done.wait(), until - loop.time())
             except TimeoutError:
                 return
-
-    def _claim(self, claim: Claim) -> None:
-        self._claims[claim.key] = claim
-        self._claims.move_to_end(claim.key)
-        while len(self._claims) > CLAIMS_KEPT:
-            self._claims.popitem(last=False)
 
     # ----- explanations ----------------------------------------------------------------------
 
