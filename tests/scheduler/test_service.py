@@ -21,7 +21,7 @@ from pyhami.scheduler.events import EventRecorder
 from pyhami.scheduler.extender import PodRef
 from pyhami.scheduler.metrics import MetricsSnapshot, SchedulerMetrics
 from pyhami.scheduler.outcome import filter_outcome
-from pyhami.scheduler.service import FilterBind, Leadership
+from pyhami.scheduler.service import FilterBind
 from pyhami.scheduler.state import ClusterState
 from pyhami.testing import ManualClock
 
@@ -50,7 +50,8 @@ INVENTORIES = {
 
 class Leader:
     def __init__(self) -> None:
-        self.leading = True
+        self.is_leader = True
+        self.leader = "other-replica"
 
 
 def _service(
@@ -67,9 +68,6 @@ def _service(
     ready = asyncio.Event()
     if synced:
         ready.set()
-    leadership = (
-        None if leader is None else Leadership(lambda: leader.leading, lambda: "other-replica")
-    )
     clock = ManualClock(NOW)
     return FilterBind(
         state,
@@ -79,7 +77,7 @@ def _service(
         SchedulerMetrics(MetricsSnapshot),
         clock=clock,
         owned_annotations=OWNED,
-        leadership=leadership,
+        leadership=leader,
         synced=ready,
         explain_all=explain_all,
         sync_wait=timedelta(milliseconds=50),
@@ -259,7 +257,7 @@ async def test_a_bind_waiting_for_its_nodes_turn_writes_nothing_and_times_out_cl
 
 async def test_followers_do_not_decide_and_say_so() -> None:
     leader = Leader()
-    leader.leading = False
+    leader.is_leader = False
     service = _service(MemoryKube(), leader)
     result = await _filter(service, gpu_pod("p"), "n1")
     assert "not the leader (leader: other-replica)" in result.error
@@ -277,7 +275,7 @@ async def test_a_leader_deposed_while_its_filter_reads_the_pod_writes_nothing() 
 
     async def read_then_lose_the_lease(namespace: str, name: str) -> dict[str, Any]:
         answer = await read(namespace, name)
-        leader.leading = False  # another replica took the Lease meanwhile
+        leader.is_leader = False  # another replica took the Lease meanwhile
         return answer
 
     kube.get_pod = read_then_lose_the_lease  # type: ignore[method-assign]
@@ -299,12 +297,12 @@ async def test_a_leader_deposed_while_its_bind_awaits_the_api_writes_nothing_mor
 
     async def lock_then_lose(name: str, body: dict[str, Any]) -> dict[str, Any]:
         answer = await patch_node(name, body)
-        leader.leading = lost_after != "node-lock"
+        leader.is_leader = lost_after != "node-lock"
         return answer
 
     async def patch_then_lose(namespace: str, name: str, body: dict[str, Any]) -> Any:
         answer = await patch_pod(namespace, name, body)
-        leader.leading = False
+        leader.is_leader = False
         return answer
 
     kube.patch_node = lock_then_lose  # type: ignore[method-assign]

@@ -134,24 +134,18 @@ class LeaderElector:
             await self._on_change(leading)
 
     async def step(self) -> None:
-        """One round, with the renew deadline applied to a campaigning leader."""
-        if not self.campaign:
-            try:
-                await self._set_leading(await self.follow())
-            except Exception as err:
-                log.warning("lease read failed", identity=self.identity, error=str(err))
-                await self._set_leading(False)
-            return
+        """One round, with the renew deadline applied to a campaigning leader (a follower
+        stops leading at once)."""
         try:
-            acquired = await self.try_acquire_or_renew()
+            won = await (self.try_acquire_or_renew() if self.campaign else self.follow())
         except Exception as err:  # an API failure is a lost round, never a crash
             log.warning("lease round failed", identity=self.identity, error=str(err))
-            acquired = False
-        if acquired:
+            won = False
+        if won:
             self._renewed_at = self._clock.monotonic()
             await self._set_leading(True)
         elif (
-            not self.is_leader
+            not self.campaign
             or self._clock.monotonic() - self._renewed_at > self.timing.renew_deadline
         ):
             await self._set_leading(False)

@@ -63,7 +63,7 @@ from pyhami.scheduler.metrics import SchedulerMetrics
 from pyhami.scheduler.ownership import OWNED_ANNOTATIONS, registered_inventory
 from pyhami.scheduler.preemption import Preemption, preempt_route
 from pyhami.scheduler.server import build_app, build_metrics_app
-from pyhami.scheduler.service import FilterBind, Leadership
+from pyhami.scheduler.service import FilterBind
 from pyhami.scheduler.settings import (
     SchedulerSettings,
     SettingsError,
@@ -119,7 +119,6 @@ class SchedulerProcess:
         )
         self.synced = asyncio.Event()
         self.elector: LeaderElector | None = None
-        leadership = None
         if settings.leader_elect:
             lock = LeaseLock(
                 client,
@@ -138,8 +137,6 @@ class SchedulerProcess:
                 on_change=self._leadership_changed,
                 campaign=settings.leader_elect_campaign,
             )
-            elector = self.elector
-            leadership = Leadership(lambda: elector.is_leader, lambda: elector.leader)
         self.metrics = SchedulerMetrics(
             lambda: metrics_snapshot(self.state), legacy=settings.legacy_metrics
         )
@@ -152,7 +149,7 @@ class SchedulerProcess:
             self.metrics,
             clock=self.clock,
             owned_annotations=OWNED_ANNOTATIONS,
-            leadership=leadership,
+            leadership=self.elector,
             synced=self.synced,
             sync_wait=settings.sync_wait,
             lock_retry_timeout=settings.node_lock_retry_timeout,

@@ -39,7 +39,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -98,12 +98,12 @@ BINDS_QUEUED_PER_NODE = 16
 CLAIMS_KEPT = 16384
 
 
-@dataclass(frozen=True, slots=True)
-class Leadership:
-    """Leadership as the extender sees it: whether this replica leads, and which one does."""
+class Leadership(Protocol):
+    """Leadership as the extender sees it (`LeaderElector`): whether this replica leads, and
+    which one does."""
 
-    is_leader: Callable[[], bool]
-    leader_name: Callable[[], str]
+    is_leader: bool
+    leader: str
 
 
 class FilterBind:
@@ -154,9 +154,9 @@ class FilterBind:
     # ----- leadership ------------------------------------------------------------------------
 
     def _not_leader(self) -> str | None:
-        if self._leadership is None or self._leadership.is_leader():
+        if self._leadership is None or self._leadership.is_leader:
             return None
-        leader = self._leadership.leader_name() or "unknown"
+        leader = self._leadership.leader or "unknown"
         return f"this replica is not the leader (leader: {leader}); followers do not decide"
 
     def _refused_unless_leading(self, verb: str) -> str | None:

@@ -84,14 +84,6 @@ class AdmissionError(ValueError):
     """A container asks for something invalid; the webhook answers 500 (HAMi's choice)."""
 
 
-def quantity_value(text: object, where: str) -> int:
-    """Kubernetes `Quantity.Value()`: the value in units, fractions rounded up."""
-    try:
-        return value_ceil(parse_quantity(text))
-    except QuantityError as err:
-        raise AdmissionError(f"{where}: {err}") from err
-
-
 def _given(container: ContainerView, name: str) -> object | None:
     """The container's limit for a resource, else its request (None when an empty name)."""
     return container.quantity(name) if name else None
@@ -139,11 +131,11 @@ def mutate_nvidia_container(
     """NVIDIA MutateAdmission for one container: its changes, and whether it asks for NVIDIA
     devices once they are made."""
     percentage = _given(container, cfg.resource_memory_percentage_name)
-    percentage_value: int | None = None
-    if percentage is not None:
-        percentage_value = quantity_value(
-            percentage, f"container {container.name}: {cfg.resource_memory_percentage_name}"
-        )
+    try:  # Kubernetes `Quantity.Value()`: the value in units, fractions rounded up
+        whole = None if percentage is None else value_ceil(parse_quantity(percentage))
+    except QuantityError as err:
+        where = f"container {container.name}: {cfg.resource_memory_percentage_name}"
+        raise AdmissionError(f"{where}: {err}") from err
     env = list(webhook_env(container, cfg).items())
     limits: list[tuple[str, str]] = []
 
@@ -158,7 +150,7 @@ def mutate_nvidia_container(
     cores_given = _given(container, cfg.resource_core_name) is not None
     if count_given and cfg.resource_core_name and not cores_given:
         if percentage is not None:
-            exclusive = percentage_value == 100
+            exclusive = whole == 100
         else:
             memory_given = _given(container, cfg.resource_memory_name) is not None
             exclusive = not cfg.resource_memory_name or not memory_given
