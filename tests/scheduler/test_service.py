@@ -2,6 +2,7 @@
 
 import asyncio
 import copy
+import dataclasses
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import pytest
 
 from pyhami.devices.nvidia.vendor import NvidiaVendor
-from pyhami.engine import EngineConfig
+from pyhami.engine import Decision, EngineConfig, NodeVerdict
 from pyhami.kube import NodeLocker
 from pyhami.kube.extender_wire import ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult
 from pyhami.kube.scheduler_pods import SchedulerPods
@@ -147,7 +148,8 @@ async def test_the_claim_kept_for_bind_holds_no_node_verdicts() -> None:
     outcome = filter_outcome(read_pod(pod), explained.decision, ["n1", "n1-busy"], {}, OWNED)
     assert outcome.claim is not None
     assert outcome.claim.node == "n1" and outcome.claim.allocation is not None
-    assert len(outcome.claim.decision.verdicts) == 0
+    held = [getattr(outcome.claim, f.name) for f in dataclasses.fields(outcome.claim)]
+    assert not any(isinstance(value, Decision | NodeVerdict) for value in held)
 
 
 async def test_explain_gives_card_detail_for_one_pod_without_explain_all() -> None:

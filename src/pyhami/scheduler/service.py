@@ -145,7 +145,7 @@ class FilterBind:
         self._binding: dict[PodKey, str] = {}
         # Binds waiting for a locked node, woken by the informer's news of that node.
         self._node_news: dict[str, asyncio.Event] = {}
-        state.on_change(self._node_changed)
+        state.node_changed = self._node_changed
         self._binds_at_work = 0
         self._bind_done = asyncio.Event()
         # Called when the pod fits none of its nodes: the scheduler's own preemption.

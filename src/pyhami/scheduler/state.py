@@ -99,15 +99,8 @@ class ClusterState:
         self._registrations: dict[str, tuple[str | None, ...]] = {}
         # Nodes whose registration annotation is there but cannot be read, and why (/explain).
         self.registration_errors: dict[str, str] = {}
-        self._node_listeners: list[Callable[[str], None]] = []
-
-    def on_change(self, listener: Callable[[str], None]) -> None:
-        """Call `listener(node name)` after every event of a node."""
-        self._node_listeners.append(listener)
-
-    def _changed(self, name: str) -> None:
-        for listener in self._node_listeners:
-            listener(name)
+        # Told the node's name after every event of a node (binds waiting for its lock wake).
+        self.node_changed: Callable[[str], None] = lambda _name: None
 
     # ----- nodes -----------------------------------------------------------------------------
 
@@ -119,7 +112,7 @@ class ClusterState:
             self.dra_nodes.add(name)
         else:
             self.dra_nodes.discard(name)
-        self._changed(name)
+        self.node_changed(name)
         if not _labels_match(node, self._selector) or self._reports_no_gpus(node):
             self._forget_registration(name)
             return
@@ -148,7 +141,7 @@ class ClusterState:
         self.nodes.pop(name, None)
         self.dra_nodes.discard(name)
         self._forget_registration(name)
-        self._changed(name)
+        self.node_changed(name)
 
     def _forget_registration(self, name: str) -> None:
         self._registrations.pop(name, None)
