@@ -422,8 +422,7 @@ class FilterBind:
         if err is not None:
             if isinstance(err, NodeTurnTimeoutError):
                 err = self._timed_out(node)
-            wrote = attempt.recorded is not None
-            await self._bind_failed(claim, node, pod, locked=attempt.locked, wrote=wrote, err=err)
+            await self._bind_failed(claim, node, pod, attempt, err)
             return ExtenderBindingResult(str(err))
         self.state.mark_bound(claim.key, node)
         self.metrics.decisions.labels(verb="bind", outcome="bound").inc()
@@ -533,26 +532,19 @@ class FilterBind:
             news.set()
 
     async def _bind_failed(
-        self,
-        claim: Claim,
-        node: str,
-        pod: PodView,
-        *,
-        locked: bool,
-        wrote: bool,
-        err: Exception,
+        self, claim: Claim, node: str, pod: PodView, attempt: _BindAttempt, err: Exception
     ) -> None:
         """Undo this bind's own reservation, and only while the pod is unbound: a pod that is
         bound (kube-scheduler's cache lagged and the binding answered 409) keeps its charge
         and its annotations, since it is about to run with them."""
         self.metrics.decisions.labels(verb="bind", outcome="failed").inc()
         self.events.emit(pod, WARNING, "BindingFailed", str(err))
-        if not wrote:  # the pod and node are as they were: only the reservation goes
+        if attempt.recorded is None:  # the pod and node are as they were: only the reservation goes
             if claim.allocation is not None and self.state.holds(claim.allocation):
                 self.state.release(claim.key)
             return
         namespace, name = claim.namespace, claim.name
-        if locked:
+        if attempt.locked:
             await _quietly(self.locker.release(node, namespace, name), "lock release")
         try:
             current = await self.pods.read(namespace, name)

@@ -280,9 +280,7 @@ class PodAdmission:
                 check_resource_values(view, self.nvidia)
         except ContainerSpecError as err:
             return AdmissionResponse.deny(str(err))
-        if self.cfg.dra_mode != "off" and heads_to_dra(
-            admitted.view.node_selector, self.cfg.dra_mode
-        ):
+        if heads_to_dra(pod.node_selector, self.cfg.dra_mode):
             return self._admit_to_dra(admitted)
         namespace = pod.namespace
         has_resource = False
