@@ -210,17 +210,13 @@ class EvictingPreemption:
     def _victims_terminating(self, pod: PodView) -> bool:
         """kube-scheduler's rule for either path: a pod nominated to a node where a pod of
         lower priority is terminating waits for it, and keeps its claim there meanwhile."""
-        key = pod.key
         node = NodeName(pod.nominated_node_name)
-        if not node:
+        pods = self.state.pods
+        held = (pods.get((a.namespace, a.name)) for a in self.state.ledger.pods_on(node))
+        if not node or not any(p and p.deleting and p.priority < pod.priority for p in held):
             return False
-        priority = pod.priority
-        for allocation in self.state.ledger.pods_on(node):
-            held = self.state.pods.get((allocation.namespace, allocation.name))
-            if held and held.deleting and held.priority < priority:
-                self.state.hold_nomination(key, node)
-                return True
-        return False
+        self.state.hold_nomination(pod.key, node)
+        return True
 
     def _above_some_pod(self, priority: int) -> bool:
         now = self._clock.now()
@@ -246,11 +242,7 @@ class EvictingPreemption:
             if node in found or node not in refused:
                 continue
             allocation = self.state.ledger.pod(other.uid)
-            if (
-                allocation is not None
-                and allocation.node == node
-                and any(devices for devices in allocation.containers)
-            ):
+            if allocation is not None and allocation.node == node and any(allocation.containers):
                 found.add(node)
         proposals: dict[NodeName, Proposal] = {}
         priorities: dict[PodKey, int] = {}
