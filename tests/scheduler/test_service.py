@@ -19,7 +19,7 @@ from pyhami.protocol import KEY_NODE_LOCK
 from pyhami.scheduler import explanations as explanations_module
 from pyhami.scheduler import service as service_module
 from pyhami.scheduler.events import EventRecorder
-from pyhami.scheduler.extender import PodRef
+from pyhami.scheduler.explanations import PodRef
 from pyhami.scheduler.metrics import MetricsSnapshot, SchedulerMetrics
 from pyhami.scheduler.outcome import filter_outcome
 from pyhami.scheduler.service import FilterBind

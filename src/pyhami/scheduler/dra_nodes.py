@@ -30,8 +30,7 @@ from pyhami.kube.extender_wire import (
     ExtenderBindingResult,
     ExtenderFilterResult,
 )
-from pyhami.scheduler.explanations import Explanation, keep_newest
-from pyhami.scheduler.extender import PodRef
+from pyhami.scheduler.explanations import Explanation, PodRef, keep_newest
 from pyhami.scheduler.server import ExtenderService
 
 DRA_NODE_REASON = (

@@ -1,5 +1,5 @@
 """What `/explain` shows: the last decision per pod, kept within bounds, and the latest
-preemption (`explain_wire` encodes them)."""
+preemption (`explain_wire` encodes them); the pod it is asked about."""
 
 from __future__ import annotations
 
@@ -25,6 +25,24 @@ def keep_newest(table: OrderedDict[K, V], key: K, value: V, limit: int) -> None:
     table.move_to_end(key)
     while len(table) > limit:
         table.popitem(last=False)
+
+
+@dataclass(frozen=True, slots=True)
+class PodRef:
+    """namespace/name of a pod, parsed from `ns/name` (the `/explain?pod=` form)."""
+
+    namespace: str
+    name: str
+
+    @classmethod
+    def parse(cls, text: str) -> PodRef:
+        namespace, sep, name = text.partition("/")
+        if not sep or not namespace or not name or "/" in name:
+            raise ValueError(f"pod reference {text!r} must look like namespace/name")
+        return cls(namespace=namespace, name=name)
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -80,16 +80,10 @@ class Preemption:
             config=state.config,
             quotas=state.quotas,
         )
-        state.offer_nomination(
-            pod.key,
-            {
-                node: answer.allocation
-                for node, answer in answers.items()
-                if answer.kept and answer.allocation is not None
-            },
-        )
-        keep_newest(self.last, pod.ref, answers, ANSWERS_KEPT)
         kept = [answer for answer in answers.values() if answer.kept]
+        claims = {a.node: a.allocation for a in kept if a.allocation is not None}
+        state.offer_nomination(pod.key, claims)
+        keep_newest(self.last, pod.ref, answers, ANSWERS_KEPT)
         metrics = service.metrics
         outcome = "kept" if kept else "no-node"
         metrics.preemption_attempts.labels(path="extender", outcome=outcome).inc()

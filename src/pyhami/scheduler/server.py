@@ -39,8 +39,7 @@ from pyhami.kube.extender_wire import (
     compact_json,
 )
 from pyhami.scheduler.explain_wire import encode_explanation
-from pyhami.scheduler.explanations import Explanation, PreemptionExplanation
-from pyhami.scheduler.extender import PodRef
+from pyhami.scheduler.explanations import Explanation, PodRef, PreemptionExplanation
 from pyhami.scheduler.metrics import SchedulerMetrics
 from pyhami.scheduler.webhook import PodAdmission
 from pyhami.serving import BodyTimeoutError, Handler, read_body

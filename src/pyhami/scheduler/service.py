@@ -68,8 +68,7 @@ from pyhami.protocol import (
 )
 from pyhami.scheduler.bind_turns import BindTurns, NodeTurnTimeoutError
 from pyhami.scheduler.events import NORMAL, WARNING, EventRecorder
-from pyhami.scheduler.explanations import Explanation, Explanations, keep_newest
-from pyhami.scheduler.extender import PodRef
+from pyhami.scheduler.explanations import Explanation, Explanations, PodRef, keep_newest
 from pyhami.scheduler.given_nodes import filter_given_nodes
 from pyhami.scheduler.metrics import SchedulerMetrics
 from pyhami.scheduler.outcome import Claim, FilterOutcome, annotations_of, filter_outcome

@@ -295,19 +295,17 @@ class PodAdmission:
             has_resource = True
             if refusal is not None and not may_control:
                 return AdmissionResponse.deny(refusal)
-        if admitted.privileged is not None and has_resource:
+        if not has_resource:
+            return PodChanges(containers=tuple(changes))
+        if admitted.privileged is not None:
             return AdmissionResponse.deny(f"container {admitted.privileged} is privileged")
-        if has_resource and ours and pod.node_name:
+        if ours and pod.node_name:
             return AdmissionResponse.deny("pod has node assigned")
-        if has_resource and self._exceeds_quota(_with_limits(pod, changes)):
+        if self._exceeds_quota(_with_limits(pod, changes)):
             return AdmissionResponse.deny("exceeding resource quota")
-        runtime_class = self.nvidia.runtime_class_name
+        runtime_class = "" if admitted.runtime_class_name else self.nvidia.runtime_class_name
         return PodChanges(
-            containers=tuple(changes),
-            runtime_class_name=(
-                runtime_class if has_resource and not admitted.runtime_class_name else ""
-            ),
-            scheduler_name=ours if has_resource else "",
+            containers=tuple(changes), runtime_class_name=runtime_class, scheduler_name=ours
         )
 
     def _admit_to_dra(self, admitted: AdmittedPod) -> AdmissionResponse | PodChanges:
