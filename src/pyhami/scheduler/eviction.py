@@ -136,21 +136,19 @@ class EvictingPreemption:
         return nomination is not None and self._clock.now() < nomination.expires
 
     async def _preempt(self, pod: PodView, decision: Decision) -> None:
-        key, namespace, name = pod.key, pod.namespace, pod.name
+        key = pod.key
         nomination = self.nominations.get(key)
         if nomination is not None:
             if self.nominated(key) and self.state.hold_nomination(key, nomination.node):
                 log.info(
                     "preemption waits for its victims",
-                    pod=f"{namespace}/{name}",
+                    pod=pod.ref,
                     node=nomination.node,
                     victims=nomination.victims,
                 )
                 return
             await self.expire(key)
-        if pod.preemption_policy == "Never":
-            return
-        if self._victims_terminating(pod):
+        if pod.preemption_policy == "Never" or self._victims_terminating(pod):
             return
         if not self._above_some_pod(pod.priority) or not self._question(pod, decision)[1]:
             return  # no lower-priority pod holds a card where the pod was refused
@@ -182,23 +180,17 @@ class EvictingPreemption:
         answers = {node: counted(answer, judged, budgets) for node, answer in answers.items()}
         best = best_node(answers, question.priorities)
         chosen = () if best is None else tuple(sorted(question.names[v] for v in best.victims))
-        self._remember(f"{namespace}/{name}", answers, best, chosen)
+        self._remember(pod.ref, answers, best, chosen)
         if best is None or best.allocation is None:
-            self._outcome("no-node", f"{namespace}/{name}")
             reasons = "; ".join(f"{node}: {a.reason}" for node, a in sorted(answers.items()))
-            self.events.emit(
-                pod,
-                WARNING,
-                "PreemptionNotHelpful",
-                f"no eviction of lower-priority pods makes room: {reasons}",
-            )
+            why = f"no eviction of lower-priority pods makes room: {reasons}"
+            self._gave_up(pod, "no-node", "PreemptionNotHelpful", why)
             return
         if best.pdb_violations:
-            self._outcome("blocked", f"{namespace}/{name}")
             broken = violations([judged[v] for v in best.victims if v in judged], budgets)
-            self.events.emit(
+            self._gave_up(
                 pod,
-                WARNING,
+                "blocked",
                 "PreemptionBlocked",
                 f"on node {best.node} the pod fits only by evicting pods a PodDisruptionBudget "
                 f"protects ({'; '.join(broken)}); nothing evicted, asked again on the pod's "
@@ -273,7 +265,7 @@ class EvictingPreemption:
         victims: Sequence[PodView],
         budgets: Sequence[Budget],
     ) -> None:
-        key, namespace, name = pod.key, pod.namespace, pod.name
+        key = pod.key
         assert chosen.allocation is not None  # best_node keeps only answers with a claim
         self.state.offer_nomination(key, {chosen.node: chosen.allocation})
         self.state.hold_nomination(key, chosen.node)
@@ -281,23 +273,18 @@ class EvictingPreemption:
         ordered = sorted(victims, key=lambda v: not any(b.covers(v) for b in budgets))
         evicted: list[str] = []
         for victim in ordered:
-            victim_namespace, victim_name = victim.namespace, victim.name
             try:
-                await self.kube.evict_pod(victim_namespace, victim_name, uid=victim.uid)
+                await self.kube.evict_pod(victim.namespace, victim.name, uid=victim.uid)
             except NotFound:
                 pass  # gone already: what the eviction was for
             except KubeError as err:
-                await self._refused(pod, chosen, evicted, f"{victim_namespace}/{victim_name}", err)
+                self._refused(pod, chosen, evicted, victim.ref, err)
                 return
-            evicted.append(f"{victim_namespace}/{victim_name}")
-            self.events.emit(
-                victim,
-                NORMAL,
-                "Preempted",
-                f"Preempted by {namespace}/{name} on node {chosen.node}: {chosen.reason}",
-            )
+            evicted.append(victim.ref)
+            message = f"Preempted by {pod.ref} on node {chosen.node}: {chosen.reason}"
+            self.events.emit(victim, NORMAL, "Preempted", message)
         self.metrics.preemption_victims.labels(path=PATH).inc(len(evicted))
-        self._outcome("evicted", f"{namespace}/{name}")
+        self._outcome("evicted", pod.ref)
         grace = max((_grace_s(v) for v in victims), default=DEFAULT_GRACE_S)
         self.nominations[key] = Nomination(
             chosen.node,
@@ -308,9 +295,9 @@ class EvictingPreemption:
         self._lapses.add(lapse)
         lapse.add_done_callback(self._lapses.discard)
         self.events.emit(pod, NORMAL, "Preempting", f"on node {chosen.node}: {chosen.reason}")
-        await self._nominate(namespace, name, chosen.node)
+        await self._nominate(pod.namespace, pod.name, chosen.node)
 
-    async def _refused(
+    def _refused(
         self,
         pod: PodView,
         chosen: NodePreemption,
@@ -319,15 +306,13 @@ class EvictingPreemption:
         err: KubeError,
     ) -> None:
         """An eviction failed: stop, hold nothing (the cards cannot all be freed), say so."""
-        key, namespace, name = pod.key, pod.namespace, pod.name
-        self.state.drop_nomination(key)
+        self.state.drop_nomination(pod.key)
         self.metrics.preemption_evictions_failed.labels(code=str(err.code)).inc()
         self.metrics.preemption_victims.labels(path=PATH).inc(len(evicted))
-        self._outcome("eviction-refused", f"{namespace}/{name}")
         done = f"; already evicted: {', '.join(evicted)}" if evicted else "; nothing evicted"
-        self.events.emit(
+        self._gave_up(
             pod,
-            WARNING,
+            "eviction-refused",
             "PreemptionFailed",
             f"on node {chosen.node} the eviction of {victim} was refused ({err}){done}; "
             "nothing is held for the pod, asked again on its next scheduling attempt",
@@ -369,6 +354,11 @@ class EvictingPreemption:
         """The latest preemption for `pod` (namespace/name) as /explain shows it: the node
         chosen, its victims and every node's answer with its reason."""
         return self._explained.get(pod)
+
+    def _gave_up(self, pod: PodView, outcome: str, reason: str, message: str) -> None:
+        """An attempt that ends without evicting (more): counted, told on the pod."""
+        self._outcome(outcome, pod.ref)
+        self.events.emit(pod, WARNING, reason, message)
 
     def _outcome(self, outcome: str, pod: str = "") -> None:
         if pod in self._explained:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -279,18 +279,11 @@ class SchedulerProcess:
     async def start(self) -> None:
         for informer in self.informers.values():
             informer.start()
-        # These end when `stop` is asked for, so they are awaited there rather than guarded.
-        self._tasks.append(asyncio.create_task(self._wait_synced(), name="scheduler/sync"))
+        self._spawn(self._wait_synced(), "sync")
         if self.elector is not None:
-            self._tasks.append(
-                asyncio.create_task(self.elector.run(self._stop), name="scheduler/leader")
-            )
+            self._spawn(self.elector.run(self._stop), "leader")
         if self.certificate is not None:
-            self._tasks.append(
-                asyncio.create_task(
-                    self.certificate.watch(CERT_POLL_SECONDS, self._stop), name="scheduler/tls"
-                )
-            )
+            self._spawn(self.certificate.watch(CERT_POLL_SECONDS, self._stop), "tls")
         authenticated = bool(self.settings.extender_client_ca)
         main = build_app(
             DraAwareExtender(
@@ -331,6 +324,10 @@ class SchedulerProcess:
             metrics_port=self.metrics_port,
         )
 
+    def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        # These end when `stop` is asked for, so they are awaited there rather than guarded.
+        self._tasks.append(asyncio.create_task(work, name=f"scheduler/{name}"))
+
     async def _serve(self, name: str, app: web.Application, host: str, port: int, ssl: Any) -> int:
         guard = ConnectionGuard(self.limits)
         app.middlewares.insert(0, guard.middleware)  # outermost: it times the whole request
@@ -350,7 +347,7 @@ class SchedulerProcess:
         freeze_heap(full=True)
         self.synced.set()
         log.info("scheduler caches synced", nodes=len(self.state.ledger.node_names()))
-        self._tasks.append(asyncio.create_task(self._keep_frozen(), name="scheduler/gc"))
+        self._spawn(self._keep_frozen(), "gc")
 
     async def _keep_frozen(self) -> None:
         since_full = 0.0
