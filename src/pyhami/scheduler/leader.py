@@ -20,6 +20,7 @@ election): acquire and renew the Lease ourselves.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -155,10 +156,8 @@ class LeaderElector:
         try:
             while not stop.is_set():
                 await self.step()
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=self.timing.retry_period)
-                except TimeoutError:
-                    continue
         finally:
             await self.release()
 

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from pyhami.engine import app_only_usage, collapse_init_usage
 from pyhami.model import MigAllocation
+from pyhami.protocol import NVIDIA_VENDOR
 from pyhami.scheduler.metrics import DeviceSample, MetricsSnapshot, PodDeviceSample, QuotaSample
 from pyhami.scheduler.state import ClusterState
-
-NVIDIA = "NVIDIA"
 
 
 def metrics_snapshot(state: ClusterState) -> MetricsSnapshot:
@@ -28,7 +27,7 @@ def metrics_snapshot(state: ClusterState) -> MetricsSnapshot:
             if entry.runtime_ready:
                 migs.setdefault((allocation.node, entry.gpu_uuid), []).append(entry)
         usage = (app_only_usage if allocation.init_finished else collapse_init_usage)(
-            allocation.containers, allocation.init_count, NVIDIA, allocation.sidecars
+            allocation.containers, allocation.init_count, NVIDIA_VENDOR, allocation.sidecars
         )
         pods.extend(
             PodDeviceSample(

@@ -16,6 +16,7 @@ the process restarts (OpenSSL cannot take a CA back out of a live context).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import ssl
 from pathlib import Path
@@ -95,7 +96,5 @@ class ReloadingCertificate:
         """Poll the files until `stop` is set."""
         while not stop.is_set():
             self.reload_if_changed()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=interval)
-            except TimeoutError:
-                continue
