@@ -56,7 +56,7 @@ from pyhami.model import NodeName, PodView
 from pyhami.model.views import Budget, BudgetError
 from pyhami.scheduler.budgets import counted, protected, violations
 from pyhami.scheduler.events import NORMAL, WARNING, EventRecorder
-from pyhami.scheduler.explanations import PreemptionExplanation, keep_newest
+from pyhami.scheduler.explanations import ANSWERS_KEPT, PreemptionExplanation, keep_newest
 from pyhami.scheduler.metrics import SchedulerMetrics
 from pyhami.scheduler.state import ClusterState
 
@@ -67,7 +67,6 @@ DEFAULT_GRACE_S = 30  # a pod's terminationGracePeriodSeconds when its spec does
 # How long a nomination outlives its victims' longest grace period: time for the kubelet to
 # report them gone and for kube-scheduler to try the pod again.
 NOMINATION_MARGIN = timedelta(seconds=60)
-ANSWERS_KEPT = 256  # the latest answers kept for inspection, oldest dropped first
 # Nodes searched for victims per attempt, as kube-scheduler's preemption bounds its candidates
 # (minCandidateNodesAbsolute): the search runs inside /filter.
 MAX_CANDIDATE_NODES = 100

@@ -12,6 +12,7 @@ from pyhami.engine import Decision
 from pyhami.model import NodeName
 
 EXPLANATIONS_KEPT = 2048
+ANSWERS_KEPT = 256  # the latest preemption answers kept for inspection, oldest dropped first
 # Also bound what /explain keeps by node verdicts: at 1,000 nodes 2,048 decisions would hold
 # two million verdict tuples (hundreds of MB, all walked by every full GC collection).
 EXPLAINED_VERDICTS_KEPT = 100_000

@@ -28,13 +28,11 @@ from pyhami.kube.extender_wire import (
     preemption_result,
 )
 from pyhami.model import NodeName
-from pyhami.scheduler.explanations import PreemptionExplanation, keep_newest
+from pyhami.scheduler.explanations import ANSWERS_KEPT, PreemptionExplanation, keep_newest
 from pyhami.scheduler.service import FilterBind, FilterRefusedError
 from pyhami.serving import read_body
 
 log = structlog.get_logger(__name__)
-
-ANSWERS_KEPT = 256  # the latest answers kept for inspection, oldest dropped first
 
 
 class Preemption:

@@ -170,7 +170,7 @@ class ClusterState:
             allocation = None
         reserved = self.ledger.pod(key) if key in self._reservations else None
         if reserved is not None:
-            if not self._shows_the_patch(key, pod, allocation, reserved):
+            if not self._shows_the_patch(pod, allocation, reserved):
                 return  # a view from before our patch landed
             self._reservations.pop(key, None)
         if allocation is not None:
@@ -241,13 +241,9 @@ class ClusterState:
             self.on_pod(seen)
 
     def _shows_the_patch(
-        self,
-        key: PodKey,
-        pod: PodView,
-        allocation: PodAllocation | None,
-        reserved: PodAllocation,
+        self, pod: PodView, allocation: PodAllocation | None, reserved: PodAllocation
     ) -> bool:
-        written = self._reservations.get(key)
+        written = self._reservations.get(pod.key)
         if written is None:
             return False  # not answered yet
         seen = pod.resource_version
