@@ -175,9 +175,8 @@ def container_share(
 def translate_to_claims(
     pod: PodView, cfg: NvidiaConfig, card_memories: Collection[int] = ()
 ) -> tuple[ContainerChanges, ...]:
-    """Each container's change (init containers first): the claim for the share it asks for,
-    which replaces its GPU resources. `card_memories`: the memory sizes (bytes) of the DRA
-    driver's GPUs, for gpumem-percentage."""
+    """Each container's change (init containers first): the claim for the share it asks for
+    (`container_share`), which replaces its GPU resources."""
     rules = PodCardRules.from_annotations(pod.annotations)
     shares = (container_share(view, cfg, rules, card_memories) for view in pod.all_containers)
     return tuple(ContainerChanges(claim=share) for share in shares)

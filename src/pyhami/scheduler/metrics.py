@@ -196,8 +196,7 @@ class AllocationCollector(Collector):
             old_value: float | None = None,
             old_labels: Sequence[str] | None = None,
         ) -> None:
-            """The gauge's sample, and its legacy twin's (the same labels and value unless
-            given)."""
+            """The gauge's sample, and its legacy twin's (same labels and value unless given)."""
             families[fam].add_metric([*labels, ZONE], value)
             if fam in legacy:
                 legacy[fam].add_metric(

@@ -64,19 +64,14 @@ class ReloadingCertificate:
 
     def _load(self) -> tuple[tuple[int, int, int] | None, ...]:
         stamp = self._stamps()
+        what = f"certificate {self.cert_file} with key {self.key_file}"
         try:
             self.context.load_cert_chain(self.cert_file, self.key_file)
-        except (OSError, ssl.SSLError) as err:
-            raise CertificateError(
-                f"cannot load certificate {self.cert_file} with key {self.key_file}: {err}"
-            ) from err
-        if self.client_ca is not None:
-            try:
+            if self.client_ca is not None:
+                what = f"the client CA bundle {self.client_ca}"
                 self.context.load_verify_locations(cafile=self.client_ca)
-            except (OSError, ssl.SSLError) as err:
-                raise CertificateError(
-                    f"cannot load the client CA bundle {self.client_ca}: {err}"
-                ) from err
+        except (OSError, ssl.SSLError) as err:
+            raise CertificateError(f"cannot load {what}: {err}") from err
         self.reloads += 1
         return stamp
 
