@@ -344,9 +344,7 @@ class EvictingPreemption:
         if nomination is None:
             return
         for pod in list(self.state.pods.values()):
-            if pod.uid != key:
-                continue
-            if not pod.node_name and pod.nominated_node_name == nomination.node:
+            if pod.uid == key and not pod.node_name and pod.nominated_node_name == nomination.node:
                 await self._nominate(pod.namespace, pod.name, None)
 
     def explanation(self, pod: str) -> PreemptionExplanation | None:

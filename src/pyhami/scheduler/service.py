@@ -367,12 +367,16 @@ class FilterBind:
         try:
             await self._write_binding(claim, args.node, attempt)
         except Exception as err:
-            return await self._settle(claim, args.node, pod, attempt, err)
-        return await self._settle(claim, args.node, pod, attempt, None)
+            return await self._bind_failed(claim, args.node, pod, attempt, err)
+        self.state.mark_bound(claim.key, args.node)
+        self.metrics.decisions.labels(verb="bind", outcome="bound").inc()
+        message = f"Successfully binding node [{args.node}] to {namespace}/{claim.name}"
+        self.events.emit(pod, NORMAL, "BindingSucceed", message)
+        return ExtenderBindingResult()
 
     async def _write_binding(self, claim: Claim, node: str, attempt: _BindAttempt) -> None:
         """The bind's writes, in their order: the pod's patch (and the node lock), then
-        `pods/binding`; `attempt` notes what was written for `_settle`."""
+        `pods/binding`; `attempt` notes what was written for `_bind_failed`."""
         # Waiting for the node (this process's earlier binds there, then the lock of a pod
         # that is not allocated yet) ends within --node-lock-retry-timeout, before
         # kube-scheduler's own timeout gives up on this bind.
@@ -400,34 +404,6 @@ class FilterBind:
                 await recorded
             self._still_leading()
             await self.pods.bind(claim.namespace, claim.name, node, claim.key)
-
-    async def _settle(
-        self,
-        claim: Claim,
-        node: str,
-        pod: PodView,
-        attempt: _BindAttempt,
-        err: Exception | None,
-    ) -> ExtenderBindingResult:
-        """A bind's effects, in one place: on success the binding is remembered, counted and
-        told; on failure this bind's own writes and reservation are undone (`_bind_failed`),
-        except when the lead moved: nothing is undone then either, since the new leader
-        filters the pod again, which replaces its annotations, and a lock left here is taken
-        back by the pod or, once it is placed elsewhere, treated as dangling."""
-        if err is not None and attempt.recorded is not None:
-            await asyncio.wait([attempt.recorded])  # any cleanup is written after it
-        if isinstance(err, NotLeadingError):
-            return ExtenderBindingResult(str(err))
-        if err is not None:
-            if isinstance(err, NodeTurnTimeoutError):
-                err = self._timed_out(node)
-            await self._bind_failed(claim, node, pod, attempt, err)
-            return ExtenderBindingResult(str(err))
-        self.state.mark_bound(claim.key, node)
-        self.metrics.decisions.labels(verb="bind", outcome="bound").inc()
-        message = f"Successfully binding node [{node}] to {claim.namespace}/{claim.name}"
-        self.events.emit(pod, NORMAL, "BindingSucceed", message)
-        return ExtenderBindingResult()
 
     def _unclaimed(
         self, claim: Claim | None, args: ExtenderBindingArgs, namespace: str
@@ -532,12 +508,26 @@ class FilterBind:
 
     async def _bind_failed(
         self, claim: Claim, node: str, pod: PodView, attempt: _BindAttempt, err: Exception
-    ) -> None:
-        """Undo this bind's own reservation, and only while the pod is unbound: a pod that is
-        bound (kube-scheduler's cache lagged and the binding answered 409) keeps its charge
-        and its annotations, since it is about to run with them."""
+    ) -> ExtenderBindingResult:
+        """A failed bind, counted and told, its own writes and reservation undone (`_undo`),
+        except when the lead moved: nothing is undone then either, since the new leader
+        filters the pod again, which replaces its annotations, and a lock left here is taken
+        back by the pod or, once it is placed elsewhere, treated as dangling."""
+        if attempt.recorded is not None:
+            await asyncio.wait([attempt.recorded])  # any cleanup is written after it
+        if isinstance(err, NotLeadingError):
+            return ExtenderBindingResult(str(err))
+        if isinstance(err, NodeTurnTimeoutError):
+            err = self._timed_out(node)
         self.metrics.decisions.labels(verb="bind", outcome="failed").inc()
         self.events.emit(pod, WARNING, "BindingFailed", str(err))
+        await self._undo(claim, node, attempt)
+        return ExtenderBindingResult(str(err))
+
+    async def _undo(self, claim: Claim, node: str, attempt: _BindAttempt) -> None:
+        """Undo a failed bind's own reservation, and only while the pod is unbound: a pod that
+        is bound (kube-scheduler's cache lagged and the binding answered 409) keeps its charge
+        and its annotations, since it is about to run with them."""
         if attempt.recorded is None:  # the pod and node are as they were: only the reservation goes
             if claim.allocation is not None and self.state.holds(claim.allocation):
                 self.state.release(claim.key)
