@@ -313,9 +313,8 @@ class FilterBind:
         today's usage, its own reservation set aside (nothing awaits in between)."""
         wanted = (Outcome.SCHEDULED, Outcome.UNSCHEDULABLE)
         pod = self.state.pods.get((decision.namespace, decision.name))
-        if pod is None or decision.outcome not in wanted:
-            return decision
-        if any(verdict.checks for verdict in decision.verdicts.values()):
+        checked = any(verdict.checks for verdict in decision.verdicts.values())
+        if pod is None or decision.outcome not in wanted or checked:
             return decision
         ledger = self.state.ledger
         own = ledger.pod(decision.key)
