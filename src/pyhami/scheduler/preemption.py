@@ -49,9 +49,9 @@ class Preemption:
 
     async def answer(self, args: PreemptionArgs) -> dict[NodeName, NodePreemption]:
         service = self.service
-        refusal = service._not_leader()
-        if refusal is not None or not service.synced.is_set():
-            log.info("preemption not answered", why=refusal or "caches not synced")
+        ready, why = service.readiness()
+        if not ready:
+            log.info("preemption not answered", why=why)
             return {}
         try:
             # Only the pod's namespace, name and UID are taken from the body, as for /filter.

@@ -180,7 +180,7 @@ def build_app(
             try:
                 response = decide(review)
                 if response.allowed and response.claim_templates:
-                    response = await admission.create_claim_templates(response)
+                    response = await response.create_claim_templates(admission.ensure_object)
             except Exception as err:
                 log.exception("admission failed", path=request.path)
                 response = AdmissionResponse.errored(500, f"internal error: {err}")

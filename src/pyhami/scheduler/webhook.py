@@ -201,13 +201,10 @@ class PodAdmission:
         self.cfg = cfg
         self.nvidia = nvidia
         self._exceeds_quota = exceeds_quota
-        self._ensure_object = ensure_object
+        # creates the ResourceClaimTemplates an allowed answer's pod names, before the pod is
+        self.ensure_object = ensure_object
         # the memory sizes (bytes) of the DRA driver's GPUs, for gpumem-percentage
         self._dra_card_memories = dra_card_memories
-
-    async def create_claim_templates(self, response: AdmissionResponse) -> AdmissionResponse:
-        """Create the ResourceClaimTemplates an allowed answer's pod names, before the pod is."""
-        return await response.create_claim_templates(self._ensure_object)
 
     def review(self, request: AdmissionRequest) -> AdmissionResponse:
         """HAMi's webhook: the ownership rule, then the GPU pod mutation on CREATE."""
