@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import gc
 from collections.abc import Callable, Coroutine
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -175,36 +176,23 @@ class SchedulerProcess:
             ensure_object=self._ensure_claim_template,
             dra_card_memories=self.dra_cards.sizes,
         )
-        resync = InformerSettings(resync_period_s=INFORMER_RESYNC_SECONDS)
+        informer = partial(
+            ViewInformer, client, settings=InformerSettings(resync_period_s=INFORMER_RESYNC_SECONDS)
+        )
         selector = ",".join(f"{k}={v}" for k, v in settings.node_label_selector.items())
         state = self.state
         # The informers keep the views the state decides on: one copy of every object.
         self.informers: dict[str, ViewInformer[Any]] = {
             "pods": _watched(
-                ViewInformer(client, PODS, read_pod, settings=resync, name="scheduler/pods"),
-                state.on_pod,
-                state.on_pod_deleted,
+                informer(PODS, read_pod, name="scheduler/pods"), state.on_pod, state.on_pod_deleted
             ),
             "nodes": _watched(
-                ViewInformer(
-                    client,
-                    NODES,
-                    read_node,
-                    label_selector=selector,
-                    settings=resync,
-                    name="scheduler/nodes",
-                ),
+                informer(NODES, read_node, label_selector=selector, name="scheduler/nodes"),
                 state.on_node,
                 self._node_gone,
             ),
             "quotas": _watched(
-                ViewInformer(
-                    client,
-                    RESOURCE_QUOTAS,
-                    read_quota,
-                    settings=resync,
-                    name="scheduler/resourcequotas",
-                ),
+                informer(RESOURCE_QUOTAS, read_quota, name="scheduler/resourcequotas"),
                 state.on_quota,
                 state.on_quota_deleted,
             ),
@@ -212,12 +200,10 @@ class SchedulerProcess:
         if settings.dra_mode != "off":
             # the DRA GPUs' memory sizes, for the webhook's gpumem-percentage alternatives
             self.informers["resourceslices"] = _watched(
-                ViewInformer(
-                    client,
+                informer(
                     RESOURCE_SLICES,
                     read_slice_card_memories,
                     field_selector=f"spec.driver={DRIVER}",
-                    settings=resync,
                     name="scheduler/resourceslices",
                 ),
                 self.dra_cards.on_slice,
