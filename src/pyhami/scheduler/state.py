@@ -53,7 +53,6 @@ from pyhami.protocol import (
 
 log = structlog.get_logger(__name__)
 
-InventoryOf = Callable[[NodeView], NodeInventory | None]
 REGISTRATION_KEYS = (KEY_NODE_NVIDIA_REGISTER, KEY_NODE_NVIDIA_SCORE, KEY_DEVICE_CORDON)
 
 
@@ -72,7 +71,7 @@ class ClusterState:
     def __init__(
         self,
         config: EngineConfig,
-        inventory_of: InventoryOf,
+        inventory_of: Callable[[NodeView], NodeInventory | None],
         *,
         node_selector: Mapping[str, str] | None = None,
     ) -> None:
