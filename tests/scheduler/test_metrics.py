@@ -1,7 +1,7 @@
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pyhami.model import DeviceUsage, MigAllocation, MigPlacement
+from pyhami.model import ContainerDevice, DeviceUsage, MigAllocation, MigPlacement
 from pyhami.scheduler.metrics import (
     DeviceSample,
     MetricsSnapshot,
@@ -27,9 +27,9 @@ SNAPSHOT = MetricsSnapshot(
         QuotaSample("team-b", "nvidia.com/gpucores", 25),
     ),
     pods=(
-        PodDeviceSample("team-a", "n1", "p1", "GPU-a", 2000, 25),
-        PodDeviceSample("team-a", "n2", "p2", "AMD-0", 0, 30),
-        PodDeviceSample("team-a", "n2", "p3", "", 10, 10),
+        PodDeviceSample("team-a", "n1", "p1", ContainerDevice("GPU-a", "NVIDIA", 2000, 25)),
+        PodDeviceSample("team-a", "n2", "p2", ContainerDevice("AMD-0", "AMD", 0, 30)),
+        PodDeviceSample("team-a", "n2", "p3", ContainerDevice("", "NVIDIA", 10, 10)),
     ),
     unreadable_nodes=("n3",),
 )

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from pyhami.model import DeviceUsage, MigAllocation
+from pyhami.model import ContainerDevice, DeviceUsage, MigAllocation
 from pyhami.serving.build_info import BuildInfo
 
 MIB = 1 << 20
@@ -56,9 +56,7 @@ class PodDeviceSample:
     namespace: str
     node: str
     pod: str
-    uuid: str
-    usedmem: int
-    usedcores: int
+    device: ContainerDevice
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,15 +236,16 @@ class AllocationCollector(Collector):
             if q.limit is not None:
                 emit(QUOTA_LIMIT, (q.namespace, q.resource), float(q.limit))
         for p in snap.pods:
-            if not p.uuid:
+            used = p.device
+            if not used.uuid:
                 continue
-            labels = (p.namespace, p.node, p.pod, "0", p.uuid)
-            owner = cards.get((p.node, p.uuid))
-            cores = float(p.usedcores)
+            labels = (p.namespace, p.node, p.pod, "0", used.uuid)
+            owner = cards.get((p.node, used.uuid))
+            cores = float(used.usedcores)
             if owner is not None and _is_amd(owner):
-                cores = _amd_ratio(p.usedcores, owner.totalcore)
-            emit(VGPU_MEMORY, labels, p.usedmem * MIB)
-            emit(VGPU_CORE, labels, cores, float(p.usedcores))
+                cores = _amd_ratio(used.usedcores, owner.totalcore)
+            emit(VGPU_MEMORY, labels, used.usedmem * MIB)
+            emit(VGPU_CORE, labels, cores, float(used.usedcores))
         yield from families.values()
         yield from legacy.values()
         unreadable = GaugeMetricFamily(

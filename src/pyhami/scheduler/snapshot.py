@@ -30,14 +30,7 @@ def metrics_snapshot(state: ClusterState) -> MetricsSnapshot:
             allocation.containers, allocation.init_count, NVIDIA_VENDOR, allocation.sidecars
         )
         pods.extend(
-            PodDeviceSample(
-                allocation.namespace,
-                allocation.node,
-                allocation.name,
-                device.uuid,
-                device.usedmem,
-                device.usedcores,
-            )
+            PodDeviceSample(allocation.namespace, allocation.node, allocation.name, device)
             for device in usage
         )
     devices = [
