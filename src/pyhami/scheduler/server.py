@@ -203,7 +203,6 @@ def build_app(
         found = service.explain(ref)
         if found is None:
             return _json(compact_json({"error": f"no decision recorded for pod {ref}"}), status=404)
-        # with the victims chosen for it, and why
         return _json(encode_explanation(found, preemption_of(str(ref))))
 
     app = web.Application(
