@@ -156,12 +156,8 @@ class EvictingPreemption:
             budgets = tuple(read_budget(pdb) for pdb in listed.items)
         except (KubeError, BudgetError) as err:
             self._outcome("budgets-unreadable")
-            self.events.emit(
-                pod,
-                WARNING,
-                "PreemptionFailed",
-                f"PodDisruptionBudgets cannot be read, nothing evicted: {err}",
-            )
+            message = f"PodDisruptionBudgets cannot be read, nothing evicted: {err}"
+            self.events.emit(pod, WARNING, "PreemptionFailed", message)
             return
         # Asked again: pods came and went while the budgets were read.
         question, proposals = self._question(pod, decision)
