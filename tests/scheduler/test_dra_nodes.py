@@ -18,7 +18,7 @@ from pyhami.scheduler.dra_nodes import (
     DRA_NODE_REASON,
     DraAwareExtender,
 )
-from pyhami.scheduler.extender import PodRef
+from pyhami.scheduler.explanations import PodRef
 from pyhami.scheduler.state import is_dra_node
 
 NODES = {

@@ -11,7 +11,7 @@ from pyhami.kube.extender_wire import (
     ExtenderDecodeError,
     ExtenderFilterResult,
 )
-from pyhami.scheduler.extender import PodRef
+from pyhami.scheduler.explanations import PodRef
 
 POD = {"metadata": {"name": "p", "namespace": "ns", "uid": "u"}, "spec": {"schedulerName": "s"}}
 

@@ -1,42 +1,35 @@
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from pyhami.model import ContainerDevice, DeviceUsage, MigAllocation, MigPlacement
 from pyhami.scheduler.metrics import (
     DeviceSample,
     MetricsSnapshot,
-    MigSample,
     PodDeviceSample,
     QuotaSample,
     SchedulerMetrics,
 )
 
+MIG = MigAllocation(0, 1, "GPU-m", "1g.6gb", MigPlacement(0, 1), "MIG-1", 3, 0)
 SNAPSHOT = MetricsSnapshot(
     devices=(
-        DeviceSample("n1", "GPU-a", 0, "NVIDIA-A100", 8000, 2000, 100, 25, 1),
+        DeviceSample("n1", DeviceUsage("GPU-a", 0, 1, 10, 2000, 8000, 25, 100, "NVIDIA-A100")),
         DeviceSample(
             "n1",
-            "GPU-m",
-            1,
-            "NVIDIA-A30",
-            24000,
-            6000,
-            100,
-            25,
-            1,
-            mode="mig",
-            migs=(MigSample("MIG-1", "1g.6gb", 3, 0, 0, 1),),
+            DeviceUsage("GPU-m", 1, 1, 10, 6000, 24000, 25, 100, "NVIDIA-A30", mode="mig"),
+            migs=(MIG,),
         ),
-        DeviceSample("n2", "AMD-0", 0, "AMDGPU", 16000, 0, 120, 30, 1),
-        DeviceSample("n2", "GPU-z", 1, "NVIDIA-T4", 0, 0, 0, 0, 0),
+        DeviceSample("n2", DeviceUsage("AMD-0", 0, 1, 10, 0, 16000, 30, 120, "AMDGPU")),
+        DeviceSample("n2", DeviceUsage("GPU-z", 1, 0, 10, 0, 0, 0, 0, "NVIDIA-T4")),
     ),
     quotas=(
-        QuotaSample("team-a", "nvidia.com/gpumem", 3000, 30000, True),
+        QuotaSample("team-a", "nvidia.com/gpumem", 3000, 30000),
         QuotaSample("team-b", "nvidia.com/gpucores", 25),
     ),
     pods=(
-        PodDeviceSample("team-a", "n1", "p1", 0, "GPU-a", 2000, 25),
-        PodDeviceSample("team-a", "n2", "p2", 0, "AMD-0", 0, 30),
-        PodDeviceSample("team-a", "n2", "p3", 0, "", 10, 10),
+        PodDeviceSample("team-a", "n1", "p1", ContainerDevice("GPU-a", "NVIDIA", 2000, 25)),
+        PodDeviceSample("team-a", "n2", "p2", ContainerDevice("AMD-0", "AMD", 0, 30)),
+        PodDeviceSample("team-a", "n2", "p3", ContainerDevice("", "NVIDIA", 10, 10)),
     ),
     unreadable_nodes=("n3",),
 )

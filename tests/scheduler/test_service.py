@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from pyhami.devices.nvidia.vendor import NvidiaVendor
-from pyhami.engine import EngineConfig
+from pyhami.engine import Decision, EngineConfig, NodeVerdict
 from pyhami.kube import NodeLocker
 from pyhami.kube.extender_wire import ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult
 from pyhami.kube.scheduler_pods import SchedulerPods
@@ -20,10 +20,10 @@ from pyhami.protocol import KEY_NODE_LOCK
 from pyhami.scheduler import explanations as explanations_module
 from pyhami.scheduler import service as service_module
 from pyhami.scheduler.events import EventRecorder
-from pyhami.scheduler.extender import PodRef
+from pyhami.scheduler.explanations import PodRef
 from pyhami.scheduler.metrics import MetricsSnapshot, SchedulerMetrics
 from pyhami.scheduler.outcome import filter_outcome
-from pyhami.scheduler.service import FilterBind, Leadership
+from pyhami.scheduler.service import FilterBind
 from pyhami.scheduler.state import ClusterState
 from pyhami.testing import ManualClock
 
@@ -52,7 +52,8 @@ INVENTORIES = {
 
 class Leader:
     def __init__(self) -> None:
-        self.leading = True
+        self.is_leader = True
+        self.leader = "other-replica"
 
 
 def _service(
@@ -69,9 +70,6 @@ def _service(
     ready = asyncio.Event()
     if synced:
         ready.set()
-    leadership = (
-        None if leader is None else Leadership(lambda: leader.leading, lambda: "other-replica")
-    )
     clock = ManualClock(NOW)
     return FilterBind(
         state,
@@ -81,7 +79,7 @@ def _service(
         SchedulerMetrics(MetricsSnapshot),
         clock=clock,
         owned_annotations=OWNED,
-        leadership=leadership,
+        leadership=leader,
         synced=ready,
         explain_all=explain_all,
         sync_wait=timedelta(milliseconds=50),
@@ -151,7 +149,8 @@ async def test_the_claim_kept_for_bind_holds_no_node_verdicts() -> None:
     outcome = filter_outcome(read_pod(pod), explained.decision, ["n1", "n1-busy"], {}, OWNED)
     assert outcome.claim is not None
     assert outcome.claim.node == "n1" and outcome.claim.allocation is not None
-    assert len(outcome.claim.decision.verdicts) == 0
+    held = [getattr(outcome.claim, f.name) for f in dataclasses.fields(outcome.claim)]
+    assert not any(isinstance(value, Decision | NodeVerdict) for value in held)
 
 
 async def test_explain_gives_card_detail_for_one_pod_without_explain_all() -> None:
@@ -259,7 +258,7 @@ async def test_a_bind_waiting_for_its_nodes_turn_writes_nothing_and_times_out_cl
 
 async def test_followers_do_not_decide_and_say_so() -> None:
     leader = Leader()
-    leader.leading = False
+    leader.is_leader = False
     service = _service(MemoryKube(), leader)
     result = await _filter(service, gpu_pod("p"), "n1")
     assert "not the leader (leader: other-replica)" in result.error
@@ -277,7 +276,7 @@ async def test_a_leader_deposed_while_its_filter_reads_the_pod_writes_nothing() 
 
     async def read_then_lose_the_lease(namespace: str, name: str) -> dict[str, Any]:
         answer = await read(namespace, name)
-        leader.leading = False  # another replica took the Lease meanwhile
+        leader.is_leader = False  # another replica took the Lease meanwhile
         return answer
 
     kube.get_pod = read_then_lose_the_lease  # type: ignore[method-assign]
@@ -299,11 +298,11 @@ async def test_a_leader_deposed_while_its_bind_awaits_the_api_writes_nothing_mor
 
     async def lock_then_lose(name: str, value: str | None, resource_version: str) -> None:
         await write_node_lock(name, value, resource_version)
-        leader.leading = lost_after != "node-lock"
+        leader.is_leader = lost_after != "node-lock"
 
     async def patch_then_lose(namespace: str, name: str, body: dict[str, Any]) -> Any:
         answer = await patch_pod(namespace, name, body)
-        leader.leading = False
+        leader.is_leader = False
         return answer
 
     kube.write_node_lock = lock_then_lose  # type: ignore[method-assign]

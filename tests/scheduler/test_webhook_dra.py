@@ -259,14 +259,14 @@ async def test_templates_are_created_before_the_answer_and_a_failure_refuses_the
     response, _ = _admit(_pod(_ctr(gpumem="1024"), nodeSelector=DRA_SELECTOR))
     config = WebhookConfig(dra_mode="selected")
     admission = PodAdmission(config, NvidiaConfig(), lambda _: False, ensure_object=ensure)
-    assert await admission.create_claim_templates(response) is response
+    assert await response.create_claim_templates(admission.ensure_object) is response
     assert created == list(response.claim_templates)
 
     async def refuse(template: ClaimTemplate) -> None:
         raise Forbidden(403, "Forbidden", "the API server says no")
 
     refusing = PodAdmission(config, NvidiaConfig(), lambda _: False, ensure_object=refuse)
-    answer = await refusing.create_claim_templates(response)
+    answer = await response.create_claim_templates(refusing.ensure_object)
     assert not answer.allowed and answer.code == 500
     assert "cannot create ResourceClaimTemplate pyhami-gpu-" in answer.message
 

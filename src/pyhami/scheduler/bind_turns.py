@@ -32,14 +32,11 @@ class BindTurns:
         lock = self._locks.setdefault(node, asyncio.Lock())
         self._queued[node] = self._queued.get(node, 0) + 1
         try:
-            if within is None:
-                await lock.acquire()
-            else:
-                try:
-                    await asyncio.wait_for(lock.acquire(), max(within, 0.0))
-                except TimeoutError as err:
-                    message = f"node {node}: no turn within {within:.1f}s"
-                    raise NodeTurnTimeoutError(message) from err
+            try:
+                await asyncio.wait_for(lock.acquire(), None if within is None else max(within, 0))
+            except TimeoutError as err:
+                message = f"node {node}: no turn within {within:.1f}s"
+                raise NodeTurnTimeoutError(message) from err
             try:
                 yield
             finally:

@@ -186,17 +186,15 @@ def scheduler(  # noqa: PLR0917 - one typer option per HAMi flag
         settings = _settings(
             **{k: v for k, v in locals().items() if k not in ("debug", "verbosity", "log_format")}
         )
-        listen = {
-            "--http_bind": split_host_port(settings.http_bind, "--http_bind"),
-            "--metrics-bind-address": split_host_port(
-                settings.metrics_bind_address, "--metrics-bind-address"
-            ),
-        }
     except (SettingsError, DeviceConfigError) as err:
         fail("scheduler", str(err))
     check_certificate(settings.cert_file, settings.key_file, "--cert_file/--key_file", "scheduler")
-    for flag, (host, port) in listen.items():
-        check_port_free(host, port, flag, "scheduler")
+    # both addresses are valid: the settings checked them
+    for flag, address in (
+        ("--http_bind", settings.http_bind),
+        ("--metrics-bind-address", settings.metrics_bind_address),
+    ):
+        check_port_free(*split_host_port(address, flag), flag, "scheduler")
     check_kubeconfig(settings.kubeconfig or None, "scheduler")
     run_service(
         "scheduler", _run(settings), debug=debug, usage_errors=(SettingsError, DeviceConfigError)

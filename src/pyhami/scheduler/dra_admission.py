@@ -118,6 +118,8 @@ def _percentage_share(
     name: object, percentage: int, card_memories: Collection[int], cfg: NvidiaConfig
 ) -> tuple[tuple[int, int], ...]:
     asked = f"container {name!r}: {cfg.resource_memory_percentage_name}={percentage}"
+    if not 0 < percentage < 100:
+        raise DraTranslationError(f"{asked} is not a percentage (0..100)")
     if not card_memories:
         raise DraTranslationError(
             f"{asked}: no GPU of the DRA driver is known yet (no ResourceSlice), so the "
@@ -152,11 +154,6 @@ def container_share(
     by_card: tuple[tuple[int, int], ...] = ()
     # gpumem wins over a percentage, and 0 or 100 percent is the whole card, as in HAMi
     if memory_mib is None and percentage is not None and percentage not in (0, 100):
-        if not 0 < percentage < 100:
-            raise DraTranslationError(
-                f"container {name!r}: {cfg.resource_memory_percentage_name}={percentage} "
-                "is not a percentage (0..100)"
-            )
         by_card = _percentage_share(name, percentage, card_memories, cfg)
     try:
         return GpuShare(
@@ -175,9 +172,8 @@ def container_share(
 def translate_to_claims(
     pod: PodView, cfg: NvidiaConfig, card_memories: Collection[int] = ()
 ) -> tuple[ContainerChanges, ...]:
-    """Each container's change (init containers first): the claim for the share it asks for,
-    which replaces its GPU resources. `card_memories`: the memory sizes (bytes) of the DRA
-    driver's GPUs, for gpumem-percentage."""
+    """Each container's change (init containers first): the claim for the share it asks for
+    (`container_share`), which replaces its GPU resources."""
     rules = PodCardRules.from_annotations(pod.annotations)
     shares = (container_share(view, cfg, rules, card_memories) for view in pod.all_containers)
     return tuple(ContainerChanges(claim=share) for share in shares)

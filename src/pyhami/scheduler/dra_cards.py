@@ -13,10 +13,7 @@ class DraCardMemories:
         self._by_slice: dict[str, frozenset[int]] = {}
 
     def on_slice(self, resource_slice: SliceView) -> None:
-        if resource_slice.sizes:
-            self._by_slice[resource_slice.name] = resource_slice.sizes
-        else:
-            self._by_slice.pop(resource_slice.name, None)
+        self._by_slice[resource_slice.name] = resource_slice.sizes  # perhaps none
 
     def on_slice_deleted(self, resource_slice: SliceView) -> None:
         self._by_slice.pop(resource_slice.name, None)

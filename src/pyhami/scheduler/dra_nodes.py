@@ -25,14 +25,12 @@ from typing import Any, Protocol
 from pyhami.devices.nvidia.dra_claims import NODE_MODE_DRA, NODE_MODE_LABEL
 from pyhami.kube import KubeError
 from pyhami.kube.extender_wire import (
-    ClaimedPod,
     ExtenderArgs,
     ExtenderBindingArgs,
     ExtenderBindingResult,
     ExtenderFilterResult,
 )
-from pyhami.scheduler.explanations import Explanation
-from pyhami.scheduler.extender import PodRef
+from pyhami.scheduler.explanations import Explanation, PodRef, keep_newest
 from pyhami.scheduler.server import ExtenderService
 
 DRA_NODE_REASON = (
@@ -78,7 +76,8 @@ class DraAwareExtender:
         others = tuple(n for n in names if n not in self._dra_nodes)
         pod = args.pod
         if pod.scheduler_name != self._scheduler_name:
-            self._remember_passed(pod)
+            if pod.uid:
+                keep_newest(self._passed, pod.uid, (pod.namespace, pod.name), PASSED_KEPT)
             failed = dict.fromkeys(others, DEVICE_PLUGIN_NODE_REASON)
             return ExtenderFilterResult(node_names=dra, failed_nodes=failed or None)
         if others:
@@ -89,14 +88,6 @@ class DraAwareExtender:
             return result
         failed = {**(result.failed_nodes or {}), **dict.fromkeys(dra, DRA_NODE_REASON)}
         return dataclasses.replace(result, node_names=result.node_names or [], failed_nodes=failed)
-
-    def _remember_passed(self, pod: ClaimedPod) -> None:
-        uid = pod.uid
-        if uid:
-            self._passed[uid] = (pod.namespace, pod.name)
-            self._passed.move_to_end(uid)
-            while len(self._passed) > PASSED_KEPT:
-                self._passed.popitem(last=False)
 
     async def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
         passed = self._passed.get(args.pod_uid)

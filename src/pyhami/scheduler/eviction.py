@@ -26,6 +26,7 @@ A pod with `preemptionPolicy: Never` never preempts.
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -55,7 +56,7 @@ from pyhami.model import NodeName, PodView
 from pyhami.model.views import Budget, BudgetError
 from pyhami.scheduler.budgets import counted, protected, violations
 from pyhami.scheduler.events import NORMAL, WARNING, EventRecorder
-from pyhami.scheduler.explanations import PreemptionExplanation
+from pyhami.scheduler.explanations import ANSWERS_KEPT, PreemptionExplanation, keep_newest
 from pyhami.scheduler.metrics import SchedulerMetrics
 from pyhami.scheduler.state import ClusterState
 
@@ -66,7 +67,6 @@ DEFAULT_GRACE_S = 30  # a pod's terminationGracePeriodSeconds when its spec does
 # How long a nomination outlives its victims' longest grace period: time for the kubelet to
 # report them gone and for kube-scheduler to try the pod again.
 NOMINATION_MARGIN = timedelta(seconds=60)
-ANSWERS_KEPT = 256  # the latest answers kept for inspection, oldest dropped first
 # Nodes searched for victims per attempt, as kube-scheduler's preemption bounds its candidates
 # (minCandidateNodesAbsolute): the search runs inside /filter.
 MAX_CANDIDATE_NODES = 100
@@ -113,12 +113,10 @@ class EvictingPreemption:
         self.metrics = metrics
         self._clock = clock
         self.nominations: dict[PodKey, Nomination] = {}
-        # The latest answers per namespace/name (every node asked, kept or dropped, and why).
-        self.last: dict[str, dict[NodeName, NodePreemption]] = {}
-        # Per namespace/name, for /explain: the node chosen with its victims' names, and
-        # what came of it.
-        self._chosen: dict[str, tuple[NodePreemption | None, tuple[str, ...]]] = {}
-        self._outcomes: dict[str, str] = {}
+        # The latest answers per namespace/name (every node asked, kept or dropped, and why),
+        # and what /explain shows of them.
+        self.last: OrderedDict[str, dict[NodeName, NodePreemption]] = OrderedDict()
+        self._explained: OrderedDict[str, PreemptionExplanation] = OrderedDict()
         self._lapses: set[asyncio.Task[None]] = set()
         self._lowest: tuple[datetime, int] | None = None  # when seen, the lowest pod priority
 
@@ -137,21 +135,19 @@ class EvictingPreemption:
         return nomination is not None and self._clock.now() < nomination.expires
 
     async def _preempt(self, pod: PodView, decision: Decision) -> None:
-        key, namespace, name = pod.key, pod.namespace, pod.name
+        key = pod.key
         nomination = self.nominations.get(key)
         if nomination is not None:
             if self.nominated(key) and self.state.hold_nomination(key, nomination.node):
                 log.info(
                     "preemption waits for its victims",
-                    pod=f"{namespace}/{name}",
+                    pod=pod.ref,
                     node=nomination.node,
                     victims=nomination.victims,
                 )
                 return
             await self.expire(key)
-        if pod.preemption_policy == "Never":
-            return
-        if self._victims_terminating(pod):
+        if pod.preemption_policy == "Never" or self._victims_terminating(pod):
             return
         if not self._above_some_pod(pod.priority) or not self._question(pod, decision)[1]:
             return  # no lower-priority pod holds a card where the pod was refused
@@ -160,12 +156,8 @@ class EvictingPreemption:
             budgets = tuple(read_budget(pdb) for pdb in listed.items)
         except (KubeError, BudgetError) as err:
             self._outcome("budgets-unreadable")
-            self.events.emit(
-                pod,
-                WARNING,
-                "PreemptionFailed",
-                f"PodDisruptionBudgets cannot be read, nothing evicted: {err}",
-            )
+            message = f"PodDisruptionBudgets cannot be read, nothing evicted: {err}"
+            self.events.emit(pod, WARNING, "PreemptionFailed", message)
             return
         # Asked again: pods came and went while the budgets were read.
         question, proposals = self._question(pod, decision)
@@ -183,23 +175,17 @@ class EvictingPreemption:
         answers = {node: counted(answer, judged, budgets) for node, answer in answers.items()}
         best = best_node(answers, question.priorities)
         chosen = () if best is None else tuple(sorted(question.names[v] for v in best.victims))
-        self._remember(f"{namespace}/{name}", answers, best, chosen)
+        self._remember(pod.ref, answers, best, chosen)
         if best is None or best.allocation is None:
-            self._outcome("no-node", f"{namespace}/{name}")
             reasons = "; ".join(f"{node}: {a.reason}" for node, a in sorted(answers.items()))
-            self.events.emit(
-                pod,
-                WARNING,
-                "PreemptionNotHelpful",
-                f"no eviction of lower-priority pods makes room: {reasons}",
-            )
+            why = f"no eviction of lower-priority pods makes room: {reasons}"
+            self._gave_up(pod, "no-node", "PreemptionNotHelpful", why)
             return
         if best.pdb_violations:
-            self._outcome("blocked", f"{namespace}/{name}")
             broken = violations([judged[v] for v in best.victims if v in judged], budgets)
-            self.events.emit(
+            self._gave_up(
                 pod,
-                WARNING,
+                "blocked",
                 "PreemptionBlocked",
                 f"on node {best.node} the pod fits only by evicting pods a PodDisruptionBudget "
                 f"protects ({'; '.join(broken)}); nothing evicted, asked again on the pod's "
@@ -211,17 +197,13 @@ class EvictingPreemption:
     def _victims_terminating(self, pod: PodView) -> bool:
         """kube-scheduler's rule for either path: a pod nominated to a node where a pod of
         lower priority is terminating waits for it, and keeps its claim there meanwhile."""
-        key = pod.key
         node = NodeName(pod.nominated_node_name)
-        if not node:
+        pods = self.state.pods
+        held = (pods.get((a.namespace, a.name)) for a in self.state.ledger.pods_on(node))
+        if not node or not any(p and p.deleting and p.priority < pod.priority for p in held):
             return False
-        priority = pod.priority
-        for allocation in self.state.ledger.pods_on(node):
-            held = self.state.pods.get((allocation.namespace, allocation.name))
-            if held and held.deleting and held.priority < priority:
-                self.state.hold_nomination(key, node)
-                return True
-        return False
+        self.state.hold_nomination(pod.key, node)
+        return True
 
     def _above_some_pod(self, priority: int) -> bool:
         now = self._clock.now()
@@ -247,11 +229,7 @@ class EvictingPreemption:
             if node in found or node not in refused:
                 continue
             allocation = self.state.ledger.pod(other.uid)
-            if (
-                allocation is not None
-                and allocation.node == node
-                and any(devices for devices in allocation.containers)
-            ):
+            if allocation is not None and allocation.node == node and any(allocation.containers):
                 found.add(node)
         proposals: dict[NodeName, Proposal] = {}
         priorities: dict[PodKey, int] = {}
@@ -271,17 +249,9 @@ class EvictingPreemption:
         return PreemptionInput(pod, priority, priorities, names), proposals
 
     def _victim_pods(self, priorities: Mapping[PodKey, int]) -> dict[PodKey, PodView]:
-        found = {}
-        for key in priorities:
-            allocation = self.state.ledger.pod(key)
-            held = (
-                None
-                if allocation is None
-                else self.state.pods.get((allocation.namespace, allocation.name))
-            )
-            if held is not None:
-                found[key] = held
-        return found
+        allocations = filter(None, map(self.state.ledger.pod, priorities))
+        pods = self.state.pods
+        return {a.key: pod for a in allocations if (pod := pods.get((a.namespace, a.name)))}
 
     async def _evict(
         self,
@@ -290,7 +260,7 @@ class EvictingPreemption:
         victims: Sequence[PodView],
         budgets: Sequence[Budget],
     ) -> None:
-        key, namespace, name = pod.key, pod.namespace, pod.name
+        key = pod.key
         assert chosen.allocation is not None  # best_node keeps only answers with a claim
         self.state.offer_nomination(key, {chosen.node: chosen.allocation})
         self.state.hold_nomination(key, chosen.node)
@@ -298,23 +268,18 @@ class EvictingPreemption:
         ordered = sorted(victims, key=lambda v: not any(b.covers(v) for b in budgets))
         evicted: list[str] = []
         for victim in ordered:
-            victim_namespace, victim_name = victim.namespace, victim.name
             try:
-                await self.kube.evict_pod(victim_namespace, victim_name, uid=victim.uid)
+                await self.kube.evict_pod(victim.namespace, victim.name, uid=victim.uid)
             except NotFound:
                 pass  # gone already: what the eviction was for
             except KubeError as err:
-                await self._refused(pod, chosen, evicted, f"{victim_namespace}/{victim_name}", err)
+                self._refused(pod, chosen, evicted, victim.ref, err)
                 return
-            evicted.append(f"{victim_namespace}/{victim_name}")
-            self.events.emit(
-                victim,
-                NORMAL,
-                "Preempted",
-                f"Preempted by {namespace}/{name} on node {chosen.node}: {chosen.reason}",
-            )
+            evicted.append(victim.ref)
+            message = f"Preempted by {pod.ref} on node {chosen.node}: {chosen.reason}"
+            self.events.emit(victim, NORMAL, "Preempted", message)
         self.metrics.preemption_victims.labels(path=PATH).inc(len(evicted))
-        self._outcome("evicted", f"{namespace}/{name}")
+        self._outcome("evicted", pod.ref)
         grace = max((_grace_s(v) for v in victims), default=DEFAULT_GRACE_S)
         self.nominations[key] = Nomination(
             chosen.node,
@@ -325,9 +290,9 @@ class EvictingPreemption:
         self._lapses.add(lapse)
         lapse.add_done_callback(self._lapses.discard)
         self.events.emit(pod, NORMAL, "Preempting", f"on node {chosen.node}: {chosen.reason}")
-        await self._nominate(namespace, name, chosen.node)
+        await self._nominate(pod.namespace, pod.name, chosen.node)
 
-    async def _refused(
+    def _refused(
         self,
         pod: PodView,
         chosen: NodePreemption,
@@ -336,15 +301,13 @@ class EvictingPreemption:
         err: KubeError,
     ) -> None:
         """An eviction failed: stop, hold nothing (the cards cannot all be freed), say so."""
-        key, namespace, name = pod.key, pod.namespace, pod.name
-        self.state.drop_nomination(key)
+        self.state.drop_nomination(pod.key)
         self.metrics.preemption_evictions_failed.labels(code=str(err.code)).inc()
         self.metrics.preemption_victims.labels(path=PATH).inc(len(evicted))
-        self._outcome("eviction-refused", f"{namespace}/{name}")
         done = f"; already evicted: {', '.join(evicted)}" if evicted else "; nothing evicted"
-        self.events.emit(
+        self._gave_up(
             pod,
-            WARNING,
+            "eviction-refused",
             "PreemptionFailed",
             f"on node {chosen.node} the eviction of {victim} was refused ({err}){done}; "
             "nothing is held for the pod, asked again on its next scheduling attempt",
@@ -377,29 +340,22 @@ class EvictingPreemption:
         if nomination is None:
             return
         for pod in list(self.state.pods.values()):
-            if pod.uid != key:
-                continue
-            if not pod.node_name and pod.nominated_node_name == nomination.node:
+            if pod.uid == key and not pod.node_name and pod.nominated_node_name == nomination.node:
                 await self._nominate(pod.namespace, pod.name, None)
 
     def explanation(self, pod: str) -> PreemptionExplanation | None:
         """The latest preemption for `pod` (namespace/name) as /explain shows it: the node
         chosen, its victims and every node's answer with its reason."""
-        answers = self.last.get(pod)
-        if answers is None:
-            return None
-        best, victims = self._chosen.get(pod, (None, ()))
-        return PreemptionExplanation(
-            PATH,
-            self._outcomes.get(pod, ""),
-            {node: answer.reason for node, answer in answers.items()},
-            None if best is None else best.node,
-            victims,
-        )
+        return self._explained.get(pod)
+
+    def _gave_up(self, pod: PodView, outcome: str, reason: str, message: str) -> None:
+        """An attempt that ends without evicting (more): counted, told on the pod."""
+        self._outcome(outcome, pod.ref)
+        self.events.emit(pod, WARNING, reason, message)
 
     def _outcome(self, outcome: str, pod: str = "") -> None:
-        if pod:
-            self._outcomes[pod] = outcome
+        if pod in self._explained:
+            self._explained[pod] = replace(self._explained[pod], outcome=outcome)
         self.metrics.preemption_attempts.labels(path=PATH, outcome=outcome).inc()
 
     def _remember(
@@ -409,15 +365,11 @@ class EvictingPreemption:
         best: NodePreemption | None,
         victims: tuple[str, ...],
     ) -> None:
-        self.last.pop(pod, None)
-        self.last[pod] = answers
-        self._chosen[pod] = (best, victims)
-        self._outcomes.pop(pod, None)
-        while len(self.last) > ANSWERS_KEPT:
-            oldest = next(iter(self.last))
-            del self.last[oldest]
-            self._chosen.pop(oldest, None)
-            self._outcomes.pop(oldest, None)
+        keep_newest(self.last, pod, answers, ANSWERS_KEPT)
+        nodes = {node: answer.reason for node, answer in answers.items()}
+        chosen = None if best is None else best.node
+        explained = PreemptionExplanation(PATH, "", nodes, chosen, victims)
+        keep_newest(self._explained, pod, explained, ANSWERS_KEPT)  # the same keys as `last`
         for node, answer in answers.items():
             log.info("own preemption", pod=pod, node=node, answer=answer.reason)
 

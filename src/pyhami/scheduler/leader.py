@@ -20,6 +20,7 @@ election): acquire and renew the Lease ourselves.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -134,24 +135,18 @@ class LeaderElector:
             await self._on_change(leading)
 
     async def step(self) -> None:
-        """One round, with the renew deadline applied to a campaigning leader."""
-        if not self.campaign:
-            try:
-                await self._set_leading(await self.follow())
-            except Exception as err:
-                log.warning("lease read failed", identity=self.identity, error=str(err))
-                await self._set_leading(False)
-            return
+        """One round, with the renew deadline applied to a campaigning leader (a follower
+        stops leading at once)."""
         try:
-            acquired = await self.try_acquire_or_renew()
+            won = await (self.try_acquire_or_renew() if self.campaign else self.follow())
         except Exception as err:  # an API failure is a lost round, never a crash
             log.warning("lease round failed", identity=self.identity, error=str(err))
-            acquired = False
-        if acquired:
+            won = False
+        if won:
             self._renewed_at = self._clock.monotonic()
             await self._set_leading(True)
         elif (
-            not self.is_leader
+            not self.campaign
             or self._clock.monotonic() - self._renewed_at > self.timing.renew_deadline
         ):
             await self._set_leading(False)
@@ -161,19 +156,17 @@ class LeaderElector:
         try:
             while not stop.is_set():
                 await self.step()
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=self.timing.retry_period)
-                except TimeoutError:
-                    continue
         finally:
             await self.release()
 
     async def release(self) -> None:
         """Hand the lease back (holder emptied) so a successor need not wait out its term."""
-        if not self.is_leader or not self.campaign:
-            await self._set_leading(False)
-            return
+        held = self.is_leader and self.campaign
         await self._set_leading(False)
+        if not held:
+            return
         try:
             current = await self.store.get()
             if current is not None and current.holder == self.identity:

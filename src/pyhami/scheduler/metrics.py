@@ -10,13 +10,14 @@ decision counters (`pyhami_scheduler_*`), which HAMi does not have.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from pyhami.model import ContainerDevice, DeviceUsage, MigAllocation
 from pyhami.serving.build_info import BuildInfo
 
 MIB = 1 << 20
@@ -28,36 +29,13 @@ _LATENCY_BUCKETS = (
 
 
 @dataclass(frozen=True, slots=True)
-class MigSample:
-    """One MIG reservation whose runtime identity is complete."""
-
-    mig_uuid: str
-    profile: str
-    gpu_instance_id: int
-    compute_instance_id: int
-    placement_start: int
-    placement_size: int
-
-
-@dataclass(frozen=True, slots=True)
 class DeviceSample:
-    """One registered card with what is allocated on it (MiB, percent, slots)."""
+    """One registered card with what is allocated on it (MiB, percent, slots), and its MIG
+    instances whose runtime identity is complete."""
 
     node: str
-    uuid: str
-    index: int
-    type: str
-    totalmem: int
-    usedmem: int
-    totalcore: int
-    usedcores: int
-    used: int
-    mode: str = ""
-    migs: tuple[MigSample, ...] = ()
-
-    @property
-    def is_amd(self) -> bool:
-        return self.type.lower().startswith("amd")
+    card: DeviceUsage
+    migs: tuple[MigAllocation, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,21 +45,18 @@ class QuotaSample:
     namespace: str
     resource: str
     used: int
-    limit: int = 0
-    limit_set: bool = False
+    limit: int | None = None  # None: no ResourceQuota limits it
 
 
 @dataclass(frozen=True, slots=True)
 class PodDeviceSample:
-    """One pod's collapsed usage of one card."""
+    """One pod's usage of one card, collapsed over its containers (container index 0, as in
+    HAMi)."""
 
     namespace: str
     node: str
     pod: str
-    container_index: int
-    uuid: str
-    usedmem: int
-    usedcores: int
+    device: ContainerDevice
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,15 +69,19 @@ class MetricsSnapshot:
     unreadable_nodes: tuple[str, ...] = ()  # registration annotation there but unreadable
 
 
+_DEV = ("node", "device_uuid", "device_index", "device_type")
+_DEV_OLD = ("nodeid", "deviceuuid", "deviceidx", "devicetype")
+
+
 @dataclass(frozen=True, slots=True)
 class _Family:
-    """A gauge with its current and legacy names and label names."""
+    """A gauge with its current and legacy names and label names (a card's, unless said)."""
 
     name: str
     help: str
-    labels: tuple[str, ...]
     legacy: str = ""
-    legacy_labels: tuple[str, ...] = field(default_factory=tuple)
+    labels: tuple[str, ...] = _DEV
+    legacy_labels: tuple[str, ...] = _DEV_OLD
 
     def current(self) -> GaugeMetricFamily:
         return GaugeMetricFamily(self.name, self.help, labels=(*self.labels, "zone"))
@@ -111,56 +90,40 @@ class _Family:
         return GaugeMetricFamily(self.legacy, self.help, labels=(*self.legacy_labels, "zone"))
 
 
-_DEV = ("node", "device_uuid", "device_index", "device_type")
-_DEV_OLD = ("nodeid", "deviceuuid", "deviceidx", "devicetype")
 MEMORY_LIMIT = _Family(
-    "hami_gpu_memory_limit_bytes",
-    "GPU device memory limit in bytes",
-    _DEV,
-    "GPUDeviceMemoryLimit",
-    _DEV_OLD,
+    "hami_gpu_memory_limit_bytes", "GPU device memory limit in bytes", "GPUDeviceMemoryLimit"
 )
-CORE_LIMIT = _Family(
-    "hami_gpu_core_limit_ratio", "GPU device core limit", _DEV, "GPUDeviceCoreLimit", _DEV_OLD
-)
+CORE_LIMIT = _Family("hami_gpu_core_limit_ratio", "GPU device core limit", "GPUDeviceCoreLimit")
 MEMORY_ALLOCATED = _Family(
     "hami_gpu_memory_allocated_bytes",
     "GPU device memory allocated in bytes",
-    ("node", "device_uuid", "device_index", "device_cores", "device_type"),
     "GPUDeviceMemoryAllocated",
+    ("node", "device_uuid", "device_index", "device_cores", "device_type"),
     ("nodeid", "deviceuuid", "deviceidx", "devicecores", "devicetype"),
 )
 SHARED_COUNT = _Family(
-    "hami_gpu_shared_count",
-    "Number of containers sharing this GPU",
-    _DEV,
-    "GPUDeviceSharedNum",
-    _DEV_OLD,
+    "hami_gpu_shared_count", "Number of containers sharing this GPU", "GPUDeviceSharedNum"
 )
 CORE_ALLOCATED = _Family(
-    "hami_gpu_core_allocated_ratio",
-    "GPU device core allocated",
-    _DEV,
-    "GPUDeviceCoreAllocated",
-    _DEV_OLD,
+    "hami_gpu_core_allocated_ratio", "GPU device core allocated", "GPUDeviceCoreAllocated"
 )
 NODE_OVERVIEW = _Family(
     "hami_node_gpu_overview",
     "GPU overview on this node in bytes",
-    ("node", "device_uuid", "device_index", "device_cores", "device_memory_limit", "device_type"),
     "nodeGPUOverview",
+    ("node", "device_uuid", "device_index", "device_cores", "device_memory_limit", "device_type"),
     ("nodeid", "deviceuuid", "deviceidx", "devicecores", "devicememorylimit", "devicetype"),
 )
 NODE_MEMORY_RATIO = _Family(
     "hami_node_gpu_memory_allocated_ratio",
     "GPU memory allocated ratio on this node",
-    _DEV,
     "nodeGPUMemoryPercentage",
-    ("nodeid", "deviceuuid", "deviceidx"),
+    legacy_labels=("nodeid", "deviceuuid", "deviceidx"),
 )
 NODE_MIG = _Family(
     "hami_node_gpu_mig_instance_info",
     "MIG instance allocated on this node",
+    "nodeGPUMigInstance",
     (
         "node",
         "device_uuid",
@@ -172,37 +135,40 @@ NODE_MIG = _Family(
         "placement_start",
         "placement_size",
     ),
-    "nodeGPUMigInstance",
     ("nodeid", "deviceuuid", "deviceidx", "migname"),
 )
 QUOTA_USED = _Family(
     "hami_resource_quota_used",
     "Resource quota used in this namespace",
-    ("namespace", "quota_name", "limit"),
     "QuotaUsed",
+    ("namespace", "quota_name", "limit"),
     ("quotanamespace", "quotaName", "limit"),
 )
 QUOTA_LIMIT = _Family(
     "hami_resource_quota_limit",
     "Resource quota limit in this namespace",
-    ("namespace", "quota_name"),
+    labels=("namespace", "quota_name"),
 )
 _POD = ("namespace", "node", "pod", "container_index", "device_uuid")
 _POD_OLD = ("podnamespace", "nodename", "podname", "containeridx", "deviceuuid")
 VGPU_MEMORY = _Family(
     "hami_vgpu_memory_allocated_bytes",
     "vGPU device memory allocated to a container in bytes",
-    _POD,
     "vGPUMemoryAllocated",
+    _POD,
     _POD_OLD,
 )
 VGPU_CORE = _Family(
     "hami_vgpu_core_allocated_ratio",
     "vGPU device cores allocated to a container",
-    _POD,
     "vGPUCoreAllocated",
+    _POD,
     _POD_OLD,
 )
+
+
+def _is_amd(card: DeviceUsage) -> bool:
+    return card.type.lower().startswith("amd")
 
 
 def _amd_ratio(used: int, total: int) -> float:
@@ -223,70 +189,63 @@ class AllocationCollector(Collector):
 
         def emit(
             fam: _Family,
-            labels: Iterable[str],
+            labels: Sequence[str],
             value: float,
-            old_labels: Iterable[str] | None = None,
             old_value: float | None = None,
+            old_labels: Sequence[str] | None = None,
         ) -> None:
+            """The gauge's sample, and its legacy twin's (same labels and value unless given)."""
             families[fam].add_metric([*labels, ZONE], value)
-            if fam in legacy and old_labels is not None:
+            if fam in legacy:
                 legacy[fam].add_metric(
-                    [*old_labels, ZONE], value if old_value is None else old_value
+                    [*(labels if old_labels is None else old_labels), ZONE],
+                    value if old_value is None else old_value,
                 )
 
-        cores_of = {(d.node, d.uuid): d for d in snap.devices}
+        cards = {(d.node, d.card.id): d.card for d in snap.devices}
         for d in snap.devices:
-            dev = (d.node, d.uuid, str(d.index), d.type)
-            with_cores = (d.node, d.uuid, str(d.index), str(d.totalcore), d.type)
-            core_limit = 100.0 if d.is_amd and d.totalcore > 0 else float(d.totalcore)
-            core_used = _amd_ratio(d.usedcores, d.totalcore) if d.is_amd else float(d.usedcores)
-            emit(MEMORY_LIMIT, dev, d.totalmem * MIB, dev)
-            emit(CORE_LIMIT, dev, core_limit, dev, float(d.totalcore))
-            emit(MEMORY_ALLOCATED, with_cores, d.usedmem * MIB, with_cores)
-            emit(SHARED_COUNT, dev, float(d.used), dev)
-            emit(CORE_ALLOCATED, dev, core_used, dev, float(d.usedcores))
-            overview = (d.node, d.uuid, str(d.index), str(d.totalcore), str(d.totalmem), d.type)
-            emit(NODE_OVERVIEW, overview, d.usedmem * MIB, overview)
-            if d.totalmem > 0:
-                emit(NODE_MEMORY_RATIO, dev, d.usedmem / d.totalmem, dev[:3])
-            if d.mode == "mig":
-                for m in d.migs:
-                    emit(
-                        NODE_MIG,
-                        (
-                            d.node,
-                            d.uuid,
-                            str(d.index),
-                            m.mig_uuid,
-                            m.profile,
-                            str(m.gpu_instance_id),
-                            str(m.compute_instance_id),
-                            str(m.placement_start),
-                            str(m.placement_size),
-                        ),
-                        1.0,
-                        (d.node, d.uuid, str(d.index), f"{m.profile}-{m.gpu_instance_id}"),
-                    )
+            card, index = d.card, str(d.card.index)
+            dev = (d.node, card.id, index, card.type)
+            with_cores = (d.node, card.id, index, str(card.totalcore), card.type)
+            amd = _is_amd(card)
+            core_limit = 100.0 if amd and card.totalcore > 0 else float(card.totalcore)
+            core_used = _amd_ratio(card.usedcores, card.totalcore) if amd else float(card.usedcores)
+            emit(MEMORY_LIMIT, dev, card.totalmem * MIB)
+            emit(CORE_LIMIT, dev, core_limit, float(card.totalcore))
+            emit(MEMORY_ALLOCATED, with_cores, card.usedmem * MIB)
+            emit(SHARED_COUNT, dev, float(card.used))
+            emit(CORE_ALLOCATED, dev, core_used, float(card.usedcores))
+            overview = (d.node, card.id, index, str(card.totalcore), str(card.totalmem), card.type)
+            emit(NODE_OVERVIEW, overview, card.usedmem * MIB)
+            if card.totalmem > 0:
+                emit(NODE_MEMORY_RATIO, dev, card.usedmem / card.totalmem, old_labels=dev[:3])
+            if card.mode != "mig":
+                continue
+            for m in d.migs:
+                place = m.placement
+                ids = (m.gpu_instance_id, m.compute_instance_id, place.start, place.size)
+                emit(
+                    NODE_MIG,
+                    (*dev[:3], m.mig_uuid, m.profile, *map(str, ids)),
+                    1.0,
+                    old_labels=(*dev[:3], f"{m.profile}-{m.gpu_instance_id}"),
+                )
         for q in snap.quotas:
-            limit = str(q.limit) if q.limit_set else "0"
-            emit(
-                QUOTA_USED,
-                (q.namespace, q.resource, limit),
-                float(q.used),
-                (q.namespace, q.resource, limit),
-            )
-            if q.limit_set:
+            limit = str(q.limit or 0)
+            emit(QUOTA_USED, (q.namespace, q.resource, limit), float(q.used))
+            if q.limit is not None:
                 emit(QUOTA_LIMIT, (q.namespace, q.resource), float(q.limit))
         for p in snap.pods:
-            if not p.uuid:
+            used = p.device
+            if not used.uuid:
                 continue
-            labels = (p.namespace, p.node, p.pod, str(p.container_index), p.uuid)
-            owner = cores_of.get((p.node, p.uuid))
-            cores = float(p.usedcores)
-            if owner is not None and owner.is_amd:
-                cores = _amd_ratio(p.usedcores, owner.totalcore)
-            emit(VGPU_MEMORY, labels, p.usedmem * MIB, labels)
-            emit(VGPU_CORE, labels, cores, labels, float(p.usedcores))
+            labels = (p.namespace, p.node, p.pod, "0", used.uuid)
+            owner = cards.get((p.node, used.uuid))
+            cores = float(used.usedcores)
+            if owner is not None and _is_amd(owner):
+                cores = _amd_ratio(used.usedcores, owner.totalcore)
+            emit(VGPU_MEMORY, labels, used.usedmem * MIB)
+            emit(VGPU_CORE, labels, cores, float(used.usedcores))
         yield from families.values()
         yield from legacy.values()
         unreadable = GaugeMetricFamily(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
 
@@ -24,37 +24,32 @@ from pyhami.scheduler.events import NORMAL, WARNING, reason_events
 class Claim:
     """What a /filter of this process decided, which the next /bind of that pod must match and
     carries out: the chosen node and its reservation (neither for a pod that asks for no
-    device: it may go to any node kube-scheduler picks), and the annotations bind writes."""
+    device: it may go to any node kube-scheduler picks), whether HAMi's node lock guards it
+    (its lasting containers get devices, as the filter read the pod), and the annotations
+    bind writes. No node verdict: a claim lives until its bind, and keeping them would hold
+    one per candidate node per pending pod (walked by every full collection) outside the
+    bounds /explain keeps."""
 
-    decision: Decision
-    annotations: Mapping[str, str | None] = field(default_factory=dict)
+    key: PodKey
+    namespace: str
+    name: str
+    node: str | None
+    allocation: PodAllocation | None
+    needs_lock: bool
+    annotations: Mapping[str, str | None]
 
-    @property
-    def key(self) -> PodKey:
-        return self.decision.key
-
-    @property
-    def namespace(self) -> str:
-        return self.decision.namespace
-
-    @property
-    def name(self) -> str:
-        return self.decision.name
-
-    @property
-    def node(self) -> str | None:
-        return self.decision.node
-
-    @property
-    def allocation(self) -> PodAllocation | None:
-        return self.decision.allocation
-
-    @property
-    def needs_lock(self) -> bool:
-        """HAMi's node lock guards a pod whose lasting containers get devices (its plan as
-        the filter read it)."""
-        plan = self.decision.plan
-        return plan is not None and bool(plan.lasting_requests)
+    @classmethod
+    def of(cls, decision: Decision, annotations: Mapping[str, str | None]) -> Claim:
+        plan = decision.plan
+        return cls(
+            decision.key,
+            decision.namespace,
+            decision.name,
+            decision.node,
+            decision.allocation,
+            plan is not None and bool(plan.lasting_requests),
+            annotations,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +83,7 @@ def filter_outcome(
     the decision writes, `owned` those an earlier attempt may have left (nulled by bind)."""
     if decision.outcome is Outcome.NO_DEVICE_REQUEST:
         answer = ExtenderFilterResult(node_names=node_names)
-        return FilterOutcome(answer, "pass-through", claim=Claim(_without_verdicts(decision)))
+        return FilterOutcome(answer, "pass-through", claim=Claim.of(decision, {}))
     if decision.outcome is Outcome.ERROR:
         error = decision.error or "filter failed"
         event = PodEvent(WARNING, "FilteringFailed", error)
@@ -113,15 +108,8 @@ def filter_outcome(
         "scheduled",
         failures,
         (*per_reason, succeeded),
-        Claim(_without_verdicts(decision), _with_stale_nulled(pod, written, owned)),
+        Claim.of(decision, _with_stale_nulled(pod, written, owned)),
     )
-
-
-def _without_verdicts(decision: Decision) -> Decision:
-    """The decision a claim keeps: bind reads no node verdict, and a claim lives until its
-    bind, so keeping them would hold one verdict per candidate node per pending pod outside
-    the bounds /explain keeps (every full collection walks them)."""
-    return replace(decision, verdicts=MappingProxyType({}))
 
 
 def annotations_of(decision: Decision, keys: VendorKeys, now: datetime | int) -> dict[str, str]:

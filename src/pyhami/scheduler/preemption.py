@@ -14,6 +14,7 @@ takes the freed cards while the victims terminate.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
 import structlog
@@ -27,13 +28,11 @@ from pyhami.kube.extender_wire import (
     preemption_result,
 )
 from pyhami.model import NodeName
-from pyhami.scheduler.explanations import PreemptionExplanation
+from pyhami.scheduler.explanations import ANSWERS_KEPT, PreemptionExplanation, keep_newest
 from pyhami.scheduler.service import FilterBind, FilterRefusedError
 from pyhami.serving import read_body
 
 log = structlog.get_logger(__name__)
-
-ANSWERS_KEPT = 256  # the latest answers kept for inspection, oldest dropped first
 
 
 class Preemption:
@@ -46,13 +45,13 @@ class Preemption:
         # Whether the scheduler's own preemption already evicts for the pod (eviction.py).
         self._nominated = nominated
         # The latest answers per namespace/name, for logs and tests to inspect.
-        self.last: dict[str, dict[NodeName, NodePreemption]] = {}
+        self.last: OrderedDict[str, dict[NodeName, NodePreemption]] = OrderedDict()
 
     async def answer(self, args: PreemptionArgs) -> dict[NodeName, NodePreemption]:
         service = self.service
-        refusal = service._not_leader()
-        if refusal is not None or not service.synced.is_set():
-            log.info("preemption not answered", why=refusal or "caches not synced")
+        ready, why = service.readiness()
+        if not ready:
+            log.info("preemption not answered", why=why)
             return {}
         try:
             # Only the pod's namespace, name and UID are taken from the body, as for /filter.
@@ -79,19 +78,10 @@ class Preemption:
             config=state.config,
             quotas=state.quotas,
         )
-        state.offer_nomination(
-            pod.key,
-            {
-                node: answer.allocation
-                for node, answer in answers.items()
-                if answer.kept and answer.allocation is not None
-            },
-        )
-        self.last.pop(pod.ref, None)
-        self.last[pod.ref] = answers
-        while len(self.last) > ANSWERS_KEPT:
-            del self.last[next(iter(self.last))]
         kept = [answer for answer in answers.values() if answer.kept]
+        claims = {a.node: a.allocation for a in kept if a.allocation is not None}
+        state.offer_nomination(pod.key, claims)
+        keep_newest(self.last, pod.ref, answers, ANSWERS_KEPT)
         metrics = service.metrics
         outcome = "kept" if kept else "no-node"
         metrics.preemption_attempts.labels(path="extender", outcome=outcome).inc()

@@ -17,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -64,7 +65,7 @@ from pyhami.scheduler.metrics import SchedulerMetrics
 from pyhami.scheduler.ownership import OWNED_ANNOTATIONS, registered_inventory
 from pyhami.scheduler.preemption import Preemption, preempt_route
 from pyhami.scheduler.server import build_app, build_metrics_app
-from pyhami.scheduler.service import FilterBind, Leadership
+from pyhami.scheduler.service import FilterBind
 from pyhami.scheduler.settings import (
     SchedulerSettings,
     SettingsError,
@@ -120,7 +121,6 @@ class SchedulerProcess:
         )
         self.synced = asyncio.Event()
         self.elector: LeaderElector | None = None
-        leadership = None
         if settings.leader_elect:
             lock = LeaseLock(
                 client,
@@ -139,8 +139,6 @@ class SchedulerProcess:
                 on_change=self._leadership_changed,
                 campaign=settings.leader_elect_campaign,
             )
-            elector = self.elector
-            leadership = Leadership(lambda: elector.is_leader, lambda: elector.leader)
         self.metrics = SchedulerMetrics(
             lambda: metrics_snapshot(self.state), legacy=settings.legacy_metrics
         )
@@ -155,7 +153,7 @@ class SchedulerProcess:
             self.metrics,
             clock=self.clock,
             owned_annotations=OWNED_ANNOTATIONS,
-            leadership=leadership,
+            leadership=self.elector,
             synced=self.synced,
             sync_wait=settings.sync_wait,
             lock_retry_timeout=settings.node_lock_retry_timeout,
@@ -181,36 +179,23 @@ class SchedulerProcess:
             ensure_object=self._ensure_claim_template,
             dra_card_memories=self.dra_cards.sizes,
         )
-        resync = InformerSettings(resync_period_s=INFORMER_RESYNC_SECONDS)
+        informer = partial(
+            ViewInformer, client, settings=InformerSettings(resync_period_s=INFORMER_RESYNC_SECONDS)
+        )
         selector = ",".join(f"{k}={v}" for k, v in settings.node_label_selector.items())
         state = self.state
         # The informers keep the views the state decides on: one copy of every object.
         self.informers: dict[str, ViewInformer[Any]] = {
             "pods": _watched(
-                ViewInformer(client, PODS, read_pod, settings=resync, name="scheduler/pods"),
-                state.on_pod,
-                state.on_pod_deleted,
+                informer(PODS, read_pod, name="scheduler/pods"), state.on_pod, state.on_pod_deleted
             ),
             "nodes": _watched(
-                ViewInformer(
-                    client,
-                    NODES,
-                    read_node,
-                    label_selector=selector,
-                    settings=resync,
-                    name="scheduler/nodes",
-                ),
+                informer(NODES, read_node, label_selector=selector, name="scheduler/nodes"),
                 state.on_node,
                 self._node_gone,
             ),
             "quotas": _watched(
-                ViewInformer(
-                    client,
-                    RESOURCE_QUOTAS,
-                    read_quota,
-                    settings=resync,
-                    name="scheduler/resourcequotas",
-                ),
+                informer(RESOURCE_QUOTAS, read_quota, name="scheduler/resourcequotas"),
                 state.on_quota,
                 state.on_quota_deleted,
             ),
@@ -218,12 +203,10 @@ class SchedulerProcess:
         if settings.dra_mode != "off":
             # the DRA GPUs' memory sizes, for the webhook's gpumem-percentage alternatives
             self.informers["resourceslices"] = _watched(
-                ViewInformer(
-                    client,
+                informer(
                     RESOURCE_SLICES,
                     read_slice,
                     field_selector=f"spec.driver={DRIVER}",
-                    settings=resync,
                     name="scheduler/resourceslices",
                 ),
                 self.dra_cards.on_slice,
@@ -285,18 +268,11 @@ class SchedulerProcess:
     async def start(self) -> None:
         for informer in self.informers.values():
             informer.start()
-        # These end when `stop` is asked for, so they are awaited there rather than guarded.
-        self._tasks.append(asyncio.create_task(self._wait_synced(), name="scheduler/sync"))
+        self._spawn(self._wait_synced(), "sync")
         if self.elector is not None:
-            self._tasks.append(
-                asyncio.create_task(self.elector.run(self._stop), name="scheduler/leader")
-            )
+            self._spawn(self.elector.run(self._stop), "leader")
         if self.certificate is not None:
-            self._tasks.append(
-                asyncio.create_task(
-                    self.certificate.watch(CERT_POLL_SECONDS, self._stop), name="scheduler/tls"
-                )
-            )
+            self._spawn(self.certificate.watch(CERT_POLL_SECONDS, self._stop), "tls")
         authenticated = bool(self.settings.extender_client_ca)
         main = build_app(
             DraAwareExtender(
@@ -337,6 +313,10 @@ class SchedulerProcess:
             metrics_port=self.metrics_port,
         )
 
+    def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        # These end when `stop` is asked for, so they are awaited there rather than guarded.
+        self._tasks.append(asyncio.create_task(work, name=f"scheduler/{name}"))
+
     async def _serve(self, name: str, app: web.Application, host: str, port: int, ssl: Any) -> int:
         guard = ConnectionGuard(self.limits)
         app.middlewares.insert(0, guard.middleware)  # outermost: it times the whole request
@@ -356,7 +336,7 @@ class SchedulerProcess:
         freeze_heap(full=True)
         self.synced.set()
         log.info("scheduler caches synced", nodes=len(self.state.ledger.node_names()))
-        self._tasks.append(asyncio.create_task(self._keep_frozen(), name="scheduler/gc"))
+        self._spawn(self._keep_frozen(), "gc")
 
     async def _keep_frozen(self) -> None:
         since_full = 0.0

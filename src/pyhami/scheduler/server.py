@@ -39,9 +39,9 @@ from pyhami.kube.extender_wire import (
     compact_json,
 )
 from pyhami.scheduler.explain_wire import encode_explanation
-from pyhami.scheduler.explanations import Explanation, PreemptionExplanation
-from pyhami.scheduler.extender import PodRef
+from pyhami.scheduler.explanations import Explanation, PodRef, PreemptionExplanation
 from pyhami.scheduler.metrics import SchedulerMetrics
+from pyhami.scheduler.webhook import PodAdmission
 from pyhami.serving import BodyTimeoutError, Handler, read_body
 
 log = structlog.get_logger(__name__)
@@ -57,17 +57,6 @@ class ExtenderService(Protocol):
     def explain(self, pod: PodRef) -> Explanation | None: ...
 
     def readiness(self) -> tuple[bool, str]: ...
-
-
-class Admission(Protocol):
-    def review(self, request: AdmissionRequest) -> AdmissionResponse: ...
-
-    def review_ownership(self, request: AdmissionRequest) -> AdmissionResponse: ...
-
-    async def create_claim_templates(self, response: AdmissionResponse) -> AdmissionResponse: ...
-
-
-Decide = Callable[[AdmissionRequest], AdmissionResponse]
 
 
 def _json(body: bytes, status: int = 200) -> web.Response:
@@ -135,7 +124,7 @@ def _check_content_type(request: web.Request, what: str) -> None:
 
 def build_app(
     service: ExtenderService,
-    admission: Admission,
+    admission: PodAdmission,
     metrics: SchedulerMetrics,
     *,
     metrics_route: bool = False,
@@ -179,7 +168,9 @@ def build_app(
                 result = ExtenderBindingResult(f"internal error: {err}")
         return _json(result.encode())
 
-    def admission_route(decide: Decide) -> Callable[[web.Request], Awaitable[web.Response]]:
+    def admission_route(
+        decide: Callable[[AdmissionRequest], AdmissionResponse],
+    ) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def route(request: web.Request) -> web.Response:
             body = await read_body(request, MAX_ADMISSION_BODY, body_timeout_s)
             try:
@@ -189,7 +180,7 @@ def build_app(
             try:
                 response = decide(review)
                 if response.allowed and response.claim_templates:
-                    response = await admission.create_claim_templates(response)
+                    response = await response.create_claim_templates(admission.ensure_object)
             except Exception as err:
                 log.exception("admission failed", path=request.path)
                 response = AdmissionResponse.errored(500, f"internal error: {err}")
@@ -212,7 +203,6 @@ def build_app(
         found = service.explain(ref)
         if found is None:
             return _json(compact_json({"error": f"no decision recorded for pod {ref}"}), status=404)
-        # with the victims chosen for it, and why
         return _json(encode_explanation(found, preemption_of(str(ref))))
 
     app = web.Application(

@@ -39,7 +39,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -68,8 +68,7 @@ from pyhami.protocol import (
 )
 from pyhami.scheduler.bind_turns import BindTurns, NodeTurnTimeoutError
 from pyhami.scheduler.events import NORMAL, WARNING, EventRecorder
-from pyhami.scheduler.explanations import Explanation, Explanations
-from pyhami.scheduler.extender import PodRef
+from pyhami.scheduler.explanations import Explanation, Explanations, PodRef, keep_newest
 from pyhami.scheduler.given_nodes import filter_given_nodes
 from pyhami.scheduler.metrics import SchedulerMetrics
 from pyhami.scheduler.outcome import Claim, FilterOutcome, annotations_of, filter_outcome
@@ -98,12 +97,12 @@ BINDS_QUEUED_PER_NODE = 16
 CLAIMS_KEPT = 16384
 
 
-@dataclass(frozen=True, slots=True)
-class Leadership:
-    """Leadership as the extender sees it: whether this replica leads, and which one does."""
+class Leadership(Protocol):
+    """Leadership as the extender sees it (`LeaderElector`): whether this replica leads, and
+    which one does."""
 
-    is_leader: Callable[[], bool]
-    leader_name: Callable[[], str]
+    is_leader: bool
+    leader: str
 
 
 class FilterBind:
@@ -145,7 +144,7 @@ class FilterBind:
         self._binding: dict[PodKey, str] = {}
         # Binds waiting for a locked node, woken by the informer's news of that node.
         self._node_news: dict[str, asyncio.Event] = {}
-        state.on_change(self._node_changed)
+        state.node_changed = self._node_changed
         self._binds_at_work = 0
         self._bind_done = asyncio.Event()
         # Called when the pod fits none of its nodes: the scheduler's own preemption.
@@ -154,9 +153,9 @@ class FilterBind:
     # ----- leadership ------------------------------------------------------------------------
 
     def _not_leader(self) -> str | None:
-        if self._leadership is None or self._leadership.is_leader():
+        if self._leadership is None or self._leadership.is_leader:
             return None
-        leader = self._leadership.leader_name() or "unknown"
+        leader = self._leadership.leader or "unknown"
         return f"this replica is not the leader (leader: {leader}); followers do not decide"
 
     def _refused_unless_leading(self, verb: str) -> str | None:
@@ -245,7 +244,7 @@ class FilterBind:
         if claim is not None:
             if claim.allocation is not None:
                 self.state.reserve(claim.allocation)
-            self._claim(claim)
+            keep_newest(self._claims, claim.key, claim, CLAIMS_KEPT)
         for event in outcome.events:
             self.events.emit(pod, event.kind, event.reason, event.message)
 
@@ -297,12 +296,6 @@ class FilterBind:
             except TimeoutError:
                 return
 
-    def _claim(self, claim: Claim) -> None:
-        self._claims[claim.key] = claim
-        self._claims.move_to_end(claim.key)
-        while len(self._claims) > CLAIMS_KEPT:
-            self._claims.popitem(last=False)
-
     # ----- explanations ----------------------------------------------------------------------
 
     def explain(self, pod: PodRef) -> Explanation | None:
@@ -320,9 +313,8 @@ class FilterBind:
         today's usage, its own reservation set aside (nothing awaits in between)."""
         wanted = (Outcome.SCHEDULED, Outcome.UNSCHEDULABLE)
         pod = self.state.pods.get((decision.namespace, decision.name))
-        if pod is None or decision.outcome not in wanted:
-            return decision
-        if any(verdict.checks for verdict in decision.verdicts.values()):
+        checked = any(verdict.checks for verdict in decision.verdicts.values())
+        if pod is None or decision.outcome not in wanted or checked:
             return decision
         ledger = self.state.ledger
         own = ledger.pod(decision.key)
@@ -374,12 +366,16 @@ class FilterBind:
         try:
             await self._write_binding(claim, args.node, attempt)
         except Exception as err:
-            return await self._settle(claim, args.node, pod, attempt, err)
-        return await self._settle(claim, args.node, pod, attempt, None)
+            return await self._bind_failed(claim, args.node, pod, attempt, err)
+        self.state.mark_bound(claim.key, args.node)
+        self.metrics.decisions.labels(verb="bind", outcome="bound").inc()
+        message = f"Successfully binding node [{args.node}] to {namespace}/{claim.name}"
+        self.events.emit(pod, NORMAL, "BindingSucceed", message)
+        return ExtenderBindingResult()
 
     async def _write_binding(self, claim: Claim, node: str, attempt: _BindAttempt) -> None:
         """The bind's writes, in their order: the pod's patch (and the node lock), then
-        `pods/binding`; `attempt` notes what was written for `_settle`."""
+        `pods/binding`; `attempt` notes what was written for `_bind_failed`."""
         # Waiting for the node (this process's earlier binds there, then the lock of a pod
         # that is not allocated yet) ends within --node-lock-retry-timeout, before
         # kube-scheduler's own timeout gives up on this bind.
@@ -407,35 +403,6 @@ class FilterBind:
                 await recorded
             self._still_leading()
             await self.pods.bind(claim.namespace, claim.name, node, claim.key)
-
-    async def _settle(
-        self,
-        claim: Claim,
-        node: str,
-        pod: PodView,
-        attempt: _BindAttempt,
-        err: Exception | None,
-    ) -> ExtenderBindingResult:
-        """A bind's effects, in one place: on success the binding is remembered, counted and
-        told; on failure this bind's own writes and reservation are undone (`_bind_failed`),
-        except when the lead moved: nothing is undone then either, since the new leader
-        filters the pod again, which replaces its annotations, and a lock left here is taken
-        back by the pod or, once it is placed elsewhere, treated as dangling."""
-        if err is not None and attempt.recorded is not None:
-            await asyncio.wait([attempt.recorded])  # any cleanup is written after it
-        if isinstance(err, NotLeadingError):
-            return ExtenderBindingResult(str(err))
-        if err is not None:
-            if isinstance(err, NodeTurnTimeoutError):
-                err = self._timed_out(node)
-            wrote = attempt.recorded is not None
-            await self._bind_failed(claim, node, pod, locked=attempt.locked, wrote=wrote, err=err)
-            return ExtenderBindingResult(str(err))
-        self.state.mark_bound(claim.key, node)
-        self.metrics.decisions.labels(verb="bind", outcome="bound").inc()
-        message = f"Successfully binding node [{node}] to {claim.namespace}/{claim.name}"
-        self.events.emit(pod, NORMAL, "BindingSucceed", message)
-        return ExtenderBindingResult()
 
     def _unclaimed(
         self, claim: Claim | None, args: ExtenderBindingArgs, namespace: str
@@ -539,26 +506,33 @@ class FilterBind:
             news.set()
 
     async def _bind_failed(
-        self,
-        claim: Claim,
-        node: str,
-        pod: PodView,
-        *,
-        locked: bool,
-        wrote: bool,
-        err: Exception,
-    ) -> None:
-        """Undo this bind's own reservation, and only while the pod is unbound: a pod that is
-        bound (kube-scheduler's cache lagged and the binding answered 409) keeps its charge
-        and its annotations, since it is about to run with them."""
+        self, claim: Claim, node: str, pod: PodView, attempt: _BindAttempt, err: Exception
+    ) -> ExtenderBindingResult:
+        """A failed bind, counted and told, its own writes and reservation undone (`_undo`),
+        except when the lead moved: nothing is undone then either, since the new leader
+        filters the pod again, which replaces its annotations, and a lock left here is taken
+        back by the pod or, once it is placed elsewhere, treated as dangling."""
+        if attempt.recorded is not None:
+            await asyncio.wait([attempt.recorded])  # any cleanup is written after it
+        if isinstance(err, NotLeadingError):
+            return ExtenderBindingResult(str(err))
+        if isinstance(err, NodeTurnTimeoutError):
+            err = self._timed_out(node)
         self.metrics.decisions.labels(verb="bind", outcome="failed").inc()
         self.events.emit(pod, WARNING, "BindingFailed", str(err))
-        if not wrote:  # the pod and node are as they were: only the reservation goes
+        await self._undo(claim, node, attempt)
+        return ExtenderBindingResult(str(err))
+
+    async def _undo(self, claim: Claim, node: str, attempt: _BindAttempt) -> None:
+        """Undo a failed bind's own reservation, and only while the pod is unbound: a pod that
+        is bound (kube-scheduler's cache lagged and the binding answered 409) keeps its charge
+        and its annotations, since it is about to run with them."""
+        if attempt.recorded is None:  # the pod and node are as they were: only the reservation goes
             if claim.allocation is not None and self.state.holds(claim.allocation):
                 self.state.release(claim.key)
             return
         namespace, name = claim.namespace, claim.name
-        if locked:
+        if attempt.locked:
             await _quietly(self.locker.release(node, namespace, name), "lock release")
         try:
             current = await self.pods.read(namespace, name)

@@ -121,7 +121,19 @@ class SchedulerSettings:
             raise SettingsError("--cert_file and --key_file must be given together")
         host, _ = split_host_port(self.http_bind, "--http_bind")
         split_host_port(self.metrics_bind_address, "--metrics-bind-address")
-        self._check_callers(host)
+        if self.extender_client_ca and not self.tls:
+            raise SettingsError(
+                "--extender-client-ca needs --cert_file and --key_file (client certificates "
+                "are only seen over TLS)"
+            )
+        unguarded = not self.extender_client_ca and not self.extender_allow_any_caller
+        if unguarded and not is_loopback(host):
+            raise SettingsError(
+                f"--http_bind {self.http_bind} is reachable beyond this host, and nothing says "
+                "who may call /filter and /bind: give --extender-client-ca FILE (the CA of "
+                "kube-scheduler's client certificate), or --extender-allow-any-caller to "
+                "accept anyone who reaches the port"
+            )
         if self.http_header_timeout <= timedelta(0) or self.http_body_timeout <= timedelta(0):
             raise SettingsError("--http-header-timeout and --http-body-timeout must be positive")
         if self.http_max_connections < 1:
@@ -136,22 +148,6 @@ class SchedulerSettings:
                 )
             if not self.identity:
                 raise SettingsError("--leader-elect needs an identity (hostname or POD_NAME)")
-
-    def _check_callers(self, host: str) -> None:
-        if self.extender_client_ca and not self.tls:
-            raise SettingsError(
-                "--extender-client-ca needs --cert_file and --key_file (client certificates "
-                "are only seen over TLS)"
-            )
-        if not self.extender_client_ca and not self.extender_allow_any_caller and not (
-            is_loopback(host)
-        ):
-            raise SettingsError(
-                f"--http_bind {self.http_bind} is reachable beyond this host, and nothing says "
-                "who may call /filter and /bind: give --extender-client-ca FILE (the CA of "
-                "kube-scheduler's client certificate), or --extender-allow-any-caller to "
-                "accept anyone who reaches the port"
-            )
 
     @property
     def tls(self) -> bool:

@@ -53,7 +53,6 @@ from pyhami.protocol import (
 
 log = structlog.get_logger(__name__)
 
-InventoryOf = Callable[[NodeView], NodeInventory | None]
 REGISTRATION_KEYS = (KEY_NODE_NVIDIA_REGISTER, KEY_NODE_NVIDIA_SCORE, KEY_DEVICE_CORDON)
 
 
@@ -72,7 +71,7 @@ class ClusterState:
     def __init__(
         self,
         config: EngineConfig,
-        inventory_of: InventoryOf,
+        inventory_of: Callable[[NodeView], NodeInventory | None],
         *,
         node_selector: Mapping[str, str] | None = None,
     ) -> None:
@@ -99,15 +98,8 @@ class ClusterState:
         self._registrations: dict[str, tuple[str | None, ...]] = {}
         # Nodes whose registration annotation is there but cannot be read, and why (/explain).
         self.registration_errors: dict[str, str] = {}
-        self._node_listeners: list[Callable[[str], None]] = []
-
-    def on_change(self, listener: Callable[[str], None]) -> None:
-        """Call `listener(node name)` after every event of a node."""
-        self._node_listeners.append(listener)
-
-    def _changed(self, name: str) -> None:
-        for listener in self._node_listeners:
-            listener(name)
+        # Told the node's name after every event of a node (binds waiting for its lock wake).
+        self.node_changed: Callable[[str], None] = lambda _name: None
 
     # ----- nodes -----------------------------------------------------------------------------
 
@@ -119,7 +111,7 @@ class ClusterState:
             self.dra_nodes.add(name)
         else:
             self.dra_nodes.discard(name)
-        self._changed(name)
+        self.node_changed(name)
         if not _labels_match(node, self._selector) or self._reports_no_gpus(node):
             self._forget_registration(name)
             return
@@ -148,7 +140,7 @@ class ClusterState:
         self.nodes.pop(name, None)
         self.dra_nodes.discard(name)
         self._forget_registration(name)
-        self._changed(name)
+        self.node_changed(name)
 
     def _forget_registration(self, name: str) -> None:
         self._registrations.pop(name, None)
@@ -177,7 +169,7 @@ class ClusterState:
             allocation = None
         reserved = self.ledger.pod(key) if key in self._reservations else None
         if reserved is not None:
-            if not self._shows_the_patch(key, pod, allocation, reserved):
+            if not self._shows_the_patch(pod, allocation, reserved):
                 return  # a view from before our patch landed
             self._reservations.pop(key, None)
         if allocation is not None:
@@ -248,13 +240,9 @@ class ClusterState:
             self.on_pod(seen)
 
     def _shows_the_patch(
-        self,
-        key: PodKey,
-        pod: PodView,
-        allocation: PodAllocation | None,
-        reserved: PodAllocation,
+        self, pod: PodView, allocation: PodAllocation | None, reserved: PodAllocation
     ) -> bool:
-        written = self._reservations.get(key)
+        written = self._reservations.get(pod.key)
         if written is None:
             return False  # not answered yet
         seen = pod.resource_version

@@ -16,9 +16,9 @@ the process restarts (OpenSSL cannot take a CA back out of a live context).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import ssl
-from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
@@ -30,16 +30,11 @@ class CertificateError(RuntimeError):
     """The certificate or key file cannot be loaded."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Stamp:
-    cert: tuple[int, int, int]
-    key: tuple[int, int, int]
-    client_ca: tuple[int, int, int] | None
-
-
-def _stamp_of(path: Path) -> tuple[int, int, int]:
+def _stamp_of(path: Path | None) -> tuple[int, int, int] | None:
     # Kubernetes swaps Secret volumes through a symlink, so the inode changes even when
     # mtime granularity would hide the update.
+    if path is None:
+        return None
     info = os.stat(path)
     return (info.st_ino, info.st_mtime_ns, info.st_size)
 
@@ -60,31 +55,23 @@ class ReloadingCertificate:
         self.reloads = 0
         self._stamp = self._load()
 
-    def _stamps(self) -> _Stamp:
+    def _stamps(self) -> tuple[tuple[int, int, int] | None, ...]:
+        """The certificate's, the key's and the client CA bundle's."""
         try:
-            return _Stamp(
-                cert=_stamp_of(self.cert_file),
-                key=_stamp_of(self.key_file),
-                client_ca=None if self.client_ca is None else _stamp_of(self.client_ca),
-            )
+            return tuple(map(_stamp_of, (self.cert_file, self.key_file, self.client_ca)))
         except OSError as err:
             raise CertificateError(f"cannot read certificate files: {err}") from err
 
-    def _load(self) -> _Stamp:
+    def _load(self) -> tuple[tuple[int, int, int] | None, ...]:
         stamp = self._stamps()
+        what = f"certificate {self.cert_file} with key {self.key_file}"
         try:
             self.context.load_cert_chain(self.cert_file, self.key_file)
-        except (OSError, ssl.SSLError) as err:
-            raise CertificateError(
-                f"cannot load certificate {self.cert_file} with key {self.key_file}: {err}"
-            ) from err
-        if self.client_ca is not None:
-            try:
+            if self.client_ca is not None:
+                what = f"the client CA bundle {self.client_ca}"
                 self.context.load_verify_locations(cafile=self.client_ca)
-            except (OSError, ssl.SSLError) as err:
-                raise CertificateError(
-                    f"cannot load the client CA bundle {self.client_ca}: {err}"
-                ) from err
+        except (OSError, ssl.SSLError) as err:
+            raise CertificateError(f"cannot load {what}: {err}") from err
         self.reloads += 1
         return stamp
 
@@ -104,7 +91,5 @@ class ReloadingCertificate:
         """Poll the files until `stop` is set."""
         while not stop.is_set():
             self.reload_if_changed()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=interval)
-            except TimeoutError:
-                continue

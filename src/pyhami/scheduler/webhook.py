@@ -84,14 +84,6 @@ class AdmissionError(ValueError):
     """A container asks for something invalid; the webhook answers 500 (HAMi's choice)."""
 
 
-def quantity_value(text: object, where: str) -> int:
-    """Kubernetes `Quantity.Value()`: the value in units, fractions rounded up."""
-    try:
-        return value_ceil(parse_quantity(text))
-    except QuantityError as err:
-        raise AdmissionError(f"{where}: {err}") from err
-
-
 def _given(container: ContainerView, name: str) -> object | None:
     """The container's limit for a resource, else its request (None when an empty name)."""
     return container.quantity(name) if name else None
@@ -139,11 +131,11 @@ def mutate_nvidia_container(
     """NVIDIA MutateAdmission for one container: its changes, and whether it asks for NVIDIA
     devices once they are made."""
     percentage = _given(container, cfg.resource_memory_percentage_name)
-    percentage_value: int | None = None
-    if percentage is not None:
-        percentage_value = quantity_value(
-            percentage, f"container {container.name}: {cfg.resource_memory_percentage_name}"
-        )
+    try:  # Kubernetes `Quantity.Value()`: the value in units, fractions rounded up
+        whole = None if percentage is None else value_ceil(parse_quantity(percentage))
+    except QuantityError as err:
+        where = f"container {container.name}: {cfg.resource_memory_percentage_name}"
+        raise AdmissionError(f"{where}: {err}") from err
     env = list(webhook_env(container, cfg).items())
     limits: list[tuple[str, str]] = []
 
@@ -158,7 +150,7 @@ def mutate_nvidia_container(
     cores_given = _given(container, cfg.resource_core_name) is not None
     if count_given and cfg.resource_core_name and not cores_given:
         if percentage is not None:
-            exclusive = percentage_value == 100
+            exclusive = whole == 100
         else:
             memory_given = _given(container, cfg.resource_memory_name) is not None
             exclusive = not cfg.resource_memory_name or not memory_given
@@ -209,13 +201,10 @@ class PodAdmission:
         self.cfg = cfg
         self.nvidia = nvidia
         self._exceeds_quota = exceeds_quota
-        self._ensure_object = ensure_object
+        # creates the ResourceClaimTemplates an allowed answer's pod names, before the pod is
+        self.ensure_object = ensure_object
         # the memory sizes (bytes) of the DRA driver's GPUs, for gpumem-percentage
         self._dra_card_memories = dra_card_memories
-
-    async def create_claim_templates(self, response: AdmissionResponse) -> AdmissionResponse:
-        """Create the ResourceClaimTemplates an allowed answer's pod names, before the pod is."""
-        return await response.create_claim_templates(self._ensure_object)
 
     def review(self, request: AdmissionRequest) -> AdmissionResponse:
         """HAMi's webhook: the ownership rule, then the GPU pod mutation on CREATE."""
@@ -288,9 +277,7 @@ class PodAdmission:
                 check_resource_values(view, self.nvidia)
         except ContainerSpecError as err:
             return AdmissionResponse.deny(str(err))
-        if self.cfg.dra_mode != "off" and heads_to_dra(
-            admitted.view.node_selector, self.cfg.dra_mode
-        ):
+        if heads_to_dra(pod.node_selector, self.cfg.dra_mode):
             return self._admit_to_dra(admitted)
         namespace = pod.namespace
         has_resource = False
@@ -305,19 +292,17 @@ class PodAdmission:
             has_resource = True
             if refusal is not None and not may_control:
                 return AdmissionResponse.deny(refusal)
-        if admitted.privileged is not None and has_resource:
+        if not has_resource:
+            return PodChanges(containers=tuple(changes))
+        if admitted.privileged is not None:
             return AdmissionResponse.deny(f"container {admitted.privileged} is privileged")
-        if has_resource and ours and pod.node_name:
+        if ours and pod.node_name:
             return AdmissionResponse.deny("pod has node assigned")
-        if has_resource and self._exceeds_quota(_with_limits(pod, changes)):
+        if self._exceeds_quota(_with_limits(pod, changes)):
             return AdmissionResponse.deny("exceeding resource quota")
-        runtime_class = self.nvidia.runtime_class_name
+        runtime_class = "" if admitted.runtime_class_name else self.nvidia.runtime_class_name
         return PodChanges(
-            containers=tuple(changes),
-            runtime_class_name=(
-                runtime_class if has_resource and not admitted.runtime_class_name else ""
-            ),
-            scheduler_name=ours if has_resource else "",
+            containers=tuple(changes), runtime_class_name=runtime_class, scheduler_name=ours
         )
 
     def _admit_to_dra(self, admitted: AdmittedPod) -> AdmissionResponse | PodChanges:
