@@ -28,6 +28,7 @@ from pyhami.deviceplugin.binding import PodBinding
 from pyhami.deviceplugin.listing import NoPreferenceError, physical_id, preferred_replicas
 from pyhami.deviceplugin.migpods import MigPods
 from pyhami.kube import KubeClient
+from pyhami.kube.patches import pod_annotations_patch
 from pyhami.model import ContainerDevice, ContainerDevices, PodSingleDevice, PodView
 from pyhami.protocol import (
     KEY_NVIDIA_ALLOCATED,
@@ -199,9 +200,7 @@ class Allocator:
         # byte compatibility with HAMi's own readers.
         blanked = encode_pod_single_device(tuple(entries))
         await self._kube.patch_pod(
-            pod.namespace,
-            pod.name,
-            {"metadata": {"annotations": {KEY_NVIDIA_TO_ALLOCATE: blanked}}},
+            pod.namespace, pod.name, pod_annotations_patch({KEY_NVIDIA_TO_ALLOCATE: blanked})
         )
         return responses, entries
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from pyhami.deviceplugin.allocation import AllocationError, ContainerSlot
 from pyhami.deviceplugin.api import api_pb2
+from pyhami.deviceplugin.health import sleep_unless
 from pyhami.deviceplugin.mig import InstanceKey, MigError, MigManager
 from pyhami.kube import Conflict, KubeClient, KubeError
 from pyhami.kube.patches import mig_allocations_patch
@@ -26,11 +27,6 @@ from pyhami.protocol import (
 )
 
 log = logging.getLogger(__name__)
-
-
-def is_active(pod: PodView) -> bool:
-    """Not being deleted and not finished: its MIG instances must stay."""
-    return not pod.deleting and not pod.finished
 
 
 def pod_mig_allocations(pod: PodView) -> tuple[MigAllocation, ...]:
@@ -86,7 +82,6 @@ class MigPods:
         self.manager = manager
         self._interval = interval
         self._attempts = patch_attempts
-        self.reconciles = 0
 
     async def _node_pods(self) -> list[PodView]:
         listed = await self._kube.list_pods(field_selector=f"spec.nodeName={self._node}")
@@ -99,7 +94,7 @@ class MigPods:
         """Reservations of every active pod here; raises on an API or decode error."""
         found: list[MigAllocation] = []
         for pod in await self._node_pods():
-            if is_active(pod):
+            if not pod.deleting and not pod.finished:  # its MIG instances must stay
                 found.extend(pod_mig_allocations(pod))
         return found
 
@@ -112,7 +107,6 @@ class MigPods:
                 referenced.add(self.manager.key(allocation))
             except MigError:
                 continue  # a reservation for another node's GPU keeps nothing here
-        self.reconciles += 1
         return await asyncio.to_thread(self.manager.reconcile, referenced, candidates)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -121,10 +115,7 @@ class MigPods:
                 await self.reconcile_once()
             except (KubeError, AllocationError) as error:
                 log.warning("MIG reconcile skipped this cycle (nothing destroyed): %s", error)
-            try:
-                await asyncio.wait_for(stop.wait(), self._interval)
-            except TimeoutError:
-                continue
+            await sleep_unless(stop, self._interval)
 
     async def startup(self) -> None:
         """Clean idle GPUs and adopt live instances; unlistable pods mean every GPU is in use."""

@@ -210,18 +210,7 @@ class NodeRegistrar:
                     "node registration failed, retrying in %gs: %s", self._retry_interval, error
                 )
                 pause = self._retry_interval
-            await self._pause(stop, seen, pause)
-
-    async def _pause(self, stop: asyncio.Event, seen: int, seconds: float) -> None:
-        waits = {
-            asyncio.ensure_future(stop.wait()),
-            asyncio.ensure_future(self._board.wait_for_change(seen)),
-        }
-        try:
-            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waits:
-                waiter.cancel()
+            await self._board.until_change(seen, stop, pause)
 
     async def _warn_asymmetric(self, scores: PairScores) -> None:
         now = self._clock.monotonic()

@@ -8,7 +8,6 @@ new one starts. Card health is kept across instances.
 """
 
 import asyncio
-import contextlib
 import logging
 import os
 from collections.abc import Callable, Coroutine
@@ -21,7 +20,7 @@ from pyhami.deviceplugin.allocator import Allocator
 from pyhami.deviceplugin.api import DEVICE_PLUGIN_PATH
 from pyhami.deviceplugin.binding import PodBinding
 from pyhami.deviceplugin.config import ConfigError, OperatingMode, VgpuConfig
-from pyhami.deviceplugin.health import HealthBoard, HealthWatcher, XidPolicy
+from pyhami.deviceplugin.health import HealthBoard, HealthWatcher, XidPolicy, sleep_unless
 from pyhami.deviceplugin.inventory import Gpu, InventoryError, discover
 from pyhami.deviceplugin.mig import MigManager
 from pyhami.deviceplugin.migpods import MigPods
@@ -201,7 +200,7 @@ class DevicePlugin:
                 gpus = await asyncio.to_thread(discover, self.nvml, config.device_filter)
             except InventoryError as error:
                 log.error("%s; retrying in %gs", error, self.options.restart_delay)
-                await self._sleep(stop, self.options.restart_delay)
+                await sleep_unless(stop, self.options.restart_delay)
                 continue
             if not gpus:
                 log.warning(
@@ -291,9 +290,4 @@ class DevicePlugin:
         while not (stop.is_set() or self.restart_requested.is_set() or restart_needed()):
             if deadline is not None and asyncio.get_running_loop().time() >= deadline:
                 return
-            await self._sleep(stop, self.options.kubelet_poll)
-
-    async def _sleep(self, stop: asyncio.Event, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await stop.wait()
+            await sleep_unless(stop, self.options.kubelet_poll)
