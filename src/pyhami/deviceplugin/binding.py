@@ -182,7 +182,8 @@ class PodBinding:
             )
             self._start_repair(namespace, name, phase)
         try:
-            await self.release_lock(namespace, name)
+            # HAMi's ReleaseNodeLock with the owner check: never removes another pod's lock.
+            await self._locker.release(self._node, namespace, name)
         except (KubeError, NodeLockError) as error:
             log.error("cannot release the node lock of %s on %s: %s", pod.ref, self._node, error)
 
@@ -226,7 +227,3 @@ class PodBinding:
     async def close(self) -> None:
         """Stop the background repairs (a restarted plugin does not know about them)."""
         await cancel_and_wait(*self._repairs.values())
-
-    async def release_lock(self, namespace: str, name: str) -> None:
-        """ReleaseNodeLock with the owner check: never removes another pod's lock."""
-        await self._locker.release(self._node, namespace, name)

@@ -139,18 +139,6 @@ def _typed(where: str, key: str, value: Any, kind: type) -> Any:
     raise ConfigError(f"{where}: {key} must be {kind.__name__}, got {value!r}")
 
 
-def _overlay(
-    base: VgpuConfig, block: Mapping[str, Any], keys: tuple[tuple[str, str, type], ...], where: str
-) -> VgpuConfig:
-    lowered = {str(k).lower(): v for k, v in block.items()}
-    changes = {
-        name: _typed(where, key, lowered[key], kind)
-        for key, name, kind in keys
-        if key in lowered and lowered[key] is not None
-    }
-    return replace(base, **changes)
-
-
 def apply_device_config(base: VgpuConfig, nvidia: NvidiaConfig) -> VgpuConfig:
     """Overlay the keys the device-config YAML's `nvidia:` block actually sets."""
     changes: dict[str, Any] = {
@@ -211,7 +199,12 @@ def apply_node_config(base: VgpuConfig, document: Any, node_name: str, where: st
         entry_lowered = {str(k).lower(): v for k, v in entry.items()}
         if entry_lowered.get("name") != node_name:
             continue
-        config = _overlay(config, entry_lowered, _NODE_KEYS, entry_where)
+        changes: dict[str, Any] = {
+            name: _typed(entry_where, key, entry_lowered[key], kind)
+            for key, name, kind in _NODE_KEYS
+            if entry_lowered.get(key) is not None
+        }
+        config = replace(config, **changes)
         if "filterdevices" in entry_lowered:
             config = replace(
                 config, device_filter=_device_filter(entry_where, entry_lowered["filterdevices"])

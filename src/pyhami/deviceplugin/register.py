@@ -120,13 +120,12 @@ class Scanner:
             if memory is None:
                 continue
             healthy = answered and self._board.healthy(gpu.uuid)
-            if self._mig is None:
-                infos.append(device_info(gpu, memory, self._config, healthy))
-                continue
-            profiles = self._mig.publish(gpu)
-            if not profiles:  # HAMi skips a MIG-mode GPU without profiles too
-                continue
-            count = self._mig.capacities.get(gpu.uuid, 0)
+            profiles: tuple[MigProfile, ...] = ()
+            if self._mig is not None:
+                profiles = self._mig.publish(gpu)
+                if not profiles:  # HAMi skips a MIG-mode GPU without profiles too
+                    continue
+            count = self.kubelet_counts().get(gpu.uuid, 0)
             infos.append(
                 device_info(
                     gpu, memory, self._config, healthy, mig_profiles=profiles, mig_count=count

@@ -12,6 +12,7 @@ import logging
 import os
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -88,8 +89,7 @@ class _Instance:
         self.gpus = gpus
         self.stopping = asyncio.Event()
         self.socket = options.plugin_dir / socket_name(config.resource_name)
-        self.binding = binding = PodBinding(plugin.kube, options.node_name)
-        settings = options.settings
+        self.binding = PodBinding(plugin.kube, options.node_name)
         manager: MigManager | None = None
         self.mig: MigPods | None = None
         if config.operating_mode == OperatingMode.MIG:
@@ -99,9 +99,9 @@ class _Instance:
             )
         allocator = Allocator(
             plugin.kube,
-            binding,
+            self.binding,
             replace(
-                settings,
+                options.settings,
                 oversubscribe=config.device_memory_scaling > 1,
                 lib_cuda_log_level=config.lib_cuda_log_level,
                 disable_core_limit=config.disable_core_limit,
@@ -206,7 +206,7 @@ class DevicePlugin:
                 log.warning(
                     "No devices found on %s. Waiting for a restart.", self.options.node_name
                 )
-                await self._wait(stop, self._kubelet_changed_from(_identity(self._kubelet())))
+                await self._wait(stop, partial(self._kubelet_changed, _identity(self._kubelet())))
                 continue
             instance = _Instance(self, config, gpus)
             try:
@@ -219,11 +219,11 @@ class DevicePlugin:
                 )
                 await instance.stop()
                 # Retry after the delay, or as soon as a (new) kubelet socket appears.
-                kubelet_now = self._kubelet_changed_from(_identity(self._kubelet()))
+                kubelet_now = partial(self._kubelet_changed, _identity(self._kubelet()))
                 await self._wait(stop, kubelet_now, timeout=self.options.restart_delay)
                 continue
             self.current = instance
-            await self._wait(stop, self._restart_needed(instance, kubelet_seen))
+            await self._wait(stop, partial(self._restart_needed, instance, kubelet_seen))
             log.info("stopping device plugin instance (%s)", "exit" if stop.is_set() else "restart")
             await instance.stop()
             self.current = None
@@ -264,24 +264,17 @@ class DevicePlugin:
             instance.spawn("mig-reconcile", instance.mig.run(instance.stopping), may_finish=False)
         return kubelet_seen
 
-    def _kubelet_changed_from(self, seen: tuple[int, int] | None) -> Callable[[], bool]:
-        return lambda: _identity(self._kubelet()) not in (seen, None)
+    def _kubelet_changed(self, seen: tuple[int, int] | None) -> bool:
+        return _identity(self._kubelet()) not in (seen, None)
 
-    def _restart_needed(
-        self, instance: _Instance, kubelet_seen: tuple[int, int] | None
-    ) -> Callable[[], bool]:
-        kubelet_changed = self._kubelet_changed_from(kubelet_seen)
-
-        def needed() -> bool:
-            if kubelet_changed():
-                log.info("kubelet socket re-created: kubelet restarted, registering again")
-                return True
-            if not os.path.exists(instance.socket):
-                log.info("our socket %s was removed: registering again", instance.socket)
-                return True
-            return False
-
-        return needed
+    def _restart_needed(self, instance: _Instance, kubelet_seen: tuple[int, int] | None) -> bool:
+        if self._kubelet_changed(kubelet_seen):
+            log.info("kubelet socket re-created: kubelet restarted, registering again")
+            return True
+        if not os.path.exists(instance.socket):
+            log.info("our socket %s was removed: registering again", instance.socket)
+            return True
+        return False
 
     async def _wait(
         self, stop: asyncio.Event, restart_needed: Callable[[], bool], timeout: float | None = None

@@ -219,12 +219,3 @@ class Nvml(Protocol):
     def mig_device_processes(self, index: int, mig_uuid: str) -> tuple[RunningProcess, ...]: ...
 
     def close(self) -> None: ...
-
-
-def sysfs_bus_id(nvml_bus_id: str) -> str:
-    """NVML's `00000000:3B:00.0` as sysfs names it, `0000:3b:00.0` (8-digit domain cut to 4)."""
-    bus_id = nvml_bus_id.strip().lower()
-    domain, sep, rest = bus_id.partition(":")
-    if sep and len(domain) > 4:
-        return f"{domain[-4:]}:{rest}"
-    return bus_id

@@ -24,7 +24,6 @@ from pyhami.nvml.api import (
     TopologyLevel,
     Utilization,
     XidEvent,
-    sysfs_bus_id,
 )
 
 log = logging.getLogger(__name__)
@@ -76,6 +75,15 @@ def _processes(handle: Any) -> tuple[RunningProcess, ...]:
             pid, used = int(process.pid), int(process.usedGpuMemory or 0)
             seen.setdefault(pid, RunningProcess(pid=pid, used_memory=used))
     return tuple(seen.values())
+
+
+def sysfs_bus_id(nvml_bus_id: str) -> str:
+    """NVML's `00000000:3B:00.0` as sysfs names it, `0000:3b:00.0` (8-digit domain cut to 4)."""
+    bus_id = nvml_bus_id.strip().lower()
+    domain, sep, rest = bus_id.partition(":")
+    if sep and len(domain) > 4:
+        return f"{domain[-4:]}:{rest}"
+    return bus_id
 
 
 class PynvmlXidWatch:
