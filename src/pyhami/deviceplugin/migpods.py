@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pyhami.deviceplugin.allocation import AllocationError, ContainerSlot
 from pyhami.deviceplugin.api import api_pb2
 from pyhami.deviceplugin.health import sleep_unless
-from pyhami.deviceplugin.mig import InstanceKey, MigError, MigManager
+from pyhami.deviceplugin.mig import InstanceKey, MigError, MigManager, Realised
 from pyhami.kube import Conflict, KubeClient, KubeError
 from pyhami.kube.patches import mig_allocations_patch
 from pyhami.kube.views import read_pod
@@ -153,49 +153,37 @@ class MigPods:
             responses.append(
                 api_pb2.ContainerAllocateResponse(envs={"NVIDIA_VISIBLE_DEVICES": visible})
             )
-            log.info(
-                "Allocate: pod %s container %s gets %s",
-                pod.ref,
-                slot.container.name,
-                visible,
-            )
         await self.record_identity(pod)
         return responses
 
-    def _with_identity(
-        self, allocations: Sequence[MigAllocation]
-    ) -> tuple[list[MigAllocation], bool]:
-        updated: list[MigAllocation] = []
-        any_known = False
-        for allocation in allocations:
-            try:
-                realised = self.manager.known(self.manager.key(allocation))
-            except MigError:
-                realised = None
-            if realised is None:
-                updated.append(allocation)
-                continue
-            any_known = True
-            updated.append(
-                dataclasses.replace(
-                    allocation,
-                    mig_uuid=realised.mig_uuid,
-                    gpu_instance_id=realised.gpu_instance_id,
-                    compute_instance_id=realised.compute_instance_id,
-                )
-            )
-        return updated, any_known
+    def _realised(self, allocation: MigAllocation) -> Realised | None:
+        try:
+            return self.manager.known(self.manager.key(allocation))
+        except MigError:
+            return None  # a reservation for another node's GPU
 
     async def record_identity(self, pod: PodView) -> None:
         """Patch migUUID/GI/CI into the pod's reservations, guarded by its resourceVersion."""
         namespace, name = pod.namespace, pod.name
         current = pod
         for attempt in range(1, self._attempts + 1):
-            updated, any_known = self._with_identity(pod_mig_allocations(current))
-            if not any_known:
+            allocations = pod_mig_allocations(current)
+            realised = [self._realised(allocation) for allocation in allocations]
+            if not any(realised):
                 raise AllocationError(
                     f"pod {pod.ref}: none of its MIG reservations is realised on this node"
                 )
+            updated = [
+                allocation
+                if known is None
+                else dataclasses.replace(
+                    allocation,
+                    mig_uuid=known.mig_uuid,
+                    gpu_instance_id=known.gpu_instance_id,
+                    compute_instance_id=known.compute_instance_id,
+                )
+                for allocation, known in zip(allocations, realised, strict=True)
+            ]
             patch = mig_allocations_patch(encode_mig_allocations(updated), current.resource_version)
             try:
                 await self._kube.patch_pod(namespace, name, patch)
