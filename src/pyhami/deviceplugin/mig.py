@@ -281,8 +281,7 @@ class MigManager:
         self, referenced: Iterable[InstanceKey], candidates: frozenset[InstanceKey]
     ) -> int:
         """Destroy each key of `candidates` (tracked before pods were listed) not referenced."""
-        live = set(referenced)
-        stale = [key for key in candidates if key not in live]
+        stale = candidates - set(referenced)
         for key in stale:
             self.release(key)
         return len(stale)

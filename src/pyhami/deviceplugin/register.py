@@ -55,14 +55,11 @@ def device_info(
     Dynamic MIG: unscaled memory, devcore 100, count = most instances of any profile.
     """
     mig = config.operating_mode == OperatingMode.MIG
-    devmem = memory_mib
-    if config.device_memory_scaling != 1 and not mig:
-        devmem = int(memory_mib * config.device_memory_scaling)
     return DeviceInfo(
         id=gpu.uuid,
         index=gpu.index,
         count=mig_count if mig else config.device_split_count,
-        devmem=devmem,
+        devmem=memory_mib if mig else int(memory_mib * config.device_memory_scaling),
         devcore=100 if mig else int(config.device_core_scaling * 100),
         type=card_type(gpu.name),
         numa=gpu.numa or 0,  # unknown NUMA is published as 0, as HAMi does

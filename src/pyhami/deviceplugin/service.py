@@ -10,11 +10,10 @@ new one starts. Card health is kept across instances.
 import asyncio
 import logging
 import os
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.deviceplugin.allocator import Allocator
@@ -67,11 +66,6 @@ def _remove_stale_mig_apply_lock(lock: Path) -> None:
         log.warning("removed a stale %s (the vGPU monitor pauses while it exists)", lock)
 
 
-def socket_name(resource_name: str) -> str:
-    """`nvidia.com/gpu` -> `nvidia-gpu.sock`, in kubelet's device-plugin folder."""
-    return f"nvidia-{resource_name.rsplit('/', 1)[-1]}.sock"
-
-
 def _identity(path: Path) -> tuple[int, int] | None:
     try:
         stat = path.stat()
@@ -88,7 +82,8 @@ class _Instance:
         self.config = config
         self.gpus = gpus
         self.stopping = asyncio.Event()
-        self.socket = options.plugin_dir / socket_name(config.resource_name)
+        # `nvidia.com/gpu` -> `nvidia-gpu.sock`, in kubelet's device-plugin folder
+        self.socket = options.plugin_dir / f"nvidia-{config.resource_name.rsplit('/', 1)[-1]}.sock"
         self.binding = PodBinding(plugin.kube, options.node_name)
         manager: MigManager | None = None
         self.mig: MigPods | None = None
@@ -146,9 +141,6 @@ class _Instance:
             wait_ms=options.xid_wait_ms,
         )
         self.tasks: list[asyncio.Task[None]] = []
-
-    def spawn(self, name: str, work: Coroutine[Any, Any, None], *, may_finish: bool) -> None:
-        self.tasks.append(guarded_task(work, name, may_finish=may_finish))
 
     async def stop(self) -> None:
         await cancel_and_wait(*self.tasks)
@@ -255,13 +247,14 @@ class DevicePlugin:
             instance.config.resource_name,
             instance.socket,
         )
-        instance.spawn(
-            "node-registration", instance.registrar.run(instance.stopping), may_finish=False
-        )
-        # Ends by itself when DP_DISABLE_HEALTHCHECKS turns XID checks off.
-        instance.spawn("xid-health", instance.health.run(instance.stopping), may_finish=True)
+        stopping = instance.stopping
+        instance.tasks = [
+            guarded_task(instance.registrar.run(stopping), "node-registration"),
+            # Ends by itself when DP_DISABLE_HEALTHCHECKS turns XID checks off.
+            guarded_task(instance.health.run(stopping), "xid-health", may_finish=True),
+        ]
         if instance.mig is not None:
-            instance.spawn("mig-reconcile", instance.mig.run(instance.stopping), may_finish=False)
+            instance.tasks.append(guarded_task(instance.mig.run(stopping), "mig-reconcile"))
         return kubelet_seen
 
     def _kubelet_changed(self, seen: tuple[int, int] | None) -> bool:
