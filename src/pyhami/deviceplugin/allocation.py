@@ -237,8 +237,7 @@ def limits_text(
         )
     except QuantityError:
         derived = {}  # refused at admission and /filter; the default priority holds
-    for key, derived_value in derived.items():
-        values.setdefault(key, derived_value)
+    values |= {key: value for key, value in derived.items() if key not in values}
     values.setdefault(TASK_PRIORITY, DEFAULT_TASK_PRIORITY)
     if may_control:
         for name, value in container.env:

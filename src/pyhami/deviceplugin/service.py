@@ -66,14 +66,6 @@ def _remove_stale_mig_apply_lock(lock: Path) -> None:
         log.warning("removed a stale %s (the vGPU monitor pauses while it exists)", lock)
 
 
-def _identity(path: Path) -> tuple[int, int] | None:
-    try:
-        stat = path.stat()
-    except OSError:
-        return None
-    return stat.st_ino, stat.st_ctime_ns
-
-
 class _Instance:
     """One start of the plugin: socket, registration, tasks. `stop()` undoes all of it."""
 
@@ -198,7 +190,7 @@ class DevicePlugin:
                 log.warning(
                     "No devices found on %s. Waiting for a restart.", self.options.node_name
                 )
-                await self._wait(stop, partial(self._kubelet_changed, _identity(self._kubelet())))
+                await self._wait(stop, partial(self._kubelet_changed, self._kubelet_identity()))
                 continue
             instance = _Instance(self, config, gpus)
             try:
@@ -211,7 +203,7 @@ class DevicePlugin:
                 )
                 await instance.stop()
                 # Retry after the delay, or as soon as a (new) kubelet socket appears.
-                kubelet_now = partial(self._kubelet_changed, _identity(self._kubelet()))
+                kubelet_now = partial(self._kubelet_changed, self._kubelet_identity())
                 await self._wait(stop, kubelet_now, timeout=self.options.restart_delay)
                 continue
             self.current = instance
@@ -220,8 +212,13 @@ class DevicePlugin:
             await instance.stop()
             self.current = None
 
-    def _kubelet(self) -> Path:
-        return self.options.kubelet_socket or self.options.plugin_dir / "kubelet.sock"
+    def _kubelet_identity(self) -> tuple[int, int] | None:
+        """Inode and ctime of kubelet's socket, which kubelet creates anew at each start."""
+        try:
+            stat = (self.options.kubelet_socket or self.options.plugin_dir / "kubelet.sock").stat()
+        except OSError:
+            return None
+        return stat.st_ino, stat.st_ctime_ns
 
     async def _start(self, instance: _Instance) -> tuple[int, int] | None:
         if self.options.mig_apply_lock is not None:
@@ -238,7 +235,7 @@ class DevicePlugin:
                 instance.config.resource_name,
                 preferred_allocation=instance.config.enable_preferred_allocation,
             )
-        kubelet_seen = _identity(self._kubelet())  # the kubelet we registered with
+        kubelet_seen = self._kubelet_identity()  # the kubelet we registered with
         self.starts += 1
         log.info(
             "serving %d GPUs x %d as %s on %s",
@@ -258,7 +255,7 @@ class DevicePlugin:
         return kubelet_seen
 
     def _kubelet_changed(self, seen: tuple[int, int] | None) -> bool:
-        return _identity(self._kubelet()) not in (seen, None)
+        return self._kubelet_identity() not in (seen, None)
 
     def _restart_needed(self, instance: _Instance, kubelet_seen: tuple[int, int] | None) -> bool:
         if self._kubelet_changed(kubelet_seen):
