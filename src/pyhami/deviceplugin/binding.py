@@ -105,11 +105,8 @@ class PodBinding:
         except (KubeError, NodeSpecError) as error:
             raise AllocationError(f"cannot read node {self._node}: {error}") from error
         lock = node.annotations.get(KEY_NODE_LOCK)
-        if lock:
-            owner = await self._lock_owner(lock)
-            if owner is not None:
-                return owner
-        return await self._scan()
+        owner = await self._lock_owner(lock) if lock else None
+        return owner if owner is not None else await self._scan()
 
     async def _lock_owner(self, lock: str) -> PodView | None:
         try:

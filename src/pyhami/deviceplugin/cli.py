@@ -9,7 +9,6 @@ static MIG) are refused with a message rather than silently ignored.
 """
 
 import asyncio
-import logging
 import os
 import signal
 from collections.abc import Callable
@@ -42,8 +41,6 @@ from pyhami.deviceplugin.toolkit import (
 from pyhami.kube import KubeClient
 from pyhami.logs import LogFormat, configure_logging
 from pyhami.nvml import Nvml, NvmlUnavailableError, open_nvml
-
-log = logging.getLogger("pyhami.deviceplugin")
 
 
 def load_config(
