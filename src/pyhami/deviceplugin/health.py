@@ -170,7 +170,6 @@ class HealthWatcher:
         clock: Clock | None = None,
     ) -> None:
         self._nvml = nvml
-        self._gpus = gpus
         self._by_uuid = {gpu.uuid: gpu for gpu in gpus}
         self._board = board
         self._policy = policy
@@ -210,7 +209,7 @@ class HealthWatcher:
                 await sleep_unless(stop, 30.0)
                 continue
             now = self._clock.monotonic()
-            for gpu in self._gpus:
+            for gpu in self._by_uuid.values():
                 if gpu.index in watch.unwatched:
                     self._board.mark(
                         gpu.uuid, "its XID events cannot be watched", now, permanent=True
@@ -220,8 +219,8 @@ class HealthWatcher:
 
     async def _wait_failed(self, error: NvmlError) -> None:
         now = self._clock.monotonic()
-        for gpu in self._gpus:
-            self._board.mark(gpu.uuid, f"NVML event wait failed: {error}", now)
+        for uuid in self._by_uuid:
+            self._board.mark(uuid, f"NVML event wait failed: {error}", now)
         await asyncio.sleep(self._wait_ms / 1000)  # do not spin on a persistent error
 
     async def _step(self, event: XidEvent | None) -> None:

@@ -36,11 +36,6 @@ MIB = 1024 * 1024
 EVENT_DEDUP_SECONDS = 3600.0
 
 
-def card_type(nvml_name: str) -> str:
-    """HAMi's `type`: the NVML name, prefixed `NVIDIA-` unless it already starts with NVIDIA."""
-    return nvml_name if nvml_name.startswith("NVIDIA") else f"NVIDIA-{nvml_name}"
-
-
 def device_info(
     gpu: Gpu,
     memory_mib: int,
@@ -61,7 +56,8 @@ def device_info(
         count=mig_count if mig else config.device_split_count,
         devmem=memory_mib if mig else int(memory_mib * config.device_memory_scaling),
         devcore=100 if mig else int(config.device_core_scaling * 100),
-        type=card_type(gpu.name),
+        # HAMi's `type`: the NVML name, prefixed `NVIDIA-` unless it already starts with NVIDIA.
+        type=gpu.name if gpu.name.startswith("NVIDIA") else f"NVIDIA-{gpu.name}",
         numa=gpu.numa or 0,  # unknown NUMA is published as 0, as HAMi does
         mode=config.operating_mode,
         mig_profiles=mig_profiles,

@@ -34,12 +34,10 @@ _NO_DRIVER_HINT = (
     "no usable NVIDIA driver here; check that the driver is installed on the node and that this "
     "container runs with the NVIDIA runtime (NVIDIA_VISIBLE_DEVICES=all)"
 )
-_UNAVAILABLE_CODES = frozenset(
-    {
-        pynvml.NVML_ERROR_LIBRARY_NOT_FOUND,
-        pynvml.NVML_ERROR_DRIVER_NOT_LOADED,
-        pynvml.NVML_ERROR_UNINITIALIZED,
-    }
+_UNAVAILABLE_CODES = (
+    pynvml.NVML_ERROR_LIBRARY_NOT_FOUND,
+    pynvml.NVML_ERROR_DRIVER_NOT_LOADED,
+    pynvml.NVML_ERROR_UNINITIALIZED,
 )
 
 
