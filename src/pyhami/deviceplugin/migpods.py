@@ -83,20 +83,16 @@ class MigPods:
         self._interval = interval
         self._attempts = patch_attempts
 
-    async def _node_pods(self) -> list[PodView]:
-        listed = await self._kube.list_pods(field_selector=f"spec.nodeName={self._node}")
-        try:
-            return [read_pod(item) for item in listed.items]
-        except PodSpecError as error:
-            raise AllocationError(f"a pod on {self._node} cannot be read: {error}") from error
-
     async def _active_allocations(self) -> list[MigAllocation]:
         """Reservations of every active pod here; raises on an API or decode error."""
-        found: list[MigAllocation] = []
-        for pod in await self._node_pods():
-            if not pod.deleting and not pod.finished:  # its MIG instances must stay
-                found.extend(pod_mig_allocations(pod))
-        return found
+        listed = await self._kube.list_pods(field_selector=f"spec.nodeName={self._node}")
+        try:
+            pods = [read_pod(item) for item in listed.items]
+        except PodSpecError as error:
+            raise AllocationError(f"a pod on {self._node} cannot be read: {error}") from error
+        # A pod not being deleted and not finished keeps its MIG instances.
+        active = (pod for pod in pods if not pod.deleting and not pod.finished)
+        return [allocation for pod in active for allocation in pod_mig_allocations(pod)]
 
     async def reconcile_once(self) -> int:
         """Destroy tracked instances no active pod references; raises (fail-closed) on errors."""
