@@ -121,15 +121,12 @@ class MigManager:
         """The NVML GI profile behind an allowlist name on this card."""
         slices = slice_count(profile)
         candidates = [p for p in self._profiles_of(index) if p.slice_count == slices]
-        named = [p for p in candidates if p.name]
-        for candidate in named:
-            if candidate.name == profile:
-                return candidate
-        if not named:  # a driver without profile names: HAMi's slice-count rule
-            base = SLICE_PROFILE_IDS.get(slices)
-            for candidate in candidates:
-                if candidate.profile_id == base:
-                    return candidate
+        if any(p.name for p in candidates):
+            found = [p for p in candidates if p.name == profile]
+        else:  # a driver without profile names: HAMi's slice-count rule
+            found = [p for p in candidates if p.profile_id == SLICE_PROFILE_IDS.get(slices)]
+        if found:
+            return found[0]
         offered = ", ".join(p.name or str(p.profile_id) for p in candidates) or "none"
         raise MigError(
             f"GPU {index}: NVML offers no MIG profile {profile!r} "
