@@ -76,17 +76,32 @@ def test_node_entries_apply_in_order_and_zero_values_win() -> None:
     assert config.device_filter.hides("GPU-y", 3)
 
 
+def test_node_entry_numbers_as_text_nulls_and_other_nodes() -> None:
+    base = VgpuConfig(device_split_count=4, device_filter=DeviceFilter(uuids=frozenset({"GPU-x"})))
+    document = {
+        "nodeconfig": [
+            {"name": "other", "devicesplitcount": "not checked: not this node"},
+            {"NAME": "n", "LibCudaLogLevel": 3, "devicesplitcount": None, "filterDevices": None},
+        ]
+    }
+    config = apply_node_config(base, document, "n", "config.json")
+    assert config.lib_cuda_log_level == "3"
+    assert config.device_split_count == 4  # null is absent
+    assert config.device_filter == DeviceFilter()  # a present filterdevices replaces the filter
+
+
 @pytest.mark.parametrize(
     "document, match",
     [
         (
             {"nodeconfig": [{"name": "n", "devicesplitcount": "ten"}]},
-            r"nodeconfig\[0\].*devicesplitcount must be int",
+            r"nodeconfig\[0\]: devicesplitcount: Input should be a valid integer, got 'ten'",
         ),
         (
             {"nodeconfig": [{"name": "n", "enablenumatopology": 1}]},
-            "enablenumatopology must be bool",
+            "enablenumatopology: Input should be a valid boolean",
         ),
+        ({"nodeconfig": [{"name": "n", "DeviceSplitCount": True}]}, "devicesplitcount: Input"),
         ({"nodeconfig": {"name": "n"}}, "'nodeconfig' must be a list"),
         ({"nodeconfig": [{"name": "n", "filterdevices": {"index": [-1]}}]}, "filterdevices.index"),
         ([], "expected an object"),

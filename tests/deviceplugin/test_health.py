@@ -25,12 +25,19 @@ from pyhami.testing.fake_nvml import a100_80g
     ],
 )
 def test_xid_policy(disable: str, enable: str, xid: int, fatal: bool) -> None:
-    assert XidPolicy.from_env(disable, enable).is_fatal(xid) is fatal
+    assert policy(disable, enable).is_fatal(xid) is fatal
+
+
+def policy(disable: str, enable: str) -> XidPolicy:
+    return XidPolicy.from_environment(
+        {"DP_DISABLE_HEALTHCHECKS": disable, "DP_ENABLE_HEALTHCHECKS": enable}
+    )
 
 
 def test_policy_all_disabled_is_inactive() -> None:
-    assert not XidPolicy.from_env("All", "").active
-    assert XidPolicy.from_env("all", "79").active
+    assert not policy("All", "").active
+    assert policy("all", "79").active
+    assert XidPolicy.from_environment({}).active
 
 
 async def wait_until(predicate, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]

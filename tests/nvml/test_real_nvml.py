@@ -15,8 +15,8 @@ from pyhami.nvml import (
     driver_available,
     open_nvml,
     real,
-    sysfs_bus_id,
 )
+from pyhami.nvml.real import sysfs_bus_id
 
 
 @pytest.mark.parametrize(

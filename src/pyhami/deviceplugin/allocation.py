@@ -157,11 +157,6 @@ def take_next(
     return ContainerSlot(position=position, container=container, devices=devices)
 
 
-def visible_devices(devices: ContainerDevices) -> str:
-    """`NVIDIA_VISIBLE_DEVICES`: the GPU UUIDs, de-duplicated in order."""
-    return ",".join(dict.fromkeys(device.uuid for device in devices))
-
-
 def hami_core_env(
     devices: ContainerDevices, cache_id: str, settings: AllocationSettings
 ) -> dict[str, str]:
@@ -237,8 +232,7 @@ def limits_text(
         )
     except QuantityError:
         derived = {}  # refused at admission and /filter; the default priority holds
-    for key, derived_value in derived.items():
-        values.setdefault(key, derived_value)
+    values |= {key: value for key, value in derived.items() if key not in values}
     values.setdefault(TASK_PRIORITY, DEFAULT_TASK_PRIORITY)
     if may_control:
         for name, value in container.env:
@@ -263,7 +257,8 @@ def plan_container(
     name = slot.container.name
     cache_dir = settings.vgpu_dir / "containers" / f"{pod_uid}_{name}"
     core_env = hami_core_env(slot.devices, cache_id, settings)
-    envs = {"NVIDIA_VISIBLE_DEVICES": visible_devices(slot.devices), **core_env}
+    visible = ",".join(dict.fromkeys(device.uuid for device in slot.devices))  # de-duplicated
+    envs = {"NVIDIA_VISIBLE_DEVICES": visible, **core_env}
     may_control = namespace in settings.limit_control_namespaces
     control_off = may_control and disables_control(slot.container)
     return ContainerPlan(

@@ -28,6 +28,7 @@ from pyhami.deviceplugin.binding import PodBinding
 from pyhami.deviceplugin.listing import NoPreferenceError, physical_id, preferred_replicas
 from pyhami.deviceplugin.migpods import MigPods
 from pyhami.kube import KubeClient
+from pyhami.kube.patches import pod_annotations_patch
 from pyhami.model import ContainerDevice, ContainerDevices, PodSingleDevice, PodView
 from pyhami.protocol import (
     KEY_NVIDIA_ALLOCATED,
@@ -164,44 +165,38 @@ class Allocator:
     ) -> tuple[list[api_pb2.ContainerAllocateResponse], list[ContainerDevices]]:
         entries = to_allocate(pod)
         scheduled = assigned(pod)
-        files = await asyncio.to_thread(host_files, self._settings)
-        responses = []
-        mig_slots = []
+        slots = []
         for container_request in request.container_requests:
             kubelet_ids = list(container_request.devices_ids)
             slot = take_next(pod, entries, kubelet_ids, assigned=scheduled, resource=self._resource)
-            if self._mig is not None:
-                mig_slots.append(slot)
-                continue
-            if self._follow_kubelet:
+            if self._follow_kubelet and self._mig is None:
                 slot = replace(slot, devices=_realigned(slot.devices, kubelet_ids))
-            plan = plan_container(
-                slot,
-                pod_uid=pod.uid,
-                namespace=pod.namespace,
-                cache_id=self._new_cache_id(),
-                settings=self._settings,
-                files=files,
-            )
-            await asyncio.to_thread(prepare_host, plan, self._settings)
-            responses.append(_response(plan))
-            log.info(
-                "Allocate: pod %s container %s gets %s",
-                pod.ref,
-                slot.container.name,
-                plan.envs["NVIDIA_VISIBLE_DEVICES"],
-            )
+            slots.append(slot)
         if self._mig is not None:
-            responses = await self._mig.serve(pod, mig_slots)
-        for response in responses:
+            responses = await self._mig.serve(pod, slots)
+        else:
+            files = await asyncio.to_thread(host_files, self._settings)
+            responses = []
+            for slot in slots:
+                plan = plan_container(
+                    slot,
+                    pod_uid=pod.uid,
+                    namespace=pod.namespace,
+                    cache_id=self._new_cache_id(),
+                    settings=self._settings,
+                    files=files,
+                )
+                await asyncio.to_thread(prepare_host, plan, self._settings)
+                responses.append(_response(plan))
+        for slot, response in zip(slots, responses, strict=True):
             response.envs.update(self._settings.toolkit_env)
+            visible = response.envs["NVIDIA_VISIBLE_DEVICES"]
+            log.info("Allocate: pod %s container %s gets %s", pod.ref, slot.container.name, visible)
         # HAMi rewrites decode→encode, which adds one `;` per call; kept for
         # byte compatibility with HAMi's own readers.
         blanked = encode_pod_single_device(tuple(entries))
         await self._kube.patch_pod(
-            pod.namespace,
-            pod.name,
-            {"metadata": {"annotations": {KEY_NVIDIA_TO_ALLOCATE: blanked}}},
+            pod.namespace, pod.name, pod_annotations_patch({KEY_NVIDIA_TO_ALLOCATE: blanked})
         )
         return responses, entries
 

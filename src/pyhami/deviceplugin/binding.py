@@ -106,11 +106,8 @@ class PodBinding:
         except (KubeError, NodeSpecError) as error:
             raise AllocationError(f"cannot read node {self._node}: {error}") from error
         lock = node.annotations.get(KEY_NODE_LOCK)
-        if lock:
-            owner = await self._lock_owner(lock)
-            if owner is not None:
-                return owner
-        return await self._scan()
+        owner = await self._lock_owner(lock) if lock else None
+        return owner if owner is not None else await self._scan()
 
     async def _lock_owner(self, lock: str) -> PodView | None:
         try:
@@ -183,7 +180,8 @@ class PodBinding:
             )
             self._start_repair(namespace, name, phase)
         try:
-            await self.release_lock(namespace, name)
+            # HAMi's ReleaseNodeLock with the owner check: never removes another pod's lock.
+            await self._locker.release(self._node, namespace, name)
         except (KubeError, NodeLockError) as error:
             log.error("cannot release the node lock of %s on %s: %s", pod.ref, self._node, error)
 
@@ -227,7 +225,3 @@ class PodBinding:
     async def close(self) -> None:
         """Stop the background repairs (a restarted plugin does not know about them)."""
         await cancel_and_wait(*self._repairs.values())
-
-    async def release_lock(self, namespace: str, name: str) -> None:
-        """ReleaseNodeLock with the owner check: never removes another pod's lock."""
-        await self._locker.release(self._node, namespace, name)

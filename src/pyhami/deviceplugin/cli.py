@@ -9,10 +9,10 @@ static MIG) are refused with a message rather than silently ignored.
 """
 
 import asyncio
-import logging
 import os
 import signal
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import Annotated
 
@@ -41,8 +41,6 @@ from pyhami.deviceplugin.toolkit import (
 from pyhami.kube import KubeClient
 from pyhami.logs import LogFormat, configure_logging
 from pyhami.nvml import Nvml, NvmlUnavailableError, open_nvml
-
-log = logging.getLogger("pyhami.deviceplugin")
 
 
 def load_config(
@@ -166,7 +164,8 @@ def device_plugin(
     log_format: LogFormatOption = LogFormat.CONSOLE,
 ) -> None:
     """Run the NVIDIA device plugin on this node (kubelet gRPC, node registration, Allocate)."""
-    configure_logging(debug=debug or verbosity >= DEBUG_VERBOSITY, log_format=log_format)
+    debug = debug or verbosity >= DEBUG_VERBOSITY
+    configure_logging(debug=debug, log_format=log_format)
     _refuse("--mig-strategy", mig_strategy, "none")
     _refuse("--device-list-strategy", device_list_strategy, "envvar")
     _refuse("--device-id-strategy", device_id_strategy, "uuid")
@@ -179,8 +178,9 @@ def device_plugin(
         device_core_scaling=device_cores_scaling,
         disable_core_limit=disable_core_limit,
     )
+    load = partial(load_config, flags, config_file, node_config_file, node_name)
     try:
-        load_config(flags, config_file, node_config_file, node_name)
+        load()
         channels = imex_channels(
             parse_imex_channel_ids(imex_channel_ids),
             Path(dev_root or nvidia_driver_root),
@@ -215,16 +215,7 @@ def device_plugin(
         asyncio.run(_idle())
         return
     try:
-        run_service(
-            "device-plugin",
-            _serve(
-                kubeconfig,
-                nvml,
-                options,
-                lambda: load_config(flags, config_file, node_config_file, node_name),
-            ),
-            debug=debug or verbosity >= DEBUG_VERBOSITY,
-        )
+        run_service("device-plugin", _serve(kubeconfig, nvml, options, load), debug=debug)
     finally:
         nvml.close()
 

@@ -17,7 +17,17 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    ValidationError,
+    model_validator,
+)
 
 from pyhami.devices.config import (
     DeviceConfigError,
@@ -99,18 +109,6 @@ class VgpuConfig:
         return self
 
 
-# (key lower-cased, VgpuConfig field, expected type) of the per-node JSON knobs. Go's JSON
-# decoder matches keys case-insensitively, so they are read that way.
-_NODE_KEYS: tuple[tuple[str, str, type], ...] = (
-    ("devicesplitcount", "device_split_count", int),
-    ("devicememoryscaling", "device_memory_scaling", float),
-    ("devicecorescaling", "device_core_scaling", float),
-    ("preconfigureddevicememory", "preconfigured_device_memory", int),
-    ("libcudaloglevel", "lib_cuda_log_level", str),
-    ("enablenumatopology", "enable_numa_topology", bool),
-    ("enablegetpreferredallocation", "enable_preferred_allocation", bool),
-    ("operatingmode", "operating_mode", str),
-)
 # NvidiaConfig field (pyhami.devices) -> VgpuConfig field, for the knobs the plugin uses.
 _YAML_FIELDS = {
     "resource_count_name": "resource_name",
@@ -125,30 +123,6 @@ _YAML_FIELDS = {
     "gpu_core_policy": "core_policy",
     "mig_profile_allowlist": "mig_profile_allowlist",
 }
-
-
-def _typed(where: str, key: str, value: Any, kind: type) -> Any:
-    if kind is float and isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    if kind is int and isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if kind is str and isinstance(value, int) and not isinstance(value, bool):
-        return str(value)  # libCudaLogLevel is often written as a bare number
-    if isinstance(value, kind) and (kind is bool or not isinstance(value, bool)):
-        return value
-    raise ConfigError(f"{where}: {key} must be {kind.__name__}, got {value!r}")
-
-
-def _overlay(
-    base: VgpuConfig, block: Mapping[str, Any], keys: tuple[tuple[str, str, type], ...], where: str
-) -> VgpuConfig:
-    lowered = {str(k).lower(): v for k, v in block.items()}
-    changes = {
-        name: _typed(where, key, lowered[key], kind)
-        for key, name, kind in keys
-        if key in lowered and lowered[key] is not None
-    }
-    return replace(base, **changes)
 
 
 def apply_device_config(base: VgpuConfig, nvidia: NvidiaConfig) -> VgpuConfig:
@@ -176,46 +150,76 @@ def load_device_config(base: VgpuConfig, path: Path) -> VgpuConfig:
     return apply_device_config(base, parsed.nvidia)
 
 
-def _device_filter(where: str, raw: Any) -> DeviceFilter:
-    if raw is None:
-        return DeviceFilter()
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"{where}: filterdevices must be an object, got {raw!r}")
-    lowered = {str(k).lower(): v for k, v in raw.items()}
-    uuids = lowered.get("uuid") or []
-    indices = lowered.get("index") or []
-    if not isinstance(uuids, list) or not all(isinstance(u, str) for u in uuids):
-        raise ConfigError(f"{where}: filterdevices.uuid must be a list of strings, got {uuids!r}")
-    if not isinstance(indices, list) or not all(
-        isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in indices
-    ):
-        raise ConfigError(
-            f"{where}: filterdevices.index must be a list of non-negative integers, got {indices!r}"
-        )
-    return DeviceFilter(uuids=frozenset(uuids), indices=frozenset(indices))
+def _lowered(mapping: Mapping[object, object]) -> dict[str, object]:
+    return {str(key).lower(): value for key, value in mapping.items()}
+
+
+def _number_as_text(value: object) -> object:
+    # libCudaLogLevel is often written as a bare number.
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+_Text = Annotated[str, BeforeValidator(_number_as_text)]
+
+
+class _NodeJson(BaseModel):
+    """Per-node JSON: keys match case-insensitively, as Go's JSON decoder does; values have
+    exactly their type (no bool as a number, no number as a bool); null counts as absent."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _keys_lowered(cls, value: object) -> object:
+        return _lowered(value) if isinstance(value, Mapping) else value
+
+
+class _FilterDevices(_NodeJson):
+    uuid: list[str] | None = None
+    index: list[NonNegativeInt] | None = None
+
+
+class _NodeEntry(_NodeJson):
+    """One `nodeconfig[]` entry; the fields are VgpuConfig's, the aliases the JSON keys."""
+
+    device_split_count: int | None = Field(None, alias="devicesplitcount")
+    device_memory_scaling: float | None = Field(None, alias="devicememoryscaling")
+    device_core_scaling: float | None = Field(None, alias="devicecorescaling")
+    preconfigured_device_memory: int | None = Field(None, alias="preconfigureddevicememory")
+    lib_cuda_log_level: _Text | None = Field(None, alias="libcudaloglevel")
+    enable_numa_topology: bool | None = Field(None, alias="enablenumatopology")
+    enable_preferred_allocation: bool | None = Field(None, alias="enablegetpreferredallocation")
+    operating_mode: _Text | None = Field(None, alias="operatingmode")
+    filterdevices: _FilterDevices | None = None
 
 
 def apply_node_config(base: VgpuConfig, document: Any, node_name: str, where: str) -> VgpuConfig:
     """Overlay every `nodeconfig[]` entry named `node_name`, in file order (later wins)."""
     if not isinstance(document, Mapping):
         raise ConfigError(f"{where}: expected an object with a 'nodeconfig' list")
-    lowered = {str(k).lower(): v for k, v in document.items()}
-    entries = lowered.get("nodeconfig") or []
+    entries = _lowered(document).get("nodeconfig") or []
     if not isinstance(entries, list):
         raise ConfigError(f"{where}: 'nodeconfig' must be a list")
     config = base
-    for position, entry in enumerate(entries):
+    for position, raw in enumerate(entries):
         entry_where = f"{where}: nodeconfig[{position}]"
-        if not isinstance(entry, Mapping):
+        if not isinstance(raw, Mapping):
             raise ConfigError(f"{entry_where} must be an object")
-        entry_lowered = {str(k).lower(): v for k, v in entry.items()}
-        if entry_lowered.get("name") != node_name:
+        if _lowered(raw).get("name") != node_name:
             continue
-        config = _overlay(config, entry_lowered, _NODE_KEYS, entry_where)
-        if "filterdevices" in entry_lowered:
-            config = replace(
-                config, device_filter=_device_filter(entry_where, entry_lowered["filterdevices"])
+        try:
+            entry = _NodeEntry.model_validate(raw)
+        except ValidationError as error:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc']))}: {e['msg']}, got {e['input']!r}"
+                for e in error.errors()
             )
+            raise ConfigError(f"{entry_where}: {problems}") from error
+        config = replace(config, **entry.model_dump(exclude_none=True, exclude={"filterdevices"}))
+        if "filterdevices" in entry.model_fields_set:
+            hidden = entry.filterdevices or _FilterDevices()
+            uuids, indices = frozenset(hidden.uuid or ()), frozenset(hidden.index or ())
+            config = replace(config, device_filter=DeviceFilter(uuids, indices))
     return config
 
 

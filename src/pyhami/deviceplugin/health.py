@@ -7,6 +7,7 @@ Cards whose events cannot be watched at all stay unhealthy until the plugin rest
 """
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -38,17 +39,11 @@ class XidPolicy:
     enabled: frozenset[int] = frozenset()
 
     @classmethod
-    def from_env(cls, disable: str, enable: str) -> "XidPolicy":
-        disabled_all, disabled = _xid_list(disable)
-        enabled_all, enabled = _xid_list(enable)
-        return cls(disabled_all, disabled, enabled_all, enabled)
-
-    @classmethod
     def from_environment(cls, environ: Mapping[str, str]) -> "XidPolicy":
         """From `DP_DISABLE_HEALTHCHECKS` and `DP_ENABLE_HEALTHCHECKS`, as NVIDIA's plugin."""
-        return cls.from_env(
-            environ.get("DP_DISABLE_HEALTHCHECKS", ""), environ.get("DP_ENABLE_HEALTHCHECKS", "")
-        )
+        disabled_all, disabled = _xid_list(environ.get("DP_DISABLE_HEALTHCHECKS", ""))
+        enabled_all, enabled = _xid_list(environ.get("DP_ENABLE_HEALTHCHECKS", ""))
+        return cls(disabled_all, disabled, enabled_all, enabled)
 
     @property
     def active(self) -> bool:
@@ -74,22 +69,19 @@ class Trouble:
 class HealthBoard:
     """Health of every served card; ListAndWatch and the registration scan read it.
 
-    Used from the event loop only; `changed()` wakes every waiter on each change.
+    Used from the event loop only; `version` counts the changes, each of which wakes every
+    waiter.
     """
 
     def __init__(self, uuids: Iterable[str] = ()) -> None:
         self._known = set(uuids)
         self._trouble: dict[str, Trouble] = {}
-        self._version = 0
+        self.version = 0
         self._changed = asyncio.Event()
 
     def track(self, uuids: Iterable[str]) -> None:
         """Also follow these cards (the board outlives plugin restarts; health is kept)."""
         self._known.update(uuids)
-
-    @property
-    def version(self) -> int:
-        return self._version
 
     def healthy(self, uuid: str) -> bool:
         return uuid not in self._trouble
@@ -100,12 +92,11 @@ class HealthBoard:
     def mark(self, uuid: str, reason: str, now: float, *, permanent: bool = False) -> None:
         if uuid not in self._known:
             return
-        was_healthy = uuid not in self._trouble
         previous = self._trouble.get(uuid)
         self._trouble[uuid] = Trouble(
             reason, now, permanent or bool(previous and previous.permanent)
         )
-        if was_healthy:
+        if previous is None:
             log.warning("GPU %s is now unhealthy: %s", uuid, reason)
             self._bump()
 
@@ -128,11 +119,25 @@ class HealthBoard:
         self._bump()
 
     async def wait_for_change(self, seen_version: int) -> None:
-        while self._version == seen_version:
+        while self.version == seen_version:
             await self._changed.wait()
 
+    async def until_change(
+        self, seen_version: int, stop: asyncio.Event, timeout: float | None = None
+    ) -> None:
+        """Wait for a change since `seen_version`, for `stop`, or `timeout` seconds."""
+        waiters = {
+            asyncio.ensure_future(stop.wait()),
+            asyncio.ensure_future(self.wait_for_change(seen_version)),
+        }
+        try:
+            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+
     def _bump(self) -> None:
-        self._version += 1
+        self.version += 1
         self._changed.set()
         self._changed = asyncio.Event()
 
@@ -165,7 +170,6 @@ class HealthWatcher:
         clock: Clock | None = None,
     ) -> None:
         self._nvml = nvml
-        self._gpus = gpus
         self._by_uuid = {gpu.uuid: gpu for gpu in gpus}
         self._board = board
         self._policy = policy
@@ -204,22 +208,19 @@ class HealthWatcher:
                 log.error("cannot watch XID events, retrying in 30 s: %s", error)
                 await sleep_unless(stop, 30.0)
                 continue
-            for index in watch.unwatched:
-                for gpu in self._gpus:
-                    if gpu.index == index:
-                        self._board.mark(
-                            gpu.uuid,
-                            "its XID events cannot be watched",
-                            self._clock.monotonic(),
-                            permanent=True,
-                        )
+            now = self._clock.monotonic()
+            for gpu in self._by_uuid.values():
+                if gpu.index in watch.unwatched:
+                    self._board.mark(
+                        gpu.uuid, "its XID events cannot be watched", now, permanent=True
+                    )
             return watch
         return None
 
     async def _wait_failed(self, error: NvmlError) -> None:
         now = self._clock.monotonic()
-        for gpu in self._gpus:
-            self._board.mark(gpu.uuid, f"NVML event wait failed: {error}", now)
+        for uuid in self._by_uuid:
+            self._board.mark(uuid, f"NVML event wait failed: {error}", now)
         await asyncio.sleep(self._wait_ms / 1000)  # do not spin on a persistent error
 
     async def _step(self, event: XidEvent | None) -> None:
@@ -243,8 +244,6 @@ class HealthWatcher:
 
 async def sleep_unless(stop: asyncio.Event, seconds: float) -> None:
     """Sleep `seconds`, or less when `stop` is set meanwhile."""
-    try:
+    with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(seconds):
             await stop.wait()
-    except TimeoutError:
-        pass

@@ -37,10 +37,9 @@ def discover(nvml: Nvml, device_filter: DeviceFilter) -> tuple[Gpu, ...]:
     gpus: list[Gpu] = []
     for index in range(count):
         try:
-            uuid = nvml.device_uuid(index)
             gpu = Gpu(
                 index=index,
-                uuid=uuid,
+                uuid=nvml.device_uuid(index),
                 name=nvml.device_name(index),
                 bus_id=nvml.device_bus_id(index),
                 numa=nvml.device_numa_node(index),

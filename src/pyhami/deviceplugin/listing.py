@@ -3,6 +3,7 @@
 kubelet only counts these ids; the real assignment comes from the scheduler's annotation.
 """
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from pyhami.deviceplugin.api import HEALTHY, UNHEALTHY, api_pb2
@@ -61,15 +62,13 @@ def preferred_replicas(
     if len(desired) < size:
         raise NoPreferenceError(f"scheduler assigned {len(desired)} devices, kubelet wants {size}")
     chosen = list(must_include)
-    unclaimed: dict[str, int] = {}
-    for replica in must_include:
-        unclaimed[physical_id(replica)] = unclaimed.get(physical_id(replica), 0) + 1
+    unclaimed = Counter(physical_id(replica) for replica in must_include)
     free: dict[str, list[str]] = {}
     for replica in available:
         if replica not in must_include:
             free.setdefault(physical_id(replica), []).append(replica)
     for uuid in desired[:size]:
-        if unclaimed.get(uuid, 0) > 0:
+        if unclaimed[uuid] > 0:
             unclaimed[uuid] -= 1  # a must-include replica already covers this device
         elif free.get(uuid):
             chosen.append(free[uuid].pop(0))

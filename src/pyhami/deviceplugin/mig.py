@@ -39,6 +39,9 @@ from pyhami.nvml import (
 
 log = logging.getLogger(__name__)
 
+# Each GPU's live GPU instances and MIG devices, read once per start-up adoption.
+_LiveInstances = dict[int, tuple[tuple[GpuInstance, ...], tuple[MigDevice, ...]]]
+
 
 class MigError(Exception):
     """A reservation cannot be realised; the message names the GPU, profile and placement."""
@@ -50,8 +53,7 @@ class InstanceKey:
 
     gpu_index: int
     profile: str
-    start: int
-    size: int
+    placement: MigPlacement
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,9 +102,6 @@ class MigManager:
 
     # ----- profiles -----
 
-    def managed(self, gpu: Gpu) -> bool:
-        return bool(self._allowed.get(gpu.index))
-
     def _profiles_of(self, index: int) -> tuple[GpuInstanceProfile, ...]:
         """Every GI profile NVML offers on the card (cached once NVML answers)."""
         cached = self._catalog.get(index)
@@ -122,15 +121,12 @@ class MigManager:
         """The NVML GI profile behind an allowlist name on this card."""
         slices = slice_count(profile)
         candidates = [p for p in self._profiles_of(index) if p.slice_count == slices]
-        named = [p for p in candidates if p.name]
-        for candidate in named:
-            if candidate.name == profile:
-                return candidate
-        if not named:  # a driver without profile names: HAMi's slice-count rule
-            base = SLICE_PROFILE_IDS.get(slices)
-            for candidate in candidates:
-                if candidate.profile_id == base:
-                    return candidate
+        if any(p.name for p in candidates):
+            found = [p for p in candidates if p.name == profile]
+        else:  # a driver without profile names: HAMi's slice-count rule
+            found = [p for p in candidates if p.profile_id == SLICE_PROFILE_IDS.get(slices)]
+        if found:
+            return found[0]
         offered = ", ".join(p.name or str(p.profile_id) for p in candidates) or "none"
         raise MigError(
             f"GPU {index}: NVML offers no MIG profile {profile!r} "
@@ -183,9 +179,7 @@ class MigManager:
         gpu = self._by_uuid.get(allocation.gpu_uuid)
         if gpu is None:
             raise MigError(f"MIG reservation names GPU {allocation.gpu_uuid}, not on this node")
-        return InstanceKey(
-            gpu.index, allocation.profile, allocation.placement.start, allocation.placement.size
-        )
+        return InstanceKey(gpu.index, allocation.profile, allocation.placement)
 
     def known(self, key: InstanceKey) -> Realised | None:
         with self._state_lock:
@@ -215,16 +209,15 @@ class MigManager:
         return done
 
     def _create(self, key: InstanceKey) -> Realised:
-        index = key.gpu_index
-        wanted = MigPlacement(key.start, key.size)
+        index, wanted = key.gpu_index, key.placement
         with self._locks[index]:
             self._ensure_mig_mode(index)
             info = self.resolve(index, key.profile)
             possible = self._nvml.gpu_instance_placements(index, info.id)
             if wanted not in possible:
                 raise MigError(
-                    f"GPU {index}: placement start={key.start} size={key.size} is not one NVML "
-                    f"offers for {key.profile} ({[(p.start, p.size) for p in possible]})"
+                    f"GPU {index}: placement start={wanted.start} size={wanted.size} is not one "
+                    f"NVML offers for {key.profile} ({[(p.start, p.size) for p in possible]})"
                 )
             instance = self._nvml.create_gpu_instance(index, info.id, wanted)
             try:
@@ -233,7 +226,7 @@ class MigManager:
             except (NvmlError, KeyError) as error:
                 self._destroy_quietly(index, instance.id, None)
                 raise MigError(
-                    f"GPU {index}: compute instance for {key.profile} at start={key.start} "
+                    f"GPU {index}: compute instance for {key.profile} at start={wanted.start} "
                     f"failed: {error}"
                 ) from error
         realised = Realised(key, instance.id, device.compute_instance_id, device.uuid)
@@ -285,8 +278,7 @@ class MigManager:
         self, referenced: Iterable[InstanceKey], candidates: frozenset[InstanceKey]
     ) -> int:
         """Destroy each key of `candidates` (tracked before pods were listed) not referenced."""
-        live = set(referenced)
-        stale = [key for key in candidates if key not in live]
+        stale = candidates - set(referenced)
         for key in stale:
             self.release(key)
         return len(stale)
@@ -297,13 +289,12 @@ class MigManager:
         """Clean idle GPUs, then adopt live instances. `active` None: pods could not be listed."""
         referenced = {a.gpu_uuid for a in active} if active is not None else None
         for gpu in self._gpus.values():
-            if not self.managed(gpu):
+            if not self._allowed[gpu.index] or referenced is None or gpu.uuid in referenced:
                 continue
-            if referenced is None or gpu.uuid in referenced or self._busy(gpu):
-                continue
-            with self._locks[gpu.index]:
-                self._clean(gpu)
-        live: dict[int, tuple[tuple[GpuInstance, ...], tuple[MigDevice, ...]]] = {}
+            if not self._busy(gpu):
+                with self._locks[gpu.index]:
+                    self._clean(gpu)
+        live: _LiveInstances = {}
         for allocation in active or ():
             self._adopt(allocation, live)
 
@@ -333,11 +324,7 @@ class MigManager:
         except (MigError, NvmlError) as error:
             log.error("GPU %s: cannot prepare it for dynamic MIG: %s", gpu.uuid, error)
 
-    def _adopt(
-        self,
-        allocation: MigAllocation,
-        live: dict[int, tuple[tuple[GpuInstance, ...], tuple[MigDevice, ...]]],
-    ) -> None:
+    def _adopt(self, allocation: MigAllocation, live: _LiveInstances) -> None:
         """Track the reservation's instance if NVML still has it; `live` keeps each GPU's
         instances and devices, read once for all the reservations on it."""
         gi_id, ci_id = allocation.gpu_instance_id, allocation.compute_instance_id
@@ -359,8 +346,7 @@ class MigManager:
         except (MigError, NvmlError) as error:
             log.warning("MIG adoption of %s skipped: %s", allocation.mig_uuid, error)
             return
-        placement = MigPlacement(key.start, key.size)
-        gi_live = any(gi.id == gi_id and gi.placement == placement for gi in instances)
+        gi_live = any(gi.id == gi_id and gi.placement == key.placement for gi in instances)
         device_live = any(
             (d.uuid, d.gpu_instance_id, d.compute_instance_id)
             == (allocation.mig_uuid, gi_id, ci_id)

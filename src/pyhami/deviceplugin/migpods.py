@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 from pyhami.deviceplugin.allocation import AllocationError, ContainerSlot
 from pyhami.deviceplugin.api import api_pb2
-from pyhami.deviceplugin.mig import InstanceKey, MigError, MigManager
+from pyhami.deviceplugin.health import sleep_unless
+from pyhami.deviceplugin.mig import InstanceKey, MigError, MigManager, Realised
 from pyhami.kube import Conflict, KubeClient, KubeError
 from pyhami.kube.patches import mig_allocations_patch
 from pyhami.kube.views import read_pod
@@ -26,11 +27,6 @@ from pyhami.protocol import (
 )
 
 log = logging.getLogger(__name__)
-
-
-def is_active(pod: PodView) -> bool:
-    """Not being deleted and not finished: its MIG instances must stay."""
-    return not pod.deleting and not pod.finished
 
 
 def pod_mig_allocations(pod: PodView) -> tuple[MigAllocation, ...]:
@@ -86,22 +82,17 @@ class MigPods:
         self.manager = manager
         self._interval = interval
         self._attempts = patch_attempts
-        self.reconciles = 0
-
-    async def _node_pods(self) -> list[PodView]:
-        listed = await self._kube.list_pods(field_selector=f"spec.nodeName={self._node}")
-        try:
-            return [read_pod(item) for item in listed.items]
-        except PodSpecError as error:
-            raise AllocationError(f"a pod on {self._node} cannot be read: {error}") from error
 
     async def _active_allocations(self) -> list[MigAllocation]:
         """Reservations of every active pod here; raises on an API or decode error."""
-        found: list[MigAllocation] = []
-        for pod in await self._node_pods():
-            if is_active(pod):
-                found.extend(pod_mig_allocations(pod))
-        return found
+        listed = await self._kube.list_pods(field_selector=f"spec.nodeName={self._node}")
+        try:
+            pods = [read_pod(item) for item in listed.items]
+        except PodSpecError as error:
+            raise AllocationError(f"a pod on {self._node} cannot be read: {error}") from error
+        # A pod not being deleted and not finished keeps its MIG instances.
+        active = (pod for pod in pods if not pod.deleting and not pod.finished)
+        return [allocation for pod in active for allocation in pod_mig_allocations(pod)]
 
     async def reconcile_once(self) -> int:
         """Destroy tracked instances no active pod references; raises (fail-closed) on errors."""
@@ -112,7 +103,6 @@ class MigPods:
                 referenced.add(self.manager.key(allocation))
             except MigError:
                 continue  # a reservation for another node's GPU keeps nothing here
-        self.reconciles += 1
         return await asyncio.to_thread(self.manager.reconcile, referenced, candidates)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -121,10 +111,7 @@ class MigPods:
                 await self.reconcile_once()
             except (KubeError, AllocationError) as error:
                 log.warning("MIG reconcile skipped this cycle (nothing destroyed): %s", error)
-            try:
-                await asyncio.wait_for(stop.wait(), self._interval)
-            except TimeoutError:
-                continue
+            await sleep_unless(stop, self._interval)
 
     async def startup(self) -> None:
         """Clean idle GPUs and adopt live instances; unlistable pods mean every GPU is in use."""
@@ -162,49 +149,37 @@ class MigPods:
             responses.append(
                 api_pb2.ContainerAllocateResponse(envs={"NVIDIA_VISIBLE_DEVICES": visible})
             )
-            log.info(
-                "Allocate: pod %s container %s gets %s",
-                pod.ref,
-                slot.container.name,
-                visible,
-            )
         await self.record_identity(pod)
         return responses
 
-    def _with_identity(
-        self, allocations: Sequence[MigAllocation]
-    ) -> tuple[list[MigAllocation], bool]:
-        updated: list[MigAllocation] = []
-        any_known = False
-        for allocation in allocations:
-            try:
-                realised = self.manager.known(self.manager.key(allocation))
-            except MigError:
-                realised = None
-            if realised is None:
-                updated.append(allocation)
-                continue
-            any_known = True
-            updated.append(
-                dataclasses.replace(
-                    allocation,
-                    mig_uuid=realised.mig_uuid,
-                    gpu_instance_id=realised.gpu_instance_id,
-                    compute_instance_id=realised.compute_instance_id,
-                )
-            )
-        return updated, any_known
+    def _realised(self, allocation: MigAllocation) -> Realised | None:
+        try:
+            return self.manager.known(self.manager.key(allocation))
+        except MigError:
+            return None  # a reservation for another node's GPU
 
     async def record_identity(self, pod: PodView) -> None:
         """Patch migUUID/GI/CI into the pod's reservations, guarded by its resourceVersion."""
         namespace, name = pod.namespace, pod.name
         current = pod
         for attempt in range(1, self._attempts + 1):
-            updated, any_known = self._with_identity(pod_mig_allocations(current))
-            if not any_known:
+            allocations = pod_mig_allocations(current)
+            realised = [self._realised(allocation) for allocation in allocations]
+            if not any(realised):
                 raise AllocationError(
                     f"pod {pod.ref}: none of its MIG reservations is realised on this node"
                 )
+            updated = [
+                allocation
+                if known is None
+                else dataclasses.replace(
+                    allocation,
+                    mig_uuid=known.mig_uuid,
+                    gpu_instance_id=known.gpu_instance_id,
+                    compute_instance_id=known.compute_instance_id,
+                )
+                for allocation, known in zip(allocations, realised, strict=True)
+            ]
             patch = mig_allocations_patch(encode_mig_allocations(updated), current.resource_version)
             try:
                 await self._kube.patch_pod(namespace, name, patch)

@@ -36,11 +36,6 @@ MIB = 1024 * 1024
 EVENT_DEDUP_SECONDS = 3600.0
 
 
-def card_type(nvml_name: str) -> str:
-    """HAMi's `type`: the NVML name, prefixed `NVIDIA-` unless it already starts with NVIDIA."""
-    return nvml_name if nvml_name.startswith("NVIDIA") else f"NVIDIA-{nvml_name}"
-
-
 def device_info(
     gpu: Gpu,
     memory_mib: int,
@@ -55,16 +50,14 @@ def device_info(
     Dynamic MIG: unscaled memory, devcore 100, count = most instances of any profile.
     """
     mig = config.operating_mode == OperatingMode.MIG
-    devmem = memory_mib
-    if config.device_memory_scaling != 1 and not mig:
-        devmem = int(memory_mib * config.device_memory_scaling)
     return DeviceInfo(
         id=gpu.uuid,
         index=gpu.index,
         count=mig_count if mig else config.device_split_count,
-        devmem=devmem,
+        devmem=memory_mib if mig else int(memory_mib * config.device_memory_scaling),
         devcore=100 if mig else int(config.device_core_scaling * 100),
-        type=card_type(gpu.name),
+        # HAMi's `type`: the NVML name, prefixed `NVIDIA-` unless it already starts with NVIDIA.
+        type=gpu.name if gpu.name.startswith("NVIDIA") else f"NVIDIA-{gpu.name}",
         numa=gpu.numa or 0,  # unknown NUMA is published as 0, as HAMi does
         mode=config.operating_mode,
         mig_profiles=mig_profiles,
@@ -120,13 +113,12 @@ class Scanner:
             if memory is None:
                 continue
             healthy = answered and self._board.healthy(gpu.uuid)
-            if self._mig is None:
-                infos.append(device_info(gpu, memory, self._config, healthy))
-                continue
-            profiles = self._mig.publish(gpu)
-            if not profiles:  # HAMi skips a MIG-mode GPU without profiles too
-                continue
-            count = self._mig.capacities.get(gpu.uuid, 0)
+            profiles: tuple[MigProfile, ...] = ()
+            if self._mig is not None:
+                profiles = self._mig.publish(gpu)
+                if not profiles:  # HAMi skips a MIG-mode GPU without profiles too
+                    continue
+            count = self.kubelet_counts().get(gpu.uuid, 0)
             infos.append(
                 device_info(
                     gpu, memory, self._config, healthy, mig_profiles=profiles, mig_count=count
@@ -210,18 +202,7 @@ class NodeRegistrar:
                     "node registration failed, retrying in %gs: %s", self._retry_interval, error
                 )
                 pause = self._retry_interval
-            await self._pause(stop, seen, pause)
-
-    async def _pause(self, stop: asyncio.Event, seen: int, seconds: float) -> None:
-        waits = {
-            asyncio.ensure_future(stop.wait()),
-            asyncio.ensure_future(self._board.wait_for_change(seen)),
-        }
-        try:
-            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waits:
-                waiter.cancel()
+            await self._board.until_change(seen, stop, pause)
 
     async def _warn_asymmetric(self, scores: PairScores) -> None:
         now = self._clock.monotonic()

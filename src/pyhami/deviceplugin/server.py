@@ -29,7 +29,6 @@ class Allocations(Protocol):
 
     async def allocate(self, request: api_pb2.AllocateRequest) -> api_pb2.AllocateResponse:
         """Raises AllocationError with an operator-readable message."""
-        ...
 
     async def prefer(
         self, request: api_pb2.PreferredAllocationRequest
@@ -80,13 +79,7 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
         while not self._stopping.is_set():
             seen = self._board.version
             yield self.device_list()
-            change = asyncio.ensure_future(self._board.wait_for_change(seen))
-            stop = asyncio.ensure_future(self._stopping.wait())
-            try:
-                await asyncio.wait({change, stop}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                change.cancel()
-                stop.cancel()
+            await self._board.until_change(seen, self._stopping)
 
     async def GetPreferredAllocation(
         self, request: api_pb2.PreferredAllocationRequest, context: Context

@@ -8,20 +8,19 @@ new one starts. Card health is kept across instances.
 """
 
 import asyncio
-import contextlib
 import logging
 import os
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
-from typing import Any
 
 from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.deviceplugin.allocator import Allocator
 from pyhami.deviceplugin.api import DEVICE_PLUGIN_PATH
 from pyhami.deviceplugin.binding import PodBinding
 from pyhami.deviceplugin.config import ConfigError, OperatingMode, VgpuConfig
-from pyhami.deviceplugin.health import HealthBoard, HealthWatcher, XidPolicy
+from pyhami.deviceplugin.health import HealthBoard, HealthWatcher, XidPolicy, sleep_unless
 from pyhami.deviceplugin.inventory import Gpu, InventoryError, discover
 from pyhami.deviceplugin.mig import MigManager
 from pyhami.deviceplugin.migpods import MigPods
@@ -67,19 +66,6 @@ def _remove_stale_mig_apply_lock(lock: Path) -> None:
         log.warning("removed a stale %s (the vGPU monitor pauses while it exists)", lock)
 
 
-def socket_name(resource_name: str) -> str:
-    """`nvidia.com/gpu` -> `nvidia-gpu.sock`, in kubelet's device-plugin folder."""
-    return f"nvidia-{resource_name.rsplit('/', 1)[-1]}.sock"
-
-
-def _identity(path: Path) -> tuple[int, int] | None:
-    try:
-        stat = path.stat()
-    except OSError:
-        return None
-    return stat.st_ino, stat.st_ctime_ns
-
-
 class _Instance:
     """One start of the plugin: socket, registration, tasks. `stop()` undoes all of it."""
 
@@ -88,9 +74,9 @@ class _Instance:
         self.config = config
         self.gpus = gpus
         self.stopping = asyncio.Event()
-        self.socket = options.plugin_dir / socket_name(config.resource_name)
-        self.binding = binding = PodBinding(plugin.kube, options.node_name)
-        settings = options.settings
+        # `nvidia.com/gpu` -> `nvidia-gpu.sock`, in kubelet's device-plugin folder
+        self.socket = options.plugin_dir / f"nvidia-{config.resource_name.rsplit('/', 1)[-1]}.sock"
+        self.binding = PodBinding(plugin.kube, options.node_name)
         manager: MigManager | None = None
         self.mig: MigPods | None = None
         if config.operating_mode == OperatingMode.MIG:
@@ -100,9 +86,9 @@ class _Instance:
             )
         allocator = Allocator(
             plugin.kube,
-            binding,
+            self.binding,
             replace(
-                settings,
+                options.settings,
                 oversubscribe=config.device_memory_scaling > 1,
                 lib_cuda_log_level=config.lib_cuda_log_level,
                 disable_core_limit=config.disable_core_limit,
@@ -147,9 +133,6 @@ class _Instance:
             wait_ms=options.xid_wait_ms,
         )
         self.tasks: list[asyncio.Task[None]] = []
-
-    def spawn(self, name: str, work: Coroutine[Any, Any, None], *, may_finish: bool) -> None:
-        self.tasks.append(guarded_task(work, name, may_finish=may_finish))
 
     async def stop(self) -> None:
         await cancel_and_wait(*self.tasks)
@@ -201,13 +184,13 @@ class DevicePlugin:
                 gpus = await asyncio.to_thread(discover, self.nvml, config.device_filter)
             except InventoryError as error:
                 log.error("%s; retrying in %gs", error, self.options.restart_delay)
-                await self._sleep(stop, self.options.restart_delay)
+                await sleep_unless(stop, self.options.restart_delay)
                 continue
             if not gpus:
                 log.warning(
                     "No devices found on %s. Waiting for a restart.", self.options.node_name
                 )
-                await self._wait(stop, self._kubelet_changed_from(_identity(self._kubelet())))
+                await self._wait(stop, partial(self._kubelet_changed, self._kubelet_identity()))
                 continue
             instance = _Instance(self, config, gpus)
             try:
@@ -220,17 +203,22 @@ class DevicePlugin:
                 )
                 await instance.stop()
                 # Retry after the delay, or as soon as a (new) kubelet socket appears.
-                kubelet_now = self._kubelet_changed_from(_identity(self._kubelet()))
+                kubelet_now = partial(self._kubelet_changed, self._kubelet_identity())
                 await self._wait(stop, kubelet_now, timeout=self.options.restart_delay)
                 continue
             self.current = instance
-            await self._wait(stop, self._restart_needed(instance, kubelet_seen))
+            await self._wait(stop, partial(self._restart_needed, instance, kubelet_seen))
             log.info("stopping device plugin instance (%s)", "exit" if stop.is_set() else "restart")
             await instance.stop()
             self.current = None
 
-    def _kubelet(self) -> Path:
-        return self.options.kubelet_socket or self.options.plugin_dir / "kubelet.sock"
+    def _kubelet_identity(self) -> tuple[int, int] | None:
+        """Inode and ctime of kubelet's socket, which kubelet creates anew at each start."""
+        try:
+            stat = (self.options.kubelet_socket or self.options.plugin_dir / "kubelet.sock").stat()
+        except OSError:
+            return None
+        return stat.st_ino, stat.st_ctime_ns
 
     async def _start(self, instance: _Instance) -> tuple[int, int] | None:
         if self.options.mig_apply_lock is not None:
@@ -247,7 +235,7 @@ class DevicePlugin:
                 instance.config.resource_name,
                 preferred_allocation=instance.config.enable_preferred_allocation,
             )
-        kubelet_seen = _identity(self._kubelet())  # the kubelet we registered with
+        kubelet_seen = self._kubelet_identity()  # the kubelet we registered with
         self.starts += 1
         log.info(
             "serving %d GPUs x %d as %s on %s",
@@ -256,33 +244,27 @@ class DevicePlugin:
             instance.config.resource_name,
             instance.socket,
         )
-        instance.spawn(
-            "node-registration", instance.registrar.run(instance.stopping), may_finish=False
-        )
-        # Ends by itself when DP_DISABLE_HEALTHCHECKS turns XID checks off.
-        instance.spawn("xid-health", instance.health.run(instance.stopping), may_finish=True)
+        stopping = instance.stopping
+        instance.tasks = [
+            guarded_task(instance.registrar.run(stopping), "node-registration"),
+            # Ends by itself when DP_DISABLE_HEALTHCHECKS turns XID checks off.
+            guarded_task(instance.health.run(stopping), "xid-health", may_finish=True),
+        ]
         if instance.mig is not None:
-            instance.spawn("mig-reconcile", instance.mig.run(instance.stopping), may_finish=False)
+            instance.tasks.append(guarded_task(instance.mig.run(stopping), "mig-reconcile"))
         return kubelet_seen
 
-    def _kubelet_changed_from(self, seen: tuple[int, int] | None) -> Callable[[], bool]:
-        return lambda: _identity(self._kubelet()) not in (seen, None)
+    def _kubelet_changed(self, seen: tuple[int, int] | None) -> bool:
+        return self._kubelet_identity() not in (seen, None)
 
-    def _restart_needed(
-        self, instance: _Instance, kubelet_seen: tuple[int, int] | None
-    ) -> Callable[[], bool]:
-        kubelet_changed = self._kubelet_changed_from(kubelet_seen)
-
-        def needed() -> bool:
-            if kubelet_changed():
-                log.info("kubelet socket re-created: kubelet restarted, registering again")
-                return True
-            if not os.path.exists(instance.socket):
-                log.info("our socket %s was removed: registering again", instance.socket)
-                return True
-            return False
-
-        return needed
+    def _restart_needed(self, instance: _Instance, kubelet_seen: tuple[int, int] | None) -> bool:
+        if self._kubelet_changed(kubelet_seen):
+            log.info("kubelet socket re-created: kubelet restarted, registering again")
+            return True
+        if not os.path.exists(instance.socket):
+            log.info("our socket %s was removed: registering again", instance.socket)
+            return True
+        return False
 
     async def _wait(
         self, stop: asyncio.Event, restart_needed: Callable[[], bool], timeout: float | None = None
@@ -291,9 +273,4 @@ class DevicePlugin:
         while not (stop.is_set() or self.restart_requested.is_set() or restart_needed()):
             if deadline is not None and asyncio.get_running_loop().time() >= deadline:
                 return
-            await self._sleep(stop, self.options.kubelet_poll)
-
-    async def _sleep(self, stop: asyncio.Event, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await stop.wait()
+            await sleep_unless(stop, self.options.kubelet_poll)

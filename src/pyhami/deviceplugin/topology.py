@@ -7,7 +7,7 @@ number of switch links. When the two directions disagree the pair scores 0 and i
 asymmetric (the plugin turns that into a Node warning event).
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pyhami.deviceplugin.inventory import Gpu
@@ -26,69 +26,49 @@ NVLINK_SCORE = 100
 
 
 @dataclass(frozen=True, slots=True)
-class LinkFacts:
-    """What NVML says about one card's connections."""
-
-    gpu: Gpu
-    nvlinks: tuple[NvLink, ...]
-
-
-@dataclass(frozen=True, slots=True)
 class PairScores:
     scores: tuple[DevicePairScore, ...]
     asymmetric: tuple[tuple[str, str], ...]  # (uuid, uuid) pairs whose directions disagree
 
 
-def _direct(source: LinkFacts, target: LinkFacts) -> int:
-    return sum(
+def _nvlinks(links: Mapping[str, tuple[NvLink, ...]], source: Gpu, target: Gpu) -> int:
+    """NVLinks from `source` to `target`: the direct ones, or without any, the smaller number of
+    NVSwitch links of the two (0 unless both reach a switch)."""
+    direct = sum(
         1
-        for link in source.nvlinks
-        if not link.remote_is_switch and link.remote_bus_id == target.gpu.bus_id
+        for link in links[source.uuid]
+        if not link.remote_is_switch and link.remote_bus_id == target.bus_id
     )
-
-
-def _switch_links(facts: LinkFacts) -> int:
-    return sum(1 for link in facts.nvlinks if link.remote_is_switch)
-
-
-def _nvlinks(source: LinkFacts, target: LinkFacts) -> int:
-    direct = _direct(source, target)
-    if direct == 0 and source.nvlinks and _switch_links(source) and _switch_links(target):
-        return min(_switch_links(source), _switch_links(target))
-    return direct
-
-
-def pair_scores(
-    facts: Sequence[LinkFacts], levels: dict[tuple[int, int], TopologyLevel]
-) -> PairScores:
-    """Scores for every ordered pair; `levels[(i, j)]` is the common ancestor of positions i, j."""
-    rows: list[DevicePairScore] = []
-    asymmetric: list[tuple[str, str]] = []
-    for i, source in enumerate(facts):
-        row: dict[str, int] = {}
-        for j, target in enumerate(facts):
-            if i == j:
-                continue
-            forward = (levels[(i, j)], _nvlinks(source, target))
-            backward = (levels[(j, i)], _nvlinks(target, source))
-            if forward != backward:
-                row[target.gpu.uuid] = 0
-                if i < j:
-                    asymmetric.append((source.gpu.uuid, target.gpu.uuid))
-                continue
-            level, links = forward
-            row[target.gpu.uuid] = LEVEL_SCORE[level] + NVLINK_SCORE * links
-        rows.append(DevicePairScore(uuid=source.gpu.uuid, scores=dict(sorted(row.items()))))
-    return PairScores(scores=tuple(rows), asymmetric=tuple(asymmetric))
+    switched = (sum(link.remote_is_switch for link in links[gpu.uuid]) for gpu in (source, target))
+    return direct or min(switched)
 
 
 def read_pair_scores(nvml: Nvml, gpus: Sequence[Gpu]) -> PairScores:
-    """Ask NVML for links and common ancestors, then score (raises NvmlError)."""
-    facts = [LinkFacts(gpu=gpu, nvlinks=nvml.nvlinks(gpu.index)) for gpu in gpus]
-    levels = {
-        (i, j): nvml.topology_level(a.index, b.index)
-        for i, a in enumerate(gpus)
-        for j, b in enumerate(gpus)
-        if i != j
+    """Ask NVML for links and common ancestors, then score every ordered pair (raises NvmlError)."""
+    links = {gpu.uuid: nvml.nvlinks(gpu.index) for gpu in gpus}
+    # What each direction of a pair says: (common ancestor, NVLinks).
+    facts = {
+        (a.uuid, b.uuid): (nvml.topology_level(a.index, b.index), _nvlinks(links, a, b))
+        for a in gpus
+        for b in gpus
+        if a.uuid != b.uuid
     }
-    return pair_scores(facts, levels)
+
+    def score(pair: tuple[str, str]) -> int:
+        forward = facts[pair]
+        if forward != facts[pair[::-1]]:
+            return 0
+        level, nvlinks = forward
+        return LEVEL_SCORE[level] + NVLINK_SCORE * nvlinks
+
+    rows = tuple(
+        DevicePairScore(gpu.uuid, {b: score((a, b)) for a, b in sorted(facts) if a == gpu.uuid})
+        for gpu in gpus
+    )
+    asymmetric = tuple(
+        (a.uuid, b.uuid)
+        for i, a in enumerate(gpus)
+        for b in gpus[i + 1 :]
+        if facts[a.uuid, b.uuid] != facts[b.uuid, a.uuid]
+    )
+    return PairScores(scores=rows, asymmetric=asymmetric)

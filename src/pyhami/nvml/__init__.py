@@ -26,7 +26,6 @@ from pyhami.nvml.api import (
     Utilization,
     XidEvent,
     XidWatch,
-    sysfs_bus_id,
 )
 from pyhami.nvml.real import PynvmlNvml, driver_available, open_nvml
 
@@ -51,5 +50,4 @@ __all__ = [
     "XidWatch",
     "driver_available",
     "open_nvml",
-    "sysfs_bus_id",
 ]

@@ -87,11 +87,9 @@ class XidWatch(Protocol):
     @property
     def unwatched(self) -> tuple[int, ...]:
         """Indices of devices whose events could not be registered (treat them as unhealthy)."""
-        ...
 
     def wait(self, timeout_ms: int) -> XidEvent | None:
         """Block up to `timeout_ms` for the next event; None on timeout."""
-        ...
 
     def close(self) -> None: ...
 
@@ -155,11 +153,9 @@ class Nvml(Protocol):
 
     def driver_version(self) -> str:
         """The kernel driver's version as NVML prints it, e.g. `570.86.15`."""
-        ...
 
     def cuda_driver_version(self) -> int:
         """The CUDA version the driver supports, encoded as 1000 * major + 10 * minor."""
-        ...
 
     def device_uuid(self, index: int) -> str: ...
 
@@ -169,23 +165,19 @@ class Nvml(Protocol):
 
     def device_bus_id(self, index: int) -> str:
         """PCI bus id in sysfs form, lower case with a 4-digit domain: `0000:3b:00.0`."""
-        ...
 
     def device_numa_node(self, index: int) -> int | None:
         """NUMA node of the device's PCI slot; None when the platform does not say."""
-        ...
 
     def topology_level(self, first: int, second: int) -> TopologyLevel: ...
 
     def nvlinks(self, index: int) -> tuple[NvLink, ...]:
         """The device's active NVLinks (empty when it has none or NVLink is unsupported)."""
-        ...
 
     def utilization(self, index: int) -> Utilization: ...
 
     def running_processes(self, index: int) -> tuple[RunningProcess, ...]:
         """Compute and graphics processes on the device (a pid appears once)."""
-        ...
 
     def watch_xids(self) -> XidWatch: ...
 
@@ -195,16 +187,13 @@ class Nvml(Protocol):
 
     def set_mig_mode(self, index: int, enabled: bool) -> None:
         """Request a MIG mode; it may stay pending until the GPU is reset (see `mig_mode`)."""
-        ...
 
     def gpu_instance_profile(self, index: int, profile: int) -> GpuInstanceProfile:
         """Info of GI profile enum `profile`; NvmlNotSupportedError when the GPU or the driver
         lacks it."""
-        ...
 
     def gpu_instance_placements(self, index: int, gi_profile_id: int) -> tuple[MigPlacement, ...]:
         """Every placement the profile (`GpuInstanceProfile.id`) may take, occupied or not."""
-        ...
 
     def create_gpu_instance(
         self, index: int, gi_profile_id: int, placement: MigPlacement
@@ -214,13 +203,11 @@ class Nvml(Protocol):
         self, index: int, gpu_instance_id: int, ci_profile: int
     ) -> MigDevice:
         """A CI of CI profile enum `ci_profile` (shared engines) in the GI: its MIG device."""
-        ...
 
     def gpu_instances(self, index: int) -> tuple[GpuInstance, ...]: ...
 
     def mig_devices(self, index: int) -> tuple[MigDevice, ...]:
         """Every compute instance on the GPU, with its MIG UUID."""
-        ...
 
     def destroy_compute_instance(
         self, index: int, gpu_instance_id: int, compute_instance_id: int
@@ -228,17 +215,7 @@ class Nvml(Protocol):
 
     def destroy_gpu_instance(self, index: int, gpu_instance_id: int) -> None:
         """Destroy a GI; NVML refuses (IN_USE) while it still holds compute instances."""
-        ...
 
     def mig_device_processes(self, index: int, mig_uuid: str) -> tuple[RunningProcess, ...]: ...
 
     def close(self) -> None: ...
-
-
-def sysfs_bus_id(nvml_bus_id: str) -> str:
-    """NVML's `00000000:3B:00.0` as sysfs names it, `0000:3b:00.0` (8-digit domain cut to 4)."""
-    bus_id = nvml_bus_id.strip().lower()
-    domain, sep, rest = bus_id.partition(":")
-    if sep and len(domain) > 4:
-        return f"{domain[-4:]}:{rest}"
-    return bus_id

@@ -24,7 +24,6 @@ from pyhami.nvml.api import (
     TopologyLevel,
     Utilization,
     XidEvent,
-    sysfs_bus_id,
 )
 
 log = logging.getLogger(__name__)
@@ -35,12 +34,10 @@ _NO_DRIVER_HINT = (
     "no usable NVIDIA driver here; check that the driver is installed on the node and that this "
     "container runs with the NVIDIA runtime (NVIDIA_VISIBLE_DEVICES=all)"
 )
-_UNAVAILABLE_CODES = frozenset(
-    {
-        pynvml.NVML_ERROR_LIBRARY_NOT_FOUND,
-        pynvml.NVML_ERROR_DRIVER_NOT_LOADED,
-        pynvml.NVML_ERROR_UNINITIALIZED,
-    }
+_UNAVAILABLE_CODES = (
+    pynvml.NVML_ERROR_LIBRARY_NOT_FOUND,
+    pynvml.NVML_ERROR_DRIVER_NOT_LOADED,
+    pynvml.NVML_ERROR_UNINITIALIZED,
 )
 
 
@@ -73,12 +70,18 @@ def _processes(handle: Any) -> tuple[RunningProcess, ...]:
     seen: dict[int, RunningProcess] = {}
     for query in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
         for process in _call(query, handle):
-            used = process.usedGpuMemory
-            seen.setdefault(
-                int(process.pid),
-                RunningProcess(pid=int(process.pid), used_memory=int(used or 0)),
-            )
+            pid, used = int(process.pid), int(process.usedGpuMemory or 0)
+            seen.setdefault(pid, RunningProcess(pid=pid, used_memory=used))
     return tuple(seen.values())
+
+
+def sysfs_bus_id(nvml_bus_id: str) -> str:
+    """NVML's `00000000:3B:00.0` as sysfs names it, `0000:3b:00.0` (8-digit domain cut to 4)."""
+    bus_id = nvml_bus_id.strip().lower()
+    domain, sep, rest = bus_id.partition(":")
+    if sep and len(domain) > 4:
+        return f"{domain[-4:]}:{rest}"
+    return bus_id
 
 
 class PynvmlXidWatch:
@@ -96,11 +99,7 @@ class PynvmlXidWatch:
                 continue  # an old GPU without events: nothing to watch, not a fault
             except NvmlError:
                 unwatched.append(index)
-        self._unwatched = tuple(unwatched)
-
-    @property
-    def unwatched(self) -> tuple[int, ...]:
-        return self._unwatched
+        self.unwatched = tuple(unwatched)
 
     def wait(self, timeout_ms: int) -> XidEvent | None:
         try:
@@ -279,16 +278,13 @@ class PynvmlNvml:
         )
         handle = _call("nvmlGpuInstanceCreateComputeInstance", gpu_instance, int(ci_info.id))
         try:
-            info = _call("nvmlComputeInstanceGetInfo", handle)
+            ids = (gpu_instance_id, int(_call("nvmlComputeInstanceGetInfo", handle).id))
             for device in self.mig_devices(index):
-                if (device.gpu_instance_id, device.compute_instance_id) == (
-                    gpu_instance_id,
-                    int(info.id),
-                ):
+                if (device.gpu_instance_id, device.compute_instance_id) == ids:
                     return device
             raise NvmlError(
                 "nvmlDeviceGetMigDeviceHandleByIndex",
-                f"no MIG device for GI {gpu_instance_id} CI {int(info.id)} after creating it",
+                f"no MIG device for GI {ids[0]} CI {ids[1]} after creating it",
             )
         except NvmlError:
             # The caller never learns this CI's id, so it cannot destroy it, and its GI cannot
@@ -337,12 +333,10 @@ class PynvmlNvml:
         _call("nvmlComputeInstanceDestroy", handle)
 
     def destroy_gpu_instance(self, index: int, gpu_instance_id: int) -> None:
-        handle = self._gi_handle(index, gpu_instance_id)
-        _call("nvmlGpuInstanceDestroy", handle)
+        _call("nvmlGpuInstanceDestroy", self._gi_handle(index, gpu_instance_id))
 
     def mig_device_processes(self, index: int, mig_uuid: str) -> tuple[RunningProcess, ...]:
-        handle = _call("nvmlDeviceGetHandleByUUID", mig_uuid)
-        return _processes(handle)
+        return _processes(_call("nvmlDeviceGetHandleByUUID", mig_uuid))
 
     def close(self) -> None:
         _call("nvmlShutdown")
