@@ -92,6 +92,11 @@ def _image_rules(
     return rules
 
 
+def _env_list_rule(target: str) -> Rule:
+    note = "a map in HAMi (which its template cannot render), a list of {name, value} here"
+    return Rule(Verdict.CHANGED, {}, target, note, _env_list)
+
+
 def _vendor_keys() -> dict[str, Rule]:
     names = {
         "mluResourceName": "cambricon.com/vmlu",
@@ -116,8 +121,7 @@ def _vendor_keys() -> dict[str, Rule]:
     rules = {key: _drop(NVIDIA_ONLY, default) for key, default in names.items()}
     for vendor in ("amd", "awsneuron", "kunlun", "enflame", "mthreads", "vastai", "biren"):
         rules[f"devices.{vendor}"] = _drop(NVIDIA_ONLY)
-    rules["devices.ascend"] = _drop(NVIDIA_ONLY)
-    rules["devices.iluvatar"] = _drop(NVIDIA_ONLY)
+    rules["devices.ascend"] = rules["devices.iluvatar"] = _drop(NVIDIA_ONLY)
     return rules
 
 
@@ -218,13 +222,7 @@ def _rules() -> dict[str, Rule]:
         "devicePlugin.monitor.ctrPath": _same("/usr/local/vgpu/containers"),
         "devicePlugin.monitor.resyncInterval": _same("5m"),
         "devicePlugin.monitor.extraArgs": _same(["-v=4"]),
-        "devicePlugin.monitor.extraEnvs": Rule(
-            Verdict.CHANGED,
-            {},
-            "devicePlugin.monitor.extraEnvs",
-            "a map in HAMi (which its template cannot render), a list of {name, value} here",
-            _env_list,
-        ),
+        "devicePlugin.monitor.extraEnvs": _env_list_rule("devicePlugin.monitor.extraEnvs"),
         "devicePlugin.monitor.securityContext": _drop(FIXED_SECURITY),
         "devicePlugin.monitor.resources": _same({}),
         "devicePlugin.deviceSplitCount": _same(10),
@@ -255,13 +253,7 @@ def _rules() -> dict[str, Rule]:
         "devicePlugin.gdsEnabled": _same(None),
         "devicePlugin.mofedEnabled": _same(None),
         "devicePlugin.extraArgs": _same(["-v=4"]),
-        "devicePlugin.extraEnvs": Rule(
-            Verdict.CHANGED,
-            {},
-            "devicePlugin.extraEnvs",
-            "a map in HAMi (which its template cannot render), a list of {name, value} here",
-            _env_list,
-        ),
+        "devicePlugin.extraEnvs": _env_list_rule("devicePlugin.extraEnvs"),
         "devicePlugin.service.type": _same("NodePort"),
         "devicePlugin.service.httpPort": _same(31992),
         "devicePlugin.service.labels": _drop(NO_SERVICE_METADATA, {}),
@@ -284,11 +276,7 @@ def _rules() -> dict[str, Rule]:
         "devices.nvidia.libCudaLogLevel": _same(1),
         **_vendor_keys(),
     }
-    for prefix in (
-        "scheduler.extender.image",
-        "devicePlugin.image",
-        "devicePlugin.monitor.image",
-    ):
+    for prefix in ("scheduler.extender.image", "devicePlugin.image", "devicePlugin.monitor.image"):
         rules.update(_image_rules(prefix, hami_image, lambda d: _drop(ONE_IMAGE, d)))
     rules.update(
         _image_rules(

@@ -1,7 +1,6 @@
 """The `simulate`, `explain` and `top` commands."""
 
 import asyncio
-import json
 import ssl
 import sys
 import time
@@ -70,11 +69,9 @@ def _engine_config(config: Path | None, node_policy: str, gpu_policy: str) -> En
     nvidia = NvidiaConfig()
     if config is not None:
         try:
-            text = config.read_text(encoding="utf-8")
+            nvidia = parse_device_config(config.read_text("utf-8"), source=str(config)).nvidia
         except OSError as err:
             raise _fail(f"{config}: cannot read: {err}") from err
-        try:
-            nvidia = parse_device_config(text, source=str(config)).nvidia
         except DeviceConfigError as err:
             raise _fail(str(err)) from err
     return EngineConfig(
@@ -131,11 +128,8 @@ def simulate(  # noqa: PLR0917 (typer reads the options from the signature)
         found = what_ifs.get(f"{entry['namespace']}/{entry['name']}")
         if found is not None:
             entry["preemption"] = what_if_data(found)
-    data = {"pods": pods}
-    if output is Output.JSON:
-        sys.stdout.write(json.dumps(data, indent=2) + "\n")
-    elif output is Output.YAML:
-        sys.stdout.write(as_data(data, output))
+    if output in (Output.JSON, Output.YAML):
+        sys.stdout.write(as_data({"pods": pods}, output))
     else:
         sys.stdout.write(
             as_table(decisions, engine_config.vendor.keys, moment, wide=output is Output.WIDE)
