@@ -268,23 +268,16 @@ def _elapsed(seconds: float) -> str:
     return f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
 
 
-def _go_build(
-    go: str,
-    name: str,
-    *,
-    module_dir: Path,
-    target: Path,
-    ldflags: str,
-    log: Path,
-    progress: Progress,
-) -> None:
+def _go_build(go: str, name: str, folder: Path, ldflags: str, progress: Progress) -> None:
+    """`name` into the version folder's bin/, built in its module/, the output in build.log."""
+    target, log = folder / "bin" / name, folder / "build.log"
     command = [go, "build", "-trimpath", f"-ldflags={ldflags}", "-o", str(target), BINARIES[name]]
     started = time.monotonic()
     with log.open("a") as out:
         out.write(f"\n$ {' '.join(command)}\n")
         out.flush()
         process = subprocess.Popen(
-            command, cwd=module_dir, stdout=out, stderr=subprocess.STDOUT, env=_go_env()
+            command, cwd=folder / "module", stdout=out, stderr=subprocess.STDOUT, env=_go_env()
         )
         while True:
             try:
@@ -347,15 +340,7 @@ def _build_missing(
     ldflags = version_ldflags(kubernetes_version)
     for name in missing:
         progress(f"{name}: building {BINARIES[name]} (the first build takes many minutes)")
-        _go_build(
-            go,
-            name,
-            module_dir=module_dir,
-            target=bin_dir / name,
-            ldflags=ldflags,
-            log=folder / "build.log",
-            progress=progress,
-        )
+        _go_build(go, name, folder, ldflags, progress)
         stamp = _read_stamp(bin_dir)
         stamp[name] = kubernetes_version
         (bin_dir / STAMP).write_text(json.dumps(stamp, indent=2, sort_keys=True) + "\n")

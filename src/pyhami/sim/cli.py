@@ -26,7 +26,7 @@ from pyhami.devices.nvidia.vendor import NvidiaVendor
 from pyhami.engine import EngineConfig, GpuPolicy, NodePolicy
 from pyhami.sim.explain import explain as explain_pod
 from pyhami.sim.explain import explanation_data, render
-from pyhami.sim.inputs import ClusterInput, InputError, cluster_of, load_cluster
+from pyhami.sim.inputs import ClusterInput, InputError, cluster_of, read_objects
 from pyhami.sim.preemption import WhatIf, simulate_with_preemption, what_if_data, what_if_lines
 from pyhami.sim.simulate import as_table, pods_data
 from pyhami.sim.simulate import simulate as simulate_pods
@@ -102,7 +102,7 @@ def simulate(  # noqa: PLR0917 (typer reads the options from the signature)
     victims kube-scheduler would delete on our answer, and is placed once they are gone."""
     engine_config = _engine_config(config, node_policy, gpu_policy)
     try:
-        cluster = load_cluster(file)
+        cluster = cluster_of(read_objects(file))
     except InputError as err:
         raise _fail(str(err)) from err
     if cluster.finished or cluster.placed_without_record:
@@ -208,7 +208,7 @@ def explain(  # noqa: PLR0917 (typer reads the options from the signature)
     Without -f the cluster is read live through the kubeconfig, as kubectl does."""
     engine_config = _engine_config(config, node_policy, gpu_policy)
     try:
-        cluster = load_cluster(file) if file else _live_cluster(kubeconfig)
+        cluster = cluster_of(read_objects(file)) if file else _live_cluster(kubeconfig)
         explanation = explain_pod(
             cluster,
             engine_config,

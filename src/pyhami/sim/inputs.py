@@ -84,10 +84,6 @@ def read_objects(paths: Iterable[Path]) -> list[tuple[str, ObjectView]]:
     return objects
 
 
-def load_cluster(paths: Iterable[Path]) -> ClusterInput:
-    return cluster_of(read_objects(paths))
-
-
 def cluster_of(objects: Iterable[tuple[str, ObjectView]]) -> ClusterInput:
     """The cluster from (source, object) pairs: files, or what the API server listed."""
     cluster = ClusterInput()
