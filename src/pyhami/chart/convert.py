@@ -22,7 +22,7 @@ class Verdict(StrEnum):
 class Rule:
     verdict: Verdict
     default: Any  # HAMi v2.10's default (None: absent or null)
-    target: str | None = None  # the pyhami key (mapped, changed)
+    target: str | None = None  # the pyhami key (changed; a mapped key keeps its name)
     note: str = ""  # what changes, or why it is dropped
     transform: Callable[[Any], Any] | None = None
 
@@ -79,6 +79,7 @@ NO_TOOLKIT_WAIT = (
 )
 FIXED_CERT_JOB = "pyhami's cert Jobs have fixed scheduling and run as non-root"
 NO_SERVICE_METADATA = "pyhami's Services take no extra labels or annotations"
+UNREAD_ENV = "HAMi only turns it into an env variable that no code reads"
 OLD_KUBERNETES = "for Kubernetes before 1.22, which pyhami's chart does not support"
 
 _IMAGE_KEYS = ("registry", "repository", "tag", "pullPolicy")
@@ -134,12 +135,8 @@ def _rules() -> dict[str, Rule]:
         "global.gpuHookPath": _same("/usr/local"),
         "global.labels": _same({}),
         "global.annotations": _same({}),
-        "global.managedNodeSelectorEnable": _drop(
-            "HAMi only turns it into an env variable that no code reads", False
-        ),
-        "global.managedNodeSelector": _drop(
-            "HAMi only turns it into an env variable that no code reads", {"usage": "gpu"}
-        ),
+        "global.managedNodeSelectorEnable": _drop(UNREAD_ENV, False),
+        "global.managedNodeSelector": _drop(UNREAD_ENV, {"usage": "gpu"}),
         "nameOverride": _same(""),
         "fullnameOverride": _same(""),
         "namespaceOverride": _same(""),
@@ -313,13 +310,7 @@ def _rules() -> dict[str, Rule]:
             Verdict.CHANGED, certgen[key], f"scheduler.patch.image.{key}", "the cert Job's image"
         )
     rules["scheduler.patch.imageNew.pullSecrets"] = _drop(PULL_SECRETS, [])
-    # A mapped key keeps its name.
-    return {
-        key: Rule(rule.verdict, rule.default, key, rule.note, rule.transform)
-        if rule.verdict is Verdict.MAPPED and rule.target is None
-        else rule
-        for key, rule in rules.items()
-    }
+    return rules
 
 
 HAMI_NODE_CONFIG = """{
@@ -387,10 +378,11 @@ def convert(hami: Mapping[str, Any]) -> tuple[dict[str, Any], list[Line]]:
                 )
             else:
                 differs = not _is_default(value, rule.default)
-                if differs and rule.target is not None:
+                target = path if rule.verdict is Verdict.MAPPED else rule.target
+                if differs and target is not None:
                     converted = rule.transform(value) if rule.transform else value
-                    _put(values, rule.target, converted)
-                lines.append(Line(path, rule.verdict, rule.target, rule.note, differs))
+                    _put(values, target, converted)
+                lines.append(Line(path, rule.verdict, target, rule.note, differs))
 
     walk(hami, "")
     return values, lines

@@ -120,8 +120,7 @@ def render(explanation: Explanation, *, wide: bool = False) -> str:
             f"(after placing the {count} pending {pods} listed before it, as simulate does)"
             if explanation.after_pending
             else f"(the {count} pending {pods} listed before it {'is' if count == 1 else 'are'} "
-            "not counted as placed; "
-            "--after-pending places them first)"
+            "not counted as placed; --after-pending places them first)"
         )
     if decision.outcome is Outcome.NO_DEVICE_REQUEST:
         lines[0] += ": asks for no GPU; every node passes the filter"
