@@ -169,12 +169,12 @@ def _node_lines(
                 f"{card.used}/{card.count} tasks, {card.usedmem}/{card.totalmem} MiB, "
                 f"{card.usedcores}/{card.totalcore} % cores{more}): {outcome}"
             )
-    for position, devices in enumerate(verdict.devices):
-        for device in devices:
-            lines.append(
-                f"    container {position} gets {device.uuid}: "
-                f"{device.usedmem} MiB, {device.usedcores} % cores"
-            )
+    lines.extend(
+        f"    container {position} gets {device.uuid}: "
+        f"{device.usedmem} MiB, {device.usedcores} % cores"
+        for position, devices in enumerate(verdict.devices)
+        for device in devices
+    )
     return lines
 
 

@@ -108,8 +108,10 @@ def cluster_of(objects: Iterable[tuple[str, ObjectView]]) -> ClusterInput:
             if obj.finished:
                 cluster.not_pending[ref] = f"{FINISHED} ({obj.phase}) and holds nothing"
             elif bound and KEY_NVIDIA_ALLOCATED in obj.annotations:
+                # a pod bound through spec.nodeName only still counts on that node
+                bound_pod = replace(obj, annotations={KEY_VGPU_NODE: bound, **obj.annotations})
                 try:
-                    allocation = allocation_of(_with_node(obj, bound))
+                    allocation = allocation_of(bound_pod)
                 except PodSpecError as err:
                     raise InputError(f"{source}: {err}") from err
                 if allocation is not None:
@@ -131,8 +133,3 @@ def cluster_of(objects: Iterable[tuple[str, ObjectView]]) -> ClusterInput:
             except BudgetError as err:
                 raise InputError(f"{source}: {err}") from err
     return cluster
-
-
-def _with_node(pod: PodView, node: str) -> PodView:
-    """A pod bound through spec.nodeName only still counts on that node."""
-    return replace(pod, annotations={KEY_VGPU_NODE: node, **pod.annotations})
