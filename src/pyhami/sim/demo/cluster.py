@@ -57,7 +57,7 @@ from pyhami.protocol import KEY_NODE_NVIDIA_REGISTER, gojson
 from pyhami.scheduler.runtime import SchedulerProcess, load_device_config
 from pyhami.scheduler.settings import SchedulerSettings
 from pyhami.sim.demo.dra_nodes import DraDemoNode, dra_node_name, start_dra_node, stop_dra_node
-from pyhami.sim.demo.monitors import NodeMonitor, node_monitor
+from pyhami.sim.demo.monitors import MIG_APPLY_LOCK, NodeMonitor, node_monitor
 from pyhami.sim.demo.settings import DemoSettings, node_name
 from pyhami.testing import FakeGpu, FakeKubeAPIServer, FakeKubelet, FakeNVML
 from pyhami.testing.certs import KeyPair, ServingFiles, write_serving_certificate
@@ -443,7 +443,6 @@ class DemoCluster(AsyncService):
         agent = NodeAgent(node_client, name, kubelet, resource=RESOURCE, runtime=self.runtime)
         await agent.register_node({"gpu": "on"})  # kubelet registers its own Node
         await kubelet.start()
-        mig_apply_lock = root / "hami" / "hami-mig-apply.lock"  # the node's /tmp/hami
         options = PluginOptions(
             node_name=name,
             plugin_dir=kubelet.directory,
@@ -451,18 +450,14 @@ class DemoCluster(AsyncService):
             settings=AllocationSettings(
                 hook_path=PurePosixPath(hook), vgpu_lock_dir=PurePosixPath(root / "vgpulock")
             ),
-            mig_apply_lock=mig_apply_lock,
+            mig_apply_lock=root / MIG_APPLY_LOCK,
         )
         config = VgpuConfig(resource_name=RESOURCE, device_split_count=SPLIT_COUNT)
         plugin_client = await self._new_client(DEVICE_PLUGIN_USER)
         plugin = DevicePlugin(plugin_client, nvml, options, lambda: config.check(name))
+        monitor_client = await self._new_client(DEVICE_PLUGIN_USER)
         monitor = node_monitor(
-            name,
-            hook,
-            nvml,
-            await self._new_client(DEVICE_PLUGIN_USER),
-            tick_s=self.settings.monitor_tick_s,
-            mig_apply_lock=mig_apply_lock,
+            name, root, nvml, monitor_client, tick_s=self.settings.monitor_tick_s
         )
         node = DemoNode(name, nvml, hook, kubelet, plugin, agent, monitor)
         node.tasks.append(
