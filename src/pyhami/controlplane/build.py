@@ -270,7 +270,8 @@ def _elapsed(seconds: float) -> str:
 
 def _go_build(go: str, name: str, folder: Path, ldflags: str, progress: Progress) -> None:
     """`name` into the version folder's bin/, built in its module/, the output in build.log."""
-    target, log = folder / "bin" / name, folder / "build.log"
+    target = folder / "bin" / name
+    log = folder / "build.log"
     command = [go, "build", "-trimpath", f"-ldflags={ldflags}", "-o", str(target), BINARIES[name]]
     started = time.monotonic()
     with log.open("a") as out:
