@@ -37,10 +37,6 @@ class Format:
     encode: Callable[[Any], str]
 
 
-def _text(value: str) -> object:
-    return value
-
-
 def _from_text(data: Any) -> str:
     if not isinstance(data, str):
         raise ProtocolError("input", json.dumps(data), "expected a JSON string")
@@ -123,7 +119,7 @@ COMMA_LIST = Format(
     "comma list", protocol.split_list, lambda data: ",".join(_build(tuple[str, ...], data))
 )
 REASONS = Format("filter reasons", protocol.parse_reasons, _reasons_json)
-TEXT = Format("text", _text, _from_text)
+TEXT = Format("text", str, _from_text)
 
 
 def _formats() -> dict[str, Format]:
@@ -134,12 +130,9 @@ def _formats() -> dict[str, Format]:
             formats[vendor.register] = _register(vendor.register_form)
         if vendor.handshake:
             formats[vendor.handshake] = HANDSHAKE
-        for key in (vendor.to_allocate, vendor.allocated):
-            if key:
-                formats[key] = POD_DEVICES
-        for key in (vendor.use_uuid, vendor.nouse_uuid, vendor.use_type, vendor.nouse_type):
-            if key:
-                formats[key] = COMMA_LIST
+        formats.update({key: POD_DEVICES for key in (vendor.to_allocate, vendor.allocated) if key})
+        selectors = (vendor.use_uuid, vendor.nouse_uuid, vendor.use_type, vendor.nouse_type)
+        formats.update({key: COMMA_LIST for key in selectors if key})
     formats.update(
         {
             protocol.KEY_NODE_NVIDIA_SCORE: PAIR_SCORES,

@@ -16,11 +16,6 @@ from typer.core import TyperGroup
 from pyhami.logs import LOG_FORMAT_ENV, LogFormat
 from pyhami.protocol import GpuPolicy
 
-HELP_SETTINGS: dict[str, list[str] | int] = {
-    "help_option_names": ["-h", "--help"],
-    "max_content_width": 100,
-}
-
 
 class Output(StrEnum):
     JSON = "json"
@@ -102,7 +97,7 @@ def command_group(name: str, help_text: str) -> typer.Typer:
         add_completion=False,
         cls=PyhamiGroup,
         rich_markup_mode=None,
-        context_settings=HELP_SETTINGS,
+        context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     )
 
 

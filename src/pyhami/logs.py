@@ -42,15 +42,6 @@ def render_console(_logger: Any, _name: str, event: EventDict) -> str:
     return " ".join(part for part in (time, f"{level:<7}", f"{logger}:", message, fields) if part)
 
 
-def _plain_exception(_logger: Any, _name: str, event: EventDict) -> EventDict:
-    """A traceback as one field, so a record stays one line in either format."""
-    info = event.pop("exc_info", None)
-    if info:
-        formatted = structlog.processors.format_exc_info(_logger, _name, {"exc_info": info})
-        event["exception"] = formatted.get("exception", "")
-    return event
-
-
 def configure_logging(
     *, debug: bool, log_format: LogFormat | str = LogFormat.CONSOLE, stream: TextIO | None = None
 ) -> None:
@@ -66,7 +57,8 @@ def configure_logging(
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
-        _plain_exception,
+        # A traceback as one field, so a record stays one line in either format.
+        structlog.processors.format_exc_info,
     ]
     renderer: Processor = (
         structlog.processors.JSONRenderer(ensure_ascii=False)

@@ -145,9 +145,7 @@ async def node(kubernetes: BuiltBinaries, native: Native, tmp_path: Path) -> Asy
             await agent.register_node({NODE_MODE_LABEL: NODE_MODE_DRA})
             stop = asyncio.Event()
             driver = DraDriver(as_driver, nvml, options)
-            monitor = node_monitor(
-                NODE, hook, nvml, as_driver, tick_s=0.5, mig_apply_lock=tmp_path / "no-lock"
-            )
+            monitor = node_monitor(NODE, tmp_path, nvml, as_driver, tick_s=0.5)
             running = Node(
                 plane,
                 admin,

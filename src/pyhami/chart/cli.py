@@ -45,11 +45,9 @@ def convert_values(
         fail(COMMAND, f"{source}: cannot read: {err}")
     except yaml.YAMLError as err:
         fail(COMMAND, f"{source}: not valid YAML: {yaml_problem(err)}")
-    if hami is None:
-        hami = {}
-    if not isinstance(hami, dict):
+    if not isinstance(hami, dict | None):
         fail(COMMAND, f"{source}: expected a mapping of values, got {type(hami).__name__}")
-    values, lines = convert(hami)
+    values, lines = convert(hami or {})
     header = f"# pyhami chart values from HAMi's {source} (pyhami chart convert-values)\n"
     body = header + (yaml.safe_dump(values, sort_keys=False) if values else "{}\n")
     if out is None:

@@ -22,7 +22,7 @@ class Verdict(StrEnum):
 class Rule:
     verdict: Verdict
     default: Any  # HAMi v2.10's default (None: absent or null)
-    target: str | None = None  # the pyhami key (mapped, changed)
+    target: str | None = None  # the pyhami key (changed; a mapped key keeps its name)
     note: str = ""  # what changes, or why it is dropped
     transform: Callable[[Any], Any] | None = None
 
@@ -79,6 +79,7 @@ NO_TOOLKIT_WAIT = (
 )
 FIXED_CERT_JOB = "pyhami's cert Jobs have fixed scheduling and run as non-root"
 NO_SERVICE_METADATA = "pyhami's Services take no extra labels or annotations"
+UNREAD_ENV = "HAMi only turns it into an env variable that no code reads"
 OLD_KUBERNETES = "for Kubernetes before 1.22, which pyhami's chart does not support"
 
 _IMAGE_KEYS = ("registry", "repository", "tag", "pullPolicy")
@@ -90,6 +91,11 @@ def _image_rules(
     rules = {f"{prefix}.{key}": rule(defaults.get(key)) for key in _IMAGE_KEYS}
     rules[f"{prefix}.pullSecrets"] = _drop(PULL_SECRETS, [])
     return rules
+
+
+def _env_list_rule(target: str) -> Rule:
+    note = "a map in HAMi (which its template cannot render), a list of {name, value} here"
+    return Rule(Verdict.CHANGED, {}, target, note, _env_list)
 
 
 def _vendor_keys() -> dict[str, Rule]:
@@ -116,8 +122,7 @@ def _vendor_keys() -> dict[str, Rule]:
     rules = {key: _drop(NVIDIA_ONLY, default) for key, default in names.items()}
     for vendor in ("amd", "awsneuron", "kunlun", "enflame", "mthreads", "vastai", "biren"):
         rules[f"devices.{vendor}"] = _drop(NVIDIA_ONLY)
-    rules["devices.ascend"] = _drop(NVIDIA_ONLY)
-    rules["devices.iluvatar"] = _drop(NVIDIA_ONLY)
+    rules["devices.ascend"] = rules["devices.iluvatar"] = _drop(NVIDIA_ONLY)
     return rules
 
 
@@ -130,12 +135,8 @@ def _rules() -> dict[str, Rule]:
         "global.gpuHookPath": _same("/usr/local"),
         "global.labels": _same({}),
         "global.annotations": _same({}),
-        "global.managedNodeSelectorEnable": _drop(
-            "HAMi only turns it into an env variable that no code reads", False
-        ),
-        "global.managedNodeSelector": _drop(
-            "HAMi only turns it into an env variable that no code reads", {"usage": "gpu"}
-        ),
+        "global.managedNodeSelectorEnable": _drop(UNREAD_ENV, False),
+        "global.managedNodeSelector": _drop(UNREAD_ENV, {"usage": "gpu"}),
         "nameOverride": _same(""),
         "fullnameOverride": _same(""),
         "namespaceOverride": _same(""),
@@ -218,13 +219,7 @@ def _rules() -> dict[str, Rule]:
         "devicePlugin.monitor.ctrPath": _same("/usr/local/vgpu/containers"),
         "devicePlugin.monitor.resyncInterval": _same("5m"),
         "devicePlugin.monitor.extraArgs": _same(["-v=4"]),
-        "devicePlugin.monitor.extraEnvs": Rule(
-            Verdict.CHANGED,
-            {},
-            "devicePlugin.monitor.extraEnvs",
-            "a map in HAMi (which its template cannot render), a list of {name, value} here",
-            _env_list,
-        ),
+        "devicePlugin.monitor.extraEnvs": _env_list_rule("devicePlugin.monitor.extraEnvs"),
         "devicePlugin.monitor.securityContext": _drop(FIXED_SECURITY),
         "devicePlugin.monitor.resources": _same({}),
         "devicePlugin.deviceSplitCount": _same(10),
@@ -255,13 +250,7 @@ def _rules() -> dict[str, Rule]:
         "devicePlugin.gdsEnabled": _same(None),
         "devicePlugin.mofedEnabled": _same(None),
         "devicePlugin.extraArgs": _same(["-v=4"]),
-        "devicePlugin.extraEnvs": Rule(
-            Verdict.CHANGED,
-            {},
-            "devicePlugin.extraEnvs",
-            "a map in HAMi (which its template cannot render), a list of {name, value} here",
-            _env_list,
-        ),
+        "devicePlugin.extraEnvs": _env_list_rule("devicePlugin.extraEnvs"),
         "devicePlugin.service.type": _same("NodePort"),
         "devicePlugin.service.httpPort": _same(31992),
         "devicePlugin.service.labels": _drop(NO_SERVICE_METADATA, {}),
@@ -284,11 +273,7 @@ def _rules() -> dict[str, Rule]:
         "devices.nvidia.libCudaLogLevel": _same(1),
         **_vendor_keys(),
     }
-    for prefix in (
-        "scheduler.extender.image",
-        "devicePlugin.image",
-        "devicePlugin.monitor.image",
-    ):
+    for prefix in ("scheduler.extender.image", "devicePlugin.image", "devicePlugin.monitor.image"):
         rules.update(_image_rules(prefix, hami_image, lambda d: _drop(ONE_IMAGE, d)))
     rules.update(
         _image_rules(
@@ -325,13 +310,7 @@ def _rules() -> dict[str, Rule]:
             Verdict.CHANGED, certgen[key], f"scheduler.patch.image.{key}", "the cert Job's image"
         )
     rules["scheduler.patch.imageNew.pullSecrets"] = _drop(PULL_SECRETS, [])
-    # A mapped key keeps its name.
-    return {
-        key: Rule(rule.verdict, rule.default, key, rule.note, rule.transform)
-        if rule.verdict is Verdict.MAPPED and rule.target is None
-        else rule
-        for key, rule in rules.items()
-    }
+    return rules
 
 
 HAMI_NODE_CONFIG = """{
@@ -399,10 +378,11 @@ def convert(hami: Mapping[str, Any]) -> tuple[dict[str, Any], list[Line]]:
                 )
             else:
                 differs = not _is_default(value, rule.default)
-                if differs and rule.target is not None:
+                target = path if rule.verdict is Verdict.MAPPED else rule.target
+                if differs and target is not None:
                     converted = rule.transform(value) if rule.transform else value
-                    _put(values, rule.target, converted)
-                lines.append(Line(path, rule.verdict, rule.target, rule.note, differs))
+                    _put(values, target, converted)
+                lines.append(Line(path, rule.verdict, target, rule.note, differs))
 
     walk(hami, "")
     return values, lines

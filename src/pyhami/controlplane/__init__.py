@@ -7,7 +7,6 @@ never import this package (a contract in pyproject.toml).
 """
 
 from pyhami.controlplane.build import (
-    BINARIES,
     BuildError,
     BuiltBinaries,
     build_control_plane,
@@ -17,7 +16,6 @@ from pyhami.controlplane.build import (
 from pyhami.controlplane.versions import KUBERNETES_VERSION
 
 __all__ = [
-    "BINARIES",
     "KUBERNETES_VERSION",
     "BuildError",
     "BuiltBinaries",

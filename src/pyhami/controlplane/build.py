@@ -191,8 +191,7 @@ def _go_command() -> str:
     go = shutil.which("go")
     if go is None:
         raise BuildError(
-            "no `go` command on PATH: install Go (https://go.dev/dl/) to build Kubernetes' "
-            "binaries"
+            "no `go` command on PATH: install Go (https://go.dev/dl/) to build Kubernetes' binaries"
         )
     return go
 
@@ -205,6 +204,12 @@ def _go_env() -> dict[str, str]:
     return env
 
 
+def _run_go(go: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [go, *args], cwd=cwd, capture_output=True, text=True, check=False, env=_go_env()
+    )
+
+
 def _version_tuple(text: str) -> tuple[int, int, int]:
     match = _GO_VERSION.search(f"go{text}" if text[:1].isdigit() else text)
     if match is None:
@@ -214,21 +219,14 @@ def _version_tuple(text: str) -> tuple[int, int, int]:
 
 
 def _check_go_version(go: str, needed: str, progress: Progress) -> None:
-    done = subprocess.run(
-        [go, "env", "GOVERSION"], capture_output=True, text=True, check=False, env=_go_env()
-    )
+    done = _run_go(go, "env", "GOVERSION")
     have = done.stdout.strip()
     if done.returncode != 0 or not have:
-        raise BuildError(f"`go env GOVERSION` failed: {_last_line(done.stderr) or 'no output'}")
+        raise BuildError(f"`go env GOVERSION` failed: {_error_line(done.stderr)}")
     if _version_tuple(have) < (1, 21, 0):
         raise BuildError(f"{have} is too old: Kubernetes needs go {needed} (go1.21+ fetches it)")
     if _version_tuple(have) < _version_tuple(needed):
         progress(f"{have} is older than the go {needed} Kubernetes needs: go fetches it")
-
-
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else ""
 
 
 def _error_line(output: str) -> str:
@@ -244,10 +242,7 @@ def _error_line(output: str) -> str:
 def _fetch_kubernetes_gomod(go: str, kubernetes_version: str, workdir: Path) -> str:
     """Kubernetes' go.mod at the release, fetched (with the module) through the Go proxy."""
     module = f"{KUBERNETES_MODULE}@{kubernetes_version}"
-    done = subprocess.run(
-        [go, "mod", "download", "-json", module],
-        cwd=workdir, capture_output=True, text=True, check=False, env=_go_env(),
-    )
+    done = _run_go(go, "mod", "download", "-json", module, cwd=workdir)
     try:
         answer = json.loads(done.stdout) if done.stdout.strip() else {}
     except ValueError:
@@ -260,14 +255,12 @@ def _fetch_kubernetes_gomod(go: str, kubernetes_version: str, workdir: Path) -> 
 
 @contextlib.contextmanager
 def _locked(folder: Path) -> Iterator[None]:
-    """One build per version folder at a time (two test runs may start together)."""
+    """One build per version folder at a time (two test runs may start together); closing the
+    file releases the lock."""
     folder.mkdir(parents=True, exist_ok=True)
     with (folder / ".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+        yield
 
 
 def _elapsed(seconds: float) -> str:
@@ -275,23 +268,17 @@ def _elapsed(seconds: float) -> str:
     return f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
 
 
-def _go_build(
-    go: str,
-    name: str,
-    *,
-    module_dir: Path,
-    target: Path,
-    ldflags: str,
-    log: Path,
-    progress: Progress,
-) -> None:
+def _go_build(go: str, name: str, folder: Path, ldflags: str, progress: Progress) -> None:
+    """`name` into the version folder's bin/, built in its module/, the output in build.log."""
+    target = folder / "bin" / name
+    log = folder / "build.log"
     command = [go, "build", "-trimpath", f"-ldflags={ldflags}", "-o", str(target), BINARIES[name]]
     started = time.monotonic()
     with log.open("a") as out:
         out.write(f"\n$ {' '.join(command)}\n")
         out.flush()
         process = subprocess.Popen(
-            command, cwd=module_dir, stdout=out, stderr=subprocess.STDOUT, env=_go_env()
+            command, cwd=folder / "module", stdout=out, stderr=subprocess.STDOUT, env=_go_env()
         )
         while True:
             try:
@@ -354,15 +341,7 @@ def _build_missing(
     ldflags = version_ldflags(kubernetes_version)
     for name in missing:
         progress(f"{name}: building {BINARIES[name]} (the first build takes many minutes)")
-        _go_build(
-            go,
-            name,
-            module_dir=module_dir,
-            target=bin_dir / name,
-            ldflags=ldflags,
-            log=folder / "build.log",
-            progress=progress,
-        )
+        _go_build(go, name, folder, ldflags, progress)
         stamp = _read_stamp(bin_dir)
         stamp[name] = kubernetes_version
         (bin_dir / STAMP).write_text(json.dumps(stamp, indent=2, sort_keys=True) + "\n")

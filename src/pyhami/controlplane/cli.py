@@ -18,10 +18,6 @@ control_plane_app = command_group(
 )
 
 
-def _say(line: str) -> None:
-    typer.echo(line)
-
-
 @control_plane_app.command()
 def build(
     kubernetes_version: Annotated[
@@ -42,8 +38,8 @@ def build(
     Exit status 2 when Go is missing or a module cannot be fetched (one line says which)."""
     try:
         built = build_control_plane(
-            kubernetes_version, cache_dir or default_cache_root(), progress=_say
+            kubernetes_version, cache_dir or default_cache_root(), progress=typer.echo
         )
     except BuildError as err:
         fail("control-plane build", str(err))
-    _say(str(built.bin_dir))
+    typer.echo(str(built.bin_dir))

@@ -101,7 +101,7 @@ class ConnectionGuard:
         finally:
             self._arm(connection)
 
-    def _admit(self, handler: RequestHandler, transport: asyncio.Transport) -> bool:
+    def _admit(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
         if self.open_connections() >= self.limits.max_connections:
             self.refused += 1
             if self.refused == 1 or self.refused % 100 == 0:
@@ -111,11 +111,10 @@ class ConnectionGuard:
                     refused=self.refused,
                 )
             transport.abort()
-            return False
+            return
         transport.set_protocol(handler)
         handler.connection_made(transport)
         self._arm(handler)
-        return True
 
     def _arm(self, connection: RequestHandler) -> None:
         self._disarm(connection)

@@ -1,7 +1,6 @@
 """The `simulate`, `explain` and `top` commands."""
 
 import asyncio
-import json
 import ssl
 import sys
 import time
@@ -27,7 +26,7 @@ from pyhami.devices.nvidia.vendor import NvidiaVendor
 from pyhami.engine import EngineConfig, GpuPolicy, NodePolicy
 from pyhami.sim.explain import explain as explain_pod
 from pyhami.sim.explain import explanation_data, render
-from pyhami.sim.inputs import ClusterInput, InputError, cluster_of, load_cluster
+from pyhami.sim.inputs import ClusterInput, InputError, cluster_of, read_objects
 from pyhami.sim.preemption import WhatIf, simulate_with_preemption, what_if_data, what_if_lines
 from pyhami.sim.simulate import as_table, pods_data
 from pyhami.sim.simulate import simulate as simulate_pods
@@ -70,11 +69,9 @@ def _engine_config(config: Path | None, node_policy: str, gpu_policy: str) -> En
     nvidia = NvidiaConfig()
     if config is not None:
         try:
-            text = config.read_text(encoding="utf-8")
+            nvidia = parse_device_config(config.read_text("utf-8"), source=str(config)).nvidia
         except OSError as err:
             raise _fail(f"{config}: cannot read: {err}") from err
-        try:
-            nvidia = parse_device_config(text, source=str(config)).nvidia
         except DeviceConfigError as err:
             raise _fail(str(err)) from err
     return EngineConfig(
@@ -105,7 +102,7 @@ def simulate(  # noqa: PLR0917 (typer reads the options from the signature)
     victims kube-scheduler would delete on our answer, and is placed once they are gone."""
     engine_config = _engine_config(config, node_policy, gpu_policy)
     try:
-        cluster = load_cluster(file)
+        cluster = cluster_of(read_objects(file))
     except InputError as err:
         raise _fail(str(err)) from err
     if cluster.finished or cluster.placed_without_record:
@@ -131,11 +128,8 @@ def simulate(  # noqa: PLR0917 (typer reads the options from the signature)
         found = what_ifs.get(f"{entry['namespace']}/{entry['name']}")
         if found is not None:
             entry["preemption"] = what_if_data(found)
-    data = {"pods": pods}
-    if output is Output.JSON:
-        sys.stdout.write(json.dumps(data, indent=2) + "\n")
-    elif output is Output.YAML:
-        sys.stdout.write(as_data(data, output))
+    if output in (Output.JSON, Output.YAML):
+        sys.stdout.write(as_data({"pods": pods}, output))
     else:
         sys.stdout.write(
             as_table(decisions, engine_config.vendor.keys, moment, wide=output is Output.WIDE)
@@ -214,7 +208,7 @@ def explain(  # noqa: PLR0917 (typer reads the options from the signature)
     Without -f the cluster is read live through the kubeconfig, as kubectl does."""
     engine_config = _engine_config(config, node_policy, gpu_policy)
     try:
-        cluster = load_cluster(file) if file else _live_cluster(kubeconfig)
+        cluster = cluster_of(read_objects(file)) if file else _live_cluster(kubeconfig)
         explanation = explain_pod(
             cluster,
             engine_config,

@@ -1,7 +1,7 @@
 """`pyhami explain`: every node and every card for one pending pod, and the check that said no."""
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pyhami.devices.reasons import CardCheck
@@ -42,16 +42,11 @@ class ExplainWhatIfData(ExplainData):
     preemption: PreemptionData
 
 
-def _matching(keys: Sequence[str], pod_ref: str) -> list[str]:
-    if "/" in pod_ref:
-        return [key for key in keys if key == pod_ref]
-    return [key for key in keys if key.split("/", 1)[1] == pod_ref]
-
-
 def find_pending(cluster: ClusterInput, pod_ref: str) -> int:
     """The position of `pod_ref` (NAME or NAMESPACE/NAME) among the pending pods."""
     keys = [pod.ref for pod in cluster.pending]
-    matches = _matching([*keys, *cluster.not_pending], pod_ref)
+    # NAMESPACE/NAME names one pod; NAME matches it in every namespace
+    matches = [key for key in [*keys, *cluster.not_pending] if pod_ref in (key, key.split("/")[1])]
     if len(matches) > 1:
         raise InputError(
             f"pod name {pod_ref!r} is ambiguous: {', '.join(matches)} (use NAMESPACE/NAME)"
@@ -80,10 +75,9 @@ def explain(
             schedule(simulation, pod)
     ledger = simulation.ledger
     cards = {node: ledger.device_usage(node) for node in ledger.node_names()}
-    decision = schedule(simulation, cluster.pending[position], explain=True)
-    preemption = None
-    if decision.outcome is Outcome.UNSCHEDULABLE:
-        preemption = what_if(simulation, cluster, cluster.pending[position])
+    pod = cluster.pending[position]
+    decision = schedule(simulation, pod, explain=True)
+    unschedulable = decision.outcome is Outcome.UNSCHEDULABLE
     return Explanation(
         decision,
         annotations_of(decision, config.vendor.keys, now),
@@ -91,8 +85,8 @@ def explain(
         cluster.unregistered,
         position,
         after_pending,
-        cluster.unreadable,
-        preemption,
+        frozenset(cluster.unreadable),
+        what_if(simulation, cluster, pod) if unschedulable else None,
     )
 
 
@@ -126,8 +120,7 @@ def render(explanation: Explanation, *, wide: bool = False) -> str:
             f"(after placing the {count} pending {pods} listed before it, as simulate does)"
             if explanation.after_pending
             else f"(the {count} pending {pods} listed before it {'is' if count == 1 else 'are'} "
-            "not counted as placed; "
-            "--after-pending places them first)"
+            "not counted as placed; --after-pending places them first)"
         )
     if decision.outcome is Outcome.NO_DEVICE_REQUEST:
         lines[0] += ": asks for no GPU; every node passes the filter"
@@ -176,12 +169,12 @@ def _node_lines(
                 f"{card.used}/{card.count} tasks, {card.usedmem}/{card.totalmem} MiB, "
                 f"{card.usedcores}/{card.totalcore} % cores{more}): {outcome}"
             )
-    for position, devices in enumerate(verdict.devices):
-        for device in devices:
-            lines.append(
-                f"    container {position} gets {device.uuid}: "
-                f"{device.usedmem} MiB, {device.usedcores} % cores"
-            )
+    lines.extend(
+        f"    container {position} gets {device.uuid}: "
+        f"{device.usedmem} MiB, {device.usedcores} % cores"
+        for position, devices in enumerate(verdict.devices)
+        for device in devices
+    )
     return lines
 
 

@@ -10,7 +10,7 @@ and PodDisruptionBudgets are read too.
 """
 
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -40,20 +40,22 @@ class InputError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class ClusterInput:
-    nodes: dict[NodeName, NodeInventory]
-    unregistered: dict[NodeName, str]  # GPU-less or unreadable nodes: why they are left out
-    unreadable: frozenset[NodeName]  # those of them whose registration is there but bad
-    existing: list[PodAllocation]
-    pending: list[PodView]
-    quotas: list[QuotaView]
+    nodes: dict[NodeName, NodeInventory] = field(default_factory=dict)
+    # GPU-less or unreadable nodes: why they are left out
+    unregistered: dict[NodeName, str] = field(default_factory=dict)
+    # those of them whose registration is there but bad
+    unreadable: set[NodeName] = field(default_factory=set)
+    existing: list[PodAllocation] = field(default_factory=list)
+    pending: list[PodView] = field(default_factory=list)
+    quotas: list[QuotaView] = field(default_factory=list)
     # Every pod that is not pending, by NAMESPACE/NAME: why (finished, placed, running).
-    not_pending: Mapping[str, str] = field(default_factory=dict)
+    not_pending: dict[str, str] = field(default_factory=dict)
     # The existing pods' spec.priority by ledger key (for the preemption what-if).
-    priorities: Mapping[str, int] = field(default_factory=dict)
+    priorities: dict[str, int] = field(default_factory=dict)
     # The existing pods themselves by ledger key, and the PodDisruptionBudgets that may cover
     # them (preemption evicts a pod a budget protects only where nothing else makes room).
-    existing_pods: Mapping[str, PodView] = field(default_factory=dict)
-    budgets: tuple[Budget, ...] = ()
+    existing_pods: dict[str, PodView] = field(default_factory=dict)
+    budgets: list[Budget] = field(default_factory=list)
 
     @property
     def finished(self) -> int:  # Succeeded or Failed: they hold nothing, are never decided
@@ -82,77 +84,52 @@ def read_objects(paths: Iterable[Path]) -> list[tuple[str, ObjectView]]:
     return objects
 
 
-def load_cluster(paths: Iterable[Path]) -> ClusterInput:
-    return cluster_of(read_objects(paths))
-
-
 def cluster_of(objects: Iterable[tuple[str, ObjectView]]) -> ClusterInput:
     """The cluster from (source, object) pairs: files, or what the API server listed."""
-    nodes: dict[NodeName, NodeInventory] = {}
-    unregistered: dict[NodeName, str] = {}
-    unreadable: set[NodeName] = set()
-    existing: list[PodAllocation] = []
-    pending: list[PodView] = []
-    quotas: list[QuotaView] = []
-    not_pending: dict[str, str] = {}
-    priorities: dict[str, int] = {}
-    existing_pods: dict[str, PodView] = {}
-    budgets: list[Budget] = []
+    cluster = ClusterInput()
     for source, obj in objects:
         if isinstance(obj, NodeView):
             name, annotations = NodeName(obj.name), obj.annotations
             if KEY_NODE_NVIDIA_REGISTER not in annotations:
-                unregistered[name] = f"no {KEY_NODE_NVIDIA_REGISTER} annotation (no device plugin)"
+                cluster.unregistered[name] = (
+                    f"no {KEY_NODE_NVIDIA_REGISTER} annotation (no device plugin)"
+                )
                 continue
             try:
-                nodes[name] = node_inventory(annotations)
+                cluster.nodes[name] = node_inventory(annotations)
             except NoGpusRegisteredError as err:
-                unregistered[name] = str(err)
+                cluster.unregistered[name] = str(err)
             except InventoryError as err:
-                unregistered[name] = f"registration unreadable: {err}"
-                unreadable.add(name)
+                cluster.unregistered[name] = f"registration unreadable: {err}"
+                cluster.unreadable.add(name)
         elif isinstance(obj, PodView):
             bound = obj.annotations.get(KEY_VGPU_NODE) or obj.node_name
             ref = obj.ref
             if obj.finished:
-                not_pending[ref] = f"{FINISHED} ({obj.phase}) and holds nothing"
+                cluster.not_pending[ref] = f"{FINISHED} ({obj.phase}) and holds nothing"
             elif bound and KEY_NVIDIA_ALLOCATED in obj.annotations:
+                # a pod bound through spec.nodeName only still counts on that node
+                bound_pod = replace(obj, annotations={KEY_VGPU_NODE: bound, **obj.annotations})
                 try:
-                    allocation = allocation_of(_with_node(obj, bound))
+                    allocation = allocation_of(bound_pod)
                 except PodSpecError as err:
                     raise InputError(f"{source}: {err}") from err
                 if allocation is not None:
-                    existing.append(allocation)
-                    priorities[allocation.key] = obj.priority
-                    existing_pods[allocation.key] = obj
-                    not_pending[ref] = f"its GPUs are allocated on node {bound}"
+                    cluster.existing.append(allocation)
+                    cluster.priorities[allocation.key] = obj.priority
+                    cluster.existing_pods[allocation.key] = obj
+                    cluster.not_pending[ref] = f"its GPUs are allocated on node {bound}"
             elif obj.node_name or obj.phase == "Running":
                 # kubelet runs it; no scheduler decides it again
                 where = f"it is {obj.phase or 'bound'} on node {obj.node_name or '?'}"
-                not_pending[ref] = f"{where} {NO_RECORD}"
+                cluster.not_pending[ref] = f"{where} {NO_RECORD}"
             else:
-                pending.append(obj)
+                cluster.pending.append(obj)
         elif isinstance(obj, QuotaView):
-            quotas.append(obj)
+            cluster.quotas.append(obj)
         elif obj.kind == "PodDisruptionBudget":
             try:
-                budgets.append(read_budget(obj.document))
+                cluster.budgets.append(read_budget(obj.document))
             except BudgetError as err:
                 raise InputError(f"{source}: {err}") from err
-    return ClusterInput(
-        nodes,
-        unregistered,
-        frozenset(unreadable),
-        existing,
-        pending,
-        quotas,
-        not_pending,
-        priorities,
-        existing_pods,
-        tuple(budgets),
-    )
-
-
-def _with_node(pod: PodView, node: str) -> PodView:
-    """A pod bound through spec.nodeName only still counts on that node."""
-    return replace(pod, annotations={KEY_VGPU_NODE: node, **pod.annotations})
+    return cluster

@@ -84,9 +84,8 @@ def simulate_with_preemption(
     what_ifs: dict[str, WhatIf] = {}
     for pod in cluster.pending:
         decision = schedule(simulation, pod)
-        result = None
-        if decision.outcome is Outcome.UNSCHEDULABLE:
-            result = what_if(simulation, cluster, pod)
+        unschedulable = decision.outcome is Outcome.UNSCHEDULABLE
+        result = what_if(simulation, cluster, pod) if unschedulable else None
         if result is not None:
             what_ifs[f"{decision.namespace}/{decision.name}"] = result
             decision = result.decision or decision

@@ -110,12 +110,11 @@ def as_table(decisions: list[Decision], keys: VendorKeys, now: int, *, wide: boo
             lines.append(f"{head}  ->  {decision.node}  (node score {decision.score:.2f})")
             lines.append(f"  {'container':<10} {'card':<44} {'memory MiB':>10} {'cores %':>8}")
             placed = decision.allocation.containers if decision.allocation else ()
-            for position, devices in enumerate(placed):
-                for device in devices:
-                    lines.append(
-                        f"  {position:<10} {device.uuid:<44} {device.usedmem:>10} "
-                        f"{device.usedcores:>8}"
-                    )
+            lines.extend(
+                f"  {position:<10} {device.uuid:<44} {device.usedmem:>10} {device.usedcores:>8}"
+                for position, devices in enumerate(placed)
+                for device in devices
+            )
             if wide:
                 lines.extend(
                     f"  {key}: {value}"
@@ -123,8 +122,7 @@ def as_table(decisions: list[Decision], keys: VendorKeys, now: int, *, wide: boo
                 )
         elif decision.outcome is Outcome.UNSCHEDULABLE:
             lines.append(f"{head}  ->  no node fits")
-            for node, reason in decision.failed_nodes.items():
-                lines.append(f"  {node:<30} {reason}")
+            lines.extend(f"  {node:<30} {why}" for node, why in decision.failed_nodes.items())
         else:
             lines.append(f"{head}  ->  error: {decision.error}")
         lines.append("")

@@ -118,26 +118,25 @@ def _mib(value: float | None) -> int | None:
 def card_rows(samples: Sequence[Sample]) -> list[CardRow]:
     """One row per card the scheduler knows, with the monitors' usage where reported."""
     limits = {
-        labels["device_uuid"]: (labels.get("node", ""), labels.get("device_index", ""), labels)
-        for name, labels, _ in samples
+        labels["device_uuid"]: (labels, value)
+        for name, labels, value in samples
         if name == "hami_gpu_memory_limit_bytes" and "device_uuid" in labels
     }
-    total = _by(samples, "hami_gpu_memory_limit_bytes", "device_uuid")
     allocated = _by(samples, "hami_gpu_memory_allocated_bytes", "device_uuid")
     cores = _by(samples, "hami_gpu_core_allocated_ratio", "device_uuid")
     tasks = _by(samples, "hami_gpu_shared_count", "device_uuid")
     used = _by(samples, "hami_host_gpu_memory_used_bytes", "device_uuid")
     utilisation = _by(samples, "hami_host_gpu_utilization_ratio", "device_uuid")
     rows = []
-    for uuid, (node, index, labels) in limits.items():
+    for uuid, (labels, total) in limits.items():
         key = (uuid,)
         rows.append(
             CardRow(
-                node=node,
-                index=index,
+                node=labels.get("node", ""),
+                index=labels.get("device_index", ""),
                 uuid=uuid,
                 type=labels.get("device_type", ""),
-                memory_total_mib=_mib(total[key]) or 0,
+                memory_total_mib=_mib(total) or 0,
                 memory_allocated_mib=_mib(allocated.get(key, 0.0)) or 0,
                 memory_used_mib=_mib(used.get(key)),
                 cores_allocated=round(cores.get(key, 0.0)),
@@ -211,53 +210,39 @@ def _cell(value: object) -> str:
     return "-" if value is None else str(value)
 
 
-# Columns per view: (header, field); the wide ones come after.
-_COLUMNS: Mapping[View, tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]] = {
-    View.NODES: (
-        (
-            ("NODE", "node"),
-            ("CARDS", "cards"),
-            ("MEM-ALLOC(MiB)", "memory_allocated_mib"),
-            ("MEM-USED(MiB)", "memory_used_mib"),
-            ("MEM-TOTAL(MiB)", "memory_total_mib"),
-            ("CORES-ALLOC%", "cores_allocated"),
-            ("CORES-USED%", "cores_used"),
-        ),
-        (),
-    ),
-    View.CARDS: (
-        (
-            ("NODE", "node"),
-            ("CARD", "index"),
-            ("MEM-ALLOC(MiB)", "memory_allocated_mib"),
-            ("MEM-USED(MiB)", "memory_used_mib"),
-            ("MEM-TOTAL(MiB)", "memory_total_mib"),
-            ("CORES-ALLOC%", "cores_allocated"),
-            ("CORES-USED%", "cores_used"),
-            ("TASKS", "tasks"),
-        ),
-        (("TYPE", "type"), ("UUID", "uuid")),
-    ),
-    View.PODS: (
-        (
-            ("NAMESPACE", "namespace"),
-            ("POD", "pod"),
-            ("CARD", "card"),
-            ("MEM-ALLOC(MiB)", "memory_allocated_mib"),
-            ("MEM-USED(MiB)", "memory_used_mib"),
-            ("CORES-ALLOC%", "cores_allocated"),
-            ("CORES-USED%", "cores_used"),
-        ),
-        (("UUID", "uuid"),),
-    ),
+# Each column's header, by the row field it shows.
+_HEADERS = {
+    "node": "NODE",
+    "namespace": "NAMESPACE",
+    "pod": "POD",
+    "cards": "CARDS",
+    "index": "CARD",
+    "card": "CARD",
+    "memory_allocated_mib": "MEM-ALLOC(MiB)",
+    "memory_used_mib": "MEM-USED(MiB)",
+    "memory_total_mib": "MEM-TOTAL(MiB)",
+    "cores_allocated": "CORES-ALLOC%",
+    "cores_used": "CORES-USED%",
+    "tasks": "TASKS",
+    "type": "TYPE",
+    "uuid": "UUID",
+}
+_MEMORY = ("memory_allocated_mib", "memory_used_mib", "memory_total_mib")
+_CORES = ("cores_allocated", "cores_used")
+# Columns per view; the wide ones come after.
+_COLUMNS: Mapping[View, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    View.NODES: (("node", "cards", *_MEMORY, *_CORES), ()),
+    View.CARDS: (("node", "index", *_MEMORY, *_CORES, "tasks"), ("type", "uuid")),
+    View.PODS: (("namespace", "pod", "card", *_MEMORY[:2], *_CORES), ("uuid",)),
 }
 
 
 def as_table(view: View, rows: Sequence[Any], *, wide: bool = False) -> str:
     narrow, extra = _COLUMNS[view]
     columns = (*narrow, *extra) if wide else narrow
-    cells = [[_cell(getattr(row, name)) for _, name in columns] for row in rows]
-    widths = [max(len(head), *(len(r[i]) for r in cells)) for i, (head, _) in enumerate(columns)]
-    lines = ["   ".join(h.ljust(w) for (h, _), w in zip(columns, widths, strict=True))]
+    heads = [_HEADERS[name] for name in columns]
+    cells = [[_cell(getattr(row, name)) for name in columns] for row in rows]
+    widths = [max(len(head), *(len(r[i]) for r in cells)) for i, head in enumerate(heads)]
+    lines = ["   ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True))]
     lines += ["   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
     return "\n".join(line.rstrip() for line in lines) + "\n"

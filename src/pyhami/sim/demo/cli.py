@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from typer import echo
 
 from pyhami.cli_errors import fail
 from pyhami.kube.manifests import PodManifest
@@ -27,17 +28,6 @@ from pyhami.sim.demo.settings import DemoSettings
 if TYPE_CHECKING:
     from pyhami.controlplane import BuiltBinaries
     from pyhami.sim.demo.cluster import DemoCluster
-
-
-def _quiet_logs(verbose: bool) -> None:
-    """The services log as they would in a cluster; the demo shows only its own lines."""
-    configure_logging(debug=False)
-    if not verbose:
-        logging.getLogger().setLevel(logging.CRITICAL)
-
-
-def _say(message: str) -> None:
-    typer.echo(message)
 
 
 def _endpoints(cluster: DemoCluster, pods: list[DemoObject]) -> str:
@@ -100,17 +90,13 @@ async def run_demo(
     from pyhami.sim.demo.usage import DemoWorkloads, find_native, measured_usage
 
     started = time.monotonic()
-    plane = (
-        "Kubernetes' own control plane, no GPU"
-        if kubernetes is not None
-        else "no Kubernetes, no GPU"
-    )
-    _say(f"Starting a {settings.nodes}-node demo cluster on localhost ({plane}):")
+    plane = "Kubernetes' own control plane" if kubernetes is not None else "no Kubernetes"
+    echo(f"Starting a {settings.nodes}-node demo cluster on localhost ({plane}, no GPU):")
     count = sum(isinstance(obj, PodManifest) for obj in pods)
     native = find_native()
     if not isinstance(native, str):
         settings = replace(settings, libvgpu=native.library)
-    cluster = DemoCluster(settings, progress=lambda line: _say(f"  {line}"), kubernetes=kubernetes)
+    cluster = DemoCluster(settings, progress=lambda line: echo(f"  {line}"), kubernetes=kubernetes)
     workloads = None
     if not isinstance(native, str):
         card_bytes = {
@@ -121,24 +107,24 @@ async def run_demo(
         workloads = cluster.runtime = DemoWorkloads(native, card_bytes, cluster.workdir)
     async with cluster:
         try:
-            _say(f"Ready in {time.monotonic() - started:.1f}s. Submitting {count} pods in order:")
-            results = await submit_all(cluster, pods, lambda r: _say(progress_line(r)), _say)
+            echo(f"Ready in {time.monotonic() - started:.1f}s. Submitting {count} pods in order:")
+            results = await submit_all(cluster, pods, lambda r: echo(progress_line(r)), echo)
             usage = None
             if workloads is not None:
-                _say("Measuring what the pods use (their programs run under libvgpu) ...")
+                echo("Measuring what the pods use (their programs run under libvgpu) ...")
                 running = [(r.namespace, r.name) for r in results if r.ok and r.cards]
                 usage = await measured_usage(_monitor_urls(cluster).values(), running)
-            _say("")
-            _say(outcome_table(results, usage))
+            echo("")
+            echo(outcome_table(results, usage))
             if isinstance(native, str):
-                _say(f"Use is not shown (the pods run no programs): {native}.")
-            _say(summary_line(results, time.monotonic() - started))
+                echo(f"Use is not shown (the pods run no programs): {native}.")
+            echo(summary_line(results, time.monotonic() - started))
             refused = cluster.refused_requests()
             if refused:
-                _say("The API server refused these requests (the chart's RBAC lacks them):")
-                _say("\n".join(f"  {line}" for line in refused))
+                echo("The API server refused these requests (the chart's RBAC lacks them):")
+                echo("\n".join(f"  {line}" for line in refused))
             if keep_running:
-                _say(_endpoints(cluster, pods))
+                echo(_endpoints(cluster, pods))
                 await _wait_for_signal()
         finally:
             if workloads is not None:
@@ -175,7 +161,7 @@ def _built_kubernetes() -> BuiltBinaries:
     from pyhami.controlplane import BuildError, build_control_plane
 
     try:
-        return build_control_plane(progress=lambda line: _say(f"  control-plane build: {line}"))
+        return build_control_plane(progress=lambda line: echo(f"  control-plane build: {line}"))
     except BuildError as err:
         fail("demo", str(err))
 
@@ -232,7 +218,10 @@ def demo(
         pod_list = load_pods(pods, namespace)
     except (ValueError, PodFileError) as err:
         fail("demo", str(err))
-    _quiet_logs(verbose)
+    # The services log as they would in a cluster; the demo shows only its own lines.
+    configure_logging(debug=False)
+    if not verbose:
+        logging.getLogger().setLevel(logging.CRITICAL)
     kubernetes = _built_kubernetes() if control_plane is ControlPlane.REAL else None
     with contextlib.suppress(KeyboardInterrupt):
         failed = asyncio.run(run_demo(settings, pod_list, keep_running, kubernetes))

@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
+from typing import TypeVar
 
 from pyhami.controlplane import BuiltBinaries
 from pyhami.deviceplugin.allocation import AllocationSettings
@@ -56,7 +57,7 @@ from pyhami.protocol import KEY_NODE_NVIDIA_REGISTER, gojson
 from pyhami.scheduler.runtime import SchedulerProcess, load_device_config
 from pyhami.scheduler.settings import SchedulerSettings
 from pyhami.sim.demo.dra_nodes import DraDemoNode, dra_node_name, start_dra_node, stop_dra_node
-from pyhami.sim.demo.monitors import NodeMonitor, node_monitor
+from pyhami.sim.demo.monitors import MIG_APPLY_LOCK, NodeMonitor, node_monitor
 from pyhami.sim.demo.settings import DemoSettings, node_name
 from pyhami.testing import FakeGpu, FakeKubeAPIServer, FakeKubelet, FakeNVML
 from pyhami.testing.certs import KeyPair, ServingFiles, write_serving_certificate
@@ -125,10 +126,13 @@ nvidia:
   deviceSplitCount: {SPLIT_COUNT}
 """
 Progress = Callable[[str], None]
+_T = TypeVar("_T")
 
 
-def _quiet(_message: str) -> None:
-    return None
+def _started(part: _T | None) -> _T:
+    if part is None:
+        raise RuntimeError("the demo cluster is not started")
+    return part
 
 
 def install_libvgpu(library: Path, vgpu_dir: Path) -> None:
@@ -164,7 +168,7 @@ class DemoCluster(AsyncService):
         settings: DemoSettings,
         workdir: Path | None = None,
         *,
-        progress: Progress = _quiet,
+        progress: Progress = lambda _line: None,
         runtime: ContainerRuntime | None = None,
         kubernetes: BuiltBinaries | None = None,
         rbac: str | None = None,
@@ -213,28 +217,20 @@ class DemoCluster(AsyncService):
 
     @property
     def scheduler(self) -> SchedulerProcess:
-        if self._scheduler is None:
-            raise RuntimeError("the demo cluster is not started")
-        return self._scheduler
+        return _started(self._scheduler)
 
     @property
     def harness(self) -> KubeSchedulerHarness:
-        if self._harness is None:
-            raise RuntimeError("the demo cluster is not started")
-        return self._harness
+        return _started(self._harness)
 
     @property
     def ca_pem(self) -> bytes:
-        if self._tls is None:
-            raise RuntimeError("the demo cluster is not started")
-        return self._tls.ca_pem
+        return self.tls.ca_pem
 
     @property
     def tls(self) -> ServingFiles:
         """The scheduler's serving certificate and its CA (also the extender's client CA)."""
-        if self._tls is None:
-            raise RuntimeError("the demo cluster is not started")
-        return self._tls
+        return _started(self._tls)
 
     @property
     def device_config_file(self) -> Path:
@@ -243,9 +239,7 @@ class DemoCluster(AsyncService):
     @property
     def client_certificate(self) -> KeyPair:
         """kube-scheduler's client certificate: /filter, /bind and /explain need one."""
-        if self._client_certificate is None:
-            raise RuntimeError("the demo cluster is not started")
-        return self._client_certificate
+        return _started(self._client_certificate)
 
     @property
     def client(self) -> KubeClient:
@@ -434,9 +428,7 @@ class DemoCluster(AsyncService):
         configuration = webhook_configuration(
             "pyhami-webhook", WEBHOOKS, self.scheduler_url, ca_pem
         )
-        await self.client.request(
-            "POST", MUTATING_WEBHOOK_CONFIGURATIONS.path(), body=configuration
-        )
+        await self.client.create(MUTATING_WEBHOOK_CONFIGURATIONS, configuration)
 
     async def _start_node(self, number: int, cards: Sequence[FakeGpu]) -> DemoNode:
         name = node_name(number)
@@ -447,13 +439,10 @@ class DemoCluster(AsyncService):
             install_libvgpu(self.settings.libvgpu, hook / "vgpu")
         nvml = FakeNVML.with_gpus(*cards)
         kubelet = FakeKubelet(root / "kubelet")
-        agent_client = await self._new_client(f"system:node:{name}")
-        agent = NodeAgent(agent_client, name, kubelet, resource=RESOURCE, runtime=self.runtime)
+        node_client = await self._new_client(f"system:node:{name}")
+        agent = NodeAgent(node_client, name, kubelet, resource=RESOURCE, runtime=self.runtime)
         await agent.register_node({"gpu": "on"})  # kubelet registers its own Node
         await kubelet.start()
-        plugin_client = await self._new_client(DEVICE_PLUGIN_USER)
-        monitor_client = await self._new_client(DEVICE_PLUGIN_USER)
-        mig_apply_lock = root / "hami" / "hami-mig-apply.lock"  # the node's /tmp/hami
         options = PluginOptions(
             node_name=name,
             plugin_dir=kubelet.directory,
@@ -461,17 +450,14 @@ class DemoCluster(AsyncService):
             settings=AllocationSettings(
                 hook_path=PurePosixPath(hook), vgpu_lock_dir=PurePosixPath(root / "vgpulock")
             ),
-            mig_apply_lock=mig_apply_lock,
+            mig_apply_lock=root / MIG_APPLY_LOCK,
         )
         config = VgpuConfig(resource_name=RESOURCE, device_split_count=SPLIT_COUNT)
+        plugin_client = await self._new_client(DEVICE_PLUGIN_USER)
         plugin = DevicePlugin(plugin_client, nvml, options, lambda: config.check(name))
+        monitor_client = await self._new_client(DEVICE_PLUGIN_USER)
         monitor = node_monitor(
-            name,
-            hook,
-            nvml,
-            monitor_client,
-            tick_s=self.settings.monitor_tick_s,
-            mig_apply_lock=mig_apply_lock,
+            name, root, nvml, monitor_client, tick_s=self.settings.monitor_tick_s
         )
         node = DemoNode(name, nvml, hook, kubelet, plugin, agent, monitor)
         node.tasks.append(

@@ -90,14 +90,7 @@ async def start_dra_node(
     task = asyncio.create_task(driver.run(stop), name=f"demo/{name}/dra-driver")
     await kubelet.wait_for_plugin(DRIVER, timeout=30)
     await agent.start()
-    monitor = node_monitor(
-        name,
-        hook,
-        nvml,
-        monitor_client,
-        tick_s=monitor_tick_s,
-        mig_apply_lock=root / "hami" / "hami-mig-apply.lock",  # the node's /tmp/hami
-    )
+    monitor = node_monitor(name, root, nvml, monitor_client, tick_s=monitor_tick_s)
     monitor_task = await monitor.start(stop, name)
     return DraDemoNode(
         name, nvml, hook, kubelet, device_kubelet, agent, driver, monitor, stop, task, monitor_task

@@ -38,20 +38,18 @@ class NodeMonitor:
         self.service.close()
 
 
+# Where a demo node keeps, under its root folder, what the node's /tmp/hami holds.
+MIG_APPLY_LOCK = "hami/hami-mig-apply.lock"
+
+
 def node_monitor(
-    name: str,
-    hook: Path,
-    nvml: FakeNVML,
-    client: KubeClient,
-    *,
-    tick_s: float,
-    mig_apply_lock: Path,
+    name: str, root: Path, nvml: FakeNVML, client: KubeClient, *, tick_s: float
 ) -> NodeMonitor:
-    """The monitor of node `name`, whose `$HOOK_PATH` is `hook`/vgpu, not started yet."""
+    """The monitor of node `name`, whose `$HOOK_PATH` is `root`/hook/vgpu, not started yet."""
     pods = InformerPodSource(client, NodeName(name), resync_period_s=300.0)
     service = MonitorService(
         MonitorSettings(
-            hook_path=hook / "vgpu",
+            hook_path=root / "hook" / "vgpu",
             node_name=NodeName(name),
             host="127.0.0.1",
             port=0,
@@ -60,6 +58,6 @@ def node_monitor(
         pods,
         nvml.open,
         SystemClock(),
-        mig_apply_lock=mig_apply_lock,
+        mig_apply_lock=root / MIG_APPLY_LOCK,
     )
     return NodeMonitor(service, pods)

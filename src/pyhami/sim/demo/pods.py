@@ -26,15 +26,11 @@ class PodFileError(ValueError):
     """A pod file the demo cannot use; the message names the file and the document."""
 
 
-def example_pods_text() -> str:
-    return resources.files(__package__).joinpath(EXAMPLES).read_text(encoding="utf-8")
-
-
 def load_pods(path: Path | None = None, namespace: str = "default") -> list[DemoObject]:
     """Pods (and Namespaces) from `path` (a YAML stream or a `List`); the examples when None."""
     source = EXAMPLES if path is None else str(path)
     if path is None:
-        text = example_pods_text()
+        text = resources.files(__package__).joinpath(EXAMPLES).read_text(encoding="utf-8")
     else:
         try:
             text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")

@@ -31,10 +31,6 @@ REASON_WORDS = {
 }
 
 
-def short_model(model: str) -> str:
-    return model.removeprefix("NVIDIA ").removeprefix("Tesla ")
-
-
 def progress_line(result: PodResult) -> str:
     ref = result.name if result.namespace == "default" else f"{result.namespace}/{result.name}"
     if result.ok:
@@ -47,10 +43,8 @@ def progress_line(result: PodResult) -> str:
 
 
 def _share(share: CardShare) -> str:
-    return (
-        f"{short_model(share.model):<16} #{share.index:<2} {share.memory_mib:>6} MiB "
-        f"{share.cores:>4}%"
-    )
+    model = share.model.removeprefix("NVIDIA ").removeprefix("Tesla ")
+    return f"{model:<16} #{share.index:<2} {share.memory_mib:>6} MiB {share.cores:>4}%"
 
 
 def _why(why: NodeWhy) -> str:

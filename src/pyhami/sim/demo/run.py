@@ -62,12 +62,6 @@ def dra_device_directory(cluster: DemoCluster) -> dict[tuple[str, str], str]:
     }
 
 
-async def create_namespace(cluster: DemoCluster, namespace: NamespaceManifest) -> None:
-    """Create a Namespace unless it exists (a file may name one the cluster already has)."""
-    with contextlib.suppress(AlreadyExists):
-        await cluster.client.create(NAMESPACES, namespace.encode())
-
-
 async def submit_all(
     cluster: DemoCluster,
     objects: Sequence[DemoObject],
@@ -87,7 +81,8 @@ async def submit_all(
             if name not in known:
                 known.add(name)
                 namespace = obj if isinstance(obj, NamespaceManifest) else NamespaceManifest(name)
-                await create_namespace(cluster, namespace)
+                with contextlib.suppress(AlreadyExists):  # a file may name one the cluster has
+                    await cluster.client.create(NAMESPACES, namespace.encode())
             if isinstance(obj, PodManifest):
                 result = await submit_one(cluster, obj, http, on_progress)
                 on_result(result)
@@ -107,37 +102,27 @@ async def submit_one(
         await cluster.client.create_pod(namespace, pod.document)
     except KubeError as err:
         return PodResult(namespace, name, "Refused", message=f"API server: {err}")
-    result = await _settle(cluster, namespace, name, http, on_progress)
-    return replace(result, seconds=time.monotonic() - started)
-
-
-async def _settle(
-    cluster: DemoCluster,
-    namespace: str,
-    name: str,
-    http: aiohttp.ClientSession,
-    on_progress: Callable[[str], None],
-) -> PodResult:
-    started = time.monotonic()
-    until = started + SETTLE_TIMEOUT_S
+    result = PodResult(namespace, name, "Pending", message="not settled within the demo's timeout")
     said = False
-    while time.monotonic() < until:
+    while time.monotonic() < started + SETTLE_TIMEOUT_S:
         if not said and time.monotonic() - started > SLOW_S:
             said = True  # say once that the demo is waiting, and for what
             on_progress(f"  ..   {name:<22} still waiting for kube-scheduler and kubelet")
         state = read_pod_state(await cluster.client.get_pod(namespace, name))
-        pod, phase = state.pod, state.pod.phase or "Pending"
+        view, phase = state.pod, state.pod.phase or "Pending"
         if phase in ("Running", "Failed", "Succeeded"):
-            cards = allocated_cards(pod, card_directory(cluster))
+            cards = allocated_cards(view, card_directory(cluster))
             if not cards:
                 cards = await claimed_cards(cluster, state)
-            return PodResult(namespace, name, phase, pod.node_name, cards, state.message)
-        if state.unscheduled is not None and not pod.node_name:
+            result = PodResult(namespace, name, phase, view.node_name, cards, state.message)
+            break
+        if state.unscheduled is not None and not view.node_name:
             why = await explain(cluster, http, namespace, name)
             message = f"kube-scheduler: {state.unscheduled}"
-            return PodResult(namespace, name, "Pending", message=message, why=why)
+            result = PodResult(namespace, name, "Pending", message=message, why=why)
+            break
         await asyncio.sleep(0.02)
-    return PodResult(namespace, name, "Pending", message="not settled within the demo's timeout")
+    return replace(result, seconds=time.monotonic() - started)
 
 
 def allocated_cards(pod: PodView, cards: Mapping[str, CardInfo]) -> tuple[CardShare, ...]:
