@@ -34,7 +34,8 @@ How a service uses it::
 
     # POST /filter with NodeNames
     ledger.remove_pod(key)                        # as HAMi: drop the pod's old reservation
-    decision = engine.decide(pod, node_names, ledger, config=engine_config, quotas=quotas)
+    plan = engine.plan_pod(pod, engine_config)    # PodSpecError: answer Error with its text
+    decision = engine.decide(plan, node_names, ledger, config=engine_config, quotas=quotas)
     if (chosen := decision.allocation) is not None:   # Outcome.SCHEDULED
         ledger.add_pod(chosen)                    # reserve ...
         try:                                      # exactly what HAMi writes:
