@@ -94,11 +94,6 @@ class FitOutcome(NamedTuple):
     counts: Mapping[str, int]  # reason word -> how many cards (plain words: cheap to count)
     total: int  # the number of cards considered: the denominator of the reason string
 
-    @property
-    def reasons(self) -> dict[Reason, int]:
-        """The counts keyed by Reason."""
-        return {REASON_BY_WORD[word]: count for word, count in self.counts.items()}
-
 
 def fixed_memory(request: ContainerDeviceRequest) -> int | None:
     """The MiB a request books on any card, or None when it is a share of each card.
