@@ -22,10 +22,7 @@ from pyhami.devices.vendor import FitOutcome, FitPolicy, QuotaCheck, Vendor
 from pyhami.engine.collapse import collapse_init_usage
 from pyhami.engine.columns import SCREEN_WORDS
 from pyhami.engine.ledger import MIG_MODE, Ledger, LedgerCard, LedgerNode
-from pyhami.engine.pod import (
-    EngineConfig,
-    PodPlan,
-)
+from pyhami.engine.pod import EngineConfig, PodPlan
 from pyhami.engine.policy import CardSortKey, card_order, sort_cards
 from pyhami.engine.quota import QuotaBook, QuotaLimit
 from pyhami.model import (
