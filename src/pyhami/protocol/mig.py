@@ -40,16 +40,12 @@ def decode_mig_allocations(value: str) -> tuple[MigAllocation, ...]:
 
     def entry(where: str, item: object) -> MigAllocation:
         fields = reader.fields(where, item, _FIELDS)
-        placement = reader.fields(f"{where}.placement", fields.get("placement"), _PLACEMENT_FIELDS)
         return MigAllocation(
             container_index=reader.go_int(f"{where}.containerIndex", fields.get("containerIndex")),
             device_index=reader.go_int(f"{where}.deviceIndex", fields.get("deviceIndex")),
             gpu_uuid=reader.string(f"{where}.gpuUUID", fields.get("gpuUUID")),
             profile=reader.string(f"{where}.profile", fields.get("profile")),
-            placement=MigPlacement(
-                start=reader.uint32(f"{where}.placement.start", placement.get("start")),
-                size=reader.uint32(f"{where}.placement.size", placement.get("size")),
-            ),
+            placement=read_placement(reader, f"{where}.placement", fields.get("placement")),
             mig_uuid=reader.string(f"{where}.migUUID", fields.get("migUUID")),
             gpu_instance_id=reader.optional_integer(
                 f"{where}.gpuInstanceID", fields.get("gpuInstanceID"), "uint32", 0, UINT32_MAX
@@ -66,6 +62,15 @@ def decode_mig_allocations(value: str) -> tuple[MigAllocation, ...]:
     allocations = reader.parse(lambda doc: reader.array("allocations", doc, entry)) or ()
     _validate(value, allocations)
     return allocations
+
+
+def read_placement(reader: Reader, where: str, value: object) -> MigPlacement:
+    """A `{"start", "size"}` placement (`null` is Go's zero value, a value not a pointer)."""
+    fields = reader.fields(where, value, _PLACEMENT_FIELDS)
+    return MigPlacement(
+        start=reader.uint32(f"{where}.start", fields.get("start")),
+        size=reader.uint32(f"{where}.size", fields.get("size")),
+    )
 
 
 def _validate(value: str, allocations: Sequence[MigAllocation]) -> None:

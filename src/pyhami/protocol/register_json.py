@@ -15,10 +15,11 @@ pointer and crash later).
 from collections.abc import Sequence
 from types import MappingProxyType
 
-from pyhami.model import DeviceInfo, MigPlacement, MigProfile
+from pyhami.model import DeviceInfo, MigProfile
 from pyhami.protocol.arithmetic import INT64_MAX, INT64_MIN, UINT32_MAX, UINT64_MAX
 from pyhami.protocol.errors import check_int32, check_range
 from pyhami.protocol.gojson import FieldNames, Reader, dumps
+from pyhami.protocol.mig import read_placement
 
 FIELD = "node device register"
 _DEVICE_FIELDS = FieldNames(
@@ -37,7 +38,6 @@ _DEVICE_FIELDS = FieldNames(
     "migtemplate",
 )
 _PROFILE_FIELDS = FieldNames("name", "memoryMB", "core", "sliceCount", "placements")
-_PLACEMENT_FIELDS = FieldNames("start", "size")
 
 
 def decode_node_devices_json(value: str) -> tuple[DeviceInfo, ...]:
@@ -83,7 +83,7 @@ def _profile(reader: Reader, where: str, value: object) -> MigProfile:
     # A null profile or placement is Go's zero value (they are slices of values).
     fields = reader.fields(where, value, _PROFILE_FIELDS)
     placements = reader.array(
-        f"{where}.placements", fields.get("placements"), lambda w, v: _placement(reader, w, v)
+        f"{where}.placements", fields.get("placements"), lambda w, v: read_placement(reader, w, v)
     )
     return MigProfile(
         name=reader.string(f"{where}.name", fields.get("name")),
@@ -91,14 +91,6 @@ def _profile(reader: Reader, where: str, value: object) -> MigProfile:
         core=reader.int32(f"{where}.core", fields.get("core")),
         slice_count=reader.int32(f"{where}.sliceCount", fields.get("sliceCount")),
         placements=placements,
-    )
-
-
-def _placement(reader: Reader, where: str, value: object) -> MigPlacement:
-    fields = reader.fields(where, value, _PLACEMENT_FIELDS)
-    return MigPlacement(
-        start=reader.uint32(f"{where}.start", fields.get("start")),
-        size=reader.uint32(f"{where}.size", fields.get("size")),
     )
 
 
