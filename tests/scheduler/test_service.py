@@ -212,7 +212,6 @@ async def test_pods_without_gpus_pass_through_and_bad_calls_get_errors() -> None
     assert "neither NodeNames nor Nodes" in both_missing.error
 
 
-
 async def test_a_pod_whose_request_cannot_be_read_is_answered_with_the_reason() -> None:
     kube = MemoryKube()
     service = _service(kube)
@@ -225,6 +224,7 @@ async def test_a_pod_whose_request_cannot_be_read_is_answered_with_the_reason() 
     by_nodes = await service.filter(ExtenderArgs.from_json(body))
     assert by_nodes.error == by_names.error
     assert kube.pod_patches == [] and service.state.ledger.pod("uid-p") is None
+
 
 async def test_unschedulable_answers_every_node_with_its_reason() -> None:
     kube = MemoryKube()
