@@ -141,8 +141,9 @@ def main() -> None:
             ("fits+why", FITS, {**options, "all_reasons": True}),  # every other node's reason
         )
         for label, pod, kwargs in cases:
-            incremental = partial(engine.decide, pod, candidates, ledger, **kwargs)
-            rebuild = partial(_rebuild_then_decide, pod, candidates, inventories, pods, kwargs)
+            plan = engine.plan_pod(pod, ENGINE_CONFIG)  # read once per request, as /filter does
+            incremental = partial(engine.decide, plan, candidates, ledger, **kwargs)
+            rebuild = partial(_rebuild_then_decide, plan, candidates, inventories, pods, kwargs)
             ours, answer = timed(incremental, args.repeats, clock)
             theirs, baseline_answer = timed(rebuild, args.baseline_repeats, clock)
             if (answer.node, dict(answer.failed_nodes)) != (
@@ -161,7 +162,7 @@ def main() -> None:
 
 
 def _rebuild_then_decide(
-    pod: PodView,
+    plan: engine.PodPlan,
     candidates: list[NodeName],
     inventories: dict[NodeName, NodeInventory],
     pods: list[engine.PodAllocation],
@@ -169,7 +170,7 @@ def _rebuild_then_decide(
 ) -> engine.Decision:
     """HAMi's method: every node's usage rebuilt from every pod, then the same decision."""
     fresh = engine.build_ledger(inventories, pods)
-    return engine.decide(pod, candidates, fresh, **options)
+    return engine.decide(plan, candidates, fresh, **options)
 
 
 if __name__ == "__main__":

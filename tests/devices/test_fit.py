@@ -149,12 +149,12 @@ def test_first_failing_check_names_the_card(
 ) -> None:
     outcome = fit([card], request_, selectors=selectors, policy=policy)
     assert not outcome.ok
-    assert dict(outcome.reasons) == {want: 1}, "a card counts once, for its first failing check"
+    assert dict(outcome.counts) == {want: 1}, "a card counts once, for its first failing check"
 
 
 def test_cordoned_card_is_skipped_after_health() -> None:
     outcome = fit([gpu("a")], ask(), selectors=PLAIN, policy=SPREAD, cordoned={"a"})
-    assert dict(outcome.reasons) == {R.CARD_CORDONED: 1}
+    assert dict(outcome.counts) == {R.CARD_CORDONED: 1}
 
 
 def test_cards_are_walked_from_the_end() -> None:
@@ -174,7 +174,7 @@ def test_reason_counts_over_every_card() -> None:
     selectors = select({"nvidia.com/nouse-gpuuuid": "nouse0,nouse1,nouse2"})
     outcome = fit(cards, ask(mem=100, cores=10), selectors=selectors, policy=SPREAD)
     assert not outcome.ok and outcome.total == 10
-    assert dict(outcome.reasons) == {
+    assert dict(outcome.counts) == {
         R.CARD_INSUFFICIENT_CORE: 1,
         R.CARD_INSUFFICIENT_MEMORY: 2,
         R.CARD_UUID_MISMATCH: 3,
@@ -191,7 +191,7 @@ def test_partial_run_is_allocated_cards_insufficient() -> None:
         policy=FitPolicy(is_mutex=True),
     )
     assert not outcome.ok
-    assert dict(outcome.reasons) == {
+    assert dict(outcome.counts) == {
         R.ALLOCATED_CARDS_INSUFFICIENT_REQUEST: 1,
         R.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT: 1,
     }
@@ -207,7 +207,7 @@ def test_numa_switching_discards_the_run() -> None:
         policy=SPREAD,
     )
     assert outcome.ok and uuids(outcome.devices) == ["dev-1", "dev-0"]
-    assert dict(outcome.reasons) == {R.NUMA_NOT_FIT: 1}
+    assert dict(outcome.counts) == {R.NUMA_NOT_FIT: 1}
 
 
 def test_numa_reset_comes_before_capacity_checks() -> None:
@@ -217,7 +217,7 @@ def test_numa_reset_comes_before_capacity_checks() -> None:
         cards, ask(nums=2, mem=10), selectors=select({"nvidia.com/numa-bind": "1"}), policy=SPREAD
     )
     assert not outcome.ok
-    assert dict(outcome.reasons) == {
+    assert dict(outcome.counts) == {
         R.NUMA_NOT_FIT: 1,
         R.CARD_INSUFFICIENT_MEMORY: 1,
         R.ALLOCATED_CARDS_INSUFFICIENT_REQUEST: 1,
@@ -262,7 +262,7 @@ def test_quota_is_checked_before_memory() -> None:
         policy=SPREAD,
         quota_ok=quota_ok,
     )
-    assert dict(outcome.reasons) == {R.RESOURCE_QUOTA_NOT_FIT: 2}
+    assert dict(outcome.counts) == {R.RESOURCE_QUOTA_NOT_FIT: 2}
     assert seen == [("b",), ("a",)]
 
 
@@ -327,7 +327,7 @@ def test_topology_with_numa_never_counts_numa_not_fit() -> None:
         policy=TOPOLOGY,
     )
     assert not outcome.ok
-    assert dict(outcome.reasons) == {R.ALLOCATED_CARDS_INSUFFICIENT_REQUEST: 1}
+    assert dict(outcome.counts) == {R.ALLOCATED_CARDS_INSUFFICIENT_REQUEST: 1}
 
 
 def mig_card(uuid: str = "mig-0", in_use: tuple[MigPlacement, ...] = (), **fields: object) -> Card:
@@ -358,7 +358,7 @@ def test_mig_single_placement_example() -> None:
     )
     outcome = fit([card], ask(nums=2, mem=1000), selectors=PLAIN, policy=SPREAD)
     assert not outcome.ok and outcome.total == 1
-    assert dict(outcome.reasons) == {
+    assert dict(outcome.counts) == {
         R.ALLOCATED_CARDS_INSUFFICIENT_REQUEST: 1,
         R.CARD_MIG_TOPOLOGY_INFEASIBLE: 1,
     }
@@ -367,4 +367,4 @@ def test_mig_single_placement_example() -> None:
 def test_mig_card_full_is_infeasible() -> None:
     taken = tuple(MigPlacement(s, 1) for s in range(7))
     outcome = fit([mig_card(in_use=taken)], ask(mem=5000), selectors=PLAIN, policy=SPREAD)
-    assert dict(outcome.reasons) == {R.CARD_MIG_TOPOLOGY_INFEASIBLE: 1}
+    assert dict(outcome.counts) == {R.CARD_MIG_TOPOLOGY_INFEASIBLE: 1}

@@ -34,10 +34,8 @@ def test_consecutive_1g_instances_take_6_then_5() -> None:
 
 
 def test_candidate_is_the_smallest_profile_with_room() -> None:
-    choice = select_candidate(A100_PROFILES, [], 5000)
-    assert choice is not None and choice.profile is ONE_G and choice.placement == P(6, 1)
-    choice = select_candidate(A100_PROFILES, [], 20000)
-    assert choice is not None and choice.profile is THREE_G and choice.placement == P(4, 4)
+    assert select_candidate(A100_PROFILES, [], 5000) == (ONE_G, P(6, 1))
+    assert select_candidate(A100_PROFILES, [], 20000) == (THREE_G, P(4, 4))
     # With both 3g slots blocked by 1g instances, a 20 GB request has nowhere to go.
     assert select_candidate(A100_PROFILES, [P(6, 1), P(0, 1)], 20000) is None
     assert select_candidate(A100_PROFILES, [], 90000) is None

@@ -140,7 +140,7 @@ def test_a_scheduled_pod_gets_exactly_its_cards_and_each_fits(
     the_pod = pod("p", *apps, init=tuple(init), annotations=notes)
     config = EngineConfig(vendor=NvidiaVendor(), node_policy=node_policy, gpu_policy=gpu_policy)
     decision = decide(
-        read_pod(the_pod),
+        plan_pod(read_pod(the_pod), config),
         [name for name, _, _ in cluster],
         ledger,
         config=config,
@@ -172,7 +172,7 @@ def test_topology_aware_takes_the_best_pair_when_every_total_is_negative() -> No
         "p", gpus(2, mem=10), annotations={"hami.io/gpu-scheduler-policy": "topology-aware"}
     )
     decision = decide(
-        read_pod(the_pod),
+        plan_pod(read_pod(the_pod), ENGINE_CONFIG),
         [NodeName("n")],
         ledger,
         config=ENGINE_CONFIG,

@@ -138,11 +138,11 @@ def test_decide_never_crashes_on_a_malformed_pod(the_pod: dict[str, Any]) -> Non
     ledger = Ledger()
     ledger.upsert_node(N("node1"), inventory(card("g0")))
     try:
-        view = read_pod(the_pod)
+        plan = plan_pod(read_pod(the_pod), ENGINE_CONFIG)
     except PodSpecError as err:
-        assert str(err)  # refused at the edge, with a reason
+        assert str(err)  # refused at the edge, or by the plan, with a reason
         return
-    decision = decide(view, [N("node1")], ledger, config=ENGINE_CONFIG, quotas=None)
+    decision = decide(plan, [N("node1")], ledger, config=ENGINE_CONFIG, quotas=None)
     assert decision.outcome in set(Outcome)
     if decision.outcome is Outcome.ERROR:
         assert decision.error

@@ -9,7 +9,15 @@ from hypothesis import strategies as st
 
 from pyhami.devices.config import NvidiaConfig
 from pyhami.devices.nvidia.vendor import NvidiaVendor
-from pyhami.engine import EngineConfig, Ledger, Outcome, PodAllocation, QuotaBook, decide
+from pyhami.engine import (
+    EngineConfig,
+    Ledger,
+    Outcome,
+    PodAllocation,
+    QuotaBook,
+    decide,
+    plan_pod,
+)
 from pyhami.engine.preempt import PreemptionInput, Proposal, preempt
 from pyhami.kube.views import read_pod
 from pyhami.model import NodeName
@@ -183,7 +191,7 @@ def test_an_answer_never_names_a_victim_that_is_not_needed(
             if f"p{n}" not in victims:
                 rest.add_pod(holder(f"p{n}", "n1", f"c{index}", mem))
         decision = decide(
-            read_pod(the_pod), [NodeName("n1")], rest, config=CONFIG, quotas=None
+            plan_pod(read_pod(the_pod), CONFIG), [NodeName("n1")], rest, config=CONFIG, quotas=None
         )
         return decision.outcome is Outcome.SCHEDULED
 

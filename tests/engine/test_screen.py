@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyhami.devices.nvidia.vendor import NvidiaVendor
-from pyhami.engine import EngineConfig, Ledger, PodAllocation, decide
+from pyhami.engine import EngineConfig, Ledger, PodAllocation, PodSpecError, decide, plan_pod
 from pyhami.kube.views import read_pod
 from pyhami.model import MigPlacement, MigProfile
 
@@ -98,12 +98,14 @@ def test_screen_matches_fit_on_every_node(
     )
     names = [N(f"n{n:02d}") for n in range(len(nodes))] + [N("ghost")]
     config = EngineConfig(vendor=NvidiaVendor(), node_policy=node_policy)
-    fast = decide(read_pod(the_pod), names, ledger, config=config, quotas=None)
-    full = decide(read_pod(the_pod), names, ledger, config=config, quotas=None, explain=True)
+    try:
+        plan = plan_pod(read_pod(the_pod), config)
+    except PodSpecError:
+        return  # a request out of range (150 cores) places nothing anywhere
+    fast = decide(plan, names, ledger, config=config, quotas=None)
+    full = decide(plan, names, ledger, config=config, quotas=None, explain=True)
     assert (fast.node, fast.allocation) == (full.node, full.allocation)
-    every = decide(
-        read_pod(the_pod), names, ledger, config=config, quotas=None, all_reasons=True
-    )
+    every = decide(plan, names, ledger, config=config, quotas=None, all_reasons=True)
     assert (every.node, every.allocation) == (full.node, full.allocation)
     assert every.failed_nodes == full.failed_nodes, "every candidate's reason, as in explain"
     assert {n for n, v in every.verdicts.items() if v.fits} == {
@@ -120,21 +122,21 @@ def test_screen_matches_fit_on_every_node(
 def test_screen_sees_usage_changes_and_node_changes() -> None:
     ledger = build([([(0, 0, 0, True, "NVIDIA-A100", False, 10000)], False)] * 40)
     names = [N(f"n{n:02d}") for n in range(40)]
-    big = pod("big", gpus(1, mem=9000))
-    first = decide(read_pod(big), names, ledger, config=ENGINE_CONFIG, quotas=None)
+    big = plan_pod(read_pod(pod("big", gpus(1, mem=9000))), ENGINE_CONFIG)
+    first = decide(big, names, ledger, config=ENGINE_CONFIG, quotas=None)
     assert first.node == "n00"
     for n in range(40):
         key = f"fill{n}"
         ledger.add_pod(
             PodAllocation(key, "default", key, N(f"n{n:02d}"), ((used(f"g{n}-0", 5000),),))
         )
-    answer = decide(read_pod(big), names, ledger, config=ENGINE_CONFIG, quotas=None)
+    answer = decide(big, names, ledger, config=ENGINE_CONFIG, quotas=None)
     assert answer.node is None
     assert set(answer.failed_nodes.values()) == {"1/1 CardInsufficientMemory"}
     ledger.remove_pod("fill39")
     ledger.remove_node(N("n00"))
     ledger.upsert_node(N("n00"), inventory(card("new", 20000)))
-    answer = decide(read_pod(big), names, ledger, config=ENGINE_CONFIG, quotas=None)
+    answer = decide(big, names, ledger, config=ENGINE_CONFIG, quotas=None)
     assert answer.node == "n00"  # n00 and n39 are both idle now: the tie goes to the smaller name
 
 
@@ -156,11 +158,14 @@ def test_a_few_candidates_decide_as_if_alone(
     )  # sorted: renaming keeps name order
     names = [N(f"n{n:02d}") for n in picked]
     config = EngineConfig(vendor=NvidiaVendor(), node_policy=node_policy)
-    the_pod = pod("p", limits)
-    among_all = decide(read_pod(the_pod), names, build(nodes), config=config, quotas=None)
+    try:
+        plan = plan_pod(read_pod(pod("p", limits)), config)
+    except PodSpecError:
+        return  # a request out of range (150 cores) places nothing anywhere
+    among_all = decide(plan, names, build(nodes), config=config, quotas=None)
     alone = build([nodes[n] for n in picked])  # the same nodes, renamed n00, n01
     renamed = {N(f"n{i:02d}"): name for i, name in enumerate(names)}
-    by_itself = decide(read_pod(the_pod), list(renamed), alone, config=config, quotas=None)
+    by_itself = decide(plan, list(renamed), alone, config=config, quotas=None)
     assert among_all.node == (renamed[by_itself.node] if by_itself.node else None)
     assert list(among_all.failed_nodes.values()) == list(by_itself.failed_nodes.values())
 
@@ -172,7 +177,8 @@ def test_absolute_memory_wins_over_percentage_in_the_screen() -> None:
     ledger = build([full] * 39 + [roomy])  # binpack visits the full nodes first: n39 is screened
     names = [N(f"n{n:02d}") for n in range(40)]
     both = pod("p", gpus(1, mem=100, pct=65))  # 100 MiB fits n39; 65 % (6500 MiB) would not
-    answer = decide(read_pod(both), names, ledger, config=ENGINE_CONFIG, quotas=None)
+    plan = plan_pod(read_pod(both), ENGINE_CONFIG)
+    answer = decide(plan, names, ledger, config=ENGINE_CONFIG, quotas=None)
     assert answer.node == "n39"
     assert written(answer)["hami.io/vgpu-devices-allocated"] == "g39-0,NVIDIA,100,0:;"
 
@@ -183,7 +189,7 @@ def test_the_screen_wraps_a_percentage_product_as_fit_does() -> None:
     huge = ([(1, 5000, 0, True, "NVIDIA-A100", False, 30_000_000)], False)
     ledger = build([full] * 39 + [huge])  # binpack visits the full nodes first: n39 is screened
     names = [N(f"n{n:02d}") for n in range(40)]
-    whole = pod("p", gpus(1, pct=100))
-    answer = decide(read_pod(whole), names, ledger, config=ENGINE_CONFIG, quotas=None)
+    whole = plan_pod(read_pod(pod("p", gpus(1, pct=100))), ENGINE_CONFIG)
+    answer = decide(whole, names, ledger, config=ENGINE_CONFIG, quotas=None)
     assert answer.node == "n39"
     assert written(answer)["hami.io/vgpu-devices-allocated"] == "g39-0,NVIDIA,-12949672,0:;"

@@ -17,6 +17,7 @@ from pyhami.engine import (
     app_only_usage,
     collapse_init_usage,
     decide,
+    plan_pod,
 )
 from pyhami.kube.views import read_pod
 from pyhami.model import ContainerDevice
@@ -35,8 +36,8 @@ def t4_node(ledger: Ledger, name: str, cards: int) -> None:
 
 def run(ledger: Ledger, the_pod: dict[str, Any], *nodes: str,
         quotas: QuotaBook | None = None) -> Any:
-    return decide(read_pod(the_pod), [N(n) for n in nodes], ledger, config=ENGINE_CONFIG,
-                  quotas=quotas)
+    return decide(plan_pod(read_pod(the_pod), ENGINE_CONFIG), [N(n) for n in nodes], ledger,
+                  config=ENGINE_CONFIG, quotas=quotas)
 
 
 def sidecar_pod(name: str = "p", sidecar_mem: int = 10000, app_mem: int = 10000) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from pyhami.devices.vendor import (
     QuotaCheck,
     Vendor,
 )
-from pyhami.engine import EngineConfig, Ledger, Outcome, decide
+from pyhami.engine import EngineConfig, Ledger, Outcome, PodSpecError, decide, plan_pod
 from pyhami.kube.views import read_pod
 from pyhami.model import (
     ContainerDevice,
@@ -118,7 +118,7 @@ def test_a_second_vendor_schedules_through_its_own_request_fit_and_keys() -> Non
     ledger = acme_ledger()
     the_pod = pod("p", {NPU: "1"})
     decision = decide(
-        read_pod(the_pod),
+        plan_pod(read_pod(the_pod), CONFIG),
         [N("mixed"), N("acme")],
         ledger,
         config=CONFIG,
@@ -142,19 +142,27 @@ def test_a_second_vendor_schedules_through_its_own_request_fit_and_keys() -> Non
 def test_the_booked_usage_is_the_vendors() -> None:
     ledger = acme_ledger()
     first = decide(
-        read_pod(pod("p", {NPU: "1"})), [N("acme")], ledger, config=CONFIG, quotas=None
+        plan_pod(read_pod(pod("p", {NPU: "1"})), CONFIG),
+        [N("acme")],
+        ledger,
+        config=CONFIG,
+        quotas=None,
     )
     assert first.allocation is not None
     ledger.add_pod(first.allocation)
     second = decide(
-        read_pod(pod("q", {NPU: "1"})), [N("acme")], ledger, config=CONFIG, quotas=None
+        plan_pod(read_pod(pod("q", {NPU: "1"})), CONFIG),
+        [N("acme")],
+        ledger,
+        config=CONFIG,
+        quotas=None,
     )
     assert second.outcome is Outcome.UNSCHEDULABLE
 
 
 def test_another_vendors_resources_are_no_request() -> None:
     decision = decide(
-        read_pod(pod("p", {"nvidia.com/gpu": "1"})),
+        plan_pod(read_pod(pod("p", {"nvidia.com/gpu": "1"})), CONFIG),
         [N("acme")],
         acme_ledger(),
         config=CONFIG,
@@ -165,20 +173,17 @@ def test_another_vendors_resources_are_no_request() -> None:
 
 
 def test_the_vendors_request_errors_name_the_pod() -> None:
-    decision = decide(
-        read_pod(pod("p", {NPU: "lots"})),
-        [N("acme")],
-        acme_ledger(),
-        config=CONFIG,
-        quotas=None,
-
-    )
-    assert decision.outcome is Outcome.ERROR
-    assert decision.error == "pod default/p: container 'c0': example.com/npu 'lots'"
+    with pytest.raises(PodSpecError) as refused:
+        plan_pod(read_pod(pod("p", {NPU: "lots"})), CONFIG)
+    assert str(refused.value) == "pod default/p: container 'c0': example.com/npu 'lots'"
 
 
 def test_a_ledger_of_another_vendor_is_refused() -> None:
     with pytest.raises(ValueError, match=r"ledger books 'NVIDIA' devices.*vendor is 'Acme'"):
         decide(
-            read_pod(pod("p", {NPU: "1"})), [N("acme")], Ledger(), config=CONFIG, quotas=None
+            plan_pod(read_pod(pod("p", {NPU: "1"})), CONFIG),
+            [N("acme")],
+            Ledger(),
+            config=CONFIG,
+            quotas=None,
         )

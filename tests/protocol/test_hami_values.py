@@ -25,19 +25,17 @@ from pyhami.protocol import (
     decode_mig_allocations,
     decode_node_devices,
     decode_pair_scores,
-    decode_pod_devices,
+    decode_pod_single_device,
     encode_mig_allocations,
     encode_node_devices,
     encode_node_devices_legacy,
     encode_pair_scores,
-    encode_pod_devices,
     encode_pod_single_device,
     format_handshake_request,
     format_node_lock,
     format_unix_seconds,
     parse_bind_phase,
     parse_node_lock,
-    pod_single_device,
 )
 
 V100_A = "GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec"
@@ -57,7 +55,6 @@ REGISTER_DEVICES = (
     ),
 )
 P4 = "GPU-ebe7c3f7-303d-558d-435e-99a160631fe4"
-NVIDIA_CHECKLIST = {NVIDIA_VENDOR: KEY_NVIDIA_TO_ALLOCATE}
 
 
 def test_register_json_example_decodes_and_reencodes_byte_exact() -> None:
@@ -169,23 +166,19 @@ def test_pod_single_device_encoding(
     ],
 )
 def test_pod_devices_decoding_keeps_every_segment(value: str, want: object) -> None:
-    assert decode_pod_devices(NVIDIA_CHECKLIST, {KEY_NVIDIA_TO_ALLOCATE: value}) == {
-        NVIDIA_VENDOR: want
-    }
+    assert decode_pod_single_device(value) == want
 
 
 def test_pod_devices_round_trip_grows_by_one_container_like_hami() -> None:
     """Kept from HAMi: decode→encode of `A:;` is `A:;;`."""
-    decoded = decode_pod_devices(NVIDIA_CHECKLIST, {KEY_NVIDIA_TO_ALLOCATE: "A,NVIDIA,1,2:;"})
-    assert encode_pod_devices(NVIDIA_CHECKLIST, decoded) == {
-        KEY_NVIDIA_TO_ALLOCATE: "A,NVIDIA,1,2:;;"
-    }
+    decoded = decode_pod_single_device("A,NVIDIA,1,2:;")
+    assert encode_pod_single_device(decoded) == "A,NVIDIA,1,2:;;"
 
 
 def test_device_plugin_erase_example() -> None:
     """The device plugin empties each segment it served: after both containers, `;;;`."""
     value = "GPU-aaa,NVIDIA,3000,50:;GPU-bbb,NVIDIA,4000,60:;"
-    decoded = decode_pod_devices(NVIDIA_CHECKLIST, {KEY_NVIDIA_TO_ALLOCATE: value})[NVIDIA_VENDOR]
+    decoded = decode_pod_single_device(value)
     served = tuple(() for _ in decoded)
     assert encode_pod_single_device(served) == ";;;"
 
@@ -193,35 +186,21 @@ def test_device_plugin_erase_example() -> None:
 def test_placeholders_ours_per_container_and_hamis_dense_both_decode() -> None:
     """A GPU-less init container, then a GPU app container (one segment per container)."""
     gpu = dev("GPU-a", 3000, 30)
-    ours = encode_pod_single_device(pod_single_device(2, {1: (gpu,)}))
+    ours = encode_pod_single_device(((), (gpu,)))
     assert ours == ";GPU-a,NVIDIA,3000,30:;"  # one segment per container, init first
     hami_head = "GPU-a,NVIDIA,3000,30:;"  # HAMi HEAD lists only containers that got GPUs
-    checklist = {NVIDIA_VENDOR: KEY_NVIDIA_TO_ALLOCATE}
-    assert decode_pod_devices(checklist, {KEY_NVIDIA_TO_ALLOCATE: ours}) == {
-        NVIDIA_VENDOR: ((), (gpu,), ())
-    }
-    assert decode_pod_devices(checklist, {KEY_NVIDIA_TO_ALLOCATE: hami_head}) == {
-        NVIDIA_VENDOR: ((gpu,), ())
-    }
+    assert decode_pod_single_device(ours) == ((), (gpu,), ())
+    assert decode_pod_single_device(hami_head) == ((gpu,), ())
 
 
 def test_pod_devices_error_names_the_annotation_key_and_value() -> None:
     value = "A,NVIDIA,1,2:;B,NVIDIA,x,2:;"
     with pytest.raises(ProtocolError) as caught:
-        decode_pod_devices(NVIDIA_CHECKLIST, {KEY_NVIDIA_TO_ALLOCATE: value})
+        decode_pod_single_device(value, KEY_NVIDIA_TO_ALLOCATE)
     assert caught.value.field == KEY_NVIDIA_TO_ALLOCATE and caught.value.value == value
     assert (
         caught.value.reason == 'invalid memory field: strconv.ParseInt: parsing "x": invalid syntax'
     )
-
-
-def test_pod_devices_absent_vendor_is_left_out_and_no_annotations_is_empty() -> None:
-    checklist = {
-        NVIDIA_VENDOR: KEY_NVIDIA_TO_ALLOCATE,
-        "MLU": "hami.io/cambricon-mlu-devices-to-allocate",
-    }
-    assert decode_pod_devices(checklist, {}) == {}
-    assert set(decode_pod_devices(checklist, {KEY_NVIDIA_TO_ALLOCATE: ";"})) == {NVIDIA_VENDOR}
 
 
 @pytest.mark.parametrize(

@@ -19,8 +19,6 @@ from pyhami.model import (
     MigProfile,
 )
 from pyhami.protocol import (
-    KEY_NVIDIA_TO_ALLOCATE,
-    NVIDIA_VENDOR,
     DeviceScoringWeights,
     NodeLock,
     ProtocolError,
@@ -31,14 +29,12 @@ from pyhami.protocol import (
     decode_node_devices_json,
     decode_node_devices_legacy,
     decode_pair_scores,
-    decode_pod_devices,
     decode_pod_single_device,
     encode_container_devices,
     encode_mig_allocations,
     encode_node_devices,
     encode_node_devices_legacy,
     encode_pair_scores,
-    encode_pod_devices,
     encode_pod_single_device,
     format_device_scoring_weights,
     format_handshake_request,
@@ -168,9 +164,6 @@ def test_pod_devices_round_trip_adds_exactly_one_empty_container(
     """Kept from HAMi: the trailing `;` decodes as one more (empty) container."""
     encoded = encode_pod_single_device(containers)
     assert decode_pod_single_device(encoded) == (*containers, ())
-    checklist = {NVIDIA_VENDOR: KEY_NVIDIA_TO_ALLOCATE}
-    annotations = encode_pod_devices(checklist, {NVIDIA_VENDOR: containers})
-    assert decode_pod_devices(checklist, annotations) == {NVIDIA_VENDOR: (*containers, ())}
 
 
 @st.composite

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pyhami.devices.nvidia.vendor import NvidiaVendor
-from pyhami.engine import EngineConfig, Outcome, decide
+from pyhami.engine import EngineConfig, Outcome, decide, plan_pod
 from pyhami.kube import Resource, ServerError, TooManyRequests
 from pyhami.kube.client import ObjectList
 from pyhami.kube.views import read_node, read_pod
@@ -93,7 +93,7 @@ class World:
         self.state.release(pod["metadata"]["uid"])
         view = read_pod(pod)
         decision = decide(
-            view,
+            plan_pod(view, self.state.config),
             [NodeName("n1")],
             self.state.ledger,
             config=self.state.config,
@@ -172,7 +172,7 @@ async def test_the_two_victims_are_evicted_and_the_freed_card_is_held_for_the_po
     assert world.usage() == [14000, 6000]
     world.state.release(high["metadata"]["uid"])
     decision = decide(
-        read_pod(high),
+        plan_pod(read_pod(high), world.state.config),
         [NodeName("n1")],
         world.state.ledger,
         config=world.state.config,

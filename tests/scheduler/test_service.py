@@ -213,6 +213,20 @@ async def test_pods_without_gpus_pass_through_and_bad_calls_get_errors() -> None
     assert "neither NodeNames nor Nodes" in both_missing.error
 
 
+async def test_a_pod_whose_request_cannot_be_read_is_answered_with_the_reason() -> None:
+    kube = MemoryKube()
+    service = _service(kube)
+    bad = gpu_pod("p")
+    bad["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"] = "lots"
+    kube.pod_objects[("default", "p")] = bad
+    by_names = await _filter(service, bad, "n1")
+    assert by_names.error.startswith("pod default/p: ") and "gpumem" in by_names.error
+    body = json.dumps({"Pod": bad, "Nodes": {"items": [node("n1")]}}).encode()
+    by_nodes = await service.filter(ExtenderArgs.from_json(body))
+    assert by_nodes.error == by_names.error
+    assert kube.pod_patches == [] and service.state.ledger.pod("uid-p") is None
+
+
 async def test_unschedulable_answers_every_node_with_its_reason() -> None:
     kube = MemoryKube()
     service = _service(kube)

@@ -11,6 +11,8 @@ import re
 from fractions import Fraction
 from typing import NoReturn
 
+from pyhami.protocol.arithmetic import INT64_MAX, INT64_MIN
+
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {
     "n": Fraction(1, 10**9),
@@ -28,8 +30,6 @@ _QUANTITY = re.compile(
     r"(?P<number>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
     r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?"
 )
-INT64_MAX = 2**63 - 1
-INT64_MIN = -(2**63)
 
 
 class QuantityError(ValueError):

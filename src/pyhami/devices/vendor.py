@@ -94,11 +94,6 @@ class FitOutcome(NamedTuple):
     counts: Mapping[str, int]  # reason word -> how many cards (plain words: cheap to count)
     total: int  # the number of cards considered: the denominator of the reason string
 
-    @property
-    def reasons(self) -> dict[Reason, int]:
-        """The counts keyed by Reason."""
-        return {REASON_BY_WORD[word]: count for word, count in self.counts.items()}
-
 
 def fixed_memory(request: ContainerDeviceRequest) -> int | None:
     """The MiB a request books on any card, or None when it is a share of each card.
@@ -130,27 +125,22 @@ class Vendor(Protocol):
     def name(self) -> str:
         """The device type its requests and allocations carry; its cards' types contain it
         (case-insensitively), as HAMi's `getNodeResources` selects them."""
-        ...
 
     @property
     def keys(self) -> VendorKeys:
         """The pod and node annotation keys it reads and writes (the protocol's table row)."""
-        ...
 
     @property
     def column_screen(self) -> bool:
         """Whether, for a request without card filters, its Fit makes exactly the checks of
         the engine's numpy column screen (`engine/columns.py`), so the screen may stand in."""
-        ...
 
     def container_request(self, container: ContainerView) -> ContainerDeviceRequest | None:
         """The container's request, or None when it asks for none of this vendor's devices.
         ContainerSpecError when a resource value is unreadable or out of range."""
-        ...
 
     def card_selectors(self, annotations: Mapping[str, str]) -> CardSelectors:
         """The pod's per-card filters, read once per pod from its annotations."""
-        ...
 
     def fit(
         self,
@@ -171,9 +161,7 @@ class Vendor(Protocol):
         Without NUMA binding, quota and MIG cards its yes/no and counts must not depend on card
         order: the engine then asks it first on the cards in registration order (the cheap
         screen of many nodes) and sorts only for the node that passes."""
-        ...
 
     def partition(self, card: CardState, memory: int) -> tuple[MigProfile, MigPlacement] | None:
         """For a card in MIG mode: the instance (profile, placement) a booking of `memory` MiB
         gets, None when none is free. Never asked for a backend whose cards have no MIG mode."""
-        ...

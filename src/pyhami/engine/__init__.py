@@ -34,7 +34,8 @@ How a service uses it::
 
     # POST /filter with NodeNames
     ledger.remove_pod(key)                        # as HAMi: drop the pod's old reservation
-    decision = engine.decide(pod, node_names, ledger, config=engine_config, quotas=quotas)
+    plan = engine.plan_pod(pod, engine_config)    # PodSpecError: answer Error with its text
+    decision = engine.decide(plan, node_names, ledger, config=engine_config, quotas=quotas)
     if (chosen := decision.allocation) is not None:   # Outcome.SCHEDULED
         ledger.add_pod(chosen)                    # reserve ...
         try:                                      # exactly what HAMi writes:
@@ -63,22 +64,9 @@ to goroutine timing).
 from pyhami.engine.collapse import app_only_usage, collapse_init_usage, container_phases
 from pyhami.engine.decide import Decision, Outcome, decide
 from pyhami.engine.evaluate import NodeFailure, NodeVerdict
-from pyhami.engine.ledger import (
-    Ledger,
-    LedgerCard,
-    LedgerNode,
-    PodAllocation,
-    PodKey,
-    build_ledger,
-)
-from pyhami.engine.pod import (
-    EngineConfig,
-    PodPlan,
-    allocation_of,
-    init_containers_finished,
-    plan_pod,
-)
-from pyhami.engine.quota import QuotaBook, QuotaLimit
+from pyhami.engine.ledger import Ledger, LedgerCard, PodAllocation, PodKey, build_ledger
+from pyhami.engine.pod import EngineConfig, PodPlan, allocation_of, plan_pod
+from pyhami.engine.quota import QuotaBook
 from pyhami.model import PodSpecError
 from pyhami.protocol import GpuPolicy, NodePolicy
 
@@ -88,7 +76,6 @@ __all__ = [
     "GpuPolicy",
     "Ledger",
     "LedgerCard",
-    "LedgerNode",
     "NodeFailure",
     "NodePolicy",
     "NodeVerdict",
@@ -98,13 +85,11 @@ __all__ = [
     "PodPlan",
     "PodSpecError",
     "QuotaBook",
-    "QuotaLimit",
     "allocation_of",
     "app_only_usage",
     "build_ledger",
     "collapse_init_usage",
     "container_phases",
     "decide",
-    "init_containers_finished",
     "plan_pod",
 ]

@@ -1,7 +1,7 @@
 """One scheduling decision: which node and which cards a pending pod gets, and why not elsewhere.
 
-`decide` is pure: it reads the ledger (never writes it), the pod and the configuration, and
-returns a `Decision`, structured data only: the winner node, the allocation to reserve in the
+`decide` is pure: it reads the ledger (never writes it), the pod's plan and the configuration,
+and returns a `Decision`, structured data only: the winner node, the allocation to reserve in the
 ledger (each container's devices, once), and every candidate's verdict. The caller encodes
 the annotations (`protocol.filter_annotations`) and the texts it answers with.
 
@@ -29,13 +29,9 @@ from pyhami.engine.evaluate import (
     make_cycle,
 )
 from pyhami.engine.ledger import Ledger, PodAllocation, PodKey
-from pyhami.engine.pod import EngineConfig, PodPlan, plan_pod
+from pyhami.engine.pod import EngineConfig, PodPlan
 from pyhami.engine.quota import QuotaBook
-from pyhami.model import (
-    NodeName,
-    PodSpecError,
-    PodView,
-)
+from pyhami.model import NodeName
 from pyhami.protocol import NodePolicy, ProtocolError, parse_device_scoring_weights
 
 
@@ -60,7 +56,7 @@ class Decision:
     # What to reserve in the ledger when scheduled: each container's devices, init first.
     allocation: PodAllocation | None = None
     error: str | None = None
-    plan: PodPlan | None = None  # the pod as read (None when it cannot be): bind reuses it
+    plan: PodPlan | None = None  # the pod as decided (None when it cannot be read): bind reuses it
 
     @property
     def failed_nodes(self) -> dict[NodeName, str]:
@@ -69,7 +65,7 @@ class Decision:
 
 
 def decide(
-    pod: PodView,
+    plan: PodPlan,
     candidates: Sequence[NodeName],
     ledger: Ledger,
     *,
@@ -78,10 +74,11 @@ def decide(
     all_reasons: bool = False,
     explain: bool = False,
 ) -> Decision:
-    """Decide where `pod` goes among `candidates`. Pure: reads the ledger, returns a Decision.
+    """Decide where the planned pod goes among `candidates`. Pure: reads the ledger.
 
-    The caller removes the pod's own earlier reservation from the ledger first (as HAMi
-    does), so a re-filtered pod does not compete with itself.
+    The caller reads the pod once (`plan_pod`; its PodSpecError is the caller's to answer) and
+    removes the pod's own earlier reservation from the ledger first (as HAMi does), so a
+    re-filtered pod does not compete with itself.
     By default a scheduled decision carries no failed nodes (HAMi's `/filter` answer on
     success) and the search stops at the winner. With `all_reasons`, every candidate gets its
     verdict (fits, or the reason) through the cheap paths — enough for events on every filter.
@@ -93,10 +90,6 @@ def decide(
             f"the ledger books {ledger.vendor_name!r} devices but the configured vendor "
             f"is {config.vendor.name!r}"
         )
-    try:
-        plan = plan_pod(pod, config)
-    except PodSpecError as err:
-        return Decision(pod.key, pod.namespace, pod.name, Outcome.ERROR, error=str(err))
     if not plan.wants_devices:
         return Decision(plan.key, plan.namespace, plan.name, Outcome.NO_DEVICE_REQUEST, plan=plan)
     try:

@@ -22,10 +22,7 @@ from pyhami.devices.vendor import FitOutcome, FitPolicy, QuotaCheck, Vendor
 from pyhami.engine.collapse import collapse_init_usage
 from pyhami.engine.columns import SCREEN_WORDS
 from pyhami.engine.ledger import MIG_MODE, Ledger, LedgerCard, LedgerNode
-from pyhami.engine.pod import (
-    EngineConfig,
-    PodPlan,
-)
+from pyhami.engine.pod import EngineConfig, PodPlan
 from pyhami.engine.policy import CardSortKey, card_order, sort_cards
 from pyhami.engine.quota import QuotaBook, QuotaLimit
 from pyhami.model import (
@@ -231,11 +228,8 @@ def evaluate(
 ) -> NodeVerdict:
     """HAMi `scoreNode` for one pod on one node.
 
-    Classic init containers each start from the node's current usage plus the sidecars
-    started before them; sidecars and app containers accumulate on one copy, and the card
-    order of one carries over to the next. `quick` (only
-    where `_order_free`) stops after the first app container and reports fit without choosing
-    cards; the caller then runs the full evaluation.
+    `quick` (only where `Cycle.order_free`) stops after the first app container and reports
+    fit without choosing cards; the caller then runs the full evaluation.
     """
     plan = cycle.plan
     checks: list[CardCheck] | None = [] if trace else None

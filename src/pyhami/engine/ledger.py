@@ -282,10 +282,8 @@ class Ledger:
         nodes = self._nodes
         if among is not None and len(among) * 16 < len(nodes):
             known = [nodes[name] for name in set(among) if name in nodes]
-            if spread:
-                known.sort(key=lambda node: (node.score, node.name))
-            else:
-                known.sort(key=lambda node: (-node.score, node.name))
+            sign = 1 if spread else -1
+            known.sort(key=lambda node: (sign * node.score, node.name))
             return iter(known)
         order = self._spread_order if spread else self._binpack_order
         if among is None:

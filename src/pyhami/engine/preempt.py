@@ -28,9 +28,9 @@ from itertools import combinations
 from pyhami.engine.collapse import collapse_init_usage
 from pyhami.engine.decide import Decision, Outcome, decide
 from pyhami.engine.ledger import Ledger, PodAllocation, PodKey
-from pyhami.engine.pod import EngineConfig
+from pyhami.engine.pod import EngineConfig, PodPlan, plan_pod
 from pyhami.engine.quota import QuotaBook
-from pyhami.model import ContainerDevice, NodeName, PodView
+from pyhami.model import ContainerDevice, NodeName, PodSpecError, PodView
 from pyhami.protocol import NVIDIA_VENDOR
 
 # Victim sets tried in order of size before the search turns greedy (a node holds few pods;
@@ -90,9 +90,14 @@ def preempt(
     """The answer for every proposed node (kept or dropped, each with its reason).
 
     `exact_tries` bounds the search by size before it turns greedy (tests lower it)."""
+    try:
+        plan = plan_pod(question.pod, config)  # once for every node and every victim set
+    except PodSpecError as err:
+        return {node: NodePreemption(node, (), 0, f"dropped: {err}") for node in proposals}
     return {
         node: _node_answer(
             question,
+            plan,
             node,
             proposal,
             ledger,
@@ -129,7 +134,7 @@ class _Scratch:
     def decide_without(
         self,
         victims: Sequence[PodKey],
-        pod: PodView,
+        plan: PodPlan,
         node: NodeName,
         *,
         config: EngineConfig,
@@ -138,7 +143,7 @@ class _Scratch:
         for key in victims:
             self.ledger.remove_pod(key)
         try:
-            return decide(pod, [node], self.ledger, config=config, quotas=quotas)
+            return decide(plan, [node], self.ledger, config=config, quotas=quotas)
         finally:
             for key in victims:
                 self.ledger.add_pod(self.pods[key])
@@ -146,6 +151,7 @@ class _Scratch:
 
 def _node_answer(
     question: PreemptionInput,
+    plan: PodPlan,
     node: NodeName,
     proposal: Proposal,
     ledger: Ledger,
@@ -159,7 +165,7 @@ def _node_answer(
     scratch = _Scratch(ledger, node, question.pod.key, question.pod.namespace)
 
     def attempt(victims: Sequence[PodKey]) -> Decision:
-        return scratch.decide_without(victims, question.pod, node, config=config, quotas=quotas)
+        return scratch.decide_without(victims, plan, node, config=config, quotas=quotas)
 
     as_is = attempt(())
     if as_is.outcome in (Outcome.SCHEDULED, Outcome.NO_DEVICE_REQUEST):

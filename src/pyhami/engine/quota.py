@@ -77,7 +77,6 @@ class QuotaBook:
         if key not in hard:
             return None
         try:
-            value = as_int64(parse_quantity(hard[key]))
+            return as_int64(parse_quantity(hard[key]))
         except QuantityError:
             return None  # the API server would not have stored it; nothing to enforce
-        return value

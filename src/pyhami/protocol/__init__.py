@@ -67,12 +67,9 @@ from pyhami.protocol.node_lock import (
 from pyhami.protocol.pair_scores import decode_pair_scores, encode_pair_scores
 from pyhami.protocol.pod_devices import (
     decode_container_devices,
-    decode_pod_devices,
     decode_pod_single_device,
     encode_container_devices,
-    encode_pod_devices,
     encode_pod_single_device,
-    pod_single_device,
 )
 from pyhami.protocol.reasons import Reason, ReasonCount, format_reasons, parse_reasons
 from pyhami.protocol.register import decode_node_devices
@@ -90,8 +87,6 @@ from pyhami.protocol.selectors import (
     parse_uuid_selector,
     policy_contains,
     split_list,
-    type_selected,
-    uuid_selected,
     vgpu_mode_accepts,
 )
 from pyhami.protocol.times import (
@@ -162,7 +157,6 @@ __all__ = [
     "decode_node_devices_json",
     "decode_node_devices_legacy",
     "decode_pair_scores",
-    "decode_pod_devices",
     "decode_pod_single_device",
     "encode_allocation_record",
     "encode_container_devices",
@@ -170,7 +164,6 @@ __all__ = [
     "encode_node_devices",
     "encode_node_devices_legacy",
     "encode_pair_scores",
-    "encode_pod_devices",
     "encode_pod_single_device",
     "filter_annotations",
     "format_device_scoring_weights",
@@ -194,10 +187,7 @@ __all__ = [
     "parse_unix_seconds",
     "parse_uuid_selector",
     "parse_wall_clock",
-    "pod_single_device",
     "policy_contains",
     "split_list",
-    "type_selected",
-    "uuid_selected",
     "vgpu_mode_accepts",
 ]

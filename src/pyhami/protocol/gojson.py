@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from pyhami.protocol.arithmetic import INT32_MAX, INT32_MIN, UINT32_MAX
+from pyhami.protocol.arithmetic import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, UINT32_MAX
 from pyhami.protocol.errors import ProtocolError
 from pyhami.protocol.goparse import GoNumError, parse_int
 
@@ -139,7 +139,10 @@ class Reader:
         return self.fail(where, f"cannot unmarshal {describe(value)} into Go type {go_type}")
 
     def fields(self, where: str, value: object, names: FieldNames) -> dict[str, object]:
-        """The fields of one JSON object, matched to `names` the way Go's decoder does."""
+        """The fields of one JSON object, matched to `names` the way Go's decoder does
+        (`null` leaves a struct zero: no fields)."""
+        if value is None:
+            return {}
         if not isinstance(value, Pairs):
             raise self.mismatch(where, value, "struct")
         found: dict[str, object] = {}
@@ -175,6 +178,10 @@ class Reader:
         if not low <= number <= high:
             raise self.mismatch(where, value, go_type)
         return number
+
+    def go_int(self, where: str, value: object) -> int:
+        """A Go `int` (64 bits)."""
+        return self.integer(where, value, "int", INT64_MIN, INT64_MAX)
 
     def int32(self, where: str, value: object) -> int:
         """A Go `int32` field: HAMi's device quantities."""

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pyhami.model import MigAllocation, MigPlacement
 from pyhami.protocol.arithmetic import INT64_MAX, INT64_MIN, UINT32_MAX
 from pyhami.protocol.errors import ProtocolError, check_range
-from pyhami.protocol.gojson import FieldNames, Pairs, Reader, dumps
+from pyhami.protocol.gojson import FieldNames, Reader, dumps
 
 FIELD = "MIG allocations"
 _FIELDS = FieldNames(
@@ -39,26 +39,13 @@ def decode_mig_allocations(value: str) -> tuple[MigAllocation, ...]:
     reader = Reader(FIELD, value)
 
     def entry(where: str, item: object) -> MigAllocation:
-        fields = reader.fields(where, Pairs(()) if item is None else item, _FIELDS)
-        raw_placement = fields.get("placement")
-        placement = reader.fields(
-            f"{where}.placement",
-            Pairs(()) if raw_placement is None else raw_placement,
-            _PLACEMENT_FIELDS,
-        )
+        fields = reader.fields(where, item, _FIELDS)
         return MigAllocation(
-            container_index=reader.integer(
-                f"{where}.containerIndex", fields.get("containerIndex"), "int", INT64_MIN, INT64_MAX
-            ),
-            device_index=reader.integer(
-                f"{where}.deviceIndex", fields.get("deviceIndex"), "int", INT64_MIN, INT64_MAX
-            ),
+            container_index=reader.go_int(f"{where}.containerIndex", fields.get("containerIndex")),
+            device_index=reader.go_int(f"{where}.deviceIndex", fields.get("deviceIndex")),
             gpu_uuid=reader.string(f"{where}.gpuUUID", fields.get("gpuUUID")),
             profile=reader.string(f"{where}.profile", fields.get("profile")),
-            placement=MigPlacement(
-                start=reader.uint32(f"{where}.placement.start", placement.get("start")),
-                size=reader.uint32(f"{where}.placement.size", placement.get("size")),
-            ),
+            placement=read_placement(reader, f"{where}.placement", fields.get("placement")),
             mig_uuid=reader.string(f"{where}.migUUID", fields.get("migUUID")),
             gpu_instance_id=reader.optional_integer(
                 f"{where}.gpuInstanceID", fields.get("gpuInstanceID"), "uint32", 0, UINT32_MAX
@@ -75,6 +62,15 @@ def decode_mig_allocations(value: str) -> tuple[MigAllocation, ...]:
     allocations = reader.parse(lambda doc: reader.array("allocations", doc, entry)) or ()
     _validate(value, allocations)
     return allocations
+
+
+def read_placement(reader: Reader, where: str, value: object) -> MigPlacement:
+    """A `{"start", "size"}` placement (`null` is Go's zero value, a value not a pointer)."""
+    fields = reader.fields(where, value, _PLACEMENT_FIELDS)
+    return MigPlacement(
+        start=reader.uint32(f"{where}.start", fields.get("start")),
+        size=reader.uint32(f"{where}.size", fields.get("size")),
+    )
 
 
 def _validate(value: str, allocations: Sequence[MigAllocation]) -> None:

@@ -11,7 +11,7 @@ from types import MappingProxyType
 from pyhami.model import DevicePairScore
 from pyhami.protocol.arithmetic import INT64_MAX, INT64_MIN
 from pyhami.protocol.errors import check_range
-from pyhami.protocol.gojson import FieldNames, Pairs, Reader, dumps
+from pyhami.protocol.gojson import FieldNames, Reader, dumps
 
 FIELD = "device pair scores"
 _FIELDS = FieldNames("uuid", "score")
@@ -22,10 +22,10 @@ def decode_pair_scores(value: str) -> tuple[DevicePairScore, ...]:
     reader = Reader(FIELD, value)
 
     def score(where: str, item: object) -> int:
-        return reader.integer(where, item, "int", INT64_MIN, INT64_MAX)
+        return reader.go_int(where, item)
 
     def entry(where: str, item: object) -> DevicePairScore:
-        fields = reader.fields(where, Pairs(()) if item is None else item, _FIELDS)
+        fields = reader.fields(where, item, _FIELDS)
         return DevicePairScore(
             uuid=reader.string(f"{where}.uuid", fields.get("uuid")),
             scores=MappingProxyType(reader.mapping(f"{where}.score", fields.get("score"), score)),

@@ -3,31 +3,29 @@
     pod-value := { container ";" }      container := { device ":" }
     device    := UUID "," Type "," Usedmem "," Usedcores
 
-Decoding is HAMi's `DecodeContainerDevices` / `DecodePodDevices` exactly: `;` splits with
-Go's `strings.Split` (so a trailing `;` yields one more, empty, container: decode→encode of
-`A:;` is `A:;;`, kept as HAMi does it), parts of a container without `,` are skipped, fields past
-the fourth are ignored, and only Usedmem/Usedcores are parsed (Go `ParseInt(s, 10, 32)`).
-`Idx` and `Slots` do not travel and decode as 0.
+Decoding is HAMi's `DecodeContainerDevices` / `DecodePodDevices` (per vendor) exactly: `;`
+splits with Go's `strings.Split` (so a trailing `;` yields one more, empty, container:
+decode→encode of `A:;` is `A:;;`, kept as HAMi does it), parts of a container without `,` are
+skipped, fields past the fourth are ignored, and only Usedmem/Usedcores are parsed (Go
+`ParseInt(s, 10, 32)`). `Idx` and `Slots` do not travel and decode as 0.
 
 Placeholders. HAMi HEAD writes placeholders only for containers whose
 node device `Type` equals the vendor key, so for NVIDIA the value lists only the containers
 that got GPUs (dense), while its device plugin and init-container accounting assume one
 segment per container. pyhami **writes one segment per pod container, init containers
-first, then app containers** (the legacy form that HAMi's decoders and docs describe);
-`pod_single_device` builds that list from "container index → devices". The decoder is the
-same for both forms, so HAMi's dense values decode too; which container a dense segment
-belongs to is the reader's business (HAMi's device plugin pops the first non-empty one).
+first, then app containers** (the legacy form that HAMi's decoders and docs describe). The
+decoder is the same for both forms, so HAMi's dense values decode too; which container a dense
+segment belongs to is the reader's business (HAMi's device plugin pops the first non-empty one).
 
 Encoding is HAMi's `EncodeContainerDevices` / `EncodePodSingleDevice` byte for byte, except
 that values the grammar cannot carry are refused (a `,` `:` `;` in UUID or Type, numbers
-outside int32) and `encode_pod_devices` refuses a vendor missing from the checklist (HAMi
-would write it under the key `""`).
+outside int32).
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from pyhami.model import ContainerDevice, ContainerDevices, PodSingleDevice
-from pyhami.protocol.errors import ProtocolError, check_int32, check_range, parse_field
+from pyhami.protocol.errors import ProtocolError, check_int32, parse_field
 from pyhami.protocol.goparse import parse_int32
 
 FIELD = "container devices"
@@ -64,18 +62,6 @@ def decode_pod_single_device(value: str, field: str = "pod devices") -> PodSingl
         raise ProtocolError(field, value, err.reason) from None
 
 
-def decode_pod_devices(
-    checklist: Mapping[str, str], annotations: Mapping[str, str]
-) -> dict[str, PodSingleDevice]:
-    """HAMi `DecodePodDevices`: vendor → per-container devices for each checklist vendor
-    (vendor → annotation key) whose key is present; absent vendors are left out."""
-    return {
-        vendor: decode_pod_single_device(annotations[key], key)
-        for vendor, key in checklist.items()
-        if key in annotations
-    }
-
-
 def encode_container_devices(devices: Sequence[ContainerDevice]) -> str:
     """HAMi `EncodeContainerDevices`: every device as `uuid,type,mem,cores:`."""
     return "".join(_encode_device(device) for device in devices)
@@ -93,29 +79,3 @@ def _encode_device(device: ContainerDevice) -> str:
 def encode_pod_single_device(containers: Sequence[Sequence[ContainerDevice]]) -> str:
     """HAMi `EncodePodSingleDevice`: each container's devices followed by `;`."""
     return "".join(encode_container_devices(devices) + ";" for devices in containers)
-
-
-def encode_pod_devices(
-    checklist: Mapping[str, str], pod_devices: Mapping[str, Sequence[Sequence[ContainerDevice]]]
-) -> dict[str, str]:
-    """HAMi `EncodePodDevices`: annotation key → encoded value, one per vendor present."""
-    encoded = {}
-    for vendor, containers in pod_devices.items():
-        key = checklist.get(vendor)
-        if key is None:
-            why = f"vendor {vendor!r} has no annotation key in the checklist"
-            raise ProtocolError(FIELD, vendor, why)
-        encoded[key] = encode_pod_single_device(containers)
-    return encoded
-
-
-def pod_single_device(
-    container_count: int, by_container: Mapping[int, ContainerDevices]
-) -> PodSingleDevice:
-    """One entry per pod container (init first, then app), empty where nothing was assigned.
-
-    `by_container` maps a container's init-first position to its devices for one vendor.
-    """
-    for index in by_container:
-        check_range(FIELD, "container index", index, 0, container_count - 1)
-    return tuple(tuple(by_container.get(index, ())) for index in range(container_count))

@@ -21,7 +21,8 @@ _ENTRY = re.compile(r"[^\S\n]*([+-]?\d+)/[^\S\n]*([+-]?\d+)[^\S\n]*(\S+)", re.AS
 
 
 class Reason(enum.StrEnum):
-    """Every reason word HAMi uses (pkg/device/common/common.go:25-44); odd casing is HAMi's."""
+    """HAMi's reason words (pkg/device/common/common.go:25-44) that pyhami gives, odd casing
+    and all (its NodeUnfitPod, NodeFitPod, ModeNotFit, CardNotFoundCustomFilterRule are not)."""
 
     CARD_TYPE_MISMATCH = "CardTypeMismatch"
     CARD_UUID_MISMATCH = "CardUuidMismatch"
@@ -33,14 +34,10 @@ class Reason(enum.StrEnum):
     CARD_CORDONED = "CardCordoned"
     NUMA_NOT_FIT = "NumaNotFit"
     EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT = "ExclusiveDeviceAllocateConflict"
-    CARD_NOT_FOUND_CUSTOM_FILTER_RULE = "CardNotFoundCustomFilterRule"
     CARD_MIG_TOPOLOGY_INFEASIBLE = "CardMigTopologyInfeasible"
     NODE_INSUFFICIENT_DEVICE = "NodeInsufficientDevice"
     ALLOCATED_CARDS_INSUFFICIENT_REQUEST = "AllocatedCardsInsufficientRequest"
-    NODE_UNFIT_POD = "NodeUnfitPod"
-    NODE_FIT_POD = "NodeFitPod"
     RESOURCE_QUOTA_NOT_FIT = "ResourceQuotaNotFit"
-    MODE_NOT_FIT = "ModeNotFit"
 
 
 @dataclass(frozen=True, slots=True)

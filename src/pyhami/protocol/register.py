@@ -12,13 +12,9 @@ from pyhami.protocol.register_json import decode_node_devices_json
 from pyhami.protocol.register_legacy import decode_node_devices_legacy
 
 
-def looks_like_json(value: str) -> bool:
-    text = trim_space(value)
-    return text.startswith("[") or text == "null"
-
-
 def decode_node_devices(value: str) -> tuple[DeviceInfo, ...]:
     """Either register form to devices; raises ProtocolError with the form's own message."""
-    if looks_like_json(value):
+    text = trim_space(value)
+    if text.startswith("[") or text == "null":
         return decode_node_devices_json(value)
     return decode_node_devices_legacy(value)

@@ -15,10 +15,11 @@ pointer and crash later).
 from collections.abc import Sequence
 from types import MappingProxyType
 
-from pyhami.model import DeviceInfo, MigPlacement, MigProfile
+from pyhami.model import DeviceInfo, MigProfile
 from pyhami.protocol.arithmetic import INT64_MAX, INT64_MIN, UINT32_MAX, UINT64_MAX
 from pyhami.protocol.errors import check_int32, check_range
-from pyhami.protocol.gojson import FieldNames, Pairs, Reader, dumps
+from pyhami.protocol.gojson import FieldNames, Reader, dumps
+from pyhami.protocol.mig import read_placement
 
 FIELD = "node device register"
 _DEVICE_FIELDS = FieldNames(
@@ -37,7 +38,6 @@ _DEVICE_FIELDS = FieldNames(
     "migtemplate",
 )
 _PROFILE_FIELDS = FieldNames("name", "memoryMB", "core", "sliceCount", "placements")
-_PLACEMENT_FIELDS = FieldNames("start", "size")
 
 
 def decode_node_devices_json(value: str) -> tuple[DeviceInfo, ...]:
@@ -68,7 +68,7 @@ def _device(reader: Reader, where: str, value: object) -> DeviceInfo:
         devmem=reader.int32(f"{where}.devmem", fields.get("devmem")),
         devcore=reader.int32(f"{where}.devcore", fields.get("devcore")),
         type=reader.string(f"{where}.type", fields.get("type")),
-        numa=reader.integer(f"{where}.numa", fields.get("numa"), "int", INT64_MIN, INT64_MAX),
+        numa=reader.go_int(f"{where}.numa", fields.get("numa")),
         mode=reader.string(f"{where}.mode", fields.get("mode")),
         mig_profiles=profiles or (),
         health=reader.boolean(f"{where}.health", fields.get("health")),
@@ -81,9 +81,9 @@ def _device(reader: Reader, where: str, value: object) -> DeviceInfo:
 
 def _profile(reader: Reader, where: str, value: object) -> MigProfile:
     # A null profile or placement is Go's zero value (they are slices of values).
-    fields = reader.fields(where, Pairs(()) if value is None else value, _PROFILE_FIELDS)
+    fields = reader.fields(where, value, _PROFILE_FIELDS)
     placements = reader.array(
-        f"{where}.placements", fields.get("placements"), lambda w, v: _placement(reader, w, v)
+        f"{where}.placements", fields.get("placements"), lambda w, v: read_placement(reader, w, v)
     )
     return MigProfile(
         name=reader.string(f"{where}.name", fields.get("name")),
@@ -91,14 +91,6 @@ def _profile(reader: Reader, where: str, value: object) -> MigProfile:
         core=reader.int32(f"{where}.core", fields.get("core")),
         slice_count=reader.int32(f"{where}.sliceCount", fields.get("sliceCount")),
         placements=placements,
-    )
-
-
-def _placement(reader: Reader, where: str, value: object) -> MigPlacement:
-    fields = reader.fields(where, Pairs(()) if value is None else value, _PLACEMENT_FIELDS)
-    return MigPlacement(
-        start=reader.uint32(f"{where}.start", fields.get("start")),
-        size=reader.uint32(f"{where}.size", fields.get("size")),
     )
 
 

@@ -77,16 +77,6 @@ def _type_items(value: str | None) -> tuple[str, ...] | None:
     return tuple(to_upper(item) for item in split_list(value))
 
 
-def uuid_selected(use: str | None, nouse: str | None, uuid: str) -> bool:
-    """HAMi `CheckUUID` for one device id (parse once with `parse_uuid_selector` in loops)."""
-    return parse_uuid_selector(use, nouse).accepts(uuid)
-
-
-def type_selected(use: str | None, nouse: str | None, card_type: str) -> bool:
-    """HAMi `CheckType` for one card type (parse once with `parse_type_selector` in loops)."""
-    return parse_type_selector(use, nouse).accepts(card_type)
-
-
 def vgpu_mode_accepts(value: str | None, mode: str) -> bool:
     """`nvidia.com/vgpu-mode`: absent accepts all; else the value must contain the mode."""
     return value is None or mode in value

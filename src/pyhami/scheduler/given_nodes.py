@@ -6,7 +6,7 @@ kube-scheduler sends whole Node objects only when the extender is not cache-back
 
 from __future__ import annotations
 
-from pyhami.engine import Ledger, Outcome, decide
+from pyhami.engine import Ledger, Outcome, PodSpecError, decide, plan_pod
 from pyhami.kube.extender_wire import ExtenderFilterResult, GivenNodes
 from pyhami.model import NodeName
 from pyhami.scheduler.state import ClusterState
@@ -26,8 +26,12 @@ def filter_given_nodes(given: GivenNodes, state: ClusterState) -> ExtenderFilter
             unregistered[node.name] = "node unregistered"
         else:
             ledger.upsert_node(NodeName(node.name), inventory)
+    try:
+        plan = plan_pod(given.pod, state.config)
+    except PodSpecError as err:
+        return ExtenderFilterResult.failure(str(err))
     decision = decide(
-        given.pod,
+        plan,
         [NodeName(n) for n in by_name],
         ledger,
         config=state.config,

@@ -47,7 +47,9 @@ from pyhami.engine import (
     Decision,
     Outcome,
     PodKey,
+    PodSpecError,
     decide,
+    plan_pod,
 )
 from pyhami.kube import Clock, NodeLockContentionError, NodeLocker, NotFound
 from pyhami.kube.extender_wire import (
@@ -181,7 +183,7 @@ class FilterBind:
         started = self.clock.monotonic()
         try:
             return decide(
-                pod,
+                plan_pod(pod, self.state.config),
                 [NodeName(n) for n in names],
                 self.state.ledger,
                 config=self.state.config,
@@ -189,6 +191,8 @@ class FilterBind:
                 all_reasons=True,
                 explain=explain,
             )
+        except PodSpecError as err:
+            return Decision(pod.key, pod.namespace, pod.name, Outcome.ERROR, error=str(err))
         finally:
             self.engine_seconds += self.clock.monotonic() - started
 

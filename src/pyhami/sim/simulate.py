@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import NotRequired, TypedDict
 
 from pyhami import engine
-from pyhami.engine import Decision, EngineConfig, Ledger, Outcome, QuotaBook
+from pyhami.engine import Decision, EngineConfig, Ledger, Outcome, PodSpecError, QuotaBook
 from pyhami.model import NodeName, PodView
 from pyhami.protocol import VendorKeys
 from pyhami.scheduler.outcome import annotations_of
@@ -39,8 +39,12 @@ def schedule(simulation: Simulation, pod: PodView, *, explain: bool = False) -> 
     """One `/filter` call: drop the pod's stale reservation, decide, reserve the choice."""
     ledger = simulation.ledger
     ledger.remove_pod(pod.key)
+    try:
+        plan = engine.plan_pod(pod, simulation.config)
+    except PodSpecError as err:
+        return Decision(pod.key, pod.namespace, pod.name, Outcome.ERROR, error=str(err))
     decision = engine.decide(
-        pod,
+        plan,
         simulation.candidates,
         ledger,
         config=simulation.config,

@@ -5,17 +5,8 @@ that big instances stay placeable for as long as possible.
 """
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 from pyhami.model import MigPlacement, MigProfile
-
-
-@dataclass(frozen=True, slots=True)
-class MigChoice:
-    """The instance a request would get: a profile and where it sits."""
-
-    profile: MigProfile
-    placement: MigPlacement
 
 
 def overlaps(a: MigPlacement, b: MigPlacement) -> bool:
@@ -44,15 +35,16 @@ def select_placement(
 
 def select_candidate(
     profiles: Sequence[MigProfile], occupied: Iterable[MigPlacement], memory: int
-) -> MigChoice | None:
-    """The smallest profile (memory, then slices) with at least `memory` MiB and a free slot."""
+) -> tuple[MigProfile, MigPlacement] | None:
+    """The instance a request would get: the smallest profile (memory, then slices) with at
+    least `memory` MiB and a free slot, and where it sits."""
     taken = tuple(occupied)
     # sorted() is stable, like Go's sort.SliceStable HAMi uses here.
     for profile in sorted(profiles, key=lambda p: (p.memory_mb, p.slice_count)):
         if profile.memory_mb >= memory:
             placement = select_placement(profiles, taken, profile.name)
             if placement is not None:
-                return MigChoice(profile, placement)
+                return profile, placement
     return None
 
 
@@ -68,5 +60,5 @@ def can_place_all(
         choice = select_candidate(profiles, taken, queued_memory)
         if choice is None:
             return False
-        taken.append(choice.placement)
+        taken.append(choice[1])  # its placement
     return select_candidate(profiles, taken, memory) is not None

@@ -42,5 +42,4 @@ class NvidiaVendor:
     fit = staticmethod(nvidia_fit)
 
     def partition(self, card: CardState, memory: int) -> tuple[MigProfile, MigPlacement] | None:
-        choice = select_candidate(card.mig_profiles, card.mig_in_use, memory)
-        return None if choice is None else (choice.profile, choice.placement)
+        return select_candidate(card.mig_profiles, card.mig_in_use, memory)
