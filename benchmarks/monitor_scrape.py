@@ -78,14 +78,13 @@ class RereadingRegions(RegionDirectory):
         self._kept = kept
 
     def reread(self) -> None:
-        for key, loaded in self._kept.loaded.items():
+        for key, kept in self._kept.loaded.items():
             old = self.loaded.pop(key, None)
             if old is not None:
-                old.region.close()
-            region = Region.open(loaded.region.path)
-            with loaded.region.path.open("rb") as whole:
+                old.close()
+            self.loaded[key] = Region.open(kept.path)
+            with kept.path.open("rb") as whole:
                 whole.read()
-            self.loaded[key] = type(loaded)(key, loaded.directory, region)
 
 
 def time_scrapes(scrape: Callable[[], bytes], scrapes: int) -> list[float]:

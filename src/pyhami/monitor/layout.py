@@ -24,14 +24,14 @@ class SlotLayout:
     """One process slot (`shrreg_proc_slot_t`); offsets relative to the slot start."""
 
     size: int
-    pid: int
-    hostpid: int
-    used: int  # used[16], one device_memory_t per device
     used_stride: int
     monitorused: int
     device_util: int  # device_util[16]
     device_util_stride: int
     status: int
+    pid: int = 0
+    hostpid: int = 4
+    used: int = 8  # used[16], one device_memory_t per device
     # Inside one device_memory_t.
     context_size: int = 0
     module_size: int = 8
@@ -78,9 +78,6 @@ V1 = RegionLayout(
     procs=1856,
     slot=SlotLayout(
         size=1960,
-        pid=0,
-        hostpid=4,
-        used=8,
         used_stride=64,
         monitorused=1032,
         device_util=1160,
@@ -106,9 +103,6 @@ V0 = RegionLayout(
     procs=1848,
     slot=SlotLayout(
         size=1168,
-        pid=0,
-        hostpid=4,
-        used=8,
         used_stride=40,
         monitorused=648,
         device_util=776,

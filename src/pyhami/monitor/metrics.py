@@ -15,7 +15,7 @@ allocation record counts there too.
 """
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -132,27 +132,17 @@ class _Row:
     last_kernel_time: int
 
 
+@dataclass(kw_only=True, eq=False)  # eq=False: the registry keys its collectors by identity
 class MonitorCollector(Collector):
-    def __init__(
-        self,
-        *,
-        node: NodeName | None,
-        pods: PodSource,
-        regions: RegionDirectory,
-        open_nvml: NvmlOpener | None,
-        alarms: SanityAlarms,
-        clock: Clock,
-        legacy: bool = False,
-    ) -> None:
-        self.node = node
-        self.pods = pods
-        self.regions = regions
-        self.open_nvml = open_nvml
-        self.alarms = alarms
-        self.clock = clock
-        self.legacy = legacy
-        # Regions refused by the last scrape, with the reason, to log a reason once.
-        self._refused: dict[ContainerKey, str] = {}
+    node: NodeName | None
+    pods: PodSource
+    regions: RegionDirectory
+    open_nvml: NvmlOpener | None
+    alarms: SanityAlarms
+    clock: Clock
+    legacy: bool = False
+    # Regions refused by the last scrape, with the reason, to log a reason once.
+    _refused: dict[ContainerKey, str] = field(default_factory=dict, init=False)
 
     def collect(self) -> Iterator[Metric]:
         out = _Families()
@@ -202,10 +192,10 @@ class MonitorCollector(Collector):
             key = ContainerKey(pod.uid, container)
             devices: tuple[VirtualDevice, ...] = ()
             last_kernel = 0
-            loaded = self.regions.loaded.get(key)
-            if loaded is not None:
+            region = self.regions.loaded.get(key)
+            if region is not None:
                 try:
-                    snapshot = loaded.region.snapshot()
+                    snapshot = region.snapshot()
                 except RegionError as err:
                     refused[key] = str(err)
                 else:
@@ -293,11 +283,6 @@ def _allocated_devices(allocated: ContainerDevices) -> tuple[VirtualDevice, ...]
             uuid=device.uuid[:UUID_LABEL_BYTES],
             limit=device.usedmem * MIB,
             sm_limit=device.usedcores,
-            used=0,
-            context=0,
-            module=0,
-            buffer=0,
-            sm_util=0,
         )
         for index, device in enumerate(allocated)
     )

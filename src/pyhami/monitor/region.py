@@ -60,7 +60,6 @@ class RegionError(Exception):
         super().__init__(f"shared region {path}: {detail}")
         self.path = path
         self.reason = reason
-        self.detail = detail
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,11 +70,12 @@ class VirtualDevice:
     uuid: str  # the first 40 bytes of the slot UUID (the exported label)
     limit: int  # bytes; 0 = unlimited
     sm_limit: int  # percent
-    used: int  # Σ used[i].total
-    context: int
-    module: int
-    buffer: int
-    sm_util: int  # Σ deviceUtil[i].smUtil
+    # Zero for a device known only from its allocation (no region yet).
+    used: int = 0  # Σ used[i].total
+    context: int = 0
+    module: int = 0
+    buffer: int = 0
+    sm_util: int = 0  # Σ deviceUtil[i].smUtil
 
 
 @dataclass(frozen=True, slots=True)

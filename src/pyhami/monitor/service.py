@@ -71,14 +71,11 @@ class MonitorService:
         self._runner: web.AppRunner | None = None
         self._listener: asyncio.Server | None = None
 
-    def _wall(self) -> float:
-        return self.clock.now().timestamp()
-
     # ----- the loop -----
 
     def tick(self) -> TickResult:
         """One scan and one feedback pass (raises DirectoryError when the root is unreadable)."""
-        self.regions.update({pod.uid for pod in self.pods.pods()}, now=self._wall())
+        self.regions.update({pod.uid for pod in self.pods.pods()}, now=self.clock.now().timestamp())
         self.alarms.forget_all_but(self.regions.loaded)
         paused = self.mig_apply_lock.exists()
         verdicts: tuple[Verdict, ...] = ()
@@ -90,9 +87,9 @@ class MonitorService:
     def _feedback_targets(self) -> list[FeedbackFields]:
         """Each loaded region's feedback fields; one that cannot be read sits this tick out."""
         targets = []
-        for loaded in self.regions.loaded.values():
+        for region in self.regions.loaded.values():
             try:
-                targets.append(loaded.region.feedback())
+                targets.append(region.feedback())
             except RegionError as err:
                 log.warning("region left out of the feedback loop this tick", error=str(err))
         return targets
