@@ -91,8 +91,8 @@ class Checkpoint:
             data = json.loads(text)
         except json.JSONDecodeError as error:
             raise CheckpointError(f"checkpoint {path} is not JSON: {error}") from error
-        if not isinstance(data, dict) or data.get("version") != FORMAT_VERSION:
-            version = data.get("version") if isinstance(data, dict) else None
+        version = data.get("version") if isinstance(data, dict) else None
+        if version != FORMAT_VERSION:
             raise CheckpointError(
                 f"checkpoint {path} has format version {version!r}, this driver reads "
                 f"{FORMAT_VERSION}"

@@ -32,17 +32,16 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 
 def _response(prepared: PreparedClaim) -> dra_pb2.NodePrepareResourceResponse:
-    devices = []
-    for device in prepared.devices:
-        message = dra_pb2.Device(
+    devices = [
+        dra_pb2.Device(
             request_names=list(device.requests),
             pool_name=device.pool,
             device_name=device.device,
             cdi_device_ids=list(prepared.cdi_ids),
+            share_id=device.share_id,  # None leaves the optional field unset
         )
-        if device.share_id is not None:
-            message.share_id = device.share_id
-        devices.append(message)
+        for device in prepared.devices
+    ]
     return dra_pb2.NodePrepareResourceResponse(devices=devices)
 
 

@@ -28,13 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyhami.deviceplugin.allocation import (
-    AllocationSettings,
-    ContainerPlan,
-    ContainerSlot,
-    HostFiles,
-    plan_container,
-)
+from pyhami.deviceplugin.allocation import AllocationSettings, ContainerSlot, plan_container
 from pyhami.deviceplugin.allocator import host_files, prepare_host
 from pyhami.devices.nvidia.dra_claims import CORES, MIB
 from pyhami.devices.quantity import QuantityError, as_int64, parse_quantity
@@ -175,26 +169,6 @@ def container_devices(gpus: Iterable[AllocatedGpu]) -> ContainerDevices:
     )
 
 
-def _plan(
-    devices: ContainerDevices,
-    *,
-    pod_uid: str,
-    container: ContainerView,
-    claim: ClaimKey,
-    settings: AllocationSettings,
-    files: HostFiles,
-) -> ContainerPlan:
-    slot = ContainerSlot(position=0, container=container, devices=devices)
-    return plan_container(
-        slot,
-        pod_uid=pod_uid,
-        namespace=claim.namespace,
-        cache_id=claim.uid,
-        settings=settings,
-        files=files,
-    )
-
-
 class Preparer:
     """Prepare and unprepare claims for one node, one call at a time."""
 
@@ -248,21 +222,19 @@ class Preparer:
         except ProtocolError as error:
             raise PrepareError(f"claim {claim}: {error}") from error
         pod_uid, container = await self._user(obj, claim)
-        files = await asyncio.to_thread(host_files, self._settings)
-        plan = _plan(
-            devices,
+        plan = plan_container(
+            ContainerSlot(position=0, container=container, devices=devices),
             pod_uid=pod_uid,
-            container=container,
-            claim=claim,
+            namespace=claim.namespace,
+            cache_id=claim.uid,
             settings=self._settings,
-            files=files,
+            files=await asyncio.to_thread(host_files, self._settings),
         )
         spec_file = cdi.spec_path(self._cdi_dir, claim.uid)
         envs = {**plan.envs, **dict(self._settings.toolkit_env)}  # as Allocate
         await asyncio.to_thread(prepare_host, plan, self._settings)
         await asyncio.to_thread(_write_record, Path(plan.cache_dir), record)
         await asyncio.to_thread(cdi.write_spec, spec_file, claim.uid, envs, plan.mounts)
-        cdi_ids = (cdi.device_id(claim.uid),)
         prepared = PreparedClaim(
             namespace=claim.namespace,
             name=claim.name,
@@ -273,7 +245,7 @@ class Preparer:
                 )
                 for g in gpus
             ),
-            cdi_ids=cdi_ids,
+            cdi_ids=(cdi.device_id(claim.uid),),
             spec_file=str(spec_file),
             cache_dir=str(plan.cache_dir),
         )

@@ -19,20 +19,16 @@ FROZEN = -1
 
 
 class FeedbackTarget(Protocol):
-    """The part of a region the loop reads and writes (`FeedbackFields` is one)."""
+    """The part of a region the loop reads and writes (`FeedbackFields` is one); the loop
+    changes the two fields only through their write methods, which write the region."""
 
-    @property
-    def recent_kernel(self) -> int: ...
+    recent_kernel: int
+    utilization_switch: int
+    priority: int
 
     def write_recent_kernel(self, value: int) -> None: ...
 
-    @property
-    def utilization_switch(self) -> int: ...
-
     def write_utilization_switch(self, value: int) -> None: ...
-
-    @property
-    def priority(self) -> int: ...
 
     def device_keys(self) -> tuple[bytes, ...]: ...
 

@@ -48,7 +48,6 @@ class RegionLayout:
 
     version: LayoutVersion
     size: int
-    magic: int
     major_version: int | None  # v0 has no version fields
     device_num: int
     uuids: int
@@ -69,7 +68,6 @@ class RegionLayout:
 V1 = RegionLayout(
     version=LayoutVersion.V1,
     size=2_008_952,
-    magic=0,
     major_version=4,
     device_num=56,
     uuids=64,
@@ -94,7 +92,6 @@ V1 = RegionLayout(
 V0 = RegionLayout(
     version=LayoutVersion.V0,
     size=1_197_896,
-    magic=0,
     major_version=None,
     device_num=48,
     uuids=56,

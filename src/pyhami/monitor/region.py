@@ -250,11 +250,7 @@ class Region:
                 f"device_num {num} (at most {MAX_DEVICES}) / proc_num {proc_num} (0..{MAX_PROCS})",
             )
         self._copy(view[layout.procs : layout.slot_offset(proc_num)], layout.procs)
-        processes = tuple(
-            slot
-            for slot in (self._slot(data, index) for index in range(proc_num))
-            if slot is not None
-        )
+        processes = tuple(filter(None, (self._slot(data, index) for index in range(proc_num))))
         limits = self._limits.unpack_from(data, layout.limit)
         sm_limits = self._limits.unpack_from(data, layout.sm_limit)
         devices, skipped = [], []

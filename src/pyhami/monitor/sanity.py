@@ -6,7 +6,7 @@ new problems. Findings of containers that are gone are forgotten.
 
 The region is written by the container, so its numbers are claims. Memory above what the card
 has, a limit above it, or a process above 100 % SM cannot be true: such a snapshot is refused
-(`AlarmKind.refuses`) and the container's series fall back to its allocation, so that a
+(`_REFUSING`) and the container's series fall back to its allocation, so that a
 value like 4.6e20 never reaches `/metrics`. Negative counters only count as 0 in the sums.
 """
 
@@ -38,12 +38,8 @@ class AlarmKind(enum.StrEnum):
     # not on.
     UNKNOWN_PID = "unknown_pid"
 
-    @property
-    def refuses(self) -> bool:
-        """True when a snapshot with this finding must not be exported."""
-        return self in _REFUSING
 
-
+# A snapshot with one of these findings must not be exported.
 _REFUSING = frozenset(
     {AlarmKind.ABOVE_PHYSICAL, AlarmKind.LIMIT_ABOVE_PHYSICAL, AlarmKind.IMPOSSIBLE_UTILIZATION}
 )
@@ -120,7 +116,7 @@ class SanityAlarms:
         seen = self._seen.setdefault(key, set())
         refusing = []
         for finding in findings(snapshot, cards):
-            if finding.kind.refuses:
+            if finding.kind in _REFUSING:
                 refusing.append(finding)
             if finding in seen:
                 continue
