@@ -154,7 +154,11 @@ class MonitorCollector(Collector):
             for row in self._rows(pod, by_uuid, refused):
                 self._container(out, row, now)
             self._mig(out, pod)
-        self._note_refused(refused)
+        for key, reason in refused.items():
+            report_refusal(
+                "region not exported; the allocation's series stand in", key, reason, self._refused
+            )
+        self._refused = refused
         yield from out
         alarms = CounterMetricFamily(ALARMS.name, ALARMS.help, labels=(*ALARMS.labels, "zone"))
         for kind in AlarmKind:
@@ -204,25 +208,13 @@ class MonitorCollector(Collector):
                         refused[key] = "; ".join(finding.detail for finding in impossible)
                     else:
                         devices, last_kernel = snapshot.devices, snapshot.last_kernel_time
-            if not devices:
-                devices = _allocated_devices(self._allocation(pod, key))
+            if not devices and pod.allocated:
+                devices = _allocated_devices(pod.devices_of(container))
+            elif not devices:  # no allocation annotation: the DRA driver's record, if any
+                devices = _allocated_devices(self.regions.records.devices.get(key, ()))
             for device in devices:
                 labels = (pod.namespace, pod.name, container, str(device.index), device.uuid)
                 yield _Row(labels, device, last_kernel)
-
-    def _allocation(self, pod: MonitoredPod, key: ContainerKey) -> ContainerDevices:
-        """The container's devices from the pod's annotation, or from the DRA driver's record
-        when the pod has no annotation."""
-        if pod.allocated:
-            return pod.devices_of(key.container)
-        return self.regions.records.devices.get(key, ())
-
-    def _note_refused(self, refused: dict[ContainerKey, str]) -> None:
-        for key, reason in refused.items():
-            report_refusal(
-                "region not exported; the allocation's series stand in", key, reason, self._refused
-            )
-        self._refused = refused
 
     def _container(self, out: _Families, row: _Row, now: float) -> None:
         device, labels = row.device, row.labels
