@@ -25,7 +25,7 @@ import logging
 import os
 import shutil
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
 from pyhami.deviceplugin.allocation import AllocationSettings, ContainerSlot, plan_container
@@ -169,31 +169,23 @@ def container_devices(gpus: Iterable[AllocatedGpu]) -> ContainerDevices:
     )
 
 
+@dataclass(eq=False)
 class Preparer:
     """Prepare and unprepare claims for one node, one call at a time."""
 
-    def __init__(
-        self,
-        kube: KubeClient,
-        node_name: str,
-        facts: Sequence[GpuFacts],
-        settings: AllocationSettings,
-        checkpoint: Checkpoint,
-        *,
-        cdi_dir: Path = cdi.CDI_DIR,
-    ) -> None:
-        self._kube = kube
-        self._node = node_name
-        self._facts = tuple(facts)
-        self._settings = settings
-        self._checkpoint = checkpoint
-        self._cdi_dir = cdi_dir
-        self._lock = asyncio.Lock()
+    kube: KubeClient
+    node_name: str
+    facts: Sequence[GpuFacts]
+    settings: AllocationSettings
+    checkpoint: Checkpoint
+    _: KW_ONLY
+    cdi_dir: Path = cdi.CDI_DIR
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
 
     async def prepare(self, claim: ClaimKey) -> PreparedClaim:
         """Prepare one claim (raises PrepareError with the reason kubelet should show)."""
         async with self._lock:
-            done = self._checkpoint.claims.get(claim.uid)
+            done = self.checkpoint.claims.get(claim.uid)
             if done is not None:
                 if not Path(done.spec_file).exists():
                     raise PrepareError(
@@ -205,7 +197,7 @@ class Preparer:
 
     async def _prepare_new(self, claim: ClaimKey) -> PreparedClaim:
         try:
-            obj = read_claim(await self._kube.get(RESOURCE_CLAIMS, claim.name, claim.namespace))
+            obj = read_claim(await self.kube.get(RESOURCE_CLAIMS, claim.name, claim.namespace))
         except NotFound:
             raise PrepareError(f"claim {claim} does not exist") from None
         except (KubeError, ClaimSpecError) as error:
@@ -215,7 +207,7 @@ class Preparer:
                 f"claim {claim.namespace}/{claim.name} now has uid {obj.uid}, not {claim.uid}: "
                 "it was deleted and created again"
             )
-        gpus = allocated_gpus(obj, self._node, self._facts)
+        gpus = allocated_gpus(obj, self.node_name, self.facts)
         devices = container_devices(gpus)
         try:
             record = encode_allocation_record(devices)
@@ -227,12 +219,12 @@ class Preparer:
             pod_uid=pod_uid,
             namespace=claim.namespace,
             cache_id=claim.uid,
-            settings=self._settings,
-            files=await asyncio.to_thread(host_files, self._settings),
+            settings=self.settings,
+            files=await asyncio.to_thread(host_files, self.settings),
         )
-        spec_file = cdi.spec_path(self._cdi_dir, claim.uid)
-        envs = {**plan.envs, **dict(self._settings.toolkit_env)}  # as Allocate
-        await asyncio.to_thread(prepare_host, plan, self._settings)
+        spec_file = cdi.spec_path(self.cdi_dir, claim.uid)
+        envs = {**plan.envs, **dict(self.settings.toolkit_env)}  # as Allocate
+        await asyncio.to_thread(prepare_host, plan, self.settings)
         await asyncio.to_thread(_write_record, Path(plan.cache_dir), record)
         await asyncio.to_thread(cdi.write_spec, spec_file, claim.uid, envs, plan.mounts)
         prepared = PreparedClaim(
@@ -241,7 +233,7 @@ class Preparer:
             uid=claim.uid,
             devices=tuple(
                 PreparedDevice(
-                    requests=(g.request,), pool=self._node, device=g.device, share_id=g.share_id
+                    requests=(g.request,), pool=self.node_name, device=g.device, share_id=g.share_id
                 )
                 for g in gpus
             ),
@@ -249,7 +241,7 @@ class Preparer:
             spec_file=str(spec_file),
             cache_dir=str(plan.cache_dir),
         )
-        await asyncio.to_thread(self._checkpoint.put, prepared)
+        await asyncio.to_thread(self.checkpoint.put, prepared)
         log.info(
             "prepared claim %s: %s",
             claim,
@@ -264,7 +256,7 @@ class Preparer:
             raise PrepareError(f"claim {claim} is not reserved for any pod (status.reservedFor)")
         name, uid = pods[0]
         try:
-            state = read_pod_state(await self._kube.get_pod(claim.namespace, name))
+            state = read_pod_state(await self.kube.get_pod(claim.namespace, name))
         except KubeError as error:
             raise PrepareError(f"claim {claim}: cannot read its pod {name}: {error}") from error
         except PodSpecError as error:
@@ -277,10 +269,10 @@ class Preparer:
         if container is None:
             # Referenced by the pod but by no container: nothing will load libvgpu with it.
             container = ContainerView(name=f"claim-{claim.name}")
-        if pod.labels.get(LABEL_VGPU_NODE) != self._node:
+        if pod.labels.get(LABEL_VGPU_NODE) != self.node_name:
             try:
-                await self._kube.patch_pod(
-                    claim.namespace, name, pod_labels_patch({LABEL_VGPU_NODE: self._node})
+                await self.kube.patch_pod(
+                    claim.namespace, name, pod_labels_patch({LABEL_VGPU_NODE: self.node_name})
                 )
             except KubeError as error:
                 log.warning(
@@ -294,11 +286,11 @@ class Preparer:
     async def unprepare(self, uid: str) -> None:
         """Remove a claim's CDI spec, folder and checkpoint entry; an unknown uid is done."""
         async with self._lock:
-            done = self._checkpoint.claims.get(uid)
+            done = self.checkpoint.claims.get(uid)
             if done is None:
                 return
             await asyncio.to_thread(_remove, Path(done.spec_file), Path(done.cache_dir))
-            await asyncio.to_thread(self._checkpoint.remove, uid)
+            await asyncio.to_thread(self.checkpoint.remove, uid)
             log.info("unprepared claim %s/%s (%s)", done.namespace, done.name, uid)
 
 
