@@ -240,29 +240,14 @@ class MonitorCollector(Collector):
             out.add(LEGACY_LAST_KERNEL, labels, elapsed)
 
     def _mig(self, out: _Families, pod: MonitoredPod) -> None:
-        for allocation in pod.mig:
-            container = pod.container_at(allocation.container_index)
-            if not allocation.runtime_ready or container is None:
+        for mig in pod.mig:
+            container = pod.container_at(mig.container_index)
+            if not mig.runtime_ready or container is None:
                 continue
-            labels = (
-                pod.namespace,
-                pod.name,
-                container,
-                str(allocation.device_index),
-                allocation.gpu_uuid,
-            )
-            gpu_instance = str(allocation.gpu_instance_id)
-            out.add(
-                MIG_INFO,
-                (
-                    *labels,
-                    allocation.mig_uuid,
-                    allocation.profile,
-                    gpu_instance,
-                    str(allocation.compute_instance_id),
-                ),
-                1,
-            )
+            labels = (pod.namespace, pod.name, container, str(mig.device_index), mig.gpu_uuid)
+            gpu_instance = str(mig.gpu_instance_id)
+            identity = (mig.mig_uuid, mig.profile, gpu_instance, str(mig.compute_instance_id))
+            out.add(MIG_INFO, (*labels, *identity), 1)
             if self.legacy:
                 out.add(LEGACY_MIG, (*labels, gpu_instance), 1)
 

@@ -103,7 +103,6 @@ class RegionDirectory:
         try:
             cache = _cache_file(directory)
         except DirectoryError as err:
-            self._forget(key)
             self._refuse(key, str(err))
             return
         current = self.loaded.get(key)
@@ -116,7 +115,6 @@ class RegionDirectory:
             try:
                 current.still_whole()  # the feedback loop writes near the file's end
             except RegionError as err:
-                self._forget(key)
                 self._refuse(key, str(err))
             return
         if current is not None:
@@ -140,6 +138,8 @@ class RegionDirectory:
         )
 
     def _refuse(self, key: ContainerKey, reason: str) -> None:
+        """Close the container's region, if open, and log why unless that reason was logged."""
+        self._forget(key)
         report_refusal("region refused; retrying every tick", key, reason, self.refused)
         self.refused[key] = reason
 
