@@ -22,7 +22,6 @@ its folder, whose region live processes may be using.
 
 import asyncio
 import logging
-import os
 import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import KW_ONLY, dataclass, field
@@ -34,7 +33,7 @@ from pyhami.devices.nvidia.dra_claims import CORES, MIB
 from pyhami.devices.quantity import QuantityError, as_int64, parse_quantity
 from pyhami.dra import cdi
 from pyhami.dra.api import DRIVER
-from pyhami.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice
+from pyhami.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice, write_whole
 from pyhami.dra.slices import GpuFacts, device_name
 from pyhami.kube import RESOURCE_CLAIMS, KubeClient, NotFound
 from pyhami.kube.dra_views import read_claim
@@ -225,7 +224,8 @@ class Preparer:
         spec_file = cdi.spec_path(self.cdi_dir, claim.uid)
         envs = {**plan.envs, **dict(self.settings.toolkit_env)}  # as Allocate
         await asyncio.to_thread(prepare_host, plan, self.settings)
-        await asyncio.to_thread(_write_record, Path(plan.cache_dir), record)
+        # The monitor may read the folder at any moment.
+        await asyncio.to_thread(write_whole, Path(plan.cache_dir) / RECORD_FILE_NAME, record)
         await asyncio.to_thread(cdi.write_spec, spec_file, claim.uid, envs, plan.mounts)
         prepared = PreparedClaim(
             namespace=claim.namespace,
@@ -292,14 +292,6 @@ class Preparer:
             await asyncio.to_thread(_remove, Path(done.spec_file), Path(done.cache_dir))
             await asyncio.to_thread(self.checkpoint.remove, uid)
             log.info("unprepared claim %s/%s (%s)", done.namespace, done.name, uid)
-
-
-def _write_record(cache_dir: Path, record: str) -> None:
-    """The record, complete or not at all: the monitor may read the folder at any moment."""
-    partial = cache_dir / f".{RECORD_FILE_NAME}.tmp"
-    partial.write_text(record)
-    os.chmod(partial, 0o644)
-    os.replace(partial, cache_dir / RECORD_FILE_NAME)
 
 
 def _remove(spec_file: Path, cache_dir: Path) -> None:
