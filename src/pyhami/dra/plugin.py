@@ -60,12 +60,11 @@ class DRAPluginServicer(dra_pb2_grpc.DRAPluginServicer):
             except PrepareError as error:
                 log.error("NodePrepareResources: %s", error)
                 response.claims[claim.uid].error = str(error)
-                continue
             except Exception as error:
                 log.exception("NodePrepareResources failed unexpectedly for claim %s", key)
                 response.claims[claim.uid].error = f"{DRIVER}: preparing failed: {error}"
-                continue
-            response.claims[claim.uid].CopyFrom(_response(prepared))
+            else:
+                response.claims[claim.uid].CopyFrom(_response(prepared))
         return response
 
     async def NodeUnprepareResources(
@@ -78,8 +77,8 @@ class DRAPluginServicer(dra_pb2_grpc.DRAPluginServicer):
             except Exception as error:
                 log.exception("NodeUnprepareResources failed for claim %s", claim.uid)
                 response.claims[claim.uid].error = f"{DRIVER}: unpreparing failed: {error}"
-                continue
-            response.claims[claim.uid].SetInParent()
+            else:
+                response.claims[claim.uid].SetInParent()
         return response
 
 

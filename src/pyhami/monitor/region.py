@@ -99,7 +99,6 @@ class RegionSnapshot:
     version: LayoutVersion
     devices: tuple[VirtualDevice, ...]
     processes: tuple[ProcessSlot, ...]
-    skipped_devices: tuple[int, ...]  # slots < num whose UUID is empty or not UTF-8
     priority: int
     recent_kernel: int
     utilization_switch: int
@@ -253,13 +252,13 @@ class Region:
         processes = tuple(filter(None, (self._slot(data, index) for index in range(proc_num))))
         limits = self._limits.unpack_from(data, layout.limit)
         sm_limits = self._limits.unpack_from(data, layout.sm_limit)
-        devices, skipped = [], []
-        for index in range(num):
-            uuid = self._uuid_label(data, index)
-            if uuid is None:
-                skipped.append(index)
-                continue
-            devices.append(self._device(index, uuid, limits[index], sm_limits[index], processes))
+        # A slot whose UUID is empty or not UTF-8 is left out.
+        labels = ((index, self._uuid_label(data, index)) for index in range(num))
+        devices = tuple(
+            self._device(index, uuid, limits[index], sm_limits[index], processes)
+            for index, uuid in labels
+            if uuid is not None
+        )
         last_kernel = (
             0
             if layout.last_kernel_time is None
@@ -267,9 +266,8 @@ class Region:
         )
         return RegionSnapshot(
             version=layout.version,
-            devices=tuple(devices),
+            devices=devices,
             processes=processes,
-            skipped_devices=tuple(skipped),
             priority=_I32.unpack_from(data, layout.priority)[0],
             recent_kernel=_I32.unpack_from(data, layout.recent_kernel)[0],
             utilization_switch=_I32.unpack_from(data, layout.utilization_switch)[0],

@@ -106,12 +106,6 @@ class MonitorService:
 
     # ----- HTTP -----
 
-    def app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_get("/metrics", self._metrics)
-        app.router.add_get("/healthz", self._healthz)
-        return app
-
     async def _metrics(self, request: web.Request) -> web.Response:
         try:
             body = generate_latest(self.registry)
@@ -139,7 +133,9 @@ class MonitorService:
 
     async def start_http(self) -> int:
         """Serve on the configured address; returns the bound port (useful with port 0)."""
-        app = self.app()
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/healthz", self._healthz)
         guard = ConnectionGuard(self.settings.connection_limits)
         app.middlewares.insert(0, guard.middleware)  # outermost: it times the whole request
         self._runner = web.AppRunner(app, access_log=None)
