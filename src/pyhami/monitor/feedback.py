@@ -25,12 +25,11 @@ class FeedbackTarget(Protocol):
     recent_kernel: int
     utilization_switch: int
     priority: int
+    device_keys: tuple[bytes, ...]
 
     def write_recent_kernel(self, value: int) -> None: ...
 
     def write_utilization_switch(self, value: int) -> None: ...
-
-    def device_keys(self) -> tuple[bytes, ...]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +58,7 @@ def take_census(targets: Sequence[FeedbackTarget]) -> tuple[Census, list[bool]]:
             priority = target.priority
             if recent > 0 and priority >= 0:
                 is_active = True
-                for key in target.device_keys():
+                for key in target.device_keys:
                     census.setdefault(key, Counter())[priority] += 1
             target.write_recent_kernel(recent)
         active.append(is_active)
@@ -86,7 +85,7 @@ def observe(targets: Sequence[FeedbackTarget]) -> list[Verdict]:
     census, active = take_census(targets)
     verdicts = []
     for target, was_active in zip(targets, active, strict=True):
-        keys, priority = target.device_keys(), target.priority
+        keys, priority = target.device_keys, target.priority
         blocked = _blocking(census, keys, priority)
         recent = target.recent_kernel
         if blocked and recent >= 0:

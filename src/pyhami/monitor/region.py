@@ -346,10 +346,7 @@ class FeedbackFields:
     priority: int
     recent_kernel: int
     utilization_switch: int
-    keys: tuple[bytes, ...]  # the full 96-byte UUID of every device slot that holds one
-
-    def device_keys(self) -> tuple[bytes, ...]:
-        return self.keys
+    device_keys: tuple[bytes, ...]  # the full 96-byte UUID of every device slot that holds one
 
     def write_recent_kernel(self, value: int) -> None:
         if self._write(self.region.write_recent_kernel, value):
