@@ -93,8 +93,9 @@ def read_facts(nvml: Nvml, gpus: Sequence[Gpu]) -> tuple[GpuFacts, ...]:
     by_bus = {gpu.bus_id: gpu.uuid for gpu in gpus}
     peers: dict[str, set[str]] = {}
     for gpu in gpus:
-        linked = {by_bus[link.remote_bus_id] for link in nvml.nvlinks(gpu.index)}
-        peers[gpu.uuid] = {uuid for uuid in linked if uuid in by_bus.values()} - {gpu.uuid}
+        # A link to an NVSwitch or to a GPU the device filter hides joins no published pair.
+        remotes = {link.remote_bus_id for link in nvml.nvlinks(gpu.index)} & by_bus.keys()
+        peers[gpu.uuid] = {by_bus[bus] for bus in remotes} - {gpu.uuid}
     # A link seen from one side only still joins the two cards.
     for uuid, linked in list(peers.items()):
         for peer in linked:
