@@ -224,7 +224,6 @@ class Preparer:
         spec_file = cdi.spec_path(self.cdi_dir, claim.uid)
         envs = {**plan.envs, **dict(self.settings.toolkit_env)}  # as Allocate
         await asyncio.to_thread(prepare_host, plan, self.settings)
-        # The monitor may read the folder at any moment.
         await asyncio.to_thread(write_whole, Path(plan.cache_dir) / RECORD_FILE_NAME, record)
         await asyncio.to_thread(cdi.write_spec, spec_file, claim.uid, envs, plan.mounts)
         prepared = PreparedClaim(

@@ -169,8 +169,6 @@ class MonitorCollector(Collector):
         refused_now.add_metric((ZONE,), len(directories))
         yield refused_now
 
-    # ----- host -----
-
     def _host(self, out: _Families) -> tuple[HostCard, ...]:
         if self.open_nvml is None:
             return ()
@@ -186,8 +184,6 @@ class MonitorCollector(Collector):
                 out.add(LEGACY_HOST_MEMORY, labels, card.memory.used)
                 out.add(LEGACY_HOST_UTIL, labels, card.utilization.gpu)
         return cards
-
-    # ----- containers -----
 
     def _rows(
         self, pod: MonitoredPod, cards: Mapping[str, HostCard], refused: dict[ContainerKey, str]

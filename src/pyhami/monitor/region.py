@@ -164,8 +164,6 @@ class Region:
             raise RegionError(path, RejectReason.UNREADABLE, f"cannot read: {err}") from err
         return cls(path, fd, layout, (stat_now.st_dev, stat_now.st_ino))
 
-    # ----- raw access -----
-
     def _copy(self, target: memoryview, offset: int) -> None:
         """Fill `target` from the file at `offset`; a short read means the file shrank."""
         try:
@@ -197,15 +195,11 @@ class Region:
                 self.path, RejectReason.UNREADABLE, f"short write at offset {offset}: {written}"
             )
 
-    # ----- the two fields the monitor writes -----
-
     def write_recent_kernel(self, value: int) -> None:
         self._write_i32(self.layout.recent_kernel, value)
 
     def write_utilization_switch(self, value: int) -> None:
         self._write_i32(self.layout.utilization_switch, value)
-
-    # ----- reads -----
 
     def still_whole(self) -> None:
         """Raise if the file is now shorter than its layout (a container truncated it)."""

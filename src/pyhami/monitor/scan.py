@@ -97,8 +97,6 @@ class RegionDirectory:
         for key in list(self.loaded):
             self._forget(key)
 
-    # ----- one directory -----
-
     def _refresh(self, key: ContainerKey, directory: Path) -> None:
         try:
             cache = _cache_file(directory)

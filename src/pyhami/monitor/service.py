@@ -71,8 +71,6 @@ class MonitorService:
         self._runner: web.AppRunner | None = None
         self._listener: asyncio.Server | None = None
 
-    # ----- the loop -----
-
     def tick(self) -> TickResult:
         """One scan and one feedback pass (raises DirectoryError when the root is unreadable)."""
         self.regions.update({pod.uid for pod in self.pods.pods()}, now=self.clock.now().timestamp())
@@ -103,8 +101,6 @@ class MonitorService:
                 self.last_error = str(err)
                 log.warning("scan failed; retrying next period", error=str(err))
             await _sleep_or_stop(self.clock.sleep(self.settings.tick_interval_s), stop)
-
-    # ----- HTTP -----
 
     async def _metrics(self, request: web.Request) -> web.Response:
         try:
