@@ -288,11 +288,7 @@ class Preparer:
             done = self.checkpoint.claims.get(uid)
             if done is None:
                 return
-            await asyncio.to_thread(_remove, Path(done.spec_file), Path(done.cache_dir))
+            await asyncio.to_thread(Path(done.spec_file).unlink, missing_ok=True)
+            await asyncio.to_thread(shutil.rmtree, done.cache_dir, ignore_errors=True)
             await asyncio.to_thread(self.checkpoint.remove, uid)
             log.info("unprepared claim %s/%s (%s)", done.namespace, done.name, uid)
-
-
-def _remove(spec_file: Path, cache_dir: Path) -> None:
-    spec_file.unlink(missing_ok=True)
-    shutil.rmtree(cache_dir, ignore_errors=True)
