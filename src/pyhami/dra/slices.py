@@ -176,15 +176,12 @@ class SlicePublisher:
     def name(self) -> str:
         return slice_name(self.node_name)
 
-    def _trouble(self) -> dict[str, str]:
-        troubles = {f.gpu.uuid: self.board.trouble(f.gpu.uuid) for f in self.facts}
-        return {uuid: t.reason for uuid, t in troubles.items() if t is not None}
-
     async def publish(self) -> None:
         """Create or update the slice, unless it already says what this process last wrote
         (raises KubeError). The first publish of a process always writes, so a slice left by an
         older driver is brought up to date."""
-        trouble = self._trouble()
+        troubles = {f.gpu.uuid: self.board.trouble(f.gpu.uuid) for f in self.facts}
+        trouble = {uuid: t.reason for uuid, t in troubles.items() if t is not None}
         devices = [slice_device(f, trouble.get(f.gpu.uuid)) for f in self.facts]
         if devices == self._written:
             return
