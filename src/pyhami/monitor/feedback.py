@@ -51,15 +51,12 @@ def take_census(targets: Sequence[FeedbackTarget]) -> tuple[Census, list[bool]]:
     census: Census = {}
     active: list[bool] = []
     for target in targets:
-        recent = target.recent_kernel
-        is_active = False
-        if recent > 0:
-            recent -= 1
-            priority = target.priority
-            if recent > 0 and priority >= 0:
-                is_active = True
-                for key in target.device_keys:
-                    census.setdefault(key, Counter())[priority] += 1
+        recent = target.recent_kernel - 1
+        is_active = recent > 0 and target.priority >= 0
+        if is_active:
+            for key in target.device_keys:
+                census.setdefault(key, Counter())[target.priority] += 1
+        if recent >= 0:  # only a positive count is decremented
             target.write_recent_kernel(recent)
         active.append(is_active)
     return census, active
@@ -75,9 +72,7 @@ def _blocking(census: Census, keys: tuple[bytes, ...], priority: int) -> bool:
 
 
 def _shared_at_level(census: Census, keys: tuple[bytes, ...], priority: int) -> bool:
-    if priority < 0:
-        return False
-    return any(census.get(key, Counter())[priority] > 1 for key in keys)
+    return priority >= 0 and any(census.get(key, Counter())[priority] > 1 for key in keys)
 
 
 def observe(targets: Sequence[FeedbackTarget]) -> list[Verdict]:

@@ -76,9 +76,7 @@ class MonitorService:
         self.regions.update({pod.uid for pod in self.pods.pods()}, now=self.clock.now().timestamp())
         self.alarms.forget_all_but(self.regions.loaded)
         paused = self.mig_apply_lock.exists()
-        verdicts: tuple[Verdict, ...] = ()
-        if not paused:
-            verdicts = tuple(observe(self._feedback_targets()))
+        verdicts = () if paused else tuple(observe(self._feedback_targets()))
         self.last_good_tick = self.clock.monotonic()
         return TickResult(verdicts, paused)
 
