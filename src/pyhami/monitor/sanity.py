@@ -85,12 +85,7 @@ def findings(snapshot: RegionSnapshot, cards: Mapping[str, HostCard]) -> Iterato
 def _memory_findings(device: VirtualDevice, card: HostCard | None) -> Iterator[Finding]:
     capacity = PLAUSIBLE_MEMORY_BYTES if card is None else card.memory.total
     what = "any GPU" if card is None else "the card"
-    usage = {
-        "used": device.used,
-        "context": device.context,
-        "module": device.module,
-        "buffer": device.buffer,
-    }
+    usage = {name: getattr(device, name) for name in ("used", "context", "module", "buffer")}
     above = ", ".join(f"{name} {value}" for name, value in usage.items() if value > capacity)
     if above:
         detail = f"{above} bytes on {device.uuid}, more than the {capacity} bytes {what} has"
