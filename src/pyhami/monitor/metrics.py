@@ -106,21 +106,15 @@ REFUSED = _Spec(
 )
 
 
-class _Families:
-    """The families of one scrape, created on first use, in a stable order."""
-
-    def __init__(self) -> None:
-        self._families: dict[str, GaugeMetricFamily] = {}
+class _Families(dict[str, GaugeMetricFamily]):
+    """The families of one scrape by name, created on first use, in a stable order."""
 
     def add(self, spec: _Spec, labels: tuple[str, ...], value: float) -> None:
-        family = self._families.get(spec.name)
+        family = self.get(spec.name)
         if family is None:
             family = GaugeMetricFamily(spec.name, spec.help, labels=(*spec.labels, "zone"))
-            self._families[spec.name] = family
+            self[spec.name] = family
         family.add_metric((*labels, ZONE), value)
-
-    def __iter__(self) -> Iterator[GaugeMetricFamily]:
-        return iter(self._families.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +153,7 @@ class MonitorCollector(Collector):
                 "region not exported; the allocation's series stand in", key, reason, self._refused
             )
         self._refused = refused
-        yield from out
+        yield from out.values()
         alarms = CounterMetricFamily(ALARMS.name, ALARMS.help, labels=(*ALARMS.labels, "zone"))
         for kind in AlarmKind:
             alarms.add_metric((kind.value, ZONE), self.alarms.counts[kind])
