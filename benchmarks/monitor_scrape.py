@@ -21,8 +21,10 @@ from prometheus_client import generate_latest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from pyhami.kube import SystemClock
+from pyhami.kube.views import read_pod
 from pyhami.monitor.metrics import MonitorCollector, monitor_registry
-from pyhami.monitor.pods import PodView, pod_view
+from pyhami.monitor.pods import MonitoredPod, pod_view
 from pyhami.monitor.region import Region
 from pyhami.monitor.sanity import SanityAlarms
 from pyhami.monitor.scan import RegionDirectory
@@ -37,10 +39,10 @@ GPUS = 8
 
 
 class Pods:
-    def __init__(self, views: list[PodView]) -> None:
+    def __init__(self, views: list[MonitoredPod]) -> None:
         self.views = views
 
-    def pods(self) -> list[PodView]:
+    def pods(self) -> list[MonitoredPod]:
         return self.views
 
 
@@ -66,7 +68,9 @@ def build_node(root: Path, containers: int) -> Pods:
                 last_kernel_time=int(time.time()) - 3,
             ),
         )
-        views.append(pod_view(pod_object(f"pod-{n}", uid, allocated=f"{gpu},NVIDIA,8000,30:;")))
+        views.append(
+            pod_view(read_pod(pod_object(f"pod-{n}", uid, allocated=f"{gpu},NVIDIA,8000,30:;")))
+        )
     return Pods(views)
 
 
@@ -78,14 +82,13 @@ class RereadingRegions(RegionDirectory):
         self._kept = kept
 
     def reread(self) -> None:
-        for key, loaded in self._kept.loaded.items():
+        for key, kept in self._kept.loaded.items():
             old = self.loaded.pop(key, None)
             if old is not None:
-                old.region.close()
-            region = Region.open(loaded.region.path)
-            with loaded.region.path.open("rb") as whole:
+                old.close()
+            self.loaded[key] = Region.open(kept.path)
+            with kept.path.open("rb") as whole:
                 whole.read()
-            self.loaded[key] = type(loaded)(key, loaded.directory, region)
 
 
 def time_scrapes(scrape: Callable[[], bytes], scrapes: int) -> list[float]:
@@ -121,7 +124,7 @@ def main() -> None:
                 regions=regions,
                 open_nvml=nvml.open,
                 alarms=SanityAlarms(),
-                wall_clock=time.time,
+                clock=SystemClock(),
             )
             registry = monitor_registry(collector)
             return lambda: generate_latest(registry)

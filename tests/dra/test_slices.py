@@ -118,3 +118,13 @@ def test_cuda_version_is_a_semantic_version() -> None:
     assert cuda_semver(12080) == "12.8.0"
     assert cuda_semver(13000) == "13.0.0"
     assert cuda_semver(11040) == "11.4.0"
+
+
+def test_links_to_an_nvswitch_or_a_hidden_gpu_join_nothing() -> None:
+    """Only links between published GPUs make peers; NVML also reports links to NVSwitches and
+    to cards the device filter hides, and those must not stop the driver from starting."""
+    nvml = FakeNVML.with_gpus(a100_80g(), a100_80g(), a100_80g())
+    nvml.connect_switch(0, nvlinks=2)
+    nvml.link(1, 2, nvlinks=2)
+    facts = read_facts(nvml, discover(nvml, DeviceFilter(indices=frozenset({2}))))
+    assert [(f.nvlink_peers, f.nvlink_domain) for f in facts] == [((), None), ((), None)]

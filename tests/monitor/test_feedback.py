@@ -164,16 +164,13 @@ class _Target:
 
     def __init__(self, recent: int, switch: int, priority: int, keys: tuple[bytes, ...]) -> None:
         self.recent_kernel, self.utilization_switch = recent, switch
-        self.priority, self.keys = priority, keys
+        self.priority, self.device_keys = priority, keys
 
     def write_recent_kernel(self, value: int) -> None:
         self.recent_kernel = value
 
     def write_utilization_switch(self, value: int) -> None:
         self.utilization_switch = value
-
-    def device_keys(self) -> tuple[bytes, ...]:
-        return self.keys
 
 
 _CONTAINER = st.tuples(

@@ -60,7 +60,7 @@ def test_a_region_that_appears_later_in_a_loaded_dir_is_mapped(tmp_path: Path) -
     assert scan.loaded == {}, "only the placeholder: nothing to map yet"
     write_region(directory / "a.cache", RegionSpec(uuids=(uuid_of(0),)))
     scan.update({POD}, now=1e10)
-    assert [r.region.path.name for r in scan.loaded.values()] == ["a.cache"]
+    assert [r.path.name for r in scan.loaded.values()] == ["a.cache"]
     scan.close()
 
 
@@ -69,11 +69,11 @@ def test_a_replaced_region_file_is_remapped(tmp_path: Path) -> None:
     path = write_region(directory / "a.cache", RegionSpec(uuids=(uuid_of(0),)))
     scan = RegionDirectory(tmp_path, GRACE)
     scan.update({POD}, now=1e10)
-    first = scan.loaded[ContainerKey(POD, "main")].region
+    first = scan.loaded[ContainerKey(POD, "main")]
     replacement = write_region(directory / "tmp", RegionSpec(uuids=(uuid_of(5),)))
     os.replace(replacement, path)  # a new inode under the same name
     scan.update({POD}, now=1e10)
-    second = scan.loaded[ContainerKey(POD, "main")].region
+    second = scan.loaded[ContainerKey(POD, "main")]
     assert second is not first
     assert second.snapshot().devices[0].uuid == uuid_of(5)
     scan.close()

@@ -6,12 +6,12 @@ holding one device named by the claim uid; kubelet passes its fully qualified id
 """
 
 import json
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pyhami.deviceplugin.allocation import Mount
 from pyhami.dra.api import DRIVER
+from pyhami.dra.checkpoint import write_whole
 
 CDI_DIR = Path("/var/run/cdi")
 CDI_VERSION = "0.6.0"  # env and bind mounts need no newer spec; runtimes since 2023 read it
@@ -30,8 +30,7 @@ def spec_path(cdi_dir: Path, claim_uid: str) -> Path:
 def write_spec(
     path: Path, claim_uid: str, envs: Mapping[str, str], mounts: Sequence[Mount]
 ) -> None:
-    """Write the CDI spec of one claim atomically: a runtime reading the directory never sees
-    half a file. The CDI JSON exists only here, built from the typed env and mounts."""
+    """Write a claim's CDI spec whole; the CDI JSON exists only here, from typed env and mounts."""
     edits = {
         "env": [f"{key}={value}" for key, value in envs.items()],
         "mounts": [
@@ -48,8 +47,4 @@ def write_spec(
         "kind": CDI_KIND,
         "devices": [{"name": claim_uid, "containerEdits": edits}],
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.tmp")
-    partial.write_text(json.dumps(content, indent=2) + "\n")
-    os.chmod(partial, 0o644)
-    partial.replace(path)
+    write_whole(path, json.dumps(content, indent=2) + "\n")

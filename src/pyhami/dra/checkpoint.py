@@ -91,8 +91,8 @@ class Checkpoint:
             data = json.loads(text)
         except json.JSONDecodeError as error:
             raise CheckpointError(f"checkpoint {path} is not JSON: {error}") from error
-        if not isinstance(data, dict) or data.get("version") != FORMAT_VERSION:
-            version = data.get("version") if isinstance(data, dict) else None
+        version = data.get("version") if isinstance(data, dict) else None
+        if version != FORMAT_VERSION:
             raise CheckpointError(
                 f"checkpoint {path} has format version {version!r}, this driver reads "
                 f"{FORMAT_VERSION}"
@@ -124,7 +124,14 @@ class Checkpoint:
         # asdict keeps tuples; the checksum is over the JSON form that load() reads back.
         plain = json.loads(json.dumps(claims))
         data = {"version": FORMAT_VERSION, "checksum": _checksum(plain), "claims": plain}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        partial = self.path.with_name(f".{self.path.name}.tmp")
-        partial.write_text(json.dumps(data, indent=1) + "\n")
-        os.replace(partial, self.path)
+        write_whole(self.path, json.dumps(data, indent=1) + "\n")
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Write `path` (mode 0644) complete or not at all, through a renamed temporary file: whoever
+    reads it at any moment (the runtime, the monitor, a restarted driver) never sees half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.tmp")
+    partial.write_text(text)
+    os.chmod(partial, 0o644)
+    os.replace(partial, path)

@@ -32,17 +32,16 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 
 def _response(prepared: PreparedClaim) -> dra_pb2.NodePrepareResourceResponse:
-    devices = []
-    for device in prepared.devices:
-        message = dra_pb2.Device(
+    devices = [
+        dra_pb2.Device(
             request_names=list(device.requests),
             pool_name=device.pool,
             device_name=device.device,
             cdi_device_ids=list(prepared.cdi_ids),
+            share_id=device.share_id,  # None leaves the optional field unset
         )
-        if device.share_id is not None:
-            message.share_id = device.share_id
-        devices.append(message)
+        for device in prepared.devices
+    ]
     return dra_pb2.NodePrepareResourceResponse(devices=devices)
 
 
@@ -61,12 +60,11 @@ class DRAPluginServicer(dra_pb2_grpc.DRAPluginServicer):
             except PrepareError as error:
                 log.error("NodePrepareResources: %s", error)
                 response.claims[claim.uid].error = str(error)
-                continue
             except Exception as error:
                 log.exception("NodePrepareResources failed unexpectedly for claim %s", key)
                 response.claims[claim.uid].error = f"{DRIVER}: preparing failed: {error}"
-                continue
-            response.claims[claim.uid].CopyFrom(_response(prepared))
+            else:
+                response.claims[claim.uid].CopyFrom(_response(prepared))
         return response
 
     async def NodeUnprepareResources(
@@ -79,8 +77,8 @@ class DRAPluginServicer(dra_pb2_grpc.DRAPluginServicer):
             except Exception as error:
                 log.exception("NodeUnprepareResources failed for claim %s", claim.uid)
                 response.claims[claim.uid].error = f"{DRIVER}: unpreparing failed: {error}"
-                continue
-            response.claims[claim.uid].SetInParent()
+            else:
+                response.claims[claim.uid].SetInParent()
         return response
 
 

@@ -22,25 +22,18 @@ its folder, whose region live processes may be using.
 
 import asyncio
 import logging
-import os
 import shutil
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
-from pyhami.deviceplugin.allocation import (
-    AllocationSettings,
-    ContainerPlan,
-    ContainerSlot,
-    HostFiles,
-    plan_container,
-)
+from pyhami.deviceplugin.allocation import AllocationSettings, ContainerSlot, plan_container
 from pyhami.deviceplugin.allocator import host_files, prepare_host
 from pyhami.devices.nvidia.dra_claims import CORES, MIB
 from pyhami.devices.quantity import QuantityError, as_int64, parse_quantity
 from pyhami.dra import cdi
 from pyhami.dra.api import DRIVER
-from pyhami.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice
+from pyhami.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice, write_whole
 from pyhami.dra.slices import GpuFacts, device_name
 from pyhami.kube import RESOURCE_CLAIMS, KubeClient, NotFound
 from pyhami.kube.dra_views import read_claim
@@ -175,51 +168,23 @@ def container_devices(gpus: Iterable[AllocatedGpu]) -> ContainerDevices:
     )
 
 
-def _plan(
-    devices: ContainerDevices,
-    *,
-    pod_uid: str,
-    container: ContainerView,
-    claim: ClaimKey,
-    settings: AllocationSettings,
-    files: HostFiles,
-) -> ContainerPlan:
-    slot = ContainerSlot(position=0, container=container, devices=devices)
-    return plan_container(
-        slot,
-        pod_uid=pod_uid,
-        namespace=claim.namespace,
-        cache_id=claim.uid,
-        settings=settings,
-        files=files,
-    )
-
-
+@dataclass(eq=False)
 class Preparer:
     """Prepare and unprepare claims for one node, one call at a time."""
 
-    def __init__(
-        self,
-        kube: KubeClient,
-        node_name: str,
-        facts: Sequence[GpuFacts],
-        settings: AllocationSettings,
-        checkpoint: Checkpoint,
-        *,
-        cdi_dir: Path = cdi.CDI_DIR,
-    ) -> None:
-        self._kube = kube
-        self._node = node_name
-        self._facts = tuple(facts)
-        self._settings = settings
-        self._checkpoint = checkpoint
-        self._cdi_dir = cdi_dir
-        self._lock = asyncio.Lock()
+    kube: KubeClient
+    node_name: str
+    facts: Sequence[GpuFacts]
+    settings: AllocationSettings
+    checkpoint: Checkpoint
+    _: KW_ONLY
+    cdi_dir: Path = cdi.CDI_DIR
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
 
     async def prepare(self, claim: ClaimKey) -> PreparedClaim:
         """Prepare one claim (raises PrepareError with the reason kubelet should show)."""
         async with self._lock:
-            done = self._checkpoint.claims.get(claim.uid)
+            done = self.checkpoint.claims.get(claim.uid)
             if done is not None:
                 if not Path(done.spec_file).exists():
                     raise PrepareError(
@@ -231,7 +196,7 @@ class Preparer:
 
     async def _prepare_new(self, claim: ClaimKey) -> PreparedClaim:
         try:
-            obj = read_claim(await self._kube.get(RESOURCE_CLAIMS, claim.name, claim.namespace))
+            obj = read_claim(await self.kube.get(RESOURCE_CLAIMS, claim.name, claim.namespace))
         except NotFound:
             raise PrepareError(f"claim {claim} does not exist") from None
         except (KubeError, ClaimSpecError) as error:
@@ -241,43 +206,41 @@ class Preparer:
                 f"claim {claim.namespace}/{claim.name} now has uid {obj.uid}, not {claim.uid}: "
                 "it was deleted and created again"
             )
-        gpus = allocated_gpus(obj, self._node, self._facts)
+        gpus = allocated_gpus(obj, self.node_name, self.facts)
         devices = container_devices(gpus)
         try:
             record = encode_allocation_record(devices)
         except ProtocolError as error:
             raise PrepareError(f"claim {claim}: {error}") from error
         pod_uid, container = await self._user(obj, claim)
-        files = await asyncio.to_thread(host_files, self._settings)
-        plan = _plan(
-            devices,
+        plan = plan_container(
+            ContainerSlot(position=0, container=container, devices=devices),
             pod_uid=pod_uid,
-            container=container,
-            claim=claim,
-            settings=self._settings,
-            files=files,
+            namespace=claim.namespace,
+            cache_id=claim.uid,
+            settings=self.settings,
+            files=await asyncio.to_thread(host_files, self.settings),
         )
-        spec_file = cdi.spec_path(self._cdi_dir, claim.uid)
-        envs = {**plan.envs, **dict(self._settings.toolkit_env)}  # as Allocate
-        await asyncio.to_thread(prepare_host, plan, self._settings)
-        await asyncio.to_thread(_write_record, Path(plan.cache_dir), record)
+        spec_file = cdi.spec_path(self.cdi_dir, claim.uid)
+        envs = {**plan.envs, **dict(self.settings.toolkit_env)}  # as Allocate
+        await asyncio.to_thread(prepare_host, plan, self.settings)
+        await asyncio.to_thread(write_whole, Path(plan.cache_dir) / RECORD_FILE_NAME, record)
         await asyncio.to_thread(cdi.write_spec, spec_file, claim.uid, envs, plan.mounts)
-        cdi_ids = (cdi.device_id(claim.uid),)
         prepared = PreparedClaim(
             namespace=claim.namespace,
             name=claim.name,
             uid=claim.uid,
             devices=tuple(
                 PreparedDevice(
-                    requests=(g.request,), pool=self._node, device=g.device, share_id=g.share_id
+                    requests=(g.request,), pool=self.node_name, device=g.device, share_id=g.share_id
                 )
                 for g in gpus
             ),
-            cdi_ids=cdi_ids,
+            cdi_ids=(cdi.device_id(claim.uid),),
             spec_file=str(spec_file),
             cache_dir=str(plan.cache_dir),
         )
-        await asyncio.to_thread(self._checkpoint.put, prepared)
+        await asyncio.to_thread(self.checkpoint.put, prepared)
         log.info(
             "prepared claim %s: %s",
             claim,
@@ -292,7 +255,7 @@ class Preparer:
             raise PrepareError(f"claim {claim} is not reserved for any pod (status.reservedFor)")
         name, uid = pods[0]
         try:
-            state = read_pod_state(await self._kube.get_pod(claim.namespace, name))
+            state = read_pod_state(await self.kube.get_pod(claim.namespace, name))
         except KubeError as error:
             raise PrepareError(f"claim {claim}: cannot read its pod {name}: {error}") from error
         except PodSpecError as error:
@@ -305,10 +268,10 @@ class Preparer:
         if container is None:
             # Referenced by the pod but by no container: nothing will load libvgpu with it.
             container = ContainerView(name=f"claim-{claim.name}")
-        if pod.labels.get(LABEL_VGPU_NODE) != self._node:
+        if pod.labels.get(LABEL_VGPU_NODE) != self.node_name:
             try:
-                await self._kube.patch_pod(
-                    claim.namespace, name, pod_labels_patch({LABEL_VGPU_NODE: self._node})
+                await self.kube.patch_pod(
+                    claim.namespace, name, pod_labels_patch({LABEL_VGPU_NODE: self.node_name})
                 )
             except KubeError as error:
                 log.warning(
@@ -322,22 +285,10 @@ class Preparer:
     async def unprepare(self, uid: str) -> None:
         """Remove a claim's CDI spec, folder and checkpoint entry; an unknown uid is done."""
         async with self._lock:
-            done = self._checkpoint.claims.get(uid)
+            done = self.checkpoint.claims.get(uid)
             if done is None:
                 return
-            await asyncio.to_thread(_remove, Path(done.spec_file), Path(done.cache_dir))
-            await asyncio.to_thread(self._checkpoint.remove, uid)
+            await asyncio.to_thread(Path(done.spec_file).unlink, missing_ok=True)
+            await asyncio.to_thread(shutil.rmtree, done.cache_dir, ignore_errors=True)
+            await asyncio.to_thread(self.checkpoint.remove, uid)
             log.info("unprepared claim %s/%s (%s)", done.namespace, done.name, uid)
-
-
-def _write_record(cache_dir: Path, record: str) -> None:
-    """The record, complete or not at all: the monitor may read the folder at any moment."""
-    partial = cache_dir / f".{RECORD_FILE_NAME}.tmp"
-    partial.write_text(record)
-    os.chmod(partial, 0o644)
-    os.replace(partial, cache_dir / RECORD_FILE_NAME)
-
-
-def _remove(spec_file: Path, cache_dir: Path) -> None:
-    spec_file.unlink(missing_ok=True)
-    shutil.rmtree(cache_dir, ignore_errors=True)

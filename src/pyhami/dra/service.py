@@ -15,7 +15,7 @@ from pathlib import Path
 from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.deviceplugin.config import DeviceFilter
 from pyhami.deviceplugin.health import HealthBoard, HealthWatcher, XidPolicy, sleep_unless
-from pyhami.deviceplugin.inventory import Gpu, discover
+from pyhami.deviceplugin.inventory import discover
 from pyhami.deviceplugin.server import SocketServer
 from pyhami.dra import cdi
 from pyhami.dra.api import (
@@ -28,9 +28,11 @@ from pyhami.dra.api import (
 from pyhami.dra.checkpoint import Checkpoint
 from pyhami.dra.plugin import DRAPluginServicer, RegistrationServicer
 from pyhami.dra.prepare import Preparer
-from pyhami.dra.slices import GpuFacts, SlicePublisher, read_facts
+from pyhami.dra.slices import SlicePublisher, read_facts
 from pyhami.kube import KubeClient, cancel_and_wait, guarded_task
 from pyhami.kube.errors import KubeError
+from pyhami.kube.views import read_node
+from pyhami.model import NodeSpecError
 from pyhami.nvml import Nvml
 
 log = logging.getLogger(__name__)
@@ -74,9 +76,6 @@ class DraDriver:
         self.kube = kube
         self.nvml = nvml
         self.options = options
-        self.board = HealthBoard()
-        self.gpus: tuple[Gpu, ...] = ()
-        self.facts: tuple[GpuFacts, ...] = ()
         self.publisher: SlicePublisher | None = None
         self.registration: RegistrationServicer | None = None
         self.ready = asyncio.Event()  # serving and registered-socket open
@@ -85,13 +84,14 @@ class DraDriver:
         """Serve until `stop` is set (raises CheckpointError, InventoryError, NvmlError)."""
         options = self.options
         checkpoint = await asyncio.to_thread(Checkpoint.load, options.checkpoint_file)
-        self.gpus = await asyncio.to_thread(discover, self.nvml, options.device_filter)
-        self.facts = await asyncio.to_thread(read_facts, self.nvml, self.gpus)
-        self.board.track(gpu.uuid for gpu in self.gpus)
+        gpus = await asyncio.to_thread(discover, self.nvml, options.device_filter)
+        facts = await asyncio.to_thread(read_facts, self.nvml, gpus)
+        board = HealthBoard()
+        board.track(gpu.uuid for gpu in gpus)
         preparer = Preparer(
             self.kube,
             options.node_name,
-            self.facts,
+            facts,
             options.settings,
             checkpoint,
             cdi_dir=options.cdi_dir,
@@ -99,15 +99,15 @@ class DraDriver:
         self.publisher = SlicePublisher(
             self.kube,
             options.node_name,
-            self.facts,
-            self.board,
+            facts,
+            board,
             node_uid=await self._node_uid(),
             retry_interval=options.retry_interval,
         )
         health = HealthWatcher(
             self.nvml,
-            self.gpus,
-            self.board,
+            gpus,
+            board,
             options.xid_policy,
             recovery_after=options.recovery_after,
             wait_ms=options.xid_wait_ms,
@@ -134,7 +134,7 @@ class DraDriver:
             log.info(
                 "DRA driver %s serving %d GPUs on %s (%d claims prepared before)",
                 DRIVER,
-                len(self.gpus),
+                len(gpus),
                 options.plugin_socket,
                 len(checkpoint.claims),
             )
@@ -147,11 +147,10 @@ class DraDriver:
 
     async def _node_uid(self) -> str:
         try:
-            node = await self.kube.get_node(self.options.node_name)
-        except KubeError as error:
+            return read_node(await self.kube.get_node(self.options.node_name)).uid
+        except (KubeError, NodeSpecError) as error:
             log.warning("ResourceSlice without an owner (cannot read node): %s", error)
             return ""
-        return str((node.get("metadata") or {}).get("uid", ""))
 
     async def _keep_registration_socket(self, stop: asyncio.Event, server: SocketServer) -> None:
         while not stop.is_set():

@@ -18,7 +18,7 @@ import asyncio
 import logging
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 
 from pyhami.deviceplugin.health import HealthBoard, sleep_unless
 from pyhami.deviceplugin.inventory import Gpu
@@ -93,8 +93,9 @@ def read_facts(nvml: Nvml, gpus: Sequence[Gpu]) -> tuple[GpuFacts, ...]:
     by_bus = {gpu.bus_id: gpu.uuid for gpu in gpus}
     peers: dict[str, set[str]] = {}
     for gpu in gpus:
-        linked = {by_bus[link.remote_bus_id] for link in nvml.nvlinks(gpu.index)}
-        peers[gpu.uuid] = {uuid for uuid in linked if uuid in by_bus.values()} - {gpu.uuid}
+        # A link to an NVSwitch or to a GPU the device filter hides joins no published pair.
+        remotes = {link.remote_bus_id for link in nvml.nvlinks(gpu.index)} & by_bus.keys()
+        peers[gpu.uuid] = {by_bus[bus] for bus in remotes} - {gpu.uuid}
     # A link seen from one side only still joins the two cards.
     for uuid, linked in list(peers.items()):
         for peer in linked:
@@ -157,77 +158,69 @@ def slice_device(facts: GpuFacts, trouble: str | None) -> SliceDevice:
     )
 
 
+@dataclass(eq=False)
 class SlicePublisher:
     """Keeps this node's ResourceSlice equal to the GPUs and their health."""
 
-    def __init__(
-        self,
-        kube: KubeClient,
-        node_name: str,
-        facts: Sequence[GpuFacts],
-        board: HealthBoard,
-        *,
-        node_uid: str = "",
-        retry_interval: float = 5.0,
-    ) -> None:
-        self._kube = kube
-        self._node = node_name
-        self._facts = tuple(facts)
-        self._board = board
-        self._node_uid = node_uid
-        self._retry = retry_interval
-        self.name = slice_name(node_name)
-        self.published = 0  # successful writes, for logs and tests
-        self._written: list[SliceDevice] | None = None  # the devices of our last write
+    kube: KubeClient
+    node_name: str
+    facts: Sequence[GpuFacts]
+    board: HealthBoard
+    _: KW_ONLY
+    node_uid: str = ""
+    retry_interval: float = 5.0
+    published: int = field(default=0, init=False)  # successful writes, for logs and tests
+    _written: list[SliceDevice] | None = field(default=None, init=False)  # our last write
 
-    def _trouble(self) -> dict[str, str]:
-        troubles = {f.gpu.uuid: self._board.trouble(f.gpu.uuid) for f in self._facts}
-        return {uuid: t.reason for uuid, t in troubles.items() if t is not None}
+    @property
+    def name(self) -> str:
+        return slice_name(self.node_name)
 
     async def publish(self) -> None:
         """Create or update the slice, unless it already says what this process last wrote
         (raises KubeError). The first publish of a process always writes, so a slice left by an
         older driver is brought up to date."""
-        trouble = self._trouble()
-        devices = [slice_device(f, trouble.get(f.gpu.uuid)) for f in self._facts]
+        troubles = {f.gpu.uuid: self.board.trouble(f.gpu.uuid) for f in self.facts}
+        trouble = {uuid: t.reason for uuid, t in troubles.items() if t is not None}
+        devices = [slice_device(f, trouble.get(f.gpu.uuid)) for f in self.facts]
         if devices == self._written:
             return
         try:
-            current = read_slice(await self._kube.get(RESOURCE_SLICES, self.name))
+            current = read_slice(await self.kube.get(RESOURCE_SLICES, self.name))
         except NotFound:
-            body = resource_slice(self.name, self._node, devices, 0, node_uid=self._node_uid)
-            await self._kube.create(RESOURCE_SLICES, body)
+            body = resource_slice(self.name, self.node_name, devices, 0, node_uid=self.node_uid)
+            await self.kube.create(RESOURCE_SLICES, body)
         else:
             # The pool generation goes up with every change, so consumers tell old from new.
             body = resource_slice(
                 self.name,
-                self._node,
+                self.node_name,
                 devices,
                 current.generation + 1,
-                node_uid=self._node_uid,
+                node_uid=self.node_uid,
                 resource_version=current.resource_version,
             )
-            await self._kube.replace(RESOURCE_SLICES, self.name, body)
+            await self.kube.replace(RESOURCE_SLICES, self.name, body)
         self._written = devices
         self.published += 1
         log.info(
             "published ResourceSlice %s: %d GPUs, %d tainted unhealthy",
             self.name,
-            len(self._facts),
+            len(self.facts),
             len(trouble),
         )
 
     async def run(self, stop: asyncio.Event) -> None:
         """Publish now and after every health change, retrying failures, until `stop`."""
         while not stop.is_set():
-            seen = self._board.version
+            seen = self.board.version
             try:
                 await self.publish()
             except KubeError as error:
                 log.error("cannot publish ResourceSlice %s, retrying: %s", self.name, error)
-                await sleep_unless(stop, self._retry)
+                await sleep_unless(stop, self.retry_interval)
                 continue
-            change = asyncio.ensure_future(self._board.wait_for_change(seen))
+            change = asyncio.ensure_future(self.board.wait_for_change(seen))
             stopped = asyncio.ensure_future(stop.wait())
             try:
                 await asyncio.wait({change, stopped}, return_when=asyncio.FIRST_COMPLETED)

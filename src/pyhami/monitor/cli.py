@@ -38,8 +38,7 @@ def _nvml_opener() -> NvmlOpener | None:
 
 
 async def run_monitor(settings: MonitorSettings, open_nvml: NvmlOpener | None) -> None:
-    client = await KubeClient.from_kubeconfig(settings.kubeconfig)
-    async with client:
+    async with await KubeClient.from_kubeconfig(settings.kubeconfig) as client:
         pods = InformerPodSource(client, settings.node_name, settings.resync_interval_s)
         pods.informer.start()
         try:

@@ -19,22 +19,17 @@ FROZEN = -1
 
 
 class FeedbackTarget(Protocol):
-    """The part of a region the loop reads and writes (`FeedbackFields` is one)."""
+    """The part of a region the loop reads and writes (`FeedbackFields` is one); the loop
+    changes the two fields only through their write methods, which write the region."""
 
-    @property
-    def recent_kernel(self) -> int: ...
+    recent_kernel: int
+    utilization_switch: int
+    priority: int
+    device_keys: tuple[bytes, ...]
 
     def write_recent_kernel(self, value: int) -> None: ...
 
-    @property
-    def utilization_switch(self) -> int: ...
-
     def write_utilization_switch(self, value: int) -> None: ...
-
-    @property
-    def priority(self) -> int: ...
-
-    def device_keys(self) -> tuple[bytes, ...]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,15 +51,12 @@ def take_census(targets: Sequence[FeedbackTarget]) -> tuple[Census, list[bool]]:
     census: Census = {}
     active: list[bool] = []
     for target in targets:
-        recent = target.recent_kernel
-        is_active = False
-        if recent > 0:
-            recent -= 1
-            priority = target.priority
-            if recent > 0 and priority >= 0:
-                is_active = True
-                for key in target.device_keys():
-                    census.setdefault(key, Counter())[priority] += 1
+        recent = target.recent_kernel - 1
+        is_active = recent > 0 and target.priority >= 0
+        if is_active:
+            for key in target.device_keys:
+                census.setdefault(key, Counter())[target.priority] += 1
+        if recent >= 0:  # only a positive count is decremented
             target.write_recent_kernel(recent)
         active.append(is_active)
     return census, active
@@ -80,9 +72,7 @@ def _blocking(census: Census, keys: tuple[bytes, ...], priority: int) -> bool:
 
 
 def _shared_at_level(census: Census, keys: tuple[bytes, ...], priority: int) -> bool:
-    if priority < 0:
-        return False
-    return any(census.get(key, Counter())[priority] > 1 for key in keys)
+    return priority >= 0 and any(census.get(key, Counter())[priority] > 1 for key in keys)
 
 
 def observe(targets: Sequence[FeedbackTarget]) -> list[Verdict]:
@@ -90,7 +80,7 @@ def observe(targets: Sequence[FeedbackTarget]) -> list[Verdict]:
     census, active = take_census(targets)
     verdicts = []
     for target, was_active in zip(targets, active, strict=True):
-        keys, priority = target.device_keys(), target.priority
+        keys, priority = target.device_keys, target.priority
         blocked = _blocking(census, keys, priority)
         recent = target.recent_kernel
         if blocked and recent >= 0:

@@ -34,9 +34,8 @@ def read_host_cards(open_nvml: NvmlOpener) -> tuple[HostCard, ...]:
         log.warning("NVML unavailable; host metrics skipped", error=str(err))
         return ()
     try:
-        count = nvml.device_count()
         cards = []
-        for index in range(count):
+        for index in range(nvml.device_count()):
             try:
                 cards.append(_card(nvml, index))
             except NvmlNotSupportedError:

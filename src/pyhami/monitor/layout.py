@@ -24,14 +24,14 @@ class SlotLayout:
     """One process slot (`shrreg_proc_slot_t`); offsets relative to the slot start."""
 
     size: int
-    pid: int
-    hostpid: int
-    used: int  # used[16], one device_memory_t per device
     used_stride: int
     monitorused: int
     device_util: int  # device_util[16]
     device_util_stride: int
     status: int
+    pid: int = 0
+    hostpid: int = 4
+    used: int = 8  # used[16], one device_memory_t per device
     # Inside one device_memory_t.
     context_size: int = 0
     module_size: int = 8
@@ -48,7 +48,6 @@ class RegionLayout:
 
     version: LayoutVersion
     size: int
-    magic: int
     major_version: int | None  # v0 has no version fields
     device_num: int
     uuids: int
@@ -69,7 +68,6 @@ class RegionLayout:
 V1 = RegionLayout(
     version=LayoutVersion.V1,
     size=2_008_952,
-    magic=0,
     major_version=4,
     device_num=56,
     uuids=64,
@@ -78,9 +76,6 @@ V1 = RegionLayout(
     procs=1856,
     slot=SlotLayout(
         size=1960,
-        pid=0,
-        hostpid=4,
-        used=8,
         used_stride=64,
         monitorused=1032,
         device_util=1160,
@@ -97,7 +92,6 @@ V1 = RegionLayout(
 V0 = RegionLayout(
     version=LayoutVersion.V0,
     size=1_197_896,
-    magic=0,
     major_version=None,
     device_num=48,
     uuids=56,
@@ -106,9 +100,6 @@ V0 = RegionLayout(
     procs=1848,
     slot=SlotLayout(
         size=1168,
-        pid=0,
-        hostpid=4,
-        used=8,
         used_stride=40,
         monitorused=648,
         device_util=776,

@@ -15,7 +15,7 @@ allocation record counts there too.
 """
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -106,21 +106,15 @@ REFUSED = _Spec(
 )
 
 
-class _Families:
-    """The families of one scrape, created on first use, in a stable order."""
-
-    def __init__(self) -> None:
-        self._families: dict[str, GaugeMetricFamily] = {}
+class _Families(dict[str, GaugeMetricFamily]):
+    """The families of one scrape by name, created on first use, in a stable order."""
 
     def add(self, spec: _Spec, labels: tuple[str, ...], value: float) -> None:
-        family = self._families.get(spec.name)
+        family = self.get(spec.name)
         if family is None:
             family = GaugeMetricFamily(spec.name, spec.help, labels=(*spec.labels, "zone"))
-            self._families[spec.name] = family
+            self[spec.name] = family
         family.add_metric((*labels, ZONE), value)
-
-    def __iter__(self) -> Iterator[GaugeMetricFamily]:
-        return iter(self._families.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,27 +126,17 @@ class _Row:
     last_kernel_time: int
 
 
+@dataclass(kw_only=True, eq=False)  # eq=False: the registry keys its collectors by identity
 class MonitorCollector(Collector):
-    def __init__(
-        self,
-        *,
-        node: NodeName | None,
-        pods: PodSource,
-        regions: RegionDirectory,
-        open_nvml: NvmlOpener | None,
-        alarms: SanityAlarms,
-        clock: Clock,
-        legacy: bool = False,
-    ) -> None:
-        self.node = node
-        self.pods = pods
-        self.regions = regions
-        self.open_nvml = open_nvml
-        self.alarms = alarms
-        self.clock = clock
-        self.legacy = legacy
-        # Regions refused by the last scrape, with the reason, to log a reason once.
-        self._refused: dict[ContainerKey, str] = {}
+    node: NodeName | None
+    pods: PodSource
+    regions: RegionDirectory
+    open_nvml: NvmlOpener | None
+    alarms: SanityAlarms
+    clock: Clock
+    legacy: bool = False
+    # Regions refused by the last scrape, with the reason, to log a reason once.
+    _refused: dict[ContainerKey, str] = field(default_factory=dict, init=False)
 
     def collect(self) -> Iterator[Metric]:
         out = _Families()
@@ -164,8 +148,12 @@ class MonitorCollector(Collector):
             for row in self._rows(pod, by_uuid, refused):
                 self._container(out, row, now)
             self._mig(out, pod)
-        self._note_refused(refused)
-        yield from out
+        for key, reason in refused.items():
+            report_refusal(
+                "region not exported; the allocation's series stand in", key, reason, self._refused
+            )
+        self._refused = refused
+        yield from out.values()
         alarms = CounterMetricFamily(ALARMS.name, ALARMS.help, labels=(*ALARMS.labels, "zone"))
         for kind in AlarmKind:
             alarms.add_metric((kind.value, ZONE), self.alarms.counts[kind])
@@ -174,8 +162,6 @@ class MonitorCollector(Collector):
         directories = {*self.regions.refused, *self.regions.records.refused, *refused}
         refused_now.add_metric((ZONE,), len(directories))
         yield refused_now
-
-    # ----- host -----
 
     def _host(self, out: _Families) -> tuple[HostCard, ...]:
         if self.open_nvml is None:
@@ -193,8 +179,6 @@ class MonitorCollector(Collector):
                 out.add(LEGACY_HOST_UTIL, labels, card.utilization.gpu)
         return cards
 
-    # ----- containers -----
-
     def _rows(
         self, pod: MonitoredPod, cards: Mapping[str, HostCard], refused: dict[ContainerKey, str]
     ) -> Iterator[_Row]:
@@ -202,10 +186,10 @@ class MonitorCollector(Collector):
             key = ContainerKey(pod.uid, container)
             devices: tuple[VirtualDevice, ...] = ()
             last_kernel = 0
-            loaded = self.regions.loaded.get(key)
-            if loaded is not None:
+            region = self.regions.loaded.get(key)
+            if region is not None:
                 try:
-                    snapshot = loaded.region.snapshot()
+                    snapshot = region.snapshot()
                 except RegionError as err:
                     refused[key] = str(err)
                 else:
@@ -214,25 +198,13 @@ class MonitorCollector(Collector):
                         refused[key] = "; ".join(finding.detail for finding in impossible)
                     else:
                         devices, last_kernel = snapshot.devices, snapshot.last_kernel_time
-            if not devices:
-                devices = _allocated_devices(self._allocation(pod, key))
+            if not devices and pod.allocated:
+                devices = _allocated_devices(pod.devices_of(container))
+            elif not devices:  # no allocation annotation: the DRA driver's record, if any
+                devices = _allocated_devices(self.regions.records.devices.get(key, ()))
             for device in devices:
                 labels = (pod.namespace, pod.name, container, str(device.index), device.uuid)
                 yield _Row(labels, device, last_kernel)
-
-    def _allocation(self, pod: MonitoredPod, key: ContainerKey) -> ContainerDevices:
-        """The container's devices from the pod's annotation, or from the DRA driver's record
-        when the pod has no annotation."""
-        if pod.allocated:
-            return pod.devices_of(key.container)
-        return self.regions.records.devices.get(key, ())
-
-    def _note_refused(self, refused: dict[ContainerKey, str]) -> None:
-        for key, reason in refused.items():
-            report_refusal(
-                "region not exported; the allocation's series stand in", key, reason, self._refused
-            )
-        self._refused = refused
 
     def _container(self, out: _Families, row: _Row, now: float) -> None:
         device, labels = row.device, row.labels
@@ -258,29 +230,14 @@ class MonitorCollector(Collector):
             out.add(LEGACY_LAST_KERNEL, labels, elapsed)
 
     def _mig(self, out: _Families, pod: MonitoredPod) -> None:
-        for allocation in pod.mig:
-            container = pod.container_at(allocation.container_index)
-            if not allocation.runtime_ready or container is None:
+        for mig in pod.mig:
+            container = pod.container_at(mig.container_index)
+            if not mig.runtime_ready or container is None:
                 continue
-            labels = (
-                pod.namespace,
-                pod.name,
-                container,
-                str(allocation.device_index),
-                allocation.gpu_uuid,
-            )
-            gpu_instance = str(allocation.gpu_instance_id)
-            out.add(
-                MIG_INFO,
-                (
-                    *labels,
-                    allocation.mig_uuid,
-                    allocation.profile,
-                    gpu_instance,
-                    str(allocation.compute_instance_id),
-                ),
-                1,
-            )
+            labels = (pod.namespace, pod.name, container, str(mig.device_index), mig.gpu_uuid)
+            gpu_instance = str(mig.gpu_instance_id)
+            identity = (mig.mig_uuid, mig.profile, gpu_instance, str(mig.compute_instance_id))
+            out.add(MIG_INFO, (*labels, *identity), 1)
             if self.legacy:
                 out.add(LEGACY_MIG, (*labels, gpu_instance), 1)
 
@@ -293,11 +250,6 @@ def _allocated_devices(allocated: ContainerDevices) -> tuple[VirtualDevice, ...]
             uuid=device.uuid[:UUID_LABEL_BYTES],
             limit=device.usedmem * MIB,
             sm_limit=device.usedcores,
-            used=0,
-            context=0,
-            module=0,
-            buffer=0,
-            sm_util=0,
         )
         for index, device in enumerate(allocated)
     )

@@ -47,10 +47,9 @@ class MonitoredPod:
     def devices_of(self, container: str) -> ContainerDevices:
         """The devices allocated to an app container or a native sidecar by name (empty when
         none); a classic init container is short-lived and gets no usage series."""
-        names = self.init_containers + self.containers
         if container not in self.containers and container not in self.sidecars:
             return ()
-        index = names.index(container)
+        index = (self.init_containers + self.containers).index(container)
         return self.allocated[index] if index < len(self.allocated) else ()
 
     def container_at(self, index: int) -> str | None:

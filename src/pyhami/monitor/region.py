@@ -60,7 +60,6 @@ class RegionError(Exception):
         super().__init__(f"shared region {path}: {detail}")
         self.path = path
         self.reason = reason
-        self.detail = detail
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,11 +70,12 @@ class VirtualDevice:
     uuid: str  # the first 40 bytes of the slot UUID (the exported label)
     limit: int  # bytes; 0 = unlimited
     sm_limit: int  # percent
-    used: int  # Σ used[i].total
-    context: int
-    module: int
-    buffer: int
-    sm_util: int  # Σ deviceUtil[i].smUtil
+    # Zero for a device known only from its allocation (no region yet).
+    used: int = 0  # Σ used[i].total
+    context: int = 0
+    module: int = 0
+    buffer: int = 0
+    sm_util: int = 0  # Σ deviceUtil[i].smUtil
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +99,6 @@ class RegionSnapshot:
     version: LayoutVersion
     devices: tuple[VirtualDevice, ...]
     processes: tuple[ProcessSlot, ...]
-    skipped_devices: tuple[int, ...]  # slots < num whose UUID is empty or not UTF-8
     priority: int
     recent_kernel: int
     utilization_switch: int
@@ -165,8 +164,6 @@ class Region:
             raise RegionError(path, RejectReason.UNREADABLE, f"cannot read: {err}") from err
         return cls(path, fd, layout, (stat_now.st_dev, stat_now.st_ino))
 
-    # ----- raw access -----
-
     def _copy(self, target: memoryview, offset: int) -> None:
         """Fill `target` from the file at `offset`; a short read means the file shrank."""
         try:
@@ -198,15 +195,11 @@ class Region:
                 self.path, RejectReason.UNREADABLE, f"short write at offset {offset}: {written}"
             )
 
-    # ----- the two fields the monitor writes -----
-
     def write_recent_kernel(self, value: int) -> None:
         self._write_i32(self.layout.recent_kernel, value)
 
     def write_utilization_switch(self, value: int) -> None:
         self._write_i32(self.layout.utilization_switch, value)
-
-    # ----- reads -----
 
     def still_whole(self) -> None:
         """Raise if the file is now shorter than its layout (a container truncated it)."""
@@ -250,20 +243,16 @@ class Region:
                 f"device_num {num} (at most {MAX_DEVICES}) / proc_num {proc_num} (0..{MAX_PROCS})",
             )
         self._copy(view[layout.procs : layout.slot_offset(proc_num)], layout.procs)
-        processes = tuple(
-            slot
-            for slot in (self._slot(data, index) for index in range(proc_num))
-            if slot is not None
-        )
+        processes = tuple(filter(None, (self._slot(data, index) for index in range(proc_num))))
         limits = self._limits.unpack_from(data, layout.limit)
         sm_limits = self._limits.unpack_from(data, layout.sm_limit)
-        devices, skipped = [], []
-        for index in range(num):
-            uuid = self._uuid_label(data, index)
-            if uuid is None:
-                skipped.append(index)
-                continue
-            devices.append(self._device(index, uuid, limits[index], sm_limits[index], processes))
+        # A slot whose UUID is empty or not UTF-8 is left out.
+        labels = ((index, self._uuid_label(data, index)) for index in range(num))
+        devices = tuple(
+            self._device(index, uuid, limits[index], sm_limits[index], processes)
+            for index, uuid in labels
+            if uuid is not None
+        )
         last_kernel = (
             0
             if layout.last_kernel_time is None
@@ -271,9 +260,8 @@ class Region:
         )
         return RegionSnapshot(
             version=layout.version,
-            devices=tuple(devices),
+            devices=devices,
             processes=processes,
-            skipped_devices=tuple(skipped),
             priority=_I32.unpack_from(data, layout.priority)[0],
             recent_kernel=_I32.unpack_from(data, layout.recent_kernel)[0],
             utilization_switch=_I32.unpack_from(data, layout.utilization_switch)[0],
@@ -352,10 +340,7 @@ class FeedbackFields:
     priority: int
     recent_kernel: int
     utilization_switch: int
-    keys: tuple[bytes, ...]  # the full 96-byte UUID of every device slot that holds one
-
-    def device_keys(self) -> tuple[bytes, ...]:
-        return self.keys
+    device_keys: tuple[bytes, ...]  # the full 96-byte UUID of every device slot that holds one
 
     def write_recent_kernel(self, value: int) -> None:
         if self._write(self.region.write_recent_kernel, value):

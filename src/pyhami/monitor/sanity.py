@@ -6,12 +6,12 @@ new problems. Findings of containers that are gone are forgotten.
 
 The region is written by the container, so its numbers are claims. Memory above what the card
 has, a limit above it, or a process above 100 % SM cannot be true: such a snapshot is refused
-(`AlarmKind.refuses`) and the container's series fall back to its allocation, so that a
+(`_REFUSING`) and the container's series fall back to its allocation, so that a
 value like 4.6e20 never reaches `/metrics`. Negative counters only count as 0 in the sums.
 """
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import structlog
@@ -38,12 +38,8 @@ class AlarmKind(enum.StrEnum):
     # not on.
     UNKNOWN_PID = "unknown_pid"
 
-    @property
-    def refuses(self) -> bool:
-        """True when a snapshot with this finding must not be exported."""
-        return self in _REFUSING
 
-
+# A snapshot with one of these findings must not be exported.
 _REFUSING = frozenset(
     {AlarmKind.ABOVE_PHYSICAL, AlarmKind.LIMIT_ABOVE_PHYSICAL, AlarmKind.IMPOSSIBLE_UTILIZATION}
 )
@@ -58,104 +54,47 @@ class Finding:
     detail: str = field(compare=False)
 
 
-def findings(snapshot: RegionSnapshot, cards: Mapping[str, HostCard]) -> list[Finding]:
+def findings(snapshot: RegionSnapshot, cards: Mapping[str, HostCard]) -> Iterator[Finding]:
     """Everything impossible in one snapshot; `cards` by UUID (may be empty without NVML)."""
-    found: list[Finding] = []
     for process in snapshot.processes:
-        if not 0 < process.pid <= PID_MAX or not 0 <= process.hostpid <= PID_MAX:
-            found.append(
-                Finding(
-                    AlarmKind.UNKNOWN_PID,
-                    process.slot,
-                    -1,
-                    process.pid,
-                    f"live slot with pid {process.pid} hostpid {process.hostpid}",
-                )
-            )
-        for index, values in enumerate(
-            zip(
-                process.totals,
-                process.contexts,
-                process.modules,
-                process.buffers,
-                process.sm_utils,
-                strict=True,
-            )
-        ):
+        slot, pid = process.slot, process.pid
+        if not 0 < pid <= PID_MAX or not 0 <= process.hostpid <= PID_MAX:
+            detail = f"live slot with pid {pid} hostpid {process.hostpid}"
+            yield Finding(AlarmKind.UNKNOWN_PID, slot, -1, pid, detail)
+        counters = (process.totals, process.contexts, process.modules, process.buffers)
+        for index, values in enumerate(zip(*counters, process.sm_utils, strict=True)):
             if min(values) < 0:
-                found.append(
-                    Finding(
-                        AlarmKind.NEGATIVE_COUNTER,
-                        process.slot,
-                        index,
-                        process.pid,
-                        f"counters {values}",
-                    )
-                )
+                yield Finding(AlarmKind.NEGATIVE_COUNTER, slot, index, pid, f"counters {values}")
             if values[-1] > MAX_SM_UTIL:
-                found.append(
-                    Finding(
-                        AlarmKind.IMPOSSIBLE_UTILIZATION,
-                        process.slot,
-                        index,
-                        process.pid,
-                        f"smUtil {values[-1]} %",
-                    )
-                )
+                detail = f"smUtil {values[-1]} %"
+                yield Finding(AlarmKind.IMPOSSIBLE_UTILIZATION, slot, index, pid, detail)
     for device in snapshot.devices:
         card = cards.get(device.uuid)
-        found.extend(_memory_findings(device, card))
+        yield from _memory_findings(device, card)
         if card is None or card.pids is None:
             continue
         for process in snapshot.processes:
             uses = process.totals[device.index] > 0
             if uses and process.hostpid > 0 and process.hostpid not in card.pids:
-                found.append(
-                    Finding(
-                        AlarmKind.UNKNOWN_PID,
-                        process.slot,
-                        device.index,
-                        process.pid,
-                        f"hostpid {process.hostpid} uses {device.uuid} but NVML does not list it",
-                    )
+                detail = f"hostpid {process.hostpid} uses {device.uuid} but NVML does not list it"
+                yield Finding(
+                    AlarmKind.UNKNOWN_PID, process.slot, device.index, process.pid, detail
                 )
-    return found
 
 
-def _memory_findings(device: VirtualDevice, card: HostCard | None) -> list[Finding]:
+def _memory_findings(device: VirtualDevice, card: HostCard | None) -> Iterator[Finding]:
     capacity = PLAUSIBLE_MEMORY_BYTES if card is None else card.memory.total
     what = "any GPU" if card is None else "the card"
-    found = []
-    usage = {
-        "used": device.used,
-        "context": device.context,
-        "module": device.module,
-        "buffer": device.buffer,
-    }
-    above = {name: value for name, value in usage.items() if value > capacity}
+    usage = {name: getattr(device, name) for name in ("used", "context", "module", "buffer")}
+    above = ", ".join(f"{name} {value}" for name, value in usage.items() if value > capacity)
     if above:
-        found.append(
-            Finding(
-                AlarmKind.ABOVE_PHYSICAL,
-                -1,
-                device.index,
-                0,
-                f"{', '.join(f'{name} {value}' for name, value in above.items())} bytes on "
-                f"{device.uuid}, more than the {capacity} bytes {what} has",
-            )
-        )
+        detail = f"{above} bytes on {device.uuid}, more than the {capacity} bytes {what} has"
+        yield Finding(AlarmKind.ABOVE_PHYSICAL, -1, device.index, 0, detail)
     if device.limit > capacity:
-        found.append(
-            Finding(
-                AlarmKind.LIMIT_ABOVE_PHYSICAL,
-                -1,
-                device.index,
-                0,
-                f"limit {device.limit} bytes on {device.uuid}, above the {capacity} bytes "
-                f"{what} has",
-            )
+        detail = (
+            f"limit {device.limit} bytes on {device.uuid}, above the {capacity} bytes {what} has"
         )
-    return found
+        yield Finding(AlarmKind.LIMIT_ABOVE_PHYSICAL, -1, device.index, 0, detail)
 
 
 class SanityAlarms:
@@ -172,7 +111,7 @@ class SanityAlarms:
         seen = self._seen.setdefault(key, set())
         refusing = []
         for finding in findings(snapshot, cards):
-            if finding.kind.refuses:
+            if finding.kind in _REFUSING:
                 refusing.append(finding)
             if finding in seen:
                 continue
@@ -190,6 +129,5 @@ class SanityAlarms:
         return refusing
 
     def forget_all_but(self, keys: Iterable[ContainerKey]) -> None:
-        keep = set(keys)
-        for key in [k for k in self._seen if k not in keep]:
+        for key in self._seen.keys() - keys:
             del self._seen[key]

@@ -17,7 +17,7 @@ Where we differ from HAMi, on purpose:
 
 import os
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,13 +47,6 @@ def parse_dir_name(name: str) -> ContainerKey | None:
     return ContainerKey(PodUID(pod_uid), container)
 
 
-@dataclass(frozen=True, slots=True)
-class LoadedRegion:
-    key: ContainerKey
-    directory: Path
-    region: Region
-
-
 class DirectoryError(Exception):
     """A container directory the monitor cannot use this tick (reason in the message)."""
 
@@ -64,7 +57,7 @@ class RegionDirectory:
     def __init__(self, root: Path, grace_seconds: float) -> None:
         self.root = root
         self.grace_seconds = grace_seconds
-        self.loaded: dict[ContainerKey, LoadedRegion] = {}
+        self.loaded: dict[ContainerKey, Region] = {}
         # The last reason each directory was refused for, so the same reason is logged once.
         self.refused: dict[ContainerKey, str] = {}
         self._warned_names: set[str] = set()
@@ -86,18 +79,17 @@ class RegionDirectory:
                 self._warn_name(entry.name)
                 continue
             directory = Path(entry.path)
-            if key.pod_uid not in pods_on_node:
-                if self._orphan_expired(directory, now):
-                    self._delete(key, directory)
-                    continue
-                present.add(key)
+            on_node = key.pod_uid in pods_on_node
+            if not on_node and self._orphan_expired(directory, now):
+                self._delete(key, directory)
                 continue
             present.add(key)
-            self._refresh(key, directory)
-            self.records.refresh(key, directory)
-        for key in [k for k in self.loaded if k not in present]:
+            if on_node:
+                self._refresh(key, directory)
+                self.records.refresh(key, directory)
+        for key in self.loaded.keys() - present:
             self._forget(key)
-        for key in [k for k in self.refused if k not in present]:
+        for key in self.refused.keys() - present:
             del self.refused[key]
         self.records.keep_only(present)
 
@@ -105,13 +97,10 @@ class RegionDirectory:
         for key in list(self.loaded):
             self._forget(key)
 
-    # ----- one directory -----
-
     def _refresh(self, key: ContainerKey, directory: Path) -> None:
         try:
             cache = _cache_file(directory)
         except DirectoryError as err:
-            self._forget(key)
             self._refuse(key, str(err))
             return
         current = self.loaded.get(key)
@@ -120,11 +109,10 @@ class RegionDirectory:
                 log.info("region gone; closed", pod_uid=key.pod_uid, container=key.container)
                 self._forget(key)
             return
-        if current is not None and current.region.path == cache and _same_file(current, cache):
+        if current is not None and current.path == cache and _same_file(current, cache):
             try:
-                current.region.still_whole()  # the feedback loop writes near the file's end
+                current.still_whole()  # the feedback loop writes near the file's end
             except RegionError as err:
-                self._forget(key)
                 self._refuse(key, str(err))
             return
         if current is not None:
@@ -138,7 +126,7 @@ class RegionDirectory:
             self._refuse(key, str(err))
             return
         self.refused.pop(key, None)
-        self.loaded[key] = LoadedRegion(key, directory, region)
+        self.loaded[key] = region
         log.info(
             "opened region",
             path=str(cache),
@@ -148,13 +136,15 @@ class RegionDirectory:
         )
 
     def _refuse(self, key: ContainerKey, reason: str) -> None:
+        """Close the container's region, if open, and log why unless that reason was logged."""
+        self._forget(key)
         report_refusal("region refused; retrying every tick", key, reason, self.refused)
         self.refused[key] = reason
 
     def _forget(self, key: ContainerKey) -> None:
-        loaded = self.loaded.pop(key, None)
-        if loaded is not None:
-            loaded.region.close()
+        region = self.loaded.pop(key, None)
+        if region is not None:
+            region.close()
 
     def _orphan_expired(self, directory: Path, now: float) -> bool:
         try:
@@ -216,12 +206,12 @@ def _cache_file(directory: Path) -> Path | None:
     return directory / caches[0] if caches else None
 
 
-def _same_file(loaded: LoadedRegion, path: Path) -> bool:
+def _same_file(region: Region, path: Path) -> bool:
     try:
         stat = path.stat(follow_symlinks=False)
     except OSError:
         return False
-    return (stat.st_dev, stat.st_ino) == loaded.region.identity
+    return (stat.st_dev, stat.st_ino) == region.identity
 
 
 class AllocationRecords:
@@ -257,7 +247,6 @@ class AllocationRecords:
         self.refused.pop(key, None)
         self._read.pop(key, None)
 
-    def keep_only(self, keys: Iterable[ContainerKey]) -> None:
-        keep = set(keys)
-        for key in [k for k in self._read.keys() | self.refused.keys() if k not in keep]:
+    def keep_only(self, keys: set[ContainerKey]) -> None:
+        for key in (self._read.keys() | self.refused.keys()) - keys:
             self.forget(key)

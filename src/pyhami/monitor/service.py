@@ -71,28 +71,21 @@ class MonitorService:
         self._runner: web.AppRunner | None = None
         self._listener: asyncio.Server | None = None
 
-    def _wall(self) -> float:
-        return self.clock.now().timestamp()
-
-    # ----- the loop -----
-
     def tick(self) -> TickResult:
         """One scan and one feedback pass (raises DirectoryError when the root is unreadable)."""
-        self.regions.update({pod.uid for pod in self.pods.pods()}, now=self._wall())
+        self.regions.update({pod.uid for pod in self.pods.pods()}, now=self.clock.now().timestamp())
         self.alarms.forget_all_but(self.regions.loaded)
         paused = self.mig_apply_lock.exists()
-        verdicts: tuple[Verdict, ...] = ()
-        if not paused:
-            verdicts = tuple(observe(self._feedback_targets()))
+        verdicts = () if paused else tuple(observe(self._feedback_targets()))
         self.last_good_tick = self.clock.monotonic()
         return TickResult(verdicts, paused)
 
     def _feedback_targets(self) -> list[FeedbackFields]:
         """Each loaded region's feedback fields; one that cannot be read sits this tick out."""
         targets = []
-        for loaded in self.regions.loaded.values():
+        for region in self.regions.loaded.values():
             try:
-                targets.append(loaded.region.feedback())
+                targets.append(region.feedback())
             except RegionError as err:
                 log.warning("region left out of the feedback loop this tick", error=str(err))
         return targets
@@ -106,14 +99,6 @@ class MonitorService:
                 self.last_error = str(err)
                 log.warning("scan failed; retrying next period", error=str(err))
             await _sleep_or_stop(self.clock.sleep(self.settings.tick_interval_s), stop)
-
-    # ----- HTTP -----
-
-    def app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_get("/metrics", self._metrics)
-        app.router.add_get("/healthz", self._healthz)
-        return app
 
     async def _metrics(self, request: web.Request) -> web.Response:
         try:
@@ -142,7 +127,9 @@ class MonitorService:
 
     async def start_http(self) -> int:
         """Serve on the configured address; returns the bound port (useful with port 0)."""
-        app = self.app()
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/healthz", self._healthz)
         guard = ConnectionGuard(self.settings.connection_limits)
         app.middlewares.insert(0, guard.middleware)  # outermost: it times the whole request
         self._runner = web.AppRunner(app, access_log=None)

@@ -11,6 +11,7 @@ from pyhami.serving import ConnectionLimits
 DEFAULT_RESYNC_S = 300.0  # HAMI_RESYNC_INTERVAL default 5m
 TICK_S = 5.0  # HAMi's scan + feedback period
 
+
 class MonitorSettingsError(ValueError):
     """A flag or environment value the monitor cannot start with; the message names it."""
 
