@@ -79,9 +79,10 @@ def test_victims_take_disruptions_in_order_and_the_excess_violates() -> None:
 
 
 def test_an_unreadable_selector_is_named() -> None:
-    with pytest.raises(BudgetError, match="team/bad: unknown selector operator 'Near'"):
+    unknown = r"team/bad: spec\.selector: unknown label selector operator 'Near'"
+    with pytest.raises(BudgetError, match=unknown):
         read_budgets([pdb("bad", {"matchExpressions": [{"key": "a", "operator": "Near"}]}, 1)])
-    with pytest.raises(BudgetError, match=r"spec\.selector is not an object"):
+    with pytest.raises(BudgetError, match=r"spec\.selector: label selector is not an object"):
         read_budgets([pdb("bad", ["app"], 1)])
 
 

@@ -29,7 +29,7 @@ from pyhami.testing.fake_apiserver.status import ApiError
     ],
 )
 def test_label_selector(selector: str, labels: dict[str, str], want: bool) -> None:
-    assert all(r.matches(labels) for r in parse_label_selector(selector)) is want
+    assert all(r.holds(labels) for r in parse_label_selector(selector)) is want
 
 
 @pytest.mark.parametrize("selector", ["app in a", "a=b=c", "Bad Key=1", "a in ()", ",", "a=(b"])

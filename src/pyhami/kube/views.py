@@ -301,14 +301,18 @@ def read_budget(pdb: Mapping[str, Any]) -> Budget:
     if not isinstance(allowed, int) or (status.get("observedGeneration") or 0) < generation:
         allowed = 0
     selector = (pdb.get("spec") or {}).get("selector")
-    requirements = None if selector is None else _requirements(selector, name)
+    try:
+        requirements = None if selector is None else label_selector_requirements(selector)
+    except ValueError as err:
+        raise BudgetError(f"PodDisruptionBudget {name}: spec.selector: {err}") from err
     disrupted = frozenset(status.get("disruptedPods") or {})
     return Budget(name, namespace, requirements, allowed, disrupted)
 
 
-def _requirements(selector: object, name: str) -> tuple[SelectorRequirement, ...]:
+def label_selector_requirements(selector: object) -> tuple[SelectorRequirement, ...]:
+    """A metav1.LabelSelector's requirements, ANDed; a ValueError names what is unreadable."""
     if not isinstance(selector, Mapping):
-        raise BudgetError(f"PodDisruptionBudget {name}: spec.selector is not an object")
+        raise ValueError("label selector is not an object")
     found = [
         SelectorRequirement(str(key), "In", frozenset({str(value)}))
         for key, value in (selector.get("matchLabels") or {}).items()
@@ -316,7 +320,7 @@ def _requirements(selector: object, name: str) -> tuple[SelectorRequirement, ...
     for expression in selector.get("matchExpressions") or []:
         operator = expression.get("operator") if isinstance(expression, Mapping) else None
         if operator not in ("In", "NotIn", "Exists", "DoesNotExist"):
-            raise BudgetError(f"PodDisruptionBudget {name}: unknown selector operator {operator!r}")
+            raise ValueError(f"unknown label selector operator {operator!r}")
         values = frozenset(str(value) for value in expression.get("values") or ())
         found.append(SelectorRequirement(str(expression.get("key") or ""), operator, values))
     return tuple(found)

@@ -27,6 +27,7 @@ import aiohttp
 from pyhami.kube import JsonObject
 from pyhami.kube.admission_review import AdmissionDecodeError, ReviewReply, ReviewRequest
 from pyhami.kube.manifests import MatchCondition, PodWebhook
+from pyhami.model.views import SelectorRequirement
 from pyhami.testing.fake_apiserver.cel import (
     CelEvaluationError,
     CelProgram,
@@ -37,7 +38,7 @@ from pyhami.testing.fake_apiserver.identity import UserInfo
 from pyhami.testing.fake_apiserver.objects import StoredObject
 from pyhami.testing.fake_apiserver.patches import PatchApplyError, PatchFormatError, json_patch
 from pyhami.testing.fake_apiserver.resources import MUTATING_WEBHOOKS, NAMESPACES, ResourceType
-from pyhami.testing.fake_apiserver.selectors import SELECT_ALL, LabelSelector, Requirement
+from pyhami.testing.fake_apiserver.selectors import SELECT_ALL, LabelSelector
 from pyhami.testing.fake_apiserver.status import ApiError, internal
 from pyhami.testing.fake_apiserver.store import ObjectStore
 
@@ -200,7 +201,7 @@ class AdmissionChain:
             ca_bundle=ca_bundle,
             rules=(Rule.on_pods(hook.operations),),
             object_selector=LabelSelector(
-                tuple(Requirement(key, "notin", frozenset({value})) for key, value in skip)
+                tuple(SelectorRequirement(key, "NotIn", frozenset({value})) for key, value in skip)
             ),
             match_conditions=hook.conditions,
         )

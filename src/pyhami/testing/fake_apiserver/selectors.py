@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from pyhami.kube.views import label_selector_requirements
+from pyhami.model.views import SelectorRequirement
 from pyhami.testing.fake_apiserver.objects import StoredObject
 from pyhami.testing.fake_apiserver.resources import ResourceType
 from pyhami.testing.fake_apiserver.status import ApiError, bad_request
@@ -19,23 +20,8 @@ LABEL_KEY = re.compile(
 LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 _SET_OP = re.compile(r"^(?P<key>\S+)\s+(?P<op>in|notin)\s*\((?P<values>[^()]*)\)$")
 _BINARY_OP = re.compile(r"^(?P<key>[^=!\s]+)\s*(?P<op>==|=|!=)\s*(?P<value>[^=!\s]*)$")
-
-
-@dataclass(frozen=True, slots=True)
-class Requirement:
-    key: str
-    operator: str  # "=", "!=", "in", "notin", "exists", "!"
-    values: frozenset[str]
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        present = self.key in labels
-        if self.operator == "exists":
-            return present
-        if self.operator == "!":
-            return not present
-        if self.operator in ("=", "in"):
-            return present and labels[self.key] in self.values
-        return not present or labels[self.key] not in self.values
+# `a=b` and `a==b` are `a in (b)`; `a!=b` is `a notin (b)`.
+_EQUALITY = {"=": "In", "==": "In", "!=": "NotIn"}
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -67,7 +53,7 @@ def _checked_values(values: list[str], whole: str) -> frozenset[str]:
     return frozenset(values)
 
 
-def parse_label_selector(text: str) -> tuple[Requirement, ...]:
+def parse_label_selector(text: str) -> tuple[SelectorRequirement, ...]:
     """Equality- and set-based requirements, ANDed; the empty selector matches everything."""
     if not text.strip():
         return ()
@@ -76,33 +62,25 @@ def parse_label_selector(text: str) -> tuple[Requirement, ...]:
         if not part:
             raise bad_request(f"unable to parse requirement: empty requirement in {text!r}")
         if part.startswith("!"):
-            requirements.append(Requirement(_checked_key(part[1:].strip(), text), "!", frozenset()))
+            key, operator, values = part[1:].strip(), "DoesNotExist", []
         elif match := _SET_OP.match(part):
+            key, operator = match["key"], "In" if match["op"] == "in" else "NotIn"
             values = [v.strip() for v in match["values"].split(",")]
             if values == [""]:
                 raise bad_request(f"unable to parse requirement: {match['op']} needs values")
-            requirements.append(
-                Requirement(
-                    _checked_key(match["key"], text), match["op"], _checked_values(values, text)
-                )
-            )
         elif match := _BINARY_OP.match(part):
-            operator = "!=" if match["op"] == "!=" else "="
-            requirements.append(
-                Requirement(
-                    _checked_key(match["key"], text),
-                    operator,
-                    _checked_values([match["value"]], text),
-                )
-            )
+            key, operator, values = match["key"], _EQUALITY[match["op"]], [match["value"]]
         elif " " not in part and "=" not in part and "(" not in part:
-            requirements.append(Requirement(_checked_key(part, text), "exists", frozenset()))
+            key, operator, values = part, "Exists", []
         else:
             raise bad_request(f"unable to parse requirement: {part!r} in {text!r}")
+        requirements.append(
+            SelectorRequirement(_checked_key(key, text), operator, _checked_values(values, text))
+        )
     return tuple(requirements)
 
 
-def parse_field_selector(text: str, resource: ResourceType) -> tuple[Requirement, ...]:
+def parse_field_selector(text: str, resource: ResourceType) -> tuple[SelectorRequirement, ...]:
     """`field=value`, `field==value`, `field!=value`, ANDed; only the resource's field labels."""
     if not text.strip():
         return ()
@@ -113,8 +91,8 @@ def parse_field_selector(text: str, resource: ResourceType) -> tuple[Requirement
             raise bad_request(f"invalid selector: {text!r}; can't understand {part!r}")
         if match["key"] not in resource.field_labels:
             raise bad_request(f"field label not supported: {match['key']}")
-        operator = "!=" if match["op"] == "!=" else "="
-        requirements.append(Requirement(match["key"], operator, frozenset({match["value"]})))
+        value = frozenset({match["value"]})
+        requirements.append(SelectorRequirement(match["key"], _EQUALITY[match["op"]], value))
     return tuple(requirements)
 
 
@@ -123,8 +101,8 @@ class Selector:
     """A parsed labelSelector plus fieldSelector for one resource."""
 
     resource: ResourceType
-    labels: tuple[Requirement, ...] = ()
-    fields: tuple[Requirement, ...] = ()
+    labels: tuple[SelectorRequirement, ...] = ()
+    fields: tuple[SelectorRequirement, ...] = ()
 
     @classmethod
     def parse(cls, resource: ResourceType, label_selector: str, field_selector: str) -> Selector:
@@ -136,12 +114,9 @@ class Selector:
 
     def matches(self, obj: StoredObject) -> bool:
         """Whether the object is selected, by its labels and field-label values."""
-        return all(req.matches(obj.meta.labels) for req in self.labels) and all(
-            req.matches(obj.fields) for req in self.fields
+        return all(req.holds(obj.meta.labels) for req in self.labels) and all(
+            req.holds(obj.fields) for req in self.fields
         )
-
-
-_SELECTOR_OPERATORS = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,27 +124,18 @@ class LabelSelector:
     """A metav1.LabelSelector (matchLabels + matchExpressions), as webhooks carry it; an empty
     one selects everything."""
 
-    requirements: tuple[Requirement, ...] = ()
+    requirements: tuple[SelectorRequirement, ...] = ()
 
     @classmethod
-    def decode(cls, selector: Mapping[str, Any] | None) -> LabelSelector:
-        """From a webhook configuration's selector object; a 422 ApiError names a bad operator."""
-        selector = selector or {}
-        requirements = [
-            Requirement(key, "=", frozenset({str(value)}))
-            for key, value in (selector.get("matchLabels") or {}).items()
-        ]
-        for expression in selector.get("matchExpressions") or []:
-            operator = _SELECTOR_OPERATORS.get(expression.get("operator", ""))
-            if operator is None:
-                unknown = expression.get("operator")
-                raise ApiError(422, "Invalid", f"unknown label selector operator {unknown!r}")
-            values = frozenset(str(v) for v in expression.get("values") or [])
-            requirements.append(Requirement(str(expression.get("key", "")), operator, values))
-        return cls(tuple(requirements))
+    def decode(cls, selector: object) -> LabelSelector:
+        """From a webhook configuration's selector object; a 422 ApiError names what is wrong."""
+        try:
+            return cls(label_selector_requirements(selector or {}))
+        except ValueError as err:
+            raise ApiError(422, "Invalid", str(err)) from err
 
     def matches(self, labels: Mapping[str, str]) -> bool:
-        return all(req.matches(labels) for req in self.requirements)
+        return all(req.holds(labels) for req in self.requirements)
 
 
 SELECT_ALL = LabelSelector()
