@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyhami.devices.nvidia.dra_claims import GpuShare
-from pyhami.kube.client import JsonObject
+from pyhami.kube.client import JsonObject, json_object
 from pyhami.kube.dra_manifests import ClaimTemplate
 from pyhami.kube.errors import KubeError
 from pyhami.kube.extender_wire import compact_json
@@ -122,14 +122,9 @@ class AdmissionRequest:
         if content_type != "application/json":
             raise AdmissionDecodeError(f"contentType={content_type}, expected application/json")
         try:
-            review = json.loads(body)
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            review = json_object(body)
+        except ValueError as err:
             raise AdmissionDecodeError(f"couldn't decode AdmissionReview: {err}") from err
-        except RecursionError as err:
-            message = "couldn't decode AdmissionReview: JSON nested too deeply"
-            raise AdmissionDecodeError(message) from err
-        if not isinstance(review, dict):
-            raise AdmissionDecodeError("couldn't decode AdmissionReview: not a JSON object")
         api_version, kind = review.get("apiVersion"), review.get("kind")
         if api_version not in ADMISSION_VERSIONS or kind != "AdmissionReview":
             message = f"unsupported AdmissionReview apiVersion={api_version!r} kind={kind!r}"
