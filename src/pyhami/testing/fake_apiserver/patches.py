@@ -109,18 +109,22 @@ def _parent(doc: Any, parts: list[str], path: str) -> Any:
     return node
 
 
-def _get(doc: Any, path: str) -> Any:
+def _get(doc: Any, path: str, *, remove: bool = False) -> Any:
+    """The value at `path`; with `remove`, also taken out of `doc`."""
     parts = _pointer(path)
     if not parts:
+        if remove:
+            raise PatchApplyError("cannot remove the whole document")
         return doc
     parent = _parent(doc, parts, path)
     token = parts[-1]
     if isinstance(parent, dict):
         if token not in parent:
             raise PatchApplyError(f"path {path!r} does not exist")
-        return parent[token]
+        return parent.pop(token) if remove else parent[token]
     if isinstance(parent, list):
-        return parent[_index(parent, token, path, insert=False)]
+        index = _index(parent, token, path, insert=False)
+        return parent.pop(index) if remove else parent[index]
     raise PatchApplyError(f"path {path!r} is inside a non-container value")
 
 
@@ -137,21 +141,6 @@ def _add(doc: Any, path: str, value: Any) -> Any:
     else:
         raise PatchApplyError(f"path {path!r} is inside a non-container value")
     return doc
-
-
-def _remove(doc: Any, path: str) -> tuple[Any, Any]:
-    parts = _pointer(path)
-    if not parts:
-        raise PatchApplyError("cannot remove the whole document")
-    parent = _parent(doc, parts, path)
-    token = parts[-1]
-    if isinstance(parent, dict):
-        if token not in parent:
-            raise PatchApplyError(f"path {path!r} does not exist")
-        return doc, parent.pop(token)
-    if isinstance(parent, list):
-        return doc, parent.pop(_index(parent, token, path, insert=False))
-    raise PatchApplyError(f"path {path!r} is inside a non-container value")
 
 
 def json_patch(target: Any, operations: Any) -> Any:
@@ -173,14 +162,12 @@ def json_patch(target: Any, operations: Any) -> Any:
         if kind == "add":
             doc = _add(doc, path, value)
         elif kind == "remove":
-            doc, _ = _remove(doc, path)
+            _get(doc, path, remove=True)
         elif kind == "replace":
-            _get(doc, path)
-            doc, _ = _remove(doc, path) if _pointer(path) else (doc, None)
+            _get(doc, path, remove=path != "")  # the whole document is replaced, not removed
             doc = _add(doc, path, value)
         elif kind == "move":
-            doc, moved = _remove(doc, op["from"])
-            doc = _add(doc, path, moved)
+            doc = _add(doc, path, _get(doc, op["from"], remove=True))
         elif kind == "copy":
             doc = _add(doc, path, copy.deepcopy(_get(doc, op["from"])))
         elif kind == "test":
