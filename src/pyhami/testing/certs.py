@@ -15,6 +15,7 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -209,3 +210,16 @@ async def client_seen_by(server: ssl.SSLContext, client: ssl.SSLContext) -> str:
         finally:
             writer.close()
     return seen[0]
+
+
+def kubeconfig(cluster: dict[str, str], user: dict[str, str]) -> str:
+    """A kubeconfig file's text: one cluster (its `server` and CA), one user, one context."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "pyhami", "cluster": cluster}],
+        "users": [{"name": "pyhami", "user": user}],
+        "contexts": [{"name": "pyhami", "context": {"cluster": "pyhami", "user": "pyhami"}}],
+        "current-context": "pyhami",
+    }
+    return yaml.safe_dump(config)

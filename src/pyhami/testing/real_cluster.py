@@ -54,6 +54,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from pyhami.controlplane import BuiltBinaries
 from pyhami.kube import AsyncService, Conflict, KubeClient, NotFound
 from pyhami.kube.component_config import AuditEvent, LeaderElection
+from pyhami.testing import certs
 from pyhami.testing.certs import CertificateAuthority, KeyPair, write_private_key
 from pyhami.testing.fake_apiserver.identity import ADMIN, SERVICE_ACCOUNT_PREFIX
 
@@ -172,17 +173,7 @@ def kubeconfig(
     user = {"token": token} if token is not None else {}
     if pair is not None:
         user = {"client-certificate": str(pair.cert_file), "client-key": str(pair.key_file)}
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {"name": "pyhami", "cluster": {"server": server, "certificate-authority": str(ca_file)}}
-        ],
-        "users": [{"name": "pyhami", "user": user}],
-        "contexts": [{"name": "pyhami", "context": {"cluster": "pyhami", "user": "pyhami"}}],
-        "current-context": "pyhami",
-    }
-    return yaml.safe_dump(config)
+    return certs.kubeconfig({"server": server, "certificate-authority": str(ca_file)}, user)
 
 
 def scheduler_configuration(

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-import yaml
 from aiohttp import web
 from kubernetes_asyncio.client import Configuration
 
@@ -24,6 +23,7 @@ from pyhami.kube import JsonObject
 from pyhami.kube.clock import Clock
 from pyhami.kube.errors import Status, StatusDetails
 from pyhami.kube.lifecycle import AsyncService
+from pyhami.testing.certs import kubeconfig
 from pyhami.testing.fake_apiserver.admission import AdmissionChain
 from pyhami.testing.fake_apiserver.faults import FaultInjector
 from pyhami.testing.fake_apiserver.identity import ADMIN, ANONYMOUS, RequestKey, Tokens, UserInfo
@@ -198,15 +198,7 @@ class FakeKubeAPIServer(AsyncService):
         if self._tls is not None:
             ca = base64.b64encode(self._tls.ca_file.read_bytes()).decode()
             cluster["certificate-authority-data"] = ca
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "fake", "cluster": cluster}],
-            "users": [{"name": "fake", "user": {"token": self._tokens.token_for(user)}}],
-            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
-            "current-context": "fake",
-        }
-        path.write_text(yaml.safe_dump(config))
+        path.write_text(kubeconfig(cluster, {"token": self._tokens.token_for(user)}))
         return path
 
     def drop_watches(self, resource: str | None = None, *, abrupt: bool = False) -> int:
