@@ -361,16 +361,8 @@ class FakeKubeAPIServer(AsyncService):
         return _object_response(await self._delete(request, route))
 
     def _delete_collection(self, request: web.Request, route: Route) -> web.Response:
-        selector = Selector.parse(
-            route.resource,
-            request.query.get("labelSelector", ""),
-            request.query.get("fieldSelector", ""),
-        )
-        grace = (
-            _int_param(request, "gracePeriodSeconds")
-            if "gracePeriodSeconds" in request.query
-            else None
-        )
+        selector = _selector(request, route)
+        grace = _int_param(request, "gracePeriodSeconds")
         deleted = [
             self.store.delete(
                 route.resource, obj.meta.namespace, obj.meta.name, grace_period_seconds=grace
@@ -451,9 +443,7 @@ class FakeKubeAPIServer(AsyncService):
 
     def _list(self, request: web.Request, route: Route) -> web.Response:
         query = request.query
-        selector = Selector.parse(
-            route.resource, query.get("labelSelector", ""), query.get("fieldSelector", "")
-        )
+        selector = _selector(request, route)
         version = self.store.list_version()
         start_after = ""
         if query.get("continue"):
@@ -466,7 +456,7 @@ class FakeKubeAPIServer(AsyncService):
         if start_after:
             items = [i for i in items if i.sort_key > start_after]
         metadata: dict[str, str | int] = {"resourceVersion": version}
-        limit = _int_param(request, "limit") if "limit" in query else 0
+        limit = _int_param(request, "limit") or 0
         if limit > 0 and len(items) > limit:
             items, rest = items[:limit], len(items) - limit
             token = _dumps({"rv": int(version), "start": items[-1].sort_key})
@@ -489,14 +479,9 @@ class FakeKubeAPIServer(AsyncService):
 
     async def _watch(self, request: web.Request, route: Route) -> web.StreamResponse:
         query = request.query
-        selector = Selector.parse(
-            route.resource, query.get("labelSelector", ""), query.get("fieldSelector", "")
-        )
-        timeout = (
-            float(_int_param(request, "timeoutSeconds"))
-            if "timeoutSeconds" in query
-            else self.default_watch_timeout_s
-        )
+        selector = _selector(request, route)
+        asked = _int_param(request, "timeoutSeconds")
+        timeout = self.default_watch_timeout_s if asked is None else float(asked)
         if self.max_watch_timeout_s is not None:  # a server that ends watches early
             timeout = min(timeout, self.max_watch_timeout_s)
         bookmarks = query.get("allowWatchBookmarks") in _TRUE
@@ -559,8 +544,18 @@ class FakeKubeAPIServer(AsyncService):
             await response.write_eof()
 
 
-def _int_param(request: web.Request, name: str) -> int:
-    text = request.query[name]
+def _selector(request: web.Request, route: Route) -> Selector:
+    query = request.query
+    return Selector.parse(
+        route.resource, query.get("labelSelector", ""), query.get("fieldSelector", "")
+    )
+
+
+def _int_param(request: web.Request, name: str) -> int | None:
+    """The query parameter `name` as an integer; None when it is not given."""
+    text = request.query.get(name)
+    if text is None:
+        return None
     try:
         return int(text)
     except ValueError as err:

@@ -79,7 +79,7 @@ class ObjectStore:
             r: {} for r in ALL_RESOURCES
         }
         self._history: deque[Change] = deque(maxlen=history_limit)
-        self._compacted = 0  # every change after this version is still in the history
+        self.compacted_version = 0  # every later change is in the history; older watches: 410
         self._watchers: set[Watcher] = set()
         self._pod_grace_cap_s = pod_grace_cap_s
         self.resource_version = 0
@@ -138,7 +138,7 @@ class ObjectStore:
         else:
             self._objects[resource][key] = obj
         if len(self._history) == self._history.maxlen:
-            self._compacted = self._history[0].resource_version
+            self.compacted_version = self._history[0].resource_version
         change = Change(self.resource_version, resource, kind, obj, old)
         self._history.append(change)
         for watcher in self._watchers:
@@ -448,8 +448,8 @@ class ObjectStore:
                 watcher.send("ADDED", obj)
         else:
             since = _parse_version(resource_version)
-            if since < self._compacted:
-                raise gone(f"too old resource version: {since} ({self._compacted})")
+            if since < self.compacted_version:
+                raise gone(f"too old resource version: {since} ({self.compacted_version})")
             for change in self._history:
                 if change.resource_version > since:
                     watcher.offer(change)
@@ -459,11 +459,6 @@ class ObjectStore:
     def open_watchers(self, resource: ResourceType | str | None = None) -> list[Watcher]:
         wanted = None if resource is None else self.resource(resource)
         return [w for w in self._watchers if wanted is None or w.resource is wanted]
-
-    @property
-    def compacted_version(self) -> int:
-        """Versions up to this one are gone from the history (a watch from them gets 410)."""
-        return self._compacted
 
     def stop_watch(self, watcher: Watcher) -> None:
         self._watchers.discard(watcher)
@@ -479,7 +474,7 @@ class ObjectStore:
     def compact(self) -> None:
         """Forget the watch history, as an etcd compaction does: older versions now get 410."""
         self._history.clear()
-        self._compacted = self.resource_version
+        self.compacted_version = self.resource_version
 
     def check_list_version(self, resource_version: str | None, match: str | None) -> None:
         """List semantics: we always serve the newest state, which satisfies NotOlderThan."""
