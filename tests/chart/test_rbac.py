@@ -95,7 +95,20 @@ def requests_made(package: str) -> set[tuple[str, str]]:
     plurals = resource_plurals()
     made = set()
     for path in sources_of(package):
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        # names bound to `partial(ViewInformer, client, ...)`: their first argument is the resource
+        factories = {
+            target.id
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Name)
+            and node.value.func.id == "partial"
+            and any(isinstance(a, ast.Name) and "Informer" in a.id for a in node.value.args[:1])
+            for target in node.targets
+            if isinstance(target, ast.Name)
+        }
+        for node in ast.walk(tree):
             # A helper counts when referenced at all: the scheduler hands `client.create_event`
             # to its EventRecorder rather than calling it in place.
             if isinstance(node, ast.Attribute) and node.attr in HELPERS:
@@ -105,6 +118,8 @@ def requests_made(package: str) -> set[tuple[str, str]]:
             func = node.func
             first = node.args[1] if len(node.args) > 1 else None
             informer = isinstance(func, ast.Name) and func.id in ("Informer", "ViewInformer")
+            if isinstance(func, ast.Name) and func.id in factories:
+                informer, first = True, node.args[0] if node.args else None
             if informer and isinstance(first, ast.Name):
                 made |= {("list", plurals[first.id]), ("watch", plurals[first.id])}
             if not isinstance(func, ast.Attribute):
