@@ -175,10 +175,6 @@ class ExtenderFilterResult:
             }
         )
 
-    @classmethod
-    def failure(cls, error: str) -> ExtenderFilterResult:
-        return cls(error=error)
-
 
 @dataclass(frozen=True, slots=True)
 class ExtenderBindingArgs:

@@ -87,7 +87,7 @@ def filter_outcome(
     if decision.outcome is Outcome.ERROR:
         error = decision.error or "filter failed"
         event = PodEvent(WARNING, "FilteringFailed", error)
-        return FilterOutcome(ExtenderFilterResult.failure(error), "error", events=(event,))
+        return FilterOutcome(ExtenderFilterResult(error=error), "error", events=(event,))
     words = _failure_words(decision)
     failures = Counter(word for node_words in words.values() for word in node_words)
     per_reason = tuple(PodEvent(WARNING, "FilteringFailed", m) for m in reason_events(words))
