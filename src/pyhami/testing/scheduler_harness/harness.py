@@ -41,7 +41,7 @@ from pyhami.kube import (
     guarded_task,
 )
 from pyhami.kube.events import EventRecorder
-from pyhami.kube.extender_wire import SentPod
+from pyhami.kube.extender_wire import SentPod, go_field
 from pyhami.kube.lifecycle import AsyncService
 from pyhami.kube.views import read_node, read_pod
 from pyhami.model import NodeView, PodView
@@ -72,23 +72,18 @@ def _decode_answer(answer: object, verb: str, node_cache_capable: bool) -> _Answ
     if not isinstance(answer, dict):
         raise _AttemptFailedError(Result.FILTER_ERROR, f"extender {verb}: answer is not an object")
 
-    def field(name: str) -> object:
-        """The exact key first, else the first key equal ignoring case."""
-        if name in answer:
-            return answer[name]
-        return next((v for k, v in answer.items() if str(k).lower() == name.lower()), None)
-
     def string_map(value: object) -> dict[str, str]:
         return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
-    names = field("NodeNames") or []
+    names = go_field(answer, "NodeNames") or []
     if not node_cache_capable:
-        nodes = field("Nodes")
+        nodes = go_field(answer, "Nodes")
         items = (nodes.get("items") if isinstance(nodes, dict) else None) or []
         names = [i.get("metadata", {}).get("name") for i in items if isinstance(i, dict)]
     return _Answer(
-        error=str(field("Error") or ""),
-        failed=string_map(field("FailedNodes")) | string_map(field("FailedAndUnresolvableNodes")),
+        error=str(go_field(answer, "Error") or ""),
+        failed=string_map(go_field(answer, "FailedNodes"))
+        | string_map(go_field(answer, "FailedAndUnresolvableNodes")),
         node_names=[n for n in names if isinstance(n, str)] if isinstance(names, list) else None,
     )
 
