@@ -124,11 +124,8 @@ def _with_stale_nulled(
     pod: PodView, written: Mapping[str, str], owned: frozenset[str]
 ) -> dict[str, str | None]:
     """The decision's annotations, and null for the owned ones an earlier attempt left."""
-    values: dict[str, str | None] = {
-        k: None for k in pod.annotations if k in owned and k not in written
-    }
-    values.update(written)
-    return values
+    stale = {k: None for k in pod.annotations if k in owned and k not in written}
+    return {**stale, **written}
 
 
 def _failure_words(decision: Decision) -> dict[str, list[str]]:
