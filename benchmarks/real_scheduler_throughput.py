@@ -60,8 +60,8 @@ from pyhami.controlplane import KUBERNETES_VERSION, default_cache_root, find_bui
 from pyhami.kube import NODES, PODS, EventHandlers, Informer, KubeClient
 from pyhami.sim.demo.cluster import DEVICE_CONFIG, SCHEDULER_NAME, SCHEDULER_USER
 from pyhami.testing.certs import write_serving_certificate
-from pyhami.testing.real_cluster import ExtenderTarget, RealControlPlane, free_port
-from pyhami.testing.scheduler_harness.config import HAMI_NVIDIA_RESOURCES
+from pyhami.testing.real_cluster import RealControlPlane, free_port
+from pyhami.testing.scheduler_harness import ExtenderConfig
 from tests.scheduler.cluster import DevicePluginDouble
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -329,15 +329,11 @@ async def main(args: argparse.Namespace) -> None:
                 f"ledger in {time.perf_counter() - started:.1f} s",
                 flush=True,
             )
-            ca_file = workdir / "scheduler-ca.crt"
-            ca_file.write_bytes(tls.ca_pem)
             await plane.start_kube_scheduler(
-                ExtenderTarget(
+                ExtenderConfig.hami_chart(
                     f"https://127.0.0.1:{main_port}",
-                    ca_file,
-                    HAMI_NVIDIA_RESOURCES,
-                    client_cert,
-                    SCHEDULER_NAME,
+                    ca_pem=tls.ca_pem,
+                    client_certificate=client_cert,
                 )
             )
             plugin = DevicePluginDouble(SimpleNamespace(client=admin))  # type: ignore[arg-type]

@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyhami.kube.patches import encode_patch, pod_annotations_patch
 from pyhami.model import (
     ContainerDevice,
     DeviceInfo,
@@ -247,13 +246,6 @@ def test_reasons_round_trip(counts: dict[Reason, int], total: int) -> None:
     parsed = parse_reasons(format_reasons(counts, total))
     assert {entry.reason: entry.count for entry in parsed} == counts
     assert all(entry.total == total for entry in parsed)
-
-
-@ROUND_TRIP
-@given(st.dictionaries(TEXT, st.none() | TEXT, max_size=4))
-def test_patch_bodies_are_the_json_they_describe(annotations: dict[str, str | None]) -> None:
-    body = pod_annotations_patch(annotations)
-    assert json.loads(encode_patch(body)) == body
 
 
 # --- fuzzing: only ProtocolError may escape ---------------------------------------------------

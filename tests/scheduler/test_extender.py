@@ -81,7 +81,7 @@ def test_filter_result_is_pascal_case_with_every_field() -> None:
         "FailedAndUnresolvableNodes": None,
         "Error": "",
     }
-    assert json.loads(ExtenderFilterResult.failure("boom").encode())["Error"] == "boom"
+    assert json.loads(ExtenderFilterResult(error="boom").encode())["Error"] == "boom"
 
 
 def test_binding_args_round_trip_and_require_pod_and_node() -> None:

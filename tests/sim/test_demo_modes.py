@@ -1,6 +1,7 @@
 """`pyhami demo --mode`: which nodes run the device plugin and which the DRA driver, and what
 a DRA node's pod is shown to hold."""
 
+from pathlib import Path
 from types import SimpleNamespace
 from typing import cast
 
@@ -10,9 +11,9 @@ from typer.testing import CliRunner
 from pyhami.cli import app
 from pyhami.devices.nvidia.dra_claims import DRIVER
 from pyhami.kube import KubeError
-from pyhami.kube.manifests import ClaimUse, PodState
+from pyhami.kube.manifests import ClaimUse, PodManifest, PodState
 from pyhami.model import ContainerView, PodView
-from pyhami.sim.demo.cli import NodeMode, node_split
+from pyhami.sim.demo.cli import NodeMode, _endpoints, node_split
 from pyhami.sim.demo.cluster import DemoCluster
 from pyhami.sim.demo.results import CardShare
 from pyhami.sim.demo.run import claimed_cards
@@ -81,3 +82,26 @@ async def test_a_dra_pods_cards_are_its_claims_devices_with_what_they_consume() 
         CardShare("a", "n1", "GPU-0", "A100", 0, 4096, 30),
         CardShare("b", "n1", "GPU-1", "A100", 1, 0, 0),
     )
+
+
+def test_the_printed_top_command_watches_every_nodes_monitor(tmp_path: Path) -> None:
+    def node(name: str, port: int) -> SimpleNamespace:
+        return SimpleNamespace(name=name, metrics_url=f"http://127.0.0.1:{port}/metrics")
+
+    pair = SimpleNamespace(cert_file=tmp_path / "c.crt", key_file=tmp_path / "c.key")
+    cluster = SimpleNamespace(
+        workdir=tmp_path,
+        ca_pem=b"ca",
+        client_certificate=pair,
+        real=None,
+        api=SimpleNamespace(url="https://127.0.0.1:1"),
+        scheduler_url="https://127.0.0.1:2",
+        scheduler_metrics_url="http://127.0.0.1:3/metrics",
+        nodes=[node("gpu-node-1", 4)],
+        dra_nodes=[node("dra-node-1", 5)],
+    )
+    pod = PodManifest("default", "last", {})
+    text = _endpoints(cast(DemoCluster, cluster), [pod])
+    top = next(line for line in text.splitlines() if "pyhami top" in line).split()
+    monitors = [top[i + 1] for i, word in enumerate(top) if word == "--monitor"]
+    assert monitors == ["http://127.0.0.1:4/metrics", "http://127.0.0.1:5/metrics"]

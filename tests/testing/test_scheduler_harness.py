@@ -345,6 +345,7 @@ extenders:
 - urlPrefix: "{url}"
   filterVerb: filter
   bindVerb: bind
+  preemptVerb: preempt
   nodeCacheCapable: true
   weight: 1
   httpTimeout: 30s

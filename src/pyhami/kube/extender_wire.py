@@ -43,7 +43,7 @@ def _loads_object(body: bytes, what: str) -> JsonObject:
         raise ExtenderDecodeError(f"{what}: {err}") from err
 
 
-def _field(obj: Mapping[str, Any], name: str) -> Any:
+def go_field(obj: Mapping[str, Any], name: str) -> Any:
     """Go's rule: an exact key wins, otherwise the first key equal ignoring case."""
     if name in obj:
         return obj[name]
@@ -56,7 +56,7 @@ def _field(obj: Mapping[str, Any], name: str) -> Any:
 
 def _typed(obj: Mapping[str, Any], name: str, what: str, kind: type[T], described: str) -> T | None:
     """Field `name` (None when absent); ExtenderDecodeError naming it when not of `kind`."""
-    value = _field(obj, name)
+    value = go_field(obj, name)
     if value is None or isinstance(value, kind):
         return value
     raise ExtenderDecodeError(
@@ -175,10 +175,6 @@ class ExtenderFilterResult:
             }
         )
 
-    @classmethod
-    def failure(cls, error: str) -> ExtenderFilterResult:
-        return cls(error=error)
-
 
 @dataclass(frozen=True, slots=True)
 class ExtenderBindingArgs:
@@ -225,7 +221,7 @@ class PreemptionArgs:
     @classmethod
     def from_json(cls, body: bytes) -> PreemptionArgs:
         obj = _loads_object(body, PREEMPTION_ARGS)
-        pod = _field(obj, "Pod")
+        pod = go_field(obj, "Pod")
         if not isinstance(pod, dict):
             raise ExtenderDecodeError(f"{PREEMPTION_ARGS}: field Pod must be a Pod object")
         proposals: dict[NodeName, Proposal] = {}
@@ -241,8 +237,8 @@ def _proposal(entry: object, where: str) -> Proposal:
         return Proposal(frozenset())
     if not isinstance(entry, dict):
         raise ExtenderDecodeError(f"{PREEMPTION_ARGS}: {where} must be an object")
-    pods = _field(entry, "Pods") or []
-    violations = _field(entry, "NumPDBViolations") or 0
+    pods = go_field(entry, "Pods") or []
+    violations = go_field(entry, "NumPDBViolations") or 0
     if not isinstance(pods, list) or not isinstance(violations, int):
         raise ExtenderDecodeError(
             f"{PREEMPTION_ARGS}: {where} needs Pods (a list) and NumPDBViolations (an integer)"
@@ -260,7 +256,7 @@ def _pod_uid(pod: object) -> str:
     """A MetaPod's `UID`, or a whole Pod's `metadata.uid`."""
     if not isinstance(pod, dict):
         return ""
-    uid = _field(pod, "UID")
+    uid = go_field(pod, "UID")
     if uid is None:
         metadata = pod.get("metadata")
         uid = metadata.get("uid") if isinstance(metadata, dict) else None

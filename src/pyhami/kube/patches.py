@@ -1,14 +1,12 @@
 """JSON merge-patch bodies (`application/merge-patch+json`) HAMi sends: Kubernetes wire encoders.
 
-Builders return plain dicts for the Kubernetes client; `encode_patch` renders one exactly
-as HAMi's Go code sends it (compact, keys sorted at every level, Go string escaping). A
-`None` annotation value deletes the key (JSON `null`).
+Builders return plain dicts for the Kubernetes client. A `None` annotation value deletes the
+key (JSON `null`).
 """
 
 from collections.abc import Iterable, Mapping
 
 from pyhami.kube.client import JsonObject
-from pyhami.protocol.gojson import dumps
 from pyhami.protocol.keys import KEY_MIG_ALLOCATIONS, KEY_NODE_LOCK, KEY_VGPU_NODE, LABEL_VGPU_NODE
 
 
@@ -50,16 +48,3 @@ def node_lock_patch(value: str | None, resource_version: str) -> JsonObject:
 def mig_allocations_patch(value: str, resource_version: str) -> JsonObject:
     """The device plugin's MIG runtime-identity update of `hami.io/vgpu-mig-allocations`."""
     return _guarded({KEY_MIG_ALLOCATIONS: value}, resource_version)
-
-
-def _sorted(value: object) -> object:
-    if isinstance(value, Mapping):
-        return {key: _sorted(value[key]) for key in sorted(value)}
-    if isinstance(value, list | tuple):
-        return [_sorted(item) for item in value]
-    return value
-
-
-def encode_patch(body: Mapping[str, object]) -> str:
-    """The exact bytes HAMi sends for `body` (Go `json.Marshal` of nested maps)."""
-    return dumps(_sorted(body))

@@ -29,7 +29,7 @@ def filter_given_nodes(given: GivenNodes, state: ClusterState) -> ExtenderFilter
     try:
         plan = plan_pod(given.pod, state.config)
     except PodSpecError as err:
-        return ExtenderFilterResult.failure(str(err))
+        return ExtenderFilterResult(error=str(err))
     decision = decide(
         plan,
         [NodeName(n) for n in by_name],
@@ -41,7 +41,7 @@ def filter_given_nodes(given: GivenNodes, state: ClusterState) -> ExtenderFilter
     if decision.outcome is Outcome.NO_DEVICE_REQUEST:
         return ExtenderFilterResult(nodes=given)
     if decision.outcome is Outcome.ERROR:
-        return ExtenderFilterResult.failure(decision.error or "filter failed")
+        return ExtenderFilterResult(error=decision.error or "filter failed")
     failed = {**{str(n): reason for n, reason in decision.failed_nodes.items()}, **unregistered}
     if decision.node is None:
         return ExtenderFilterResult(failed_nodes=failed)

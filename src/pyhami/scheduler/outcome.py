@@ -87,7 +87,7 @@ def filter_outcome(
     if decision.outcome is Outcome.ERROR:
         error = decision.error or "filter failed"
         event = PodEvent(WARNING, "FilteringFailed", error)
-        return FilterOutcome(ExtenderFilterResult.failure(error), "error", events=(event,))
+        return FilterOutcome(ExtenderFilterResult(error=error), "error", events=(event,))
     words = _failure_words(decision)
     failures = Counter(word for node_words in words.values() for word in node_words)
     per_reason = tuple(PodEvent(WARNING, "FilteringFailed", m) for m in reason_events(words))
@@ -124,11 +124,8 @@ def _with_stale_nulled(
     pod: PodView, written: Mapping[str, str], owned: frozenset[str]
 ) -> dict[str, str | None]:
     """The decision's annotations, and null for the owned ones an earlier attempt left."""
-    values: dict[str, str | None] = {
-        k: None for k in pod.annotations if k in owned and k not in written
-    }
-    values.update(written)
-    return values
+    stale = {k: None for k in pod.annotations if k in owned and k not in written}
+    return {**stale, **written}
 
 
 def _failure_words(decision: Decision) -> dict[str, list[str]]:

@@ -71,7 +71,7 @@ JSON_CONTENT_TYPE = "application/json"
 def error_answer(path: str, status: int, message: str) -> web.Response:
     """A failure in the JSON shape the route at `path` answers with."""
     if path == "/filter":
-        body = ExtenderFilterResult.failure(message).encode()
+        body = ExtenderFilterResult(error=message).encode()
     elif path == "/bind":
         body = ExtenderBindingResult(message).encode()
     elif path.startswith("/webhook"):
@@ -142,14 +142,14 @@ def build_app(
             args = ExtenderArgs.from_json(body)
         except ExtenderDecodeError as err:
             metrics.decisions.labels(verb="filter", outcome="bad-request").inc()
-            return _json(ExtenderFilterResult.failure(str(err)).encode())
+            return _json(ExtenderFilterResult(error=str(err)).encode())
         path = "simulation" if args.nodes is not None else "live"
         with metrics.filter_seconds.labels(path=path).time():
             try:
                 result = await service.filter(args)
             except Exception as err:  # our bug must still be an answer, not a dropped socket
                 log.exception("filter failed")
-                result = ExtenderFilterResult.failure(f"internal error: {err}")
+                result = ExtenderFilterResult(error=f"internal error: {err}")
         return _json(result.encode())
 
     async def bind_route(request: web.Request) -> web.Response:

@@ -204,25 +204,25 @@ class FilterBind:
             finally:
                 self.engine_seconds += self.clock.monotonic() - started
         if args.node_names is None:
-            return ExtenderFilterResult.failure("extender args carry neither NodeNames nor Nodes")
+            return ExtenderFilterResult(error="extender args carry neither NodeNames nor Nodes")
         refusal = self._refused_unless_leading("filter")
         if refusal is not None:
-            return ExtenderFilterResult.failure(refusal)
+            return ExtenderFilterResult(error=refusal)
         if not self.synced.is_set():
             try:
                 await asyncio.wait_for(self.synced.wait(), self._sync_wait.total_seconds())
             except TimeoutError:
-                return ExtenderFilterResult.failure("scheduler caches are not synced yet")
+                return ExtenderFilterResult(error="scheduler caches are not synced yet")
         await self._room(lambda: self._binds_at_work >= BINDS_AT_WORK)
         try:
             pod = await self._trusted_pod(args.pod)
         except FilterRefusedError as err:
             self.metrics.decisions.labels(verb="filter", outcome="refused").inc()
-            return ExtenderFilterResult.failure(str(err))
+            return ExtenderFilterResult(error=str(err))
         # the lead may have moved while the pod was read: a follower writes nothing
         refusal = self._refused_unless_leading("filter")
         if refusal is not None:
-            return ExtenderFilterResult.failure(refusal)
+            return ExtenderFilterResult(error=refusal)
         key = pod.key
         self.state.release(key)  # a re-filtered pod must not compete with itself
         self._claims.pop(key, None)

@@ -32,6 +32,7 @@ folder; a process that exits early fails `start` with the end of its log.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
@@ -57,6 +58,7 @@ from pyhami.kube.component_config import AuditEvent, LeaderElection
 from pyhami.testing import certs
 from pyhami.testing.certs import CertificateAuthority, KeyPair, write_private_key
 from pyhami.testing.fake_apiserver.identity import ADMIN, SERVICE_ACCOUNT_PREFIX
+from pyhami.testing.scheduler_harness.config import ExtenderConfig
 
 NODE_PREFIX = "system:node:"
 KUBE_SCHEDULER_USER = "system:kube-scheduler"
@@ -115,19 +117,6 @@ class ControlPlaneError(Exception):
     """A control-plane process could not start; the message ends with its log's last lines."""
 
 
-@dataclass(frozen=True, slots=True)
-class ExtenderTarget:
-    """pyhami's scheduler as kube-scheduler's extender sees it."""
-
-    url_prefix: str  # https://127.0.0.1:<port>
-    ca_file: Path  # the CA that signed the extender's serving certificate
-    managed_resources: tuple[str, ...]
-    # kube-scheduler's client certificate: the extender authenticates its caller by it
-    client_certificate: KeyPair
-    scheduler_name: str = "hami-scheduler"
-    http_timeout: str = "30s"
-
-
 @dataclass
 class _Process:
     name: str
@@ -178,39 +167,41 @@ def kubeconfig(
 
 def scheduler_configuration(
     kubeconfig_file: Path,
-    extender: ExtenderTarget | None,
+    extender: ExtenderConfig | None,
     leader_election: LeaderElection | None = None,
 ) -> str:
     """kube-scheduler's configuration file's text: its default profile, and with `extender`
-    our profile and our extender, which it shows `extender.client_certificate` (kube-scheduler
-    asks an extender only about pods that request one of its managed resources)."""
+    the `hami-scheduler` profile and that extender (kube-scheduler asks an extender only about
+    pods that request one of its managed resources)."""
     targets = [] if extender is None else [extender]
     config = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
         "clientConnection": {"kubeconfig": str(kubeconfig_file), "qps": 200, "burst": 400},
         "leaderElection": leader_election or {"leaderElect": False},
-        "profiles": [{"schedulerName": t.scheduler_name} for t in targets]
+        "profiles": [{"schedulerName": "hami-scheduler"} for _ in targets]
         + [{"schedulerName": "default-scheduler"}],
         "extenders": [
             {
                 "urlPrefix": target.url_prefix,
-                "filterVerb": "filter",
-                "bindVerb": "bind",
-                "preemptVerb": "preempt",
-                "nodeCacheCapable": True,
+                "filterVerb": target.filter_verb,
+                "bindVerb": target.bind_verb,
+                "preemptVerb": target.preempt_verb,
+                "nodeCacheCapable": target.node_cache_capable,
                 "weight": 1,
-                "httpTimeout": target.http_timeout,
-                "enableHTTPS": True,
+                "httpTimeout": f"{target.http_timeout_s:g}s",
+                "enableHTTPS": target.url_prefix.startswith("https://"),
                 "tlsConfig": {
-                    "caFile": str(target.ca_file),
-                    "certFile": str(target.client_certificate.cert_file),
-                    "keyFile": str(target.client_certificate.key_file),
+                    "insecure": target.tls_insecure,
+                    "caData": base64.b64encode(target.tls_ca_pem or b"").decode(),
+                    "certFile": str(target.tls_cert_file or ""),
+                    "keyFile": str(target.tls_key_file or ""),
                 },
                 "managedResources": [
-                    {"name": name, "ignoredByScheduler": True} for name in target.managed_resources
+                    {"name": r.name, "ignoredByScheduler": r.ignored_by_scheduler}
+                    for r in target.managed_resources
                 ],
-                "ignorable": False,
+                "ignorable": target.ignorable,
             }
             for target in targets
         ],
@@ -422,13 +413,13 @@ class RealControlPlane(AsyncService):
 
     async def start_kube_scheduler(
         self,
-        extender: ExtenderTarget | None = None,
+        extender: ExtenderConfig | None = None,
         *,
         leader_election: LeaderElection | None = None,
         kubeconfig_file: Path | None = None,
     ) -> None:
-        """kube-scheduler, its extender pyhami's scheduler at `extender.url_prefix`; it shows
-        the extender `extender.client_certificate`, which the extender's client CA signed.
+        """kube-scheduler, its extender pyhami's scheduler at `extender.url_prefix`, shown
+        `extender`'s client certificate, which the extender's client CA signed.
         Without an extender, kube-scheduler's default profile alone. It runs as
         `system:kube-scheduler` unless given another identity, and campaigns for a Lease when
         given a `leaderElection` section."""

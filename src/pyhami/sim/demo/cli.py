@@ -52,10 +52,9 @@ def _endpoints(cluster: DemoCluster, pods: list[DemoObject]) -> str:
         f"'{cluster.scheduler_url}/explain?pod={last.namespace}/{last.name}'",
         f"  scheduler metrics  curl -s {cluster.scheduler_metrics_url}",
     ]
-    lines.extend(
-        f"  monitor {name:<10} curl -s {url}" for name, url in _monitor_urls(cluster).items()
-    )
-    monitors = " ".join(f"--monitor {node.metrics_url}" for node in cluster.nodes)
+    monitor_urls = _monitor_urls(cluster)
+    lines.extend(f"  monitor {name:<10} curl -s {url}" for name, url in monitor_urls.items())
+    monitors = " ".join(f"--monitor {url}" for url in monitor_urls.values())
     scheduler = f"--scheduler {cluster.scheduler_metrics_url}"
     lines.append(f"  top                pyhami top pods {scheduler} {monitors}")
     return "\n".join(lines)

@@ -63,9 +63,8 @@ from pyhami.testing import FakeGpu, FakeKubeAPIServer, FakeKubelet, FakeNVML
 from pyhami.testing.certs import KeyPair, ServingFiles, write_serving_certificate
 from pyhami.testing.fake_apiserver import ADMIN, service_account
 from pyhami.testing.node_agent import ContainerRuntime, NodeAgent
-from pyhami.testing.real_cluster import ExtenderTarget, RealControlPlane
+from pyhami.testing.real_cluster import RealControlPlane
 from pyhami.testing.scheduler_harness import ExtenderConfig, KubeSchedulerHarness
-from pyhami.testing.scheduler_harness.config import HAMI_NVIDIA_RESOURCES
 
 SCHEDULER_NAME = "hami-scheduler"
 DEFAULT_SCHEDULER_NAME = "default-scheduler"
@@ -176,7 +175,7 @@ class DemoCluster(AsyncService):
         kube_scheduler_election: LeaderElection | None = None,
     ) -> None:
         self.settings = settings
-        # Where the real kube-scheduler calls the extender (default: the in-process scheduler);
+        # Where kube-scheduler calls the extender (default: the in-process scheduler);
         # tests that run scheduler replicas as processes put them, or a proxy, there.
         self._extender_url = extender_url
         # Given, kube-scheduler campaigns with this `leaderElection` section under the
@@ -315,12 +314,14 @@ class DemoCluster(AsyncService):
         await self._wait_nodes_known()
         if self.real is not None and self.settings.dra_nodes:
             await self._start_dra_nodes(self.real)
-        if self.real is not None:
-            await self._start_kube_scheduler(self.real)
-            return
         extender = ExtenderConfig.hami_chart(
-            self.scheduler_url, ca_pem=self.ca_pem, client_certificate=self.client_certificate
+            self._extender_url or self.scheduler_url,
+            ca_pem=self.ca_pem,
+            client_certificate=self.client_certificate,
         )
+        if self.real is not None:
+            await self._start_kube_scheduler(self.real, extender)
+            return
         self._harness = await self._start_profile(SCHEDULER_NAME, extender)
         # Pods that ask for no GPU keep kube-scheduler's own profile, without our extender.
         self._default_scheduler = await self._start_profile(DEFAULT_SCHEDULER_NAME, None)
@@ -356,19 +357,10 @@ class DemoCluster(AsyncService):
                 f"node {name:<12} {len(cards)} x {models}: DRA driver, kubelet (DRA), monitor"
             )
 
-    async def _start_kube_scheduler(self, real: RealControlPlane) -> None:
-        ca_file = self.workdir / "scheduler-ca.crt"
-        ca_file.write_bytes(self.ca_pem)
-        election = self._kube_scheduler_election
+    async def _start_kube_scheduler(self, real: RealControlPlane, extender: ExtenderConfig) -> None:
         await real.start_kube_scheduler(
-            ExtenderTarget(
-                self._extender_url or self.scheduler_url,
-                ca_file,
-                HAMI_NVIDIA_RESOURCES,
-                self.client_certificate,
-                SCHEDULER_NAME,
-            ),
-            leader_election=election,
+            extender,
+            leader_election=self._kube_scheduler_election,
             # as in the chart: kube-scheduler shares the scheduler's ServiceAccount
             kubeconfig_file=await real.kubeconfig_of(SCHEDULER_USER),
         )

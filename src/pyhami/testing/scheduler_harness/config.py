@@ -35,6 +35,7 @@ class ExtenderConfig:
     url_prefix: str
     filter_verb: str = "filter"
     bind_verb: str = ""
+    preempt_verb: str = ""  # kube-scheduler's to send; the harness does not preempt
     node_cache_capable: bool = False
     managed_resources: tuple[ManagedResource, ...] = ()
     ignorable: bool = False
@@ -77,6 +78,7 @@ class ExtenderConfig:
             url_prefix=url,
             filter_verb=str(entry.get("filterVerb", "")),
             bind_verb=str(entry.get("bindVerb", "")),
+            preempt_verb=str(entry.get("preemptVerb", "")),
             node_cache_capable=bool(entry.get("nodeCacheCapable", False)),
             managed_resources=tuple(
                 ManagedResource(str(r["name"]), bool(r.get("ignoredByScheduler", False)))
@@ -105,6 +107,7 @@ class ExtenderConfig:
         return cls(
             url_prefix=url_prefix,
             bind_verb="bind",
+            preempt_verb="preempt",
             node_cache_capable=True,
             managed_resources=tuple(ManagedResource(n, True) for n in HAMI_NVIDIA_RESOURCES),
             http_timeout_s=http_timeout_s,

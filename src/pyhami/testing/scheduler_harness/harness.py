@@ -41,7 +41,7 @@ from pyhami.kube import (
     guarded_task,
 )
 from pyhami.kube.events import EventRecorder
-from pyhami.kube.extender_wire import SentPod
+from pyhami.kube.extender_wire import SentPod, go_field
 from pyhami.kube.lifecycle import AsyncService
 from pyhami.kube.views import read_node, read_pod
 from pyhami.model import NodeView, PodView
@@ -64,8 +64,7 @@ class _Answer:
     """An extender's answer, decoded as Go's decoder does (a key matches ignoring case)."""
 
     error: str
-    failed: dict[str, str]
-    unresolvable: dict[str, str]
+    failed: dict[str, str]  # FailedNodes and FailedAndUnresolvableNodes: no preemption here
     node_names: list[str] | None  # the nodes kept; None when the answer's list is no list
 
 
@@ -73,24 +72,18 @@ def _decode_answer(answer: object, verb: str, node_cache_capable: bool) -> _Answ
     if not isinstance(answer, dict):
         raise _AttemptFailedError(Result.FILTER_ERROR, f"extender {verb}: answer is not an object")
 
-    def field(name: str) -> object:
-        """The exact key first, else the first key equal ignoring case."""
-        if name in answer:
-            return answer[name]
-        return next((v for k, v in answer.items() if str(k).lower() == name.lower()), None)
-
     def string_map(value: object) -> dict[str, str]:
         return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
-    names = field("NodeNames") or []
+    names = go_field(answer, "NodeNames") or []
     if not node_cache_capable:
-        nodes = field("Nodes")
+        nodes = go_field(answer, "Nodes")
         items = (nodes.get("items") if isinstance(nodes, dict) else None) or []
         names = [i.get("metadata", {}).get("name") for i in items if isinstance(i, dict)]
     return _Answer(
-        error=str(field("Error") or ""),
-        failed=string_map(field("FailedNodes")),
-        unresolvable=string_map(field("FailedAndUnresolvableNodes")),
+        error=str(go_field(answer, "Error") or ""),
+        failed=string_map(go_field(answer, "FailedNodes"))
+        | string_map(go_field(answer, "FailedAndUnresolvableNodes")),
         node_names=[n for n in names if isinstance(n, str)] if isinstance(names, list) else None,
     )
 
@@ -108,14 +101,7 @@ class _Attempt:
     filter_s: float = 0.0
     bind_s: float = 0.0
 
-    def outcome(
-        self,
-        result: Result,
-        *,
-        node: str = "",
-        error: str = "",
-        unresolvable: Mapping[str, str] | None = None,
-    ) -> ScheduleOutcome:
+    def outcome(self, result: Result, *, node: str = "", error: str = "") -> ScheduleOutcome:
         return ScheduleOutcome(
             namespace=self.key[0],
             name=self.key[1],
@@ -124,7 +110,6 @@ class _Attempt:
             result=result,
             node=node,
             failed_nodes=dict(self.failed),
-            unresolvable_nodes=dict(unresolvable or {}),
             error=error,
             filter_s=self.filter_s,
             bind_s=self.bind_s,
@@ -133,17 +118,10 @@ class _Attempt:
 
 
 class _AttemptFailedError(Exception):
-    def __init__(
-        self,
-        result: Result,
-        error: str,
-        failed: Mapping[str, str] | None = None,
-        unresolvable: Mapping[str, str] | None = None,
-    ) -> None:
+    def __init__(self, result: Result, error: str, failed: Mapping[str, str] | None = None) -> None:
         super().__init__(error)
         self.result = result
         self.failed = dict(failed or {})
-        self.unresolvable = dict(unresolvable or {})
 
 
 class KubeSchedulerHarness(AsyncService):
@@ -358,7 +336,7 @@ class KubeSchedulerHarness(AsyncService):
         except _AttemptFailedError as failure:
             self._filter_timed(attempt, started)
             attempt.failed = failure.failed
-            await self._fail(attempt, failure.result, str(failure), failure.unresolvable)
+            await self._fail(attempt, failure.result, str(failure))
             return
         self._filter_timed(attempt, started)
         self._spawn(self._bind(attempt, node), f"harness/bind/{key[0]}/{key[1]}")
@@ -368,19 +346,12 @@ class KubeSchedulerHarness(AsyncService):
         if attempt.extender_called:
             self.metrics.filter_latencies_s.append(attempt.filter_s)
 
-    async def _fail(
-        self,
-        attempt: _Attempt,
-        result: Result,
-        error: str,
-        unresolvable: Mapping[str, str] | None = None,
-        node: str = "",
-    ) -> None:
+    async def _fail(self, attempt: _Attempt, result: Result, error: str, node: str = "") -> None:
         message = error if result is not Result.BIND_ERROR else f"Binding rejected: {error}"
         await self._event(attempt.pod.view, "Warning", "FailedScheduling", message)
         await self._mark_unscheduled(attempt, result, message)
         self._retry_later(attempt.key, attempt.number)
-        self._record(attempt.outcome(result, node=node, error=error, unresolvable=unresolvable))
+        self._record(attempt.outcome(result, node=node, error=error))
 
     async def _pick_node(self, attempt: _Attempt) -> tuple[str, dict[str, str]]:
         pod = attempt.pod.view
@@ -394,14 +365,12 @@ class KubeSchedulerHarness(AsyncService):
         }
         failed = {name: reason for name, reason in reasons.items() if reason}
         feasible = [name for name, reason in reasons.items() if not reason]
-        unresolvable: dict[str, str] = {}
         if feasible and attempt.interested:
             attempt.extender_called = True
             assert self.extender is not None
             try:
-                feasible, extra, unresolvable = await self._filter(attempt.pod, feasible)
+                feasible, extra = await self._filter(attempt.pod, feasible)
                 failed.update(extra)
-                failed.update(unresolvable)
             except _AttemptFailedError:
                 if not self.extender.ignorable:
                     raise
@@ -411,7 +380,6 @@ class KubeSchedulerHarness(AsyncService):
                 Result.UNSCHEDULABLE,
                 unschedulable_message(len(self._node_facts), failed),
                 failed,
-                unresolvable,
             )
         return feasible[0], failed
 
@@ -438,9 +406,7 @@ class KubeSchedulerHarness(AsyncService):
             ) from err
         return _decode_answer(answer, verb, self.extender.node_cache_capable)
 
-    async def _filter(
-        self, pod: SentPod, feasible: list[str]
-    ) -> tuple[list[str], dict[str, str], dict[str, str]]:
+    async def _filter(self, pod: SentPod, feasible: list[str]) -> tuple[list[str], dict[str, str]]:
         assert self.extender is not None
         if self.extender.node_cache_capable:
             args = pod.filter_args(feasible)
@@ -456,7 +422,7 @@ class KubeSchedulerHarness(AsyncService):
             )
         # kube-scheduler keeps only names it sent; anything else is dropped.
         kept = [n for n in answer.node_names if n in feasible]
-        return kept, answer.failed, answer.unresolvable
+        return kept, answer.failed
 
     # --- the binding cycle ----------------------------------------------------------------
 

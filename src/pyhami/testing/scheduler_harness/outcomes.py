@@ -25,7 +25,6 @@ class ScheduleOutcome:
     result: Result
     node: str = ""
     failed_nodes: Mapping[str, str] = field(default_factory=dict)
-    unresolvable_nodes: Mapping[str, str] = field(default_factory=dict)
     error: str = ""
     filter_s: float = 0.0
     bind_s: float = 0.0
