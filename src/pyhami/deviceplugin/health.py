@@ -7,13 +7,13 @@ Cards whose events cannot be watched at all stay unhealthy until the plugin rest
 """
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from pyhami.deviceplugin.inventory import Gpu
 from pyhami.kube import Clock, SystemClock
+from pyhami.kube.tasks import unless_stopped
 from pyhami.nvml import Nvml, NvmlError, NvmlNotSupportedError, XidEvent, XidWatch
 
 log = logging.getLogger(__name__)
@@ -126,15 +126,7 @@ class HealthBoard:
         self, seen_version: int, stop: asyncio.Event, timeout: float | None = None
     ) -> None:
         """Wait for a change since `seen_version`, for `stop`, or `timeout` seconds."""
-        waiters = {
-            asyncio.ensure_future(stop.wait()),
-            asyncio.ensure_future(self.wait_for_change(seen_version)),
-        }
-        try:
-            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waiters:
-                waiter.cancel()
+        await unless_stopped(self.wait_for_change(seen_version), stop, timeout)
 
     def _bump(self) -> None:
         self.version += 1
@@ -244,6 +236,4 @@ class HealthWatcher:
 
 async def sleep_unless(stop: asyncio.Event, seconds: float) -> None:
     """Sleep `seconds`, or less when `stop` is set meanwhile."""
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(seconds):
-            await stop.wait()
+    await unless_stopped(asyncio.sleep(seconds), stop)

@@ -7,10 +7,8 @@ none), and while the device plugin's MIG-apply lock file exists the feedback ste
 """
 
 import asyncio
-from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import structlog
 from aiohttp import web
@@ -18,6 +16,7 @@ from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from pyhami.kube import Clock
+from pyhami.kube.tasks import unless_stopped
 from pyhami.monitor.feedback import Verdict, observe
 from pyhami.monitor.host import NvmlOpener
 from pyhami.monitor.metrics import MonitorCollector, monitor_registry
@@ -98,7 +97,7 @@ class MonitorService:
             except DirectoryError as err:
                 self.last_error = str(err)
                 log.warning("scan failed; retrying next period", error=str(err))
-            await _sleep_or_stop(self.clock.sleep(self.settings.tick_interval_s), stop)
+            await unless_stopped(self.clock.sleep(self.settings.tick_interval_s), stop)
 
     async def _metrics(self, request: web.Request) -> web.Response:
         try:
@@ -150,12 +149,3 @@ class MonitorService:
 
     def close(self) -> None:
         self.regions.close()
-
-
-async def _sleep_or_stop(sleep: Coroutine[Any, Any, None], stop: asyncio.Event) -> None:
-    sleeper = asyncio.ensure_future(sleep)
-    stopper = asyncio.ensure_future(stop.wait())
-    _, pending = await asyncio.wait({sleeper, stopper}, return_when=asyncio.FIRST_COMPLETED)
-    for task in pending:
-        task.cancel()
-    await asyncio.gather(*pending, return_exceptions=True)
