@@ -67,8 +67,7 @@ class MonitorService:
         self.registry = monitor_registry(self.collector)
         self.last_good_tick: float | None = None  # monotonic
         self.last_error = "no scan yet"
-        self._runner: web.AppRunner | None = None
-        self._listener: asyncio.Server | None = None
+        self._http = ConnectionGuard(settings.connection_limits)
 
     def tick(self) -> TickResult:
         """One scan and one feedback pass (raises DirectoryError when the root is unreadable)."""
@@ -129,23 +128,12 @@ class MonitorService:
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
-        guard = ConnectionGuard(self.settings.connection_limits)
-        app.middlewares.insert(0, guard.middleware)  # outermost: it times the whole request
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        assert self._runner.server is not None  # set by setup()
-        self._listener = await guard.listen(
-            self._runner.server, self.settings.host, self.settings.port, None
+        return await self._http.serve(
+            app, self.settings.host, self.settings.port, None, access_log=False
         )
-        return int(self._listener.sockets[0].getsockname()[1])
 
     async def stop_http(self) -> None:
-        if self._listener is not None:
-            self._listener.close()
-            self._listener = None
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        await self._http.close()
 
     def close(self) -> None:
         self.regions.close()
