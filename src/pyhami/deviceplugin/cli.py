@@ -221,12 +221,13 @@ def device_plugin(
 
 
 async def _idle() -> None:
-    stop = _stop_on_signals()
+    stop = stop_on_signals()
     typer.echo("FAIL_ON_INIT_ERROR=false: idling without GPUs until stopped", err=True)
     await stop.wait()
 
 
-def _stop_on_signals(plugin: DevicePlugin | None = None) -> asyncio.Event:
+def stop_on_signals(plugin: DevicePlugin | None = None) -> asyncio.Event:
+    """An event set on SIGINT, SIGTERM or SIGQUIT; SIGHUP restarts `plugin`."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
@@ -241,4 +242,4 @@ async def _serve(
 ) -> None:
     async with await KubeClient.from_kubeconfig(kubeconfig or None) as kube:
         plugin = DevicePlugin(kube, nvml, options, load)
-        await plugin.run(_stop_on_signals(plugin))
+        await plugin.run(stop_on_signals(plugin))

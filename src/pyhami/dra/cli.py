@@ -1,8 +1,6 @@
 """`pyhami dra-driver`: the DRA driver `gpu.pyhami.io` on this node."""
 
-import asyncio
 import os
-import signal
 from pathlib import Path, PurePosixPath
 from typing import Annotated
 
@@ -75,9 +73,6 @@ def dra_driver(
 
 
 async def _serve(kubeconfig: str, nvml: Nvml, options: DriverOptions) -> None:
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = plugin_cli.stop_on_signals()
     async with await KubeClient.from_kubeconfig(kubeconfig or None) as kube:
         await DraDriver(kube, nvml, options).run(stop)
