@@ -30,7 +30,7 @@ from pyhami.deviceplugin.config import (
     load_device_config,
     load_node_config,
 )
-from pyhami.deviceplugin.health import XidPolicy
+from pyhami.deviceplugin.health import HealthSettings, XidPolicy
 from pyhami.deviceplugin.service import DevicePlugin, PluginOptions
 from pyhami.deviceplugin.toolkit import (
     ToolkitConfigError,
@@ -202,8 +202,10 @@ def device_plugin(
             limit_control_namespaces=frozenset(limit_control_namespaces or ()),
         ),
         topology_score=enable_topology_score == "true",
-        xid_policy=XidPolicy.from_environment(os.environ),
-        recovery_after=health_recovery_seconds if health_recovery_seconds >= 0 else None,
+        health=HealthSettings(
+            XidPolicy.from_environment(os.environ),
+            recovery_after=health_recovery_seconds if health_recovery_seconds >= 0 else None,
+        ),
     )
     check_kubeconfig(kubeconfig or None, "device-plugin")
     try:

@@ -9,7 +9,7 @@ Cards whose events cannot be watched at all stay unhealthy until the plugin rest
 import asyncio
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyhami.deviceplugin.inventory import Gpu
 from pyhami.kube import Clock, SystemClock
@@ -55,6 +55,16 @@ class XidPolicy:
         if self.disabled_all:
             return False
         return xid not in self.disabled and xid not in IGNORED_APPLICATION_XIDS
+
+
+@dataclass(frozen=True, slots=True)
+class HealthSettings:
+    """Which XIDs count, how long a card must be quiet to recover (None: never, as HAMi), and
+    how long one NVML event wait lasts."""
+
+    policy: XidPolicy = field(default_factory=XidPolicy)
+    recovery_after: float | None = 300.0
+    wait_ms: int = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,22 +165,18 @@ class HealthWatcher:
         nvml: Nvml,
         gpus: tuple[Gpu, ...],
         board: HealthBoard,
-        policy: XidPolicy,
+        settings: HealthSettings,
         *,
-        recovery_after: float | None = 300.0,
-        wait_ms: int = 1000,
         clock: Clock | None = None,
     ) -> None:
         self._nvml = nvml
         self._by_uuid = {gpu.uuid: gpu for gpu in gpus}
         self._board = board
-        self._policy = policy
-        self._recovery_after = recovery_after
-        self._wait_ms = wait_ms
+        self._settings = settings
         self._clock: Clock = clock or SystemClock()
 
     async def run(self, stop: asyncio.Event) -> None:
-        if not self._policy.active:
+        if not self._settings.policy.active:
             log.info("XID health checks disabled by DP_DISABLE_HEALTHCHECKS")
             return
         watch = await self._open_watch(stop)
@@ -181,7 +187,9 @@ class HealthWatcher:
             while not stop.is_set():
                 # Shielded: a cancelled to_thread leaves its thread blocked in the NVML wait,
                 # and the event set must not be freed under it.
-                waiting = asyncio.ensure_future(asyncio.to_thread(watch.wait, self._wait_ms))
+                waiting = asyncio.ensure_future(
+                    asyncio.to_thread(watch.wait, self._settings.wait_ms)
+                )
                 try:
                     await self._step(await asyncio.shield(waiting))
                 except NvmlError as error:
@@ -213,7 +221,7 @@ class HealthWatcher:
         now = self._clock.monotonic()
         for uuid in self._by_uuid:
             self._board.mark(uuid, f"NVML event wait failed: {error}", now)
-        await asyncio.sleep(self._wait_ms / 1000)  # do not spin on a persistent error
+        await asyncio.sleep(self._settings.wait_ms / 1000)  # do not spin on a persistent error
 
     async def _step(self, event: XidEvent | None) -> None:
         if event is None:
@@ -221,15 +229,16 @@ class HealthWatcher:
         if event.uuid not in self._by_uuid:
             log.debug("XID %d on %s, a GPU this plugin does not serve", event.xid, event.uuid)
             return
-        if not self._policy.is_fatal(event.xid):
+        if not self._settings.policy.is_fatal(event.xid):
             log.info("XID %d on %s ignored (application error or disabled)", event.xid, event.uuid)
             return
         self._board.mark(event.uuid, f"XID {event.xid}", self._clock.monotonic())
 
     async def _recover(self) -> None:
-        if self._recovery_after is None:
+        recovery_after = self._settings.recovery_after
+        if recovery_after is None:
             return
-        for uuid in self._board.quiet_since(self._clock.monotonic() - self._recovery_after):
+        for uuid in self._board.quiet_since(self._clock.monotonic() - recovery_after):
             if await asyncio.to_thread(_probe, self._nvml, self._by_uuid[uuid]):
                 self._board.recover(uuid)
 

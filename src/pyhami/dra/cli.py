@@ -11,7 +11,7 @@ from pyhami.cli_habits import DebugOption, LogFormatOption
 from pyhami.cli_klog import DEBUG_VERBOSITY, KlogVerbosity
 from pyhami.deviceplugin import cli as plugin_cli
 from pyhami.deviceplugin.allocation import AllocationSettings
-from pyhami.deviceplugin.health import XidPolicy
+from pyhami.deviceplugin.health import HealthSettings, XidPolicy
 from pyhami.dra import cdi
 from pyhami.dra.api import KUBELET_PLUGINS_DIR, KUBELET_REGISTRY_DIR
 from pyhami.dra.checkpoint import CheckpointError
@@ -53,8 +53,10 @@ def dra_driver(
         registry_dir=kubelet_registry_dir,
         cdi_dir=cdi_dir,
         settings=AllocationSettings(hook_path=PurePosixPath(hook_path), version=libvgpu_version),
-        xid_policy=XidPolicy.from_environment(os.environ),
-        recovery_after=health_recovery_seconds if health_recovery_seconds >= 0 else None,
+        health=HealthSettings(
+            XidPolicy.from_environment(os.environ),
+            recovery_after=health_recovery_seconds if health_recovery_seconds >= 0 else None,
+        ),
     )
     check_kubeconfig(kubeconfig or None, "dra-driver")
     try:
