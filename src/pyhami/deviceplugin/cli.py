@@ -22,7 +22,7 @@ from pyhami.cli_errors import check_kubeconfig, fail, run_service
 from pyhami.cli_habits import DebugOption, LogFormatOption
 from pyhami.cli_klog import DEBUG_VERBOSITY, KlogVerbosity
 from pyhami.deviceplugin.allocation import AllocationSettings
-from pyhami.deviceplugin.api import DEVICE_PLUGIN_PATH
+from pyhami.deviceplugin.api import DEVICE_PLUGIN_PATH, KUBELET_SOCKET
 from pyhami.deviceplugin.config import (
     NODE_CONFIG_PATH,
     ConfigError,
@@ -108,7 +108,7 @@ def device_plugin(
     resource_name: Annotated[str, typer.Option(envvar="RESOURCE_NAME")] = "nvidia.com/gpu",
     kubelet_socket: Annotated[
         str, typer.Option(envvar="KUBELET_SOCKET", help="empty: never register")
-    ] = str(DEVICE_PLUGIN_PATH / "kubelet.sock"),
+    ] = str(KUBELET_SOCKET),
     plugin_dir: Annotated[Path, typer.Option(envvar="PLUGIN_DIR")] = DEVICE_PLUGIN_PATH,
     hook_path: HookPathOption = "/usr/local",
     libvgpu_version: LibvgpuVersionOption = "v2.10.0",

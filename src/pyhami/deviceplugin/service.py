@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.deviceplugin.allocator import Allocator
-from pyhami.deviceplugin.api import DEVICE_PLUGIN_PATH
+from pyhami.deviceplugin.api import DEVICE_PLUGIN_PATH, KUBELET_SOCKET
 from pyhami.deviceplugin.binding import PodBinding
 from pyhami.deviceplugin.config import ConfigError, OperatingMode, VgpuConfig
 from pyhami.deviceplugin.health import HealthBoard, HealthSettings, HealthWatcher, sleep_unless
@@ -42,7 +42,7 @@ class PluginOptions:
     node_name: str
     plugin_dir: Path = DEVICE_PLUGIN_PATH
     # None: serve but never register (HAMi's empty --kubelet-socket).
-    kubelet_socket: Path | None = DEVICE_PLUGIN_PATH / "kubelet.sock"
+    kubelet_socket: Path | None = KUBELET_SOCKET
     settings: AllocationSettings = field(default_factory=AllocationSettings)
     topology_score: bool = False
     health: HealthSettings = field(default_factory=HealthSettings)
