@@ -9,7 +9,7 @@ Cards whose events cannot be watched at all stay unhealthy until the plugin rest
 import asyncio
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 from pyhami.deviceplugin.inventory import Gpu
 from pyhami.kube import Clock, SystemClock
@@ -157,26 +157,22 @@ def _probe(nvml: Nvml, gpu: Gpu) -> bool:
     return True
 
 
+@dataclass(eq=False)
 class HealthWatcher:
     """Feeds a HealthBoard from NVML XID events; run `run(stop)` as a task."""
 
-    def __init__(
-        self,
-        nvml: Nvml,
-        gpus: tuple[Gpu, ...],
-        board: HealthBoard,
-        settings: HealthSettings,
-        *,
-        clock: Clock | None = None,
-    ) -> None:
-        self._nvml = nvml
-        self._by_uuid = {gpu.uuid: gpu for gpu in gpus}
-        self._board = board
-        self._settings = settings
-        self._clock: Clock = clock or SystemClock()
+    nvml: Nvml
+    gpus: tuple[Gpu, ...]
+    board: HealthBoard
+    settings: HealthSettings
+    _: KW_ONLY
+    clock: Clock = field(default_factory=SystemClock)
+
+    def __post_init__(self) -> None:
+        self._by_uuid = {gpu.uuid: gpu for gpu in self.gpus}
 
     async def run(self, stop: asyncio.Event) -> None:
-        if not self._settings.policy.active:
+        if not self.settings.policy.active:
             log.info("XID health checks disabled by DP_DISABLE_HEALTHCHECKS")
             return
         watch = await self._open_watch(stop)
@@ -188,7 +184,7 @@ class HealthWatcher:
                 # Shielded: a cancelled to_thread leaves its thread blocked in the NVML wait,
                 # and the event set must not be freed under it.
                 waiting = asyncio.ensure_future(
-                    asyncio.to_thread(watch.wait, self._settings.wait_ms)
+                    asyncio.to_thread(watch.wait, self.settings.wait_ms)
                 )
                 try:
                     await self._step(await asyncio.shield(waiting))
@@ -203,25 +199,25 @@ class HealthWatcher:
     async def _open_watch(self, stop: asyncio.Event) -> XidWatch | None:
         while not stop.is_set():
             try:
-                watch = await asyncio.to_thread(self._nvml.watch_xids)
+                watch = await asyncio.to_thread(self.nvml.watch_xids)
             except NvmlError as error:
                 log.error("cannot watch XID events, retrying in 30 s: %s", error)
                 await sleep_unless(stop, 30.0)
                 continue
-            now = self._clock.monotonic()
+            now = self.clock.monotonic()
             for gpu in self._by_uuid.values():
                 if gpu.index in watch.unwatched:
-                    self._board.mark(
+                    self.board.mark(
                         gpu.uuid, "its XID events cannot be watched", now, permanent=True
                     )
             return watch
         return None
 
     async def _wait_failed(self, error: NvmlError) -> None:
-        now = self._clock.monotonic()
+        now = self.clock.monotonic()
         for uuid in self._by_uuid:
-            self._board.mark(uuid, f"NVML event wait failed: {error}", now)
-        await asyncio.sleep(self._settings.wait_ms / 1000)  # do not spin on a persistent error
+            self.board.mark(uuid, f"NVML event wait failed: {error}", now)
+        await asyncio.sleep(self.settings.wait_ms / 1000)  # do not spin on a persistent error
 
     async def _step(self, event: XidEvent | None) -> None:
         if event is None:
@@ -229,18 +225,18 @@ class HealthWatcher:
         if event.uuid not in self._by_uuid:
             log.debug("XID %d on %s, a GPU this plugin does not serve", event.xid, event.uuid)
             return
-        if not self._settings.policy.is_fatal(event.xid):
+        if not self.settings.policy.is_fatal(event.xid):
             log.info("XID %d on %s ignored (application error or disabled)", event.xid, event.uuid)
             return
-        self._board.mark(event.uuid, f"XID {event.xid}", self._clock.monotonic())
+        self.board.mark(event.uuid, f"XID {event.xid}", self.clock.monotonic())
 
     async def _recover(self) -> None:
-        recovery_after = self._settings.recovery_after
+        recovery_after = self.settings.recovery_after
         if recovery_after is None:
             return
-        for uuid in self._board.quiet_since(self._clock.monotonic() - recovery_after):
-            if await asyncio.to_thread(_probe, self._nvml, self._by_uuid[uuid]):
-                self._board.recover(uuid)
+        for uuid in self.board.quiet_since(self.clock.monotonic() - recovery_after):
+            if await asyncio.to_thread(_probe, self.nvml, self._by_uuid[uuid]):
+                self.board.recover(uuid)
 
 
 async def sleep_unless(stop: asyncio.Event, seconds: float) -> None:
