@@ -20,6 +20,7 @@ import pytest
 
 from pyhami.controlplane import BuiltBinaries
 from pyhami.deviceplugin.allocation import AllocationSettings
+from pyhami.deviceplugin.health import HealthSettings
 from pyhami.devices.nvidia.dra_claims import (
     NODE_MODE_DRA,
     NODE_MODE_LABEL,
@@ -119,8 +120,8 @@ async def node(kubernetes: BuiltBinaries, native: Native, tmp_path: Path) -> Asy
         cdi_dir=state / "cdi",
         registry_dir=state / "registry",
         settings=AllocationSettings(hook_path=PurePosixPath(hook)),
-        recovery_after=None,  # an unhealthy card stays so for the test
-        xid_wait_ms=50,
+        # an unhealthy card stays so for the test
+        health=HealthSettings(recovery_after=None, wait_ms=50),
         retry_interval=0.2,
     )
     try:

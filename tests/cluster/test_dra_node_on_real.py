@@ -13,6 +13,7 @@ from typing import Any
 
 from pyhami.controlplane import BuiltBinaries
 from pyhami.deviceplugin.allocation import AllocationSettings
+from pyhami.deviceplugin.health import HealthSettings
 from pyhami.devices.nvidia.dra_claims import UNHEALTHY_TAINT
 from pyhami.devices.quantity import parse_quantity
 from pyhami.dra.api import DRIVER
@@ -100,8 +101,7 @@ async def test_slice_validates_follows_health_and_a_real_claim_is_prepared(
                 registry_dir=kubelet.registry_dir,
                 cdi_dir=state / "cdi",
                 settings=AllocationSettings(hook_path=PurePosixPath(hook)),
-                recovery_after=1.0,
-                xid_wait_ms=50,
+                health=HealthSettings(recovery_after=1.0, wait_ms=50),
                 retry_interval=0.2,
             )
             driver = DraDriver(admin, nvml, options)

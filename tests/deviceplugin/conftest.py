@@ -11,6 +11,7 @@ import pytest
 
 from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.deviceplugin.config import ConfigError, VgpuConfig
+from pyhami.deviceplugin.health import HealthSettings
 from pyhami.deviceplugin.service import DevicePlugin, PluginOptions
 from pyhami.kube import KubeClient
 from pyhami.model import DeviceInfo
@@ -118,12 +119,11 @@ class Node:
                 toolkit_env=self.toolkit_env,
             ),
             topology_score=self.topology_score,
-            recovery_after=self.recovery_after,
+            health=HealthSettings(recovery_after=self.recovery_after, wait_ms=20),
             register_interval=0.2,
             retry_interval=0.05,
             restart_delay=self.restart_delay,
             kubelet_poll=0.05,
-            xid_wait_ms=20,
             mig_apply_lock=self.hook / "hami" / "hami-mig-apply.lock",
         )
 

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from pyhami.deviceplugin.config import DeviceFilter
-from pyhami.deviceplugin.health import HealthBoard, HealthWatcher, XidPolicy
+from pyhami.deviceplugin.health import HealthBoard, HealthSettings, HealthWatcher, XidPolicy
 from pyhami.deviceplugin.inventory import discover
 from pyhami.nvml import NvmlError
 from pyhami.testing import FakeNVML, ManualClock
@@ -51,9 +51,8 @@ async def test_fatal_xid_marks_then_quiet_card_recovers() -> None:
     gpus = discover(nvml, DeviceFilter())
     board = HealthBoard(g.uuid for g in gpus)
     clock = ManualClock()
-    watcher = HealthWatcher(
-        nvml, gpus, board, XidPolicy(), recovery_after=60, wait_ms=20, clock=clock
-    )
+    settings = HealthSettings(recovery_after=60, wait_ms=20)
+    watcher = HealthWatcher(nvml, gpus, board, settings, clock=clock)
     stop = asyncio.Event()
     task = asyncio.create_task(watcher.run(stop))
     await wait_until(lambda: nvml.open_watches > 0)
@@ -79,9 +78,8 @@ async def test_unwatchable_card_stays_unhealthy_and_wait_errors_mark_all() -> No
     gpus = discover(nvml, DeviceFilter())
     board = HealthBoard(g.uuid for g in gpus)
     clock = ManualClock()
-    watcher = HealthWatcher(
-        nvml, gpus, board, XidPolicy(), recovery_after=0, wait_ms=20, clock=clock
-    )
+    settings = HealthSettings(recovery_after=0, wait_ms=20)
+    watcher = HealthWatcher(nvml, gpus, board, settings, clock=clock)
     stop = asyncio.Event()
     nvml.fail("xid_wait", times=1, error=NvmlError("nvmlEventSetWait", "Unknown Error", 999))
     task = asyncio.create_task(watcher.run(stop))
@@ -107,7 +105,8 @@ async def test_board_change_wakes_waiters() -> None:
 async def test_stopping_never_frees_the_event_set_under_a_waiting_thread() -> None:
     nvml = FakeNVML.with_gpus(a100_80g())
     gpus = discover(nvml, DeviceFilter())
-    watcher = HealthWatcher(nvml, gpus, HealthBoard(g.uuid for g in gpus), XidPolicy(), wait_ms=300)
+    board = HealthBoard(g.uuid for g in gpus)
+    watcher = HealthWatcher(nvml, gpus, board, HealthSettings(wait_ms=300))
     task = asyncio.create_task(watcher.run(asyncio.Event()))
     await wait_until(lambda: nvml.open_watches > 0)
     await asyncio.sleep(0.05)  # the thread is now blocked in wait()

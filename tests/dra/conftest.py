@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from pyhami.deviceplugin.allocation import AllocationSettings
+from pyhami.deviceplugin.health import HealthSettings
 from pyhami.dra.api import DRIVER
 from pyhami.dra.service import DraDriver, DriverOptions
 from pyhami.kube import KubeClient
@@ -52,7 +53,7 @@ class Node:
             settings=AllocationSettings(hook_path=PurePosixPath(self.hook)),
             retry_interval=0.1,
             socket_poll=0.05,
-            xid_wait_ms=20,
+            health=HealthSettings(wait_ms=20),
         )
 
     @property

@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 
 from pyhami.deviceplugin.config import DeviceFilter
+from pyhami.deviceplugin.health import HealthSettings
 from pyhami.deviceplugin.inventory import discover
 from pyhami.devices.nvidia.dra_claims import UNHEALTHY_TAINT
 from pyhami.dra.api import DRIVER
@@ -78,7 +79,7 @@ async def test_one_slice_with_every_gpu_shared_by_memory_and_cores(node: Node) -
 
 
 async def test_an_unhealthy_gpu_is_tainted_until_it_recovers(node: Node) -> None:
-    await node.start(replace(node.options, recovery_after=0.3))
+    await node.start(replace(node.options, health=HealthSettings(recovery_after=0.3, wait_ms=20)))
     assert node.driver is not None and node.driver.publisher is not None
     publisher = node.driver.publisher
     await eventually(lambda: publisher.published > 0)

@@ -76,35 +76,23 @@ def port() -> Iterator[int]:
     ready: list[int] = []
     started = threading.Event()
 
-    async def serve() -> tuple[web.AppRunner, asyncio.Server]:
-        app = _app()
-        guard = ConnectionGuard(ConnectionLimits())
-        app.middlewares.insert(0, guard.middleware)
-        runner = web.AppRunner(app, handle_signals=False)
-        await runner.setup()
-        assert runner.server is not None
-        server = await guard.listen(runner.server, "127.0.0.1", 0, None)
-        ready.append(server.sockets[0].getsockname()[1])
-        return runner, server
+    guard = ConnectionGuard(ConnectionLimits())
+
+    async def serve() -> None:
+        ready.append(await guard.serve(_app(), "127.0.0.1", 0, None))
 
     def run() -> None:
         asyncio.set_event_loop(loop)
-        holder.append(loop.run_until_complete(serve()))
+        loop.run_until_complete(serve())
         started.set()
         loop.run_forever()
 
-    holder: list[tuple[web.AppRunner, asyncio.Server]] = []
     thread = threading.Thread(target=run, name="fuzz-server", daemon=True)
     thread.start()
     assert started.wait(30)
     yield ready[0]
 
-    async def close() -> None:
-        runner, server = holder[0]
-        server.close()
-        await runner.cleanup()
-
-    asyncio.run_coroutine_threadsafe(close(), loop).result(30)
+    asyncio.run_coroutine_threadsafe(guard.close(), loop).result(30)
     loop.call_soon_threadsafe(loop.stop)
     thread.join(30)
     loop.close()

@@ -11,8 +11,7 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from pathlib import Path
 
 from pyhami.deviceplugin.allocation import (
@@ -122,42 +121,32 @@ def _realigned(devices: ContainerDevices, kubelet_ids: list[str]) -> ContainerDe
     )
 
 
+@dataclass(eq=False)
 class Allocator:
     """`Allocations` for the gRPC servicer, serialised like HAMi's (one Allocate at a time)."""
 
-    def __init__(
-        self,
-        kube: KubeClient,
-        binding: PodBinding,
-        settings: AllocationSettings,
-        *,
-        resource_name: str = "nvidia.com/gpu",
-        follow_kubelet_choice: bool = False,
-        new_cache_id: Callable[[], str] = lambda: str(uuid.uuid4()),
-        mig: MigPods | None = None,
-    ) -> None:
-        self._kube = kube
-        self._binding = binding
-        self._settings = settings
-        self._follow_kubelet = follow_kubelet_choice
-        self._resource = resource_name
-        self._new_cache_id = new_cache_id
-        self._mig = mig  # dynamic MIG mode: instances instead of HAMi-core limits
-        self._lock = asyncio.Lock()
+    kube: KubeClient
+    binding: PodBinding
+    settings: AllocationSettings
+    _: KW_ONLY
+    resource_name: str = "nvidia.com/gpu"
+    follow_kubelet_choice: bool = False
+    mig: MigPods | None = None  # dynamic MIG mode: instances instead of HAMi-core limits
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
 
     async def allocate(self, request: api_pb2.AllocateRequest) -> api_pb2.AllocateResponse:
         async with self._lock:
-            pod = await self._binding.pending_pod()
+            pod = await self.binding.pending_pod()
             try:
                 responses, remaining = await self._serve(pod, request)
             except AllocationError:
-                await self._binding.finish(pod, BindPhase.FAILED)
+                await self.binding.finish(pod, BindPhase.FAILED)
                 raise
             except Exception as error:
-                await self._binding.finish(pod, BindPhase.FAILED)
+                await self.binding.finish(pod, BindPhase.FAILED)
                 raise AllocationError(f"pod {pod.ref}: allocation failed: {error}") from error
             if not any(remaining):
-                await self._binding.finish(pod, BindPhase.SUCCESS)
+                await self.binding.finish(pod, BindPhase.SUCCESS)
             return api_pb2.AllocateResponse(container_responses=responses)
 
     async def _serve(
@@ -168,34 +157,36 @@ class Allocator:
         slots = []
         for container_request in request.container_requests:
             kubelet_ids = list(container_request.devices_ids)
-            slot = take_next(pod, entries, kubelet_ids, assigned=scheduled, resource=self._resource)
-            if self._follow_kubelet and self._mig is None:
+            slot = take_next(
+                pod, entries, kubelet_ids, assigned=scheduled, resource=self.resource_name
+            )
+            if self.follow_kubelet_choice and self.mig is None:
                 slot = replace(slot, devices=_realigned(slot.devices, kubelet_ids))
             slots.append(slot)
-        if self._mig is not None:
-            responses = await self._mig.serve(pod, slots)
+        if self.mig is not None:
+            responses = await self.mig.serve(pod, slots)
         else:
-            files = await asyncio.to_thread(host_files, self._settings)
+            files = await asyncio.to_thread(host_files, self.settings)
             responses = []
             for slot in slots:
                 plan = plan_container(
                     slot,
                     pod_uid=pod.uid,
                     namespace=pod.namespace,
-                    cache_id=self._new_cache_id(),
-                    settings=self._settings,
+                    cache_id=str(uuid.uuid4()),
+                    settings=self.settings,
                     files=files,
                 )
-                await asyncio.to_thread(prepare_host, plan, self._settings)
+                await asyncio.to_thread(prepare_host, plan, self.settings)
                 responses.append(_response(plan))
         for slot, response in zip(slots, responses, strict=True):
-            response.envs.update(self._settings.toolkit_env)
+            response.envs.update(self.settings.toolkit_env)
             visible = response.envs["NVIDIA_VISIBLE_DEVICES"]
             log.info("Allocate: pod %s container %s gets %s", pod.ref, slot.container.name, visible)
         # HAMi rewrites decode→encode, which adds one `;` per call; kept for
         # byte compatibility with HAMi's own readers.
         blanked = encode_pod_single_device(tuple(entries))
-        await self._kube.patch_pod(
+        await self.kube.patch_pod(
             pod.namespace, pod.name, pod_annotations_patch({KEY_NVIDIA_TO_ALLOCATE: blanked})
         )
         return responses, entries
@@ -203,7 +194,7 @@ class Allocator:
     async def prefer(
         self, request: api_pb2.PreferredAllocationRequest
     ) -> api_pb2.PreferredAllocationResponse:
-        pod = await self._binding.pending_pod()
+        pod = await self.binding.pending_pod()
         pending = [entry for entry in to_allocate(pod) if entry]
         response = api_pb2.PreferredAllocationResponse()
         for entry, container in zip(pending, request.container_requests, strict=False):

@@ -22,7 +22,7 @@ from pyhami.cli_errors import check_kubeconfig, fail, run_service
 from pyhami.cli_habits import DebugOption, LogFormatOption
 from pyhami.cli_klog import DEBUG_VERBOSITY, KlogVerbosity
 from pyhami.deviceplugin.allocation import AllocationSettings
-from pyhami.deviceplugin.api import DEVICE_PLUGIN_PATH
+from pyhami.deviceplugin.api import DEVICE_PLUGIN_PATH, KUBELET_SOCKET
 from pyhami.deviceplugin.config import (
     NODE_CONFIG_PATH,
     ConfigError,
@@ -30,7 +30,7 @@ from pyhami.deviceplugin.config import (
     load_device_config,
     load_node_config,
 )
-from pyhami.deviceplugin.health import XidPolicy
+from pyhami.deviceplugin.health import HealthSettings, XidPolicy
 from pyhami.deviceplugin.service import DevicePlugin, PluginOptions
 from pyhami.deviceplugin.toolkit import (
     ToolkitConfigError,
@@ -108,7 +108,7 @@ def device_plugin(
     resource_name: Annotated[str, typer.Option(envvar="RESOURCE_NAME")] = "nvidia.com/gpu",
     kubelet_socket: Annotated[
         str, typer.Option(envvar="KUBELET_SOCKET", help="empty: never register")
-    ] = str(DEVICE_PLUGIN_PATH / "kubelet.sock"),
+    ] = str(KUBELET_SOCKET),
     plugin_dir: Annotated[Path, typer.Option(envvar="PLUGIN_DIR")] = DEVICE_PLUGIN_PATH,
     hook_path: HookPathOption = "/usr/local",
     libvgpu_version: LibvgpuVersionOption = "v2.10.0",
@@ -202,8 +202,10 @@ def device_plugin(
             limit_control_namespaces=frozenset(limit_control_namespaces or ()),
         ),
         topology_score=enable_topology_score == "true",
-        xid_policy=XidPolicy.from_environment(os.environ),
-        recovery_after=health_recovery_seconds if health_recovery_seconds >= 0 else None,
+        health=HealthSettings(
+            XidPolicy.from_environment(os.environ),
+            recovery_after=health_recovery_seconds if health_recovery_seconds >= 0 else None,
+        ),
     )
     check_kubeconfig(kubeconfig or None, "device-plugin")
     try:
@@ -221,12 +223,13 @@ def device_plugin(
 
 
 async def _idle() -> None:
-    stop = _stop_on_signals()
+    stop = stop_on_signals()
     typer.echo("FAIL_ON_INIT_ERROR=false: idling without GPUs until stopped", err=True)
     await stop.wait()
 
 
-def _stop_on_signals(plugin: DevicePlugin | None = None) -> asyncio.Event:
+def stop_on_signals(plugin: DevicePlugin | None = None) -> asyncio.Event:
+    """An event set on SIGINT, SIGTERM or SIGQUIT; SIGHUP restarts `plugin`."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
@@ -241,4 +244,4 @@ async def _serve(
 ) -> None:
     async with await KubeClient.from_kubeconfig(kubeconfig or None) as kube:
         plugin = DevicePlugin(kube, nvml, options, load)
-        await plugin.run(_stop_on_signals(plugin))
+        await plugin.run(stop_on_signals(plugin))

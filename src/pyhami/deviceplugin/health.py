@@ -7,13 +7,13 @@ Cards whose events cannot be watched at all stay unhealthy until the plugin rest
 """
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 
 from pyhami.deviceplugin.inventory import Gpu
 from pyhami.kube import Clock, SystemClock
+from pyhami.kube.tasks import unless_stopped
 from pyhami.nvml import Nvml, NvmlError, NvmlNotSupportedError, XidEvent, XidWatch
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,16 @@ class XidPolicy:
         if self.disabled_all:
             return False
         return xid not in self.disabled and xid not in IGNORED_APPLICATION_XIDS
+
+
+@dataclass(frozen=True, slots=True)
+class HealthSettings:
+    """Which XIDs count, how long a card must be quiet to recover (None: never, as HAMi), and
+    how long one NVML event wait lasts."""
+
+    policy: XidPolicy = field(default_factory=XidPolicy)
+    recovery_after: float | None = 300.0
+    wait_ms: int = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,15 +136,7 @@ class HealthBoard:
         self, seen_version: int, stop: asyncio.Event, timeout: float | None = None
     ) -> None:
         """Wait for a change since `seen_version`, for `stop`, or `timeout` seconds."""
-        waiters = {
-            asyncio.ensure_future(stop.wait()),
-            asyncio.ensure_future(self.wait_for_change(seen_version)),
-        }
-        try:
-            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waiters:
-                waiter.cancel()
+        await unless_stopped(self.wait_for_change(seen_version), stop, timeout)
 
     def _bump(self) -> None:
         self.version += 1
@@ -155,30 +157,22 @@ def _probe(nvml: Nvml, gpu: Gpu) -> bool:
     return True
 
 
+@dataclass(eq=False)
 class HealthWatcher:
     """Feeds a HealthBoard from NVML XID events; run `run(stop)` as a task."""
 
-    def __init__(
-        self,
-        nvml: Nvml,
-        gpus: tuple[Gpu, ...],
-        board: HealthBoard,
-        policy: XidPolicy,
-        *,
-        recovery_after: float | None = 300.0,
-        wait_ms: int = 1000,
-        clock: Clock | None = None,
-    ) -> None:
-        self._nvml = nvml
-        self._by_uuid = {gpu.uuid: gpu for gpu in gpus}
-        self._board = board
-        self._policy = policy
-        self._recovery_after = recovery_after
-        self._wait_ms = wait_ms
-        self._clock: Clock = clock or SystemClock()
+    nvml: Nvml
+    gpus: tuple[Gpu, ...]
+    board: HealthBoard
+    settings: HealthSettings
+    _: KW_ONLY
+    clock: Clock = field(default_factory=SystemClock)
+
+    def __post_init__(self) -> None:
+        self._by_uuid = {gpu.uuid: gpu for gpu in self.gpus}
 
     async def run(self, stop: asyncio.Event) -> None:
-        if not self._policy.active:
+        if not self.settings.policy.active:
             log.info("XID health checks disabled by DP_DISABLE_HEALTHCHECKS")
             return
         watch = await self._open_watch(stop)
@@ -189,7 +183,9 @@ class HealthWatcher:
             while not stop.is_set():
                 # Shielded: a cancelled to_thread leaves its thread blocked in the NVML wait,
                 # and the event set must not be freed under it.
-                waiting = asyncio.ensure_future(asyncio.to_thread(watch.wait, self._wait_ms))
+                waiting = asyncio.ensure_future(
+                    asyncio.to_thread(watch.wait, self.settings.wait_ms)
+                )
                 try:
                     await self._step(await asyncio.shield(waiting))
                 except NvmlError as error:
@@ -203,25 +199,25 @@ class HealthWatcher:
     async def _open_watch(self, stop: asyncio.Event) -> XidWatch | None:
         while not stop.is_set():
             try:
-                watch = await asyncio.to_thread(self._nvml.watch_xids)
+                watch = await asyncio.to_thread(self.nvml.watch_xids)
             except NvmlError as error:
                 log.error("cannot watch XID events, retrying in 30 s: %s", error)
                 await sleep_unless(stop, 30.0)
                 continue
-            now = self._clock.monotonic()
+            now = self.clock.monotonic()
             for gpu in self._by_uuid.values():
                 if gpu.index in watch.unwatched:
-                    self._board.mark(
+                    self.board.mark(
                         gpu.uuid, "its XID events cannot be watched", now, permanent=True
                     )
             return watch
         return None
 
     async def _wait_failed(self, error: NvmlError) -> None:
-        now = self._clock.monotonic()
+        now = self.clock.monotonic()
         for uuid in self._by_uuid:
-            self._board.mark(uuid, f"NVML event wait failed: {error}", now)
-        await asyncio.sleep(self._wait_ms / 1000)  # do not spin on a persistent error
+            self.board.mark(uuid, f"NVML event wait failed: {error}", now)
+        await asyncio.sleep(self.settings.wait_ms / 1000)  # do not spin on a persistent error
 
     async def _step(self, event: XidEvent | None) -> None:
         if event is None:
@@ -229,21 +225,20 @@ class HealthWatcher:
         if event.uuid not in self._by_uuid:
             log.debug("XID %d on %s, a GPU this plugin does not serve", event.xid, event.uuid)
             return
-        if not self._policy.is_fatal(event.xid):
+        if not self.settings.policy.is_fatal(event.xid):
             log.info("XID %d on %s ignored (application error or disabled)", event.xid, event.uuid)
             return
-        self._board.mark(event.uuid, f"XID {event.xid}", self._clock.monotonic())
+        self.board.mark(event.uuid, f"XID {event.xid}", self.clock.monotonic())
 
     async def _recover(self) -> None:
-        if self._recovery_after is None:
+        recovery_after = self.settings.recovery_after
+        if recovery_after is None:
             return
-        for uuid in self._board.quiet_since(self._clock.monotonic() - self._recovery_after):
-            if await asyncio.to_thread(_probe, self._nvml, self._by_uuid[uuid]):
-                self._board.recover(uuid)
+        for uuid in self.board.quiet_since(self.clock.monotonic() - recovery_after):
+            if await asyncio.to_thread(_probe, self.nvml, self._by_uuid[uuid]):
+                self.board.recover(uuid)
 
 
 async def sleep_unless(stop: asyncio.Event, seconds: float) -> None:
     """Sleep `seconds`, or less when `stop` is set meanwhile."""
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(seconds):
-            await stop.wait()
+    await unless_stopped(asyncio.sleep(seconds), stop)

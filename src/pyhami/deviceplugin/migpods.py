@@ -65,31 +65,24 @@ def container_reservations(
     return mine
 
 
+@dataclasses.dataclass(eq=False)
 class MigPods:
     """The MIG manager's API side for one node."""
 
-    def __init__(
-        self,
-        kube: KubeClient,
-        node_name: str,
-        manager: MigManager,
-        *,
-        interval: float = 5.0,
-        patch_attempts: int = 5,
-    ) -> None:
-        self._kube = kube
-        self._node = node_name
-        self.manager = manager
-        self._interval = interval
-        self._attempts = patch_attempts
+    kube: KubeClient
+    node_name: str
+    manager: MigManager
+    _: dataclasses.KW_ONLY
+    interval: float = 5.0
+    patch_attempts: int = 5
 
     async def _active_allocations(self) -> list[MigAllocation]:
         """Reservations of every active pod here; raises on an API or decode error."""
-        listed = await self._kube.list_pods(field_selector=f"spec.nodeName={self._node}")
+        listed = await self.kube.list_pods(field_selector=f"spec.nodeName={self.node_name}")
         try:
             pods = [read_pod(item) for item in listed.items]
         except PodSpecError as error:
-            raise AllocationError(f"a pod on {self._node} cannot be read: {error}") from error
+            raise AllocationError(f"a pod on {self.node_name} cannot be read: {error}") from error
         # A pod not being deleted and not finished keeps its MIG instances.
         active = (pod for pod in pods if not pod.deleting and not pod.finished)
         return [allocation for pod in active for allocation in pod_mig_allocations(pod)]
@@ -111,7 +104,7 @@ class MigPods:
                 await self.reconcile_once()
             except (KubeError, AllocationError) as error:
                 log.warning("MIG reconcile skipped this cycle (nothing destroyed): %s", error)
-            await sleep_unless(stop, self._interval)
+            await sleep_unless(stop, self.interval)
 
     async def startup(self) -> None:
         """Clean idle GPUs and adopt live instances; unlistable pods mean every GPU is in use."""
@@ -162,7 +155,7 @@ class MigPods:
         """Patch migUUID/GI/CI into the pod's reservations, guarded by its resourceVersion."""
         namespace, name = pod.namespace, pod.name
         current = pod
-        for attempt in range(1, self._attempts + 1):
+        for attempt in range(1, self.patch_attempts + 1):
             allocations = pod_mig_allocations(current)
             realised = [self._realised(allocation) for allocation in allocations]
             if not any(realised):
@@ -182,7 +175,7 @@ class MigPods:
             ]
             patch = mig_allocations_patch(encode_mig_allocations(updated), current.resource_version)
             try:
-                await self._kube.patch_pod(namespace, name, patch)
+                await self.kube.patch_pod(namespace, name, patch)
                 return
             except Conflict:
                 log.info(
@@ -195,9 +188,9 @@ class MigPods:
                     f"pod {pod.ref}: MIG identity patch failed: {error}"
                 ) from error
             try:
-                current = read_pod(await self._kube.get_pod(namespace, name))
+                current = read_pod(await self.kube.get_pod(namespace, name))
             except (KubeError, PodSpecError) as error:
                 raise AllocationError(f"pod {pod.ref}: cannot re-read it: {error}") from error
         raise AllocationError(
-            f"pod {pod.ref}: MIG identity patch conflicted {self._attempts} times; giving up"
+            f"pod {pod.ref}: MIG identity patch conflicted {self.patch_attempts} times; giving up"
         )

@@ -12,6 +12,7 @@ Each is a fix listed in docs/hami-compatibility.md.
 import asyncio
 import logging
 from collections.abc import Sequence
+from dataclasses import KW_ONLY, dataclass, field
 
 from pyhami.deviceplugin.config import OperatingMode, VgpuConfig
 from pyhami.deviceplugin.health import HealthBoard
@@ -65,33 +66,25 @@ def device_info(
     )
 
 
+@dataclass(eq=False)
 class Scanner:
     """Reads NVML into the annotation values; remembers each card's last good memory size."""
 
-    def __init__(
-        self,
-        nvml: Nvml,
-        gpus: Sequence[Gpu],
-        config: VgpuConfig,
-        board: HealthBoard,
-        *,
-        topology_score: bool,
-        mig: MigManager | None = None,
-    ) -> None:
-        self._nvml = nvml
-        self._mig = mig
-        self._gpus = tuple(gpus)
-        self._config = config
-        self._board = board
-        self._topology_score = topology_score
-        self._memory: dict[str, int] = {}
+    nvml: Nvml
+    gpus: Sequence[Gpu]
+    config: VgpuConfig
+    board: HealthBoard
+    _: KW_ONLY
+    topology_score: bool
+    mig: MigManager | None = None
+    _memory: dict[str, int] = field(default_factory=dict, init=False)
 
     def _memory_mib(self, gpu: Gpu) -> tuple[int | None, bool]:
         """(MiB to publish or None to leave the card out, whether NVML answered)."""
         try:
-            total = self._nvml.device_memory(gpu.index).total // MIB
+            total = self.nvml.device_memory(gpu.index).total // MIB
         except NvmlNotSupportedError:
-            configured = self._config.preconfigured_device_memory
+            configured = self.config.preconfigured_device_memory
             if configured <= 0:
                 log.warning(
                     "GPU %s: NVML cannot report its memory and preConfiguredDeviceMemory is 0; "
@@ -108,20 +101,20 @@ class Scanner:
 
     def devices(self) -> list[DeviceInfo]:
         infos = []
-        for gpu in self._gpus:
+        for gpu in self.gpus:
             memory, answered = self._memory_mib(gpu)
             if memory is None:
                 continue
-            healthy = answered and self._board.healthy(gpu.uuid)
+            healthy = answered and self.board.healthy(gpu.uuid)
             profiles: tuple[MigProfile, ...] = ()
-            if self._mig is not None:
-                profiles = self._mig.publish(gpu)
+            if self.mig is not None:
+                profiles = self.mig.publish(gpu)
                 if not profiles:  # HAMi skips a MIG-mode GPU without profiles too
                     continue
             count = self.kubelet_counts().get(gpu.uuid, 0)
             infos.append(
                 device_info(
-                    gpu, memory, self._config, healthy, mig_profiles=profiles, mig_count=count
+                    gpu, memory, self.config, healthy, mig_profiles=profiles, mig_count=count
                 )
             )
         return infos
@@ -129,50 +122,41 @@ class Scanner:
     def kubelet_counts(self) -> dict[str, int]:
         """Devices per card that kubelet is told of, where a scan can change them: a MIG
         card's published instance count (empty outside MIG mode, where it is the split)."""
-        return {} if self._mig is None else dict(self._mig.capacities)
+        return {} if self.mig is None else dict(self.mig.capacities)
 
     def scores(self, devices: Sequence[DeviceInfo]) -> PairScores | None:
-        if not self._topology_score:
+        if not self.topology_score:
             return None
         registered = {device.id for device in devices}
-        return read_pair_scores(self._nvml, [g for g in self._gpus if g.uuid in registered])
+        return read_pair_scores(self.nvml, [g for g in self.gpus if g.uuid in registered])
 
 
+@dataclass(eq=False)
 class NodeRegistrar:
     """Keeps the node's register (and score) annotations equal to what NVML says."""
 
-    def __init__(
-        self,
-        kube: KubeClient,
-        node_name: str,
-        scanner: Scanner,
-        board: HealthBoard,
-        *,
-        interval: float = 30.0,
-        retry_interval: float = 5.0,
-        clock: Clock | None = None,
-    ) -> None:
-        self._kube = kube
-        self._node = node_name
-        self._scanner = scanner
-        self._board = board
-        self._interval = interval
-        self._retry_interval = retry_interval
-        self._clock: Clock = clock or SystemClock()
-        self._warned: dict[tuple[str, str], float] = {}
-        self._kubelet_counts: dict[str, int] = {}
-        self.patches = 0
+    kube: KubeClient
+    node_name: str
+    scanner: Scanner
+    board: HealthBoard
+    _: KW_ONLY
+    interval: float = 30.0
+    retry_interval: float = 5.0
+    clock: Clock = field(default_factory=SystemClock)
+    _warned: dict[tuple[str, str], float] = field(default_factory=dict, init=False)
+    _kubelet_counts: dict[str, int] = field(default_factory=dict, init=False)
+    patches: int = field(default=0, init=False)  # node patches written, for tests
 
     async def desired(self) -> dict[str, str]:
-        devices = await asyncio.to_thread(self._scanner.devices)
-        counts = self._scanner.kubelet_counts()
+        devices = await asyncio.to_thread(self.scanner.devices)
+        counts = self.scanner.kubelet_counts()
         if counts != self._kubelet_counts:
             # A MIG card whose profiles could not be read at start (count 0) has them now:
             # kubelet must be told, or the scheduler places pods kubelet cannot admit.
             self._kubelet_counts = counts
-            self._board.listing_changed()
+            self.board.listing_changed()
         wanted = {KEY_NODE_NVIDIA_REGISTER: encode_node_devices(devices)}
-        scores = await asyncio.to_thread(self._scanner.scores, devices)
+        scores = await asyncio.to_thread(self.scanner.scores, devices)
         if scores is not None:
             wanted[KEY_NODE_NVIDIA_SCORE] = encode_pair_scores(scores.scores)
             await self._warn_asymmetric(scores)
@@ -181,49 +165,49 @@ class NodeRegistrar:
     async def sync_once(self) -> bool:
         """One scan; patch the node if it differs. Returns whether it patched. Raises on error."""
         wanted = await self.desired()
-        current = read_node(await self._kube.get_node(self._node)).annotations
+        current = read_node(await self.kube.get_node(self.node_name)).annotations
         if all(current.get(key) == value for key, value in wanted.items()):
             return False
-        await self._kube.patch_node(self._node, node_annotations_patch(wanted))
+        await self.kube.patch_node(self.node_name, node_annotations_patch(wanted))
         self.patches += 1
-        log.info("registered %s on node %s", KEY_NODE_NVIDIA_REGISTER, self._node)
+        log.info("registered %s on node %s", KEY_NODE_NVIDIA_REGISTER, self.node_name)
         return True
 
     async def run(self, stop: asyncio.Event) -> None:
         # What ListAndWatch was first given (the plugin publishes MIG cards before serving).
-        self._kubelet_counts = self._scanner.kubelet_counts()
+        self._kubelet_counts = self.scanner.kubelet_counts()
         while not stop.is_set():
-            seen = self._board.version
+            seen = self.board.version
             try:
                 await self.sync_once()
-                pause = self._interval
+                pause = self.interval
             except Exception as error:
                 log.error(
-                    "node registration failed, retrying in %gs: %s", self._retry_interval, error
+                    "node registration failed, retrying in %gs: %s", self.retry_interval, error
                 )
-                pause = self._retry_interval
-            await self._board.until_change(seen, stop, pause)
+                pause = self.retry_interval
+            await self.board.until_change(seen, stop, pause)
 
     async def _warn_asymmetric(self, scores: PairScores) -> None:
-        now = self._clock.monotonic()
+        now = self.clock.monotonic()
         for pair in scores.asymmetric:
             last = self._warned.get(pair)
             if last is not None and now - last < EVENT_DEDUP_SECONDS:
                 continue
             self._warned[pair] = now
             message = f"GPU P2P links between {pair[0]} and {pair[1]} are asymmetric; pair scored 0"
-            log.warning("%s on node %s", message, self._node)
+            log.warning("%s on node %s", message, self.node_name)
             try:
-                await self._kube.create_event("default", self._event(message))
+                await self.kube.create_event("default", self._event(message))
             except KubeError as error:
                 log.error("cannot record AsymmetricGPUP2PLink event: %s", error)
 
     def _event(self, message: str) -> dict[str, object]:
         return {
-            "metadata": {"generateName": f"{self._node}."},
-            "involvedObject": {"kind": "Node", "name": self._node, "apiVersion": "v1"},
+            "metadata": {"generateName": f"{self.node_name}."},
+            "involvedObject": {"kind": "Node", "name": self.node_name, "apiVersion": "v1"},
             "reason": "AsymmetricGPUP2PLink",
             "message": message,
             "type": "Warning",
-            "source": {"component": "hami-device-plugin", "host": self._node},
+            "source": {"component": "hami-device-plugin", "host": self.node_name},
         }

@@ -7,6 +7,7 @@ Thin on purpose: device lists come from `listing`, Allocate and preferred alloca
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -39,29 +40,21 @@ class KubeletRegistrationError(RuntimeError):
     """kubelet refused or could not be reached for Register."""
 
 
+@dataclass(eq=False)
 class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
-    def __init__(
-        self,
-        gpus: Sequence[Gpu],
-        *,
-        split: int | Mapping[str, int],
-        numa_topology: bool,
-        board: HealthBoard,
-        allocations: Allocations,
-        stopping: asyncio.Event,
-    ) -> None:
-        self._gpus = tuple(gpus)
-        self._split = split
-        self._numa_topology = numa_topology
-        self._board = board
-        self._allocations = allocations
-        self._stopping = stopping
+    gpus: Sequence[Gpu]
+    _: KW_ONLY
+    split: int | Mapping[str, int]
+    numa_topology: bool
+    board: HealthBoard
+    allocations: Allocations
+    stopping: asyncio.Event
 
     def device_list(self) -> api_pb2.ListAndWatchResponse:
-        healthy = {gpu.uuid: self._board.healthy(gpu.uuid) for gpu in self._gpus}
+        healthy = {gpu.uuid: self.board.healthy(gpu.uuid) for gpu in self.gpus}
         return api_pb2.ListAndWatchResponse(
             devices=kubelet_devices(
-                self._gpus, self._split, healthy, numa_topology=self._numa_topology
+                self.gpus, self.split, healthy, numa_topology=self.numa_topology
             )
         )
 
@@ -76,16 +69,16 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
     async def ListAndWatch(
         self, request: api_pb2.Empty, context: Context
     ) -> AsyncIterator[api_pb2.ListAndWatchResponse]:
-        while not self._stopping.is_set():
-            seen = self._board.version
+        while not self.stopping.is_set():
+            seen = self.board.version
             yield self.device_list()
-            await self._board.until_change(seen, self._stopping)
+            await self.board.until_change(seen, self.stopping)
 
     async def GetPreferredAllocation(
         self, request: api_pb2.PreferredAllocationRequest, context: Context
     ) -> api_pb2.PreferredAllocationResponse:
         try:
-            return await self._allocations.prefer(request)
+            return await self.allocations.prefer(request)
         except AllocationError as error:
             log.warning("no preferred allocation, kubelet will choose devices itself: %s", error)
             return api_pb2.PreferredAllocationResponse()
@@ -98,7 +91,7 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
         self, request: api_pb2.AllocateRequest, context: Context
     ) -> api_pb2.AllocateResponse:
         try:
-            return await self._allocations.allocate(request)
+            return await self.allocations.allocate(request)
         except AllocationError as error:
             log.error("Allocate refused: %s", error)
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))

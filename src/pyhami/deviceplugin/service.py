@@ -17,10 +17,10 @@ from pathlib import Path
 
 from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.deviceplugin.allocator import Allocator
-from pyhami.deviceplugin.api import DEVICE_PLUGIN_PATH
+from pyhami.deviceplugin.api import DEVICE_PLUGIN_PATH, KUBELET_SOCKET
 from pyhami.deviceplugin.binding import PodBinding
 from pyhami.deviceplugin.config import ConfigError, OperatingMode, VgpuConfig
-from pyhami.deviceplugin.health import HealthBoard, HealthWatcher, XidPolicy, sleep_unless
+from pyhami.deviceplugin.health import HealthBoard, HealthSettings, HealthWatcher, sleep_unless
 from pyhami.deviceplugin.inventory import Gpu, InventoryError, discover
 from pyhami.deviceplugin.mig import MigManager
 from pyhami.deviceplugin.migpods import MigPods
@@ -42,16 +42,14 @@ class PluginOptions:
     node_name: str
     plugin_dir: Path = DEVICE_PLUGIN_PATH
     # None: serve but never register (HAMi's empty --kubelet-socket).
-    kubelet_socket: Path | None = DEVICE_PLUGIN_PATH / "kubelet.sock"
+    kubelet_socket: Path | None = KUBELET_SOCKET
     settings: AllocationSettings = field(default_factory=AllocationSettings)
     topology_score: bool = False
-    xid_policy: XidPolicy = field(default_factory=XidPolicy)
-    recovery_after: float | None = 300.0
+    health: HealthSettings = field(default_factory=HealthSettings)
     register_interval: float = 30.0
     retry_interval: float = 5.0
     restart_delay: float = 30.0  # after a failed start, as HAMi
     kubelet_poll: float = 1.0
-    xid_wait_ms: int = 1000
     mig_reconcile_interval: float = 5.0
     # Removed at each start if stale (None: left alone); the monitor pauses while it exists.
     mig_apply_lock: Path | None = Path(MIG_APPLY_LOCK)
@@ -124,14 +122,7 @@ class _Instance:
             interval=options.register_interval,
             retry_interval=options.retry_interval,
         )
-        self.health = HealthWatcher(
-            plugin.nvml,
-            gpus,
-            plugin.board,
-            options.xid_policy,
-            recovery_after=options.recovery_after,
-            wait_ms=options.xid_wait_ms,
-        )
+        self.health = HealthWatcher(plugin.nvml, gpus, plugin.board, options.health)
         self.tasks: list[asyncio.Task[None]] = []
 
     async def stop(self) -> None:

@@ -1,8 +1,6 @@
 """`pyhami dra-driver`: the DRA driver `gpu.pyhami.io` on this node."""
 
-import asyncio
 import os
-import signal
 from pathlib import Path, PurePosixPath
 from typing import Annotated
 
@@ -13,7 +11,7 @@ from pyhami.cli_habits import DebugOption, LogFormatOption
 from pyhami.cli_klog import DEBUG_VERBOSITY, KlogVerbosity
 from pyhami.deviceplugin import cli as plugin_cli
 from pyhami.deviceplugin.allocation import AllocationSettings
-from pyhami.deviceplugin.health import XidPolicy
+from pyhami.deviceplugin.health import HealthSettings, XidPolicy
 from pyhami.dra import cdi
 from pyhami.dra.api import KUBELET_PLUGINS_DIR, KUBELET_REGISTRY_DIR
 from pyhami.dra.checkpoint import CheckpointError
@@ -55,8 +53,10 @@ def dra_driver(
         registry_dir=kubelet_registry_dir,
         cdi_dir=cdi_dir,
         settings=AllocationSettings(hook_path=PurePosixPath(hook_path), version=libvgpu_version),
-        xid_policy=XidPolicy.from_environment(os.environ),
-        recovery_after=health_recovery_seconds if health_recovery_seconds >= 0 else None,
+        health=HealthSettings(
+            XidPolicy.from_environment(os.environ),
+            recovery_after=health_recovery_seconds if health_recovery_seconds >= 0 else None,
+        ),
     )
     check_kubeconfig(kubeconfig or None, "dra-driver")
     try:
@@ -75,9 +75,6 @@ def dra_driver(
 
 
 async def _serve(kubeconfig: str, nvml: Nvml, options: DriverOptions) -> None:
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = plugin_cli.stop_on_signals()
     async with await KubeClient.from_kubeconfig(kubeconfig or None) as kube:
         await DraDriver(kube, nvml, options).run(stop)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pyhami.deviceplugin.allocation import AllocationSettings
 from pyhami.deviceplugin.config import DeviceFilter
-from pyhami.deviceplugin.health import HealthBoard, HealthWatcher, XidPolicy, sleep_unless
+from pyhami.deviceplugin.health import HealthBoard, HealthSettings, HealthWatcher, sleep_unless
 from pyhami.deviceplugin.inventory import discover
 from pyhami.deviceplugin.server import SocketServer
 from pyhami.dra import cdi
@@ -46,9 +46,7 @@ class DriverOptions:
     cdi_dir: Path = cdi.CDI_DIR
     settings: AllocationSettings = field(default_factory=AllocationSettings)
     device_filter: DeviceFilter = field(default_factory=DeviceFilter)
-    xid_policy: XidPolicy = field(default_factory=XidPolicy)
-    recovery_after: float | None = 300.0
-    xid_wait_ms: int = 1000
+    health: HealthSettings = field(default_factory=HealthSettings)
     retry_interval: float = 5.0
     socket_poll: float = 1.0
 
@@ -86,8 +84,7 @@ class DraDriver:
         checkpoint = await asyncio.to_thread(Checkpoint.load, options.checkpoint_file)
         gpus = await asyncio.to_thread(discover, self.nvml, options.device_filter)
         facts = await asyncio.to_thread(read_facts, self.nvml, gpus)
-        board = HealthBoard()
-        board.track(gpu.uuid for gpu in gpus)
+        board = HealthBoard(gpu.uuid for gpu in gpus)
         preparer = Preparer(
             self.kube,
             options.node_name,
@@ -104,14 +101,7 @@ class DraDriver:
             node_uid=await self._node_uid(),
             retry_interval=options.retry_interval,
         )
-        health = HealthWatcher(
-            self.nvml,
-            gpus,
-            board,
-            options.xid_policy,
-            recovery_after=options.recovery_after,
-            wait_ms=options.xid_wait_ms,
-        )
+        health = HealthWatcher(self.nvml, gpus, board, options.health)
         servicer = DRAPluginServicer(preparer)
         self.registration = registration = RegistrationServicer(options.plugin_socket)
         plugin_server = SocketServer(

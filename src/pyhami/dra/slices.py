@@ -220,10 +220,4 @@ class SlicePublisher:
                 log.error("cannot publish ResourceSlice %s, retrying: %s", self.name, error)
                 await sleep_unless(stop, self.retry_interval)
                 continue
-            change = asyncio.ensure_future(self.board.wait_for_change(seen))
-            stopped = asyncio.ensure_future(stop.wait())
-            try:
-                await asyncio.wait({change, stopped}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                change.cancel()
-                stopped.cancel()
+            await self.board.until_change(seen, stop)

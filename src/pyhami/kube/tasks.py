@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from typing import Any
 
 import structlog
@@ -34,10 +34,22 @@ def _report(task: asyncio.Task[None], *, may_finish: bool) -> None:
         log.warning("background task exited", task=task.get_name())
 
 
-async def cancel_and_wait(*tasks: asyncio.Task[Any] | None) -> None:
+async def cancel_and_wait(*tasks: asyncio.Future[Any] | None) -> None:
     """Cancel tasks and wait until they are done (their own errors were already logged)."""
     live = [t for t in tasks if t is not None and not t.done()]
     for task in live:
         task.cancel()
     if live:
         await asyncio.wait(live)
+
+
+async def unless_stopped(
+    work: Awaitable[object], stop: asyncio.Event, timeout: float | None = None
+) -> None:
+    """Await `work` until it is done, `stop` is set or `timeout` seconds pass, whichever comes
+    first; what is still waiting then is cancelled."""
+    waiters = {asyncio.ensure_future(work), asyncio.ensure_future(stop.wait())}
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        await cancel_and_wait(*waiters)

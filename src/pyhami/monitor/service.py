@@ -7,10 +7,8 @@ none), and while the device plugin's MIG-apply lock file exists the feedback ste
 """
 
 import asyncio
-from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import structlog
 from aiohttp import web
@@ -18,6 +16,7 @@ from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from pyhami.kube import Clock
+from pyhami.kube.tasks import unless_stopped
 from pyhami.monitor.feedback import Verdict, observe
 from pyhami.monitor.host import NvmlOpener
 from pyhami.monitor.metrics import MonitorCollector, monitor_registry
@@ -68,8 +67,7 @@ class MonitorService:
         self.registry = monitor_registry(self.collector)
         self.last_good_tick: float | None = None  # monotonic
         self.last_error = "no scan yet"
-        self._runner: web.AppRunner | None = None
-        self._listener: asyncio.Server | None = None
+        self._http = ConnectionGuard(settings.connection_limits)
 
     def tick(self) -> TickResult:
         """One scan and one feedback pass (raises DirectoryError when the root is unreadable)."""
@@ -98,7 +96,7 @@ class MonitorService:
             except DirectoryError as err:
                 self.last_error = str(err)
                 log.warning("scan failed; retrying next period", error=str(err))
-            await _sleep_or_stop(self.clock.sleep(self.settings.tick_interval_s), stop)
+            await unless_stopped(self.clock.sleep(self.settings.tick_interval_s), stop)
 
     async def _metrics(self, request: web.Request) -> web.Response:
         try:
@@ -130,32 +128,12 @@ class MonitorService:
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
-        guard = ConnectionGuard(self.settings.connection_limits)
-        app.middlewares.insert(0, guard.middleware)  # outermost: it times the whole request
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        assert self._runner.server is not None  # set by setup()
-        self._listener = await guard.listen(
-            self._runner.server, self.settings.host, self.settings.port, None
+        return await self._http.serve(
+            app, self.settings.host, self.settings.port, None, access_log=False
         )
-        return int(self._listener.sockets[0].getsockname()[1])
 
     async def stop_http(self) -> None:
-        if self._listener is not None:
-            self._listener.close()
-            self._listener = None
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        await self._http.close()
 
     def close(self) -> None:
         self.regions.close()
-
-
-async def _sleep_or_stop(sleep: Coroutine[Any, Any, None], stop: asyncio.Event) -> None:
-    sleeper = asyncio.ensure_future(sleep)
-    stopper = asyncio.ensure_future(stop.wait())
-    _, pending = await asyncio.wait({sleeper, stopper}, return_when=asyncio.FIRST_COMPLETED)
-    for task in pending:
-        task.cancel()
-    await asyncio.gather(*pending, return_exceptions=True)

@@ -227,8 +227,6 @@ class SchedulerProcess:
             max_connections=settings.http_max_connections,
         )
         self.guards: dict[str, ConnectionGuard] = {}
-        self._listeners: list[asyncio.Server] = []
-        self._runners: list[web.AppRunner] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._stop = asyncio.Event()
         self.main_port = 0
@@ -318,16 +316,8 @@ class SchedulerProcess:
         self._tasks.append(asyncio.create_task(work, name=f"scheduler/{name}"))
 
     async def _serve(self, name: str, app: web.Application, host: str, port: int, ssl: Any) -> int:
-        guard = ConnectionGuard(self.limits)
-        app.middlewares.insert(0, guard.middleware)  # outermost: it times the whole request
-        runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
-        await runner.setup()
-        assert runner.server is not None  # set by setup()
-        self._runners.append(runner)
-        listener = await guard.listen(runner.server, host, port, ssl)
-        self._listeners.append(listener)
-        self.guards[name] = guard
-        return int(listener.sockets[0].getsockname()[1])
+        self.guards[name] = guard = ConnectionGuard(self.limits)
+        return await guard.serve(app, host, port, ssl)
 
     async def _wait_synced(self) -> None:
         # the engine's caches; the DRA card sizes (for the webhook) do not hold the extender back
@@ -353,10 +343,8 @@ class SchedulerProcess:
         self._stop.set()
         await asyncio.wait(self._tasks, timeout=5)  # the leader gives its lease up
         await cancel_and_wait(*self._tasks)
-        for listener in self._listeners:
-            listener.close()
-        for runner in self._runners:
-            await runner.cleanup()
+        for guard in self.guards.values():
+            await guard.close()
         for informer in self.informers.values():
             await informer.stop()
         await self.evicting.close()

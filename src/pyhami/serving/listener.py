@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import structlog
 from aiohttp import web
+from aiohttp.log import access_logger
 from aiohttp.web_protocol import RequestHandler
 
 log = structlog.get_logger(__name__)
@@ -64,7 +65,7 @@ async def read_body(request: web.Request, limit: int, timeout_s: float) -> bytes
 
 
 class ConnectionGuard:
-    """One listener's limits: add `middleware` to the app, then `listen`."""
+    """One listener's limits: `serve` an app under them, `close` it at the end."""
 
     def __init__(self, limits: ConnectionLimits) -> None:
         self.limits = limits
@@ -72,17 +73,34 @@ class ConnectionGuard:
         self.expired = 0  # connections closed because a request head was late
         self._timers: dict[RequestHandler, asyncio.TimerHandle] = {}
         self._server: web.Server | None = None
+        self._runner: web.AppRunner | None = None
+        self._listener: asyncio.Server | None = None
 
     def open_connections(self) -> int:
         return 0 if self._server is None else len(self._server.connections)
 
-    async def listen(
-        self, server: web.Server, host: str, port: int, context: ssl.SSLContext | None
-    ) -> asyncio.Server:
-        """Serve `server` (an AppRunner's) on host:port under these limits."""
-        self._server = server
+    async def serve(
+        self,
+        app: web.Application,
+        host: str,
+        port: int,
+        context: ssl.SSLContext | None,
+        *,
+        access_log: bool = True,
+    ) -> int:
+        """Serve `app` on host:port under these limits; returns the bound port (useful with 0)."""
+        app.middlewares.insert(0, self.middleware)  # outermost: it times the whole request
+        self._runner = web.AppRunner(
+            app,
+            handle_signals=False,
+            shutdown_timeout=1.0,
+            access_log=access_logger if access_log else None,
+        )
+        await self._runner.setup()
+        server = self._server = self._runner.server
+        assert server is not None  # set by setup()
         loop = asyncio.get_running_loop()
-        return await loop.create_server(
+        self._listener = await loop.create_server(
             lambda: _Gate(self, server()),
             host,
             port,
@@ -90,6 +108,14 @@ class ConnectionGuard:
             # asyncio refuses a handshake timeout without TLS.
             ssl_handshake_timeout=self.limits.header_timeout_s if context else None,
         )
+        return int(self._listener.sockets[0].getsockname()[1])
+
+    async def close(self) -> None:
+        """Stop listening and close the app's connections (a guard that never served: no-op)."""
+        if self._listener is not None:
+            self._listener.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
