@@ -47,9 +47,12 @@ async def unless_stopped(
     work: Awaitable[object], stop: asyncio.Event, timeout: float | None = None
 ) -> None:
     """Await `work` until it is done, `stop` is set or `timeout` seconds pass, whichever comes
-    first; what is still waiting then is cancelled."""
-    waiters = {asyncio.ensure_future(work), asyncio.ensure_future(stop.wait())}
+    first; what is still waiting then is cancelled. An error of `work` is raised here."""
+    job = asyncio.ensure_future(work)
+    waiters = {job, asyncio.ensure_future(stop.wait())}
     try:
         await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
     finally:
         await cancel_and_wait(*waiters)
+    if not job.cancelled():
+        job.result()
